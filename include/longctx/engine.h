@@ -1,0 +1,93 @@
+// engine.h: the public C++ API of longctx: load a model, tokenize, generate, score.
+//
+// Tools (CLI, eval, bench, server) use only this header and the types it names.
+//   auto eng = longctx::Engine::load({.model_path = "model.gguf"});
+//   auto ids = eng->tokenizer().encode("Hello", true, false);
+//   auto res = eng->generate(ids, {.max_tokens = 32});
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "tokenizer/tokenizer.h"
+
+namespace longctx {
+
+struct LoadOptions {
+  std::string model_path;       // .gguf file or HF safetensors directory; empty = default model
+  int n_threads = 0;            // 0 = all cores
+  int64_t max_context = 0;      // 0 = the model's trained context length
+  std::string attn = "dense";   // attention method: "dense", "minference[=CONFIG]", ...
+  int64_t prefill_chunk = 512;  // tokens per prefill chunk (bounds activation memory)
+};
+
+struct SamplingParams {
+  float temperature = 0.f;  // 0 = greedy
+  int top_k = 0;            // 0 = off
+  float top_p = 1.f;        // 1 = off
+  uint64_t seed = 0;
+  int max_tokens = 128;
+  std::vector<std::string> stop;  // stop strings (not included in the output text)
+  bool stop_at_eos = true;
+};
+
+struct Progress {
+  int64_t done = 0, total = 0;
+  double elapsed_s = 0;
+};
+using ProgressFn = std::function<void(const Progress&)>;
+// Called with each generated token id and its text piece (complete UTF-8 only); return false to stop.
+using TokenFn = std::function<bool(int32_t id, const std::string& piece)>;
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;   // generated ids (stop string tokens included, EOS excluded)
+  std::string text;              // decoded generated text, cut before a stop string
+  std::string stop_reason;       // "eos", "stop", "length", "callback"
+  int64_t prompt_tokens = 0;
+  double prefill_s = 0, decode_s = 0;
+};
+
+// One layer's attention inputs during a capture (post-RoPE Q and K).
+struct AttnCapture {
+  int layer = 0;
+  int64_t n_tokens = 0;
+  int n_head = 0, n_kv_head = 0, head_dim = 0;
+  const float* q = nullptr;  // [n_tokens, n_head, head_dim]
+  const float* k = nullptr;  // [n_tokens, n_kv_head, head_dim]
+  const float* v = nullptr;  // [n_tokens, n_kv_head, head_dim]
+};
+using AttnObserver = std::function<void(const AttnCapture&)>;
+
+class Engine {
+ public:
+  static std::unique_ptr<Engine> load(const LoadOptions& opts);
+  virtual ~Engine() = default;
+
+  virtual const ModelConfig& config() const = 0;
+  virtual const Tokenizer& tokenizer() const = 0;
+  virtual int64_t max_context() const = 0;
+
+  // Prefills the prompt (chunked) and samples up to max_tokens. Throws Error if the prompt plus
+  // max_tokens exceeds max_context().
+  virtual GenerateResult generate(std::span<const int32_t> prompt, const SamplingParams& sp,
+                                  const ProgressFn& progress = {}, const TokenFn& on_token = {}) = 0;
+
+  // Teacher-forced log-probabilities: out[i] = log p(tokens[i+1] | tokens[0..i]), size n-1.
+  virtual std::vector<float> score(std::span<const int32_t> tokens, const ProgressFn& progress = {}) = 0;
+
+  // Logits [n_last, vocab] of the last n_last positions after a fresh prefill of tokens.
+  virtual std::vector<float> logits(std::span<const int32_t> tokens, int64_t n_last = 1) = 0;
+
+  // Runs a fresh single-chunk prefill of tokens with dense attention and calls observer for
+  // every layer with its Q, K, V (for attention-fidelity evaluation and pattern search).
+  virtual void capture_attention(std::span<const int32_t> tokens, const AttnObserver& observer) = 0;
+};
+
+// The default model's path in the model cache ($LONGCTX_CACHE or ~/.cache/longctx).
+std::string default_model_path();
+
+}  // namespace longctx

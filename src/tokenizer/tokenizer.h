@@ -1,0 +1,50 @@
+// tokenizer.h: text <-> token ids for every supported model family, plus chat prompts.
+//
+// Kinds: byte-level BPE (GPT-2 / SmolLM2, Llama-3, Qwen2 pre-tokenizer regexes) and
+// SentencePiece-style BPE (Llama-2 / Mistral GGUF files, with byte fallback tokens <0xNN>).
+// Built from GGUF metadata (tokenizer.ggml.*) or from HF tokenizer.json + tokenizer_config.json
+// (found in ModelFile::metadata() under "tokenizer" / "tokenizer_config").
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "loader/model_file.h"
+
+namespace longctx {
+
+struct ChatMessage {
+  std::string role;     // "system", "user" or "assistant"
+  std::string content;
+};
+
+class Tokenizer {
+ public:
+  static std::unique_ptr<Tokenizer> from_model_file(const ModelFile& mf);
+  virtual ~Tokenizer() = default;
+
+  // add_bos: prepend BOS when the model's config asks for it (add_bos_token); parse_special:
+  // text like "<|im_start|>" becomes its special token instead of being split as plain text.
+  virtual std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special) const = 0;
+  // Concatenated bytes of the tokens (special tokens rendered unless skip_special).
+  virtual std::string decode(std::span<const int32_t> ids, bool skip_special = false) const = 0;
+  // The raw bytes one token stands for (may be a partial UTF-8 sequence).
+  virtual std::string token_bytes(int32_t id) const = 0;
+
+  virtual int32_t vocab_size() const = 0;
+  virtual int32_t bos_id() const = 0;  // -1 if none
+  virtual int32_t eos_id() const = 0;  // -1 if none
+  virtual bool is_end_of_generation(int32_t id) const = 0;  // eos, eot, <|im_end|>, <|eot_id|>, ...
+  virtual bool adds_bos() const = 0;  // the model's default for add_bos
+  virtual std::string kind() const = 0;  // "bpe:gpt2", "bpe:llama3", "bpe:qwen2", "bpe:smollm", "spm"
+
+  // Renders messages with the model's chat template (family detected from the template text:
+  // ChatML, Llama-3, Llama-2/Mistral [INST]); throws Error if the model has no usable template.
+  virtual std::string apply_chat_template(std::span<const ChatMessage> messages,
+                                          bool add_generation_prompt) const = 0;
+};
+
+}  // namespace longctx
