@@ -1,0 +1,134 @@
+// cmd_generate.cpp: `longctx generate`: prompt in, streamed text out, timings on stderr.
+//
+//   longctx generate -p "The capital of France is" -n 16
+//   longctx generate -f long.txt --chat-file-question "Who wrote it?"   (see --help)
+//   longctx generate --chat "Write a haiku about caches" --json
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/progress.h"
+#include "longctx/engine.h"
+#include "util/error.h"
+#include "util/mmap_file.h"
+
+namespace longctx::cli {
+
+namespace {
+
+struct GenerateArgs {
+  std::string model, prompt, file, chat, system, attn = "dense";
+  int n = 128, top_k = 0, threads = 0;
+  float temp = 0.f, top_p = 1.f;
+  uint64_t seed = 0;
+  int64_t ctx = 0, chunk = 512;
+  std::vector<std::string> stop;
+  bool json = false, quiet = false, special = false, ignore_eos = false;
+};
+
+std::vector<int32_t> build_prompt(const GenerateArgs& a, const Tokenizer& tok) {
+  std::string text;
+  if (!a.file.empty()) text = read_text_file(a.file);
+  if (!a.prompt.empty()) text = text.empty() ? a.prompt : text + "\n" + a.prompt;
+  if (!a.chat.empty()) {
+    // --chat MESSAGE, optionally with a document from -f placed before the question.
+    std::vector<ChatMessage> msgs;
+    if (!a.system.empty()) msgs.push_back({"system", a.system});
+    msgs.push_back({"user", text.empty() ? a.chat : text + "\n\n" + a.chat});
+    return tok.encode(tok.apply_chat_template(msgs, true), false, true);
+  }
+  if (text.empty()) fail("the prompt is empty: give -p PROMPT, -f FILE or --chat MESSAGE");
+  return tok.encode(text, tok.adds_bos(), a.special);
+}
+
+void run(const GenerateArgs& a) {
+  LoadOptions lo;
+  lo.model_path = a.model;
+  lo.n_threads = a.threads;
+  lo.max_context = a.ctx;
+  lo.attn = a.attn;
+  lo.prefill_chunk = a.chunk;
+  auto eng = Engine::load(lo);
+  const auto prompt = build_prompt(a, eng->tokenizer());
+
+  SamplingParams sp;
+  sp.temperature = a.temp;
+  sp.top_k = a.top_k;
+  sp.top_p = a.top_p;
+  sp.seed = a.seed;
+  sp.max_tokens = a.n;
+  sp.stop = a.stop;
+  sp.stop_at_eos = !a.ignore_eos;
+
+  ProgressLine progress("prefill", !a.quiet && int64_t(prompt.size()) > lo.prefill_chunk);
+  TokenFn stream;
+  if (!a.json) {
+    stream = [](int32_t, const std::string& piece) {
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+      return true;
+    };
+  }
+  const GenerateResult r = eng->generate(prompt, sp, std::ref(progress), stream);
+  const double prefill_tps = r.prefill_s > 0 ? double(r.prompt_tokens) / r.prefill_s : 0;
+  const double decode_tps = r.decode_s > 0 && r.tokens.size() > 1 ? double(r.tokens.size() - 1) / r.decode_s : 0;
+  if (a.json) {
+    nlohmann::json j;
+    j["model"] = eng->config().name;
+    j["attn"] = a.attn;
+    j["prompt_tokens"] = r.prompt_tokens;
+    j["tokens"] = r.tokens;
+    j["text"] = r.text;
+    j["stop_reason"] = r.stop_reason;
+    j["timings"] = {{"prefill_s", r.prefill_s},
+                    {"decode_s", r.decode_s},
+                    {"prefill_tokens_per_s", prefill_tps},
+                    {"decode_tokens_per_s", decode_tps},
+                    {"generated_tokens", r.tokens.size()}};
+    std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  } else {
+    std::printf("\n");
+    if (!a.quiet)
+      std::fprintf(stderr, "[prompt %lld tokens, prefill %.3f s (%.1f tok/s); %zu tokens generated, %.1f tok/s; stop: %s]\n",
+                   (long long)r.prompt_tokens, r.prefill_s, prefill_tps, r.tokens.size(), decode_tps,
+                   r.stop_reason.c_str());
+  }
+}
+
+}  // namespace
+
+void register_generate(CLI::App& app) {
+  auto args = std::make_shared<GenerateArgs>();
+  auto* c = app.add_subcommand("generate", "Generate text from a prompt");
+  c->add_option("-m,--model", args->model, "GGUF file or HF safetensors directory (default: SmolLM2-135M-Instruct)");
+  auto* p = c->add_option("-p,--prompt", args->prompt, "Prompt text");
+  auto* f = c->add_option("-f,--file", args->file, "Read the prompt (or, with --chat, a document) from a file")
+                ->check(CLI::ExistingFile);
+  auto* ch = c->add_option("--chat", args->chat, "A user message, rendered with the model's chat template");
+  c->add_option("--system", args->system, "System message for --chat")->needs(ch);
+  p->excludes(ch);
+  (void)f;
+  c->add_option("-n,--max-tokens", args->n, "Maximum new tokens")->check(CLI::NonNegativeNumber);
+  c->add_option("--temp", args->temp, "Sampling temperature (0 = greedy)")->check(CLI::NonNegativeNumber);
+  c->add_option("--top-k", args->top_k, "Top-k sampling (0 = off)")->check(CLI::NonNegativeNumber);
+  c->add_option("--top-p", args->top_p, "Top-p (nucleus) sampling (1 = off)")->check(CLI::Range(0.0, 1.0));
+  c->add_option("--seed", args->seed, "Random seed for sampling");
+  c->add_option("--stop", args->stop, "Stop string (repeatable)");
+  c->add_option("--attn", args->attn, "Attention method: dense, a_shape[=SINK,WINDOW], minference[=CONFIG]");
+  c->add_option("-t,--threads", args->threads, "CPU threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  c->add_option("-c,--ctx", args->ctx, "Context length limit (0 = the model's)")->check(CLI::NonNegativeNumber);
+  c->add_option("--chunk", args->chunk, "Prefill chunk size in tokens")->check(CLI::PositiveNumber);
+  c->add_flag("--special", args->special, "Parse special tokens like <|im_start|> in -p/-f text");
+  c->add_flag("--ignore-eos", args->ignore_eos, "Do not stop at the end-of-generation token");
+  c->add_flag("--json", args->json, "Print one JSON object (tokens, text, timings) instead of streaming");
+  c->add_flag("-q,--quiet", args->quiet, "No progress or timings on stderr");
+  c->callback([args] {
+    if (args->prompt.empty() && args->file.empty() && args->chat.empty())
+      fail("generate needs a prompt: -p PROMPT, -f FILE or --chat MESSAGE");
+    run(*args);
+  });
+}
+
+}  // namespace longctx::cli

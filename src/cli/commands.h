@@ -1,0 +1,11 @@
+// commands.h: the subcommands of the `longctx` binary, one file each.
+#pragma once
+#include <CLI/CLI.hpp>
+
+namespace longctx::cli {
+
+void register_generate(CLI::App& app);
+void register_inspect(CLI::App& app);
+void register_bench(CLI::App& app);
+
+}  // namespace longctx::cli

@@ -1,0 +1,134 @@
+// weights.cpp: see weights.h.
+#include "model/weights.h"
+
+#include <format>
+#include <string>
+
+#include "util/error.h"
+#include "util/thread_pool.h"
+
+namespace longctx {
+
+namespace {
+
+// Canonical tensor -> name in each format ({} = layer index).
+struct TensorName {
+  const char* gguf;
+  const char* hf;
+};
+constexpr TensorName kEmbd{"token_embd.weight", "model.embed_tokens.weight"};
+constexpr TensorName kOutNorm{"output_norm.weight", "model.norm.weight"};
+constexpr TensorName kOutput{"output.weight", "lm_head.weight"};
+constexpr TensorName kAttnNorm{"blk.{}.attn_norm.weight", "model.layers.{}.input_layernorm.weight"};
+constexpr TensorName kWq{"blk.{}.attn_q.weight", "model.layers.{}.self_attn.q_proj.weight"};
+constexpr TensorName kWk{"blk.{}.attn_k.weight", "model.layers.{}.self_attn.k_proj.weight"};
+constexpr TensorName kWv{"blk.{}.attn_v.weight", "model.layers.{}.self_attn.v_proj.weight"};
+constexpr TensorName kWo{"blk.{}.attn_output.weight", "model.layers.{}.self_attn.o_proj.weight"};
+constexpr TensorName kBq{"blk.{}.attn_q.bias", "model.layers.{}.self_attn.q_proj.bias"};
+constexpr TensorName kBk{"blk.{}.attn_k.bias", "model.layers.{}.self_attn.k_proj.bias"};
+constexpr TensorName kBv{"blk.{}.attn_v.bias", "model.layers.{}.self_attn.v_proj.bias"};
+constexpr TensorName kFfnNorm{"blk.{}.ffn_norm.weight", "model.layers.{}.post_attention_layernorm.weight"};
+constexpr TensorName kGate{"blk.{}.ffn_gate.weight", "model.layers.{}.mlp.gate_proj.weight"};
+constexpr TensorName kUp{"blk.{}.ffn_up.weight", "model.layers.{}.mlp.up_proj.weight"};
+constexpr TensorName kDown{"blk.{}.ffn_down.weight", "model.layers.{}.mlp.down_proj.weight"};
+
+class Reader {
+ public:
+  Reader(const ModelFile& mf) : mf_(mf), gguf_(mf.format() == "gguf") {}
+
+  std::string name(const TensorName& n, int layer = -1) const {
+    const char* pat = gguf_ ? n.gguf : n.hf;
+    return layer < 0 ? std::string(pat) : std::vformat(pat, std::make_format_args(layer));
+  }
+  bool has(const TensorName& n, int layer = -1) const { return mf_.find(name(n, layer)) != nullptr; }
+
+  // Reads a tensor expected to have `shape` (row-major) into fp32.
+  std::vector<float> read(const TensorName& n, std::vector<int64_t> shape, int layer = -1) const {
+    const std::string nm = name(n, layer);
+    const TensorView* t = mf_.find(nm);
+    if (!t) fail("{}: missing tensor '{}'", mf_.path(), nm);
+    // GGUF stores 1-D norms as [n]; some exporters add a leading 1. Compare element counts
+    // and dims ignoring leading 1s.
+    auto strip = [](std::vector<int64_t> s) {
+      while (s.size() > 1 && s.front() == 1) s.erase(s.begin());
+      return s;
+    };
+    if (strip(t->shape) != strip(shape)) {
+      std::string want = "[";
+      for (size_t i = 0; i < shape.size(); ++i) want += (i ? ", " : "") + std::to_string(shape[i]);
+      want += "]";
+      fail("{}: tensor '{}' has shape {}, expected {} from the model config", mf_.path(), nm, t->shape_str(), want);
+    }
+    std::vector<float> out(size_t(t->numel()));
+    const int64_t row = t->shape.back();
+    const int64_t rows = t->numel() / row;
+    const size_t row_bytes = dtype_row_bytes(t->dtype, row);
+    global_pool().parallel_for(rows, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) dequantize(t->dtype, t->data + r * row_bytes, out.data() + r * row, row);
+    }, 64);
+    return out;
+  }
+
+ private:
+  const ModelFile& mf_;
+  bool gguf_;
+};
+
+// Undo convert_hf_to_gguf's Q/K row permutation for the llama architecture: within each head
+// the GGUF row 2j+s holds HF row s*(head_dim/2)+j. w: [n_heads*head_dim, cols].
+void unpermute_rows(std::vector<float>& w, int n_heads, int head_dim, int64_t cols) {
+  std::vector<float> src = w;
+  const int half = head_dim / 2;
+  for (int h = 0; h < n_heads; ++h)
+    for (int s = 0; s < 2; ++s)
+      for (int j = 0; j < half; ++j) {
+        const int64_t dst_row = int64_t(h) * head_dim + s * half + j;
+        const int64_t src_row = int64_t(h) * head_dim + 2 * j + s;
+        std::copy_n(src.data() + src_row * cols, cols, w.data() + dst_row * cols);
+      }
+}
+
+}  // namespace
+
+ModelWeights ModelWeights::load(const ModelFile& mf, const ModelConfig& c) {
+  Reader r(mf);
+  ModelWeights w;
+  const int64_t E = c.n_embd, D = c.head_dim, Q = int64_t(c.n_head) * D, KV = int64_t(c.n_kv_head) * D;
+  w.tok_embd = r.read(kEmbd, {c.vocab_size, E});
+  w.out_norm = r.read(kOutNorm, {E});
+  if (!c.tied_embeddings) {
+    if (!r.has(kOutput)) fail("{}: missing tensor '{}' (the config says embeddings are not tied)", mf.path(), r.name(kOutput));
+    w.lm_head = r.read(kOutput, {c.vocab_size, E});
+  }
+  const bool permuted = mf.format() == "gguf" && c.arch == "llama";
+  if (mf.format() == "gguf" && mf.find("rope_freqs.weight")) {
+    w.rope_freqs = r.read({"rope_freqs.weight", ""}, {D / 2});
+  }
+  w.layers.resize(size_t(c.n_layer));
+  for (int l = 0; l < c.n_layer; ++l) {
+    LayerWeights& L = w.layers[size_t(l)];
+    L.attn_norm = r.read(kAttnNorm, {E}, l);
+    L.wq = r.read(kWq, {Q, E}, l);
+    L.wk = r.read(kWk, {KV, E}, l);
+    L.wv = r.read(kWv, {KV, E}, l);
+    L.wo = r.read(kWo, {E, Q}, l);
+    if (c.qkv_bias) {
+      L.bq = r.read(kBq, {Q}, l);
+      L.bk = r.read(kBk, {KV}, l);
+      L.bv = r.read(kBv, {KV}, l);
+    }
+    if (permuted) {
+      unpermute_rows(L.wq, c.n_head, c.head_dim, E);
+      unpermute_rows(L.wk, c.n_kv_head, c.head_dim, E);
+      if (!L.bq.empty()) unpermute_rows(L.bq, c.n_head, c.head_dim, 1);
+      if (!L.bk.empty()) unpermute_rows(L.bk, c.n_kv_head, c.head_dim, 1);
+    }
+    L.ffn_norm = r.read(kFfnNorm, {E}, l);
+    L.w_gate = r.read(kGate, {c.n_ff, E}, l);
+    L.w_up = r.read(kUp, {c.n_ff, E}, l);
+    L.w_down = r.read(kDown, {E, c.n_ff}, l);
+  }
+  return w;
+}
+
+}  // namespace longctx
