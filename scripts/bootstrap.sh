@@ -19,7 +19,7 @@ done
 
 APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config
-  libopenblas-dev nlohmann-json3-dev libcli11-dev libpcre2-dev
+  libopenblas-dev libfmt-dev nlohmann-json3-dev libcli11-dev libpcre2-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
 )

@@ -1,7 +1,7 @@
 // config.cpp: ModelConfig from GGUF metadata ("<arch>.block_count", ...) or HF config.json.
 #include "model/config.h"
 
-#include <format>
+#include <fmt/format.h>
 
 #include "util/error.h"
 
@@ -159,7 +159,7 @@ ModelConfig ModelConfig::from_model_file(const ModelFile& mf) {
 }
 
 std::string ModelConfig::summary() const {
-  return std::format(
+  return fmt::format(
       "{} ({}): {} layers, hidden {}, heads {}/{} (kv), head dim {}, ffn {}, vocab {}, context {}, "
       "rope theta {} scaling {}{}{}",
       name, arch, n_layer, n_embd, n_head, n_kv_head, head_dim, n_ff, vocab_size, context_length, rope_theta,

@@ -1,7 +1,7 @@
 // weights.cpp: see weights.h.
 #include "model/weights.h"
 
-#include <format>
+#include <fmt/format.h>
 #include <string>
 
 #include "util/error.h"
@@ -38,7 +38,7 @@ class Reader {
 
   std::string name(const TensorName& n, int layer = -1) const {
     const char* pat = gguf_ ? n.gguf : n.hf;
-    return layer < 0 ? std::string(pat) : std::vformat(pat, std::make_format_args(layer));
+    return layer < 0 ? std::string(pat) : fmt::format(fmt::runtime(pat), layer);
   }
   bool has(const TensorName& n, int layer = -1) const { return mf_.find(name(n, layer)) != nullptr; }
 

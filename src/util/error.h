@@ -4,7 +4,7 @@
 // is an longctx::Error whose message names the problem and, where it helps, what to do.
 // The CLI catches it, prints "longctx: <message>" and exits non-zero; nothing aborts.
 #pragma once
-#include <format>
+#include <fmt/format.h>
 #include <stdexcept>
 #include <string>
 
@@ -16,9 +16,10 @@ class Error : public std::runtime_error {
 };
 
 // fail("tensor {} has {} dims", name, n): throw an Error with a formatted message.
+// Formatting is {fmt} (header-only): GCC 12 on the build machines has no <format>.
 template <class... Args>
-[[noreturn]] void fail(std::format_string<Args...> fmt, Args&&... args) {
-  throw Error(std::format(fmt, std::forward<Args>(args)...));
+[[noreturn]] void fail(fmt::format_string<Args...> fmt, Args&&... args) {
+  throw Error(fmt::format(fmt, std::forward<Args>(args)...));
 }
 
 }  // namespace longctx
