@@ -1,6 +1,8 @@
 // registry.cpp: the methods --attn accepts.
 #include "sparse/registry.h"
 
+#include "sparse/a_shape_method.h"
+#include "sparse/minference_method.h"
 #include "util/error.h"
 
 namespace longctx {
@@ -12,6 +14,9 @@ const std::vector<MethodEntry>& method_registry() {
          if (!arg.empty()) fail("attention method 'dense' takes no parameters (got '{}')", arg);
          return make_dense_method();
        }},
+      {"a_shape", [](const std::string& arg, const MethodContext& ctx) { return make_a_shape_method(arg, ctx); }},
+      {"minference",
+       [](const std::string& arg, const MethodContext& ctx) { return make_minference_method(arg, ctx); }},
   };
   return entries;
 }

@@ -1,0 +1,48 @@
+// minference_index.cpp: see minference_index.h.
+#include "sparse/minference_index.h"
+
+#include "sparse/a_shape_index.h"
+#include "sparse/block_sparse_index.h"
+#include "sparse/vs_convert.h"
+#include "sparse/vs_estimate.h"
+#include "util/error.h"
+#include "util/thread_pool.h"
+
+namespace longctx {
+
+void build_head_index(const AttnParams& p, int h, const HeadPattern& hp, HeadIndex& out, double ratio) {
+  switch (hp.kind) {
+    case PatternKind::VerticalSlash: {
+      VsScores scores;
+      VsLines lines;
+      estimate_vs_scores(p, h, scores);
+      select_vs_lines(scores, int64_t(double(hp.vertical) * ratio), int64_t(double(hp.slash) * ratio), lines);
+      convert_vs_index(lines, p.n_q, p.q_pos0, p.n_kv, out);
+      break;
+    }
+    case PatternKind::BlockSparse: {
+      std::vector<float> pooled;
+      pool_keys(p, h / (p.n_head / p.n_kv_head), pooled);
+      build_block_sparse_index(p, h, hp.vertical, pooled, out);
+      break;
+    }
+    case PatternKind::AShape:
+      build_a_shape_index({.sink = hp.vertical, .window = hp.slash}, p.n_q, p.q_pos0, p.n_kv, out);
+      break;
+  }
+}
+
+SparseIndex build_minference_index(const AttnParams& p, std::span<const HeadPattern> heads, ThreadPool& pool,
+                                   double ratio) {
+  if (int64_t(heads.size()) != p.n_head)
+    fail("minference: {} head patterns for a layer with {} query heads", heads.size(), p.n_head);
+  SparseIndex idx;
+  idx.n_q = p.n_q;
+  idx.heads.resize(heads.size());
+  pool.parallel_for(p.n_head, [&](int64_t h0, int64_t h1) {
+    for (int64_t h = h0; h < h1; ++h) build_head_index(p, int(h), heads[size_t(h)], idx.heads[size_t(h)], ratio);
+  });
+  return idx;
+}
+
+}  // namespace longctx

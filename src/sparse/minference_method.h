@@ -1,0 +1,40 @@
+// minference_method.h: `--attn minference[=CONFIG.json[:OPTION=VALUE...]]`, MInference sparse prefill.
+//
+// What: per (layer, query head) pattern from a published-format config (minference_config.h);
+// every prefill chunk builds that layer's index (minference_index.h) and runs the shared sparse
+// mainloop. Decode stays dense (as in the paper).
+// Spec: "minference=PATH" or "minference=PATH:opt=val:opt=val" (':'-separated, so PATH must not
+// contain ':'). Options:
+//   dense_below=N   dense attention while the keys of a chunk (n_kv) number fewer than N
+//                   (short prompts gain nothing and pay the index cost; default 0 = never)
+//   dense_layers=N  the first N layers stay dense (default 0)
+//   ratio=R         scales every VS budget (k_v, k_s), like the reference's minference_ratio
+// Chunked prefill: a chunk (q_pos0 > 0) builds its index from its own last 64 queries against
+// all cached keys; each chunk's index is fresh (nothing is carried between chunks).
+// Without a config: an error telling the user to run `longctx search-patterns`.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "sparse/attention_method.h"
+#include "sparse/minference_config.h"
+
+namespace longctx {
+
+struct MInferenceOptions {
+  std::string config_path;
+  int64_t dense_below = 0;
+  int dense_layers = 0;
+  double ratio = 1.0;
+};
+
+// Parses the text after "minference=" (throws Error naming a bad or unknown option).
+MInferenceOptions parse_minference_options(const std::string& arg);
+
+// From a parsed config (tests, search): validates it against ctx.
+std::unique_ptr<AttentionMethod> make_minference_method(MInferenceConfig cfg, const MInferenceOptions& opt,
+                                                        const MethodContext& ctx);
+// The registry's factory: parses arg, loads and validates the config.
+std::unique_ptr<AttentionMethod> make_minference_method(const std::string& arg, const MethodContext& ctx);
+
+}  // namespace longctx
