@@ -23,7 +23,14 @@ struct ChatMessage {
 
 class Tokenizer {
  public:
+  // Dispatches on mf.format(): "gguf" -> from_gguf_metadata(metadata()), "safetensors" ->
+  // from_hf_json(metadata()["tokenizer"], metadata()["tokenizer_config"]).
   static std::unique_ptr<Tokenizer> from_model_file(const ModelFile& mf);
+  // From GGUF key/values (tokenizer.ggml.model "gpt2" or "llama", tokens, merges/scores, ...).
+  static std::unique_ptr<Tokenizer> from_gguf_metadata(const nlohmann::json& meta);
+  // From a HF tokenizer.json (byte-level BPE) and tokenizer_config.json (may be null/empty).
+  static std::unique_ptr<Tokenizer> from_hf_json(const nlohmann::json& tokenizer,
+                                                 const nlohmann::json& tokenizer_config);
   virtual ~Tokenizer() = default;
 
   // add_bos: prepend BOS when the model's config asks for it (add_bos_token); parse_special:
