@@ -1,0 +1,204 @@
+// bench_cuda.cu (bench): times longctx's CUDA attention kernels and prints one JSON object.
+//
+// What: dense causal prefill (32 q / 8 kv heads, d=128, bf16) at 8K/32K/128K tokens and
+// split-KV decode (one query, 32/8 heads, d=128) at 128K/1M KV tokens, plus a device-to-device
+// copy as the bandwidth ceiling (bytes read + written). Inputs are random (never zeros).
+// How: CUDA events around each launch, warmup first, median of N (METHOD.md). Decode inputs
+// (>= 0.5 GB) dwarf the 50-60 MB L2, so repeated launches do not measure the cache.
+// Run:  build-gpu/bench/longctx_bench_cuda [--prefill 8192,32768,131072] [--decode 131072,1048576]
+//                                          [--reps-scale 1.0] [--json out.json]
+// scripts/gpu-check.sh runs it with torch's SDPA (bench/torch_baseline.py) in the same call.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/ops.h"
+#include "kernels/cuda/runtime.h"
+
+using namespace longctx::cuda;
+
+namespace {
+
+constexpr int kHeads = 32, kKvHeads = 8, kHeadDim = 128;  // Llama-3-8B attention geometry
+
+std::vector<int64_t> parse_list(const char* s) {
+  std::vector<int64_t> v;
+  std::string str(s);
+  size_t pos = 0;
+  while (pos < str.size()) {
+    size_t e = str.find(',', pos);
+    if (e == std::string::npos) e = str.size();
+    if (e > pos) v.push_back(std::atoll(str.substr(pos, e - pos).c_str()));
+    pos = e + 1;
+  }
+  return v;
+}
+
+// Median time in ms of `reps` runs of fn after `warmup` runs, one event pair per run.
+double time_ms(const std::function<void()>& fn, int warmup, int reps) {
+  for (int i = 0; i < warmup; ++i) fn();
+  LC_CUDA_CHECK(cudaDeviceSynchronize(), "bench warmup");
+  std::vector<cudaEvent_t> ev(2 * reps);
+  for (auto& e : ev) LC_CUDA_CHECK(cudaEventCreate(&e), "event create");
+  for (int i = 0; i < reps; ++i) {
+    LC_CUDA_CHECK(cudaEventRecord(ev[2 * i]), "event record");
+    fn();
+    LC_CUDA_CHECK(cudaEventRecord(ev[2 * i + 1]), "event record");
+  }
+  LC_CUDA_CHECK(cudaDeviceSynchronize(), "bench timed runs");
+  std::vector<double> t(reps);
+  for (int i = 0; i < reps; ++i) {
+    float ms = 0;
+    LC_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]), "event elapsed");
+    t[i] = ms;
+  }
+  for (auto& e : ev) cudaEventDestroy(e);
+  std::sort(t.begin(), t.end());
+  return t[reps / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int64_t> prefill = {8192, 32768, 131072}, decode = {131072, 1048576};
+  double reps_scale = 1.0;
+  const char* json_path = nullptr;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--prefill") && i + 1 < argc) prefill = parse_list(argv[++i]);
+    else if (!std::strcmp(argv[i], "--decode") && i + 1 < argc) decode = parse_list(argv[++i]);
+    else if (!std::strcmp(argv[i], "--reps-scale") && i + 1 < argc) reps_scale = std::atof(argv[++i]);
+    else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: %s [--prefill N,..] [--decode N,..] [--reps-scale X] [--json FILE]\n", argv[0]);
+      return 2;
+    }
+  }
+  try {
+    require_hopper();
+    const DeviceInfo dev = device_info(0);
+    std::string js = "{\n";
+    char buf[512];
+    std::time_t now = std::time(nullptr);
+    char date[64];
+    std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+    std::snprintf(buf, sizeof buf, "  \"device\": \"%s\", \"sms\": %d, \"date\": \"%s\",\n", dev.name.c_str(),
+                  dev.num_sms, date);
+    js += buf;
+    std::snprintf(buf, sizeof buf, "  \"shape\": {\"n_head\": %d, \"n_kv_head\": %d, \"head_dim\": %d, \"dtype\": \"bf16\"},\n",
+                  kHeads, kKvHeads, kHeadDim);
+    js += buf;
+
+    // Copy bandwidth ceiling: 2 x 2 GiB buffers, bytes read + written.
+    {
+      const size_t bytes = size_t(2) << 30;
+      void* a = dev_malloc(bytes);
+      void* b = dev_malloc(bytes);
+      fill_random_bf16(a, int64_t(bytes / 2), 1, 1.f);
+      const double ms = time_ms([&] { copy_d2d(b, a, bytes); }, 2, 10);
+      const double gbs = 2.0 * bytes / (ms * 1e-3) / 1e9;
+      std::fprintf(stderr, "copy d2d %zu MiB: %.3f ms, %.0f GB/s (read+write)\n", bytes >> 20, ms, gbs);
+      std::snprintf(buf, sizeof buf, "  \"copy\": {\"bytes\": %zu, \"ms\": %.4f, \"GBps_rw\": %.1f},\n", bytes, ms, gbs);
+      js += buf;
+      dev_free(a);
+      dev_free(b);
+    }
+
+    js += "  \"prefill\": [\n";
+    for (size_t si = 0; si < prefill.size(); ++si) {
+      const int64_t S = prefill[si];
+      const size_t nq = size_t(S) * kHeads * kHeadDim, nk = size_t(S) * kKvHeads * kHeadDim;
+      void* q = dev_malloc(nq * 2);
+      void* k = dev_malloc(nk * 2);
+      void* v = dev_malloc(nk * 2);
+      void* o = dev_malloc(nq * 2);
+      float* lse = static_cast<float*>(dev_malloc(size_t(S) * kHeads * 4));
+      fill_random_bf16(q, int64_t(nq), 11, 1.f);
+      fill_random_bf16(k, int64_t(nk), 12, 1.f);
+      fill_random_bf16(v, int64_t(nk), 13, 1.f);
+      PrefillParams p;
+      p.q = q;
+      p.k = k;
+      p.v = v;
+      p.o = o;
+      p.lse = lse;
+      p.n_q = p.n_kv = S;
+      p.n_head = kHeads;
+      p.n_kv_head = kKvHeads;
+      p.head_dim = kHeadDim;
+      p.causal = true;
+      const double flops = 2.0 * double(S) * double(S) * kHeadDim * kHeads;  // causal: half of 4*S^2*d*H
+      const int reps = std::max(3, int(reps_scale * (S <= 8192 ? 20 : S <= 32768 ? 8 : 3)));
+      const double ms = time_ms([&] { attention_prefill(p); }, 1, reps);
+      const double tflops = flops / (ms * 1e-3) / 1e12;
+      std::fprintf(stderr, "prefill S=%lld: %.3f ms, %.1f TFLOP/s\n", (long long)S, ms, tflops);
+      std::snprintf(buf, sizeof buf,
+                    "    {\"seq\": %lld, \"kernel\": \"mma_sync_fa2\", \"ms\": %.4f, \"tflops\": %.1f, \"reps\": %d}%s\n",
+                    (long long)S, ms, tflops, reps, si + 1 < prefill.size() ? "," : "");
+      js += buf;
+      for (void* x : {q, k, v, o, static_cast<void*>(lse)}) dev_free(x);
+    }
+    js += "  ],\n  \"decode\": [\n";
+    for (size_t si = 0; si < decode.size(); ++si) {
+      const int64_t N = decode[si];
+      const size_t nk = size_t(N) * kKvHeads * kHeadDim;
+      void* q = dev_malloc(size_t(kHeads) * kHeadDim * 2);
+      void* k = dev_malloc(nk * 2);
+      void* v = dev_malloc(nk * 2);
+      void* o = dev_malloc(size_t(kHeads) * kHeadDim * 2);
+      float* lse = static_cast<float*>(dev_malloc(kHeads * 4));
+      const size_t ws_bytes = decode_workspace_bytes(1, kHeads, kHeadDim, N);
+      void* ws = dev_malloc(ws_bytes);
+      fill_random_bf16(q, kHeads * kHeadDim, 21, 1.f);
+      fill_random_bf16(k, int64_t(nk), 22, 1.f);
+      fill_random_bf16(v, int64_t(nk), 23, 1.f);
+      DecodeParams p;
+      p.q = q;
+      p.k = k;
+      p.v = v;
+      p.o = o;
+      p.lse = lse;
+      p.n_seq = 1;
+      p.n_kv = N;
+      p.n_head = kHeads;
+      p.n_kv_head = kKvHeads;
+      p.head_dim = kHeadDim;
+      p.workspace = ws;
+      p.workspace_bytes = ws_bytes;
+      const int splits = decode_num_splits(p);
+      const int reps = std::max(5, int(reps_scale * 50));
+      const double ms = time_ms([&] { attention_decode(p); }, 3, reps);
+      const double bytes = 2.0 * double(nk) * 2;  // K + V read once
+      const double gbs = bytes / (ms * 1e-3) / 1e9;
+      std::fprintf(stderr, "decode n_kv=%lld: %.4f ms, %.0f GB/s of K+V, %d splits\n", (long long)N, ms, gbs, splits);
+      std::snprintf(buf, sizeof buf,
+                    "    {\"n_kv\": %lld, \"ms\": %.5f, \"GBps\": %.1f, \"splits\": %d, \"reps\": %d}%s\n",
+                    (long long)N, ms, gbs, splits, reps, si + 1 < decode.size() ? "," : "");
+      js += buf;
+      for (void* x : {q, k, v, o, static_cast<void*>(lse), ws}) dev_free(x);
+    }
+    js += "  ]\n}\n";
+    std::fputs(js.c_str(), stdout);
+    if (json_path) {
+      FILE* f = std::fopen(json_path, "w");
+      if (!f) {
+        std::fprintf(stderr, "cannot write %s\n", json_path);
+        return 1;
+      }
+      std::fputs(js.c_str(), f);
+      std::fclose(f);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "longctx_bench_cuda: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,84 @@
+// attention.h (cuda): dense attention on the GPU, bf16 in/out, fp32 accumulation, with LSE.
+//
+// Plain C++ (no CUDA types): device pointers are void*, shapes sit next to each pointer.
+// Semantics match kernels/params/attention.h (the CPU reference) except the dtype:
+//   q   bf16 [n_q,  n_head,    head_dim]   token-major, contiguous
+//   k,v bf16 [n_kv, n_kv_head, head_dim]   key j has absolute position j
+//   o   bf16 [n_q,  n_head,    head_dim]
+//   lse fp32 [n_head, n_q]  (optional)     natural-log log-sum-exp of the scaled scores
+// Query i sits at position q_pos0 + i; with causal it sees keys 0..q_pos0+i (chunked prefill
+// against a KV prefix is q_pos0 > 0). GQA: query head h reads KV head h / (n_head / n_kv_head).
+// head_dim 64 or 128. All pointers 16-byte aligned.
+//
+// Decode (flash-decoding): one query per sequence against all n_kv keys, KV split across CTAs,
+// partial (O, LSE) pairs merged exactly by merge_attention_states. The caller owns the
+// workspace (decode_workspace_bytes) so decode steps never allocate.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/runtime.h"
+
+namespace longctx::cuda {
+
+struct PrefillParams {
+  const void* q = nullptr;  // bf16 [n_q, n_head, head_dim]
+  const void* k = nullptr;  // bf16 [n_kv, n_kv_head, head_dim]
+  const void* v = nullptr;  // bf16 [n_kv, n_kv_head, head_dim]
+  void* o = nullptr;        // bf16 [n_q, n_head, head_dim]
+  float* lse = nullptr;     // fp32 [n_head, n_q], optional
+  int64_t n_q = 0;
+  int64_t n_kv = 0;
+  int n_head = 0;
+  int n_kv_head = 0;
+  int head_dim = 0;
+  int64_t q_pos0 = 0;
+  float scale = 0.f;  // 0 = 1/sqrt(head_dim)
+  bool causal = true;
+};
+
+// FlashAttention-2 style: mma.sync m16n8k16 bf16, ldmatrix, cp.async double buffering.
+void attention_prefill(const PrefillParams& p, Stream s = nullptr);
+
+struct DecodeParams {
+  const void* q = nullptr;  // bf16 [n_seq, n_head, head_dim]
+  const void* k = nullptr;  // bf16 sequence b at k + b*kv_seq_stride: [n_kv, n_kv_head, head_dim]
+  const void* v = nullptr;  // bf16 same layout as k
+  void* o = nullptr;        // bf16 [n_seq, n_head, head_dim]
+  float* lse = nullptr;     // fp32 [n_seq, n_head], optional
+  int n_seq = 1;
+  int64_t n_kv = 0;           // keys per sequence (all attended: the query is the last position)
+  int64_t kv_seq_stride = 0;  // elements between sequences' K (and V); 0 = n_kv*n_kv_head*head_dim
+  int n_head = 0;
+  int n_kv_head = 0;  // n_head / n_kv_head <= 16 (one mma row tile holds a GQA group)
+  int head_dim = 0;
+  float scale = 0.f;  // 0 = 1/sqrt(head_dim)
+  int n_splits = 0;   // 0 = choose from the SM count; otherwise a cap
+  void* workspace = nullptr;  // device memory of decode_workspace_bytes(...)
+  size_t workspace_bytes = 0;
+};
+
+// Upper bound of the workspace that attention_decode needs for this shape (any n_splits).
+size_t decode_workspace_bytes(int n_seq, int n_head, int head_dim, int64_t n_kv);
+// The number of KV splits attention_decode will use for this shape on this device.
+int decode_num_splits(const DecodeParams& p);
+void attention_decode(const DecodeParams& p, Stream s = nullptr);
+
+// Exact merge of partial attention results over disjoint key sets:
+//   lse = log(sum_p exp(lse_p)),  o = sum_p exp(lse_p - lse) * o_p.
+// Parts whose lse is -inf (no keys) contribute nothing; a row with no keys at all gets o = 0,
+// lse = -inf.
+struct MergeParams {
+  const float* o_part = nullptr;    // fp32 row r, part j at o_part + r*o_row_stride + j*o_part_stride
+  const float* lse_part = nullptr;  // fp32 at lse_part + r*lse_row_stride + j*lse_part_stride
+  int64_t o_row_stride = 0, o_part_stride = 0;
+  int64_t lse_row_stride = 0, lse_part_stride = 0;
+  void* o = nullptr;     // bf16 [n_rows, head_dim]
+  float* lse = nullptr;  // fp32 [n_rows], optional
+  int64_t n_rows = 0;
+  int n_parts = 0;
+  int head_dim = 0;  // multiple of 4, <= 256
+};
+void merge_attention_states(const MergeParams& p, Stream s = nullptr);
+
+}  // namespace longctx::cuda

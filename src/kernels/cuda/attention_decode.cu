@@ -1,0 +1,362 @@
+// attention_decode.cu (cuda): decode attention (one query per sequence), split-KV flash-decoding.
+//
+// What: for each sequence and query head, O = softmax(scale * q K^T) V over all n_kv keys, and
+// the LSE. Layout and semantics: attention.h. Tested by tests/cuda/test_attention.cpp, timed by
+// bench/bench_cuda.cu (goal: K+V streamed at >= 85% of the device copy bandwidth).
+//
+// How: decode is a pure stream of K and V, so the kernel is built around bytes in flight.
+// One CTA = (KV split, KV head, sequence); its GQA group of query heads (<= 16) forms the 16 rows
+// of one mma tile, so every K/V byte is read once for all heads that share it. 64-key tiles
+// stream through a 3-stage cp.async pipeline; each of the 4 warps owns 16 keys of a tile and
+// keeps its own online-softmax state (mma.sync m16n8k16, as in the prefill kernel). The warps'
+// states are combined through shared memory, and each CTA writes one fp32 partial (O, LSE);
+// merge_attention_states (merge_states.cu) then combines the splits exactly. The number of
+// splits fills the GPU in one wave: n_kv_head * n_seq * n_splits ~= SMs * CTAs per SM.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/mma.cuh"
+
+namespace longctx::cuda {
+namespace {
+
+using bf16 = __nv_bfloat16;
+using namespace mma;
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr int kMaxGroup = 16;  // query heads per KV head that fit one m16 tile
+
+template <int D>
+struct DecodeTile {
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kKeysPerWarp = 16;
+  static constexpr int kBlockN = kWarps * kKeysPerWarp;  // keys per pipeline stage
+  static constexpr int kStages = 3;  // 2 tiles in flight while one computes: ~64 KB/CTA at d=128
+  static constexpr int kChunks = D / 8;
+  static constexpr int kSmemKV = kBlockN * D * 2;
+  static constexpr int kSmem = 2 * kStages * kSmemKV;
+  // Epilogue reuse of the pipeline buffers: per-warp O [16][D] fp32 + max and sum per row.
+  static_assert(kWarps * 16 * (D + 2) * 4 <= kSmem, "combine buffer must fit the pipeline smem");
+};
+
+struct DecodeArgs {
+  const bf16* q;
+  const bf16* k;
+  const bf16* v;
+  float* o_part;    // [n_seq * n_head][n_splits][D]
+  float* lse_part;  // [n_seq * n_head][n_splits]
+  int64_t n_kv, kv_seq_stride;
+  int n_head, n_kv_head, group, n_splits, tiles_per_split;
+  float scale_log2;
+};
+
+template <int D>
+__global__ void __launch_bounds__(DecodeTile<D>::kThreads) attn_decode_split_kernel(const DecodeArgs a) {
+  using T = DecodeTile<D>;
+  extern __shared__ __align__(128) uint8_t smem[];
+  const uint32_t sK = smem_u32(smem);
+  const uint32_t sV = sK + T::kStages * T::kSmemKV;
+
+  const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, tq = lane & 3;
+  const int64_t n_tiles_total = (a.n_kv + T::kBlockN - 1) / T::kBlockN;
+  const int64_t t_begin = int64_t(split) * a.tiles_per_split;
+  const int64_t t_end = min(n_tiles_total, t_begin + a.tiles_per_split);
+  const int n_tiles = t_end > t_begin ? int(t_end - t_begin) : 0;
+  const int64_t ldk = int64_t(a.n_kv_head) * D;
+  const bf16* kg = a.k + int64_t(b) * a.kv_seq_stride + int64_t(kvh) * D;
+  const bf16* vg = a.v + int64_t(b) * a.kv_seq_stride + int64_t(kvh) * D;
+
+  auto load_kv = [&](int i, int stage) {  // i: tile index within this split
+    const int64_t n0 = (t_begin + i) * T::kBlockN;
+#pragma unroll
+    for (int j = 0; j < T::kBlockN * T::kChunks / T::kThreads; ++j) {
+      const int idx = tid + j * T::kThreads;
+      const int r = idx / T::kChunks, c = idx % T::kChunks;
+      const bool ok = n0 + r < a.n_kv;
+      const int64_t off = (n0 + r) * ldk + c * 8;
+      cp_async16(sK + stage * T::kSmemKV + swz<D>(r, c), ok ? kg + off : a.k, ok ? 16 : 0);
+      cp_async16(sV + stage * T::kSmemKV + swz<D>(r, c), ok ? vg + off : a.v, ok ? 16 : 0);
+    }
+  };
+#pragma unroll
+  for (int i = 0; i < T::kStages - 1; ++i) {
+    if (i < n_tiles) load_kv(i, i);
+    cp_async_commit();
+  }
+
+  // Q fragments straight from global memory: row r of the tile = query head kvh*group + r.
+  uint32_t qf[D / 16][4];
+  {
+    const bf16* qb = a.q + (int64_t(b) * a.n_head + int64_t(kvh) * a.group) * D;
+    const bool lo_ok = g < a.group, hi_ok = g + 8 < a.group;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const int c0 = kk * 16 + 2 * tq;
+      qf[kk][0] = lo_ok ? *reinterpret_cast<const uint32_t*>(qb + g * D + c0) : 0u;
+      qf[kk][1] = hi_ok ? *reinterpret_cast<const uint32_t*>(qb + (g + 8) * D + c0) : 0u;
+      qf[kk][2] = lo_ok ? *reinterpret_cast<const uint32_t*>(qb + g * D + c0 + 8) : 0u;
+      qf[kk][3] = hi_ok ? *reinterpret_cast<const uint32_t*>(qb + (g + 8) * D + c0 + 8) : 0u;
+    }
+  }
+
+  float oacc[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) oacc[i][0] = oacc[i][1] = oacc[i][2] = oacc[i][3] = 0.f;
+  float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.f, 0.f};
+
+  for (int i = 0; i < n_tiles; ++i) {
+    const int st = i % T::kStages;
+    if (i + T::kStages - 1 < n_tiles) load_kv(i + T::kStages - 1, (i + T::kStages - 1) % T::kStages);
+    cp_async_commit();
+    cp_async_wait<T::kStages - 1>();
+    __syncthreads();
+
+    const uint32_t kbase = sK + st * T::kSmemKV, vbase = sV + st * T::kSmemKV;
+    const int kr = warp * T::kKeysPerWarp;  // this warp's 16 keys within the tile
+    float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t b0, b1, b2, b3;
+      ldmatrix_x4(kbase + swz<D>(kr + (lane & 7) + (lane >> 4) * 8, 2 * kk + ((lane >> 3) & 1)), b0, b1, b2, b3);
+      mma_bf16_16816(s[0], qf[kk], b0, b1);
+      mma_bf16_16816(s[1], qf[kk], b2, b3);
+    }
+    const int64_t key0 = (t_begin + i) * T::kBlockN + kr;
+    const bool need_mask = key0 + T::kKeysPerWarp > a.n_kv;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = s[nt][e] * a.scale_log2;
+        if (need_mask && key0 + nt * 8 + 2 * tq + (e & 1) >= a.n_kv) x = -INFINITY;
+        s[nt][e] = x;
+      }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = fmaxf(fmaxf(s[0][2 * r], s[0][2 * r + 1]), fmaxf(s[1][2 * r], s[1][2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m_r[r], mx);
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;
+      const float corr = exp2f(m_r[r] - m_use);
+      m_r[r] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        s[nt][2 * r] = exp2f(s[nt][2 * r] - m_use);
+        s[nt][2 * r + 1] = exp2f(s[nt][2 * r + 1] - m_use);
+        sum += s[nt][2 * r] + s[nt][2 * r + 1];
+      }
+      l_r[r] = l_r[r] * corr + sum;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        oacc[dt][2 * r] *= corr;
+        oacc[dt][2 * r + 1] *= corr;
+      }
+    }
+    const uint32_t pa[4] = {pack_bf16(s[0][0], s[0][1]), pack_bf16(s[0][2], s[0][3]), pack_bf16(s[1][0], s[1][1]),
+                            pack_bf16(s[1][2], s[1][3])};
+#pragma unroll
+    for (int dp = 0; dp < D / 16; ++dp) {
+      uint32_t b0, b1, b2, b3;
+      ldmatrix_x4_trans(vbase + swz<D>(kr + (lane & 7) + ((lane >> 3) & 1) * 8, 2 * dp + (lane >> 4)), b0, b1, b2,
+                        b3);
+      mma_bf16_16816(oacc[2 * dp], pa, b0, b1);
+      mma_bf16_16816(oacc[2 * dp + 1], pa, b2, b3);
+    }
+    __syncthreads();  // stage st is refilled by a later iteration
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+
+  // Combine the 4 warps' states: sO [warp][16][D] unnormalised, sM/sL [warp][16].
+  float* sO = reinterpret_cast<float*>(smem);
+  float* sM = sO + T::kWarps * 16 * D;
+  float* sL = sM + T::kWarps * 16;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = l_r[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    l_r[r] = l;
+  }
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) {
+    float* row_lo = sO + (warp * 16 + g) * D + dt * 8 + 2 * tq;
+    float* row_hi = row_lo + 8 * D;
+    row_lo[0] = oacc[dt][0];
+    row_lo[1] = oacc[dt][1];
+    row_hi[0] = oacc[dt][2];
+    row_hi[1] = oacc[dt][3];
+  }
+  if (tq == 0) {
+    sM[warp * 16 + g] = m_r[0];
+    sL[warp * 16 + g] = l_r[0];
+    sM[warp * 16 + g + 8] = m_r[1];
+    sL[warp * 16 + g + 8] = l_r[1];
+  }
+  __syncthreads();
+  for (int idx = tid; idx < a.group * D; idx += T::kThreads) {
+    const int r = idx / D, d = idx % D;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < T::kWarps; ++w) M = fmaxf(M, sM[w * 16 + r]);
+    float L = 0.f, acc = 0.f;
+    if (M != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < T::kWarps; ++w) {
+        const float wgt = exp2f(sM[w * 16 + r] - M);
+        L += sL[w * 16 + r] * wgt;
+        acc += sO[(w * 16 + r) * D + d] * wgt;
+      }
+    }
+    const int64_t row = int64_t(b) * a.n_head + int64_t(kvh) * a.group + r;
+    a.o_part[(row * a.n_splits + split) * D + d] = L > 0.f ? acc / L : 0.f;
+    if (d == 0) a.lse_part[row * a.n_splits + split] = L > 0.f ? M * kLn2 + logf(L) : -INFINITY;
+  }
+}
+
+template <int D>
+const void* decode_kernel_ptr() {
+  return reinterpret_cast<const void*>(&attn_decode_split_kernel<D>);
+}
+
+// CTAs of the split kernel that fit one SM (shared memory bound); also raises the smem limit.
+template <int D>
+int decode_ctas_per_sm() {
+  using T = DecodeTile<D>;
+  static const int n = [] {
+    LC_CUDA_CHECK(cudaFuncSetAttribute(attn_decode_split_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       T::kSmem),
+                  "attn_decode_split_kernel<d=%d>: raising dynamic shared memory to %d bytes", D, T::kSmem);
+    int blocks = 0;
+    LC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, attn_decode_split_kernel<D>, T::kThreads,
+                                                                T::kSmem),
+                  "attn_decode_split_kernel<d=%d>: occupancy query", D);
+    return std::max(1, blocks);
+  }();
+  return n;
+}
+
+int num_sms() {
+  static const int n = [] {
+    int dev = 0, sms = 0;
+    LC_CUDA_CHECK(cudaGetDevice(&dev), "decode: cudaGetDevice");
+    LC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "decode: SM count");
+    return sms;
+  }();
+  return n;
+}
+
+constexpr int kDecodeBlockN = DecodeTile<128>::kBlockN;
+static_assert(DecodeTile<64>::kBlockN == kDecodeBlockN, "one tile size for both head dims");
+
+struct SplitPlan {
+  int n_splits, tiles_per_split;
+};
+
+SplitPlan plan_splits(int n_seq, int n_kv_head, int head_dim, int64_t n_kv, int requested) {
+  const int64_t n_tiles = std::max<int64_t>(1, (n_kv + kDecodeBlockN - 1) / kDecodeBlockN);
+  int64_t want = requested;
+  if (want <= 0) {
+    const int per_sm = head_dim == 128 ? decode_ctas_per_sm<128>() : decode_ctas_per_sm<64>();
+    const int64_t slots = int64_t(num_sms()) * per_sm;  // one wave of CTAs
+    want = std::max<int64_t>(1, slots / (int64_t(n_kv_head) * n_seq));
+  }
+  want = std::min(want, n_tiles);
+  const int tps = int((n_tiles + want - 1) / want);
+  return {int((n_tiles + tps - 1) / tps), tps};
+}
+
+void check_decode(const DecodeParams& p) {
+  LC_REQUIRE(p.q && p.k && p.v && p.o, "attention_decode: null q/k/v/o pointer");
+  LC_REQUIRE(p.head_dim == 64 || p.head_dim == 128, "attention_decode: head_dim %d unsupported (64 or 128)",
+             p.head_dim);
+  LC_REQUIRE(p.n_head > 0 && p.n_kv_head > 0 && p.n_head % p.n_kv_head == 0 &&
+                 p.n_head / p.n_kv_head <= kMaxGroup,
+             "attention_decode: n_head %d / n_kv_head %d must be a positive integer <= %d", p.n_head, p.n_kv_head,
+             kMaxGroup);
+  LC_REQUIRE(p.n_seq > 0 && p.n_kv > 0, "attention_decode: n_seq %d and n_kv %lld must be positive", p.n_seq,
+             (long long)p.n_kv);
+  LC_REQUIRE(p.n_seq <= 65535 && p.n_kv_head <= 65535, "attention_decode: grid too large");
+}
+
+}  // namespace
+
+int decode_num_splits(const DecodeParams& p) {
+  check_decode(p);
+  return plan_splits(p.n_seq, p.n_kv_head, p.head_dim, p.n_kv, p.n_splits).n_splits;
+}
+
+size_t decode_workspace_bytes(int n_seq, int n_head, int head_dim, int64_t n_kv) {
+  // Upper bound over any n_splits: at most one split per 64-key tile, capped by what the auto
+  // plan or a caller would sensibly use (kMaxSplits).
+  constexpr int64_t kMaxSplits = 1024;
+  const int64_t n_tiles = std::max<int64_t>(1, (n_kv + kDecodeBlockN - 1) / kDecodeBlockN);
+  const int64_t splits = std::min(n_tiles, kMaxSplits);
+  return size_t(n_seq) * n_head * splits * (head_dim + 1) * sizeof(float) + 256;
+}
+
+void attention_decode(const DecodeParams& p, Stream s) {
+  check_decode(p);
+  const SplitPlan plan = plan_splits(p.n_seq, p.n_kv_head, p.head_dim, p.n_kv, p.n_splits);
+  const int64_t rows = int64_t(p.n_seq) * p.n_head;
+  const size_t o_bytes = size_t(rows) * plan.n_splits * p.head_dim * sizeof(float);
+  const size_t o_bytes_al = (o_bytes + 255) & ~size_t(255);
+  const size_t need = o_bytes_al + size_t(rows) * plan.n_splits * sizeof(float);
+  LC_REQUIRE(p.workspace && p.workspace_bytes >= need,
+             "attention_decode: workspace of %zu bytes given, %zu needed (%d splits); size it with "
+             "decode_workspace_bytes",
+             p.workspace_bytes, need, plan.n_splits);
+  DecodeArgs a{};
+  a.q = static_cast<const bf16*>(p.q);
+  a.k = static_cast<const bf16*>(p.k);
+  a.v = static_cast<const bf16*>(p.v);
+  a.o_part = static_cast<float*>(p.workspace);
+  a.lse_part = reinterpret_cast<float*>(static_cast<char*>(p.workspace) + o_bytes_al);
+  a.n_kv = p.n_kv;
+  a.kv_seq_stride = p.kv_seq_stride ? p.kv_seq_stride : p.n_kv * p.n_kv_head * int64_t(p.head_dim);
+  a.n_head = p.n_head;
+  a.n_kv_head = p.n_kv_head;
+  a.group = p.n_head / p.n_kv_head;
+  a.n_splits = plan.n_splits;
+  a.tiles_per_split = plan.tiles_per_split;
+  const float scale = p.scale > 0.f ? p.scale : 1.f / std::sqrt(float(p.head_dim));
+  a.scale_log2 = scale * kLog2e;
+  auto stream = static_cast<cudaStream_t>(s);
+  const dim3 grid(plan.n_splits, p.n_kv_head, p.n_seq);
+  if (p.head_dim == 128) {
+    (void)decode_ctas_per_sm<128>();  // sets the smem attribute
+    attn_decode_split_kernel<128><<<grid, DecodeTile<128>::kThreads, DecodeTile<128>::kSmem, stream>>>(a);
+  } else {
+    (void)decode_ctas_per_sm<64>();
+    attn_decode_split_kernel<64><<<grid, DecodeTile<64>::kThreads, DecodeTile<64>::kSmem, stream>>>(a);
+  }
+  LC_LAUNCH_CHECK("attn_decode_split_kernel<d=%d> n_seq=%d n_kv=%lld heads=%d/%d splits=%d", p.head_dim, p.n_seq,
+                  (long long)p.n_kv, p.n_head, p.n_kv_head, plan.n_splits);
+
+  MergeParams mp{};
+  mp.o_part = a.o_part;
+  mp.lse_part = a.lse_part;
+  mp.o_row_stride = int64_t(plan.n_splits) * p.head_dim;
+  mp.o_part_stride = p.head_dim;
+  mp.lse_row_stride = plan.n_splits;
+  mp.lse_part_stride = 1;
+  mp.o = p.o;
+  mp.lse = p.lse;
+  mp.n_rows = rows;
+  mp.n_parts = plan.n_splits;
+  mp.head_dim = p.head_dim;
+  merge_attention_states(mp, s);
+}
+
+}  // namespace longctx::cuda

@@ -1,0 +1,288 @@
+// attention_prefill.cu (cuda): dense (causal) prefill attention, FlashAttention-2 style.
+//
+// What: O = softmax(scale * Q K^T + causal mask) V and the row LSE, bf16 in/out, fp32 math,
+// GQA, head_dim 64/128, queries at positions q_pos0.. (chunked prefill over a KV prefix).
+// Layout and semantics: attention.h. Tested by tests/cuda/test_attention.cpp (fp64 CPU twin),
+// timed by bench/bench_cuda.cu.
+//
+// How: one CTA = (query head, 128-query block), 8 warps x 16 query rows. Q fragments stay in
+// registers; K/V tiles of 64 keys stream through shared memory with cp.async double buffering
+// (tile t+1 loads while tile t computes). S = Q K^T and O += P V use mma.sync m16n8k16 (bf16 in,
+// fp32 accumulate) fed by ldmatrix from a swizzled layout (mma.cuh); P never leaves registers
+// (the C fragment of S is the A fragment of P V). Online softmax in the log2 domain. Blocks run
+// heaviest-first (causal work grows with the query block index) to shorten the tail.
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/mma.cuh"
+
+namespace longctx::cuda {
+namespace {
+
+using bf16 = __nv_bfloat16;
+using namespace mma;
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+template <int D>
+struct PrefillTile {
+  static constexpr int kWarps = 8;                 // 8 x 16 rows: K/V tile reused by 128 queries
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kBlockM = 16 * kWarps;      // queries per CTA (one m16 tile per warp)
+  static constexpr int kBlockN = 64;               // keys per pipeline stage
+  static constexpr int kStages = 2;                // double buffering of K and V
+  static constexpr int kChunks = D / 8;            // 16-byte chunks per row
+  static constexpr int kSmemQ = kBlockM * D * 2;   // bytes
+  static constexpr int kSmemKV = kBlockN * D * 2;  // bytes of one K (or V) tile
+  static constexpr int kSmem = kSmemQ + 2 * kStages * kSmemKV;
+};
+
+struct PrefillArgs {
+  const bf16* q;
+  const bf16* k;
+  const bf16* v;
+  bf16* o;
+  float* lse;
+  int64_t n_q, n_kv, q_pos0;
+  int n_head, n_kv_head, group, n_mblocks;
+  float scale_log2;  // scale * log2(e)
+  bool causal;
+};
+
+template <int D>
+__global__ void __launch_bounds__(PrefillTile<D>::kThreads, 1) attn_prefill_kernel(const PrefillArgs a) {
+  using T = PrefillTile<D>;
+  extern __shared__ __align__(128) uint8_t smem[];
+  const uint32_t sQ = smem_u32(smem);
+  const uint32_t sK = sQ + T::kSmemQ;                 // stage s at sK + s * kSmemKV
+  const uint32_t sV = sK + T::kStages * T::kSmemKV;
+
+  const int h = blockIdx.x;
+  const int64_t m0 = int64_t(a.n_mblocks - 1 - int(blockIdx.y)) * T::kBlockM;  // heaviest first
+  const int kvh = h / a.group;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int64_t ldq = int64_t(a.n_head) * D, ldk = int64_t(a.n_kv_head) * D;
+  const bf16* qg = a.q + m0 * ldq + int64_t(h) * D;
+  const bf16* kg = a.k + int64_t(kvh) * D;
+  const bf16* vg = a.v + int64_t(kvh) * D;
+
+  const int64_t m_end = min(m0 + T::kBlockM, a.n_q);
+  const int64_t n_keys = a.causal ? min(a.n_kv, a.q_pos0 + m_end) : a.n_kv;
+  const int n_tiles = int((n_keys + T::kBlockN - 1) / T::kBlockN);
+
+  // Q tile (rows past n_q zero-filled), then K/V tile 0: two commit groups.
+  for (int i = tid; i < T::kBlockM * T::kChunks; i += T::kThreads) {
+    const int r = i / T::kChunks, c = i % T::kChunks;
+    const bool ok = m0 + r < a.n_q;
+    cp_async16(sQ + swz<D>(r, c), ok ? qg + r * ldq + c * 8 : a.q, ok ? 16 : 0);
+  }
+  cp_async_commit();
+  auto load_kv = [&](int tile, int stage) {
+    const int64_t n0 = int64_t(tile) * T::kBlockN;
+    for (int i = tid; i < T::kBlockN * T::kChunks; i += T::kThreads) {
+      const int r = i / T::kChunks, c = i % T::kChunks;
+      const bool ok = n0 + r < n_keys;  // zero-fill: masked keys then hold finite values
+      const int64_t off = (n0 + r) * ldk + c * 8;
+      cp_async16(sK + stage * T::kSmemKV + swz<D>(r, c), ok ? kg + off : a.k, ok ? 16 : 0);
+      cp_async16(sV + stage * T::kSmemKV + swz<D>(r, c), ok ? vg + off : a.v, ok ? 16 : 0);
+    }
+  };
+  if (n_tiles > 0) load_kv(0, 0);
+  cp_async_commit();
+  cp_async_wait<1>();
+  __syncthreads();
+
+  uint32_t qf[D / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk)
+    ldmatrix_x4(sQ + swz<D>(warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, 2 * kk + (lane >> 4)), qf[kk][0],
+                qf[kk][1], qf[kk][2], qf[kk][3]);
+
+  float oacc[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) oacc[i][0] = oacc[i][1] = oacc[i][2] = oacc[i][3] = 0.f;
+  float m_r[2] = {-INFINITY, -INFINITY};  // running max of the scaled log2 scores, rows g, g+8
+  float l_r[2] = {0.f, 0.f};              // this thread's partial row sums (quad-reduced at the end)
+  const int64_t row0 = m0 + warp * 16 + (lane >> 2);  // query index of rows g (and g+8)
+  const int64_t vis0 = a.q_pos0 + row0;               // last visible key of row g
+
+  for (int t = 0; t < n_tiles; ++t) {
+    const int st = t & 1;
+    if (t + 1 < n_tiles) load_kv(t + 1, st ^ 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+
+    const uint32_t kbase = sK + st * T::kSmemKV, vbase = sV + st * T::kSmemKV;
+    float s[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        uint32_t b0, b1, b2, b3;
+        ldmatrix_x4(kbase + swz<D>(np * 16 + (lane & 7) + (lane >> 4) * 8, 2 * kk + ((lane >> 3) & 1)), b0, b1, b2,
+                    b3);
+        mma_bf16_16816(s[2 * np], qf[kk], b0, b1);
+        mma_bf16_16816(s[2 * np + 1], qf[kk], b2, b3);
+      }
+    }
+
+    const int64_t n0 = int64_t(t) * T::kBlockN;
+    const bool need_mask = (n0 + T::kBlockN > a.n_kv) || (a.causal && n0 + T::kBlockN - 1 > a.q_pos0 + m0);
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = s[nt][e] * a.scale_log2;
+        if (need_mask) {
+          const int64_t key = n0 + nt * 8 + 2 * (lane & 3) + (e & 1);
+          const int64_t vis = vis0 + (e >> 1) * 8;
+          if (key >= a.n_kv || (a.causal && key > vis)) x = -INFINITY;
+        }
+        s[nt][e] = x;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m_r[r], mx);
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;  // fully masked so far: avoid inf - inf
+      const float corr = exp2f(m_r[r] - m_use);
+      m_r[r] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        s[nt][2 * r] = exp2f(s[nt][2 * r] - m_use);
+        s[nt][2 * r + 1] = exp2f(s[nt][2 * r + 1] - m_use);
+        sum += s[nt][2 * r] + s[nt][2 * r + 1];
+      }
+      l_r[r] = l_r[r] * corr + sum;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        oacc[dt][2 * r] *= corr;
+        oacc[dt][2 * r + 1] *= corr;
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {  // 16 keys per k-step
+      const uint32_t pa[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                              pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                              pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        uint32_t b0, b1, b2, b3;
+        ldmatrix_x4_trans(vbase + swz<D>(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, 2 * dp + (lane >> 4)), b0, b1,
+                          b2, b3);
+        mma_bf16_16816(oacc[2 * dp], pa, b0, b1);
+        mma_bf16_16816(oacc[2 * dp + 1], pa, b2, b3);
+      }
+    }
+    __syncthreads();  // stage st is overwritten by the load issued in iteration t+1
+  }
+  cp_async_wait<0>();
+
+  // Epilogue: normalise, stage the warp's 16 rows in its own part of the Q buffer, 16B stores.
+  float inv_l[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = l_r[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    l_r[r] = l;
+    inv_l[r] = l > 0.f ? 1.f / l : 0.f;
+  }
+  const int g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) {
+    const uint32_t lo = pack_bf16(oacc[dt][0] * inv_l[0], oacc[dt][1] * inv_l[0]);
+    const uint32_t hi = pack_bf16(oacc[dt][2] * inv_l[1], oacc[dt][3] * inv_l[1]);
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sQ + swz<D>(warp * 16 + g, dt) + 4 * tq), "r"(lo));
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sQ + swz<D>(warp * 16 + g + 8, dt) + 4 * tq), "r"(hi));
+  }
+  __syncwarp();
+  for (int i = lane; i < 16 * T::kChunks; i += 32) {
+    const int r = i / T::kChunks, c = i % T::kChunks;
+    const int64_t qi = m0 + warp * 16 + r;
+    if (qi < a.n_q) {
+      const uint4 val = *reinterpret_cast<const uint4*>(smem + swz<D>(warp * 16 + r, c));
+      *reinterpret_cast<uint4*>(a.o + qi * ldq + int64_t(h) * D + c * 8) = val;
+    }
+  }
+  if (a.lse && tq == 0) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int64_t qi = row0 + r * 8;
+      if (qi < a.n_q)
+        a.lse[int64_t(h) * a.n_q + qi] = l_r[r] > 0.f ? m_r[r] * kLn2 + logf(l_r[r]) : -INFINITY;
+    }
+  }
+}
+
+template <int D>
+void launch_prefill(const PrefillArgs& a, cudaStream_t stream) {
+  using T = PrefillTile<D>;
+  static const cudaError_t attr_err =
+      cudaFuncSetAttribute(attn_prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmem);
+  LC_CUDA_CHECK(attr_err, "attn_prefill_kernel<d=%d>: raising dynamic shared memory to %d bytes", D, T::kSmem);
+  const dim3 grid(a.n_head, a.n_mblocks);
+  attn_prefill_kernel<D><<<grid, T::kThreads, T::kSmem, stream>>>(a);
+  LC_LAUNCH_CHECK("attn_prefill_kernel<d=%d> n_q=%lld n_kv=%lld q_pos0=%lld heads=%d/%d grid=(%d,%d)", D,
+                  (long long)a.n_q, (long long)a.n_kv, (long long)a.q_pos0, a.n_head, a.n_kv_head, grid.x, grid.y);
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+}  // namespace
+
+void attention_prefill(const PrefillParams& p, Stream s) {
+  LC_REQUIRE(p.q && p.k && p.v && p.o, "attention_prefill: null q/k/v/o pointer");
+  LC_REQUIRE(aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && aligned16(p.o),
+             "attention_prefill: q/k/v/o must be 16-byte aligned");
+  LC_REQUIRE(p.head_dim == 64 || p.head_dim == 128, "attention_prefill: head_dim %d unsupported (64 or 128)",
+             p.head_dim);
+  LC_REQUIRE(p.n_head > 0 && p.n_kv_head > 0 && p.n_head % p.n_kv_head == 0,
+             "attention_prefill: n_head %d must be a positive multiple of n_kv_head %d", p.n_head, p.n_kv_head);
+  LC_REQUIRE(p.n_q >= 0 && p.n_kv >= 0 && p.q_pos0 >= 0, "attention_prefill: negative size");
+  LC_REQUIRE(!p.causal || p.q_pos0 + p.n_q <= p.n_kv,
+             "attention_prefill: causal queries reach position %lld but only %lld keys are given",
+             (long long)(p.q_pos0 + p.n_q - 1), (long long)p.n_kv);
+  if (p.n_q == 0) return;
+  constexpr int kBlockM = PrefillTile<128>::kBlockM;
+  const int64_t n_mblocks = (p.n_q + kBlockM - 1) / kBlockM;
+  LC_REQUIRE(n_mblocks <= 65535 && p.n_head <= 65535, "attention_prefill: n_q %lld too large for one launch",
+             (long long)p.n_q);
+  PrefillArgs a{};
+  a.q = static_cast<const bf16*>(p.q);
+  a.k = static_cast<const bf16*>(p.k);
+  a.v = static_cast<const bf16*>(p.v);
+  a.o = static_cast<bf16*>(p.o);
+  a.lse = p.lse;
+  a.n_q = p.n_q;
+  a.n_kv = p.n_kv;
+  a.q_pos0 = p.q_pos0;
+  a.n_head = p.n_head;
+  a.n_kv_head = p.n_kv_head;
+  a.group = p.n_head / p.n_kv_head;
+  a.n_mblocks = int(n_mblocks);
+  const float scale = p.scale > 0.f ? p.scale : 1.f / std::sqrt(float(p.head_dim));
+  a.scale_log2 = scale * kLog2e;
+  a.causal = p.causal;
+  auto stream = static_cast<cudaStream_t>(s);
+  if (p.head_dim == 128)
+    launch_prefill<128>(a, stream);
+  else
+    launch_prefill<64>(a, stream);
+}
+
+}  // namespace longctx::cuda

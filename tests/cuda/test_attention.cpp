@@ -1,0 +1,320 @@
+// test_attention.cpp (tests/cuda): prefill, decode and merge-states kernels vs an fp64 CPU twin.
+//
+// Inputs are fresh random bf16 (never zeros); the reference computes in fp64 on the same
+// bf16-rounded values. Outputs are poisoned (NaN) before each launch, so an unwritten element
+// fails. Tolerances follow the kernel's precision: P is rounded to bf16 before P V (relative
+// error <= 2^-9 per weight) and O is rounded to bf16 (2^-9), so per element
+// |err| <= 1e-2 |ref| + 5e-3 max|V| with ample margin, and rel_l2 must stay under 1e-2;
+// the LSE is fp32 throughout (abs 2e-3).
+// Run: build-gpu/tests/cuda/test_cuda --gtest_filter='Attn*'
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/cuda/attention.h"
+#include "test_util.h"
+
+namespace longctx::cuda::test {
+namespace {
+
+struct Shape {
+  int64_t n_q, n_kv, q_pos0;
+  int n_head, n_kv_head, d;
+  bool causal;
+};
+
+// fp64 attention for the query rows in `rows` (all rows when empty). o: [n_q, n_head, d],
+// lse: [n_head, n_q]; rows not in `rows` are left NaN.
+void ref_attention(const Shape& s, const std::vector<double>& q, const std::vector<double>& k,
+                   const std::vector<double>& v, double scale, const std::vector<int64_t>& rows,
+                   std::vector<double>& o, std::vector<double>& lse) {
+  const int d = s.d, group = s.n_head / s.n_kv_head;
+  o.assign(size_t(s.n_q) * s.n_head * d, std::nan(""));
+  lse.assign(size_t(s.n_head) * s.n_q, std::nan(""));
+  std::vector<int64_t> all;
+  const std::vector<int64_t>* rs = &rows;
+  if (rows.empty()) {
+    for (int64_t i = 0; i < s.n_q; ++i) all.push_back(i);
+    rs = &all;
+  }
+  std::vector<double> sc(s.n_kv);
+  for (int h = 0; h < s.n_head; ++h) {
+    const int kvh = h / group;
+    for (int64_t i : *rs) {
+      const int64_t last = s.causal ? std::min(s.n_kv - 1, s.q_pos0 + i) : s.n_kv - 1;
+      const double* qi = &q[(i * s.n_head + h) * d];
+      double mx = -INFINITY;
+      for (int64_t j = 0; j <= last; ++j) {
+        const double* kj = &k[(j * s.n_kv_head + kvh) * d];
+        double acc = 0;
+        for (int e = 0; e < d; ++e) acc += qi[e] * kj[e];
+        sc[j] = acc * scale;
+        mx = std::max(mx, sc[j]);
+      }
+      double l = 0;
+      for (int64_t j = 0; j <= last; ++j) l += (sc[j] = std::exp(sc[j] - mx));
+      double* oi = &o[(i * s.n_head + h) * d];
+      for (int e = 0; e < d; ++e) oi[e] = 0;
+      for (int64_t j = 0; j <= last; ++j) {
+        const double* vj = &v[(j * s.n_kv_head + kvh) * d];
+        const double p = sc[j] / l;
+        for (int e = 0; e < d; ++e) oi[e] += p * vj[e];
+      }
+      lse[size_t(h) * s.n_q + i] = mx + std::log(l);
+    }
+  }
+}
+
+std::vector<double> pick_rows_o(const std::vector<double>& o, const Shape& s, const std::vector<int64_t>& rows) {
+  std::vector<double> r;
+  for (int64_t i : rows)
+    for (int64_t e = 0; e < int64_t(s.n_head) * s.d; ++e) r.push_back(o[i * s.n_head * s.d + e]);
+  return r;
+}
+std::vector<double> pick_rows_lse(const std::vector<double>& lse, const Shape& s, const std::vector<int64_t>& rows) {
+  std::vector<double> r;
+  for (int h = 0; h < s.n_head; ++h)
+    for (int64_t i : rows) r.push_back(lse[size_t(h) * s.n_q + i]);
+  return r;
+}
+
+void run_prefill_case(const Shape& s, double q_scale, int n_check_rows = 0) {
+  SCOPED_TRACE(::testing::Message() << "prefill n_q=" << s.n_q << " n_kv=" << s.n_kv << " q_pos0=" << s.q_pos0
+                                    << " heads=" << s.n_head << "/" << s.n_kv_head << " d=" << s.d
+                                    << " causal=" << s.causal);
+  std::vector<double> qd, kd, vd;
+  auto qh = random_bf16(size_t(s.n_q) * s.n_head * s.d, q_scale, qd);
+  auto kh = random_bf16(size_t(s.n_kv) * s.n_kv_head * s.d, 1.0, kd);
+  auto vh = random_bf16(size_t(s.n_kv) * s.n_kv_head * s.d, 1.0, vd);
+  DevBuf q(qh.size() * 2), k(kh.size() * 2), v(vh.size() * 2), o(qh.size() * 2),
+      lse(size_t(s.n_head) * s.n_q * 4);
+  q.upload(qh);
+  k.upload(kh);
+  v.upload(vh);
+  o.poison();
+  lse.poison();
+  PrefillParams p;
+  p.q = q.p;
+  p.k = k.p;
+  p.v = v.p;
+  p.o = o.p;
+  p.lse = lse.as<float>();
+  p.n_q = s.n_q;
+  p.n_kv = s.n_kv;
+  p.q_pos0 = s.q_pos0;
+  p.n_head = s.n_head;
+  p.n_kv_head = s.n_kv_head;
+  p.head_dim = s.d;
+  p.causal = s.causal;
+  attention_prefill(p);
+  device_sync();
+
+  std::vector<int64_t> rows;  // all rows, or a sample that always holds the first and last
+  if (n_check_rows > 0 && n_check_rows < s.n_q) {
+    std::uniform_int_distribution<int64_t> pick(0, s.n_q - 1);
+    rows = {0, s.n_q - 1};
+    while (int(rows.size()) < n_check_rows) rows.push_back(pick(rng()));
+  } else {
+    for (int64_t i = 0; i < s.n_q; ++i) rows.push_back(i);
+  }
+  std::vector<double> o_ref, lse_ref;
+  ref_attention(s, qd, kd, vd, 1.0 / std::sqrt(double(s.d)), rows, o_ref, lse_ref);
+  const auto o_got_all = to_double(o.download<uint16_t>(qh.size()));
+  auto lse_f = lse.download<float>(size_t(s.n_head) * s.n_q);
+  std::vector<double> lse_got_all(lse_f.begin(), lse_f.end());
+  // Every element must be written (NaN poison) even where not compared.
+  int64_t n_nan = 0;
+  for (double x : o_got_all) n_nan += !std::isfinite(x);
+  for (double x : lse_got_all) n_nan += !std::isfinite(x);
+  EXPECT_EQ(n_nan, 0) << "unwritten or non-finite outputs";
+
+  const double vmax = max_abs(vd);
+  const auto eo = compare(pick_rows_o(o_got_all, s, rows), pick_rows_o(o_ref, s, rows), 5e-3 * vmax, 1e-2);
+  const auto el = compare(pick_rows_lse(lse_got_all, s, rows), pick_rows_lse(lse_ref, s, rows), 2e-3, 1e-5);
+  std::printf("  prefill n_q=%lld n_kv=%lld q_pos0=%lld h=%d/%d d=%d causal=%d: O %s | LSE %s\n", (long long)s.n_q,
+              (long long)s.n_kv, (long long)s.q_pos0, s.n_head, s.n_kv_head, s.d, int(s.causal), eo.str().c_str(),
+              el.str().c_str());
+  EXPECT_EQ(eo.n_bad + eo.n_nan, 0) << eo.str();
+  EXPECT_LT(eo.rel_l2, 1e-2) << eo.str();
+  EXPECT_EQ(el.n_bad + el.n_nan, 0) << el.str();
+}
+
+TEST(AttnPrefillSmall, CausalD128Gqa) {
+  LC_REQUIRE_GPU();
+  run_prefill_case({300, 300, 0, 32, 8, 128, true}, 1.0);
+}
+TEST(AttnPrefillSmall, CausalD64ChunkedPrefix) {
+  LC_REQUIRE_GPU();
+  run_prefill_case({77, 527, 450, 8, 2, 64, true}, 2.0);
+}
+TEST(AttnPrefillSmall, CausalD128ChunkedPeaky) {
+  LC_REQUIRE_GPU();
+  run_prefill_case({200, 1000, 800, 4, 1, 128, true}, 3.0);  // sharp softmax: large q
+}
+TEST(AttnPrefillSmall, NonCausalD128) {
+  LC_REQUIRE_GPU();
+  run_prefill_case({65, 1000, 0, 8, 1, 128, false}, 1.0);
+}
+TEST(AttnPrefillSmall, TinyShapes) {
+  LC_REQUIRE_GPU();
+  run_prefill_case({1, 1, 0, 2, 1, 64, true}, 1.0);
+  run_prefill_case({1, 130, 129, 4, 2, 128, true}, 1.0);
+  run_prefill_case({129, 129, 0, 2, 2, 128, true}, 1.0);
+}
+TEST(AttnPrefill, Causal4KSampledRows) {
+  LC_REQUIRE_GPU();
+  run_prefill_case({4096, 4096, 0, 32, 8, 128, true}, 1.0, 48);
+  run_prefill_case({3000, 3000, 0, 16, 4, 64, true}, 1.5, 48);
+}
+
+void run_decode_case(int n_seq, int64_t n_kv, int n_head, int n_kv_head, int d, int n_splits, double q_scale) {
+  SCOPED_TRACE(::testing::Message() << "decode n_seq=" << n_seq << " n_kv=" << n_kv << " heads=" << n_head << "/"
+                                    << n_kv_head << " d=" << d << " splits=" << n_splits);
+  std::vector<double> qd, kd, vd;
+  auto qh = random_bf16(size_t(n_seq) * n_head * d, q_scale, qd);
+  auto kh = random_bf16(size_t(n_seq) * n_kv * n_kv_head * d, 1.0, kd);
+  auto vh = random_bf16(size_t(n_seq) * n_kv * n_kv_head * d, 1.0, vd);
+  DevBuf q(qh.size() * 2), k(kh.size() * 2), v(vh.size() * 2), o(qh.size() * 2), lse(size_t(n_seq) * n_head * 4);
+  const size_t ws_bytes = decode_workspace_bytes(n_seq, n_head, d, n_kv);
+  DevBuf ws(ws_bytes);
+  q.upload(qh);
+  k.upload(kh);
+  v.upload(vh);
+  o.poison();
+  lse.poison();
+  DecodeParams p;
+  p.q = q.p;
+  p.k = k.p;
+  p.v = v.p;
+  p.o = o.p;
+  p.lse = lse.as<float>();
+  p.n_seq = n_seq;
+  p.n_kv = n_kv;
+  p.n_head = n_head;
+  p.n_kv_head = n_kv_head;
+  p.head_dim = d;
+  p.n_splits = n_splits;
+  p.workspace = ws.p;
+  p.workspace_bytes = ws_bytes;
+  const int used_splits = decode_num_splits(p);
+  attention_decode(p);
+  device_sync();
+  const auto o_got = to_double(o.download<uint16_t>(qh.size()));
+  const auto lse_f = lse.download<float>(size_t(n_seq) * n_head);
+
+  std::vector<double> o_ref_all, lse_ref_all;
+  for (int b = 0; b < n_seq; ++b) {
+    Shape s{1, n_kv, n_kv - 1, n_head, n_kv_head, d, true};
+    std::vector<double> qb(qd.begin() + size_t(b) * n_head * d, qd.begin() + size_t(b + 1) * n_head * d);
+    const size_t kv_n = size_t(n_kv) * n_kv_head * d;
+    std::vector<double> kb(kd.begin() + b * kv_n, kd.begin() + (b + 1) * kv_n);
+    std::vector<double> vb(vd.begin() + b * kv_n, vd.begin() + (b + 1) * kv_n);
+    std::vector<double> o_ref, lse_ref;
+    ref_attention(s, qb, kb, vb, 1.0 / std::sqrt(double(d)), {}, o_ref, lse_ref);
+    o_ref_all.insert(o_ref_all.end(), o_ref.begin(), o_ref.end());
+    lse_ref_all.insert(lse_ref_all.end(), lse_ref.begin(), lse_ref.end());  // [n_head] per seq
+  }
+  const auto eo = compare(o_got, o_ref_all, 5e-3 * max_abs(vd), 1e-2);
+  const auto el = compare(std::vector<double>(lse_f.begin(), lse_f.end()), lse_ref_all, 2e-3, 1e-5);
+  std::printf("  decode n_seq=%d n_kv=%lld h=%d/%d d=%d splits=%d: O %s | LSE %s\n", n_seq, (long long)n_kv, n_head,
+              n_kv_head, d, used_splits, eo.str().c_str(), el.str().c_str());
+  EXPECT_EQ(eo.n_bad + eo.n_nan, 0) << eo.str();
+  EXPECT_LT(eo.rel_l2, 1e-2) << eo.str();
+  EXPECT_EQ(el.n_bad + el.n_nan, 0) << el.str();
+}
+
+TEST(AttnDecodeSmall, AutoSplitsD128) {
+  LC_REQUIRE_GPU();
+  run_decode_case(2, 5000, 32, 8, 128, 0, 1.0);
+}
+TEST(AttnDecodeSmall, ForcedSplitsD64Group7) {
+  LC_REQUIRE_GPU();
+  run_decode_case(1, 777, 14, 2, 64, 5, 2.0);
+  run_decode_case(1, 777, 14, 2, 64, 1, 2.0);
+}
+TEST(AttnDecodeSmall, Group16AndOneKey) {
+  LC_REQUIRE_GPU();
+  run_decode_case(3, 300, 32, 2, 128, 0, 3.0);
+  run_decode_case(1, 1, 8, 8, 128, 0, 1.0);
+}
+TEST(AttnDecode, Long64K) {
+  LC_REQUIRE_GPU();
+  run_decode_case(1, 65536 + 17, 32, 8, 128, 0, 1.5);
+}
+
+TEST(AttnMergeSmall, RandomPartsWithEmptyPart) {
+  LC_REQUIRE_GPU();
+  const int64_t rows = 37;
+  const int parts = 5, d = 128;
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> o(size_t(rows) * parts * d), lse(size_t(rows) * parts);
+  for (auto& x : o) x = nd(rng());
+  for (auto& x : lse) x = 3.f * nd(rng());
+  for (int64_t r = 0; r < rows; r += 3) lse[r * parts + 2] = -INFINITY;  // a part with no keys
+  DevBuf od(o.size() * 4), ld(lse.size() * 4), out(size_t(rows) * d * 2), out_lse(size_t(rows) * 4);
+  od.upload(o);
+  ld.upload(lse);
+  out.poison();
+  out_lse.poison();
+  MergeParams p;
+  p.o_part = od.as<float>();
+  p.lse_part = ld.as<float>();
+  p.o_row_stride = int64_t(parts) * d;
+  p.o_part_stride = d;
+  p.lse_row_stride = parts;
+  p.lse_part_stride = 1;
+  p.o = out.p;
+  p.lse = out_lse.as<float>();
+  p.n_rows = rows;
+  p.n_parts = parts;
+  p.head_dim = d;
+  merge_attention_states(p);
+  device_sync();
+  std::vector<double> o_ref(size_t(rows) * d), lse_ref(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    double m = -INFINITY;
+    for (int j = 0; j < parts; ++j) m = std::max(m, double(lse[r * parts + j]));
+    double l = 0;
+    for (int j = 0; j < parts; ++j) l += std::exp(double(lse[r * parts + j]) - m);
+    lse_ref[r] = m + std::log(l);
+    for (int e = 0; e < d; ++e) {
+      double acc = 0;
+      for (int j = 0; j < parts; ++j)
+        acc += std::exp(double(lse[r * parts + j]) - lse_ref[r]) * o[(r * parts + j) * d + e];
+      o_ref[r * d + e] = acc;
+    }
+  }
+  const auto eo = compare(to_double(out.download<uint16_t>(size_t(rows) * d)), o_ref, 1e-3, 8e-3);
+  const auto lf = out_lse.download<float>(rows);
+  const auto el = compare(std::vector<double>(lf.begin(), lf.end()), lse_ref, 1e-4, 1e-5);
+  std::printf("  merge rows=%lld parts=%d: O %s | LSE %s\n", (long long)rows, parts, eo.str().c_str(),
+              el.str().c_str());
+  EXPECT_EQ(eo.n_bad + eo.n_nan, 0) << eo.str();
+  EXPECT_EQ(el.n_bad + el.n_nan, 0) << el.str();
+}
+
+TEST(AttnArgs, RejectsBadShapes) {
+  LC_REQUIRE_GPU();
+  PrefillParams p;
+  alignas(16) static int dummy[4] = {};
+  p.q = p.k = p.v = dummy;
+  p.o = dummy;
+  p.n_q = 4;
+  p.n_kv = 4;
+  p.n_head = 4;
+  p.n_kv_head = 4;
+  p.head_dim = 96;
+  EXPECT_THROW(attention_prefill(p), std::exception);  // unsupported head_dim
+  p.head_dim = 64;
+  p.n_kv_head = 3;
+  EXPECT_THROW(attention_prefill(p), std::exception);  // 4 % 3 != 0
+  p.n_kv_head = 4;
+  p.n_kv = 2;
+  EXPECT_THROW(attention_prefill(p), std::exception);  // causal queries past the keys
+}
+
+}  // namespace
+}  // namespace longctx::cuda::test
