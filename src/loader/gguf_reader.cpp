@@ -88,7 +88,7 @@ class Parser {
     const auto et = ValueType(raw);
     const uint64_t n = r_.read<uint64_t>(what);
     if (n > r_.remaining() / gguf::min_value_bytes(et))
-      fail("'{}': metadata key '{}' claims {} {} elements but only {} bytes remain (offset {})", name_,
+      fail("'{}' is truncated or corrupt: metadata key '{}' claims {} {} elements but only {} bytes remain (offset {})", name_,
            shown(key), n, gguf::value_type_name(et), r_.remaining(), at);
     if (depth == 0) array_types_.emplace_back(key, et);
     json arr = json::array();
@@ -115,10 +115,10 @@ class Parser {
     const uint64_t n_tensors = r_.read<uint64_t>("the tensor count");
     const uint64_t n_kv = r_.read<uint64_t>("the metadata count");
     if (n_kv > r_.remaining() / kMinKvBytes)
-      fail("'{}': header claims {} metadata entries but the file has only {} bytes after the header",
+      fail("'{}' is truncated or corrupt: header claims {} metadata entries but only {} bytes follow the header",
            name_, n_kv, r_.remaining());
     if (n_tensors > r_.remaining() / kMinTensorInfoBytes)
-      fail("'{}': header claims {} tensors but the file has only {} bytes after the header", name_,
+      fail("'{}' is truncated or corrupt: header claims {} tensors but only {} bytes follow the header", name_,
            n_tensors, r_.remaining());
 
     read_metadata(n_kv);
@@ -205,9 +205,9 @@ class Parser {
       if (ne[0] % di.block_size != 0)
         fail("'{}': tensor '{}' of type {} has innermost dimension {}, not a multiple of the block size {}",
              name_, nm, di.name, ne[0], di.block_size);
-      const uint64_t row_bytes = dtype_row_bytes(t.dtype, ne[0]);
-      uint64_t nbytes = 0;
-      if (__builtin_mul_overflow(row_bytes, uint64_t(numel / ne[0]), &nbytes) ||
+      uint64_t row_bytes = 0, nbytes = 0;
+      if (__builtin_mul_overflow(uint64_t(ne[0] / di.block_size), uint64_t(di.block_bytes), &row_bytes) ||
+          __builtin_mul_overflow(row_bytes, uint64_t(numel / ne[0]), &nbytes) ||
           nbytes > std::numeric_limits<size_t>::max())
         fail("'{}': tensor '{}' has a byte size that overflows 64 bits", name_, nm);
       t.nbytes = size_t(nbytes);

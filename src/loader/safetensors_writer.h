@@ -4,7 +4,8 @@
 //   write_safetensors_dir("tiny/", config_json, tensors, /*n_shards=*/2);  // + index.json
 // Values are fp32 and encoded as F32, F16 or BF16; `raw` bytes may be given instead for any
 // safetensors dtype (I32, F64, ...). The header is padded with spaces to a multiple of 8 bytes,
-// as the safetensors library does, so every tensor starts 8-byte aligned in the file.
+// as the safetensors library does; tensor data follows contiguously, in the order given (the
+// format forbids holes, so a tensor is 8-byte aligned only if those before it are multiples of 8).
 #pragma once
 #include <cstdint>
 #include <map>
