@@ -41,6 +41,19 @@ def sha256(path):
     return h.hexdigest()
 
 
+def greedy(model, x, n):
+    """Plain argmax decoding with the KV cache, EOS not special (generate() with
+    min_new_tokens would mask EOS logits and change the argmax)."""
+    out = model(x, use_cache=True)
+    past, ids = out.past_key_values, x
+    for _ in range(n):
+        nxt = out.logits[:, -1].argmax(-1, keepdim=True)
+        ids = torch.cat([ids, nxt], dim=1)
+        out = model(nxt, past_key_values=past, use_cache=True)
+        past = out.past_key_values
+    return ids
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=DEFAULT_MODEL)
@@ -70,8 +83,7 @@ def main():
         x = torch.tensor([ids])
         with torch.no_grad():
             logits = model(x).logits[0].float()
-            gen = model.generate(x, max_new_tokens=N_GREEDY, do_sample=False, min_new_tokens=N_GREEDY,
-                                 pad_token_id=tok.eos_token_id)
+            gen = greedy(model, x, N_GREEDY)
         positions = sorted(set([0, 1, min(2, len(ids) - 1), len(ids) - 1]))
         checks = []
         for p in positions:
