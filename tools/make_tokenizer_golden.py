@@ -211,7 +211,8 @@ def make_smollm2(model_path):
         with_special = orig.encode(s, add_special_tokens=False).ids
         orig.encode_special_tokens = True
         plain = orig.encode(s, add_special_tokens=False).ids
-        case = {"text": s, "ids_special": with_special, "ids_plain": plain}
+        case = {"text": s, "ids_special": with_special, "ids_plain": plain,
+                "decoded": orig.decode(with_special, skip_special_tokens=False)}
         gguf_ids = backend.encode(s, add_special_tokens=False).ids
         if gguf_ids != with_special:
             case["ids_transformers_gguf"] = gguf_ids

@@ -38,6 +38,10 @@ BpeTokenizer::BpeTokenizer(Vocab vocab, std::vector<AddedToken> added,
     if (opts_.ignore_merges && bytes) raw_to_id_.try_emplace(raw_[id], id);
   }
 
+  // GGUF files often name a control token (e.g. <|endoftext|>) as unknown_token_id; only a
+  // token of type Unknown stands in for unencodable bytes.
+  unk_for_missing_bytes_ = vocab_.unk >= 0 && vocab_.types[vocab_.unk] == TokenType::Unknown;
+
   int32_t rank = 0;
   for (const auto& [a, b] : merges) {
     auto ia = text_to_id.find(a), ib = text_to_id.find(b), im = text_to_id.find(a + b);
@@ -66,11 +70,11 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& ou
     const int32_t id = byte_id_[static_cast<uint8_t>(c)];
     if (id >= 0) {
       ids.push_back(id);
-    } else if (vocab_.unk >= 0) {
+    } else if (unk_for_missing_bytes_) {
       ids.push_back(vocab_.unk);
     }
-    // else: the vocabulary cannot represent this byte and has no unknown token; drop it (as
-    // HF tokenizers does without unk_token).
+    // else: the vocabulary cannot represent this byte and has no real unknown token; drop it
+    // (as HF tokenizers does without unk_token). SmolLM2, e.g., has no token for 0x04 or 0x1D.
   }
   merges_.apply(ids);
   out.insert(out.end(), ids.begin(), ids.end());

@@ -49,6 +49,7 @@ class BpeTokenizer : public TokenizerBase {
   std::vector<std::string> raw_;               // bytes per token
   std::array<int32_t, 256> byte_id_{};         // single-byte tokens, -1 if missing
   std::unordered_map<std::string, int32_t> raw_to_id_;  // normal tokens (ignore_merges only)
+  bool unk_for_missing_bytes_ = false;
 
   mutable std::mutex cache_mu_;
   mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;

@@ -146,6 +146,10 @@ std::string ChatTemplate::render(std::span<const ChatMessage> messages, bool add
 
 std::string ChatTemplate::render_chatml(std::span<const ChatMessage> m, bool gen) const {
   std::string out;
+  if (m.empty() && has_default_system_ && !default_system_in_loop_) {
+    // The template reads messages[0] outside its loop, which Jinja rejects for an empty list.
+    fail("chat template error: the conversation is empty (the template reads messages[0])");
+  }
   const bool first_is_system = !m.empty() && m[0].role == "system";
   if (has_default_system_ && !first_is_system && (!m.empty() || !default_system_in_loop_)) {
     append_chatml_turn(out, "system", default_system_);

@@ -279,7 +279,10 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_json(const json& tj, const json& c
   const std::string eos_text = cfg.contains("eos_token") ? hf_token_text(cfg["eos_token"]) : "";
   v.bos = id_of(bos_text);
   v.eos = id_of(eos_text);
-  if (cfg.contains("unk_token")) v.unk = id_of(hf_token_text(cfg["unk_token"]));
+  if (model.contains("unk_token") && model["unk_token"].is_string()) {
+    v.unk = id_of(model["unk_token"].get<std::string>());
+    if (v.unk >= 0) v.types[size_t(v.unk)] = TokenType::Unknown;
+  }
   if (cfg.contains("pad_token")) v.pad = id_of(hf_token_text(cfg["pad_token"]));
   if (cfg.contains("add_bos_token") && cfg["add_bos_token"].is_boolean()) {
     v.add_bos = cfg["add_bos_token"].get<bool>();
