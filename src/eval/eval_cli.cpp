@@ -1,0 +1,73 @@
+// eval_cli.cpp: `longctx eval` argument parsing into EvalOptions, then run_eval (eval_cli.h).
+#include "eval/eval_cli.h"
+
+#include <memory>
+
+#include "eval/lengths.h"
+#include "eval/task.h"
+#include "util/error.h"
+
+namespace longctx {
+namespace {
+
+struct CliState {
+  eval::EvalOptions o;
+  std::vector<std::string> attn{"dense"};
+  std::string lengths = "2k", depths;
+  CLI::Option* json = nullptr;
+};
+
+std::string task_list() {
+  std::string s;
+  for (const auto& n : eval::all_task_names()) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+}  // namespace
+
+void register_eval_command(CLI::App& app) {
+  register_eval_command(app, [](const LoadOptions& lo) { return Engine::load(lo); });
+}
+
+void register_eval_command(CLI::App& app, eval::EngineFactory factory) {
+  auto st = std::make_shared<CliState>();
+  CLI::App* sub = app.add_subcommand(
+      "eval", "Long-context evaluation: retrieval accuracy (passkey, NIAH, RULER), perplexity, attention fidelity");
+  sub->add_option("task", st->o.task, "Task: " + task_list())->required();
+  sub->add_option("-m,--model", st->o.model_path, "Model (.gguf or HF directory); default: the default model");
+  sub->add_option("--attn", st->attn,
+                  "Attention method(s), comma-separated for a side-by-side run: dense,a_shape=64,1024,minference")
+      ->delimiter('\0');
+  sub->add_option("--lengths", st->lengths, "Context lengths in tokens: 2k,4k,8k (k = 1024)")->capture_default_str();
+  sub->add_option("--samples", st->o.samples, "Samples per length (and depth); ppl: windows per length")
+      ->capture_default_str();
+  sub->add_option("--seed", st->o.seed, "Seed of the generated prompts")->capture_default_str();
+  sub->add_option("--depths", st->depths, "Needle depths for passkey/niah: 0,0.25,0.5 or 0%,50%,100%");
+  st->json = sub->add_option("--json", st->o.json_path, "Write JSON results to FILE (stdout without FILE)")
+                 ->expected(0, 1);
+  sub->add_option("--out", st->o.out_dir, "Directory for PNG pictures (heatmaps, attention maps)");
+  sub->add_option("--max-new-tokens", st->o.max_new_tokens, "Answer tokens (default: per task)");
+  sub->add_option("--threads", st->o.threads, "CPU threads (0 = all cores)")->capture_default_str();
+  sub->add_option("--text", st->o.text_path,
+                  "Plain-text book: the ppl text (default: Paradise Lost from the model cache) and the NIAH haystack");
+  sub->add_option("--layer", st->o.attn_layer, "attention: also draw this layer's --head");
+  sub->add_option("--head", st->o.attn_head, "attention: the head to draw with --layer");
+  sub->add_option("--max-queries", st->o.max_queries, "attention: query rows evaluated per head (0 = all)")
+      ->capture_default_str();
+  sub->add_flag("--no-chat", [st](int64_t) { st->o.chat_template = false; }, "Plain prompts, no chat template");
+  sub->add_flag("--quiet", st->o.quiet, "No progress lines");
+  sub->callback([st, factory] {
+    eval::EvalOptions o = st->o;
+    (void)eval::expand_task(o.task);  // unknown task: list the valid ones before loading anything
+    o.methods = eval::split_methods(st->attn);
+    o.lengths = eval::parse_lengths(st->lengths);
+    if (!st->depths.empty()) o.depths = eval::parse_depths(st->depths);
+    o.json = st->json->count() > 0;
+    if (o.samples <= 0) fail("--samples must be at least 1 (got {})", o.samples);
+    if (o.max_new_tokens < 0) fail("--max-new-tokens must not be negative (got {})", o.max_new_tokens);
+    if ((o.attn_layer >= 0) != (o.attn_head >= 0)) fail("--layer and --head go together");
+    eval::run_eval(o, factory);
+  });
+}
+
+}  // namespace longctx
