@@ -185,8 +185,10 @@ namespace {
 }  // namespace
 
 std::string ChatTemplate::render_llama2(std::span<const ChatMessage> m) const {
+  // The template tests messages[0]['role'] first, which Jinja rejects for an empty list.
+  if (m.empty()) fail("chat template error: the conversation is empty (the template reads messages[0])");
   std::string out;
-  const bool has_system = !m.empty() && m[0].role == "system";
+  const bool has_system = m[0].role == "system";
   const auto loop = has_system ? m.subspan(1) : m;
   for (size_t i = 0; i < loop.size(); ++i) {
     const ChatMessage& msg = loop[i];
