@@ -1,0 +1,86 @@
+// pattern_search.h: MInference offline kernel-aware pattern search (paper Algorithm 1).
+//
+// What: runs the model densely on one sample prompt (Engine::capture_attention) and, for every
+// (layer, query head), evaluates candidate sparse patterns of roughly equal kernel FLOPs and
+// keeps the one whose attention output is closest to dense. Returns a config in the published
+// MInference format (minference_config.h), with our error as the 4th ("score") field.
+// Why: each head's pattern type is stable across inputs (paper Fig. 4a), so it is chosen once
+// per model; the dynamic index is then rebuilt per prompt.
+// How, per layer (all heads in parallel):
+//   1. dense output y of every head (kernels/ref dense attention);
+//   2. candidates: the Table 4 search space, budgets scaled to the sample: every budget is
+//      multiplied by r = min(1, S / reference_len) with reference_len = 30720, the paper's 30K
+//      sample, so the candidates keep the sparsity they have at 30K on a shorter sample (at
+//      S >= 30K they are used as printed). VS floors (k_v >= 30, k_s >= 50) still apply;
+//   3. kernel-aware FLOPs matching (the paper's ChangeSpace loop, solved by bisection instead
+//      of steps of 50): the target t is the kernel work of the A-shape candidate (scaled
+//      1024 sinks + 4096 window); each VS candidate keeps its k_v and gets the k_s whose work
+//      (index_kernel_pairs: 64-row blocks x covered keys, columns counted as 1 key) is closest
+//      to t; each block-sparse candidate gets the k_b closest to t. VS work depends on the data
+//      (how slashes merge), so it is measured on the sample's real index;
+//   4. error of a candidate = relative L2 error ||y_c - y|| / ||y|| of the head's output over all
+//      rows (the paper compares outputs; the norm is not stated). Lowest error wins; ties go to
+//      the earlier candidate.
+// The budgets written are the ones evaluated (scaled and matched) at the sample length.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kernels/params/attention.h"
+#include "longctx/engine.h"
+#include "sparse/minference_config.h"
+
+namespace longctx {
+
+class ThreadPool;
+
+// The paper's sample length (one 30K-token KV-retrieval sample) that Table 4 budgets are for.
+inline constexpr int64_t kSearchReferenceLen = 30720;
+
+struct SearchCandidate {
+  PatternKind kind = PatternKind::VerticalSlash;
+  int64_t vertical = 0;  // VS k_v, A-shape sink, BS k_b
+  int64_t slash = 0;     // VS k_s, A-shape window
+};
+
+// Table 4: A-shape (1024, 4096); VS (30, 2048), (100, 1800), (500, 1500), (3000, 200); BS 100.
+std::vector<SearchCandidate> table4_candidates();
+
+struct SearchOptions {
+  std::vector<SearchCandidate> candidates = table4_candidates();
+  int64_t reference_len = kSearchReferenceLen;  // candidates are scaled by min(1, S / reference_len)
+  bool match_flops = true;                      // equalise kernel FLOPs to the A-shape target
+  int64_t max_tokens = 0;                       // use at most this many sample tokens (0 = all)
+};
+
+// Every candidate's result for one head, for reports.
+struct CandidateResult {
+  HeadPattern pattern;  // evaluated budgets; score = relative L2 error
+  double work = 0;      // kernel work / dense causal work (fraction of dense FLOPs)
+};
+
+struct HeadSearchResult {
+  HeadPattern best;                       // score = its relative L2 error
+  std::vector<CandidateResult> candidates;
+};
+
+// Searches one layer: p holds Q/K/V of the whole sample (n_q = n_kv = S, q_pos0 = 0, causal);
+// p.o / p.lse are ignored. Returns one result per query head.
+std::vector<HeadSearchResult> search_layer(const AttnParams& p, const SearchOptions& opt, ThreadPool& pool);
+
+struct SearchReport {
+  int64_t n_tokens = 0;
+  std::vector<std::vector<HeadSearchResult>> layers;  // [layer][head]
+  nlohmann::json to_json() const;                     // every candidate's budgets, error and work
+};
+
+// Algorithm 1 over a model: one capture_attention pass, one search_layer per layer. progress
+// gets (layers done, n_layer, elapsed seconds) after every layer. report, if given, receives
+// every candidate's numbers.
+nlohmann::json search_patterns(Engine& engine, std::span<const int32_t> sample_tokens, const SearchOptions& opt,
+                               ProgressFn progress, SearchReport* report = nullptr);
+
+}  // namespace longctx
