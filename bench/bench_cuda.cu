@@ -137,13 +137,21 @@ int main(int argc, char** argv) {
       p.causal = true;
       const double flops = 2.0 * double(S) * double(S) * kHeadDim * kHeads;  // causal: half of 4*S^2*d*H
       const int reps = std::max(3, int(reps_scale * (S <= 8192 ? 20 : S <= 32768 ? 8 : 3)));
-      const double ms = time_ms([&] { attention_prefill(p); }, 1, reps);
-      const double tflops = flops / (ms * 1e-3) / 1e12;
-      std::fprintf(stderr, "prefill S=%lld: %.3f ms, %.1f TFLOP/s\n", (long long)S, ms, tflops);
-      std::snprintf(buf, sizeof buf,
-                    "    {\"seq\": %lld, \"kernel\": \"mma_sync_fa2\", \"ms\": %.4f, \"tflops\": %.1f, \"reps\": %d}%s\n",
-                    (long long)S, ms, tflops, reps, si + 1 < prefill.size() ? "," : "");
-      js += buf;
+      const struct {
+        PrefillImpl impl;
+        const char* name;
+      } impls[] = {{PrefillImpl::sm90_wgmma, "sm90_wgmma"}, {PrefillImpl::fa2_mma_sync, "fa2_mma_sync"}};
+      for (const auto& im : impls) {
+        p.impl = im.impl;
+        const double ms = time_ms([&] { attention_prefill(p); }, 1, reps);
+        const double tflops = flops / (ms * 1e-3) / 1e12;
+        std::fprintf(stderr, "prefill %s S=%lld: %.3f ms, %.1f TFLOP/s\n", im.name, (long long)S, ms, tflops);
+        std::snprintf(buf, sizeof buf,
+                      "    {\"seq\": %lld, \"kernel\": \"%s\", \"ms\": %.4f, \"tflops\": %.1f, \"reps\": %d}%s\n",
+                      (long long)S, im.name, ms, tflops, reps,
+                      (si + 1 < prefill.size() || im.impl != PrefillImpl::fa2_mma_sync) ? "," : "");
+        js += buf;
+      }
       for (void* x : {q, k, v, o, static_cast<void*>(lse)}) dev_free(x);
     }
     js += "  ],\n  \"decode\": [\n";

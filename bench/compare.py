@@ -36,9 +36,9 @@ def main():
         c, f = base("prefill", "seq", r["seq"], "cudnn"), base("prefill", "seq", r["seq"], "flash")
         rc = c / r["ms"] if c else None
         rf = f / r["ms"] if f else None
-        rec["summary"].append({"case": f"prefill {r['seq']}", "ours_ms": r["ms"], "cudnn_ms": c, "flash_ms": f,
+        rec["summary"].append({"case": f"prefill {r['seq']} {r.get('kernel', '')}", "ours_ms": r["ms"], "cudnn_ms": c, "flash_ms": f,
                                "speed_vs_cudnn": rc, "speed_vs_flash": rf, "ours_tflops": r["tflops"]})
-        lines.append(f"{'prefill ' + str(r['seq']):<22}{r['ms']:>10.3f}{c or float('nan'):>10.3f}{f or float('nan'):>10.3f}"
+        lines.append(f"{'prefill ' + str(r['seq']) + ' ' + r.get('kernel', '')[:8]:<22}{r['ms']:>10.3f}{c or float('nan'):>10.3f}{f or float('nan'):>10.3f}"
                      f"{rc or float('nan'):>12.2f}{rf or float('nan'):>12.2f}  {r['tflops']:.0f} TFLOP/s")
     for r in ours.get("decode", []):
         c, f = base("decode", "n_kv", r["n_kv"], "cudnn"), base("decode", "n_kv", r["n_kv"], "flash")

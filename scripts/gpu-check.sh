@@ -4,7 +4,8 @@
 # What: (1) GPU tests (build-gpu/tests/cuda/test_cuda, fp64 CPU twins), (2) compute-sanitizer
 # memcheck on the small-shape tests, (3) longctx_bench_cuda (our attention kernels), (4) torch
 # SDPA cuDNN/flash baselines + copy bandwidth on the same shapes, (5) a table of ratios.
-# Everything lands in $OUT (logs + JSON); the table is printed last.
+# Everything lands in $OUT (logs + JSON); the table is printed last. Each step has a timeout
+# (a hung kernel must not eat the device budget); a timed-out step reports rc=124.
 # Why one script: device time is scarce; one call does it all (docs/benchmarks.md).
 # Build first, here (no GPU needed):
 #   cmake -S . -B build-gpu -G Ninja -DLONGCTX_CUDA=ON -DLONGCTX_BENCH=ON -DLONGCTX_TESTS=ON
@@ -35,24 +36,24 @@ cat "$OUT/env.txt"
 
 if [ $skip_tests = 0 ]; then
   echo "== tests"
-  "$BUILD/tests/cuda/test_cuda" > "$OUT/tests.log" 2>&1; rc=$?
+  timeout ${TEST_TIMEOUT:-150} "$BUILD/tests/cuda/test_cuda" > "$OUT/tests.log" 2>&1; rc=$?
   grep -E "^\s+(prefill|decode|merge|rmsnorm|rope|swiglu|gemm)|FAILED|PASSED|SKIPPED" "$OUT/tests.log" | head -60
   [ $rc = 0 ] || { echo "TESTS FAILED (rc=$rc)"; status=1; }
   echo "== compute-sanitizer memcheck (small shapes)"
-  compute-sanitizer --tool memcheck --error-exitcode 99 "$BUILD/tests/cuda/test_cuda" \
+  timeout ${MEMCHECK_TIMEOUT:-200} compute-sanitizer --tool memcheck --error-exitcode 99 "$BUILD/tests/cuda/test_cuda" \
     --gtest_filter='*Small*' > "$OUT/memcheck.log" 2>&1; rc=$?
   tail -3 "$OUT/memcheck.log"
   [ $rc = 0 ] || { echo "MEMCHECK FAILED (rc=$rc)"; status=1; }
 fi
 
 echo "== longctx_bench_cuda"
-"$BUILD/bench/longctx_bench_cuda" $bench_args --json "$OUT/bench_ours.json" > /dev/null 2> "$OUT/bench.log"; rc=$?
+timeout ${BENCH_TIMEOUT:-150} "$BUILD/bench/longctx_bench_cuda" $bench_args --json "$OUT/bench_ours.json" > /dev/null 2> "$OUT/bench.log"; rc=$?
 cat "$OUT/bench.log"
 [ $rc = 0 ] || { echo "BENCH FAILED (rc=$rc)"; status=1; }
 
 if [ $skip_torch = 0 ]; then
   echo "== torch baseline"
-  python3 bench/torch_baseline.py $torch_args --json "$OUT/bench_torch.json" > /dev/null 2> "$OUT/torch.log"; rc=$?
+  timeout ${TORCH_TIMEOUT:-150} python3 bench/torch_baseline.py $torch_args --json "$OUT/bench_torch.json" > /dev/null 2> "$OUT/torch.log"; rc=$?
   cat "$OUT/torch.log"
   [ $rc = 0 ] || { echo "TORCH BASELINE FAILED (rc=$rc)"; status=1; }
 fi

@@ -81,8 +81,8 @@ std::vector<double> pick_rows_lse(const std::vector<double>& lse, const Shape& s
   return r;
 }
 
-void run_prefill_case(const Shape& s, double q_scale, int n_check_rows = 0) {
-  SCOPED_TRACE(::testing::Message() << "prefill n_q=" << s.n_q << " n_kv=" << s.n_kv << " q_pos0=" << s.q_pos0
+void run_prefill_impl(const Shape& s, double q_scale, int n_check_rows, PrefillImpl impl) {
+  SCOPED_TRACE(::testing::Message() << "prefill impl=" << int(impl) << " n_q=" << s.n_q << " n_kv=" << s.n_kv << " q_pos0=" << s.q_pos0
                                     << " heads=" << s.n_head << "/" << s.n_kv_head << " d=" << s.d
                                     << " causal=" << s.causal);
   std::vector<double> qd, kd, vd;
@@ -109,6 +109,7 @@ void run_prefill_case(const Shape& s, double q_scale, int n_check_rows = 0) {
   p.n_kv_head = s.n_kv_head;
   p.head_dim = s.d;
   p.causal = s.causal;
+  p.impl = impl;
   attention_prefill(p);
   device_sync();
 
@@ -134,12 +135,18 @@ void run_prefill_case(const Shape& s, double q_scale, int n_check_rows = 0) {
   const double vmax = max_abs(vd);
   const auto eo = compare(pick_rows_o(o_got_all, s, rows), pick_rows_o(o_ref, s, rows), 5e-3 * vmax, 1e-2);
   const auto el = compare(pick_rows_lse(lse_got_all, s, rows), pick_rows_lse(lse_ref, s, rows), 2e-3, 1e-5);
-  std::printf("  prefill n_q=%lld n_kv=%lld q_pos0=%lld h=%d/%d d=%d causal=%d: O %s | LSE %s\n", (long long)s.n_q,
-              (long long)s.n_kv, (long long)s.q_pos0, s.n_head, s.n_kv_head, s.d, int(s.causal), eo.str().c_str(),
-              el.str().c_str());
+  std::printf("  prefill %s n_q=%lld n_kv=%lld q_pos0=%lld h=%d/%d d=%d causal=%d: O %s | LSE %s\n",
+              impl == PrefillImpl::sm90_wgmma ? "sm90" : "fa2 ", (long long)s.n_q, (long long)s.n_kv,
+              (long long)s.q_pos0, s.n_head, s.n_kv_head, s.d, int(s.causal), eo.str().c_str(), el.str().c_str());
   EXPECT_EQ(eo.n_bad + eo.n_nan, 0) << eo.str();
   EXPECT_LT(eo.rel_l2, 1e-2) << eo.str();
   EXPECT_EQ(el.n_bad + el.n_nan, 0) << el.str();
+}
+
+// Both kernels where both apply (the Hopper kernel is head_dim 128 only).
+void run_prefill_case(const Shape& s, double q_scale, int n_check_rows = 0) {
+  run_prefill_impl(s, q_scale, n_check_rows, PrefillImpl::fa2_mma_sync);
+  if (s.d == 128) run_prefill_impl(s, q_scale, n_check_rows, PrefillImpl::sm90_wgmma);
 }
 
 TEST(AttnPrefillSmall, CausalD128Gqa) {

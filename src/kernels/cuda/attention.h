@@ -21,6 +21,8 @@
 
 namespace longctx::cuda {
 
+enum class PrefillImpl : int { automatic = 0, fa2_mma_sync = 1, sm90_wgmma = 2 };
+
 struct PrefillParams {
   const void* q = nullptr;  // bf16 [n_q, n_head, head_dim]
   const void* k = nullptr;  // bf16 [n_kv, n_kv_head, head_dim]
@@ -35,9 +37,12 @@ struct PrefillParams {
   int64_t q_pos0 = 0;
   float scale = 0.f;  // 0 = 1/sqrt(head_dim)
   bool causal = true;
+  PrefillImpl impl = PrefillImpl::automatic;
 };
 
-// FlashAttention-2 style: mma.sync m16n8k16 bf16, ldmatrix, cp.async double buffering.
+// Picks the Hopper kernel (wgmma + TMA, warp-specialised, FlashAttention-3 style) for
+// head_dim 128 on sm_90, else the FlashAttention-2 style kernel (mma.sync m16n8k16, ldmatrix,
+// cp.async double buffering). impl forces one (tests and benchmarks compare both).
 void attention_prefill(const PrefillParams& p, Stream s = nullptr);
 
 struct DecodeParams {

@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_sm90.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/mma.cuh"
 
@@ -245,7 +246,7 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 
 }  // namespace
 
-void attention_prefill(const PrefillParams& p, Stream s) {
+void attention_prefill_fa2(const PrefillParams& p, Stream s) {
   LC_REQUIRE(p.q && p.k && p.v && p.o, "attention_prefill: null q/k/v/o pointer");
   LC_REQUIRE(aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && aligned16(p.o),
              "attention_prefill: q/k/v/o must be 16-byte aligned");
@@ -283,6 +284,29 @@ void attention_prefill(const PrefillParams& p, Stream s) {
     launch_prefill<128>(a, stream);
   else
     launch_prefill<64>(a, stream);
+}
+
+void attention_prefill(const PrefillParams& p, Stream s) {
+  switch (p.impl) {
+    case PrefillImpl::fa2_mma_sync:
+      return attention_prefill_fa2(p, s);
+    case PrefillImpl::sm90_wgmma:
+      return attention_prefill_sm90(p, s);
+    case PrefillImpl::automatic:
+      break;
+  }
+  if (attention_prefill_sm90_supported(p)) {
+    // Same argument checks as the FA2 path (the Hopper kernel assumes them).
+    LC_REQUIRE(p.q && p.k && p.v && p.o && aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && aligned16(p.o),
+               "attention_prefill: q/k/v/o must be non-null and 16-byte aligned");
+    LC_REQUIRE(p.n_head > 0 && p.n_kv_head > 0 && p.n_head % p.n_kv_head == 0 && p.n_head <= 65535,
+               "attention_prefill: n_head %d must be a positive multiple of n_kv_head %d", p.n_head, p.n_kv_head);
+    LC_REQUIRE(p.q_pos0 >= 0 && (!p.causal || p.q_pos0 + p.n_q <= p.n_kv),
+               "attention_prefill: causal queries reach position %lld but only %lld keys are given",
+               (long long)(p.q_pos0 + p.n_q - 1), (long long)p.n_kv);
+    return attention_prefill_sm90(p, s);
+  }
+  attention_prefill_fa2(p, s);
 }
 
 }  // namespace longctx::cuda

@@ -1,0 +1,411 @@
+// attention_prefill_sm90.cu (cuda): dense (causal) prefill attention for Hopper, FA3-style.
+//
+// What: the same function as attention_prefill.cu (attention.h: bf16 Q/K/V/O, fp32 LSE, GQA,
+// causal with q_pos0), head_dim 128 only; attention_prefill() picks this kernel on sm_90 for
+// d = 128 and the mma.sync kernel otherwise. Tested against the fp64 twin in
+// tests/cuda/test_attention.cpp (both implementations), timed by bench/bench_cuda.cu.
+//
+// How (ideas from FlashAttention-3, written from the PTX ISA):
+// - Warp specialisation: CTA = 3 warpgroups. Warpgroup 0 is the producer: one thread issues
+//   TMA bulk tensor copies (Q once, then K and V tiles of 128 keys) into a 2-stage ring guarded
+//   by mbarriers (full: TMA transaction bytes; empty: released by the 256 consumer threads).
+//   It gives registers back (setmaxnreg 24); the two consumer warpgroups take 240 each.
+// - Each consumer warpgroup owns 64 query rows: S = Q K^T with wgmma m64n128k16 (A = Q and
+//   B = K from shared memory, K-major, 128-byte swizzle written by TMA), online softmax in
+//   registers (log2 domain), then O += P V with wgmma (A = P from registers: the accumulator
+//   layout of S is the register-A layout of P; B = V from shared memory, MN-major via the
+//   transpose bit, so V needs no transpose pass).
+// - The two consumer warpgroups run unsynchronised, so one's softmax overlaps the other's
+//   tensor-core work. Query blocks run heaviest-first (causal work grows with the block index).
+// Shared memory layout per operand tile [128 rows][128 dims] bf16: two 16 KB halves of
+// [128 rows][64 dims] (the TMA box: 128-byte rows), each with the 128-byte swizzle (16-byte
+// chunk c of row r at c ^ (r % 8)); every tile 1024-byte aligned, as the swizzle requires.
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <mutex>
+
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_sm90.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/mma.cuh"
+
+namespace longctx::cuda {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+constexpr int kD = 128;              // head dim handled here
+constexpr int kBlockM = 128;         // queries per CTA: 2 consumer warpgroups x 64 rows
+constexpr int kBlockN = 128;         // keys per pipeline stage (wgmma N of S = Q K^T)
+constexpr int kStages = 2;           // K/V ring depth: 160 KB of shared memory in all
+constexpr int kThreads = 384;        // producer warpgroup + 2 consumer warpgroups
+constexpr int kHalfBytes = 128 * 64 * 2;      // one [128 rows][64 dims] TMA box: 16 KB
+constexpr int kTileBytes = 2 * kHalfBytes;    // [128][128] bf16 tile: 32 KB
+constexpr int kSmemQ = 0;
+constexpr int kSmemK = kSmemQ + kTileBytes;
+constexpr int kSmemV = kSmemK + kStages * kTileBytes;
+constexpr int kSmemBar = kSmemV + kStages * kTileBytes;
+constexpr int kNumBars = 1 + 3 * kStages;     // q_full, k_full[s], v_full[s], empty[s]
+constexpr int kSmemBytes = kSmemBar + kNumBars * 8 + 1024;  // + slack to align the base to 1024
+constexpr int kConsumerThreads = 256;
+constexpr int kProducerRegs = 24, kConsumerRegs = 240;  // 128*24 + 256*240 <= 64K registers
+
+struct Sm90Args {
+  bf16* o;
+  float* lse;
+  int64_t n_q, n_kv, q_pos0;
+  int n_head, group, n_mblocks;
+  float scale_log2;
+  bool causal;
+};
+
+// ---- PTX wrappers (mbarrier, TMA, wgmma, setmaxnreg) ---------------------------------------
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "LC_WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra LC_WAIT_%=;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1,
+                                            int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving accumulator reads/writes across wgmma issue/wait.
+__device__ __forceinline__ void fence_regs(float (&d)[64]) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// Shared-memory matrix descriptors, 128-byte swizzle (PTX ISA "matrix descriptor"):
+// start address >> 4 in bits 0-13, leading byte offset >> 4 in 16-29, stride byte offset >> 4
+// in 32-45, swizzle mode 1 (128B) in 62-63. SBO = 1024: the next group of 8 rows (8 x 128 B).
+// K-major: LBO unused (1). MN-major: LBO = stride between 64-element panels of the N dim.
+__device__ __forceinline__ uint64_t desc_sw128(uint32_t addr, uint32_t lbo_bytes) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(lbo_bytes >> 4) << 16) | (uint64_t(1024 >> 4) << 32) |
+         (uint64_t(1) << 62);
+}
+
+// D[64 x 128] (+)= A[64 x 16] * B[16 x 128], A and B from shared memory, both K-major.
+__device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t da, uint64_t db, int scale_d) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17,"
+      " %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33,"
+      " %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49,"
+      " %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
+        "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
+        "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
+        "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
+        "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(da), "l"(db), "r"(scale_d));
+}
+
+// D[64 x 128] += A[64 x 16] (registers) * B[16 x 128], B MN-major (transpose bit set).
+__device__ __forceinline__ void wgmma_rs_tb(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17,"
+      " %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33,"
+      " %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49,"
+      " %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
+        "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
+        "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
+        "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
+        "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    attn_prefill_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                             const __grid_constant__ CUtensorMap tm_v, const Sm90Args a) {
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t base = (mma::smem_u32(smem_raw) + 1023u) & ~1023u;
+  const uint32_t sQ = base + kSmemQ, sK = base + kSmemK, sV = base + kSmemV;
+  const uint32_t bar_q = base + kSmemBar;
+  auto bar_k = [&](int s) { return base + kSmemBar + 8u * (1 + s); };
+  auto bar_v = [&](int s) { return base + kSmemBar + 8u * (1 + kStages + s); };
+  auto bar_e = [&](int s) { return base + kSmemBar + 8u * (1 + 2 * kStages + s); };
+
+  const int h = blockIdx.x;
+  const int64_t m0 = int64_t(a.n_mblocks - 1 - int(blockIdx.y)) * kBlockM;  // heaviest first
+  const int kvh = h / a.group;
+  const int tid = threadIdx.x;
+  const int wg = tid / 128;
+
+  const int64_t m_end = min(m0 + kBlockM, a.n_q);
+  const int64_t n_keys = a.causal ? min(a.n_kv, a.q_pos0 + m_end) : a.n_kv;
+  const int n_tiles = int((n_keys + kBlockN - 1) / kBlockN);
+
+  if (tid == 0) {
+    mbar_init(bar_q, 1);
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(bar_k(s), 1);
+      mbar_init(bar_v(s), 1);
+      mbar_init(bar_e(s), kConsumerThreads);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // ---------------- producer ----------------
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+    if (tid == 0) {
+      mbar_expect_tx(bar_q, kTileBytes);
+      tma_load_3d(sQ, &tm_q, bar_q, 0, h, int(m0));
+      tma_load_3d(sQ + kHalfBytes, &tm_q, bar_q, 64, h, int(m0));
+      for (int t = 0; t < n_tiles; ++t) {
+        const int s = t % kStages;
+        if (t >= kStages) mbar_wait(bar_e(s), ((t / kStages) & 1) ^ 1);
+        const int n0 = t * kBlockN;
+        mbar_expect_tx(bar_k(s), kTileBytes);
+        tma_load_3d(sK + s * kTileBytes, &tm_k, bar_k(s), 0, kvh, n0);
+        tma_load_3d(sK + s * kTileBytes + kHalfBytes, &tm_k, bar_k(s), 64, kvh, n0);
+        mbar_expect_tx(bar_v(s), kTileBytes);
+        tma_load_3d(sV + s * kTileBytes, &tm_v, bar_v(s), 0, kvh, n0);
+        tma_load_3d(sV + s * kTileBytes + kHalfBytes, &tm_v, bar_v(s), 64, kvh, n0);
+      }
+    }
+    return;
+  }
+
+  // ---------------- consumers ----------------
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+  const int cw = wg - 1;                 // consumer warpgroup: query rows 64*cw .. 64*cw+63
+  const int ltid = tid - 128 * wg;       // thread within the warpgroup
+  const int warp = ltid / 32, lane = ltid % 32;
+  const int g = lane / 4, tq = lane % 4;
+  const int64_t row0 = m0 + 64 * cw + 16 * warp + g;  // rows row0 and row0 + 8
+  const int64_t vis0 = a.q_pos0 + row0;
+  const int64_t cw_first_row = m0 + 64 * cw;
+
+  float o[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) o[i] = 0.f;
+  float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.f, 0.f};
+
+  mbar_wait(bar_q, 0);
+  const uint32_t q_rows = sQ + uint32_t(cw) * 64u * 128u;  // this warpgroup's 64 rows in each half
+
+  for (int t = 0; t < n_tiles; ++t) {
+    const int s = t % kStages;
+    const uint32_t par = (t / kStages) & 1;
+    const uint32_t k_tile = sK + s * kTileBytes, v_tile = sV + s * kTileBytes;
+    float sc[64];
+    mbar_wait(bar_k(s), par);
+    fence_regs(sc);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      const uint32_t off = (kk / 4) * kHalfBytes + (kk % 4) * 32;  // 16 dims = 32 bytes within a 128-byte row
+      wgmma_ss(sc, desc_sw128(q_rows + off, 16), desc_sw128(k_tile + off, 16), kk > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(sc);
+
+    const int64_t n0 = int64_t(t) * kBlockN;
+    const bool need_mask = (n0 + kBlockN > a.n_kv) || (a.causal && n0 + kBlockN - 1 > a.q_pos0 + cw_first_row);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = sc[4 * j + e] * a.scale_log2;
+        if (need_mask) {
+          const int64_t key = n0 + 8 * j + 2 * tq + (e & 1);
+          const int64_t vis = vis0 + (e >> 1) * 8;
+          if (key >= a.n_kv || (a.causal && key > vis)) x = -INFINITY;
+        }
+        sc[4 * j + e] = x;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) mx = fmaxf(mx, fmaxf(sc[4 * j + 2 * r], sc[4 * j + 2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m_r[r], mx);
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;
+      const float corr = exp2f(m_r[r] - m_use);
+      m_r[r] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        sc[4 * j + 2 * r] = exp2f(sc[4 * j + 2 * r] - m_use);
+        sc[4 * j + 2 * r + 1] = exp2f(sc[4 * j + 2 * r + 1] - m_use);
+        sum += sc[4 * j + 2 * r] + sc[4 * j + 2 * r + 1];
+      }
+      l_r[r] = l_r[r] * corr + sum;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        o[4 * j + 2 * r] *= corr;
+        o[4 * j + 2 * r + 1] *= corr;
+      }
+    }
+    uint32_t p[8][4];
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+      p[kk][0] = mma::pack_bf16(sc[8 * kk + 0], sc[8 * kk + 1]);
+      p[kk][1] = mma::pack_bf16(sc[8 * kk + 2], sc[8 * kk + 3]);
+      p[kk][2] = mma::pack_bf16(sc[8 * kk + 4], sc[8 * kk + 5]);
+      p[kk][3] = mma::pack_bf16(sc[8 * kk + 6], sc[8 * kk + 7]);
+    }
+
+    mbar_wait(bar_v(s), par);
+    fence_regs(o);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk)  // 16 keys = 16 rows of 128 B = 2048 B per step
+      wgmma_rs_tb(o, p[kk], desc_sw128(v_tile + kk * 2048, kHalfBytes));
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(o);
+    mbar_arrive(bar_e(s));  // this thread no longer reads stage s
+  }
+
+  // Epilogue: normalise and store straight from the accumulator layout (4-byte stores).
+  float inv_l[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = l_r[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    l_r[r] = l;
+    inv_l[r] = l > 0.f ? 1.f / l : 0.f;
+  }
+  const int64_t ldo = int64_t(a.n_head) * kD;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t qi = row0 + 8 * r;
+    if (qi < a.n_q) {
+      bf16* orow = a.o + qi * ldo + int64_t(h) * kD + 2 * tq;
+#pragma unroll
+      for (int j = 0; j < 16; ++j)
+        *reinterpret_cast<uint32_t*>(orow + 8 * j) =
+            mma::pack_bf16(o[4 * j + 2 * r] * inv_l[r], o[4 * j + 2 * r + 1] * inv_l[r]);
+      if (a.lse && tq == 0) a.lse[int64_t(h) * a.n_q + qi] = l_r[r] > 0.f ? m_r[r] * kLn2 + logf(l_r[r]) : -INFINITY;
+    }
+  }
+}
+
+// ---- host side: tensor maps through the driver entry point (no libcuda link needed) --------
+PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    LC_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q),
+                  "attention_prefill_sm90: looking up cuTensorMapEncodeTiled");
+    LC_REQUIRE(p && q == cudaDriverEntryPointSuccess, "attention_prefill_sm90: cuTensorMapEncodeTiled unavailable");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  }();
+  return fn;
+}
+
+// 3-D map over a token-major [n_tok, n_heads, 128] bf16 tensor; box = 128 tokens x 1 head x 64 dims.
+CUtensorMap make_map(const void* ptr, int64_t n_tok, int n_heads, const char* what) {
+  CUtensorMap m;
+  const cuuint64_t dims[3] = {cuuint64_t(kD), cuuint64_t(n_heads), cuuint64_t(n_tok)};
+  const cuuint64_t strides[2] = {cuuint64_t(kD) * 2, cuuint64_t(n_heads) * kD * 2};  // bytes, dims 1..2
+  const cuuint32_t box[3] = {64, 1, 128};
+  const cuuint32_t estr[3] = {1, 1, 1};
+  const CUresult r = encode_fn()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(ptr), dims, strides, box,
+                                 estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  LC_REQUIRE(r == CUDA_SUCCESS, "attention_prefill_sm90: cuTensorMapEncodeTiled(%s, tokens=%lld, heads=%d) failed: %d",
+             what, (long long)n_tok, n_heads, int(r));
+  return m;
+}
+
+}  // namespace
+
+bool attention_prefill_sm90_supported(const PrefillParams& p) {
+  static const bool hopper = [] {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    return major == 9 && minor == 0;
+  }();
+  return hopper && p.head_dim == kD && p.n_kv > 0 && p.n_q > 0 && p.n_q <= 0x7fffffff && p.n_kv <= 0x7fffffff;
+}
+
+void attention_prefill_sm90(const PrefillParams& p, Stream s) {
+  LC_REQUIRE(attention_prefill_sm90_supported(p), "attention_prefill_sm90: unsupported shape (head_dim %d)",
+             p.head_dim);
+  static const cudaError_t attr_err =
+      cudaFuncSetAttribute(attn_prefill_sm90_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  LC_CUDA_CHECK(attr_err, "attn_prefill_sm90_kernel: raising dynamic shared memory to %d bytes", kSmemBytes);
+  const CUtensorMap tq = make_map(p.q, p.n_q, p.n_head, "q");
+  const CUtensorMap tk = make_map(p.k, p.n_kv, p.n_kv_head, "k");
+  const CUtensorMap tv = make_map(p.v, p.n_kv, p.n_kv_head, "v");
+  Sm90Args a{};
+  a.o = static_cast<bf16*>(p.o);
+  a.lse = p.lse;
+  a.n_q = p.n_q;
+  a.n_kv = p.n_kv;
+  a.q_pos0 = p.q_pos0;
+  a.n_head = p.n_head;
+  a.group = p.n_head / p.n_kv_head;
+  a.n_mblocks = int((p.n_q + kBlockM - 1) / kBlockM);
+  const float scale = p.scale > 0.f ? p.scale : 1.f / std::sqrt(float(kD));
+  a.scale_log2 = scale * kLog2e;
+  a.causal = p.causal;
+  const dim3 grid(p.n_head, a.n_mblocks);
+  attn_prefill_sm90_kernel<<<grid, kThreads, kSmemBytes, static_cast<cudaStream_t>(s)>>>(tq, tk, tv, a);
+  LC_LAUNCH_CHECK("attn_prefill_sm90_kernel n_q=%lld n_kv=%lld q_pos0=%lld heads=%d/%d grid=(%d,%d)",
+                  (long long)p.n_q, (long long)p.n_kv, (long long)p.q_pos0, p.n_head, p.n_kv_head, grid.x, grid.y);
+}
+
+}  // namespace longctx::cuda

@@ -1,0 +1,14 @@
+// attention_sm90.h (cuda, internal): the Hopper (wgmma + TMA) prefill kernel, chosen by
+// attention_prefill() when supported; exposed here for the tests and the benchmark.
+#pragma once
+#include "kernels/cuda/attention.h"
+
+namespace longctx::cuda {
+
+// True on an sm_90 device for head_dim 128 and non-empty shapes.
+bool attention_prefill_sm90_supported(const PrefillParams& p);
+void attention_prefill_sm90(const PrefillParams& p, Stream s);
+// The mma.sync (FlashAttention-2 style) kernel, any Ampere+ GPU, head_dim 64/128.
+void attention_prefill_fa2(const PrefillParams& p, Stream s);
+
+}  // namespace longctx::cuda
