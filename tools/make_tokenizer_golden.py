@@ -55,6 +55,7 @@ STRINGS = [
     "I'm sure you've seen it, they'll say we'd done it. DON'T SHOUT",
     "<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n",
     "text with <|endoftext|> in the middle",
+    "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi!<|eot_id|>",
     "almost special <|im_start and <im_end|> <|im_start|",
     "https://example.com/path?query=1&x=y#frag",
     "email@example.org, @mention #hashtag $100 50% ^caret~tilde",
@@ -150,6 +151,128 @@ LLAMA2_TEMPLATE = ("{% if messages[0]['role'] == 'system' %}{% set loop_messages
                    "content.strip() + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() "
                    "+ ' ' + eos_token }}{% endif %}{% endfor %}")
 
+LLAMA31_TEMPLATE = r'''{{- bos_token }}
+{%- if custom_tools is defined %}
+    {%- set tools = custom_tools %}
+{%- endif %}
+{%- if not tools_in_user_message is defined %}
+    {%- set tools_in_user_message = true %}
+{%- endif %}
+{%- if not date_string is defined %}
+    {%- set date_string = "26 Jul 2024" %}
+{%- endif %}
+{%- if not tools is defined %}
+    {%- set tools = none %}
+{%- endif %}
+
+{#- This block extracts the system message, so we can slot it into the right place. #}
+{%- if messages[0]['role'] == 'system' %}
+    {%- set system_message = messages[0]['content']|trim %}
+    {%- set messages = messages[1:] %}
+{%- else %}
+    {%- set system_message = "" %}
+{%- endif %}
+
+{#- System message + builtin tools #}
+{{- "<|start_header_id|>system<|end_header_id|>\n\n" }}
+{%- if builtin_tools is defined or tools is not none %}
+    {{- "Environment: ipython\n" }}
+{%- endif %}
+{%- if builtin_tools is defined %}
+    {{- "Tools: " + builtin_tools | reject('equalto', 'code_interpreter') | join(", ") + "\n\n"}}
+{%- endif %}
+{{- "Cutting Knowledge Date: December 2023\n" }}
+{{- "Today Date: " + date_string + "\n\n" }}
+{%- if tools is not none and not tools_in_user_message %}
+    {{- "You have access to the following functions. To call a function, please respond with JSON for a function call." }}
+    {{- 'Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.' }}
+    {{- "Do not use variables.\n\n" }}
+    {%- for t in tools %}
+        {{- t | tojson(indent=4) }}
+        {{- "\n\n" }}
+    {%- endfor %}
+{%- endif %}
+{{- system_message }}
+{{- "<|eot_id|>" }}
+
+{#- Custom tools are passed in a user message with some extra guidance #}
+{%- if tools_in_user_message and not tools is none %}
+    {#- Extract the first user message so we can plug it in here #}
+    {%- if messages | length != 0 %}
+        {%- set first_user_message = messages[0]['content']|trim %}
+        {%- set messages = messages[1:] %}
+    {%- else %}
+        {{- raise_exception("Cannot put tools in the first user message when there's no first user message!") }}
+    {%- endif %}
+    {{- '<|start_header_id|>user<|end_header_id|>\n\n' -}}
+    {{- "Given the following functions, please respond with a JSON for a function call " }}
+    {{- "with its proper arguments that best answers the given prompt.\n\n" }}
+    {{- 'Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.' }}
+    {{- "Do not use variables.\n\n" }}
+    {%- for t in tools %}
+        {{- t | tojson(indent=4) }}
+        {{- "\n\n" }}
+    {%- endfor %}
+    {{- first_user_message + "<|eot_id|>"}}
+{%- endif %}
+
+{%- for message in messages %}
+    {%- if not (message.role == 'ipython' or message.role == 'tool' or 'tool_calls' in message) %}
+        {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' }}
+    {%- elif 'tool_calls' in message %}
+        {%- if not message.tool_calls|length == 1 %}
+            {{- raise_exception("This model only supports single tool-calls at once!") }}
+        {%- endif %}
+        {%- set tool_call = message.tool_calls[0].function %}
+        {%- if builtin_tools is defined and tool_call.name in builtin_tools %}
+            {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' -}}
+            {{- "<|python_tag|>" + tool_call.name + ".call(" }}
+            {%- for arg_name, arg_val in tool_call.arguments | items %}
+                {{- arg_name + '="' + arg_val + '"' }}
+                {%- if not loop.last %}
+                    {{- ", " }}
+                {%- endif %}
+            {%- endfor %}
+            {{- ")" }}
+        {%- else  %}
+            {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' -}}
+            {{- '{"name": "' + tool_call.name + '", ' }}
+            {{- '"parameters": ' }}
+            {{- tool_call.arguments | tojson }}
+            {{- "}" }}
+        {%- endif %}
+        {%- if builtin_tools is defined %}
+            {#- This means we're in ipython mode #}
+            {{- "<|eom_id|>" }}
+        {%- else %}
+            {{- "<|eot_id|>" }}
+        {%- endif %}
+    {%- elif message.role == "tool" or message.role == "ipython" %}
+        {{- "<|start_header_id|>ipython<|end_header_id|>\n\n" }}
+        {%- if message.content is mapping or message.content is iterable %}
+            {{- message.content | tojson }}
+        {%- else %}
+            {{- message.content }}
+        {%- endif %}
+        {{- "<|eot_id|>" }}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}
+{%- endif %}
+'''
+
+# Llama-3.2 differs in how the date is found: strftime_now (defined by HF) gives today's date.
+LLAMA32_TEMPLATE = LLAMA31_TEMPLATE.replace(
+    '''    {%- set date_string = "26 Jul 2024" %}''',
+    '''    {%- if strftime_now is defined %}
+        {%- set date_string = strftime_now("%d %b %Y") %}
+    {%- else %}
+        {%- set date_string = "26 Jul 2024" %}
+    {%- endif %}''')
+# The fixed "today" used for strftime_now in the golden renderings (tests set the same date).
+GOLDEN_TODAY = (2025, 1, 15)
+
 MISTRAL_TEMPLATE = ("{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 =="
                     " 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
                     "{% endif %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}"
@@ -172,6 +295,7 @@ CONVERSATIONS = [
      {"role": "user", "content": "Thanks"}],
     [{"role": "user", "content": "first"}, {"role": "system", "content": "late system"}],
     [{"role": "system", "content": "sys\nwith\nlines"}, {"role": "user", "content": "multi\nline\n"}],
+    [{"role": "user", "content": "q"}, {"role": "tool", "content": "tab\there \x01 \x7f é \\ \"q\" \u2028 /"}],
 ]
 
 
@@ -240,6 +364,8 @@ def render_all(templates):
                                         extensions=[jinja2.ext.loopcontrols])
     env.filters["tojson"] = lambda x, **kw: json.dumps(x, ensure_ascii=False, **kw)
     env.globals["raise_exception"] = raise_exception
+    import datetime
+    env.globals["strftime_now"] = lambda fmt: datetime.date(*GOLDEN_TODAY).strftime(fmt)
     renders = []
     for name, t in templates.items():
         compiled = env.from_string(t["template"])
@@ -252,7 +378,9 @@ def render_all(templates):
                 except jinja2.exceptions.TemplateError as e:
                     r["error"] = str(e)
                 renders.append(r)
-    return {"templates": templates, "conversations": CONVERSATIONS, "renders": renders}
+    import datetime
+    today = datetime.date(*GOLDEN_TODAY).strftime("%d %b %Y")
+    return {"templates": templates, "conversations": CONVERSATIONS, "today": today, "renders": renders}
 
 
 def make_spm():
@@ -366,6 +494,8 @@ def main():
         "chatml": {"template": CHATML_GENERIC, "bos": "", "eos": "<|im_end|>"},
         "qwen2.5": {"template": QWEN25_TEMPLATE, "bos": "", "eos": "<|im_end|>"},
         "llama3": {"template": LLAMA3_TEMPLATE, "bos": "<|begin_of_text|>", "eos": "<|eot_id|>"},
+        "llama3.1": {"template": LLAMA31_TEMPLATE, "bos": "<|begin_of_text|>", "eos": "<|eot_id|>"},
+        "llama3.2": {"template": LLAMA32_TEMPLATE, "bos": "<|begin_of_text|>", "eos": "<|eot_id|>"},
         "llama2": {"template": LLAMA2_TEMPLATE, "bos": "<s>", "eos": "</s>"},
         "mistral": {"template": MISTRAL_TEMPLATE, "bos": "<s>", "eos": "</s>"},
     }

@@ -2,6 +2,8 @@
 #include "tokenizer/chat_template.h"
 
 #include <algorithm>
+#include <ctime>
+#include <nlohmann/json.hpp>
 
 #include "tokenizer/utf8.h"
 #include "util/error.h"
@@ -15,6 +17,12 @@ constexpr std::string_view kHeaderStart = "<|start_header_id|>";
 constexpr std::string_view kInst = "[INST]";
 constexpr std::string_view kSysOpen = "<<SYS>>";
 constexpr std::string_view kToolResponse = "<tool_response>";
+constexpr std::string_view kKnowledgeDate = "Cutting Knowledge Date: ";
+constexpr std::string_view kDateStringSet = "set date_string = \"";
+constexpr const char* kDefaultKnowledgeDate = "December 2023";
+constexpr const char* kDefaultDateString = "26 Jul 2024";
+constexpr const char* kTodayFormat = "%d %b %Y";
+constexpr size_t kDateBufferSize = 64;
 constexpr size_t kTemplatePreviewChars = 120;
 
 // Python's str.isspace() code points.
@@ -69,6 +77,30 @@ size_t find_default_system(std::string_view jinja, std::string& text) {
   return std::string_view::npos;
 }
 
+// The text after `key` up to the next quote or escaped newline, or "" if key is absent.
+std::string literal_after(std::string_view jinja, std::string_view key) {
+  const size_t pos = jinja.find(key);
+  if (pos == std::string_view::npos) return {};
+  const size_t b = pos + key.size();
+  size_t e = b;
+  while (e < jinja.size() && jinja[e] != '"' && jinja[e] != '\'' && jinja[e] != '\\' && jinja[e] != '\n') ++e;
+  return std::string(jinja.substr(b, e - b));
+}
+
+std::string today_string() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char buf[kDateBufferSize];
+  const size_t n = std::strftime(buf, sizeof(buf), kTodayFormat, &tm);
+  return std::string(buf, n);
+}
+
+// Jinja's tojson on a string (Python json.dumps with ensure_ascii=False).
+std::string json_string(const std::string& s) {
+  return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 void append_chatml_turn(std::string& out, std::string_view role, std::string_view content) {
   out += kImStart;
   out += role;
@@ -114,11 +146,21 @@ ChatTemplate ChatTemplate::detect(std::string_view jinja, std::string bos_text, 
     t.tool_responses_ = jinja.find(kToolResponse) != std::string_view::npos;
   } else if (jinja.find(kHeaderStart) != std::string_view::npos) {
     t.family_ = Family::Llama3;
+    if (jinja.find(kKnowledgeDate) != std::string_view::npos) {
+      t.family_ = Family::Llama31;
+      t.knowledge_date_ = literal_after(jinja, kKnowledgeDate);
+      if (t.knowledge_date_.empty()) t.knowledge_date_ = kDefaultKnowledgeDate;
+      t.date_string_ = literal_after(jinja, kDateStringSet);
+      if (t.date_string_.empty()) t.date_string_ = kDefaultDateString;
+      // HF's apply_chat_template defines strftime_now, so such templates show today's date.
+      if (jinja.find("strftime_now") != std::string_view::npos) t.date_string_ = today_string();
+    }
   } else if (jinja.find(kInst) != std::string_view::npos) {
     t.family_ = jinja.find(kSysOpen) != std::string_view::npos ? Family::Llama2 : Family::Mistral;
+    t.space_after_eos_ = jinja.find("eos_token + ' '") != std::string_view::npos;
   } else {
-    fail("unsupported chat template (supported families: chatml <|im_start|>, llama3 "
-         "<|start_header_id|>, llama2/mistral [INST]); template begins: {}",
+    fail("unsupported chat template (supported families: chatml <|im_start|>, llama3 / llama3.1 "
+         "<|start_header_id|>, llama2 / mistral [INST]); template begins: {}",
          jinja.substr(0, kTemplatePreviewChars));
   }
   return t;
@@ -128,6 +170,7 @@ std::string ChatTemplate::family_name() const {
   switch (family_) {
     case Family::ChatML: return "chatml";
     case Family::Llama3: return "llama3";
+    case Family::Llama31: return "llama3.1";
     case Family::Llama2: return "llama2";
     case Family::Mistral: return "mistral";
   }
@@ -138,6 +181,7 @@ std::string ChatTemplate::render(std::span<const ChatMessage> messages, bool add
   switch (family_) {
     case Family::ChatML: return render_chatml(messages, add_generation_prompt);
     case Family::Llama3: return render_llama3(messages, add_generation_prompt);
+    case Family::Llama31: return render_llama31(messages, add_generation_prompt);
     case Family::Llama2: return render_llama2(messages);
     case Family::Mistral: return render_mistral(messages);
   }
@@ -178,6 +222,28 @@ std::string ChatTemplate::render_llama3(std::span<const ChatMessage> m, bool gen
   return out;
 }
 
+std::string ChatTemplate::render_llama31(std::span<const ChatMessage> m, bool gen) const {
+  if (m.empty()) fail("chat template error: the conversation is empty (the template reads messages[0])");
+  std::string system;
+  auto rest = m;
+  if (m[0].role == "system") {
+    system = python_strip(m[0].content);
+    rest = m.subspan(1);
+  }
+  std::string out = bos_ + "<|start_header_id|>system<|end_header_id|>\n\n" + std::string(kKnowledgeDate) +
+                    knowledge_date_ + "\nToday Date: " + date_string_ + "\n\n" + system + "<|eot_id|>";
+  for (const ChatMessage& msg : rest) {
+    if (msg.role == "tool" || msg.role == "ipython") {
+      // The template writes `content | tojson` for tool results (a string is "iterable").
+      out += "<|start_header_id|>ipython<|end_header_id|>\n\n" + json_string(msg.content) + "<|eot_id|>";
+    } else {
+      out += "<|start_header_id|>" + msg.role + "<|end_header_id|>\n\n" + python_strip(msg.content) + "<|eot_id|>";
+    }
+  }
+  if (gen) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  return out;
+}
+
 namespace {
 [[noreturn]] void fail_alternate() {
   fail("chat template error: Conversation roles must alternate user/assistant/user/assistant/...");
@@ -213,6 +279,7 @@ std::string ChatTemplate::render_mistral(std::span<const ChatMessage> m) const {
       out += "[INST] " + msg.content + " [/INST]";
     } else if (msg.role == "assistant") {
       out += msg.content + eos_;
+      if (space_after_eos_) out += ' ';
     } else {
       fail("chat template error: Only user and assistant roles are supported!");
     }

@@ -7,6 +7,8 @@
 // models of a family (ChatML's default system prompt) are read from the template text itself.
 //   chatml   <|im_start|>role\ncontent<|im_end|>\n  (SmolLM2, Qwen2, Qwen2.5)
 //   llama3   <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>  (Llama-3)
+//   llama3.1 as llama3, always opened by a system turn with "Cutting Knowledge Date" and
+//            "Today Date" lines (Llama-3.1 / 3.2 / 3.3; tool messages become ipython turns)
 //   llama2   [INST] <<SYS>>\n...\n<</SYS>>\n\n... [/INST]  (Llama-2-chat)
 //   mistral  [INST] ... [/INST] without system prompts  (Mistral-7B-Instruct v0.1/v0.2)
 #pragma once
@@ -20,7 +22,7 @@ namespace longctx::tok {
 
 class ChatTemplate {
  public:
-  enum class Family { ChatML, Llama3, Llama2, Mistral };
+  enum class Family { ChatML, Llama3, Llama31, Llama2, Mistral };
 
   // Recognises the family of `jinja`; bos_text / eos_text are what the template's bos_token and
   // eos_token expand to. Throws Error listing the supported families for anything else.
@@ -33,10 +35,15 @@ class ChatTemplate {
   std::string family_name() const;
   // ChatML: the system prompt used when the conversation has none ("" if the template has none).
   const std::string& default_system() const { return default_system_; }
+  // Llama-3.1: the "Today Date" text. Templates that call strftime_now get today's date
+  // ("%d %b %Y", e.g. "26 Jul 2024"); others the date_string default written in the template.
+  const std::string& date_string() const { return date_string_; }
+  void set_date_string(std::string d) { date_string_ = std::move(d); }
 
  private:
   std::string render_chatml(std::span<const ChatMessage> m, bool gen) const;
   std::string render_llama3(std::span<const ChatMessage> m, bool gen) const;
+  std::string render_llama31(std::span<const ChatMessage> m, bool gen) const;
   std::string render_llama2(std::span<const ChatMessage> m) const;
   std::string render_mistral(std::span<const ChatMessage> m) const;
 
@@ -47,6 +54,11 @@ class ChatTemplate {
   bool default_system_in_loop_ = false;  // emitted only when there is at least one message
   std::string default_system_;
   bool tool_responses_ = false;          // Qwen2.5-style <tool_response> blocks for role "tool"
+  // Llama-3.1 details.
+  std::string knowledge_date_;
+  std::string date_string_;
+  // Mistral details: some versions put a space after eos_token.
+  bool space_after_eos_ = false;
 };
 
 // Python str.strip() with no arguments (what Jinja's trim filter and .strip() do): removes
