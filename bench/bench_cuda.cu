@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_sm90.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/runtime.h"
@@ -138,18 +139,25 @@ int main(int argc, char** argv) {
       const double flops = 2.0 * double(S) * double(S) * kHeadDim * kHeads;  // causal: half of 4*S^2*d*H
       const int reps = std::max(3, int(reps_scale * (S <= 8192 ? 20 : S <= 32768 ? 8 : 3)));
       const struct {
-        PrefillImpl impl;
+        int kind;  // 0 = FA2 mma.sync, 1 + Sm90Variant = Hopper kernel variants
         const char* name;
-      } impls[] = {{PrefillImpl::sm90_wgmma, "sm90_wgmma"}, {PrefillImpl::fa2_mma_sync, "fa2_mma_sync"}};
+      } impls[] = {{3, "sm90_pingpong"}, {2, "sm90_overlap"}, {1, "sm90_simple"}, {0, "fa2_mma_sync"}};
       for (const auto& im : impls) {
-        p.impl = im.impl;
-        const double ms = time_ms([&] { attention_prefill(p); }, 1, reps);
+        auto run = [&] {
+          if (im.kind == 0) {
+            p.impl = PrefillImpl::fa2_mma_sync;
+            attention_prefill(p);
+          } else {
+            attention_prefill_sm90(p, nullptr, Sm90Variant(im.kind - 1));
+          }
+        };
+        const double ms = time_ms(run, 1, reps);
         const double tflops = flops / (ms * 1e-3) / 1e12;
         std::fprintf(stderr, "prefill %s S=%lld: %.3f ms, %.1f TFLOP/s\n", im.name, (long long)S, ms, tflops);
         std::snprintf(buf, sizeof buf,
                       "    {\"seq\": %lld, \"kernel\": \"%s\", \"ms\": %.4f, \"tflops\": %.1f, \"reps\": %d}%s\n",
                       (long long)S, im.name, ms, tflops, reps,
-                      (si + 1 < prefill.size() || im.impl != PrefillImpl::fa2_mma_sync) ? "," : "");
+                      (si + 1 < prefill.size() || im.kind != 0) ? "," : "");
         js += buf;
       }
       for (void* x : {q, k, v, o, static_cast<void*>(lse)}) dev_free(x);

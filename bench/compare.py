@@ -24,7 +24,7 @@ def main():
     copy_bw = tb.get("copy", {}).get("GBps_rw") or ours.get("copy", {}).get("GBps_rw")
     lines = [f"device: {ours.get('device')}  copy bandwidth (rw): torch {tb.get('copy', {}).get('GBps_rw', 0):.0f} GB/s,"
              f" ours {ours.get('copy', {}).get('GBps_rw', 0):.0f} GB/s"]
-    lines.append(f"{'case':<22}{'ours ms':>10}{'cudnn ms':>10}{'flash ms':>10}{'ours/cudnn':>12}{'ours/flash':>12}  note")
+    lines.append(f"{'case':<24}{'ours ms':>10}{'cudnn ms':>10}{'flash ms':>10}{'ours/cudnn':>12}{'ours/flash':>12}  note")
 
     def base(kind, key, val, be):
         for r in tb.get(kind, []):
@@ -38,7 +38,7 @@ def main():
         rf = f / r["ms"] if f else None
         rec["summary"].append({"case": f"prefill {r['seq']} {r.get('kernel', '')}", "ours_ms": r["ms"], "cudnn_ms": c, "flash_ms": f,
                                "speed_vs_cudnn": rc, "speed_vs_flash": rf, "ours_tflops": r["tflops"]})
-        lines.append(f"{'prefill ' + str(r['seq']) + ' ' + r.get('kernel', '')[:8]:<22}{r['ms']:>10.3f}{c or float('nan'):>10.3f}{f or float('nan'):>10.3f}"
+        lines.append(f"{'prefill ' + str(r['seq']) + ' ' + r.get('kernel', '')[:9]:<24}{r['ms']:>10.3f}{c or float('nan'):>10.3f}{f or float('nan'):>10.3f}"
                      f"{rc or float('nan'):>12.2f}{rf or float('nan'):>12.2f}  {r['tflops']:.0f} TFLOP/s")
     for r in ours.get("decode", []):
         c, f = base("decode", "n_kv", r["n_kv"], "cudnn"), base("decode", "n_kv", r["n_kv"], "flash")
@@ -48,7 +48,7 @@ def main():
         rec["summary"].append({"case": f"decode {r['n_kv']}", "ours_ms": r["ms"], "cudnn_ms": c, "flash_ms": f,
                                "speed_vs_cudnn": rc, "speed_vs_flash": rf, "ours_GBps": r["GBps"],
                                "fraction_of_copy_bw": frac})
-        lines.append(f"{'decode ' + str(r['n_kv']):<22}{r['ms']:>10.4f}{c or float('nan'):>10.4f}{f or float('nan'):>10.4f}"
+        lines.append(f"{'decode ' + str(r['n_kv']):<24}{r['ms']:>10.4f}{c or float('nan'):>10.4f}{f or float('nan'):>10.4f}"
                      f"{rc or float('nan'):>12.2f}{rf or float('nan'):>12.2f}  {r['GBps']:.0f} GB/s = "
                      f"{100 * (frac or 0):.0f}% of copy")
     print("\n".join(lines))

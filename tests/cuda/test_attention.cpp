@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_sm90.h"
 #include "test_util.h"
 
 namespace longctx::cuda::test {
@@ -81,8 +82,9 @@ std::vector<double> pick_rows_lse(const std::vector<double>& lse, const Shape& s
   return r;
 }
 
-void run_prefill_impl(const Shape& s, double q_scale, int n_check_rows, PrefillImpl impl) {
-  SCOPED_TRACE(::testing::Message() << "prefill impl=" << int(impl) << " n_q=" << s.n_q << " n_kv=" << s.n_kv << " q_pos0=" << s.q_pos0
+// kind: 0 = FA2 mma.sync kernel, 1 + Sm90Variant = the Hopper kernel variants.
+void run_prefill_impl(const Shape& s, double q_scale, int n_check_rows, int kind) {
+  SCOPED_TRACE(::testing::Message() << "prefill kind=" << kind << " n_q=" << s.n_q << " n_kv=" << s.n_kv << " q_pos0=" << s.q_pos0
                                     << " heads=" << s.n_head << "/" << s.n_kv_head << " d=" << s.d
                                     << " causal=" << s.causal);
   std::vector<double> qd, kd, vd;
@@ -109,8 +111,12 @@ void run_prefill_impl(const Shape& s, double q_scale, int n_check_rows, PrefillI
   p.n_kv_head = s.n_kv_head;
   p.head_dim = s.d;
   p.causal = s.causal;
-  p.impl = impl;
-  attention_prefill(p);
+  if (kind == 0) {
+    p.impl = PrefillImpl::fa2_mma_sync;
+    attention_prefill(p);
+  } else {
+    attention_prefill_sm90(p, nullptr, Sm90Variant(kind - 1));
+  }
   device_sync();
 
   std::vector<int64_t> rows;  // all rows, or a sample that always holds the first and last
@@ -136,7 +142,7 @@ void run_prefill_impl(const Shape& s, double q_scale, int n_check_rows, PrefillI
   const auto eo = compare(pick_rows_o(o_got_all, s, rows), pick_rows_o(o_ref, s, rows), 5e-3 * vmax, 1e-2);
   const auto el = compare(pick_rows_lse(lse_got_all, s, rows), pick_rows_lse(lse_ref, s, rows), 2e-3, 1e-5);
   std::printf("  prefill %s n_q=%lld n_kv=%lld q_pos0=%lld h=%d/%d d=%d causal=%d: O %s | LSE %s\n",
-              impl == PrefillImpl::sm90_wgmma ? "sm90" : "fa2 ", (long long)s.n_q, (long long)s.n_kv,
+              kind == 0 ? "fa2   " : kind == 1 ? "sm90/s" : kind == 2 ? "sm90/o" : "sm90/p", (long long)s.n_q, (long long)s.n_kv,
               (long long)s.q_pos0, s.n_head, s.n_kv_head, s.d, int(s.causal), eo.str().c_str(), el.str().c_str());
   EXPECT_EQ(eo.n_bad + eo.n_nan, 0) << eo.str();
   EXPECT_LT(eo.rel_l2, 1e-2) << eo.str();
@@ -145,8 +151,9 @@ void run_prefill_impl(const Shape& s, double q_scale, int n_check_rows, PrefillI
 
 // Both kernels where both apply (the Hopper kernel is head_dim 128 only).
 void run_prefill_case(const Shape& s, double q_scale, int n_check_rows = 0) {
-  run_prefill_impl(s, q_scale, n_check_rows, PrefillImpl::fa2_mma_sync);
-  if (s.d == 128) run_prefill_impl(s, q_scale, n_check_rows, PrefillImpl::sm90_wgmma);
+  run_prefill_impl(s, q_scale, n_check_rows, 0);
+  if (s.d == 128)
+    for (int kind = 1; kind <= 3; ++kind) run_prefill_impl(s, q_scale, n_check_rows, kind);
 }
 
 TEST(AttnPrefillSmall, CausalD128Gqa) {
@@ -301,6 +308,38 @@ TEST(AttnMergeSmall, RandomPartsWithEmptyPart) {
               el.str().c_str());
   EXPECT_EQ(eo.n_bad + eo.n_nan, 0) << eo.str();
   EXPECT_EQ(el.n_bad + el.n_nan, 0) << el.str();
+}
+
+TEST(AttnPrefillSmall, AutomaticChoiceMatches) {
+  LC_REQUIRE_GPU();
+  // The default path (attention_prefill with impl = automatic) on a chunked-prefill shape.
+  Shape s{150, 700, 550, 8, 2, 128, true};
+  std::vector<double> qd, kd, vd;
+  auto qh = random_bf16(size_t(s.n_q) * s.n_head * s.d, 1.0, qd);
+  auto kh = random_bf16(size_t(s.n_kv) * s.n_kv_head * s.d, 1.0, kd);
+  auto vh = random_bf16(size_t(s.n_kv) * s.n_kv_head * s.d, 1.0, vd);
+  DevBuf q(qh.size() * 2), k(kh.size() * 2), v(vh.size() * 2), o(qh.size() * 2);
+  q.upload(qh);
+  k.upload(kh);
+  v.upload(vh);
+  o.poison();
+  PrefillParams p;
+  p.q = q.p;
+  p.k = k.p;
+  p.v = v.p;
+  p.o = o.p;
+  p.n_q = s.n_q;
+  p.n_kv = s.n_kv;
+  p.q_pos0 = s.q_pos0;
+  p.n_head = s.n_head;
+  p.n_kv_head = s.n_kv_head;
+  p.head_dim = s.d;
+  attention_prefill(p);  // no LSE requested
+  device_sync();
+  std::vector<double> o_ref, lse_ref;
+  ref_attention(s, qd, kd, vd, 1.0 / std::sqrt(128.0), {}, o_ref, lse_ref);
+  const auto eo = compare(to_double(o.download<uint16_t>(qh.size())), o_ref, 5e-3 * max_abs(vd), 1e-2);
+  EXPECT_EQ(eo.n_bad + eo.n_nan, 0) << eo.str();
 }
 
 TEST(AttnArgs, RejectsBadShapes) {

@@ -6,10 +6,10 @@
 // tests/cuda/test_attention.cpp (both implementations), timed by bench/bench_cuda.cu.
 //
 // How (ideas from FlashAttention-3, written from the PTX ISA):
-// - Warp specialisation: CTA = 3 warpgroups. Warpgroup 0 is the producer: one thread issues
-//   TMA bulk tensor copies (Q once, then K and V tiles of 128 keys) into a 2-stage ring guarded
-//   by mbarriers (full: TMA transaction bytes; empty: released by the 256 consumer threads).
-//   It gives registers back (setmaxnreg 24); the two consumer warpgroups take 240 each.
+// - Warp specialisation: CTA = 2 consumer warpgroups + 1 producer warpgroup. One producer
+//   thread issues TMA bulk tensor copies (Q once, then K and V tiles of 128 keys) into a 2-stage
+//   ring guarded by mbarriers (full: TMA transaction bytes; empty: released by the 256 consumer
+//   threads). setmaxnreg moves registers from the producer (24) to the consumers (240).
 // - Each consumer warpgroup owns 64 query rows: S = Q K^T with wgmma m64n128k16 (A = Q and
 //   B = K from shared memory, K-major, 128-byte swizzle written by TMA), online softmax in
 //   registers (log2 domain), then O += P V with wgmma (A = P from registers: the accumulator
@@ -46,7 +46,7 @@ constexpr int kD = 128;              // head dim handled here
 constexpr int kBlockM = 128;         // queries per CTA: 2 consumer warpgroups x 64 rows
 constexpr int kBlockN = 128;         // keys per pipeline stage (wgmma N of S = Q K^T)
 constexpr int kStages = 2;           // K/V ring depth: 160 KB of shared memory in all
-constexpr int kThreads = 384;        // producer warpgroup + 2 consumer warpgroups
+constexpr int kThreads = 384;        // 2 consumer warpgroups (warps 0-7) + 1 producer warpgroup (8-11)
 constexpr int kHalfBytes = 128 * 64 * 2;      // one [128 rows][64 dims] TMA box: 16 KB
 constexpr int kTileBytes = 2 * kHalfBytes;    // [128][128] bf16 tile: 32 KB
 constexpr int kSmemQ = 0;
@@ -56,7 +56,12 @@ constexpr int kSmemBar = kSmemV + kStages * kTileBytes;
 constexpr int kNumBars = 1 + 3 * kStages;     // q_full, k_full[s], v_full[s], empty[s]
 constexpr int kSmemBytes = kSmemBar + kNumBars * 8 + 1024;  // + slack to align the base to 1024
 constexpr int kConsumerThreads = 256;
-constexpr int kProducerRegs = 24, kConsumerRegs = 240;  // 128*24 + 256*240 <= 64K registers
+// Register split by setmaxnreg: 128 x 24 (producer) + 256 x 240 (consumers) <= 64K. The consumer
+// loop needs ~200 (O 64 + S 64 + P 32 + addressing); ptxas allocates per branch only when the
+// producer/consumer roles are the two arms of one if/else with setmaxnreg at the top of each
+// (an early-return producer in warpgroup 0 left everything at 168 registers and spilling).
+// A kernel of 288 threads is not an alternative: ptxas rounds wgmma kernels to warpgroups.
+constexpr int kProducerRegs = 24, kConsumerRegs = 240;
 
 struct Sm90Args {
   bf16* o;
@@ -96,16 +101,33 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
       : "memory");
 }
+// Named barriers 1 and 2 order the two consumer warpgroups' wgmma issue (ping-pong): one
+// warpgroup bar.syncs on its own id, the other bar.arrives on it (256 threads in all).
+__device__ __forceinline__ void named_sync(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
+__device__ __forceinline__ void named_arrive(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
-// Keeps the compiler from moving accumulator reads/writes across wgmma issue/wait.
+// Keep the compiler from moving accumulator accesses across wgmma issue/wait, and keep the
+// register A operand (P) alive and unmodified until the wgmma that reads it has completed.
 __device__ __forceinline__ void fence_regs(float (&d)[64]) {
 #pragma unroll
   for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+__device__ __forceinline__ void fence_p(uint32_t (&p)[8][4]) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(p[i][j])::"memory");
+}
+// 2^x on the SFU, flush-to-zero (inputs are <= 0 here; results below 2^-126 are noise).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
 }
 
 // Shared-memory matrix descriptors, 128-byte swizzle (PTX ISA "matrix descriptor"):
@@ -165,6 +187,7 @@ __device__ __forceinline__ void wgmma_rs_tb(float (&d)[64], const uint32_t (&a)[
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
 }
 
+template <bool kOverlap, bool kPingPong>
 __global__ void __launch_bounds__(kThreads, 1)
     attn_prefill_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                              const __grid_constant__ CUtensorMap tm_v, const Sm90Args a) {
@@ -197,10 +220,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
 
-  if (wg == 0) {
+  if (wg == 2) {
     // ---------------- producer ----------------
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-    if (tid == 0) {
+    if (tid == kConsumerThreads) {
       mbar_expect_tx(bar_q, kTileBytes);
       tma_load_3d(sQ, &tm_q, bar_q, 0, h, int(m0));
       tma_load_3d(sQ + kHalfBytes, &tm_q, bar_q, 64, h, int(m0));
@@ -216,12 +239,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         tma_load_3d(sV + s * kTileBytes + kHalfBytes, &tm_v, bar_v(s), 64, kvh, n0);
       }
     }
-    return;
-  }
-
+  } else {
   // ---------------- consumers ----------------
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
-  const int cw = wg - 1;                 // consumer warpgroup: query rows 64*cw .. 64*cw+63
+  const int cw = wg;                     // consumer warpgroup: query rows 64*cw .. 64*cw+63
   const int ltid = tid - 128 * wg;       // thread within the warpgroup
   const int warp = ltid / 32, lane = ltid % 32;
   const int g = lane / 4, tq = lane % 4;
@@ -232,42 +253,42 @@ __global__ void __launch_bounds__(kThreads, 1)
   float o[64];
 #pragma unroll
   for (int i = 0; i < 64; ++i) o[i] = 0.f;
+  // Running row max of the raw scores (rows g, g+8) and this thread's partial row sums.
   float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.f, 0.f};
 
-  mbar_wait(bar_q, 0);
   const uint32_t q_rows = sQ + uint32_t(cw) * 64u * 128u;  // this warpgroup's 64 rows in each half
-
-  for (int t = 0; t < n_tiles; ++t) {
-    const int s = t % kStages;
-    const uint32_t par = (t / kStages) & 1;
-    const uint32_t k_tile = sK + s * kTileBytes, v_tile = sV + s * kTileBytes;
-    float sc[64];
-    mbar_wait(bar_k(s), par);
+  auto issue_s = [&](float (&sc)[64], uint32_t k_tile) {     // S = Q K^T, async
     fence_regs(sc);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
-      const uint32_t off = (kk / 4) * kHalfBytes + (kk % 4) * 32;  // 16 dims = 32 bytes within a 128-byte row
+      const uint32_t off = (kk / 4) * kHalfBytes + (kk % 4) * 32;  // 16 dims = 32 bytes of a 128-byte row
       wgmma_ss(sc, desc_sw128(q_rows + off, 16), desc_sw128(k_tile + off, 16), kk > 0);
     }
     wgmma_commit();
-    wgmma_wait<0>();
-    fence_regs(sc);
-
+  };
+  // O += P V, async. The caller fences o and p first, before any wgmma of the stage is in
+  // flight: register moves between in-flight wgmmas make ptxas serialise them (C7513).
+  auto issue_pv = [&](uint32_t (&p)[8][4], uint32_t v_tile) {
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk)  // 16 keys = 16 rows of 128 B = 2048 B per step
+      wgmma_rs_tb(o, p[kk], desc_sw128(v_tile + kk * 2048, kHalfBytes));
+    wgmma_commit();
+  };
+  // Online softmax of tile t, in place: mask, new row max, S <- exp2(S*scale*log2e - m*scale*log2e),
+  // l updated; corr = the factor O must be multiplied by.
+  auto softmax = [&](float (&sc)[64], int t, float (&corr)[2]) {
     const int64_t n0 = int64_t(t) * kBlockN;
     const bool need_mask = (n0 + kBlockN > a.n_kv) || (a.causal && n0 + kBlockN - 1 > a.q_pos0 + cw_first_row);
+    if (need_mask) {
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
+      for (int j = 0; j < 16; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = sc[4 * j + e] * a.scale_log2;
-        if (need_mask) {
+        for (int e = 0; e < 4; ++e) {
           const int64_t key = n0 + 8 * j + 2 * tq + (e & 1);
-          const int64_t vis = vis0 + (e >> 1) * 8;
-          if (key >= a.n_kv || (a.causal && key > vis)) x = -INFINITY;
+          if (key >= a.n_kv || (a.causal && key > vis0 + (e >> 1) * 8)) sc[4 * j + e] = -INFINITY;
         }
-        sc[4 * j + e] = x;
-      }
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -277,24 +298,21 @@ __global__ void __launch_bounds__(kThreads, 1)
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float m_new = fmaxf(m_r[r], mx);
-      const float m_use = m_new == -INFINITY ? 0.f : m_new;
-      const float corr = exp2f(m_r[r] - m_use);
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;  // fully masked so far: avoid inf - inf
+      corr[r] = fast_exp2((m_r[r] - m_use) * a.scale_log2);
       m_r[r] = m_new;
+      const float ms = m_use * a.scale_log2;
       float sum = 0.f;
 #pragma unroll
       for (int j = 0; j < 16; ++j) {
-        sc[4 * j + 2 * r] = exp2f(sc[4 * j + 2 * r] - m_use);
-        sc[4 * j + 2 * r + 1] = exp2f(sc[4 * j + 2 * r + 1] - m_use);
+        sc[4 * j + 2 * r] = fast_exp2(fmaf(sc[4 * j + 2 * r], a.scale_log2, -ms));
+        sc[4 * j + 2 * r + 1] = fast_exp2(fmaf(sc[4 * j + 2 * r + 1], a.scale_log2, -ms));
         sum += sc[4 * j + 2 * r] + sc[4 * j + 2 * r + 1];
       }
-      l_r[r] = l_r[r] * corr + sum;
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        o[4 * j + 2 * r] *= corr;
-        o[4 * j + 2 * r + 1] *= corr;
-      }
+      l_r[r] = l_r[r] * corr[r] + sum;
     }
-    uint32_t p[8][4];
+  };
+  auto to_p = [&](const float (&sc)[64], uint32_t (&p)[8][4]) {  // P as bf16 register-A fragments
 #pragma unroll
     for (int kk = 0; kk < 8; ++kk) {
       p[kk][0] = mma::pack_bf16(sc[8 * kk + 0], sc[8 * kk + 1]);
@@ -302,17 +320,93 @@ __global__ void __launch_bounds__(kThreads, 1)
       p[kk][2] = mma::pack_bf16(sc[8 * kk + 4], sc[8 * kk + 5]);
       p[kk][3] = mma::pack_bf16(sc[8 * kk + 6], sc[8 * kk + 7]);
     }
-
-    mbar_wait(bar_v(s), par);
-    fence_regs(o);
-    wgmma_fence();
+  };
+  auto rescale_o = [&](const float (&corr)[2]) {
 #pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk)  // 16 keys = 16 rows of 128 B = 2048 B per step
-      wgmma_rs_tb(o, p[kk], desc_sw128(v_tile + kk * 2048, kHalfBytes));
-    wgmma_commit();
+    for (int j = 0; j < 16; ++j) {
+      o[4 * j + 0] *= corr[0];
+      o[4 * j + 1] *= corr[0];
+      o[4 * j + 2] *= corr[1];
+      o[4 * j + 3] *= corr[1];
+    }
+  };
+
+  mbar_wait(bar_q, 0);
+  if constexpr (kOverlap) {
+    // FA3's intra-warpgroup overlap: S(t) = Q K(t)^T and O += P(t-1) V(t-1) are in flight
+    // together; the softmax of S(t) runs while P(t-1) V(t-1) still computes.
+    // P is rebuilt from the exponentiated S only after the previous P V has completed, so one P
+    // buffer suffices (o 64 + S 64 + P 32 registers live); register moves of P next to in-flight
+    // wgmmas would make ptxas serialise them (C7513).
+    uint32_t p[8][4];
+    float corr[2];
+    {
+      float sc[64];
+      mbar_wait(bar_k(0), 0);
+      issue_s(sc, sK);
+      wgmma_wait<0>();
+      fence_regs(sc);
+      softmax(sc, 0, corr);  // O is still zero: no rescale
+      to_p(sc, p);
+    }
+    // Ping-pong (FA3): the warpgroups take turns issuing their GEMMs, so one's softmax runs
+    // while the other's GEMMs hold the tensor cores. Warpgroup 0 goes first; each warpgroup
+    // syncs on its own barrier n_tiles-1 times and the other arrives on it as often.
+    const int my_bar = 1 + cw, other_bar = 2 - cw;
+    if (kPingPong && cw == 1 && n_tiles > 1) named_arrive(1);
+    for (int t = 1; t < n_tiles; ++t) {
+      const int s = t % kStages, sp = (t - 1) % kStages;
+      float sc[64];
+      fence_regs(o);
+      fence_p(p);
+      mbar_wait(bar_k(s), (t / kStages) & 1);
+      mbar_wait(bar_v(sp), ((t - 1) / kStages) & 1);
+      if (kPingPong) named_sync(my_bar);
+      issue_s(sc, sK + s * kTileBytes);
+      issue_pv(p, sV + sp * kTileBytes);
+      if (kPingPong && (cw == 0 || t + 1 < n_tiles)) named_arrive(other_bar);
+      wgmma_wait<1>();  // S(t) done; P(t-1) V(t-1) may still run
+      fence_regs(sc);
+      softmax(sc, t, corr);
+      wgmma_wait<0>();
+      fence_regs(o);
+      fence_p(p);
+      mbar_arrive(bar_e(sp));  // K(t-1) and V(t-1) no longer read by this thread
+      rescale_o(corr);
+      to_p(sc, p);
+    }
+    const int sl = (n_tiles - 1) % kStages;
+    fence_regs(o);
+    fence_p(p);
+    mbar_wait(bar_v(sl), ((n_tiles - 1) / kStages) & 1);
+    issue_pv(p, sV + sl * kTileBytes);
     wgmma_wait<0>();
     fence_regs(o);
-    mbar_arrive(bar_e(s));  // this thread no longer reads stage s
+    fence_p(p);
+    mbar_arrive(bar_e(sl));
+  } else {
+    for (int t = 0; t < n_tiles; ++t) {
+      const int s = t % kStages;
+      const uint32_t par = (t / kStages) & 1;
+      float sc[64];
+      uint32_t p[8][4];
+      float corr[2];
+      mbar_wait(bar_k(s), par);
+      issue_s(sc, sK + s * kTileBytes);
+      wgmma_wait<0>();
+      fence_regs(sc);
+      softmax(sc, t, corr);
+      to_p(sc, p);
+      rescale_o(corr);
+      fence_regs(o);
+      fence_p(p);
+      mbar_wait(bar_v(s), par);
+      issue_pv(p, sV + s * kTileBytes);
+      wgmma_wait<0>();
+      fence_regs(o);
+      fence_p(p);
+      mbar_arrive(bar_e(s));  // this thread no longer reads stage s
+    }
   }
 
   // Epilogue: normalise and store straight from the accumulator layout (4-byte stores).
@@ -335,9 +429,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int j = 0; j < 16; ++j)
         *reinterpret_cast<uint32_t*>(orow + 8 * j) =
             mma::pack_bf16(o[4 * j + 2 * r] * inv_l[r], o[4 * j + 2 * r + 1] * inv_l[r]);
-      if (a.lse && tq == 0) a.lse[int64_t(h) * a.n_q + qi] = l_r[r] > 0.f ? m_r[r] * kLn2 + logf(l_r[r]) : -INFINITY;
+      if (a.lse && tq == 0) a.lse[int64_t(h) * a.n_q + qi] =
+            l_r[r] > 0.f ? m_r[r] * a.scale_log2 * kLn2 + logf(l_r[r]) : -INFINITY;
     }
   }
+  }  // consumers
 }
 
 // ---- host side: tensor maps through the driver entry point (no libcuda link needed) --------
@@ -381,12 +477,19 @@ bool attention_prefill_sm90_supported(const PrefillParams& p) {
   return hopper && p.head_dim == kD && p.n_kv > 0 && p.n_q > 0 && p.n_q <= 0x7fffffff && p.n_kv <= 0x7fffffff;
 }
 
-void attention_prefill_sm90(const PrefillParams& p, Stream s) {
+void attention_prefill_sm90(const PrefillParams& p, Stream s, Sm90Variant variant) {
   LC_REQUIRE(attention_prefill_sm90_supported(p), "attention_prefill_sm90: unsupported shape (head_dim %d)",
              p.head_dim);
-  static const cudaError_t attr_err =
-      cudaFuncSetAttribute(attn_prefill_sm90_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-  LC_CUDA_CHECK(attr_err, "attn_prefill_sm90_kernel: raising dynamic shared memory to %d bytes", kSmemBytes);
+  static const cudaError_t attr_err[3] = {
+      cudaFuncSetAttribute(attn_prefill_sm90_kernel<false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           kSmemBytes),
+      cudaFuncSetAttribute(attn_prefill_sm90_kernel<true, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           kSmemBytes),
+      cudaFuncSetAttribute(attn_prefill_sm90_kernel<true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           kSmemBytes)};
+  const int mode = int(variant);
+  LC_REQUIRE(mode >= 0 && mode < 3, "attention_prefill_sm90: bad variant %d", mode);
+  LC_CUDA_CHECK(attr_err[mode], "attn_prefill_sm90_kernel: raising dynamic shared memory to %d bytes", kSmemBytes);
   const CUtensorMap tq = make_map(p.q, p.n_q, p.n_head, "q");
   const CUtensorMap tk = make_map(p.k, p.n_kv, p.n_kv_head, "k");
   const CUtensorMap tv = make_map(p.v, p.n_kv, p.n_kv_head, "v");
@@ -403,9 +506,15 @@ void attention_prefill_sm90(const PrefillParams& p, Stream s) {
   a.scale_log2 = scale * kLog2e;
   a.causal = p.causal;
   const dim3 grid(p.n_head, a.n_mblocks);
-  attn_prefill_sm90_kernel<<<grid, kThreads, kSmemBytes, static_cast<cudaStream_t>(s)>>>(tq, tk, tv, a);
-  LC_LAUNCH_CHECK("attn_prefill_sm90_kernel n_q=%lld n_kv=%lld q_pos0=%lld heads=%d/%d grid=(%d,%d)",
-                  (long long)p.n_q, (long long)p.n_kv, (long long)p.q_pos0, p.n_head, p.n_kv_head, grid.x, grid.y);
+  auto st = static_cast<cudaStream_t>(s);
+  if (variant == Sm90Variant::simple)
+    attn_prefill_sm90_kernel<false, false><<<grid, kThreads, kSmemBytes, st>>>(tq, tk, tv, a);
+  else if (variant == Sm90Variant::overlap)
+    attn_prefill_sm90_kernel<true, false><<<grid, kThreads, kSmemBytes, st>>>(tq, tk, tv, a);
+  else
+    attn_prefill_sm90_kernel<true, true><<<grid, kThreads, kSmemBytes, st>>>(tq, tk, tv, a);
+  LC_LAUNCH_CHECK("attn_prefill_sm90_kernel<variant=%d> n_q=%lld n_kv=%lld q_pos0=%lld heads=%d/%d grid=(%d,%d)",
+                  mode, (long long)p.n_q, (long long)p.n_kv, (long long)p.q_pos0, p.n_head, p.n_kv_head, grid.x, grid.y);
 }
 
 }  // namespace longctx::cuda

@@ -7,7 +7,12 @@ namespace longctx::cuda {
 
 // True on an sm_90 device for head_dim 128 and non-empty shapes.
 bool attention_prefill_sm90_supported(const PrefillParams& p);
-void attention_prefill_sm90(const PrefillParams& p, Stream s);
+// Variants kept for the benchmark's comparison: simple = issue, wait, softmax, issue, wait;
+// overlap = FA3's intra-warpgroup pipelining (S of tile t in flight with P V of tile t-1);
+// pingpong = overlap + the two consumer warpgroups taking turns on the tensor cores.
+enum class Sm90Variant : int { simple = 0, overlap = 1, pingpong = 2 };
+inline constexpr Sm90Variant kSm90Default = Sm90Variant::pingpong;
+void attention_prefill_sm90(const PrefillParams& p, Stream s, Sm90Variant variant = kSm90Default);
 // The mma.sync (FlashAttention-2 style) kernel, any Ampere+ GPU, head_dim 64/128.
 void attention_prefill_fa2(const PrefillParams& p, Stream s);
 
