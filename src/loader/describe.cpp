@@ -55,8 +55,11 @@ std::string short_json_value(const json& v, size_t max_chars) {
   }
   if (v.is_object()) return fmt::format("{{{} keys}}", v.size());
   std::string s = dump_safe(v);
-  if (s.size() > max_chars) s = s.substr(0, max_chars) + fmt::format("...\" ({} chars)", v.is_string() ? v.get_ref<const std::string&>().size() : s.size());
-  return s;
+  if (s.size() <= max_chars) return s;
+  size_t cut = max_chars;
+  while (cut > 0 && (uint8_t(s[cut]) & 0xC0) == 0x80) --cut;  // do not split a UTF-8 sequence
+  const size_t full = v.is_string() ? v.get_ref<const std::string&>().size() : s.size();
+  return s.substr(0, cut) + fmt::format("...{} ({} bytes)", v.is_string() ? "\"" : "", full);
 }
 
 std::string describe_model_file(const ModelFile& mf, bool list_tensors) {

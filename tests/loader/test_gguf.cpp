@@ -199,6 +199,9 @@ TEST(Describe, SummarisesMetadataAndTensors) {
   GgufWriter w = all_types_writer();
   std::vector<std::string> tokens(1000, "tok");
   w.add_string_array("tokenizer.ggml.tokens", tokens);
+  std::string long_utf8;
+  for (int i = 0; i < 300; ++i) long_utf8 += "é";
+  w.add_string("long.text", long_utf8);
   w.add_tensor("token_embd.weight", {4, 32}, DType::Q8_0, std::vector<float>(128, 1.f));
   w.add_tensor("output_norm.weight", {32}, DType::F32, std::vector<float>(32, 1.f));
   const auto bytes = w.bytes();
@@ -209,6 +212,7 @@ TEST(Describe, SummarisesMetadataAndTensors) {
   EXPECT_NE(s.find("general.architecture = \"llama\""), std::string::npos) << s;
   EXPECT_NE(s.find("t.i32s = [1,-2,3]"), std::string::npos) << s;
   EXPECT_NE(s.find("tensors:  2"), std::string::npos) << s;
+  EXPECT_NE(s.find("é...\" (600 bytes)"), std::string::npos) << s;  // cut on a UTF-8 boundary
   EXPECT_NE(s.find("Q8_0 x1"), std::string::npos) << s;
   EXPECT_NE(s.find("token_embd.weight"), std::string::npos) << s;
   EXPECT_NE(s.find("[4, 32]"), std::string::npos) << s;
