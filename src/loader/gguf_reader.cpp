@@ -138,10 +138,6 @@ class Parser {
   }
 
  private:
-  struct Info {
-    uint64_t offset = 0;  // relative to the data section
-  };
-
   void read_metadata(uint64_t n_kv) {
     meta_ = json::object();
     for (uint64_t i = 0; i < n_kv; ++i) {
@@ -174,7 +170,7 @@ class Parser {
   void read_tensor_infos(uint64_t n_tensors) {
     std::unordered_set<std::string> names;
     tensors_.reserve(size_t(n_tensors));
-    infos_.reserve(size_t(n_tensors));
+    offsets_.reserve(size_t(n_tensors));
     for (uint64_t i = 0; i < n_tensors; ++i) {
       TensorView t;
       t.name = r_.read_gguf_string("the name of tensor " + std::to_string(i));
@@ -211,14 +207,12 @@ class Parser {
           nbytes > std::numeric_limits<size_t>::max())
         fail("'{}': tensor '{}' has a byte size that overflows 64 bits", name_, nm);
       t.nbytes = size_t(nbytes);
-      Info info;
-      info.offset = r_.read<uint64_t>(what);
-      if (info.offset % alignment_ != 0)
-        fail("'{}': tensor '{}' has data offset {}, not a multiple of the alignment {}", name_, nm,
-             info.offset, alignment_);
+      const uint64_t offset = r_.read<uint64_t>(what);  // relative to the data section
+      if (offset % alignment_ != 0)
+        fail("'{}': tensor '{}' has data offset {}, not a multiple of the alignment {}", name_, nm, offset, alignment_);
       for (int d = int(n_dims) - 1; d >= 0; --d) t.shape.push_back(ne[d]);  // row-major: outermost first
       tensors_.push_back(std::move(t));
-      infos_.push_back(info);
+      offsets_.push_back(offset);
     }
   }
 
@@ -229,25 +223,25 @@ class Parser {
     for (size_t i = 0; i < tensors_.size(); ++i) {
       auto& t = tensors_[i];
       uint64_t begin = 0, end = 0;
-      if (__builtin_add_overflow(data_offset_, infos_[i].offset, &begin) ||
+      if (__builtin_add_overflow(data_offset_, offsets_[i], &begin) ||
           __builtin_add_overflow(begin, uint64_t(t.nbytes), &end))
-        fail("'{}': tensor '{}' has data offset {} that overflows 64 bits", name_, shown(t.name), infos_[i].offset);
+        fail("'{}': tensor '{}' has data offset {} that overflows 64 bits", name_, shown(t.name), offsets_[i]);
       if (end > file_size)
         fail("'{}' is truncated or corrupt: tensor '{}' ({} {}, {} bytes at data offset {}) ends at byte {} "
              "but the file has {} bytes ({} bytes missing)",
-             name_, shown(t.name), dtype_info(t.dtype).name, t.shape_str(), t.nbytes, infos_[i].offset, end,
+             name_, shown(t.name), dtype_info(t.dtype).name, t.shape_str(), t.nbytes, offsets_[i], end,
              file_size, end - file_size);
       t.data = base_ + begin;
     }
     std::vector<size_t> order(tensors_.size());
     std::iota(order.begin(), order.end(), size_t(0));
-    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return infos_[a].offset < infos_[b].offset; });
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return offsets_[a] < offsets_[b]; });
     for (size_t k = 1; k < order.size(); ++k) {
       const size_t a = order[k - 1], b = order[k];
-      if (infos_[a].offset + tensors_[a].nbytes > infos_[b].offset)
+      if (offsets_[a] + tensors_[a].nbytes > offsets_[b])
         fail("'{}': tensors '{}' (data bytes [{}, {})) and '{}' (data bytes [{}, {})) overlap", name_,
-             shown(tensors_[a].name), infos_[a].offset, infos_[a].offset + tensors_[a].nbytes,
-             shown(tensors_[b].name), infos_[b].offset, infos_[b].offset + tensors_[b].nbytes);
+             shown(tensors_[a].name), offsets_[a], offsets_[a] + tensors_[a].nbytes,
+             shown(tensors_[b].name), offsets_[b], offsets_[b] + tensors_[b].nbytes);
     }
   }
 
@@ -260,7 +254,7 @@ class Parser {
   json meta_;
   std::vector<std::pair<std::string, ValueType>> kv_types_, array_types_;
   std::vector<TensorView> tensors_;
-  std::vector<Info> infos_;
+  std::vector<uint64_t> offsets_;  // per tensor, relative to the data section
 };
 
 }  // namespace

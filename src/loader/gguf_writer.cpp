@@ -2,9 +2,9 @@
 #include "loader/gguf_writer.h"
 
 #include <cstring>
-#include <fstream>
 
 #include "loader/quantize.h"
+#include "loader/write_file.h"
 #include "util/error.h"
 
 namespace longctx {
@@ -175,10 +175,7 @@ std::vector<uint8_t> GgufWriter::bytes() const {
 
 void GgufWriter::write(const std::string& path) const {
   const auto b = bytes();
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f) fail("cannot create '{}'", path);
-  f.write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
-  if (!f) fail("cannot write {} bytes to '{}'", b.size(), path);
+  write_file_bytes(path, b.data(), b.size());
 }
 
 }  // namespace longctx

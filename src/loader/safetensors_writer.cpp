@@ -5,10 +5,10 @@
 
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include "loader/quantize.h"
 #include "loader/safetensors_reader.h"
+#include "loader/write_file.h"
 #include "util/error.h"
 
 namespace longctx {
@@ -34,13 +34,6 @@ std::vector<uint8_t> encode(const SafetensorsTensor& t) {
   if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
     fail("write_safetensors: tensor '{}': fp32 values can be written as F32, F16 or BF16, not {}", t.name, dtype_info(t.dtype).name);
   return encode_f32(t.dtype, t.values.data(), n);
-}
-
-void write_file(const std::string& path, const void* data, size_t n) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f) fail("cannot create '{}'", path);
-  f.write(static_cast<const char*>(data), std::streamsize(n));
-  if (!f) fail("cannot write {} bytes to '{}'", n, path);
 }
 
 }  // namespace
@@ -71,7 +64,7 @@ std::vector<uint8_t> safetensors_bytes(const std::vector<SafetensorsTensor>& ten
 void write_safetensors(const std::string& path, const std::vector<SafetensorsTensor>& tensors,
                        const std::map<std::string, std::string>& metadata) {
   const auto b = safetensors_bytes(tensors, metadata);
-  write_file(path, b.data(), b.size());
+  write_file_bytes(path, b.data(), b.size());
 }
 
 void write_safetensors_dir(const std::string& dir, const json& config, const std::vector<SafetensorsTensor>& tensors,
@@ -80,7 +73,7 @@ void write_safetensors_dir(const std::string& dir, const json& config, const std
   if (n_shards < 1) fail("write_safetensors_dir: n_shards must be >= 1, got {}", n_shards);
   fs::create_directories(dir);
   const std::string cfg = config.dump(2);
-  write_file((fs::path(dir) / "config.json").string(), cfg.data(), cfg.size());
+  write_file_bytes((fs::path(dir) / "config.json").string(), cfg.data(), cfg.size());
   if (n_shards == 1) {
     write_safetensors((fs::path(dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});
     return;
@@ -97,7 +90,7 @@ void write_safetensors_dir(const std::string& dir, const json& config, const std
     write_safetensors((fs::path(dir) / name).string(), part, {{"format", "pt"}});
   }
   const std::string idx = index.dump(2);
-  write_file((fs::path(dir) / "model.safetensors.index.json").string(), idx.data(), idx.size());
+  write_file_bytes((fs::path(dir) / "model.safetensors.index.json").string(), idx.data(), idx.size());
 }
 
 }  // namespace longctx
