@@ -44,7 +44,11 @@ struct Pretokenizer::Step {
       if (!piece.empty() && piece.front() == ' ') {
         out.emplace_back(piece);
       } else {
-        out.push_back(" " + std::string(piece));
+        std::string spaced;
+        spaced.reserve(piece.size() + 1);
+        spaced += ' ';
+        spaced += piece;
+        out.push_back(std::move(spaced));
       }
       return;
     }
