@@ -45,15 +45,15 @@ std::vector<int64_t> parse_list(const char* s) {
 }
 
 // Median time in ms of `reps` runs of fn after `warmup` runs, one event pair per run.
-double time_ms(const std::function<void()>& fn, int warmup, int reps) {
+double time_ms(const std::function<void()>& fn, int warmup, int reps, cudaStream_t stream = nullptr) {
   for (int i = 0; i < warmup; ++i) fn();
   LC_CUDA_CHECK(cudaDeviceSynchronize(), "bench warmup");
   std::vector<cudaEvent_t> ev(2 * reps);
   for (auto& e : ev) LC_CUDA_CHECK(cudaEventCreate(&e), "event create");
   for (int i = 0; i < reps; ++i) {
-    LC_CUDA_CHECK(cudaEventRecord(ev[2 * i]), "event record");
+    LC_CUDA_CHECK(cudaEventRecord(ev[2 * i], stream), "event record");
     fn();
-    LC_CUDA_CHECK(cudaEventRecord(ev[2 * i + 1]), "event record");
+    LC_CUDA_CHECK(cudaEventRecord(ev[2 * i + 1], stream), "event record");
   }
   LC_CUDA_CHECK(cudaDeviceSynchronize(), "bench timed runs");
   std::vector<double> t(reps);
@@ -139,16 +139,21 @@ int main(int argc, char** argv) {
       const double flops = 2.0 * double(S) * double(S) * kHeadDim * kHeads;  // causal: half of 4*S^2*d*H
       const int reps = std::max(3, int(reps_scale * (S <= 8192 ? 20 : S <= 32768 ? 8 : 3)));
       const struct {
-        int kind;  // 0 = FA2 mma.sync, 1 + Sm90Variant = Hopper kernel variants
+        int kind;  // 0 = FA2 mma.sync; else Hopper kernel (variant, ring stages)
+        Sm90Variant variant;
+        int stages;
         const char* name;
-      } impls[] = {{3, "sm90_pingpong"}, {2, "sm90_overlap"}, {1, "sm90_simple"}, {0, "fa2_mma_sync"}};
+      } impls[] = {{1, Sm90Variant::simple, 2, "sm90_simple_s2"},     {1, Sm90Variant::overlap, 2, "sm90_overlap_s2"},
+                   {1, Sm90Variant::pingpong, 2, "sm90_pingpong_s2"}, {1, Sm90Variant::simple, 3, "sm90_simple_s3"},
+                   {1, Sm90Variant::overlap, 3, "sm90_overlap_s3"},   {1, Sm90Variant::pingpong, 3, "sm90_pingpong_s3"},
+                   {0, Sm90Variant::simple, 0, "fa2_mma_sync"}};
       for (const auto& im : impls) {
         auto run = [&] {
           if (im.kind == 0) {
             p.impl = PrefillImpl::fa2_mma_sync;
             attention_prefill(p);
           } else {
-            attention_prefill_sm90(p, nullptr, Sm90Variant(im.kind - 1));
+            attention_prefill_sm90(p, nullptr, im.variant, im.stages);
           }
         };
         const double ms = time_ms(run, 1, reps);
@@ -189,16 +194,43 @@ int main(int argc, char** argv) {
       p.head_dim = kHeadDim;
       p.workspace = ws;
       p.workspace_bytes = ws_bytes;
-      const int splits = decode_num_splits(p);
-      const int reps = std::max(5, int(reps_scale * 50));
-      const double ms = time_ms([&] { attention_decode(p); }, 3, reps);
       const double bytes = 2.0 * double(nk) * 2;  // K + V read once
-      const double gbs = bytes / (ms * 1e-3) / 1e9;
-      std::fprintf(stderr, "decode n_kv=%lld: %.4f ms, %.0f GB/s of K+V, %d splits\n", (long long)N, ms, gbs, splits);
+      const int reps = std::max(5, int(reps_scale * 50));
+      // Auto split count first (the reported number), then more splits (finer load balance),
+      // then the auto configuration replayed from a CUDA graph (no CPU launch gaps).
+      const int auto_splits = decode_num_splits(p);
+      std::string rows;
+      double auto_ms = 0;
+      for (int mult : {1, 2, 4, 8}) {
+        p.n_splits = mult == 1 ? 0 : auto_splits * mult;
+        const int splits = decode_num_splits(p);
+        if (mult > 1 && splits == auto_splits) continue;
+        const double ms = time_ms([&] { attention_decode(p); }, 3, reps);
+        if (mult == 1) auto_ms = ms;
+        std::fprintf(stderr, "decode n_kv=%lld splits=%d: %.4f ms, %.0f GB/s of K+V\n", (long long)N, splits, ms,
+                     bytes / (ms * 1e-3) / 1e9);
+        std::snprintf(buf, sizeof buf, "%s{\"splits\": %d, \"ms\": %.5f, \"GBps\": %.1f}", rows.empty() ? "" : ", ",
+                      splits, ms, bytes / (ms * 1e-3) / 1e9);
+        rows += buf;
+      }
+      p.n_splits = 0;
+      Stream st = stream_create();
+      CudaGraph graph;
+      attention_decode(p, st);
+      graph.begin_capture(st);
+      attention_decode(p, st);
+      graph.end_capture(st);
+      const double graph_ms = time_ms([&] { graph.launch(st); }, 3, reps, static_cast<cudaStream_t>(st));
+      stream_destroy(st);
+      std::fprintf(stderr, "decode n_kv=%lld graph replay: %.4f ms, %.0f GB/s of K+V\n", (long long)N, graph_ms,
+                   bytes / (graph_ms * 1e-3) / 1e9);
+      const double gbs = bytes / (auto_ms * 1e-3) / 1e9;
       std::snprintf(buf, sizeof buf,
-                    "    {\"n_kv\": %lld, \"ms\": %.5f, \"GBps\": %.1f, \"splits\": %d, \"reps\": %d}%s\n",
-                    (long long)N, ms, gbs, splits, reps, si + 1 < decode.size() ? "," : "");
+                    "    {\"n_kv\": %lld, \"ms\": %.5f, \"GBps\": %.1f, \"splits\": %d, \"reps\": %d, "
+                    "\"graph_ms\": %.5f, \"sweep\": [",
+                    (long long)N, auto_ms, gbs, auto_splits, reps, graph_ms);
       js += buf;
+      js += rows + "]}" + (si + 1 < decode.size() ? ",\n" : "\n");
       for (void* x : {q, k, v, o, static_cast<void*>(lse), ws}) dev_free(x);
     }
     js += "  ]\n}\n";

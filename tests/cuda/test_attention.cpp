@@ -82,9 +82,10 @@ std::vector<double> pick_rows_lse(const std::vector<double>& lse, const Shape& s
   return r;
 }
 
-// kind: 0 = FA2 mma.sync kernel, 1 + Sm90Variant = the Hopper kernel variants.
-void run_prefill_impl(const Shape& s, double q_scale, int n_check_rows, int kind) {
-  SCOPED_TRACE(::testing::Message() << "prefill kind=" << kind << " n_q=" << s.n_q << " n_kv=" << s.n_kv << " q_pos0=" << s.q_pos0
+// One case: fresh inputs and the fp64 reference once, then every kernel that applies (the FA2
+// mma.sync kernel; for head_dim 128 each Hopper variant x ring depth), each on poisoned outputs.
+void run_prefill_case(const Shape& s, double q_scale, int n_check_rows = 0) {
+  SCOPED_TRACE(::testing::Message() << "prefill n_q=" << s.n_q << " n_kv=" << s.n_kv << " q_pos0=" << s.q_pos0
                                     << " heads=" << s.n_head << "/" << s.n_kv_head << " d=" << s.d
                                     << " causal=" << s.causal);
   std::vector<double> qd, kd, vd;
@@ -96,28 +97,6 @@ void run_prefill_impl(const Shape& s, double q_scale, int n_check_rows, int kind
   q.upload(qh);
   k.upload(kh);
   v.upload(vh);
-  o.poison();
-  lse.poison();
-  PrefillParams p;
-  p.q = q.p;
-  p.k = k.p;
-  p.v = v.p;
-  p.o = o.p;
-  p.lse = lse.as<float>();
-  p.n_q = s.n_q;
-  p.n_kv = s.n_kv;
-  p.q_pos0 = s.q_pos0;
-  p.n_head = s.n_head;
-  p.n_kv_head = s.n_kv_head;
-  p.head_dim = s.d;
-  p.causal = s.causal;
-  if (kind == 0) {
-    p.impl = PrefillImpl::fa2_mma_sync;
-    attention_prefill(p);
-  } else {
-    attention_prefill_sm90(p, nullptr, Sm90Variant(kind - 1));
-  }
-  device_sync();
 
   std::vector<int64_t> rows;  // all rows, or a sample that always holds the first and last
   if (n_check_rows > 0 && n_check_rows < s.n_q) {
@@ -129,31 +108,59 @@ void run_prefill_impl(const Shape& s, double q_scale, int n_check_rows, int kind
   }
   std::vector<double> o_ref, lse_ref;
   ref_attention(s, qd, kd, vd, 1.0 / std::sqrt(double(s.d)), rows, o_ref, lse_ref);
-  const auto o_got_all = to_double(o.download<uint16_t>(qh.size()));
-  auto lse_f = lse.download<float>(size_t(s.n_head) * s.n_q);
-  std::vector<double> lse_got_all(lse_f.begin(), lse_f.end());
-  // Every element must be written (NaN poison) even where not compared.
-  int64_t n_nan = 0;
-  for (double x : o_got_all) n_nan += !std::isfinite(x);
-  for (double x : lse_got_all) n_nan += !std::isfinite(x);
-  EXPECT_EQ(n_nan, 0) << "unwritten or non-finite outputs";
-
+  const auto o_ref_rows = pick_rows_o(o_ref, s, rows);
+  const auto lse_ref_rows = pick_rows_lse(lse_ref, s, rows);
   const double vmax = max_abs(vd);
-  const auto eo = compare(pick_rows_o(o_got_all, s, rows), pick_rows_o(o_ref, s, rows), 5e-3 * vmax, 1e-2);
-  const auto el = compare(pick_rows_lse(lse_got_all, s, rows), pick_rows_lse(lse_ref, s, rows), 2e-3, 1e-5);
-  std::printf("  prefill %s n_q=%lld n_kv=%lld q_pos0=%lld h=%d/%d d=%d causal=%d: O %s | LSE %s\n",
-              kind == 0 ? "fa2   " : kind == 1 ? "sm90/s" : kind == 2 ? "sm90/o" : "sm90/p", (long long)s.n_q, (long long)s.n_kv,
-              (long long)s.q_pos0, s.n_head, s.n_kv_head, s.d, int(s.causal), eo.str().c_str(), el.str().c_str());
-  EXPECT_EQ(eo.n_bad + eo.n_nan, 0) << eo.str();
-  EXPECT_LT(eo.rel_l2, 1e-2) << eo.str();
-  EXPECT_EQ(el.n_bad + el.n_nan, 0) << el.str();
-}
 
-// Both kernels where both apply (the Hopper kernel is head_dim 128 only).
-void run_prefill_case(const Shape& s, double q_scale, int n_check_rows = 0) {
-  run_prefill_impl(s, q_scale, n_check_rows, 0);
-  if (s.d == 128)
-    for (int kind = 1; kind <= 3; ++kind) run_prefill_impl(s, q_scale, n_check_rows, kind);
+  const int n_kinds = s.d == 128 ? 7 : 1;
+  for (int kind = 0; kind < n_kinds; ++kind) {
+    const int variant = (kind - 1) % 3, stages = kind <= 3 ? 2 : 3;
+    char name[32];
+    if (kind == 0)
+      std::snprintf(name, sizeof name, "fa2");
+    else
+      std::snprintf(name, sizeof name, "sm90/%s/%d", variant == 0 ? "simple" : variant == 1 ? "overlap" : "pingpong",
+                    stages);
+    SCOPED_TRACE(name);
+    o.poison();
+    lse.poison();
+    PrefillParams p;
+    p.q = q.p;
+    p.k = k.p;
+    p.v = v.p;
+    p.o = o.p;
+    p.lse = lse.as<float>();
+    p.n_q = s.n_q;
+    p.n_kv = s.n_kv;
+    p.q_pos0 = s.q_pos0;
+    p.n_head = s.n_head;
+    p.n_kv_head = s.n_kv_head;
+    p.head_dim = s.d;
+    p.causal = s.causal;
+    if (kind == 0) {
+      p.impl = PrefillImpl::fa2_mma_sync;
+      attention_prefill(p);
+    } else {
+      attention_prefill_sm90(p, nullptr, Sm90Variant(variant), stages);
+    }
+    device_sync();
+    const auto o_got_all = to_double(o.download<uint16_t>(qh.size()));
+    auto lse_f = lse.download<float>(size_t(s.n_head) * s.n_q);
+    std::vector<double> lse_got_all(lse_f.begin(), lse_f.end());
+    // Every element must be written (NaN poison) even where not compared.
+    int64_t n_nan = 0;
+    for (double x : o_got_all) n_nan += !std::isfinite(x);
+    for (double x : lse_got_all) n_nan += !std::isfinite(x);
+    EXPECT_EQ(n_nan, 0) << "unwritten or non-finite outputs";
+    const auto eo = compare(pick_rows_o(o_got_all, s, rows), o_ref_rows, 5e-3 * vmax, 1e-2);
+    const auto el = compare(pick_rows_lse(lse_got_all, s, rows), lse_ref_rows, 2e-3, 1e-5);
+    std::printf("  prefill %-16s n_q=%lld n_kv=%lld q_pos0=%lld h=%d/%d d=%d causal=%d: O %s | LSE %s\n", name,
+                (long long)s.n_q, (long long)s.n_kv, (long long)s.q_pos0, s.n_head, s.n_kv_head, s.d, int(s.causal),
+                eo.str().c_str(), el.str().c_str());
+    EXPECT_EQ(eo.n_bad + eo.n_nan, 0) << eo.str();
+    EXPECT_LT(eo.rel_l2, 1e-2) << eo.str();
+    EXPECT_EQ(el.n_bad + el.n_nan, 0) << el.str();
+  }
 }
 
 TEST(AttnPrefillSmall, CausalD128Gqa) {
@@ -257,6 +264,55 @@ TEST(AttnDecodeSmall, Group16AndOneKey) {
 TEST(AttnDecode, Long64K) {
   LC_REQUIRE_GPU();
   run_decode_case(1, 65536 + 17, 32, 8, 128, 0, 1.5);
+}
+
+TEST(AttnDecodeSmall, GraphReplayMatchesEager) {
+  LC_REQUIRE_GPU();
+  // A decode step captured once and replayed after the query changed in place: the replay must
+  // give exactly what an eager call on the new query gives.
+  const int n_head = 32, n_kv_head = 8, d = 128;
+  const int64_t n_kv = 3000;
+  std::vector<double> tmp;
+  auto q1 = random_bf16(size_t(n_head) * d, 1.0, tmp);
+  auto q2 = random_bf16(size_t(n_head) * d, 1.0, tmp);
+  auto kh = random_bf16(size_t(n_kv) * n_kv_head * d, 1.0, tmp);
+  auto vh = random_bf16(size_t(n_kv) * n_kv_head * d, 1.0, tmp);
+  DevBuf q(q1.size() * 2), k(kh.size() * 2), v(vh.size() * 2), o(q1.size() * 2);
+  const size_t ws_bytes = decode_workspace_bytes(1, n_head, d, n_kv);
+  DevBuf ws(ws_bytes);
+  q.upload(q1);
+  k.upload(kh);
+  v.upload(vh);
+  Stream st = stream_create();
+  DecodeParams p;
+  p.q = q.p;
+  p.k = k.p;
+  p.v = v.p;
+  p.o = o.p;
+  p.n_kv = n_kv;
+  p.n_head = n_head;
+  p.n_kv_head = n_kv_head;
+  p.head_dim = d;
+  p.workspace = ws.p;
+  p.workspace_bytes = ws_bytes;
+  attention_decode(p, st);  // eager first: one-time kernel setup happens outside the capture
+  stream_sync(st);
+  const auto o_eager1 = o.download<uint16_t>(q1.size());
+  CudaGraph graph;
+  graph.begin_capture(st);
+  attention_decode(p, st);
+  graph.end_capture(st);
+  copy_h2d(q.p, q2.data(), q2.size() * 2);
+  o.poison();
+  graph.launch(st);
+  stream_sync(st);
+  const auto o_graph = o.download<uint16_t>(q1.size());
+  attention_decode(p, st);
+  stream_sync(st);
+  const auto o_eager2 = o.download<uint16_t>(q1.size());
+  EXPECT_EQ(o_graph, o_eager2);
+  EXPECT_NE(o_graph, o_eager1);
+  stream_destroy(st);
 }
 
 TEST(AttnMergeSmall, RandomPartsWithEmptyPart) {

@@ -27,7 +27,7 @@
 
 #include <cmath>
 #include <cstdint>
-#include <mutex>
+#include <utility>
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_sm90.h"
@@ -45,16 +45,21 @@ constexpr float kLn2 = 0.6931471805599453f;
 constexpr int kD = 128;              // head dim handled here
 constexpr int kBlockM = 128;         // queries per CTA: 2 consumer warpgroups x 64 rows
 constexpr int kBlockN = 128;         // keys per pipeline stage (wgmma N of S = Q K^T)
-constexpr int kStages = 2;           // K/V ring depth: 160 KB of shared memory in all
 constexpr int kThreads = 384;        // 2 consumer warpgroups (warps 0-7) + 1 producer warpgroup (8-11)
 constexpr int kHalfBytes = 128 * 64 * 2;      // one [128 rows][64 dims] TMA box: 16 KB
 constexpr int kTileBytes = 2 * kHalfBytes;    // [128][128] bf16 tile: 32 KB
 constexpr int kSmemQ = 0;
 constexpr int kSmemK = kSmemQ + kTileBytes;
-constexpr int kSmemV = kSmemK + kStages * kTileBytes;
-constexpr int kSmemBar = kSmemV + kStages * kTileBytes;
-constexpr int kNumBars = 1 + 3 * kStages;     // q_full, k_full[s], v_full[s], empty[s]
-constexpr int kSmemBytes = kSmemBar + kNumBars * 8 + 1024;  // + slack to align the base to 1024
+// K/V ring of kStages stages: 2 stages = 160 KB of shared memory, 3 stages = 225 KB (the most
+// a block may opt into is 227 KB).
+template <int kStages>
+struct Sm90Smem {
+  static constexpr int kSmemV = kSmemK + kStages * kTileBytes;
+  static constexpr int kSmemBar = kSmemV + kStages * kTileBytes;
+  static constexpr int kNumBars = 1 + 3 * kStages;  // q_full, k_full[s], v_full[s], empty[s]
+  static constexpr int kBytes = kSmemBar + kNumBars * 8 + 1024;  // + slack to align the base to 1024
+  static_assert(kBytes <= 227 * 1024, "shared memory per block");
+};
 constexpr int kConsumerThreads = 256;
 // Register split by setmaxnreg: 128 x 24 (producer) + 256 x 240 (consumers) <= 64K. The consumer
 // loop needs ~200 (O 64 + S 64 + P 32 + addressing); ptxas allocates per branch only when the
@@ -187,17 +192,18 @@ __device__ __forceinline__ void wgmma_rs_tb(float (&d)[64], const uint32_t (&a)[
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
 }
 
-template <bool kOverlap, bool kPingPong>
+template <bool kOverlap, bool kPingPong, int kStages>
 __global__ void __launch_bounds__(kThreads, 1)
     attn_prefill_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                              const __grid_constant__ CUtensorMap tm_v, const Sm90Args a) {
   extern __shared__ uint8_t smem_raw[];
   const uint32_t base = (mma::smem_u32(smem_raw) + 1023u) & ~1023u;
-  const uint32_t sQ = base + kSmemQ, sK = base + kSmemK, sV = base + kSmemV;
-  const uint32_t bar_q = base + kSmemBar;
-  auto bar_k = [&](int s) { return base + kSmemBar + 8u * (1 + s); };
-  auto bar_v = [&](int s) { return base + kSmemBar + 8u * (1 + kStages + s); };
-  auto bar_e = [&](int s) { return base + kSmemBar + 8u * (1 + 2 * kStages + s); };
+  using L = Sm90Smem<kStages>;
+  const uint32_t sQ = base + kSmemQ, sK = base + kSmemK, sV = base + L::kSmemV;
+  const uint32_t bar_q = base + L::kSmemBar;
+  auto bar_k = [&](int s) { return base + L::kSmemBar + 8u * (1 + s); };
+  auto bar_v = [&](int s) { return base + L::kSmemBar + 8u * (1 + kStages + s); };
+  auto bar_e = [&](int s) { return base + L::kSmemBar + 8u * (1 + 2 * kStages + s); };
 
   const int h = blockIdx.x;
   const int64_t m0 = int64_t(a.n_mblocks - 1 - int(blockIdx.y)) * kBlockM;  // heaviest first
@@ -477,19 +483,31 @@ bool attention_prefill_sm90_supported(const PrefillParams& p) {
   return hopper && p.head_dim == kD && p.n_kv > 0 && p.n_q > 0 && p.n_q <= 0x7fffffff && p.n_kv <= 0x7fffffff;
 }
 
-void attention_prefill_sm90(const PrefillParams& p, Stream s, Sm90Variant variant) {
+using Sm90Kernel = void (*)(const CUtensorMap, const CUtensorMap, const CUtensorMap, const Sm90Args);
+
+template <bool kOverlap, bool kPingPong, int kStages>
+std::pair<Sm90Kernel, int> sm90_entry() {
+  Sm90Kernel k = attn_prefill_sm90_kernel<kOverlap, kPingPong, kStages>;
+  const int smem = Sm90Smem<kStages>::kBytes;
+  static const cudaError_t err =
+      cudaFuncSetAttribute(attn_prefill_sm90_kernel<kOverlap, kPingPong, kStages>,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  LC_CUDA_CHECK(err, "attn_prefill_sm90_kernel<%d,%d,%d>: raising dynamic shared memory to %d bytes", int(kOverlap),
+                int(kPingPong), kStages, smem);
+  return {k, smem};
+}
+
+void attention_prefill_sm90(const PrefillParams& p, Stream s, Sm90Variant variant, int stages) {
   LC_REQUIRE(attention_prefill_sm90_supported(p), "attention_prefill_sm90: unsupported shape (head_dim %d)",
              p.head_dim);
-  static const cudaError_t attr_err[3] = {
-      cudaFuncSetAttribute(attn_prefill_sm90_kernel<false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           kSmemBytes),
-      cudaFuncSetAttribute(attn_prefill_sm90_kernel<true, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           kSmemBytes),
-      cudaFuncSetAttribute(attn_prefill_sm90_kernel<true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           kSmemBytes)};
+  LC_REQUIRE(stages == 2 || stages == 3, "attention_prefill_sm90: stages %d (2 or 3)", stages);
   const int mode = int(variant);
   LC_REQUIRE(mode >= 0 && mode < 3, "attention_prefill_sm90: bad variant %d", mode);
-  LC_CUDA_CHECK(attr_err[mode], "attn_prefill_sm90_kernel: raising dynamic shared memory to %d bytes", kSmemBytes);
+  std::pair<Sm90Kernel, int> e;
+  if (stages == 2)
+    e = mode == 0 ? sm90_entry<false, false, 2>() : mode == 1 ? sm90_entry<true, false, 2>() : sm90_entry<true, true, 2>();
+  else
+    e = mode == 0 ? sm90_entry<false, false, 3>() : mode == 1 ? sm90_entry<true, false, 3>() : sm90_entry<true, true, 3>();
   const CUtensorMap tq = make_map(p.q, p.n_q, p.n_head, "q");
   const CUtensorMap tk = make_map(p.k, p.n_kv, p.n_kv_head, "k");
   const CUtensorMap tv = make_map(p.v, p.n_kv, p.n_kv_head, "v");
@@ -506,15 +524,9 @@ void attention_prefill_sm90(const PrefillParams& p, Stream s, Sm90Variant varian
   a.scale_log2 = scale * kLog2e;
   a.causal = p.causal;
   const dim3 grid(p.n_head, a.n_mblocks);
-  auto st = static_cast<cudaStream_t>(s);
-  if (variant == Sm90Variant::simple)
-    attn_prefill_sm90_kernel<false, false><<<grid, kThreads, kSmemBytes, st>>>(tq, tk, tv, a);
-  else if (variant == Sm90Variant::overlap)
-    attn_prefill_sm90_kernel<true, false><<<grid, kThreads, kSmemBytes, st>>>(tq, tk, tv, a);
-  else
-    attn_prefill_sm90_kernel<true, true><<<grid, kThreads, kSmemBytes, st>>>(tq, tk, tv, a);
-  LC_LAUNCH_CHECK("attn_prefill_sm90_kernel<variant=%d> n_q=%lld n_kv=%lld q_pos0=%lld heads=%d/%d grid=(%d,%d)",
-                  mode, (long long)p.n_q, (long long)p.n_kv, (long long)p.q_pos0, p.n_head, p.n_kv_head, grid.x, grid.y);
+  e.first<<<grid, kThreads, e.second, static_cast<cudaStream_t>(s)>>>(tq, tk, tv, a);
+  LC_LAUNCH_CHECK("attn_prefill_sm90_kernel<variant=%d,stages=%d> n_q=%lld n_kv=%lld q_pos0=%lld heads=%d/%d grid=(%d,%d)",
+                  mode, stages, (long long)p.n_q, (long long)p.n_kv, (long long)p.q_pos0, p.n_head, p.n_kv_head, grid.x, grid.y);
 }
 
 }  // namespace longctx::cuda

@@ -11,8 +11,11 @@ bool attention_prefill_sm90_supported(const PrefillParams& p);
 // overlap = FA3's intra-warpgroup pipelining (S of tile t in flight with P V of tile t-1);
 // pingpong = overlap + the two consumer warpgroups taking turns on the tensor cores.
 enum class Sm90Variant : int { simple = 0, overlap = 1, pingpong = 2 };
-inline constexpr Sm90Variant kSm90Default = Sm90Variant::pingpong;
-void attention_prefill_sm90(const PrefillParams& p, Stream s, Sm90Variant variant = kSm90Default);
+// stages: depth of the K/V shared-memory ring (2 or 3).
+inline constexpr Sm90Variant kSm90Default = Sm90Variant::simple;
+inline constexpr int kSm90DefaultStages = 2;
+void attention_prefill_sm90(const PrefillParams& p, Stream s, Sm90Variant variant = kSm90Default,
+                            int stages = kSm90DefaultStages);
 // The mma.sync (FlashAttention-2 style) kernel, any Ampere+ GPU, head_dim 64/128.
 void attention_prefill_fa2(const PrefillParams& p, Stream s);
 

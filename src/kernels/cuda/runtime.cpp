@@ -139,4 +139,40 @@ void DeviceArena::rewind(size_t mark) {
   used_ = mark;
 }
 
+CudaGraph::~CudaGraph() {
+  if (exec_) (void)cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+  if (graph_) (void)cudaGraphDestroy(static_cast<cudaGraph_t>(graph_));
+}
+
+void CudaGraph::begin_capture(Stream s) {
+  LC_REQUIRE(s != nullptr, "CudaGraph::begin_capture: capture needs a stream from stream_create(), not the default stream");
+  LC_CUDA_CHECK(cudaStreamBeginCapture(st(s), cudaStreamCaptureModeThreadLocal), "CudaGraph::begin_capture");
+}
+
+void CudaGraph::end_capture(Stream s) {
+  cudaGraph_t g = nullptr;
+  LC_CUDA_CHECK(cudaStreamEndCapture(st(s), &g), "CudaGraph::end_capture (a kernel launch inside the capture failed?)");
+  if (exec_) {
+    cudaGraphExecUpdateResultInfo info{};
+    if (cudaGraphExecUpdate(static_cast<cudaGraphExec_t>(exec_), g, &info) == cudaSuccess) {
+      if (graph_) LC_CUDA_CHECK(cudaGraphDestroy(static_cast<cudaGraph_t>(graph_)), "CudaGraph: destroy old graph");
+      graph_ = g;
+      return;
+    }
+    (void)cudaGetLastError();  // topology changed: build a new executable graph
+    LC_CUDA_CHECK(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_)), "CudaGraph: destroy old exec");
+    exec_ = nullptr;
+  }
+  if (graph_) LC_CUDA_CHECK(cudaGraphDestroy(static_cast<cudaGraph_t>(graph_)), "CudaGraph: destroy old graph");
+  graph_ = g;
+  cudaGraphExec_t e = nullptr;
+  LC_CUDA_CHECK(cudaGraphInstantiate(&e, g, 0), "CudaGraph::end_capture: instantiate");
+  exec_ = e;
+}
+
+void CudaGraph::launch(Stream s) {
+  LC_REQUIRE(exec_ != nullptr, "CudaGraph::launch: nothing captured");
+  LC_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), st(s)), "CudaGraph::launch");
+}
+
 }  // namespace longctx::cuda

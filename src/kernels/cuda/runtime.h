@@ -73,4 +73,27 @@ class DeviceArena {
   size_t capacity_ = 0, used_ = 0, peak_ = 0;
 };
 
+// CudaGraph: capture the kernels a stream issues (e.g. one decode step) once, then replay them
+// with one launch: no per-kernel CPU launch cost, and the device runs the step back to back.
+// Replays read whatever the captured pointers hold at replay time, so a decode loop keeps its
+// buffers fixed (arena) and only rewrites their contents. Capture needs a non-default stream
+// (stream_create()); kernels' one-time setup (smem attributes) must have run before capture,
+// which one eager call of the step does. A second capture into the same object updates the
+// executable graph in place when the topology is unchanged, else re-instantiates it.
+class CudaGraph {
+ public:
+  CudaGraph() = default;
+  ~CudaGraph();
+  CudaGraph(const CudaGraph&) = delete;
+  CudaGraph& operator=(const CudaGraph&) = delete;
+  void begin_capture(Stream s);
+  void end_capture(Stream s);
+  void launch(Stream s);
+  bool ready() const { return exec_ != nullptr; }
+
+ private:
+  void* graph_ = nullptr;  // cudaGraph_t
+  void* exec_ = nullptr;   // cudaGraphExec_t
+};
+
 }  // namespace longctx::cuda
