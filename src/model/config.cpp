@@ -106,8 +106,9 @@ ModelConfig from_gguf(const ModelFile& mf) {
   } else if (st != "none" && !st.empty()) {
     fail("{}: unsupported rope scaling type '{}' (supported: none, linear; llama3 via rope_freqs)", where, st);
   }
-  // Llama-3.1 GGUFs carry the llama3 scaling as a rope_freqs.weight tensor of divisors,
-  // which the model applies on top of plain frequencies.
+  // Llama-3.1 GGUFs carry the llama3 scaling as a rope_freqs.weight tensor of per-frequency
+  // divisors (applied by the model on top of plain frequencies); shown as "llama3".
+  if (mf.find("rope_freqs.weight")) c.rope_scaling.type = "llama3";
   c.tied_embeddings = mf.find("output.weight") == nullptr;
   return c;
 }

@@ -15,7 +15,8 @@ Transformer::Transformer(ModelConfig cfg, ModelWeights w, std::unique_ptr<Attent
   RopeParams rp;
   rp.head_dim = cfg_.head_dim;
   rp.theta = cfg_.rope_theta;
-  rp.scaling = cfg_.rope_scaling.type.c_str();
+  // GGUF llama3 models give the scaling as divisors (rope_freqs); the config only names it.
+  rp.scaling = w_.rope_freqs.empty() ? cfg_.rope_scaling.type.c_str() : "none";
   rp.factor = cfg_.rope_scaling.factor;
   rp.low_freq_factor = cfg_.rope_scaling.low_freq_factor;
   rp.high_freq_factor = cfg_.rope_scaling.high_freq_factor;

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <string>
 
+#include "model/qk_permute.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 
@@ -74,20 +75,6 @@ class Reader {
   bool gguf_;
 };
 
-// Undo convert_hf_to_gguf's Q/K row permutation for the llama architecture: within each head
-// the GGUF row 2j+s holds HF row s*(head_dim/2)+j. w: [n_heads*head_dim, cols].
-void unpermute_rows(std::vector<float>& w, int n_heads, int head_dim, int64_t cols) {
-  std::vector<float> src = w;
-  const int half = head_dim / 2;
-  for (int h = 0; h < n_heads; ++h)
-    for (int s = 0; s < 2; ++s)
-      for (int j = 0; j < half; ++j) {
-        const int64_t dst_row = int64_t(h) * head_dim + s * half + j;
-        const int64_t src_row = int64_t(h) * head_dim + 2 * j + s;
-        std::copy_n(src.data() + src_row * cols, cols, w.data() + dst_row * cols);
-      }
-}
-
 }  // namespace
 
 ModelWeights ModelWeights::load(const ModelFile& mf, const ModelConfig& c) {
@@ -118,10 +105,10 @@ ModelWeights ModelWeights::load(const ModelFile& mf, const ModelConfig& c) {
       L.bv = r.read(kBv, {KV}, l);
     }
     if (permuted) {
-      unpermute_rows(L.wq, c.n_head, c.head_dim, E);
-      unpermute_rows(L.wk, c.n_kv_head, c.head_dim, E);
-      if (!L.bq.empty()) unpermute_rows(L.bq, c.n_head, c.head_dim, 1);
-      if (!L.bk.empty()) unpermute_rows(L.bk, c.n_kv_head, c.head_dim, 1);
+      L.wq = permute_qk_rows(L.wq, c.n_head, c.head_dim, E, true);
+      L.wk = permute_qk_rows(L.wk, c.n_kv_head, c.head_dim, E, true);
+      if (!L.bq.empty()) L.bq = permute_qk_rows(L.bq, c.n_head, c.head_dim, 1, true);
+      if (!L.bk.empty()) L.bk = permute_qk_rows(L.bk, c.n_kv_head, c.head_dim, 1, true);
     }
     L.ffn_norm = r.read(kFfnNorm, {E}, l);
     L.w_gate = r.read(kGate, {c.n_ff, E}, l);
