@@ -46,10 +46,14 @@ class Tokenizer {
   virtual int32_t eos_id() const = 0;  // -1 if none
   virtual bool is_end_of_generation(int32_t id) const = 0;  // eos, eot, <|im_end|>, <|eot_id|>, ...
   virtual bool adds_bos() const = 0;  // the model's default for add_bos
-  virtual std::string kind() const = 0;  // "bpe:gpt2", "bpe:llama3", "bpe:qwen2", "bpe:smollm", "spm"
+  // "bpe:gpt2", "bpe:llama3", "bpe:qwen2", "bpe:smollm", "bpe:custom" (other tokenizer.json
+  // pre-tokenizer pipelines), "spm".
+  virtual std::string kind() const = 0;
 
   // Renders messages with the model's chat template (family detected from the template text:
-  // ChatML, Llama-3, Llama-2/Mistral [INST]); throws Error if the model has no usable template.
+  // ChatML, Llama-3, Llama-3.1, Llama-2/Mistral [INST]; see chat_template.h); throws Error if the
+  // model has no usable template, or where the Jinja template itself would raise. The result
+  // contains special-token text (e.g. BOS): encode it with add_bos=false, parse_special=true.
   virtual std::string apply_chat_template(std::span<const ChatMessage> messages,
                                           bool add_generation_prompt) const = 0;
 };

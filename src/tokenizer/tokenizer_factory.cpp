@@ -3,6 +3,10 @@
 // GGUF: tokenizer.ggml.model selects the kind ("gpt2" byte-level BPE, "llama" SentencePiece),
 // tokenizer.ggml.pre the pre-tokenizer preset. HF: tokenizer.json must be a BPE model with a
 // ByteLevel pre-tokenizer/decoder; its pre_tokenizer pipeline is rebuilt step by step.
+//
+// Known gaps: a tokenizer.json "NFC" normalizer (Qwen2) is accepted but not applied, so text
+// that is not already NFC may tokenize differently from HF (llama.cpp does not apply it either);
+// SentencePiece-style tokenizer.json files (Llama-2 HF dirs) are refused with a clear error.
 #include <algorithm>
 #include <array>
 #include <string_view>

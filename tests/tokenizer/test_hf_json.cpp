@@ -52,6 +52,23 @@ TEST(HfJson, SpecialIdsAndTemplates) {
   EXPECT_EQ(custom.size(), 3u);
 }
 
+TEST(HfJson, BosFromPostProcessor) {
+  // Without add_bos_token in tokenizer_config.json, a TemplateProcessing post-processor that starts
+  // with the BOS token means "add BOS" (as in Llama-3's tokenizer.json).
+  const json g = testing::load_json(testing::golden_path("hf_bpe_tiny.json"));
+  json tj = g["llama3"]["tokenizer"];
+  tj["post_processor"] = json::parse(R"({"type": "Sequence", "processors": [
+      {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": false, "use_regex": true},
+      {"type": "TemplateProcessing",
+       "single": [{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+       "pair": [], "special_tokens": {}}]})");
+  json cfg = g["llama3"]["tokenizer_config"];
+  cfg.erase("add_bos_token");
+  EXPECT_TRUE(Tokenizer::from_hf_json(tj, cfg)->adds_bos());
+  tj["post_processor"] = nullptr;
+  EXPECT_FALSE(Tokenizer::from_hf_json(tj, cfg)->adds_bos());
+}
+
 TEST(HfJson, Errors) {
   const json g = testing::load_json(testing::golden_path("hf_bpe_tiny.json"));
   json tj = g["qwen2"]["tokenizer"];
