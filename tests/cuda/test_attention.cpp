@@ -84,19 +84,42 @@ std::vector<double> pick_rows_lse(const std::vector<double>& lse, const Shape& s
 
 // One case: fresh inputs and the fp64 reference once, then every kernel that applies (the FA2
 // mma.sync kernel; for head_dim 128 each Hopper variant x ring depth), each on poisoned outputs.
-void run_prefill_case(const Shape& s, double q_scale, int n_check_rows = 0) {
-  SCOPED_TRACE(::testing::Message() << "prefill n_q=" << s.n_q << " n_kv=" << s.n_kv << " q_pos0=" << s.q_pos0
+// page_size > 0: K/V go to a paged pool (pages in random order, spare rows filled with NaN,
+// which the kernels must never let through).
+void run_prefill_case(const Shape& s, double q_scale, int n_check_rows = 0, int page_size = 0) {
+  SCOPED_TRACE(::testing::Message() << "prefill page_size=" << page_size << " n_q=" << s.n_q << " n_kv=" << s.n_kv << " q_pos0=" << s.q_pos0
                                     << " heads=" << s.n_head << "/" << s.n_kv_head << " d=" << s.d
                                     << " causal=" << s.causal);
   std::vector<double> qd, kd, vd;
   auto qh = random_bf16(size_t(s.n_q) * s.n_head * s.d, q_scale, qd);
   auto kh = random_bf16(size_t(s.n_kv) * s.n_kv_head * s.d, 1.0, kd);
   auto vh = random_bf16(size_t(s.n_kv) * s.n_kv_head * s.d, 1.0, vd);
+  std::vector<int32_t> table;
+  int64_t pool_rows = s.n_kv;
+  if (page_size > 0) {
+    const int n_pages = int((s.n_kv + page_size - 1) / page_size);
+    const int n_pool_pages = n_pages + 2;
+    std::vector<int32_t> perm(n_pool_pages);
+    for (int i = 0; i < n_pool_pages; ++i) perm[i] = i;
+    std::shuffle(perm.begin(), perm.end(), rng());
+    table.assign(perm.begin(), perm.begin() + n_pages);
+    pool_rows = int64_t(n_pool_pages) * page_size;
+    const size_t row = size_t(s.n_kv_head) * s.d;
+    std::vector<uint16_t> kp(size_t(pool_rows) * row, 0xffff), vp(size_t(pool_rows) * row, 0xffff);  // NaN
+    for (int64_t j = 0; j < s.n_kv; ++j) {
+      const size_t dst = (size_t(table[j / page_size]) * page_size + j % page_size) * row;
+      std::copy(kh.begin() + j * row, kh.begin() + (j + 1) * row, kp.begin() + dst);
+      std::copy(vh.begin() + j * row, vh.begin() + (j + 1) * row, vp.begin() + dst);
+    }
+    kh.swap(kp);
+    vh.swap(vp);
+  }
   DevBuf q(qh.size() * 2), k(kh.size() * 2), v(vh.size() * 2), o(qh.size() * 2),
-      lse(size_t(s.n_head) * s.n_q * 4);
+      lse(size_t(s.n_head) * s.n_q * 4), tb(std::max<size_t>(1, table.size()) * 4);
   q.upload(qh);
   k.upload(kh);
   v.upload(vh);
+  if (!table.empty()) tb.upload(table);
 
   std::vector<int64_t> rows;  // all rows, or a sample that always holds the first and last
   if (n_check_rows > 0 && n_check_rows < s.n_q) {
@@ -112,7 +135,7 @@ void run_prefill_case(const Shape& s, double q_scale, int n_check_rows = 0) {
   const auto lse_ref_rows = pick_rows_lse(lse_ref, s, rows);
   const double vmax = max_abs(vd);
 
-  const int n_kinds = s.d == 128 ? 7 : 1;
+  const int n_kinds = (s.d == 128 && page_size % 128 == 0) ? 7 : 1;
   for (int kind = 0; kind < n_kinds; ++kind) {
     const int variant = (kind - 1) % 3, stages = kind <= 3 ? 2 : 3;
     char name[32];
@@ -137,6 +160,11 @@ void run_prefill_case(const Shape& s, double q_scale, int n_check_rows = 0) {
     p.n_kv_head = s.n_kv_head;
     p.head_dim = s.d;
     p.causal = s.causal;
+    if (page_size > 0) {
+      p.page_table = tb.as<int32_t>();
+      p.page_size = page_size;
+      p.kv_pool_rows = pool_rows;
+    }
     if (kind == 0) {
       p.impl = PrefillImpl::fa2_mma_sync;
       attention_prefill(p);
@@ -154,9 +182,9 @@ void run_prefill_case(const Shape& s, double q_scale, int n_check_rows = 0) {
     EXPECT_EQ(n_nan, 0) << "unwritten or non-finite outputs";
     const auto eo = compare(pick_rows_o(o_got_all, s, rows), o_ref_rows, 5e-3 * vmax, 1e-2);
     const auto el = compare(pick_rows_lse(lse_got_all, s, rows), lse_ref_rows, 2e-3, 1e-5);
-    std::printf("  prefill %-16s n_q=%lld n_kv=%lld q_pos0=%lld h=%d/%d d=%d causal=%d: O %s | LSE %s\n", name,
-                (long long)s.n_q, (long long)s.n_kv, (long long)s.q_pos0, s.n_head, s.n_kv_head, s.d, int(s.causal),
-                eo.str().c_str(), el.str().c_str());
+    std::printf("  prefill %-16s page=%d n_q=%lld n_kv=%lld q_pos0=%lld h=%d/%d d=%d causal=%d: O %s | LSE %s\n", name,
+                page_size, (long long)s.n_q, (long long)s.n_kv, (long long)s.q_pos0, s.n_head, s.n_kv_head, s.d,
+                int(s.causal), eo.str().c_str(), el.str().c_str());
     EXPECT_EQ(eo.n_bad + eo.n_nan, 0) << eo.str();
     EXPECT_LT(eo.rel_l2, 1e-2) << eo.str();
     EXPECT_EQ(el.n_bad + el.n_nan, 0) << el.str();
@@ -185,6 +213,14 @@ TEST(AttnPrefillSmall, TinyShapes) {
   run_prefill_case({1, 130, 129, 4, 2, 128, true}, 1.0);
   run_prefill_case({129, 129, 0, 2, 2, 128, true}, 1.0);
 }
+TEST(AttnPrefillSmall, PagedKvWithNanSpareRows) {
+  LC_REQUIRE_GPU();
+  run_prefill_case({150, 1000, 850, 8, 2, 128, true}, 1.0, 0, 128);  // chunk against a paged prefix
+  run_prefill_case({300, 300, 0, 4, 1, 128, true}, 1.0, 0, 256);
+  run_prefill_case({100, 700, 600, 8, 2, 64, true}, 1.0, 0, 64);     // FA2 kernel only
+  run_prefill_case({64, 500, 0, 4, 2, 128, false}, 1.0, 0, 128);     // non-causal: every key seen
+}
+
 TEST(AttnPrefill, Causal4KSampledRows) {
   LC_REQUIRE_GPU();
   run_prefill_case({4096, 4096, 0, 32, 8, 128, true}, 1.0, 48);
@@ -264,6 +300,86 @@ TEST(AttnDecodeSmall, Group16AndOneKey) {
 TEST(AttnDecode, Long64K) {
   LC_REQUIRE_GPU();
   run_decode_case(1, 65536 + 17, 32, 8, 128, 0, 1.5);
+}
+
+// Paged KV cache with per-sequence lengths: pages scattered at random in a shared pool.
+void run_decode_paged(int page_size, const std::vector<int32_t>& lens, int n_head, int n_kv_head, int d) {
+  SCOPED_TRACE(::testing::Message() << "paged decode page_size=" << page_size << " n_seq=" << lens.size());
+  const int n_seq = int(lens.size());
+  const int64_t n_kv_max = *std::max_element(lens.begin(), lens.end());
+  const int max_pages = int((n_kv_max + page_size - 1) / page_size);
+  const int n_pages = n_seq * max_pages + 3;  // a few pages nobody uses
+  std::vector<int32_t> perm(n_pages);
+  for (int i = 0; i < n_pages; ++i) perm[i] = i;
+  std::shuffle(perm.begin(), perm.end(), rng());
+  std::vector<int32_t> table(size_t(n_seq) * max_pages);
+  for (size_t i = 0; i < table.size(); ++i) table[i] = perm[i];
+  const size_t row = size_t(n_kv_head) * d;
+  std::vector<double> qd, kpool_d, vpool_d;
+  auto qh = random_bf16(size_t(n_seq) * n_head * d, 1.5, qd);
+  auto kh = random_bf16(size_t(n_pages) * page_size * row, 1.0, kpool_d);
+  auto vh = random_bf16(size_t(n_pages) * page_size * row, 1.0, vpool_d);
+  DevBuf q(qh.size() * 2), k(kh.size() * 2), v(vh.size() * 2), o(qh.size() * 2), lse(size_t(n_seq) * n_head * 4),
+      tb(table.size() * 4), ln(lens.size() * 4);
+  const size_t ws_bytes = decode_workspace_bytes(n_seq, n_head, d, n_kv_max);
+  DevBuf ws(ws_bytes);
+  q.upload(qh);
+  k.upload(kh);
+  v.upload(vh);
+  tb.upload(table);
+  ln.upload(lens);
+  o.poison();
+  lse.poison();
+  DecodeParams p;
+  p.q = q.p;
+  p.k = k.p;
+  p.v = v.p;
+  p.o = o.p;
+  p.lse = lse.as<float>();
+  p.n_seq = n_seq;
+  p.n_kv = n_kv_max;
+  p.kv_lens = ln.as<int32_t>();
+  p.page_table = tb.as<int32_t>();
+  p.page_size = page_size;
+  p.max_pages_per_seq = max_pages;
+  p.n_head = n_head;
+  p.n_kv_head = n_kv_head;
+  p.head_dim = d;
+  p.workspace = ws.p;
+  p.workspace_bytes = ws_bytes;
+  attention_decode(p);
+  device_sync();
+  const auto o_got = to_double(o.download<uint16_t>(qh.size()));
+  const auto lse_f = lse.download<float>(size_t(n_seq) * n_head);
+  std::vector<double> o_ref_all, lse_ref_all;
+  for (int b = 0; b < n_seq; ++b) {
+    const int64_t n_kv = lens[b];
+    std::vector<double> kb(size_t(n_kv) * row), vb(size_t(n_kv) * row);
+    for (int64_t j = 0; j < n_kv; ++j) {
+      const size_t src = (size_t(table[size_t(b) * max_pages + j / page_size]) * page_size + j % page_size) * row;
+      std::copy(kpool_d.begin() + src, kpool_d.begin() + src + row, kb.begin() + j * row);
+      std::copy(vpool_d.begin() + src, vpool_d.begin() + src + row, vb.begin() + j * row);
+    }
+    std::vector<double> qb(qd.begin() + size_t(b) * n_head * d, qd.begin() + size_t(b + 1) * n_head * d);
+    Shape s{1, n_kv, n_kv - 1, n_head, n_kv_head, d, true};
+    std::vector<double> o_ref, lse_ref;
+    ref_attention(s, qb, kb, vb, 1.0 / std::sqrt(double(d)), {}, o_ref, lse_ref);
+    o_ref_all.insert(o_ref_all.end(), o_ref.begin(), o_ref.end());
+    lse_ref_all.insert(lse_ref_all.end(), lse_ref.begin(), lse_ref.end());
+  }
+  const auto eo = compare(o_got, o_ref_all, 5e-3 * max_abs(vpool_d), 1e-2);
+  const auto el = compare(std::vector<double>(lse_f.begin(), lse_f.end()), lse_ref_all, 2e-3, 1e-5);
+  std::printf("  paged decode page=%d n_seq=%d n_kv_max=%lld h=%d/%d d=%d: O %s | LSE %s\n", page_size, n_seq,
+              (long long)n_kv_max, n_head, n_kv_head, d, eo.str().c_str(), el.str().c_str());
+  EXPECT_EQ(eo.n_bad + eo.n_nan, 0) << eo.str();
+  EXPECT_LT(eo.rel_l2, 1e-2) << eo.str();
+  EXPECT_EQ(el.n_bad + el.n_nan, 0) << el.str();
+}
+
+TEST(AttnDecodeSmall, PagedVariableLengths) {
+  LC_REQUIRE_GPU();
+  run_decode_paged(128, {5000, 1234, 64, 1}, 32, 8, 128);
+  run_decode_paged(64, {777, 3000}, 16, 4, 64);
 }
 
 TEST(AttnDecodeSmall, GraphReplayMatchesEager) {

@@ -38,6 +38,12 @@ struct PrefillParams {
   float scale = 0.f;  // 0 = 1/sqrt(head_dim)
   bool causal = true;
   PrefillImpl impl = PrefillImpl::automatic;
+  // Paged KV (optional): k and v are pools [kv_pool_rows, n_kv_head, head_dim]; key j is pool
+  // row page_table[j / page_size] * page_size + j % page_size. page_size: a multiple of 64
+  // (the Hopper kernel needs a multiple of 128; other sizes take the FA2 kernel).
+  const int32_t* page_table = nullptr;  // device int32 [ceil(n_kv / page_size)]
+  int page_size = 0;
+  int64_t kv_pool_rows = 0;
 };
 
 // Picks the Hopper kernel (wgmma + TMA, warp-specialised, FlashAttention-3 style) for
@@ -52,8 +58,18 @@ struct DecodeParams {
   void* o = nullptr;        // bf16 [n_seq, n_head, head_dim]
   float* lse = nullptr;     // fp32 [n_seq, n_head], optional
   int n_seq = 1;
-  int64_t n_kv = 0;           // keys per sequence (all attended: the query is the last position)
-  int64_t kv_seq_stride = 0;  // elements between sequences' K (and V); 0 = n_kv*n_kv_head*head_dim
+  int64_t n_kv = 0;           // keys per sequence (all attended: the query is the last position);
+                              // with kv_lens: the longest sequence (sizes the split plan)
+  int64_t kv_seq_stride = 0;  // contiguous layout: elements between sequences' K (and V);
+                              // 0 = n_kv*n_kv_head*head_dim
+  const int32_t* kv_lens = nullptr;  // device int32 [n_seq], optional: per-sequence key counts
+                                     // (each in 1..n_kv)
+  // Paged KV (optional): k and v are pools [n_pages * page_size, n_kv_head, head_dim]; key j of
+  // sequence b is pool row page_table[b * max_pages_per_seq + j / page_size] * page_size
+  // + j % page_size. page_size must be a multiple of 64.
+  const int32_t* page_table = nullptr;  // device int32 [n_seq, max_pages_per_seq]
+  int page_size = 0;
+  int max_pages_per_seq = 0;
   int n_head = 0;
   int n_kv_head = 0;  // n_head / n_kv_head <= 16 (one mma row tile holds a GQA group)
   int head_dim = 0;

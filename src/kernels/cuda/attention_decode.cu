@@ -52,7 +52,10 @@ struct DecodeArgs {
   const bf16* v;
   float* o_part;    // [n_seq * n_head][n_splits][D]
   float* lse_part;  // [n_seq * n_head][n_splits]
-  int64_t n_kv, kv_seq_stride;
+  int64_t n_kv, kv_seq_stride;     // n_kv: the longest sequence (kv_lens absent: every sequence)
+  const int32_t* kv_lens;          // optional per-sequence lengths
+  const int32_t* page_table;       // optional: [n_seq][max_pages] page ids into the K/V pools
+  int page_size, max_pages;
   int n_head, n_kv_head, group, n_splits, tiles_per_split;
   float scale_log2;
 };
@@ -67,22 +70,31 @@ __global__ void __launch_bounds__(DecodeTile<D>::kThreads) attn_decode_split_ker
   const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, tq = lane & 3;
-  const int64_t n_tiles_total = (a.n_kv + T::kBlockN - 1) / T::kBlockN;
+  const int64_t n_kv = a.kv_lens ? int64_t(a.kv_lens[b]) : a.n_kv;  // this sequence's keys
+  const int64_t n_tiles_total = (n_kv + T::kBlockN - 1) / T::kBlockN;
   const int64_t t_begin = int64_t(split) * a.tiles_per_split;
   const int64_t t_end = min(n_tiles_total, t_begin + a.tiles_per_split);
   const int n_tiles = t_end > t_begin ? int(t_end - t_begin) : 0;
   const int64_t ldk = int64_t(a.n_kv_head) * D;
-  const bf16* kg = a.k + int64_t(b) * a.kv_seq_stride + int64_t(kvh) * D;
-  const bf16* vg = a.v + int64_t(b) * a.kv_seq_stride + int64_t(kvh) * D;
+  // Contiguous: sequence b's rows start at b * kv_seq_stride. Paged: pools of pages, the table
+  // maps (sequence, key / page_size) to a page; a 64-key tile never straddles a page
+  // (page_size is a multiple of 64).
+  const bf16* kg = a.k + int64_t(kvh) * D + (a.page_table ? 0 : int64_t(b) * a.kv_seq_stride);
+  const bf16* vg = a.v + int64_t(kvh) * D + (a.page_table ? 0 : int64_t(b) * a.kv_seq_stride);
 
   auto load_kv = [&](int i, int stage) {  // i: tile index within this split
     const int64_t n0 = (t_begin + i) * T::kBlockN;
+    int64_t row0 = n0;
+    if (a.page_table) {
+      const int64_t page = a.page_table[int64_t(b) * a.max_pages + n0 / a.page_size];
+      row0 = page * a.page_size + n0 % a.page_size;
+    }
 #pragma unroll
     for (int j = 0; j < T::kBlockN * T::kChunks / T::kThreads; ++j) {
       const int idx = tid + j * T::kThreads;
       const int r = idx / T::kChunks, c = idx % T::kChunks;
-      const bool ok = n0 + r < a.n_kv;
-      const int64_t off = (n0 + r) * ldk + c * 8;
+      const bool ok = n0 + r < n_kv;
+      const int64_t off = (row0 + r) * ldk + c * 8;
       cp_async16(sK + stage * T::kSmemKV + swz<D>(r, c), ok ? kg + off : a.k, ok ? 16 : 0);
       cp_async16(sV + stage * T::kSmemKV + swz<D>(r, c), ok ? vg + off : a.v, ok ? 16 : 0);
     }
@@ -131,13 +143,13 @@ __global__ void __launch_bounds__(DecodeTile<D>::kThreads) attn_decode_split_ker
       mma_bf16_16816(s[1], qf[kk], b2, b3);
     }
     const int64_t key0 = (t_begin + i) * T::kBlockN + kr;
-    const bool need_mask = key0 + T::kKeysPerWarp > a.n_kv;
+    const bool need_mask = key0 + T::kKeysPerWarp > n_kv;
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         float x = s[nt][e] * a.scale_log2;
-        if (need_mask && key0 + nt * 8 + 2 * tq + (e & 1) >= a.n_kv) x = -INFINITY;
+        if (need_mask && key0 + nt * 8 + 2 * tq + (e & 1) >= n_kv) x = -INFINITY;
         s[nt][e] = x;
       }
 #pragma unroll
@@ -288,6 +300,11 @@ void check_decode(const DecodeParams& p) {
   LC_REQUIRE(p.n_seq > 0 && p.n_kv > 0, "attention_decode: n_seq %d and n_kv %lld must be positive", p.n_seq,
              (long long)p.n_kv);
   LC_REQUIRE(p.n_seq <= 65535 && p.n_kv_head <= 65535, "attention_decode: grid too large");
+  LC_REQUIRE(!p.page_table || (p.page_size > 0 && p.page_size % kDecodeBlockN == 0 && p.max_pages_per_seq > 0 &&
+                               int64_t(p.max_pages_per_seq) * p.page_size >= p.n_kv),
+             "attention_decode: paged KV needs page_size a multiple of %d (got %d) and max_pages_per_seq * "
+             "page_size >= n_kv (%d * %d < %lld)",
+             kDecodeBlockN, p.page_size, p.max_pages_per_seq, p.page_size, (long long)p.n_kv);
 }
 
 }  // namespace
@@ -324,6 +341,10 @@ void attention_decode(const DecodeParams& p, Stream s) {
   a.o_part = static_cast<float*>(p.workspace);
   a.lse_part = reinterpret_cast<float*>(static_cast<char*>(p.workspace) + o_bytes_al);
   a.n_kv = p.n_kv;
+  a.kv_lens = p.kv_lens;
+  a.page_table = p.page_table;
+  a.page_size = p.page_size;
+  a.max_pages = p.max_pages_per_seq;
   a.kv_seq_stride = p.kv_seq_stride ? p.kv_seq_stride : p.n_kv * p.n_kv_head * int64_t(p.head_dim);
   a.n_head = p.n_head;
   a.n_kv_head = p.n_kv_head;

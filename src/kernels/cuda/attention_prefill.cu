@@ -53,6 +53,8 @@ struct PrefillArgs {
   int n_head, n_kv_head, group, n_mblocks;
   float scale_log2;  // scale * log2(e)
   bool causal;
+  const int32_t* page_table;  // optional (paged KV pools), page_size a multiple of kBlockN
+  int page_size;
 };
 
 template <int D>
@@ -85,10 +87,12 @@ __global__ void __launch_bounds__(PrefillTile<D>::kThreads, 1) attn_prefill_kern
   cp_async_commit();
   auto load_kv = [&](int tile, int stage) {
     const int64_t n0 = int64_t(tile) * T::kBlockN;
+    int64_t row0 = n0;  // pool row of key n0 (a tile never straddles a page)
+    if (a.page_table) row0 = int64_t(a.page_table[n0 / a.page_size]) * a.page_size + n0 % a.page_size;
     for (int i = tid; i < T::kBlockN * T::kChunks; i += T::kThreads) {
       const int r = i / T::kChunks, c = i % T::kChunks;
       const bool ok = n0 + r < n_keys;  // zero-fill: masked keys then hold finite values
-      const int64_t off = (n0 + r) * ldk + c * 8;
+      const int64_t off = (row0 + r) * ldk + c * 8;
       cp_async16(sK + stage * T::kSmemKV + swz<D>(r, c), ok ? kg + off : a.k, ok ? 16 : 0);
       cp_async16(sV + stage * T::kSmemKV + swz<D>(r, c), ok ? vg + off : a.v, ok ? 16 : 0);
     }
@@ -258,6 +262,9 @@ void attention_prefill_fa2(const PrefillParams& p, Stream s) {
   LC_REQUIRE(!p.causal || p.q_pos0 + p.n_q <= p.n_kv,
              "attention_prefill: causal queries reach position %lld but only %lld keys are given",
              (long long)(p.q_pos0 + p.n_q - 1), (long long)p.n_kv);
+  LC_REQUIRE(!p.page_table || (p.page_size > 0 && p.page_size % PrefillTile<128>::kBlockN == 0),
+             "attention_prefill: paged KV needs page_size a multiple of %d (got %d)", PrefillTile<128>::kBlockN,
+             p.page_size);
   if (p.n_q == 0) return;
   constexpr int kBlockM = PrefillTile<128>::kBlockM;
   const int64_t n_mblocks = (p.n_q + kBlockM - 1) / kBlockM;
@@ -279,6 +286,8 @@ void attention_prefill_fa2(const PrefillParams& p, Stream s) {
   const float scale = p.scale > 0.f ? p.scale : 1.f / std::sqrt(float(p.head_dim));
   a.scale_log2 = scale * kLog2e;
   a.causal = p.causal;
+  a.page_table = p.page_table;
+  a.page_size = p.page_size;
   auto stream = static_cast<cudaStream_t>(s);
   if (p.head_dim == 128)
     launch_prefill<128>(a, stream);

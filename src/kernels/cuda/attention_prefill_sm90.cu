@@ -75,6 +75,8 @@ struct Sm90Args {
   int n_head, group, n_mblocks;
   float scale_log2;
   bool causal;
+  const int32_t* page_table;  // optional (paged KV pools), page_size a multiple of kBlockN
+  int page_size;
 };
 
 // ---- PTX wrappers (mbarrier, TMA, wgmma, setmaxnreg) ---------------------------------------
@@ -237,12 +239,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int s = t % kStages;
         if (t >= kStages) mbar_wait(bar_e(s), ((t / kStages) & 1) ^ 1);
         const int n0 = t * kBlockN;
+        const int row0 = a.page_table ? a.page_table[n0 / a.page_size] * a.page_size + n0 % a.page_size : n0;
         mbar_expect_tx(bar_k(s), kTileBytes);
-        tma_load_3d(sK + s * kTileBytes, &tm_k, bar_k(s), 0, kvh, n0);
-        tma_load_3d(sK + s * kTileBytes + kHalfBytes, &tm_k, bar_k(s), 64, kvh, n0);
+        tma_load_3d(sK + s * kTileBytes, &tm_k, bar_k(s), 0, kvh, row0);
+        tma_load_3d(sK + s * kTileBytes + kHalfBytes, &tm_k, bar_k(s), 64, kvh, row0);
         mbar_expect_tx(bar_v(s), kTileBytes);
-        tma_load_3d(sV + s * kTileBytes, &tm_v, bar_v(s), 0, kvh, n0);
-        tma_load_3d(sV + s * kTileBytes + kHalfBytes, &tm_v, bar_v(s), 64, kvh, n0);
+        tma_load_3d(sV + s * kTileBytes, &tm_v, bar_v(s), 0, kvh, row0);
+        tma_load_3d(sV + s * kTileBytes + kHalfBytes, &tm_v, bar_v(s), 64, kvh, row0);
       }
     }
   } else {
@@ -337,6 +340,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   };
 
+  // Paged KV: pool rows past n_kv in the last page are not ours and may hold anything (NaN
+  // included); P is 0 there but 0 * NaN is NaN, so this warpgroup zeroes those V rows of the
+  // tile before its P V (contiguous KV needs nothing: TMA zero-fills past the tensor's end).
+  // Both warpgroups write the same zeros; each orders its own writes before its wgmma reads.
+  auto fix_v_tail = [&](int t, uint32_t v_tile) {
+    const int64_t n0 = int64_t(t) * kBlockN;
+    if (!a.page_table || n0 + kBlockN <= a.n_kv) return;
+    const int valid = int(a.n_kv - n0);
+    for (int i = ltid; i < 2 * (kBlockN - valid) * 8; i += 128) {  // 16-byte chunks, both halves
+      const int half = i / ((kBlockN - valid) * 8), rem = i % ((kBlockN - valid) * 8);
+      const uint32_t addr = v_tile + half * kHalfBytes + (valid + rem / 8) * 128 + (rem % 8) * 16;
+      asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(addr), "r"(0u) : "memory");
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    asm volatile("bar.sync %0, 128;\n" ::"r"(3 + cw) : "memory");
+  };
+
   mbar_wait(bar_q, 0);
   if constexpr (kOverlap) {
     // FA3's intra-warpgroup overlap: S(t) = Q K(t)^T and O += P(t-1) V(t-1) are in flight
@@ -367,6 +387,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       fence_p(p);
       mbar_wait(bar_k(s), (t / kStages) & 1);
       mbar_wait(bar_v(sp), ((t - 1) / kStages) & 1);
+      fix_v_tail(t - 1, sV + sp * kTileBytes);
       if (kPingPong) named_sync(my_bar);
       issue_s(sc, sK + s * kTileBytes);
       issue_pv(p, sV + sp * kTileBytes);
@@ -385,6 +406,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     fence_regs(o);
     fence_p(p);
     mbar_wait(bar_v(sl), ((n_tiles - 1) / kStages) & 1);
+    fix_v_tail(n_tiles - 1, sV + sl * kTileBytes);
     issue_pv(p, sV + sl * kTileBytes);
     wgmma_wait<0>();
     fence_regs(o);
@@ -407,6 +429,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       fence_regs(o);
       fence_p(p);
       mbar_wait(bar_v(s), par);
+      fix_v_tail(t, sV + s * kTileBytes);
       issue_pv(p, sV + s * kTileBytes);
       wgmma_wait<0>();
       fence_regs(o);
@@ -480,7 +503,9 @@ bool attention_prefill_sm90_supported(const PrefillParams& p) {
     cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
     return major == 9 && minor == 0;
   }();
-  return hopper && p.head_dim == kD && p.n_kv > 0 && p.n_q > 0 && p.n_q <= 0x7fffffff && p.n_kv <= 0x7fffffff;
+  return hopper && p.head_dim == kD && p.n_kv > 0 && p.n_q > 0 && p.n_q <= 0x7fffffff && p.n_kv <= 0x7fffffff &&
+         (!p.page_table || (p.page_size > 0 && p.page_size % kBlockN == 0 && p.kv_pool_rows > 0 &&
+                            p.kv_pool_rows <= 0x7fffffff));
 }
 
 using Sm90Kernel = void (*)(const CUtensorMap, const CUtensorMap, const CUtensorMap, const Sm90Args);
@@ -509,8 +534,9 @@ void attention_prefill_sm90(const PrefillParams& p, Stream s, Sm90Variant varian
   else
     e = mode == 0 ? sm90_entry<false, false, 3>() : mode == 1 ? sm90_entry<true, false, 3>() : sm90_entry<true, true, 3>();
   const CUtensorMap tq = make_map(p.q, p.n_q, p.n_head, "q");
-  const CUtensorMap tk = make_map(p.k, p.n_kv, p.n_kv_head, "k");
-  const CUtensorMap tv = make_map(p.v, p.n_kv, p.n_kv_head, "v");
+  const int64_t kv_rows = p.page_table ? p.kv_pool_rows : p.n_kv;
+  const CUtensorMap tk = make_map(p.k, kv_rows, p.n_kv_head, "k");
+  const CUtensorMap tv = make_map(p.v, kv_rows, p.n_kv_head, "v");
   Sm90Args a{};
   a.o = static_cast<bf16*>(p.o);
   a.lse = p.lse;
@@ -523,6 +549,8 @@ void attention_prefill_sm90(const PrefillParams& p, Stream s, Sm90Variant varian
   const float scale = p.scale > 0.f ? p.scale : 1.f / std::sqrt(float(kD));
   a.scale_log2 = scale * kLog2e;
   a.causal = p.causal;
+  a.page_table = p.page_table;
+  a.page_size = p.page_size;
   const dim3 grid(p.n_head, a.n_mblocks);
   e.first<<<grid, kThreads, e.second, static_cast<cudaStream_t>(s)>>>(tq, tk, tv, a);
   LC_LAUNCH_CHECK("attn_prefill_sm90_kernel<variant=%d,stages=%d> n_q=%lld n_kv=%lld q_pos0=%lld heads=%d/%d grid=(%d,%d)",
