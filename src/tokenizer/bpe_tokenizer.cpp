@@ -2,6 +2,7 @@
 #include "tokenizer/bpe_tokenizer.h"
 
 #include "tokenizer/byte_unicode.h"
+#include "tokenizer/unicode_nfc.h"
 #include "util/error.h"
 
 namespace longctx::tok {
@@ -82,6 +83,11 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& ou
 
 void BpeTokenizer::encode_plain(std::string_view text, bool /*after_special*/,
                                 std::vector<int32_t>& out) const {
+  std::string normalized;
+  if (opts_.nfc) {
+    normalized = to_nfc(text);
+    text = normalized;
+  }
   for (const std::string& piece : pre_->split(text)) {
     const bool cacheable = piece.size() <= kMaxCachedPieceBytes;
     if (cacheable) {

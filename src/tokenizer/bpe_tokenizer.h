@@ -22,6 +22,7 @@ namespace longctx::tok {
 struct BpeOptions {
   std::string kind;             // "bpe:gpt2", "bpe:llama3", ...
   bool ignore_merges = false;   // a pre-token that is itself a token is emitted whole (Llama-3)
+  bool nfc = false;             // normalize plain text to NFC first (tokenizer.json "NFC")
 };
 
 class BpeTokenizer : public TokenizerBase {

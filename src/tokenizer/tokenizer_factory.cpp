@@ -4,9 +4,9 @@
 // tokenizer.ggml.pre the pre-tokenizer preset. HF: tokenizer.json must be a BPE model with a
 // ByteLevel pre-tokenizer/decoder; its pre_tokenizer pipeline is rebuilt step by step.
 //
-// Known gaps: a tokenizer.json "NFC" normalizer (Qwen2) is accepted but not applied, so text
-// that is not already NFC may tokenize differently from HF (llama.cpp does not apply it either);
-// SentencePiece-style tokenizer.json files (Llama-2 HF dirs) are refused with a clear error.
+// A tokenizer.json "NFC" normalizer (Qwen2) is applied; GGUF files carry no normalizer, so none
+// is applied there (as llama.cpp). Known gap: SentencePiece-style tokenizer.json files (Llama-2
+// HF dirs) are refused with a clear error.
 #include <algorithm>
 #include <array>
 #include <string_view>
@@ -306,7 +306,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_json(const json& tj, const json& c
   }
 
   auto pre = tok::Pretokenizer::from_hf_json(pre_json);
-  tok::BpeOptions opts{hf_kind(*pre), model.value("ignore_merges", false)};
+  tok::BpeOptions opts{hf_kind(*pre), model.value("ignore_merges", false), !normalizer.is_null()};
   const json merges = model.value("merges", json::array());
   return std::make_unique<tok::BpeTokenizer>(std::move(v), std::move(added),
                                              parse_merge_strings(merges, "tokenizer.json"), std::move(pre),
