@@ -18,7 +18,9 @@ constexpr size_t kMaxUnitChars = 400;  // longer lines are split at sentence end
 class NoiseHaystack final : public Haystack {
  public:
   std::string kind() const override { return "noise"; }
-  std::string unit(int64_t i) const override {
+
+ protected:
+  std::string sentence(int64_t i) const override {
     static const char* const kSentences[] = {"The grass is green. ", "The sky is blue. ",
                                              "The sun is yellow. ", "Here we go. ",
                                              "There and back again. "};
@@ -30,7 +32,9 @@ class EssayHaystack final : public Haystack {
  public:
   explicit EssayHaystack(uint64_t seed) : seed_(seed) {}
   std::string kind() const override { return "essay"; }
-  std::string unit(int64_t i) const override {
+
+ protected:
+  std::string sentence(int64_t i) const override {
     Rng rng(mix_seed(seed_, uint64_t(i)));
     return essay_sentence(rng);
   }
@@ -46,7 +50,9 @@ class BookHaystack final : public Haystack {
     offset_ = int64_t(Rng(seed).below(book_->units.size()));
   }
   std::string kind() const override { return "book"; }
-  std::string unit(int64_t i) const override {
+
+ protected:
+  std::string sentence(int64_t i) const override {
     return book_->units[size_t((offset_ + i) % int64_t(book_->units.size()))];
   }
 
@@ -106,12 +112,45 @@ std::unique_ptr<Haystack> make_book_haystack(std::shared_ptr<const BookText> boo
   return std::make_unique<BookHaystack>(std::move(book), seed);
 }
 
-std::string build_context(const Haystack& hay, int64_t n_units, const std::vector<Insert>& inserts) {
-  std::vector<std::pair<int64_t, size_t>> at;  // (unit position, insert index)
+const std::string& Haystack::word(int64_t i) const {
+  extend(i);
+  return words_[size_t(i)];
+}
+
+bool Haystack::boundary(int64_t i) const {
+  if (i <= 0) return true;
+  extend(i - 1);
+  return ends_sentence_[size_t(i - 1)] != 0;
+}
+
+void Haystack::extend(int64_t i) const {
+  while (int64_t(words_.size()) <= i) {
+    const std::string s = sentence(next_sentence_++);
+    if (s.empty()) fail("{} haystack produced an empty sentence", kind());
+    // Cut after each run of whitespace that is followed by more text.
+    size_t start = 0;
+    for (size_t k = 1; k < s.size(); ++k)
+      if (std::isspace(static_cast<unsigned char>(s[k - 1])) && !std::isspace(static_cast<unsigned char>(s[k]))) {
+        words_.push_back(s.substr(start, k - start));
+        ends_sentence_.push_back(0);
+        start = k;
+      }
+    words_.push_back(s.substr(start));
+    ends_sentence_.push_back(1);
+  }
+}
+
+std::string build_context(const Haystack& hay, int64_t n_words, const std::vector<Insert>& inserts) {
+  std::vector<std::pair<int64_t, size_t>> at;  // (word position, insert index)
   at.reserve(inserts.size());
   for (size_t j = 0; j < inserts.size(); ++j) {
-    double d = std::clamp(inserts[j].depth, 0.0, 1.0);
-    at.emplace_back(std::llround(d * double(n_units)), j);
+    const int64_t want = std::llround(std::clamp(inserts[j].depth, 0.0, 1.0) * double(n_words));
+    int64_t pos = 0;  // nearest sentence boundary in [0, n_words] (0 always is one)
+    for (int64_t d = 0; d <= n_words; ++d) {
+      if (want - d >= 0 && hay.boundary(want - d)) { pos = want - d; break; }
+      if (want + d <= n_words && hay.boundary(want + d)) { pos = want + d; break; }
+    }
+    at.emplace_back(pos, j);
   }
   std::stable_sort(at.begin(), at.end(), [](auto& a, auto& b) { return a.first < b.first; });
   std::string out;
@@ -119,16 +158,17 @@ std::string build_context(const Haystack& hay, int64_t n_units, const std::vecto
   auto emit_inserts = [&](int64_t pos) {
     while (next < at.size() && at[next].first == pos) {
       const std::string& t = inserts[at[next].second].text;
+      if (!out.empty() && !std::isspace(static_cast<unsigned char>(out.back()))) out += ' ';
       out += t;
       if (!t.empty() && !std::isspace(static_cast<unsigned char>(t.back()))) out += ' ';
       ++next;
     }
   };
-  for (int64_t i = 0; i < n_units; ++i) {
+  for (int64_t i = 0; i < n_words; ++i) {
     emit_inserts(i);
-    out += hay.unit(i);
+    out += hay.word(i);
   }
-  emit_inserts(n_units);
+  emit_inserts(n_words);
   return out;
 }
 

@@ -50,7 +50,7 @@ nlohmann::json run_eval(const EvalOptions& o, const EngineFactory& factory) {
   doc["model"] = o.model_path.empty() ? default_model_path() : o.model_path;
   doc["methods"] = o.methods;
   doc["lengths"] = o.lengths;
-  doc["samples"] = o.samples;
+  doc["samples_per_cell"] = o.samples;
   doc["seed"] = o.seed;
   if (!o.depths.empty()) doc["depths"] = o.depths;
   if (!o.text_path.empty()) doc["text"] = o.text_path;

@@ -102,12 +102,12 @@ class FakeEngine : public Engine {
     std::vector<float> q(size_t(n * H * D)), k(size_t(n * KV * D)), v(size_t(n * KV * D));
     for (int layer = 0; layer < cfg_.n_layer; ++layer) {
       eval::Rng rng(uint64_t(1000 + layer));
-      for (auto& x : q) x = float(rng.uniform() * 2 - 1);
+      for (auto& x : q) x = float(0.5 + 0.5 * (rng.uniform() * 2 - 1));  // positive mean: the sink wins
       for (auto& x : v) x = float(rng.uniform() * 2 - 1);
       for (int64_t t = 0; t < n; ++t)
         for (int h = 0; h < KV; ++h)
           for (int d = 0; d < D; ++d)  // a sink at position 0 plus noise
-            k[size_t((t * KV + h) * D + d)] = float((t == 0 ? 3.0 : 0.0) + 0.5 * (rng.uniform() * 2 - 1));
+            k[size_t((t * KV + h) * D + d)] = float((t == 0 ? 6.0 : 0.0) + 0.5 * (rng.uniform() * 2 - 1));
       AttnCapture c;
       c.layer = layer;
       c.n_tokens = n;
