@@ -7,5 +7,6 @@ namespace longctx::cli {
 void register_generate(CLI::App& app);
 void register_inspect(CLI::App& app);
 void register_bench(CLI::App& app);
+void register_tiny_model(CLI::App& app);
 
 }  // namespace longctx::cli

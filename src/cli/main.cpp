@@ -3,6 +3,7 @@
 //   longctx generate -m MODEL (-p PROMPT | -f FILE | --chat MESSAGE) [-n N] [--json]
 //   longctx inspect MODEL
 //   longctx bench model [-m MODEL] --lengths 512,4096
+//   longctx tiny-model --out DIR     (a tiny random-weight model, both formats)
 //   longctx eval TASK ...            (when built with the eval suite)
 //   longctx search-patterns ...      (MInference offline pattern search)
 // Every failure prints "longctx: <what went wrong>" and exits non-zero.
@@ -27,6 +28,7 @@ int main(int argc, char** argv) {
   longctx::cli::register_generate(app);
   longctx::cli::register_inspect(app);
   longctx::cli::register_bench(app);
+  longctx::cli::register_tiny_model(app);
 #ifdef LONGCTX_WITH_EVAL
   longctx::register_eval_command(app);
 #endif
