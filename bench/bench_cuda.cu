@@ -178,6 +178,7 @@ int main(int argc, char** argv) {
       float* lse = static_cast<float*>(dev_malloc(kHeads * 4));
       const size_t ws_bytes = decode_workspace_bytes(1, kHeads, kHeadDim, N);
       void* ws = dev_malloc(ws_bytes);
+      decode_workspace_init(ws, ws_bytes);
       fill_random_bf16(q, kHeads * kHeadDim, 21, 1.f);
       fill_random_bf16(k, int64_t(nk), 22, 1.f);
       fill_random_bf16(v, int64_t(nk), 23, 1.f);

@@ -37,7 +37,7 @@ cat "$OUT/env.txt"
 if [ $skip_tests = 0 ]; then
   echo "== tests"
   timeout ${TEST_TIMEOUT:-150} "$BUILD/tests/cuda/test_cuda" > "$OUT/tests.log" 2>&1; rc=$?
-  grep -E "^\s+(prefill|decode|merge|rmsnorm|rope|swiglu|gemm)|FAILED|PASSED|SKIPPED" "$OUT/tests.log" | head -60
+  grep -E "^\s+(prefill|decode|paged|merge|rmsnorm|rope|swiglu|gemm)|FAILED" "$OUT/tests.log" | head -80; grep -E "^\[  (PASSED|FAILED|SKIPPED)" "$OUT/tests.log"
   [ $rc = 0 ] || { echo "TESTS FAILED (rc=$rc)"; status=1; }
   echo "== compute-sanitizer memcheck (small shapes)"
   timeout ${MEMCHECK_TIMEOUT:-200} compute-sanitizer --tool memcheck --error-exitcode 99 "$BUILD/tests/cuda/test_cuda" \

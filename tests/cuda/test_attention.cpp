@@ -237,6 +237,7 @@ void run_decode_case(int n_seq, int64_t n_kv, int n_head, int n_kv_head, int d, 
   DevBuf q(qh.size() * 2), k(kh.size() * 2), v(vh.size() * 2), o(qh.size() * 2), lse(size_t(n_seq) * n_head * 4);
   const size_t ws_bytes = decode_workspace_bytes(n_seq, n_head, d, n_kv);
   DevBuf ws(ws_bytes);
+  decode_workspace_init(ws.p, ws_bytes);
   q.upload(qh);
   k.upload(kh);
   v.upload(vh);
@@ -323,6 +324,7 @@ void run_decode_paged(int page_size, const std::vector<int32_t>& lens, int n_hea
       tb(table.size() * 4), ln(lens.size() * 4);
   const size_t ws_bytes = decode_workspace_bytes(n_seq, n_head, d, n_kv_max);
   DevBuf ws(ws_bytes);
+  decode_workspace_init(ws.p, ws_bytes);
   q.upload(qh);
   k.upload(kh);
   v.upload(vh);
@@ -382,6 +384,48 @@ TEST(AttnDecodeSmall, PagedVariableLengths) {
   run_decode_paged(64, {777, 3000}, 16, 4, 64);
 }
 
+TEST(AttnDecodeSmall, OneWorkspaceManyLengths) {
+  LC_REQUIRE_GPU();
+  // A decode loop's pattern: one workspace (sized for the longest context, zeroed once) while
+  // n_kv and with it the split count change from call to call.
+  const int n_head = 32, n_kv_head = 8, d = 128;
+  const int64_t n_max = 4000;
+  std::vector<double> qd, kd, vd;
+  auto qh = random_bf16(size_t(n_head) * d, 1.0, qd);
+  auto kh = random_bf16(size_t(n_max) * n_kv_head * d, 1.0, kd);
+  auto vh = random_bf16(size_t(n_max) * n_kv_head * d, 1.0, vd);
+  DevBuf q(qh.size() * 2), k(kh.size() * 2), v(vh.size() * 2), o(qh.size() * 2), lse(n_head * 4);
+  const size_t ws_bytes = decode_workspace_bytes(1, n_head, d, n_max);
+  DevBuf ws(ws_bytes);
+  decode_workspace_init(ws.p, ws_bytes);
+  q.upload(qh);
+  k.upload(kh);
+  v.upload(vh);
+  for (int64_t n_kv : {n_max, int64_t(130), int64_t(2500), int64_t(64), n_max, int64_t(1)}) {
+    SCOPED_TRACE(n_kv);
+    o.poison();
+    DecodeParams p;
+    p.q = q.p;
+    p.k = k.p;
+    p.v = v.p;
+    p.o = o.p;
+    p.lse = lse.as<float>();
+    p.n_kv = n_kv;
+    p.n_head = n_head;
+    p.n_kv_head = n_kv_head;
+    p.head_dim = d;
+    p.workspace = ws.p;
+    p.workspace_bytes = ws_bytes;
+    attention_decode(p);
+    device_sync();
+    Shape s{1, n_kv, n_kv - 1, n_head, n_kv_head, d, true};
+    std::vector<double> o_ref, lse_ref;
+    ref_attention(s, qd, kd, vd, 1.0 / std::sqrt(double(d)), {}, o_ref, lse_ref);
+    const auto eo = compare(to_double(o.download<uint16_t>(qh.size())), o_ref, 5e-3 * max_abs(vd), 1e-2);
+    EXPECT_EQ(eo.n_bad + eo.n_nan, 0) << eo.str();
+  }
+}
+
 TEST(AttnDecodeSmall, GraphReplayMatchesEager) {
   LC_REQUIRE_GPU();
   // A decode step captured once and replayed after the query changed in place: the replay must
@@ -396,6 +440,7 @@ TEST(AttnDecodeSmall, GraphReplayMatchesEager) {
   DevBuf q(q1.size() * 2), k(kh.size() * 2), v(vh.size() * 2), o(q1.size() * 2);
   const size_t ws_bytes = decode_workspace_bytes(1, n_head, d, n_kv);
   DevBuf ws(ws_bytes);
+  decode_workspace_init(ws.p, ws_bytes);
   q.upload(q1);
   k.upload(kh);
   v.upload(vh);

@@ -79,8 +79,12 @@ struct DecodeParams {
   size_t workspace_bytes = 0;
 };
 
-// Upper bound of the workspace that attention_decode needs for this shape (any n_splits).
+// Upper bound of the workspace that attention_decode needs for this shape (any n_splits); a
+// workspace sized for the largest n_kv serves every smaller one.
 size_t decode_workspace_bytes(int n_seq, int n_head, int head_dim, int64_t n_kv);
+// Zeroes the workspace; call once after allocating it. It holds self-resetting counters (the
+// last split to finish merges), so it must not be shared by decodes running concurrently.
+void decode_workspace_init(void* workspace, size_t workspace_bytes, Stream s = nullptr);
 // The number of KV splits attention_decode will use for this shape on this device.
 int decode_num_splits(const DecodeParams& p);
 void attention_decode(const DecodeParams& p, Stream s = nullptr);

@@ -10,8 +10,9 @@
 // stream through a 3-stage cp.async pipeline; each of the 4 warps owns 16 keys of a tile and
 // keeps its own online-softmax state (mma.sync m16n8k16, as in the prefill kernel). The warps'
 // states are combined through shared memory, and each CTA writes one fp32 partial (O, LSE);
-// merge_attention_states (merge_states.cu) then combines the splits exactly. The number of
-// splits fills the GPU in one wave: n_kv_head * n_seq * n_splits ~= SMs * CTAs per SM.
+// the last CTA of each (sequence, KV head) to finish merges the splits exactly (the math of
+// merge_states.cu), so a decode step is one launch. The number of splits fills the GPU in one
+// wave: n_kv_head * n_seq * n_splits ~= SMs * CTAs per SM.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -52,6 +53,9 @@ struct DecodeArgs {
   const bf16* v;
   float* o_part;    // [n_seq * n_head][n_splits][D]
   float* lse_part;  // [n_seq * n_head][n_splits]
+  int* counters;    // [n_seq * n_kv_head] finished splits; zero between calls (self-resetting)
+  bf16* o;          // [n_seq * n_head][D]
+  float* lse;       // [n_seq * n_head], optional
   int64_t n_kv, kv_seq_stride;     // n_kv: the longest sequence (kv_lens absent: every sequence)
   const int32_t* kv_lens;          // optional per-sequence lengths
   const int32_t* page_table;       // optional: [n_seq][max_pages] page ids into the K/V pools
@@ -235,6 +239,55 @@ __global__ void __launch_bounds__(DecodeTile<D>::kThreads) attn_decode_split_ker
     a.o_part[(row * a.n_splits + split) * D + d] = L > 0.f ? acc / L : 0.f;
     if (d == 0) a.lse_part[row * a.n_splits + split] = L > 0.f ? M * kLn2 + logf(L) : -INFINITY;
   }
+
+  // Fused merge: the last CTA of this (sequence, KV head) to finish combines all splits, so a
+  // decode step is one launch. Classic threadfence reduction: publish the partials, count, and
+  // the CTA that brings the counter to n_splits resets it and reads everyone's partials.
+  __shared__ int s_last;
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) {
+    int* ctr = a.counters + int64_t(b) * a.n_kv_head + kvh;
+    s_last = atomicAdd(ctr, 1) == a.n_splits - 1;
+    if (s_last) atomicExch(ctr, 0);  // every other split has counted: safe to reset for the next call
+  }
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  // Per-row weights exp(lse_j - M) in shared memory (the pipeline buffers are free now).
+  float* sW = reinterpret_cast<float*>(smem);  // [group][n_splits]
+  float* sInvL = sW + a.group * a.n_splits;    // [group]
+  float* sLse = sInvL + kMaxGroup;             // [group]
+  for (int r = warp; r < a.group; r += T::kWarps) {
+    const int64_t row = int64_t(b) * a.n_head + int64_t(kvh) * a.group + r;
+    const float* lp = a.lse_part + row * a.n_splits;
+    float M = -INFINITY;
+    for (int j = lane; j < a.n_splits; j += 32) M = fmaxf(M, __ldcg(lp + j));
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
+    float L = 0.f;
+    for (int j = lane; j < a.n_splits; j += 32) {
+      const float w = M == -INFINITY ? 0.f : __expf(__ldcg(lp + j) - M);
+      sW[r * a.n_splits + j] = w;
+      L += w;
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) L += __shfl_xor_sync(0xffffffffu, L, off);
+    if (lane == 0) {
+      sInvL[r] = L > 0.f ? 1.f / L : 0.f;
+      sLse[r] = L > 0.f ? M + logf(L) : -INFINITY;
+    }
+  }
+  __syncthreads();
+  for (int idx = tid; idx < a.group * D; idx += T::kThreads) {
+    const int r = idx / D, d = idx % D;
+    const int64_t row = int64_t(b) * a.n_head + int64_t(kvh) * a.group + r;
+    const float* op = a.o_part + row * a.n_splits * D + d;
+    float acc = 0.f;
+    for (int j = 0; j < a.n_splits; ++j) acc += sW[r * a.n_splits + j] * __ldcg(op + int64_t(j) * D);
+    a.o[row * D + d] = __float2bfloat16_rn(acc * sInvL[r]);
+    if (d == 0 && a.lse) a.lse[row] = sLse[r];
+  }
 }
 
 template <int D>
@@ -276,6 +329,28 @@ struct SplitPlan {
   int n_splits, tiles_per_split;
 };
 
+// Most splits per (sequence, KV head): the fused merge keeps group x n_splits weights in the
+// CTA's shared memory (16 x 512 x 4 B = 32 KB, within the d=64 kernel's 48 KB).
+constexpr int64_t kMaxSplits = 512;
+static_assert(kMaxGroup * kMaxSplits * 4 + 2 * kMaxGroup * 4 <= DecodeTile<64>::kSmem, "merge weights fit smem");
+
+// Workspace: [counters: fixed 64 KB][o_part][lse_part]. The counters sit at a fixed place so a
+// workspace zeroed once stays valid while n_kv (growing every decode step) and n_seq change.
+constexpr size_t kCounterBytes = 64 << 10;
+constexpr int64_t kMaxCounters = kCounterBytes / sizeof(int);  // n_seq * n_kv_head <= 16384
+struct WorkspaceLayout {
+  size_t o_part, lse_part, total;  // byte offsets
+};
+WorkspaceLayout workspace_layout(int n_seq, int n_head, int head_dim, int64_t n_splits) {
+  auto al = [](size_t x) { return (x + 255) & ~size_t(255); };
+  WorkspaceLayout l{};
+  const size_t rows = size_t(n_seq) * n_head;
+  l.o_part = kCounterBytes;
+  l.lse_part = l.o_part + al(rows * n_splits * head_dim * sizeof(float));
+  l.total = l.lse_part + al(rows * n_splits * sizeof(float));
+  return l;
+}
+
 SplitPlan plan_splits(int n_seq, int n_kv_head, int head_dim, int64_t n_kv, int requested) {
   const int64_t n_tiles = std::max<int64_t>(1, (n_kv + kDecodeBlockN - 1) / kDecodeBlockN);
   int64_t want = requested;
@@ -284,7 +359,7 @@ SplitPlan plan_splits(int n_seq, int n_kv_head, int head_dim, int64_t n_kv, int 
     const int64_t slots = int64_t(num_sms()) * per_sm;  // one wave of CTAs
     want = std::max<int64_t>(1, slots / (int64_t(n_kv_head) * n_seq));
   }
-  want = std::min(want, n_tiles);
+  want = std::min({want, n_tiles, kMaxSplits});
   const int tps = int((n_tiles + want - 1) / want);
   return {int((n_tiles + tps - 1) / tps), tps};
 }
@@ -299,7 +374,9 @@ void check_decode(const DecodeParams& p) {
              kMaxGroup);
   LC_REQUIRE(p.n_seq > 0 && p.n_kv > 0, "attention_decode: n_seq %d and n_kv %lld must be positive", p.n_seq,
              (long long)p.n_kv);
-  LC_REQUIRE(p.n_seq <= 65535 && p.n_kv_head <= 65535, "attention_decode: grid too large");
+  LC_REQUIRE(p.n_seq <= 65535 && int64_t(p.n_seq) * p.n_kv_head <= kMaxCounters,
+             "attention_decode: n_seq %d x n_kv_head %d exceeds %lld per launch", p.n_seq, p.n_kv_head,
+             (long long)kMaxCounters);
   LC_REQUIRE(!p.page_table || (p.page_size > 0 && p.page_size % kDecodeBlockN == 0 && p.max_pages_per_seq > 0 &&
                                int64_t(p.max_pages_per_seq) * p.page_size >= p.n_kv),
              "attention_decode: paged KV needs page_size a multiple of %d (got %d) and max_pages_per_seq * "
@@ -315,31 +392,36 @@ int decode_num_splits(const DecodeParams& p) {
 }
 
 size_t decode_workspace_bytes(int n_seq, int n_head, int head_dim, int64_t n_kv) {
-  // Upper bound over any n_splits: at most one split per 64-key tile, capped by what the auto
-  // plan or a caller would sensibly use (kMaxSplits).
-  constexpr int64_t kMaxSplits = 1024;
+  // Upper bound over any n_splits (at most one split per 64-key tile, at most kMaxSplits);
+  // n_kv_head <= n_head bounds the counters.
   const int64_t n_tiles = std::max<int64_t>(1, (n_kv + kDecodeBlockN - 1) / kDecodeBlockN);
-  const int64_t splits = std::min(n_tiles, kMaxSplits);
-  return size_t(n_seq) * n_head * splits * (head_dim + 1) * sizeof(float) + 256;
+  return workspace_layout(n_seq, n_head, head_dim, std::min(n_tiles, kMaxSplits)).total;
+}
+
+void decode_workspace_init(void* workspace, size_t workspace_bytes, Stream s) {
+  LC_REQUIRE(workspace, "decode_workspace_init: null workspace");
+  LC_CUDA_CHECK(cudaMemsetAsync(workspace, 0, workspace_bytes, static_cast<cudaStream_t>(s)),
+                "decode_workspace_init(%zu bytes)", workspace_bytes);
 }
 
 void attention_decode(const DecodeParams& p, Stream s) {
   check_decode(p);
   const SplitPlan plan = plan_splits(p.n_seq, p.n_kv_head, p.head_dim, p.n_kv, p.n_splits);
-  const int64_t rows = int64_t(p.n_seq) * p.n_head;
-  const size_t o_bytes = size_t(rows) * plan.n_splits * p.head_dim * sizeof(float);
-  const size_t o_bytes_al = (o_bytes + 255) & ~size_t(255);
-  const size_t need = o_bytes_al + size_t(rows) * plan.n_splits * sizeof(float);
-  LC_REQUIRE(p.workspace && p.workspace_bytes >= need,
-             "attention_decode: workspace of %zu bytes given, %zu needed (%d splits); size it with "
-             "decode_workspace_bytes",
-             p.workspace_bytes, need, plan.n_splits);
+  const WorkspaceLayout used = workspace_layout(p.n_seq, p.n_head, p.head_dim, plan.n_splits);
+  LC_REQUIRE(p.workspace && p.workspace_bytes >= decode_workspace_bytes(p.n_seq, p.n_head, p.head_dim, p.n_kv),
+             "attention_decode: workspace of %zu bytes given, %zu needed; size it with decode_workspace_bytes and "
+             "zero it once with decode_workspace_init",
+             p.workspace_bytes, decode_workspace_bytes(p.n_seq, p.n_head, p.head_dim, p.n_kv));
   DecodeArgs a{};
   a.q = static_cast<const bf16*>(p.q);
   a.k = static_cast<const bf16*>(p.k);
   a.v = static_cast<const bf16*>(p.v);
-  a.o_part = static_cast<float*>(p.workspace);
-  a.lse_part = reinterpret_cast<float*>(static_cast<char*>(p.workspace) + o_bytes_al);
+  char* ws = static_cast<char*>(p.workspace);
+  a.o_part = reinterpret_cast<float*>(ws + used.o_part);
+  a.lse_part = reinterpret_cast<float*>(ws + used.lse_part);
+  a.counters = reinterpret_cast<int*>(ws);
+  a.o = static_cast<bf16*>(p.o);
+  a.lse = p.lse;
   a.n_kv = p.n_kv;
   a.kv_lens = p.kv_lens;
   a.page_table = p.page_table;
@@ -364,20 +446,6 @@ void attention_decode(const DecodeParams& p, Stream s) {
   }
   LC_LAUNCH_CHECK("attn_decode_split_kernel<d=%d> n_seq=%d n_kv=%lld heads=%d/%d splits=%d", p.head_dim, p.n_seq,
                   (long long)p.n_kv, p.n_head, p.n_kv_head, plan.n_splits);
-
-  MergeParams mp{};
-  mp.o_part = a.o_part;
-  mp.lse_part = a.lse_part;
-  mp.o_row_stride = int64_t(plan.n_splits) * p.head_dim;
-  mp.o_part_stride = p.head_dim;
-  mp.lse_row_stride = plan.n_splits;
-  mp.lse_part_stride = 1;
-  mp.o = p.o;
-  mp.lse = p.lse;
-  mp.n_rows = rows;
-  mp.n_parts = plan.n_splits;
-  mp.head_dim = p.head_dim;
-  merge_attention_states(mp, s);
 }
 
 }  // namespace longctx::cuda
