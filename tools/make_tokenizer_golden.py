@@ -16,6 +16,9 @@ Run by hand; the output is committed under tests/data/tokenizer/ (kept small, < 
                        `tokenizers` library (Llama-3-style and Qwen2-style Split pre-tokenizers,
                        the latter with Qwen2's NFC normalizer), with their encodings; tests
                        Tokenizer::from_hf_json.
+  hf_spm_tiny.json     the spm_tiny SentencePiece model converted to two SentencePiece-style
+                       tokenizer.json files (Llama-2 style: Prepend/Replace normalizer; newer
+                       style: Metaspace pre-tokenizer), with HF tokenizers' encodings.
   nfc_golden.json      Python unicodedata NFC of the strings above and of random mixes of
                        combining marks, Hangul jamo and composable letters.
 
@@ -409,6 +412,8 @@ def make_spm():
         remove_extra_whitespaces=False, character_coverage=0.99, split_digits=False,
         unk_id=0, bos_id=1, eos_id=2, pad_id=-1, minloglevel=2)
     sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
+    global SPM_PROCESSOR
+    SPM_PROCESSOR = sp
     tokens, scores, types = [], [], []
     for i in range(sp.get_piece_size()):
         tokens.append(sp.id_to_piece(i))
@@ -436,6 +441,54 @@ def make_spm():
     }
     cases = [{"text": s, "ids": sp.encode(s), "decoded": sp.decode(sp.encode(s))} for s in STRINGS]
     return {"metadata": meta, "cases": cases}
+
+
+SPM_PROCESSOR = None
+
+
+def spm_merges(sp):
+    """BPE merges equivalent to a SentencePiece BPE model: every split of a piece into two pieces,
+    ordered by the piece's score (best first), ties by the ids of the two halves."""
+    vocab = {sp.id_to_piece(i): i for i in range(sp.get_piece_size())}
+    merges = []
+    for piece, pid in vocab.items():
+        if not (sp.is_unknown(pid) or sp.is_control(pid) or sp.is_byte(pid)):
+            local = [(piece[:k], piece[k:]) for k in range(1, len(piece))
+                     if piece[:k] in vocab and piece[k:] in vocab]
+            local.sort(key=lambda m: (vocab[m[0]], vocab[m[1]]))
+            merges += [(l, r, sp.get_score(pid)) for l, r in local]
+    merges.sort(key=lambda m: -m[2])
+    return vocab, [(l, r) for l, r, _ in merges]
+
+
+def make_hf_spm():
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+    sp = SPM_PROCESSOR
+    vocab, merges = spm_merges(sp)
+    out = {}
+    for style in ("llama2", "metaspace"):
+        tk = Tokenizer(models.BPE(vocab, merges, unk_token="<unk>", fuse_unk=True, byte_fallback=True))
+        if style == "llama2":
+            tk.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+        else:
+            tk.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=False)
+        tk.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                        decoders.Strip(" ", 1, 0)])
+        tk.add_special_tokens([AddedToken(t, normalized=False) for t in ("<unk>", "<s>", "</s>")])
+        config = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "add_bos_token": True,
+                  "chat_template": MISTRAL_TEMPLATE}
+        cases = []
+        for s in STRINGS:
+            tk.encode_special_tokens = False
+            ws = tk.encode(s, add_special_tokens=False).ids
+            tk.encode_special_tokens = True
+            pl = tk.encode(s, add_special_tokens=False).ids
+            tk.encode_special_tokens = False
+            cases.append({"text": s, "ids_special": ws, "ids_plain": pl, "decoded": tk.decode(ws, skip_special_tokens=False),
+                          "sentencepiece": sp.encode(s)})
+        out[style] = {"tokenizer": json.loads(tk.to_str()), "tokenizer_config": config, "cases": cases}
+    return out
 
 
 def make_hf_bpe():
@@ -592,6 +645,7 @@ def main():
     write(os.path.join(args.out, "chat_golden.json"), render_all(templates))
     write(os.path.join(args.out, "spm_tiny.json"), make_spm())
     write(os.path.join(args.out, "hf_bpe_tiny.json"), make_hf_bpe())
+    write(os.path.join(args.out, "hf_spm_tiny.json"), make_hf_spm())
     write(os.path.join(args.out, "nfc_golden.json"), make_nfc_golden())
 
 

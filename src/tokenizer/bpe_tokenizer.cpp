@@ -81,8 +81,7 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& ou
   out.insert(out.end(), ids.begin(), ids.end());
 }
 
-void BpeTokenizer::encode_plain(std::string_view text, bool /*after_special*/,
-                                std::vector<int32_t>& out) const {
+void BpeTokenizer::encode_plain(std::string_view text, PlainContext /*where*/, std::vector<int32_t>& out) const {
   std::string normalized;
   if (opts_.nfc) {
     normalized = to_nfc(text);

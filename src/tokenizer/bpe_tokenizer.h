@@ -39,7 +39,7 @@ class BpeTokenizer : public TokenizerBase {
   size_t num_merges() const { return merges_.size(); }
 
  protected:
-  void encode_plain(std::string_view text, bool after_special, std::vector<int32_t>& out) const override;
+  void encode_plain(std::string_view text, PlainContext where, std::vector<int32_t>& out) const override;
 
  private:
   void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;

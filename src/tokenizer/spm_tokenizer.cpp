@@ -1,44 +1,15 @@
 // spm_tokenizer.cpp: see spm_tokenizer.h.
 #include "tokenizer/spm_tokenizer.h"
 
-#include <cstdio>
 #include <queue>
 
+#include "tokenizer/spm_pieces.h"
 #include "tokenizer/utf8.h"
 #include "util/error.h"
 
 namespace longctx::tok {
 
 namespace {
-constexpr std::string_view kSpaceMark = "\xE2\x96\x81";  // U+2581 LOWER ONE EIGHTH BLOCK "▁"
-constexpr size_t kByteTokenLen = 6;                      // "<0xNN>"
-
-// Parses "<0xNN>"; returns -1 if `t` is not a byte token.
-int parse_byte_token(std::string_view t) {
-  if (t.size() != kByteTokenLen || t.substr(0, 3) != "<0x" || t.back() != '>') return -1;
-  unsigned v = 0;
-  for (char c : t.substr(3, 2)) {
-    v <<= 4;
-    if (c >= '0' && c <= '9') v |= unsigned(c - '0');
-    else if (c >= 'A' && c <= 'F') v |= unsigned(c - 'A' + 10);
-    else if (c >= 'a' && c <= 'f') v |= unsigned(c - 'a' + 10);
-    else return -1;
-  }
-  return int(v);
-}
-
-std::string replace_all(std::string_view s, std::string_view from, std::string_view to) {
-  std::string out;
-  out.reserve(s.size());
-  size_t pos = 0;
-  for (size_t hit; (hit = s.find(from, pos)) != std::string_view::npos; pos = hit + from.size()) {
-    out.append(s.substr(pos, hit - pos));
-    out.append(to);
-  }
-  out.append(s.substr(pos));
-  return out;
-}
-
 struct Symbol {
   size_t begin, len;  // byte range in the escaped text; len 0 once merged away
   int32_t prev, next;
@@ -67,7 +38,7 @@ SpmTokenizer::SpmTokenizer(Vocab vocab, std::vector<AddedToken> added, bool add_
   for (int32_t id = 0; id < n; ++id) {
     const std::string& t = vocab_.tokens[id];
     const TokenType type = vocab_.types[id];
-    const int b = parse_byte_token(t);
+    const int b = parse_byte_piece(t);
     if (type == TokenType::Byte && b >= 0) {
       if (byte_token_[size_t(b)] < 0) byte_token_[size_t(b)] = id;
       raw_[id] = std::string(1, char(b));
@@ -104,9 +75,9 @@ void SpmTokenizer::emit_symbol(std::string_view sym, std::vector<int32_t>& out) 
   }
 }
 
-void SpmTokenizer::encode_plain(std::string_view text, bool after_special, std::vector<int32_t>& out) const {
+void SpmTokenizer::encode_plain(std::string_view text, PlainContext where, std::vector<int32_t>& out) const {
   std::string s;
-  if (add_space_prefix_ && after_special) s = " ";
+  if (add_space_prefix_ && where.after_special) s = " ";
   s += text;
   s = replace_all(s, " ", kSpaceMark);
   if (s.empty()) return;

@@ -25,7 +25,7 @@ class SpmTokenizer : public TokenizerBase {
   std::string kind() const override { return "spm"; }
 
  protected:
-  void encode_plain(std::string_view text, bool after_special, std::vector<int32_t>& out) const override;
+  void encode_plain(std::string_view text, PlainContext where, std::vector<int32_t>& out) const override;
   // Removes the dummy-prefix space at the start of decoded text (as HF's Llama decoder does).
   void finish_decode(std::string& text) const override;
 

@@ -73,7 +73,7 @@ std::vector<int32_t> TokenizerBase::encode(std::string_view text, bool add_bos, 
       out.push_back(f.id);
       after_special = true;
     } else {
-      encode_plain(text.substr(f.begin, f.end - f.begin), after_special, out);
+      encode_plain(text.substr(f.begin, f.end - f.begin), {after_special, f.begin == 0}, out);
       after_special = false;
     }
   }

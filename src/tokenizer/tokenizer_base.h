@@ -37,9 +37,13 @@ class TokenizerBase : public Tokenizer {
   std::string chat_family() const;
 
  protected:
-  // Encodes one stretch of plain text (no special tokens in it). `after_special` is true at the
-  // start of the text and right after a special token (SentencePiece adds its space prefix there).
-  virtual void encode_plain(std::string_view text, bool after_special, std::vector<int32_t>& out) const = 0;
+  // Where a stretch of plain text sits in the input (SentencePiece-style prefixes depend on it).
+  struct PlainContext {
+    bool after_special;  // at the start of the input or right after a special token
+    bool at_start;       // at byte 0 of the input
+  };
+  // Encodes one stretch of plain text (no special tokens in it).
+  virtual void encode_plain(std::string_view text, PlainContext where, std::vector<int32_t>& out) const = 0;
   // Final fix-up of decoded text (SentencePiece strips the dummy-prefix space).
   virtual void finish_decode(std::string& /*text*/) const {}
   // Throws Error for an id outside the vocabulary.

@@ -2,16 +2,18 @@
 //
 // GGUF: tokenizer.ggml.model selects the kind ("gpt2" byte-level BPE, "llama" SentencePiece),
 // tokenizer.ggml.pre the pre-tokenizer preset. HF: tokenizer.json must be a BPE model with a
-// ByteLevel pre-tokenizer/decoder; its pre_tokenizer pipeline is rebuilt step by step.
+// ByteLevel pre-tokenizer/decoder (its pre_tokenizer pipeline is rebuilt step by step), or a
+// SentencePiece-style BPE (Llama-2 / Mistral HF dirs: "▁" normalizer or Metaspace, byte_fallback).
 //
 // A tokenizer.json "NFC" normalizer (Qwen2) is applied; GGUF files carry no normalizer, so none
-// is applied there (as llama.cpp). Known gap: SentencePiece-style tokenizer.json files (Llama-2
-// HF dirs) are refused with a clear error.
+// is applied there (as llama.cpp).
 #include <algorithm>
 #include <array>
 #include <string_view>
 
 #include "tokenizer/bpe_tokenizer.h"
+#include "tokenizer/hf_spm_tokenizer.h"
+#include "tokenizer/spm_pieces.h"
 #include "tokenizer/spm_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
@@ -224,22 +226,16 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf_metadata(const json& meta) {
                                              tok::Pretokenizer::preset(it->preset), std::move(opts));
 }
 
-std::unique_ptr<Tokenizer> Tokenizer::from_hf_json(const json& tj, const json& config) {
-  if (!tj.is_object() || !tj.contains("model")) fail("tokenizer.json has no \"model\"");
-  const json& model = tj.at("model");
-  const std::string type = model.value("type", std::string("BPE"));
-  if (type != "BPE") fail("unsupported tokenizer.json model type \"{}\" (supported: BPE)", type);
-  const json pre_json = tj.value("pre_tokenizer", json());
-  if (!json_mentions_type(pre_json, "ByteLevel") && !json_mentions_type(tj.value("decoder", json()), "ByteLevel")) {
-    fail("tokenizer.json is not byte-level BPE (no ByteLevel pre-tokenizer or decoder); "
-         "SentencePiece-style tokenizer.json is not supported, use the model's GGUF file");
-  }
-  const json normalizer = tj.value("normalizer", json());
-  if (!normalizer.is_null() && normalizer.value("type", std::string()) != "NFC") {
-    fail("unsupported tokenizer.json normalizer \"{}\" (supported: none, NFC)",
-         normalizer.value("type", std::string("?")));
-  }
+namespace {
 
+// The parts of tokenizer.json + tokenizer_config.json that every BPE flavour shares.
+struct HfVocab {
+  Vocab vocab;
+  std::vector<AddedToken> added;
+  std::vector<std::pair<std::string, std::string>> merges;
+};
+
+HfVocab parse_hf_vocab(const json& tj, const json& model, const json& config) {
   const json& vocab_json = model.at("vocab");
   if (!vocab_json.is_object() || vocab_json.empty()) fail("tokenizer vocabulary is empty (tokenizer.json model.vocab)");
   int64_t max_id = -1;
@@ -247,7 +243,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_json(const json& tj, const json& c
   const json added_json = tj.value("added_tokens", json::array());
   for (const auto& a : added_json) max_id = std::max<int64_t>(max_id, a.at("id").get<int64_t>());
 
-  Vocab v;
+  HfVocab h;
+  Vocab& v = h.vocab;
   v.tokens.assign(size_t(max_id + 1), std::string());
   v.types.assign(size_t(max_id + 1), TokenType::Unused);
   for (const auto& [text, id] : vocab_json.items()) {
@@ -256,7 +253,6 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_json(const json& tj, const json& c
     v.tokens[size_t(i)] = text;
     v.types[size_t(i)] = TokenType::Normal;
   }
-  std::vector<AddedToken> added;
   for (const auto& a : added_json) {
     AddedToken t;
     t.text = a.at("content").get<std::string>();
@@ -267,13 +263,13 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_json(const json& tj, const json& c
     if (t.id < 0) fail("bad added token id {} for \"{}\" in tokenizer.json", t.id, t.text);
     v.tokens[size_t(t.id)] = t.text;
     v.types[size_t(t.id)] = t.special ? TokenType::Control : TokenType::UserDefined;
-    added.push_back(std::move(t));
+    h.added.push_back(std::move(t));
   }
 
   const json cfg = config.is_object() ? config : json::object();
   auto id_of = [&](const std::string& text) -> int32_t {
     if (text.empty()) return -1;
-    for (const auto& a : added) {
+    for (const auto& a : h.added) {
       if (a.text == text) return a.id;
     }
     auto it = vocab_json.find(text);
@@ -304,12 +300,89 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_json(const json& tj, const json& c
       }
     }
   }
+  h.merges = parse_merge_strings(model.value("merges", json::array()), "tokenizer.json");
+  return h;
+}
 
+// SentencePiece-style tokenizer.json: how the "▁" form of the text is made, from the normalizer
+// (Llama-2: Sequence[Prepend("▁"), Replace(" ", "▁")]) or a Metaspace pre-tokenizer.
+tok::HfSpmOptions hf_spm_options(const json& tj, const json& model) {
+  using Prefix = tok::HfSpmOptions::Prefix;
+  tok::HfSpmOptions o;
+  o.prefix = Prefix::None;
+  o.byte_fallback = model.value("byte_fallback", false);
+  o.fuse_unk = model.value("fuse_unk", false);
+  const json norm = tj.value("normalizer", json());
+  if (!norm.is_null()) {
+    const json steps = norm.value("type", std::string()) == "Sequence" ? norm.value("normalizers", json::array())
+                                                                       : json::array({norm});
+    for (const auto& st : steps) {
+      const std::string type = st.value("type", std::string());
+      if (type == "Prepend" && st.value("prepend", std::string()) == tok::kSpaceMark) {
+        o.prefix = Prefix::Prepend;
+      } else if (type == "Replace" && st.value("content", std::string()) == tok::kSpaceMark) {
+        // " " -> "▁", which encode always does.
+      } else {
+        fail("unsupported normalizer step \"{}\" in a SentencePiece-style tokenizer.json", st.dump());
+      }
+    }
+  }
+  const json pre = tj.value("pre_tokenizer", json());
+  if (!pre.is_null()) {
+    if (pre.value("type", std::string()) != "Metaspace") {
+      fail("unsupported pre_tokenizer \"{}\" in a SentencePiece-style tokenizer.json (supported: Metaspace)",
+           pre.value("type", std::string("?")));
+    }
+    std::string scheme = pre.value("prepend_scheme", std::string());
+    if (scheme.empty()) scheme = pre.value("add_prefix_space", true) ? "always" : "never";
+    o.prefix = scheme == "always" ? Prefix::MetaspaceAlways : scheme == "first" ? Prefix::MetaspaceFirst : Prefix::None;
+    o.split_words = pre.value("split", true);
+  }
+  o.strip_leading_space = false;
+  const json dec = tj.value("decoder", json());
+  const json dsteps = dec.value("type", std::string()) == "Sequence" ? dec.value("decoders", json::array())
+                                                                     : json::array({dec});
+  for (const auto& d : dsteps) {
+    if (d.is_object() && d.value("type", std::string()) == "Strip" && d.value("start", 0) > 0) o.strip_leading_space = true;
+    if (d.is_object() && d.value("type", std::string()) == "Metaspace") o.strip_leading_space = true;
+  }
+  return o;
+}
+
+bool is_spm_style(const json& tj) {
+  const json norm = tj.value("normalizer", json());
+  const json pre = tj.value("pre_tokenizer", json());
+  return json_mentions_type(pre, "Metaspace") || norm.dump().find(tok::kSpaceMark) != std::string::npos;
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> Tokenizer::from_hf_json(const json& tj, const json& config) {
+  if (!tj.is_object() || !tj.contains("model")) fail("tokenizer.json has no \"model\"");
+  const json& model = tj.at("model");
+  const std::string type = model.value("type", std::string("BPE"));
+  if (type != "BPE") fail("unsupported tokenizer.json model type \"{}\" (supported: BPE)", type);
+  const json pre_json = tj.value("pre_tokenizer", json());
+  const bool byte_level =
+      json_mentions_type(pre_json, "ByteLevel") || json_mentions_type(tj.value("decoder", json()), "ByteLevel");
+  if (!byte_level) {
+    if (!is_spm_style(tj)) {
+      fail("tokenizer.json is neither byte-level BPE (ByteLevel pre-tokenizer/decoder) nor "
+           "SentencePiece-style BPE (\"\u2581\" normalizer or Metaspace pre-tokenizer)");
+    }
+    const tok::HfSpmOptions opts = hf_spm_options(tj, model);
+    HfVocab h = parse_hf_vocab(tj, model, config);
+    return std::make_unique<tok::HfSpmTokenizer>(std::move(h.vocab), std::move(h.added), h.merges, opts);
+  }
+  const json normalizer = tj.value("normalizer", json());
+  if (!normalizer.is_null() && normalizer.value("type", std::string()) != "NFC") {
+    fail("unsupported tokenizer.json normalizer \"{}\" (supported: none, NFC)",
+         normalizer.value("type", std::string("?")));
+  }
   auto pre = tok::Pretokenizer::from_hf_json(pre_json);
+  HfVocab h = parse_hf_vocab(tj, model, config);
   tok::BpeOptions opts{hf_kind(*pre), model.value("ignore_merges", false), !normalizer.is_null()};
-  const json merges = model.value("merges", json::array());
-  return std::make_unique<tok::BpeTokenizer>(std::move(v), std::move(added),
-                                             parse_merge_strings(merges, "tokenizer.json"), std::move(pre),
+  return std::make_unique<tok::BpeTokenizer>(std::move(h.vocab), std::move(h.added), h.merges, std::move(pre),
                                              std::move(opts));
 }
 

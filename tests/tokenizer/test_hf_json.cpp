@@ -78,8 +78,9 @@ TEST(HfJson, Errors) {
   tj["model"]["type"] = "Unigram";
   EXPECT_THROW(Tokenizer::from_hf_json(tj, json::object()), Error);
   tj = g["qwen2"]["tokenizer"];
-  tj["pre_tokenizer"] = json::parse(R"({"type": "Metaspace", "replacement": "_"})");
+  tj["pre_tokenizer"] = json::parse(R"({"type": "Whitespace"})");  // neither byte-level nor "▁"
   tj["decoder"] = nullptr;
+  tj["normalizer"] = nullptr;
   EXPECT_THROW(Tokenizer::from_hf_json(tj, json::object()), Error);
   tj = g["qwen2"]["tokenizer"];
   tj["model"]["vocab"] = json::object();

@@ -67,6 +67,14 @@ TEST(RandomInput, SentencePiece) {
   check(*t, /*exact_round_trip=*/false, 99);
 }
 
+TEST(RandomInput, HfSentencePiece) {
+  const json g = testing::load_json(testing::golden_path("hf_spm_tiny.json"));
+  for (const char* style : {"llama2", "metaspace"}) {
+    auto t = Tokenizer::from_hf_json(g[style]["tokenizer"], g[style]["tokenizer_config"]);
+    check(*t, /*exact_round_trip=*/false, 4321);
+  }
+}
+
 TEST(RandomInput, SmolLM2) {
   std::string why;
   auto t = testing::load_smollm2(&why);
