@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <random>
 
 #include "model_paths.h"
 #include "util/error.h"
@@ -99,6 +100,19 @@ TEST_F(SmolLM2, EncodesLongEnglishFast) {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_GT(ids.size(), 100000u);
   EXPECT_LT(secs, 1.0) << ids.size() << " tokens took " << secs << " s";
+  // Pseudo-words that defeat the pre-token cache: every piece goes through the merge loop.
+  std::mt19937 rng(42);
+  std::uniform_int_distribution<int> len(1, 12), letter(0, 25);
+  std::string words;
+  while (words.size() < 400000) {
+    words += ' ';
+    for (int n = len(rng); n > 0; --n) words += char('a' + letter(rng));
+  }
+  const auto tw = std::chrono::steady_clock::now();
+  const auto wids = tok_->encode(words, false, false);
+  const double wsecs = std::chrono::duration<double>(std::chrono::steady_clock::now() - tw).count();
+  EXPECT_GT(wids.size(), 100000u);
+  EXPECT_LT(wsecs, 1.0) << wids.size() << " tokens took " << wsecs << " s";
   // A single huge pre-token (no spaces) must not be quadratic either.
   const std::string blob(200000, 'x');
   const auto t1 = std::chrono::steady_clock::now();
