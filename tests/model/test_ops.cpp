@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/ref/attention.h"
+#include "kernels/ref/fast_exp.h"
 #include "kernels/ref/ops.h"
 #include "util/thread_pool.h"
 
@@ -166,5 +167,20 @@ TEST(Ops, SiluMul) {
   for (size_t i = 0; i < g.size(); ++i) ASSERT_NEAR(r[i], g[i] / (1 + std::exp(-double(g[i]))) * u[i], 1e-5);
 }
 
+}  // namespace
+}  // namespace longctx
+
+namespace longctx {
+namespace {
+TEST(Ops, FastExpIsAccurate) {
+  double worst = 0;
+  for (float x = -87.f; x <= 0.f; x += 0.0137f) {
+    const double want = std::exp(double(x));
+    worst = std::max(worst, std::abs(fast_exp(x) - want) / want);
+  }
+  EXPECT_LT(worst, 5e-7);
+  EXPECT_EQ(fast_exp(-1000.f), 0.f);
+  EXPECT_EQ(fast_exp(0.f), 1.f);
+}
 }  // namespace
 }  // namespace longctx

@@ -1,13 +1,19 @@
 // attention.cpp (ref): see attention.h.
+//
+// One task = (KV head, query tile). The `group` query heads that share the KV head are packed
+// into one matrix Qp[m*group, d] (row = (query i, head g)), so K and V are read once per tile
+// and the GEMMs are `group` times taller: S = scale * Qp K^T, row softmax, Op = P V, unpack.
 #include "kernels/ref/attention.h"
 
 #include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
+#include "kernels/ref/fast_exp.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 
@@ -21,8 +27,24 @@ void check_params(const AttnParams& p) {
     fail("attention: n_head {} must be a positive multiple of n_kv_head {}", p.n_head, p.n_kv_head);
   if (p.head_dim <= 0) fail("attention: head_dim {} must be positive", p.head_dim);
   if (p.causal && p.q_pos0 + p.n_q > p.n_kv)
-    fail("attention: causal queries reach position {} but only {} keys are given",
-         p.q_pos0 + p.n_q - 1, p.n_kv);
+    fail("attention: causal queries reach position {} but only {} keys are given", p.q_pos0 + p.n_q - 1,
+         p.n_kv);
+}
+
+// Softmax of one score row over its first `visible` entries, in place; zeros the rest.
+// Returns the log-sum-exp.
+float softmax_row(float* row, int64_t visible, int64_t n) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < visible; ++j) mx = std::max(mx, row[j]);
+  float sum = 0.f;
+  for (int64_t j = 0; j < visible; ++j) {
+    row[j] = fast_exp(row[j] - mx);
+    sum += row[j];
+  }
+  const float inv = 1.f / sum;
+  for (int64_t j = 0; j < visible; ++j) row[j] *= inv;
+  std::fill(row + visible, row + n, 0.f);
+  return mx + std::log(sum);
 }
 
 }  // namespace
@@ -32,52 +54,46 @@ void attention_dense_ref(const AttnParams& p, ThreadPool& pool) {
   if (p.n_q == 0) return;
   const int d = p.head_dim;
   const int group = p.n_head / p.n_kv_head;
-  const int64_t ldq = int64_t(p.n_head) * d;    // Q/O row stride (one token)
-  const int64_t ldk = int64_t(p.n_kv_head) * d; // K/V row stride
+  const int64_t ldq = int64_t(p.n_head) * d;     // Q/O row stride (one token)
+  const int64_t ldk = int64_t(p.n_kv_head) * d;  // K/V row stride
   const int64_t n_tiles = (p.n_q + kAttnQueryTile - 1) / kAttnQueryTile;
 
-  // One task = (query head, query tile). Score buffer per task: [tile, n_keys].
-  pool.parallel_for(int64_t(p.n_head) * n_tiles, [&](int64_t t0, int64_t t1) {
-    std::vector<float> s;
+  pool.parallel_for(int64_t(p.n_kv_head) * n_tiles, [&](int64_t t0, int64_t t1) {
+    std::vector<float> qp, s, op;  // packed Q [rows, d], scores [rows, n_keys], packed O [rows, d]
     for (int64_t t = t0; t < t1; ++t) {
-      const int h = int(t / n_tiles);
-      const int hk = h / group;
+      const int hk = int(t / n_tiles);
       const int64_t i0 = (t % n_tiles) * kAttnQueryTile;
       const int64_t m = std::min<int64_t>(kAttnQueryTile, p.n_q - i0);
-      // Keys visible to the last row of the tile (all keys when not causal).
+      const int64_t rows = m * group;
+      // Keys visible to the last query of the tile (all keys when not causal).
       const int64_t n_keys = p.causal ? p.q_pos0 + i0 + m : p.n_kv;
-      if (n_keys == 0) {  // no visible key: output zeros, lse -inf
-        for (int64_t i = 0; i < m; ++i) {
-          std::fill_n(p.o + (i0 + i) * ldq + int64_t(h) * d, d, 0.f);
-          if (p.lse) p.lse[int64_t(h) * p.n_q + i0 + i] = -std::numeric_limits<float>::infinity();
-        }
-        continue;
+      qp.resize(size_t(rows * d));
+      op.resize(size_t(rows * d));
+      s.resize(size_t(rows * std::max<int64_t>(n_keys, 1)));
+      for (int64_t i = 0; i < m; ++i)  // heads hk*group .. +group are contiguous in a token row
+        std::memcpy(qp.data() + i * group * d, p.q + (i0 + i) * ldq + int64_t(hk) * group * d,
+                    size_t(group * d) * sizeof(float));
+      if (n_keys > 0) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(n_keys), d, p.scale, qp.data(), d,
+                    p.k + int64_t(hk) * d, int(ldk), 0.f, s.data(), int(n_keys));
       }
-      s.resize(size_t(m * n_keys));
-      const float* q = p.q + i0 * ldq + int64_t(h) * d;
-      const float* k = p.k + int64_t(hk) * d;
-      const float* v = p.v + int64_t(hk) * d;
-      // S[m, n_keys] = scale * Q[m, d] K[n_keys, d]^T
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(n_keys), d, p.scale, q, int(ldq),
-                  k, int(ldk), 0.f, s.data(), int(n_keys));
-      for (int64_t i = 0; i < m; ++i) {
-        float* row = s.data() + i * n_keys;
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t i = r / group;
+        const int h = hk * group + int(r % group);
         const int64_t visible = p.causal ? p.q_pos0 + i0 + i + 1 : n_keys;
-        float mx = -std::numeric_limits<float>::infinity();
-        for (int64_t j = 0; j < visible; ++j) mx = std::max(mx, row[j]);
-        double sum = 0;
-        for (int64_t j = 0; j < visible; ++j) {
-          row[j] = std::exp(row[j] - mx);
-          sum += row[j];
-        }
-        const float inv = float(1.0 / sum);
-        for (int64_t j = 0; j < visible; ++j) row[j] *= inv;
-        std::fill(row + visible, row + n_keys, 0.f);
-        if (p.lse) p.lse[int64_t(h) * p.n_q + i0 + i] = mx + float(std::log(sum));
+        float lse = -std::numeric_limits<float>::infinity();
+        if (visible > 0) lse = softmax_row(s.data() + r * n_keys, visible, n_keys);
+        if (p.lse) p.lse[int64_t(h) * p.n_q + i0 + i] = lse;
       }
-      // O[m, d] = P[m, n_keys] V[n_keys, d]
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), d, int(n_keys), 1.f, s.data(),
-                  int(n_keys), v, int(ldk), 0.f, p.o + i0 * ldq + int64_t(h) * d, int(ldq));
+      if (n_keys > 0) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), d, int(n_keys), 1.f, s.data(),
+                    int(n_keys), p.v + int64_t(hk) * d, int(ldk), 0.f, op.data(), d);
+      } else {
+        std::fill(op.begin(), op.end(), 0.f);
+      }
+      for (int64_t i = 0; i < m; ++i)
+        std::memcpy(p.o + (i0 + i) * ldq + int64_t(hk) * group * d, op.data() + i * group * d,
+                    size_t(group * d) * sizeof(float));
     }
   });
 }
