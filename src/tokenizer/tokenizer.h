@@ -1,9 +1,12 @@
 // tokenizer.h: text <-> token ids for every supported model family, plus chat prompts.
 //
 // Kinds: byte-level BPE (GPT-2 / SmolLM2, Llama-3, Qwen2 pre-tokenizer regexes) and
-// SentencePiece-style BPE (Llama-2 / Mistral GGUF files, with byte fallback tokens <0xNN>).
+// SentencePiece-style BPE (Llama-2 / Mistral, with byte fallback tokens <0xNN>).
 // Built from GGUF metadata (tokenizer.ggml.*) or from HF tokenizer.json + tokenizer_config.json
-// (found in ModelFile::metadata() under "tokenizer" / "tokenizer_config").
+// (found in ModelFile::metadata() under "tokenizer" / "tokenizer_config"); both kinds exist in
+// both forms. All of encode/decode/token_bytes/apply_chat_template are const and thread-safe.
+// Any input bytes are accepted (invalid UTF-8 included); bad ids and unusable vocabularies or
+// templates throw longctx::Error naming the problem.
 #pragma once
 #include <cstdint>
 #include <memory>
