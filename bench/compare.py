@@ -48,11 +48,13 @@ def main():
         rec["summary"].append({"case": f"decode {r['n_kv']}", "ours_ms": r["ms"], "cudnn_ms": c, "flash_ms": f,
                                "speed_vs_cudnn": rc, "speed_vs_flash": rf, "ours_GBps": r["GBps"],
                                "fraction_of_copy_bw": frac, "graph_ms": r.get("graph_ms"),
+                               "fp8_ms": r.get("fp8_ms"), "fp8_graph_ms": r.get("fp8_graph_ms"),
                                "sweep": r.get("sweep")})
         lines.append(f"{'decode ' + str(r['n_kv']):<24}{r['ms']:>10.4f}{c or float('nan'):>10.4f}{f or float('nan'):>10.4f}"
                      f"{rc or float('nan'):>12.2f}{rf or float('nan'):>12.2f}  {r['GBps']:.0f} GB/s = "
                      f"{100 * (frac or 0):.0f}% of copy"
-                     + (f", graph {r['graph_ms']:.4f} ms" if r.get("graph_ms") else ""))
+                     + (f", graph {r['graph_ms']:.4f} ms" if r.get("graph_ms") else "")
+                     + (f", fp8 KV {r['fp8_ms']:.4f}/{r['fp8_graph_ms']:.4f} ms" if r.get("fp8_ms") else ""))
     print("\n".join(lines))
     if a.out:
         with open(a.out, "w") as fo:

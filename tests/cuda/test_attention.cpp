@@ -384,6 +384,100 @@ TEST(AttnDecodeSmall, PagedVariableLengths) {
   run_decode_paged(64, {777, 3000}, 16, 4, 64);
 }
 
+// fp8 e4m3 (OCP FN variant: no infinities, max 448), round to nearest even, saturating.
+uint8_t f32_to_e4m3(float x) {
+  const uint8_t sign = std::signbit(x) ? 0x80 : 0;
+  double a = std::fabs(double(x));
+  if (a >= 448.0) return sign | 0x7e;
+  if (a < std::ldexp(1.0, -6)) {  // subnormal: m * 2^-9
+    const double q = std::nearbyint(a / std::ldexp(1.0, -9));  // default rounding: to nearest even
+    return sign | uint8_t(q);                                  // q == 8 is the smallest normal, 0x08
+  }
+  int e = std::ilogb(a);
+  double q = std::nearbyint((a / std::ldexp(1.0, e) - 1.0) * 8.0);
+  if (q == 8) {
+    q = 0;
+    ++e;
+  }
+  if (e > 8 || (e == 8 && q > 6)) return sign | 0x7e;
+  return sign | uint8_t(((e + 7) << 3) | int(q));
+}
+double e4m3_to_f64(uint8_t b) {
+  const int e = (b >> 3) & 15, m = b & 7;
+  const double v = e == 0 ? std::ldexp(m / 8.0, -6) : std::ldexp(1.0 + m / 8.0, e - 7);
+  return (b & 0x80) ? -v : v;
+}
+
+void run_decode_fp8(int n_seq, int64_t n_kv, int n_head, int n_kv_head, int d) {
+  SCOPED_TRACE(::testing::Message() << "fp8 decode n_seq=" << n_seq << " n_kv=" << n_kv << " d=" << d);
+  std::vector<double> qd, kd, vd;
+  auto qh = random_bf16(size_t(n_seq) * n_head * d, 1.5, qd);
+  (void)random_bf16(size_t(n_seq) * n_kv * n_kv_head * d, 1.0, kd);
+  (void)random_bf16(size_t(n_seq) * n_kv * n_kv_head * d, 2.0, vd);
+  const double k_scale = max_abs(kd) / 448.0, v_scale = max_abs(vd) / 448.0;
+  std::vector<uint8_t> k8(kd.size()), v8(vd.size());
+  for (size_t i = 0; i < kd.size(); ++i) {
+    k8[i] = f32_to_e4m3(float(kd[i] / k_scale));
+    kd[i] = e4m3_to_f64(k8[i]) * k_scale;  // the reference sees the dequantised cache
+    v8[i] = f32_to_e4m3(float(vd[i] / v_scale));
+    vd[i] = e4m3_to_f64(v8[i]) * v_scale;
+  }
+  DevBuf q(qh.size() * 2), k(k8.size()), v(v8.size()), o(qh.size() * 2), lse(size_t(n_seq) * n_head * 4);
+  const size_t ws_bytes = decode_workspace_bytes(n_seq, n_head, d, n_kv);
+  DevBuf ws(ws_bytes);
+  decode_workspace_init(ws.p, ws_bytes);
+  q.upload(qh);
+  k.upload(k8);
+  v.upload(v8);
+  o.poison();
+  lse.poison();
+  DecodeParams p;
+  p.q = q.p;
+  p.k = k.p;
+  p.v = v.p;
+  p.kv_dtype = KvDtype::fp8_e4m3;
+  p.k_scale = float(k_scale);
+  p.v_scale = float(v_scale);
+  p.o = o.p;
+  p.lse = lse.as<float>();
+  p.n_seq = n_seq;
+  p.n_kv = n_kv;
+  p.n_head = n_head;
+  p.n_kv_head = n_kv_head;
+  p.head_dim = d;
+  p.workspace = ws.p;
+  p.workspace_bytes = ws_bytes;
+  attention_decode(p);
+  device_sync();
+  const auto o_got = to_double(o.download<uint16_t>(qh.size()));
+  const auto lse_f = lse.download<float>(size_t(n_seq) * n_head);
+  std::vector<double> o_ref_all, lse_ref_all;
+  const size_t kv_n = size_t(n_kv) * n_kv_head * d;
+  for (int b = 0; b < n_seq; ++b) {
+    Shape s{1, n_kv, n_kv - 1, n_head, n_kv_head, d, true};
+    std::vector<double> qb(qd.begin() + size_t(b) * n_head * d, qd.begin() + size_t(b + 1) * n_head * d);
+    std::vector<double> kb(kd.begin() + b * kv_n, kd.begin() + (b + 1) * kv_n);
+    std::vector<double> vb(vd.begin() + b * kv_n, vd.begin() + (b + 1) * kv_n);
+    std::vector<double> o_ref, lse_ref;
+    ref_attention(s, qb, kb, vb, 1.0 / std::sqrt(double(d)), {}, o_ref, lse_ref);
+    o_ref_all.insert(o_ref_all.end(), o_ref.begin(), o_ref.end());
+    lse_ref_all.insert(lse_ref_all.end(), lse_ref.begin(), lse_ref.end());
+  }
+  const auto eo = compare(o_got, o_ref_all, 5e-3 * max_abs(vd), 1e-2);
+  const auto el = compare(std::vector<double>(lse_f.begin(), lse_f.end()), lse_ref_all, 2e-3, 1e-5);
+  std::printf("  fp8 decode n_seq=%d n_kv=%lld h=%d/%d d=%d: O %s | LSE %s\n", n_seq, (long long)n_kv, n_head,
+              n_kv_head, d, eo.str().c_str(), el.str().c_str());
+  EXPECT_EQ(eo.n_bad + eo.n_nan, 0) << eo.str();
+  EXPECT_LT(eo.rel_l2, 1e-2) << eo.str();
+  EXPECT_EQ(el.n_bad + el.n_nan, 0) << el.str();
+}
+
+TEST(AttnDecodeSmall, Fp8E4m3Kv) {
+  LC_REQUIRE_GPU();
+  run_decode_fp8(2, 5000, 32, 8, 128);
+  run_decode_fp8(1, 777, 14, 2, 64);
+}
+
 TEST(AttnDecodeSmall, OneWorkspaceManyLengths) {
   LC_REQUIRE_GPU();
   // A decode loop's pattern: one workspace (sized for the longest context, zeroed once) while

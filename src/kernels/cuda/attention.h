@@ -51,16 +51,22 @@ struct PrefillParams {
 // cp.async double buffering). impl forces one (tests and benchmarks compare both).
 void attention_prefill(const PrefillParams& p, Stream s = nullptr);
 
+enum class KvDtype : int { bf16 = 0, fp8_e4m3 = 1 };
+
 struct DecodeParams {
   const void* q = nullptr;  // bf16 [n_seq, n_head, head_dim]
-  const void* k = nullptr;  // bf16 sequence b at k + b*kv_seq_stride: [n_kv, n_kv_head, head_dim]
-  const void* v = nullptr;  // bf16 same layout as k
+  const void* k = nullptr;  // kv_dtype; sequence b at k + b*kv_seq_stride: [n_kv, n_kv_head, head_dim]
+  const void* v = nullptr;  // kv_dtype, same layout as k
+  // fp8 KV: K and V stored as e4m3 with one scale each (real value = stored * scale); halves
+  // the bytes a decode step streams. The math runs in fp16/fp32 (e4m3 -> fp16 is exact).
+  KvDtype kv_dtype = KvDtype::bf16;
+  float k_scale = 1.f, v_scale = 1.f;
   void* o = nullptr;        // bf16 [n_seq, n_head, head_dim]
   float* lse = nullptr;     // fp32 [n_seq, n_head], optional
   int n_seq = 1;
   int64_t n_kv = 0;           // keys per sequence (all attended: the query is the last position);
                               // with kv_lens: the longest sequence (sizes the split plan)
-  int64_t kv_seq_stride = 0;  // contiguous layout: elements between sequences' K (and V);
+  int64_t kv_seq_stride = 0;  // contiguous layout: elements (not bytes) between sequences' K (and V);
                               // 0 = n_kv*n_kv_head*head_dim
   const int32_t* kv_lens = nullptr;  // device int32 [n_seq], optional: per-sequence key counts
                                      // (each in 1..n_kv)

@@ -14,10 +14,12 @@
 // merge_states.cu), so a decode step is one launch. The number of splits fills the GPU in one
 // wave: n_kv_head * n_seq * n_splits ~= SMs * CTAs per SM.
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/check.h"
@@ -33,24 +35,28 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr int kMaxGroup = 16;  // query heads per KV head that fit one m16 tile
 
-template <int D>
+template <int D, bool kFp8>
 struct DecodeTile {
   static constexpr int kWarps = 4;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kKeysPerWarp = 16;
   static constexpr int kBlockN = kWarps * kKeysPerWarp;  // keys per pipeline stage
   static constexpr int kStages = 3;  // 2 tiles in flight while one computes: ~64 KB/CTA at d=128
-  static constexpr int kChunks = D / 8;
-  static constexpr int kSmemKV = kBlockN * D * 2;
-  static constexpr int kSmem = 2 * kStages * kSmemKV;
-  // Epilogue reuse of the pipeline buffers: per-warp O [16][D] fp32 + max and sum per row.
-  static_assert(kWarps * 16 * (D + 2) * 4 <= kSmem, "combine buffer must fit the pipeline smem");
+  static constexpr int kElem = kFp8 ? 1 : 2;              // bytes per stored K/V element
+  static constexpr int kChunks = D * kElem / 16;          // 16-byte chunks per stored row
+  static constexpr int kSmemKV = kBlockN * D * kElem;     // one stored K (or V) tile
+  static constexpr int kSmemPipe = 2 * kStages * kSmemKV;
+  // fp8: each tile is widened to fp16 (same swizzled layout as bf16) before ldmatrix.
+  static constexpr int kSmemConv = kFp8 ? 2 * kBlockN * D * 2 : 0;
+  static constexpr int kSmemCombine = kWarps * 16 * (D + 2) * 4;  // per-warp O [16][D] + max, sum
+  static constexpr int kSmemMerge = kMaxGroup * 512 * 4 + 2 * kMaxGroup * 4;  // split weights
+  static constexpr int kSmem = std::max({kSmemPipe + kSmemConv, kSmemCombine, kSmemMerge});
 };
 
 struct DecodeArgs {
   const bf16* q;
-  const bf16* k;
-  const bf16* v;
+  const void* k;  // bf16 or fp8 e4m3
+  const void* v;
   float* o_part;    // [n_seq * n_head][n_splits][D]
   float* lse_part;  // [n_seq * n_head][n_splits]
   int* counters;    // [n_seq * n_kv_head] finished splits; zero between calls (self-resetting)
@@ -61,15 +67,18 @@ struct DecodeArgs {
   const int32_t* page_table;       // optional: [n_seq][max_pages] page ids into the K/V pools
   int page_size, max_pages;
   int n_head, n_kv_head, group, n_splits, tiles_per_split;
-  float scale_log2;
+  float scale_log2;  // softmax scale * log2(e) (* k_scale for fp8 KV)
+  float v_scale;     // fp8 KV: V's dequantisation scale, applied to each split's O
 };
 
-template <int D>
-__global__ void __launch_bounds__(DecodeTile<D>::kThreads) attn_decode_split_kernel(const DecodeArgs a) {
-  using T = DecodeTile<D>;
+template <int D, bool kFp8>
+__global__ void __launch_bounds__(DecodeTile<D, kFp8>::kThreads) attn_decode_split_kernel(const DecodeArgs a) {
+  using T = DecodeTile<D, kFp8>;
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t sK = smem_u32(smem);
   const uint32_t sV = sK + T::kStages * T::kSmemKV;
+  const uint32_t sKc = sK + T::kSmemPipe;        // fp8 path: fp16 K tile
+  const uint32_t sVc = sKc + T::kBlockN * D * 2;  // fp8 path: fp16 V tile
 
   const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -83,8 +92,9 @@ __global__ void __launch_bounds__(DecodeTile<D>::kThreads) attn_decode_split_ker
   // Contiguous: sequence b's rows start at b * kv_seq_stride. Paged: pools of pages, the table
   // maps (sequence, key / page_size) to a page; a 64-key tile never straddles a page
   // (page_size is a multiple of 64).
-  const bf16* kg = a.k + int64_t(kvh) * D + (a.page_table ? 0 : int64_t(b) * a.kv_seq_stride);
-  const bf16* vg = a.v + int64_t(kvh) * D + (a.page_table ? 0 : int64_t(b) * a.kv_seq_stride);
+  const int64_t base = int64_t(kvh) * D + (a.page_table ? 0 : int64_t(b) * a.kv_seq_stride);  // elements
+  const uint8_t* kg = static_cast<const uint8_t*>(a.k) + base * T::kElem;
+  const uint8_t* vg = static_cast<const uint8_t*>(a.v) + base * T::kElem;
 
   auto load_kv = [&](int i, int stage) {  // i: tile index within this split
     const int64_t n0 = (t_begin + i) * T::kBlockN;
@@ -98,9 +108,12 @@ __global__ void __launch_bounds__(DecodeTile<D>::kThreads) attn_decode_split_ker
       const int idx = tid + j * T::kThreads;
       const int r = idx / T::kChunks, c = idx % T::kChunks;
       const bool ok = n0 + r < n_kv;
-      const int64_t off = (row0 + r) * ldk + c * 8;
-      cp_async16(sK + stage * T::kSmemKV + swz<D>(r, c), ok ? kg + off : a.k, ok ? 16 : 0);
-      cp_async16(sV + stage * T::kSmemKV + swz<D>(r, c), ok ? vg + off : a.v, ok ? 16 : 0);
+      const int64_t off = (row0 + r) * ldk * T::kElem + c * 16;  // bytes
+      // bf16 tiles go straight to the swizzled ldmatrix layout; fp8 tiles land row-major and are
+      // widened below.
+      const uint32_t dst = kFp8 ? uint32_t(r * D + c * 16) : swz<D>(r, c);
+      cp_async16(sK + stage * T::kSmemKV + dst, ok ? kg + off : a.k, ok ? 16 : 0);
+      cp_async16(sV + stage * T::kSmemKV + dst, ok ? vg + off : a.v, ok ? 16 : 0);
     }
   };
 #pragma unroll
@@ -121,6 +134,13 @@ __global__ void __launch_bounds__(DecodeTile<D>::kThreads) attn_decode_split_ker
       qf[kk][1] = hi_ok ? *reinterpret_cast<const uint32_t*>(qb + (g + 8) * D + c0) : 0u;
       qf[kk][2] = lo_ok ? *reinterpret_cast<const uint32_t*>(qb + g * D + c0 + 8) : 0u;
       qf[kk][3] = hi_ok ? *reinterpret_cast<const uint32_t*>(qb + (g + 8) * D + c0 + 8) : 0u;
+      if constexpr (kFp8) {  // the fp8 path multiplies in fp16
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&qf[kk][i]));
+          qf[kk][i] = pack_f16(f.x, f.y);
+        }
+      }
     }
   }
 
@@ -136,15 +156,46 @@ __global__ void __launch_bounds__(DecodeTile<D>::kThreads) attn_decode_split_ker
     cp_async_wait<T::kStages - 1>();
     __syncthreads();
 
-    const uint32_t kbase = sK + st * T::kSmemKV, vbase = sV + st * T::kSmemKV;
+    uint32_t kbase = sK + st * T::kSmemKV, vbase = sV + st * T::kSmemKV;
+    if constexpr (kFp8) {
+      // Widen the e4m3 tiles to fp16 in the swizzled layout the ldmatrix code below reads.
+      for (int idx = tid; idx < T::kBlockN * T::kChunks; idx += T::kThreads) {
+        const int r = idx / T::kChunks, c = idx % T::kChunks;  // 16 fp8 = dims c*16 .. c*16+15
+#pragma unroll
+        for (int kv = 0; kv < 2; ++kv) {
+          const uint4 raw = *reinterpret_cast<const uint4*>(smem + (kv ? sV - sK : 0) + st * T::kSmemKV + r * D +
+                                                            c * 16);
+          const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+          uint32_t h[8];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(w[i] & 0xffffu), __NV_E4M3);
+            const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(w[i] >> 16), __NV_E4M3);
+            h[2 * i] = uint32_t(lo.x) | (uint32_t(lo.y) << 16);
+            h[2 * i + 1] = uint32_t(hi.x) | (uint32_t(hi.y) << 16);
+          }
+          const uint32_t dst = (kv ? sVc : sKc) - sK;
+          *reinterpret_cast<uint4*>(smem + dst + swz<D>(r, 2 * c)) = make_uint4(h[0], h[1], h[2], h[3]);
+          *reinterpret_cast<uint4*>(smem + dst + swz<D>(r, 2 * c + 1)) = make_uint4(h[4], h[5], h[6], h[7]);
+        }
+      }
+      __syncthreads();
+      kbase = sKc;
+      vbase = sVc;
+    }
     const int kr = warp * T::kKeysPerWarp;  // this warp's 16 keys within the tile
     float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       uint32_t b0, b1, b2, b3;
       ldmatrix_x4(kbase + swz<D>(kr + (lane & 7) + (lane >> 4) * 8, 2 * kk + ((lane >> 3) & 1)), b0, b1, b2, b3);
-      mma_bf16_16816(s[0], qf[kk], b0, b1);
-      mma_bf16_16816(s[1], qf[kk], b2, b3);
+      if constexpr (kFp8) {
+        mma_f16_16816(s[0], qf[kk], b0, b1);
+        mma_f16_16816(s[1], qf[kk], b2, b3);
+      } else {
+        mma_bf16_16816(s[0], qf[kk], b0, b1);
+        mma_bf16_16816(s[1], qf[kk], b2, b3);
+      }
     }
     const int64_t key0 = (t_begin + i) * T::kBlockN + kr;
     const bool need_mask = key0 + T::kKeysPerWarp > n_kv;
@@ -179,17 +230,23 @@ __global__ void __launch_bounds__(DecodeTile<D>::kThreads) attn_decode_split_ker
         oacc[dt][2 * r + 1] *= corr;
       }
     }
-    const uint32_t pa[4] = {pack_bf16(s[0][0], s[0][1]), pack_bf16(s[0][2], s[0][3]), pack_bf16(s[1][0], s[1][1]),
-                            pack_bf16(s[1][2], s[1][3])};
+    auto pack = [](float x, float y) { return kFp8 ? pack_f16(x, y) : pack_bf16(x, y); };
+    const uint32_t pa[4] = {pack(s[0][0], s[0][1]), pack(s[0][2], s[0][3]), pack(s[1][0], s[1][1]),
+                            pack(s[1][2], s[1][3])};
 #pragma unroll
     for (int dp = 0; dp < D / 16; ++dp) {
       uint32_t b0, b1, b2, b3;
       ldmatrix_x4_trans(vbase + swz<D>(kr + (lane & 7) + ((lane >> 3) & 1) * 8, 2 * dp + (lane >> 4)), b0, b1, b2,
                         b3);
-      mma_bf16_16816(oacc[2 * dp], pa, b0, b1);
-      mma_bf16_16816(oacc[2 * dp + 1], pa, b2, b3);
+      if constexpr (kFp8) {
+        mma_f16_16816(oacc[2 * dp], pa, b0, b1);
+        mma_f16_16816(oacc[2 * dp + 1], pa, b2, b3);
+      } else {
+        mma_bf16_16816(oacc[2 * dp], pa, b0, b1);
+        mma_bf16_16816(oacc[2 * dp + 1], pa, b2, b3);
+      }
     }
-    __syncthreads();  // stage st is refilled by a later iteration
+    __syncthreads();  // stage st (and the fp16 tiles) are refilled by a later iteration
   }
   cp_async_wait<0>();
   __syncthreads();
@@ -236,7 +293,7 @@ __global__ void __launch_bounds__(DecodeTile<D>::kThreads) attn_decode_split_ker
       }
     }
     const int64_t row = int64_t(b) * a.n_head + int64_t(kvh) * a.group + r;
-    a.o_part[(row * a.n_splits + split) * D + d] = L > 0.f ? acc / L : 0.f;
+    a.o_part[(row * a.n_splits + split) * D + d] = L > 0.f ? acc / L * a.v_scale : 0.f;
     if (d == 0) a.lse_part[row * a.n_splits + split] = L > 0.f ? M * kLn2 + logf(L) : -INFINITY;
   }
 
@@ -290,22 +347,17 @@ __global__ void __launch_bounds__(DecodeTile<D>::kThreads) attn_decode_split_ker
   }
 }
 
-template <int D>
-const void* decode_kernel_ptr() {
-  return reinterpret_cast<const void*>(&attn_decode_split_kernel<D>);
-}
-
 // CTAs of the split kernel that fit one SM (shared memory bound); also raises the smem limit.
-template <int D>
+template <int D, bool kFp8>
 int decode_ctas_per_sm() {
-  using T = DecodeTile<D>;
+  using T = DecodeTile<D, kFp8>;
   static const int n = [] {
-    LC_CUDA_CHECK(cudaFuncSetAttribute(attn_decode_split_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       T::kSmem),
+    LC_CUDA_CHECK(cudaFuncSetAttribute(attn_decode_split_kernel<D, kFp8>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmem),
                   "attn_decode_split_kernel<d=%d>: raising dynamic shared memory to %d bytes", D, T::kSmem);
     int blocks = 0;
-    LC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, attn_decode_split_kernel<D>, T::kThreads,
-                                                                T::kSmem),
+    LC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, attn_decode_split_kernel<D, kFp8>,
+                                                                T::kThreads, T::kSmem),
                   "attn_decode_split_kernel<d=%d>: occupancy query", D);
     return std::max(1, blocks);
   }();
@@ -322,8 +374,8 @@ int num_sms() {
   return n;
 }
 
-constexpr int kDecodeBlockN = DecodeTile<128>::kBlockN;
-static_assert(DecodeTile<64>::kBlockN == kDecodeBlockN, "one tile size for both head dims");
+constexpr int kDecodeBlockN = DecodeTile<128, false>::kBlockN;
+static_assert(DecodeTile<64, true>::kBlockN == kDecodeBlockN, "one tile size for all variants");
 
 struct SplitPlan {
   int n_splits, tiles_per_split;
@@ -332,7 +384,8 @@ struct SplitPlan {
 // Most splits per (sequence, KV head): the fused merge keeps group x n_splits weights in the
 // CTA's shared memory (16 x 512 x 4 B = 32 KB, within the d=64 kernel's 48 KB).
 constexpr int64_t kMaxSplits = 512;
-static_assert(kMaxGroup * kMaxSplits * 4 + 2 * kMaxGroup * 4 <= DecodeTile<64>::kSmem, "merge weights fit smem");
+static_assert(kMaxGroup * kMaxSplits * 4 + 2 * kMaxGroup * 4 <= DecodeTile<64, true>::kSmemMerge,
+              "merge weights fit smem");
 
 // Workspace: [counters: fixed 64 KB][o_part][lse_part]. The counters sit at a fixed place so a
 // workspace zeroed once stays valid while n_kv (growing every decode step) and n_seq change.
@@ -351,11 +404,12 @@ WorkspaceLayout workspace_layout(int n_seq, int n_head, int head_dim, int64_t n_
   return l;
 }
 
-SplitPlan plan_splits(int n_seq, int n_kv_head, int head_dim, int64_t n_kv, int requested) {
+SplitPlan plan_splits(int n_seq, int n_kv_head, int head_dim, bool fp8, int64_t n_kv, int requested) {
   const int64_t n_tiles = std::max<int64_t>(1, (n_kv + kDecodeBlockN - 1) / kDecodeBlockN);
   int64_t want = requested;
   if (want <= 0) {
-    const int per_sm = head_dim == 128 ? decode_ctas_per_sm<128>() : decode_ctas_per_sm<64>();
+    const int per_sm = head_dim == 128 ? (fp8 ? decode_ctas_per_sm<128, true>() : decode_ctas_per_sm<128, false>())
+                                       : (fp8 ? decode_ctas_per_sm<64, true>() : decode_ctas_per_sm<64, false>());
     const int64_t slots = int64_t(num_sms()) * per_sm;  // one wave of CTAs
     want = std::max<int64_t>(1, slots / (int64_t(n_kv_head) * n_seq));
     // Short splits finish unevenly and their start-up shows: below kMinTilesPerSplit tiles a
@@ -377,6 +431,8 @@ void check_decode(const DecodeParams& p) {
                  p.n_head / p.n_kv_head <= kMaxGroup,
              "attention_decode: n_head %d / n_kv_head %d must be a positive integer <= %d", p.n_head, p.n_kv_head,
              kMaxGroup);
+  LC_REQUIRE(p.kv_dtype == KvDtype::bf16 || (p.kv_dtype == KvDtype::fp8_e4m3 && p.k_scale > 0.f && p.v_scale > 0.f),
+             "attention_decode: unknown kv_dtype %d or non-positive fp8 scales", int(p.kv_dtype));
   LC_REQUIRE(p.n_seq > 0 && p.n_kv > 0, "attention_decode: n_seq %d and n_kv %lld must be positive", p.n_seq,
              (long long)p.n_kv);
   LC_REQUIRE(p.n_seq <= 65535 && int64_t(p.n_seq) * p.n_kv_head <= kMaxCounters,
@@ -393,7 +449,7 @@ void check_decode(const DecodeParams& p) {
 
 int decode_num_splits(const DecodeParams& p) {
   check_decode(p);
-  return plan_splits(p.n_seq, p.n_kv_head, p.head_dim, p.n_kv, p.n_splits).n_splits;
+  return plan_splits(p.n_seq, p.n_kv_head, p.head_dim, p.kv_dtype == KvDtype::fp8_e4m3, p.n_kv, p.n_splits).n_splits;
 }
 
 size_t decode_workspace_bytes(int n_seq, int n_head, int head_dim, int64_t n_kv) {
@@ -411,7 +467,8 @@ void decode_workspace_init(void* workspace, size_t workspace_bytes, Stream s) {
 
 void attention_decode(const DecodeParams& p, Stream s) {
   check_decode(p);
-  const SplitPlan plan = plan_splits(p.n_seq, p.n_kv_head, p.head_dim, p.n_kv, p.n_splits);
+  const bool fp8 = p.kv_dtype == KvDtype::fp8_e4m3;
+  const SplitPlan plan = plan_splits(p.n_seq, p.n_kv_head, p.head_dim, fp8, p.n_kv, p.n_splits);
   const WorkspaceLayout used = workspace_layout(p.n_seq, p.n_head, p.head_dim, plan.n_splits);
   LC_REQUIRE(p.workspace && p.workspace_bytes >= decode_workspace_bytes(p.n_seq, p.n_head, p.head_dim, p.n_kv),
              "attention_decode: workspace of %zu bytes given, %zu needed; size it with decode_workspace_bytes and "
@@ -419,8 +476,8 @@ void attention_decode(const DecodeParams& p, Stream s) {
              p.workspace_bytes, decode_workspace_bytes(p.n_seq, p.n_head, p.head_dim, p.n_kv));
   DecodeArgs a{};
   a.q = static_cast<const bf16*>(p.q);
-  a.k = static_cast<const bf16*>(p.k);
-  a.v = static_cast<const bf16*>(p.v);
+  a.k = p.k;
+  a.v = p.v;
   char* ws = static_cast<char*>(p.workspace);
   a.o_part = reinterpret_cast<float*>(ws + used.o_part);
   a.lse_part = reinterpret_cast<float*>(ws + used.lse_part);
@@ -439,18 +496,24 @@ void attention_decode(const DecodeParams& p, Stream s) {
   a.n_splits = plan.n_splits;
   a.tiles_per_split = plan.tiles_per_split;
   const float scale = p.scale > 0.f ? p.scale : 1.f / std::sqrt(float(p.head_dim));
-  a.scale_log2 = scale * kLog2e;
+  a.scale_log2 = scale * kLog2e * (fp8 ? p.k_scale : 1.f);
+  a.v_scale = fp8 ? p.v_scale : 1.f;
   auto stream = static_cast<cudaStream_t>(s);
   const dim3 grid(plan.n_splits, p.n_kv_head, p.n_seq);
-  if (p.head_dim == 128) {
-    (void)decode_ctas_per_sm<128>();  // sets the smem attribute
-    attn_decode_split_kernel<128><<<grid, DecodeTile<128>::kThreads, DecodeTile<128>::kSmem, stream>>>(a);
-  } else {
-    (void)decode_ctas_per_sm<64>();
-    attn_decode_split_kernel<64><<<grid, DecodeTile<64>::kThreads, DecodeTile<64>::kSmem, stream>>>(a);
-  }
-  LC_LAUNCH_CHECK("attn_decode_split_kernel<d=%d> n_seq=%d n_kv=%lld heads=%d/%d splits=%d", p.head_dim, p.n_seq,
-                  (long long)p.n_kv, p.n_head, p.n_kv_head, plan.n_splits);
+  auto launch = [&](auto d_tag, auto fp8_tag) {
+    constexpr int D = decltype(d_tag)::value;
+    constexpr bool F = decltype(fp8_tag)::value;
+    (void)decode_ctas_per_sm<D, F>();  // sets the smem attribute
+    attn_decode_split_kernel<D, F><<<grid, DecodeTile<D, F>::kThreads, DecodeTile<D, F>::kSmem, stream>>>(a);
+  };
+  using D128 = std::integral_constant<int, 128>;
+  using D64 = std::integral_constant<int, 64>;
+  if (p.head_dim == 128)
+    fp8 ? launch(D128{}, std::true_type{}) : launch(D128{}, std::false_type{});
+  else
+    fp8 ? launch(D64{}, std::true_type{}) : launch(D64{}, std::false_type{});
+  LC_LAUNCH_CHECK("attn_decode_split_kernel<d=%d,fp8=%d> n_seq=%d n_kv=%lld heads=%d/%d splits=%d", p.head_dim, int(fp8),
+                  p.n_seq, (long long)p.n_kv, p.n_head, p.n_kv_head, plan.n_splits);
 }
 
 }  // namespace longctx::cuda
