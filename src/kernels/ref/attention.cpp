@@ -34,14 +34,18 @@ void check_params(const AttnParams& p) {
 // Softmax of one score row over its first `visible` entries, in place; zeros the rest.
 // Returns the log-sum-exp.
 float softmax_row(float* row, int64_t visible, int64_t n) {
+  // `omp simd` (with -fopenmp-simd) lets the max/sum reductions vectorise without -ffast-math.
   float mx = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < visible; ++j) mx = std::max(mx, row[j]);
+#pragma omp simd reduction(max : mx)
+  for (int64_t j = 0; j < visible; ++j) mx = row[j] > mx ? row[j] : mx;
   float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
   for (int64_t j = 0; j < visible; ++j) {
     row[j] = fast_exp(row[j] - mx);
     sum += row[j];
   }
   const float inv = 1.f / sum;
+#pragma omp simd
   for (int64_t j = 0; j < visible; ++j) row[j] *= inv;
   std::fill(row + visible, row + n, 0.f);
   return mx + std::log(sum);
