@@ -7,9 +7,8 @@
 // How: decode is a pure stream of K and V, so the kernel is built around bytes in flight.
 // One CTA = (KV split, KV head, sequence); its GQA group of query heads (<= 16) forms the 16 rows
 // of one mma tile, so every K/V byte is read once for all heads that share it. 64-key tiles
-// stream through a 3-stage cp.async pipeline; each of the 4 warps loads and owns 16 keys of a
-// tile (no CTA barrier inside the loop) and keeps its own online-softmax state (mma.sync
-// m16n8k16, as in the prefill kernel; fp8 KV is widened to fp16 in shared memory first). The warps'
+// stream through a 3-stage cp.async pipeline; each of the 4 warps owns 16 keys of a tile and
+// keeps its own online-softmax state (mma.sync m16n8k16, as in the prefill kernel). The warps'
 // states are combined through shared memory, and each CTA writes one fp32 partial (O, LSE);
 // the last CTA of each (sequence, KV head) to finish merges the splits exactly (the math of
 // merge_states.cu), so a decode step is one launch. The number of splits fills the GPU in one
@@ -97,10 +96,6 @@ __global__ void __launch_bounds__(DecodeTile<D, kFp8>::kThreads) attn_decode_spl
   const uint8_t* kg = static_cast<const uint8_t*>(a.k) + base * T::kElem;
   const uint8_t* vg = static_cast<const uint8_t*>(a.v) + base * T::kElem;
 
-  // Each warp streams, widens and consumes only its own 16 keys of every 64-key tile, so warps
-  // never wait for each other inside the loop (__syncwarp only; cp.async completion is per
-  // thread, and the warp barrier publishes the lanes' copies to each other).
-  const int kr = warp * T::kKeysPerWarp;  // this warp's 16 keys within each tile
   auto load_kv = [&](int i, int stage) {  // i: tile index within this split
     const int64_t n0 = (t_begin + i) * T::kBlockN;
     int64_t row0 = n0;
@@ -109,9 +104,9 @@ __global__ void __launch_bounds__(DecodeTile<D, kFp8>::kThreads) attn_decode_spl
       row0 = page * a.page_size + n0 % a.page_size;
     }
 #pragma unroll
-    for (int j = 0; j < T::kKeysPerWarp * T::kChunks / 32; ++j) {
-      const int idx = lane + j * 32;
-      const int r = kr + idx / T::kChunks, c = idx % T::kChunks;
+    for (int j = 0; j < T::kBlockN * T::kChunks / T::kThreads; ++j) {
+      const int idx = tid + j * T::kThreads;
+      const int r = idx / T::kChunks, c = idx % T::kChunks;
       const bool ok = n0 + r < n_kv;
       const int64_t off = (row0 + r) * ldk * T::kElem + c * 16;  // bytes
       // bf16 tiles go straight to the swizzled ldmatrix layout; fp8 tiles land row-major and are
@@ -159,15 +154,13 @@ __global__ void __launch_bounds__(DecodeTile<D, kFp8>::kThreads) attn_decode_spl
     if (i + T::kStages - 1 < n_tiles) load_kv(i + T::kStages - 1, (i + T::kStages - 1) % T::kStages);
     cp_async_commit();
     cp_async_wait<T::kStages - 1>();
-    __syncwarp();
+    __syncthreads();
 
     uint32_t kbase = sK + st * T::kSmemKV, vbase = sV + st * T::kSmemKV;
     if constexpr (kFp8) {
-      // Widen this warp's e4m3 rows to fp16 in the swizzled layout the ldmatrix code reads.
-#pragma unroll
-      for (int j = 0; j < T::kKeysPerWarp * T::kChunks / 32; ++j) {
-        const int idx = lane + j * 32;
-        const int r = kr + idx / T::kChunks, c = idx % T::kChunks;  // 16 fp8 = dims c*16 .. c*16+15
+      // Widen the e4m3 tiles to fp16 in the swizzled layout the ldmatrix code below reads.
+      for (int idx = tid; idx < T::kBlockN * T::kChunks; idx += T::kThreads) {
+        const int r = idx / T::kChunks, c = idx % T::kChunks;  // 16 fp8 = dims c*16 .. c*16+15
 #pragma unroll
         for (int kv = 0; kv < 2; ++kv) {
           const uint4 raw = *reinterpret_cast<const uint4*>(smem + (kv ? sV - sK : 0) + st * T::kSmemKV + r * D +
@@ -186,10 +179,11 @@ __global__ void __launch_bounds__(DecodeTile<D, kFp8>::kThreads) attn_decode_spl
           *reinterpret_cast<uint4*>(smem + dst + swz<D>(r, 2 * c + 1)) = make_uint4(h[4], h[5], h[6], h[7]);
         }
       }
-      __syncwarp();
+      __syncthreads();
       kbase = sKc;
       vbase = sVc;
     }
+    const int kr = warp * T::kKeysPerWarp;  // this warp's 16 keys within the tile
     float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
@@ -252,7 +246,7 @@ __global__ void __launch_bounds__(DecodeTile<D, kFp8>::kThreads) attn_decode_spl
         mma_bf16_16816(oacc[2 * dp + 1], pa, b2, b3);
       }
     }
-    __syncwarp();  // this warp's rows of stage st (and of the fp16 tiles) are refilled later
+    __syncthreads();  // stage st (and the fp16 tiles) are refilled by a later iteration
   }
   cp_async_wait<0>();
   __syncthreads();
