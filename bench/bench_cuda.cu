@@ -22,6 +22,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_sm90.h"
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/gemm.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/runtime.h"
 
@@ -71,6 +72,7 @@ double time_ms(const std::function<void()>& fn, int warmup, int reps, cudaStream
 
 int main(int argc, char** argv) {
   std::vector<int64_t> prefill = {8192, 32768, 131072}, decode = {131072, 1048576};
+  bool ops = true;
   double reps_scale = 1.0;
   const char* json_path = nullptr;
   for (int i = 1; i < argc; ++i) {
@@ -78,8 +80,10 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--decode") && i + 1 < argc) decode = parse_list(argv[++i]);
     else if (!std::strcmp(argv[i], "--reps-scale") && i + 1 < argc) reps_scale = std::atof(argv[++i]);
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
+    else if (!std::strcmp(argv[i], "--no-ops")) ops = false;
     else {
-      std::fprintf(stderr, "usage: %s [--prefill N,..] [--decode N,..] [--reps-scale X] [--json FILE]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--prefill N,..] [--decode N,..] [--no-ops] [--reps-scale X] [--json FILE]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -271,7 +275,89 @@ int main(int argc, char** argv) {
       js += rows + "]}" + (si + 1 < decode.size() ? ",\n" : "\n");
       for (void* x : {q, k, v, o, static_cast<void*>(lse), ws}) dev_free(x);
     }
-    js += "  ]\n}\n";
+    js += "  ]";
+    if (ops) {
+      // The rest of a Llama-3-8B layer at 8K tokens: the cuBLASLt GEMM wrapper (TFLOP/s) and the
+      // fused memory-bound ops (GB/s, bytes read + written once).
+      constexpr int64_t T = 8192, kHidden = 4096, kFfn = 14336;
+      const size_t ws_bytes = kGemmWorkspaceBytes;
+      void* gws = dev_malloc(ws_bytes);
+      Gemm gemm(gws, ws_bytes);
+      void* x = dev_malloc(size_t(T) * kFfn * 2 * 2);  // big enough for every op below
+      void* w = dev_malloc(size_t(2 * kFfn) * kHidden * 2);
+      void* y = dev_malloc(size_t(T) * 2 * kFfn * 2);
+      fill_random_bf16(x, T * kFfn * 2, 41, 1.f);
+      fill_random_bf16(w, 2 * kFfn * kHidden, 42, 0.02f);
+      js += ",\n  \"ops\": [\n";
+      auto row = [&](const char* name, double ms, double flops, double bytes, bool last = false) {
+        std::fprintf(stderr, "op %-28s %.4f ms  %7.1f TFLOP/s  %6.0f GB/s\n", name, ms, flops / (ms * 1e-3) / 1e12,
+                     bytes / (ms * 1e-3) / 1e9);
+        std::snprintf(buf, sizeof buf, "    {\"op\": \"%s\", \"ms\": %.5f, \"tflops\": %.1f, \"GBps\": %.1f}%s\n",
+                      name, ms, flops / (ms * 1e-3) / 1e12, bytes / (ms * 1e-3) / 1e9, last ? "" : ",");
+        js += buf;
+      };
+      const struct {
+        const char* name;
+        int64_t m, n, k;
+      } gemms[] = {{"gemm 8192x8192x8192", 8192, 8192, 8192},
+                   {"gemm gate_up 8192x28672x4096", T, 2 * kFfn, kHidden},
+                   {"gemm down 8192x4096x14336", T, kHidden, kFfn},
+                   {"gemm decode 1x28672x4096", 1, 2 * kFfn, kHidden}};
+      for (const auto& g : gemms) {
+        void* gx = x;
+        void* gw = w;
+        if (g.m == 8192 && g.n == 8192) gw = y;  // 8192x8192 weights: reuse y's storage as W
+        if (gw == y) fill_random_bf16(y, g.n * g.k, 43, 0.02f);
+        void* gy = gw == y ? x : y;
+        if (gw == y) gx = w;  // x (8192 x 8192) from w's storage
+        const GemmParams gp{gx, gw, gy, g.m, g.n, g.k, 1.f, 0.f};
+        const double ms = time_ms([&] { gemm.run(gp); }, 2, std::max(5, int(reps_scale * 20)));
+        row(g.name, ms, 2.0 * g.m * g.n * g.k, 2.0 * (g.m * g.k + g.n * g.k + g.m * g.n));
+      }
+      fill_random_bf16(x, T * kFfn * 2, 44, 1.f);
+      {
+        RmsNormParams rp;
+        rp.x = x;
+        rp.w = w;
+        rp.y = y;
+        rp.n_rows = T;
+        rp.dim = kHidden;
+        const double ms = time_ms([&] { rmsnorm(rp); }, 2, 20);
+        row("rmsnorm 8192x4096", ms, 0, 2.0 * T * kHidden * 2);
+      }
+      {
+        RopeParams rp;
+        rp.q = x;
+        rp.k = y;
+        rp.n_q_heads = 32;
+        rp.n_k_heads = 8;
+        rp.head_dim = 128;
+        rp.n_tokens = T;
+        rp.theta = 500000.f;
+        rp.scaling = RopeScalingType::llama3;
+        rp.factor = 8.f;
+        const double ms = time_ms([&] { rope(rp); }, 2, 20);
+        row("rope q+k 8192 tok 32+8 heads", ms, 0, 2.0 * T * 40 * 128 * 2);
+      }
+      {
+        SwiGluParams sp;
+        sp.gate = x;
+        sp.up = static_cast<uint16_t*>(x) + kFfn;
+        sp.out = y;
+        sp.n_rows = T;
+        sp.dim = kFfn;
+        sp.gate_stride = sp.up_stride = 2 * kFfn;
+        const double ms = time_ms([&] { swiglu(sp); }, 2, 20);
+        row("swiglu 8192x14336", ms, 0, 3.0 * T * kFfn * 2);
+      }
+      {
+        const double ms = time_ms([&] { add(y, y, x, T * kHidden); }, 2, 20);
+        row("residual add 8192x4096", ms, 0, 3.0 * T * kHidden * 2, true);
+      }
+      js += "  ]";
+      for (void* p : {gws, x, w, y}) dev_free(p);
+    }
+    js += "\n}\n";
     std::fputs(js.c_str(), stdout);
     if (json_path) {
       FILE* f = std::fopen(json_path, "w");

@@ -55,6 +55,9 @@ def main():
                      f"{100 * (frac or 0):.0f}% of copy"
                      + (f", graph {r['graph_ms']:.4f} ms" if r.get("graph_ms") else "")
                      + (f", fp8 KV {r['fp8_ms']:.4f}/{r['fp8_graph_ms']:.4f} ms" if r.get("fp8_ms") else ""))
+    for r in ours.get("ops", []):
+        lines.append(f"{r['op']:<34}{r['ms']:>10.4f} ms  " + (f"{r['tflops']:.0f} TFLOP/s" if r["tflops"] > 1 else f"{r['GBps']:.0f} GB/s"))
+    rec["ops"] = ours.get("ops", [])
     print("\n".join(lines))
     if a.out:
         with open(a.out, "w") as fo:

@@ -12,13 +12,17 @@ bool attention_prefill_sm90_supported(const PrefillParams& p);
 // pingpong = overlap + the two consumer warpgroups taking turns on the tensor cores.
 enum class Sm90Variant : int { simple = 0, overlap = 1, pingpong = 2 };
 // stages: depth of the K/V shared-memory ring (2 or 3).
-// Default from the H200 sweep of 2026-11-22 (bench/results/2026-11-22-h200-4ad3197.json):
-// ping-pong with 3 stages was fastest at 32K and 128K and within 4% of the best at 8K; the
-// variants differ by less than the run-to-run spread (~5%) at 8K.
-inline constexpr Sm90Variant kSm90Default = Sm90Variant::pingpong;
+// Automatic choice, from three H200 sweeps (bench/results/2026-11-22-*): with 3 stages, overlap
+// led at 8K queries (582-620 vs 561-594 TFLOP/s), ping-pong at 32K (547-563 vs 521-534), and
+// they tied at 128K.
 inline constexpr int kSm90DefaultStages = 3;
-void attention_prefill_sm90(const PrefillParams& p, Stream s, Sm90Variant variant = kSm90Default,
-                            int stages = kSm90DefaultStages);
+inline Sm90Variant sm90_default_variant(int64_t n_q) {
+  return n_q <= 16384 ? Sm90Variant::overlap : Sm90Variant::pingpong;
+}
+void attention_prefill_sm90(const PrefillParams& p, Stream s, Sm90Variant variant, int stages = kSm90DefaultStages);
+inline void attention_prefill_sm90(const PrefillParams& p, Stream s) {
+  attention_prefill_sm90(p, s, sm90_default_variant(p.n_q), kSm90DefaultStages);
+}
 // The mma.sync (FlashAttention-2 style) kernel, any Ampere+ GPU, head_dim 64/128.
 void attention_prefill_fa2(const PrefillParams& p, Stream s);
 
