@@ -1,8 +1,8 @@
 // rope.cu (cuda): rotate-half (NeoX / HF) rotary position embedding, in place, q and k at once.
 // What/layout: ops.h (RopeParams); llama3 frequency scaling as in kernels/ref/ops.cpp.
 // Tested in tests/cuda/test_ops.cpp.
-// How: one CTA per token; thread i < head_dim/2 computes its frequency and (cos, sin) once
-// and rotates pair (i, i + head_dim/2) of every q and k head of the token. The angle is the
+// How: one CTA per token; (cos, sin) of each frequency computed once into shared memory, then
+// 8-byte vector rotations of 4 pairs per thread over every q and k head of the token. The angle is the
 // fp32 product pos * inv_freq (HF's and the CPU twin's choice, so GPU and CPU agree), then
 // accurate sincosf (not the fast intrinsic: angles reach 1e6 rad at 1M tokens).
 #include <cuda_bf16.h>
@@ -38,30 +38,46 @@ __device__ float rope_inv_freq(const RopeParams& p, int i) {
   return f;
 }
 
-__global__ void rope_kernel(const RopeParams p) {
+// One CTA per token: the first head_dim/2 threads put (cos, sin) of every frequency in shared
+// memory, then all threads rotate 4 consecutive pairs at a time (8-byte loads/stores) across
+// the token's q and k heads.
+constexpr int kRopeThreads = 128;
+constexpr int kPairsPerThread = 4;
+
+__device__ __forceinline__ void rotate4(bf16* v, int i, int half, const float* cs, const float* sn) {
+  uint2 a_raw = *reinterpret_cast<const uint2*>(v + i);
+  uint2 b_raw = *reinterpret_cast<const uint2*>(v + i + half);
+  __nv_bfloat162* a2 = reinterpret_cast<__nv_bfloat162*>(&a_raw);
+  __nv_bfloat162* b2 = reinterpret_cast<__nv_bfloat162*>(&b_raw);
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const float2 a = __bfloat1622float2(a2[j]), b = __bfloat1622float2(b2[j]);
+    const float c0 = cs[i + 2 * j], c1 = cs[i + 2 * j + 1], s0 = sn[i + 2 * j], s1 = sn[i + 2 * j + 1];
+    a2[j] = __floats2bfloat162_rn(a.x * c0 - b.x * s0, a.y * c1 - b.y * s1);
+    b2[j] = __floats2bfloat162_rn(b.x * c0 + a.x * s0, b.y * c1 + a.y * s1);
+  }
+  *reinterpret_cast<uint2*>(v + i) = a_raw;
+  *reinterpret_cast<uint2*>(v + i + half) = b_raw;
+}
+
+__global__ void __launch_bounds__(kRopeThreads) rope_kernel(const RopeParams p) {
+  __shared__ float cs[kMaxHalf], sn[kMaxHalf];
   const int half = p.head_dim / 2;
   const int64_t t = blockIdx.x;
   const float pos = float(p.positions ? int64_t(p.positions[t]) : p.pos0 + t);
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
     const float f = p.inv_freq ? p.inv_freq[i] : rope_inv_freq(p, i);
-    float sn, cs;
-    sincosf(pos * f, &sn, &cs);
-    bf16* q = static_cast<bf16*>(p.q) + t * p.q_token_stride;
-    for (int h = 0; h < p.n_q_heads; ++h) {
-      bf16* v = q + int64_t(h) * p.head_dim;
-      const float a = __bfloat162float(v[i]), b = __bfloat162float(v[i + half]);
-      v[i] = __float2bfloat16_rn(a * cs - b * sn);
-      v[i + half] = __float2bfloat16_rn(b * cs + a * sn);
-    }
-    if (p.k) {
-      bf16* k = static_cast<bf16*>(p.k) + t * p.k_token_stride;
-      for (int h = 0; h < p.n_k_heads; ++h) {
-        bf16* v = k + int64_t(h) * p.head_dim;
-        const float a = __bfloat162float(v[i]), b = __bfloat162float(v[i + half]);
-        v[i] = __float2bfloat16_rn(a * cs - b * sn);
-        v[i + half] = __float2bfloat16_rn(b * cs + a * sn);
-      }
-    }
+    sincosf(pos * f, &sn[i], &cs[i]);
+  }
+  __syncthreads();
+  const int groups = half / kPairsPerThread;  // 4-pair groups per head
+  bf16* q = static_cast<bf16*>(p.q) + t * p.q_token_stride;
+  bf16* k = p.k ? static_cast<bf16*>(p.k) + t * p.k_token_stride : nullptr;
+  const int total = (p.n_q_heads + (k ? p.n_k_heads : 0)) * groups;
+  for (int w = threadIdx.x; w < total; w += blockDim.x) {
+    const int h = w / groups, i = (w % groups) * kPairsPerThread;
+    bf16* v = h < p.n_q_heads ? q + int64_t(h) * p.head_dim : k + int64_t(h - p.n_q_heads) * p.head_dim;
+    rotate4(v, i, half, cs, sn);
   }
 }
 
@@ -79,8 +95,12 @@ void rope(const RopeParams& p_in, Stream s) {
   if (p.k_token_stride == 0) p.k_token_stride = int64_t(p.n_k_heads) * p.head_dim;
   if (p.n_tokens == 0) return;
   LC_REQUIRE(p.n_tokens <= 0x7fffffff, "rope: too many tokens");
-  const int threads = ((p.head_dim / 2 + 31) / 32) * 32;
-  rope_kernel<<<unsigned(p.n_tokens), threads, 0, static_cast<cudaStream_t>(s)>>>(p);
+  LC_REQUIRE(p.head_dim % (2 * kPairsPerThread) == 0, "rope: head_dim %d must be a multiple of %d", p.head_dim,
+             2 * kPairsPerThread);
+  LC_REQUIRE((reinterpret_cast<uintptr_t>(p.q) & 7) == 0 && (reinterpret_cast<uintptr_t>(p.k) & 7) == 0 &&
+                 p.q_token_stride % 4 == 0 && p.k_token_stride % 4 == 0,
+             "rope: q/k must be 8-byte aligned with token strides a multiple of 4 elements");
+  rope_kernel<<<unsigned(p.n_tokens), kRopeThreads, 0, static_cast<cudaStream_t>(s)>>>(p);
   LC_LAUNCH_CHECK("rope_kernel n_tokens=%lld heads=%d/%d head_dim=%d", (long long)p.n_tokens, p.n_q_heads,
                   p.n_k_heads, p.head_dim);
 }
