@@ -41,7 +41,9 @@ struct DecodeTile {
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kKeysPerWarp = 16;
   static constexpr int kBlockN = kWarps * kKeysPerWarp;  // keys per pipeline stage
-  static constexpr int kStages = 3;  // 2 tiles in flight while one computes: ~64 KB/CTA at d=128
+  // bf16: 3 stages, 2 tiles in flight while one computes (~64 KB/CTA at d=128), 2 CTAs/SM.
+  // fp8: 2 stages leave room for 3 CTAs/SM (64 KB each with the fp16 widening tiles).
+  static constexpr int kStages = kFp8 ? 2 : 3;
   static constexpr int kElem = kFp8 ? 1 : 2;              // bytes per stored K/V element
   static constexpr int kChunks = D * kElem / 16;          // 16-byte chunks per stored row
   static constexpr int kSmemKV = kBlockN * D * kElem;     // one stored K (or V) tile
