@@ -48,6 +48,8 @@ void register_eval_command(CLI::App& app, eval::EngineFactory factory) {
   sub->add_option("--out", st->o.out_dir, "Directory for PNG pictures (heatmaps, attention maps)");
   sub->add_option("--max-new-tokens", st->o.max_new_tokens, "Answer tokens (default: per task)");
   sub->add_option("--threads", st->o.threads, "CPU threads (0 = all cores)")->capture_default_str();
+  sub->add_option("--prefill-chunk", st->o.prefill_chunk,
+                  "Prefill chunk in tokens (default: the engine's); answers must not depend on it");
   sub->add_option("--text", st->o.text_path,
                   "Plain-text book: the ppl text (default: Paradise Lost from the model cache) and the NIAH haystack");
   sub->add_option("--layer", st->o.attn_layer, "attention: also draw this layer's --head");
@@ -56,6 +58,7 @@ void register_eval_command(CLI::App& app, eval::EngineFactory factory) {
       ->capture_default_str();
   sub->add_flag("--no-chat", [st](int64_t) { st->o.chat_template = false; }, "Plain prompts, no chat template");
   sub->add_flag("--quiet", st->o.quiet, "No progress lines");
+  sub->add_flag("--prompts", st->o.save_prompts, "Include each prompt's full text in the JSON");
   sub->callback([st, factory] {
     eval::EvalOptions o = st->o;
     (void)eval::expand_task(o.task);  // unknown task: list the valid ones before loading anything

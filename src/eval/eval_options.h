@@ -25,12 +25,14 @@ struct EvalOptions {
   std::vector<double> depths;                  // empty = the task's default grid
   int max_new_tokens = 0;                      // 0 = the task's default
   int threads = 0;                             // 0 = all cores
+  int64_t prefill_chunk = 0;                   // 0 = the engine's default
   std::string text_path;                       // ppl text / haystack book; empty = default (ppl only)
   std::string out_dir;                         // PNG pictures (and eval.json when --json has no file)
   bool json = false;                           // write JSON ...
   std::string json_path;                       // ... to this file, or stdout when empty
   bool chat_template = true;
   bool quiet = false;                          // no progress lines
+  bool save_prompts = false;                   // put each prompt's text in the JSON
   // attention
   int attn_layer = -1, attn_head = -1;         // also draw this head (-1: only the worst head)
   int64_t max_queries = 1024;

@@ -53,7 +53,9 @@ Image accuracy_heatmap(const HeatmapData& d) {
   for (const auto& r : d.rows) left = std::max(left, Image::text_width(r, kScale) + 40);
   const int top = 50, right = 90, bottom = 70;
   const int nx = int(d.lengths.size()), ny = int(d.rows.size());
-  const int W = std::max(left + nx * cell_w + right, left + Image::text_width(d.title, kScale) + 20), H = top + ny * cell_h + bottom;
+  const int W = std::max({left + nx * cell_w + right, left + Image::text_width(d.title, kScale) + 20,
+                          Image::text_width("CONTEXT LENGTH (TOKENS)", kScale) + 8}),
+            H = top + ny * cell_h + bottom;
   Image img(W, H);
   img.text(left, 16, d.title, kInk, kScale);
   for (int y = 0; y < ny; ++y)
@@ -79,7 +81,8 @@ Image accuracy_heatmap(const HeatmapData& d) {
     img.text(left + x * cell_w + (cell_w - Image::text_width(t, kScale)) / 2, top + ny * cell_h + 8, t, kInk, kScale);
   }
   const std::string xt = "CONTEXT LENGTH (TOKENS)";
-  img.text(left + (nx * cell_w - Image::text_width(xt, kScale)) / 2, top + ny * cell_h + 36, xt, kInk, kScale);
+  img.text(std::max(4, left + (nx * cell_w - Image::text_width(xt, kScale)) / 2), top + ny * cell_h + 36, xt, kInk,
+           kScale);
   const std::string& yt = d.y_title;
   img.text_vertical(12, top + (ny * cell_h + Image::text_width(yt, kScale)) / 2, yt, kInk, kScale);
   // Colour bar: 0% (bottom) .. 100% (top).

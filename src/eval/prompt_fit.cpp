@@ -43,7 +43,8 @@ std::vector<int32_t> PromptRenderer::encode(const std::string& prompt) const {
 
 FittedPrompt fit_prompt(const PromptRenderer& r, int64_t budget,
                         const std::function<std::string(int64_t n)>& user_text,
-                        const std::string& answer_prefix, const FitParams& p) {
+                        const std::string& answer_prefix, const FitParams& p,
+                        const std::function<bool(int64_t n)>& clean_end) {
   const int64_t tol = length_tolerance(budget, p);
   int probes = 0;
   auto make = [&](int64_t n) {
@@ -85,6 +86,14 @@ FittedPrompt fit_prompt(const PromptRenderer& r, int64_t budget,
     guess = std::max(guess, lo + 1);
     if (hi >= 0) guess = std::min(guess, hi - 1);
     take(make(guess));
+  }
+  if (clean_end && best.n_units > 0 && !clean_end(best.n_units)) {
+    int64_t n = best.n_units - 1;
+    while (n > 0 && !clean_end(n)) --n;
+    if (n > 0) {
+      FittedPrompt c = make(n);
+      if (int64_t(c.tokens.size()) >= budget - tol) best = std::move(c);
+    }
   }
   return best;
 }

@@ -47,9 +47,12 @@ struct FittedPrompt {
 };
 
 // user_text(n): the user message with n haystack units. Throws Error if even n = 0 exceeds the
-// budget (the message says how many tokens the task needs at least).
+// budget (the message says how many tokens the task needs at least). clean_end(n), when given,
+// says whether n units end cleanly (a whole sentence): the fit then steps back to the nearest
+// clean end when that still lands within the tolerance.
 FittedPrompt fit_prompt(const PromptRenderer& r, int64_t budget,
                         const std::function<std::string(int64_t n)>& user_text,
-                        const std::string& answer_prefix, const FitParams& p);
+                        const std::string& answer_prefix, const FitParams& p,
+                        const std::function<bool(int64_t n)>& clean_end = {});
 
 }  // namespace longctx::eval

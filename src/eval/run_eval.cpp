@@ -18,6 +18,7 @@ LoadOptions load_options_for(const EvalOptions& o, const std::string& method) {
   lo.model_path = o.model_path;
   lo.n_threads = o.threads;
   lo.attn = method;
+  if (o.prefill_chunk > 0) lo.prefill_chunk = o.prefill_chunk;
   return lo;
 }
 

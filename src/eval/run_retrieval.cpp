@@ -84,8 +84,10 @@ nlohmann::json run_retrieval(const EvalOptions& o, const EngineFactory& factory,
         SampleSpec spec = plan[i].spec;
         spec.budget = std::min<int64_t>(spec.length, engine->max_context() - mnt);
         samples[i] = task.make(ctx, spec);
-        samples[i].prompt.clear();
-        samples[i].prompt.shrink_to_fit();
+        if (!o.save_prompts) {
+          samples[i].prompt.clear();
+          samples[i].prompt.shrink_to_fit();
+        }
       }
       const Sample& s = samples[i];
       SamplingParams sp;
@@ -222,6 +224,7 @@ nlohmann::json run_retrieval(const EvalOptions& o, const EngineFactory& factory,
                              {"stop_reason", d.stop_reason},
                              {"prefill_s", d.prefill_s},
                              {"decode_s", d.decode_s}});
+      if (o.save_prompts) sample_json.back()["prompt"] = s.prompt;
     }
   return {{"kind", "retrieval"}, {"results", results}, {"samples", sample_json}, {"pictures", pictures},
           {"model_name", model_name}};

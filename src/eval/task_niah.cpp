@@ -41,7 +41,8 @@ class NiahTask final : public Task {
     auto fitted = fit_prompt(
         ctx.renderer, spec.budget,
         [&](int64_t n) { return prefix + build_context(*hay, n, needle) + question; }, answer_prefix,
-        ctx.fit);
+        ctx.fit,
+        [&](int64_t n) { return hay->boundary(n); });
     Sample s;
     s.task = name();
     s.id = sample_id(s.task, spec.length, depth, spec.index);

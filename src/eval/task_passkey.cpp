@@ -35,7 +35,8 @@ class PasskeyTask final : public Task {
     auto fitted = fit_prompt(
         ctx.renderer, spec.budget,
         [&](int64_t n) { return kPrefix + build_context(*hay, n, needle) + kQuestion; }, kAnswerPrefix,
-        ctx.fit);
+        ctx.fit,
+        [&](int64_t n) { return hay->boundary(n); });
     Sample s;
     s.task = name();
     s.id = sample_id(s.task, spec.length, depth, spec.index);

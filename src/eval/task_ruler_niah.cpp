@@ -83,7 +83,8 @@ class RulerNiahTask final : public Task {
     auto fitted = fit_prompt(
         ctx.renderer, spec.budget,
         [&](int64_t n) { return prefix + build_context(*hay, n, needles) + question; }, answer_prefix,
-        ctx.fit);
+        ctx.fit,
+        [&](int64_t n) { return hay->boundary(n); });
     Sample s;
     s.task = name();
     s.id = sample_id(s.task, spec.length, -1, spec.index);
