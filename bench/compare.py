@@ -55,6 +55,12 @@ def main():
                      f"{100 * (frac or 0):.0f}% of copy"
                      + (f", graph {r['graph_ms']:.4f} ms" if r.get("graph_ms") else "")
                      + (f", fp8 KV {r['fp8_ms']:.4f}/{r['fp8_graph_ms']:.4f} ms" if r.get("fp8_ms") else ""))
+    if ours.get("chunked_prefill"):
+        c = ours["chunked_prefill"]
+        lines.append(f"chunked prefill {c['n_q']} q vs {c['n_kv']} kv  {c['ms']:>10.3f} ms  {c['tflops']:.0f} TFLOP/s")
+    if ours.get("batched_decode"):
+        c = ours["batched_decode"]
+        lines.append(f"batched decode {c['n_seq']} x {c['n_kv']}       {c['ms']:>10.4f} ms  {c['GBps']:.0f} GB/s")
     for r in ours.get("ops", []):
         lines.append(f"{r['op']:<34}{r['ms']:>10.4f} ms  " + (f"{r['tflops']:.0f} TFLOP/s" if r["tflops"] > 1 else f"{r['GBps']:.0f} GB/s"))
     rec["ops"] = ours.get("ops", [])
