@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "kernels/ref/fast_exp.h"
@@ -31,9 +32,10 @@ void check_params(const AttnParams& p) {
          p.n_kv);
 }
 
-// Softmax of one score row over its first `visible` entries, in place; zeros the rest.
-// Returns the log-sum-exp.
-float softmax_row(float* row, int64_t visible, int64_t n) {
+// Unnormalised softmax of one score row over its first `visible` entries, in place
+// (row[j] = exp(s_j - max)); zeros the rest. Returns {max, sum}; the caller divides the
+// output row by sum after P V, which saves a pass over the row.
+std::pair<float, float> softmax_row(float* row, int64_t visible, int64_t n) {
   // `omp simd` (with -fopenmp-simd) lets the max/sum reductions vectorise without -ffast-math.
   float mx = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : mx)
@@ -44,11 +46,8 @@ float softmax_row(float* row, int64_t visible, int64_t n) {
     row[j] = fast_exp(row[j] - mx);
     sum += row[j];
   }
-  const float inv = 1.f / sum;
-#pragma omp simd
-  for (int64_t j = 0; j < visible; ++j) row[j] *= inv;
   std::fill(row + visible, row + n, 0.f);
-  return mx + std::log(sum);
+  return {mx, sum};
 }
 
 }  // namespace
@@ -63,7 +62,8 @@ void attention_dense_ref(const AttnParams& p, ThreadPool& pool) {
   const int64_t n_tiles = (p.n_q + kAttnQueryTile - 1) / kAttnQueryTile;
 
   pool.parallel_for(int64_t(p.n_kv_head) * n_tiles, [&](int64_t t0, int64_t t1) {
-    std::vector<float> qp, s, op;  // packed Q [rows, d], scores [rows, n_keys], packed O [rows, d]
+    // packed Q [rows, d], scores [rows, n_keys], packed O [rows, d], softmax sums [rows]
+    std::vector<float> qp, s, op, sums;
     for (int64_t t = t0; t < t1; ++t) {
       const int hk = int(t / n_tiles);
       const int64_t i0 = (t % n_tiles) * kAttnQueryTile;
@@ -74,6 +74,7 @@ void attention_dense_ref(const AttnParams& p, ThreadPool& pool) {
       qp.resize(size_t(rows * d));
       op.resize(size_t(rows * d));
       s.resize(size_t(rows * std::max<int64_t>(n_keys, 1)));
+      sums.assign(size_t(rows), 0.f);
       for (int64_t i = 0; i < m; ++i)  // heads hk*group .. +group are contiguous in a token row
         std::memcpy(qp.data() + i * group * d, p.q + (i0 + i) * ldq + int64_t(hk) * group * d,
                     size_t(group * d) * sizeof(float));
@@ -86,7 +87,11 @@ void attention_dense_ref(const AttnParams& p, ThreadPool& pool) {
         const int h = hk * group + int(r % group);
         const int64_t visible = p.causal ? p.q_pos0 + i0 + i + 1 : n_keys;
         float lse = -std::numeric_limits<float>::infinity();
-        if (visible > 0) lse = softmax_row(s.data() + r * n_keys, visible, n_keys);
+        if (visible > 0) {
+          const auto [mx, sum] = softmax_row(s.data() + r * n_keys, visible, n_keys);
+          sums[size_t(r)] = sum;
+          lse = mx + std::log(sum);
+        }
         if (p.lse) p.lse[int64_t(h) * p.n_q + i0 + i] = lse;
       }
       if (n_keys > 0) {
@@ -94,6 +99,10 @@ void attention_dense_ref(const AttnParams& p, ThreadPool& pool) {
                     int(n_keys), p.v + int64_t(hk) * d, int(ldk), 0.f, op.data(), d);
       } else {
         std::fill(op.begin(), op.end(), 0.f);
+      }
+      for (int64_t r = 0; r < rows; ++r) {  // normalise: O row / softmax sum
+        const float inv = sums[size_t(r)] > 0 ? 1.f / sums[size_t(r)] : 0.f;
+        for (int c = 0; c < d; ++c) op[size_t(r * d + c)] *= inv;
       }
       for (int64_t i = 0; i < m; ++i)
         std::memcpy(p.o + (i0 + i) * ldq + int64_t(hk) * group * d, op.data() + i * group * d,
