@@ -1,0 +1,71 @@
+// sparse_attention.h (cuda): block/vertical-slash sparse attention on Hopper (the GPU twin of
+// sparse/sparse_attention.h), bf16 in/out, fp32 accumulation, with LSE.
+//
+// What: exact softmax attention of each query row over the keys its 64-row query block selects
+// in a sparse index (key ranges + single key columns, union counted once), causal mask on top.
+// It serves block-sparse (ranges of whole 64-key blocks), vertical-slash (merged slash ranges +
+// gathered vertical columns, MInference Algorithm 5) and A-shape (two ranges) alike.
+// Index format: the CPU format of sparse/sparse_index.h (docs/minference.md), flattened to CSR
+// over (index head, query block): block row r = ih * n_qblk + b owns
+//   ranges[range_ptr[r] .. range_ptr[r+1])  as int32 pairs (start, end), sorted by start,
+//   cols  [col_ptr[r]   .. col_ptr[r+1])    int32, sorted ascending;
+// ranges may overlap or touch, an end past n_kv is clipped, columns may repeat or lie inside a
+// range (everything counted once). Query head h uses index head h / (n_head / n_index_head).
+// Rows with no attended key get O = 0, LSE = -inf.
+// Layout of q/k/v/o/lse: kernels/cuda/attention.h (token-major, GQA without repeating K/V).
+// How: sparse_attention_sm90.cu. A plan kernel normalises each block's lists (merged disjoint
+// ranges clipped to the causal frontier; unique columns outside the ranges) into the caller's
+// workspace; the main kernel (warp-specialised, wgmma + TMA) then streams each block's key
+// tiles of 64: range tiles by TMA bulk tensor copies, column tiles by cp.async row gathers, one
+// online softmax over both.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/runtime.h"
+
+namespace longctx::cuda {
+
+// Rows per query block (= sparse/sparse_index.h kSparseBlockQ, MInference's B = 64).
+inline constexpr int kSparseQBlock = 64;
+
+struct DeviceSparseIndex {
+  int n_index_head = 0;              // index heads; n_head % n_index_head == 0
+  int64_t n_qblk = 0;                // query blocks per index head = ceil(n_q / 64)
+  const int64_t* range_ptr = nullptr;  // device [n_index_head * n_qblk + 1]
+  const int32_t* ranges = nullptr;     // device [2 * range_ptr[last]] (start, end) pairs
+  const int64_t* col_ptr = nullptr;    // device [n_index_head * n_qblk + 1]
+  const int32_t* cols = nullptr;       // device [col_ptr[last]]
+  int64_t n_ranges = 0;              // range_ptr[last] (host copy: sizes the workspace)
+  int64_t n_cols = 0;                // col_ptr[last]
+};
+
+struct SparseAttnParams {
+  const void* q = nullptr;  // bf16 [n_q, n_head, 128]
+  const void* k = nullptr;  // bf16 [n_kv, n_kv_head, 128]
+  const void* v = nullptr;  // bf16 [n_kv, n_kv_head, 128]
+  void* o = nullptr;        // bf16 [n_q, n_head, 128]
+  float* lse = nullptr;     // fp32 [n_head, n_q], optional
+  int64_t n_q = 0;
+  int64_t n_kv = 0;
+  int n_head = 0;
+  int n_kv_head = 0;
+  int head_dim = 128;       // 128 only
+  int64_t q_pos0 = 0;       // query i sits at position q_pos0 + i
+  float scale = 0.f;        // 0 = 1/sqrt(head_dim)
+  bool causal = true;
+  DeviceSparseIndex index;
+  void* workspace = nullptr;  // device, sparse_attention_workspace_bytes(index) bytes
+  size_t workspace_bytes = 0;
+};
+
+size_t sparse_attention_workspace_bytes(const DeviceSparseIndex& index);
+// Runs the plan kernel and the sparse kernel on stream s (asynchronous). Throws Error naming the
+// problem on unsupported shapes (head_dim != 128, non-Hopper, inconsistent index sizes).
+void sparse_attention(const SparseAttnParams& p, Stream s = nullptr);
+// The two halves, for benchmarks: plan once, attend many times (the plan depends only on the
+// index and the shape).
+void sparse_attention_plan(const SparseAttnParams& p, Stream s = nullptr);
+void sparse_attention_run(const SparseAttnParams& p, Stream s = nullptr);
+
+}  // namespace longctx::cuda

@@ -1,0 +1,687 @@
+// sparse_attention_sm90.cu (cuda): sparse (block / vertical-slash) prefill attention, Hopper.
+//
+// What: sparse_attention.h. The GPU twin of sparse/sparse_attention.cpp; tested against an fp64
+// oracle with the same boolean mask in tests/cuda/test_sparse_attention.cpp, timed by
+// bench/bench_sparse.cu (scripts/gpu-sparse.sh runs both on the device machine).
+//
+// How (structure of attention_prefill_sm90.cu, the FA3-style dense kernel, adapted):
+// - Plan kernel, one warp per (index head, query block): merges the block's ranges (sorted by
+//   start; a warp prefix-max of the ends finds where a new merged range starts), clipped to the
+//   block's causal frontier, and keeps the columns that are causal, not repeated and outside every
+//   merged range (binary search), compacted with ballots. Output: canonical lists + counts in the
+//   workspace, at the same CSR offsets as the input.
+// - Main kernel: CTA = 2 consumer warpgroups + 1 producer warpgroup (384 threads). Each consumer
+//   warpgroup owns one task (query head, 64-row query block) with its own Q tile and its own
+//   3-stage ring of 64-key K/V tiles; producer warp w feeds consumer w. A range tile (64 keys
+//   from any start position: ranges need no alignment) is two TMA bulk tensor copies per
+//   operand; a column tile is gathered row by row with cp.async into the same 128-byte-swizzled
+//   layout (then fence.proxy.async, so the tensor cores see the writes). The producer writes a
+//   tile header next to the stage (key position per slot, -1 = empty slot; "needs mask"; "end"),
+//   so consumers never parse the index: one online softmax over range and column tiles alike.
+// - Consumer: S = Q K^T with wgmma m64n64k16 (both from shared memory), online softmax in
+//   registers (log2 domain), O += P V with wgmma m64n128k16 (P from registers, V MN-major); FA3's
+//   intra-warpgroup overlap (S of tile t in flight with P V of tile t-1).
+// Why 64-key tiles and one task per warpgroup: a query block's keys are its own (MInference
+// indexes per query head and per 64-row block), so two warpgroups cannot share K/V tiles; 64
+// keys match the index granularity, and three 32 KB stages per warpgroup fit the 227 KB limit.
+// Tasks (h, b) are scheduled heaviest-first (causal work grows with b); the two warpgroups of a
+// CTA take heads 2x and 2x+1 of the same block (same KV head under GQA: shared L2 lines).
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/sparse_attention.h"
+
+namespace longctx::cuda {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+constexpr int kD = 128;          // head dim handled here
+constexpr int kBQ = kSparseQBlock;  // 64 query rows per task (one consumer warpgroup: wgmma M = 64)
+constexpr int kBK = 64;          // keys per tile (the index granularity)
+constexpr int kStages = 3;       // K/V ring depth per consumer warpgroup
+constexpr int kThreads = 384;    // 2 consumer warpgroups + 1 producer warpgroup
+constexpr int kHalf = 64 * 64 * 2;   // one [64 rows][64 dims] bf16 TMA box: 8 KB (128-byte rows)
+constexpr int kTile = 2 * kHalf;     // [64][128] bf16: 16 KB
+// Per consumer warpgroup: Q tile, kStages K tiles, kStages V tiles (112 KB); two of them = 224 KB.
+constexpr int kWgQ = 0;
+constexpr int kWgK = kTile;
+constexpr int kWgV = kWgK + kStages * kTile;
+constexpr int kWgBytes = kWgV + kStages * kTile;
+// Tile header per stage: key position of each slot (-1 = empty), then flags.
+constexpr int kHdrFlagMask = 1, kHdrFlagEnd = 2;
+constexpr int kHdrBytes = (kBK + 1) * 4;
+constexpr int kBarsPerWg = 1 + 2 * kStages;  // q_full, full[s], empty[s]
+constexpr int kSmemMeta = 2 * kWgBytes;
+constexpr int kSmemBytes = kSmemMeta + 2 * kBarsPerWg * 8 + 2 * kStages * kHdrBytes + 1024;  // + align slack
+static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
+// setmaxnreg split: 128 x 40 + 256 x 232 <= 64K. The producers gather columns (64-bit addressing):
+// 24 registers (the dense kernel's TMA-only producer) spilled.
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+
+// ---- PTX wrappers (as in attention_prefill_sm90.cu) ------------------------------------------
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "LC_SWAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra LC_SWAIT_%=;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1,
+                                            int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+__device__ __forceinline__ void fence_p(uint32_t (&p)[4][4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(p[i][j])::"memory");
+}
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ uint64_t desc_sw128(uint32_t addr, uint32_t lbo_bytes) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(lbo_bytes >> 4) << 16) | (uint64_t(1024 >> 4) << 32) |
+         (uint64_t(1) << 62);
+}
+
+// D[64 x 64] (+)= A[64 x 16] * B[16 x 64], A and B from shared memory, both K-major.
+__device__ __forceinline__ void wgmma_ss_n64(float (&d)[32], uint64_t da, uint64_t db, int scale_d) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17,"
+      " %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31])
+      : "l"(da), "l"(db), "r"(scale_d));
+}
+
+// D[64 x 128] += A[64 x 16] (registers) * B[16 x 128], B MN-major (transpose bit set).
+__device__ __forceinline__ void wgmma_rs_tb(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17,"
+      " %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33,"
+      " %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49,"
+      " %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
+        "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
+        "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
+        "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
+        "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+
+// ---- plan kernel -----------------------------------------------------------------------------
+struct PlanArgs {
+  DeviceSparseIndex idx;
+  int32_t* ranges_out;  // [2 * n_ranges]: canonical ranges at the input's offsets
+  int32_t* cols_out;    // [n_cols]
+  int32_t* n_r;         // [n_rows] canonical range count per block row
+  int32_t* n_c;         // [n_rows]
+  int64_t n_q, n_kv, q_pos0;
+  bool causal;
+};
+
+// One warp per block row r = ih * n_qblk + b.
+__global__ void sparse_plan_kernel(const PlanArgs a) {
+  const int64_t n_rows = int64_t(a.idx.n_index_head) * a.idx.n_qblk;
+  const int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (r >= n_rows) return;
+  const int lane = threadIdx.x % 32;
+  const int64_t b = r % a.idx.n_qblk;
+  const int64_t last_row = min(int64_t(b + 1) * kBQ, a.n_q) - 1;
+  const int64_t lim = a.causal ? min(a.n_kv, a.q_pos0 + last_row + 1) : a.n_kv;  // keys < lim
+  const int32_t ilim = int32_t(lim);
+  // Ranges: a range starts a new merged range when its start exceeds every earlier end.
+  const int64_t r0 = a.idx.range_ptr[r], r1 = a.idx.range_ptr[r + 1];
+  int32_t* rout = a.ranges_out + 2 * r0;
+  int nr = 0;            // merged ranges so far
+  int32_t run_end = INT_MIN;  // max end of earlier valid ranges
+  for (int64_t base = r0; base < r1; base += 32) {
+    const int64_t i = base + lane;
+    int32_t s = 0, e = 0;
+    bool valid = false;
+    if (i < r1) {
+      s = max(a.idx.ranges[2 * i], 0);
+      e = min(a.idx.ranges[2 * i + 1], ilim);
+      valid = s < e;
+    }
+    // inclusive prefix max of ends over valid lanes
+    int32_t pm = valid ? e : INT_MIN;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const int32_t o = __shfl_up_sync(0xffffffffu, pm, off);
+      if (lane >= off) pm = max(pm, o);
+    }
+    int32_t excl = __shfl_up_sync(0xffffffffu, pm, 1);
+    if (lane == 0) excl = INT_MIN;
+    excl = max(excl, run_end);
+    const bool starts = valid && s > excl;
+    const unsigned sm = __ballot_sync(0xffffffffu, starts);
+    const int before = __popc(sm & ((1u << lane) - 1));
+    if (starts) {
+      rout[2 * (nr + before)] = s;
+      rout[2 * (nr + before) + 1] = e;
+    }
+    __syncwarp();
+    // the merged range this lane belongs to: index nr + (starts up to and including me) - 1
+    const int mine = nr + __popc(sm & ((2u << lane) - 1)) - 1;
+    if (valid && mine >= 0) atomicMax(&rout[2 * mine + 1], e);
+    __syncwarp();
+    nr += __popc(sm);
+    run_end = max(run_end, __shfl_sync(0xffffffffu, pm, 31));
+  }
+  __syncwarp();
+  // Columns: causal, not a repeat, not inside a merged range.
+  const int64_t c0 = a.idx.col_ptr[r], c1 = a.idx.col_ptr[r + 1];
+  int32_t* cout = a.cols_out + c0;
+  int nc = 0;
+  int32_t prev_last = -1;
+  for (int64_t base = c0; base < c1; base += 32) {
+    const int64_t i = base + lane;
+    int32_t c = -1;
+    if (i < c1) c = a.idx.cols[i];
+    int32_t prev = __shfl_up_sync(0xffffffffu, c, 1);
+    if (lane == 0) prev = prev_last;
+    bool keep = i < c1 && c >= 0 && c < ilim && c != prev;
+    if (keep && nr > 0) {  // last merged range with start <= c
+      int lo = 0, hi = nr;  // find first range with start > c
+      while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (__ldcg(&rout[2 * mid]) <= c) lo = mid + 1; else hi = mid;
+      }
+      if (lo > 0 && __ldcg(&rout[2 * (lo - 1) + 1]) > c) keep = false;  // L2: ends were raised by atomics
+    }
+    const unsigned km = __ballot_sync(0xffffffffu, keep);
+    if (keep) cout[nc + __popc(km & ((1u << lane) - 1))] = c;
+    nc += __popc(km);
+    prev_last = __shfl_sync(0xffffffffu, c, 31);
+  }
+  if (lane == 0) {
+    a.n_r[r] = nr;
+    a.n_c[r] = nc;
+  }
+}
+
+// ---- main kernel -----------------------------------------------------------------------------
+struct MainArgs {
+  const bf16* k;  // for column gathers
+  const bf16* v;
+  bf16* o;
+  float* lse;
+  const int64_t* range_ptr;
+  const int64_t* col_ptr;
+  const int32_t* ranges;  // canonical (plan output)
+  const int32_t* cols;
+  const int32_t* n_r;
+  const int32_t* n_c;
+  int64_t n_q, n_kv, q_pos0, n_qblk;
+  int n_head, n_kv_head, group, heads_per_index;
+  float scale_log2;
+  bool causal;
+};
+
+__global__ void __launch_bounds__(kThreads, 1)
+    sparse_attn_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                            const __grid_constant__ CUtensorMap tm_v, const MainArgs a) {
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t base = (mma::smem_u32(smem_raw) + 1023u) & ~1023u;
+  uint8_t* base_ptr = smem_raw + (base - mma::smem_u32(smem_raw));
+  const int tid = threadIdx.x;
+  const int wg = tid / 128;
+  auto bar = [&](int w, int i) { return base + kSmemMeta + 8u * (w * kBarsPerWg + i); };  // 0: q, 1+s full, 1+kStages+s empty
+  auto hdr = [&](int w, int s) {
+    return reinterpret_cast<int32_t*>(base_ptr + kSmemMeta + 2 * kBarsPerWg * 8 + (w * kStages + s) * kHdrBytes);
+  };
+  const int64_t b = a.n_qblk - 1 - int64_t(blockIdx.y);  // heaviest first
+
+  if (tid == 0) {
+    for (int w = 0; w < 2; ++w) {
+      mbar_init(bar(w, 0), 1);
+      for (int s = 0; s < kStages; ++s) {
+        mbar_init(bar(w, 1 + s), 1);
+        mbar_init(bar(w, 1 + kStages + s), 128);
+      }
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wg == 2) {
+    // ---------------- producers: warp w feeds consumer warpgroup w ----------------
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+    const int w = (tid - 256) / 32, lane = tid % 32;
+    const int h = 2 * int(blockIdx.x) + w;
+    if (w < 2 && h < a.n_head) {
+      const int kvh = h / a.group;
+      const uint32_t wb = base + w * kWgBytes;
+      const int64_t row = int64_t(h / a.heads_per_index) * a.n_qblk + b;
+      const int64_t first_pos = a.q_pos0 + b * kBQ;  // position of the block's first row
+      if (lane == 0) {
+        mbar_expect_tx(bar(w, 0), kTile);
+        tma_load_3d(wb + kWgQ, &tm_q, bar(w, 0), 0, h, int(b * kBQ));
+        tma_load_3d(wb + kWgQ + kHalf, &tm_q, bar(w, 0), 64, h, int(b * kBQ));
+      }
+      int t = 0;
+      auto acquire = [&](int s) {
+        if (t >= kStages) mbar_wait(bar(w, 1 + kStages + s), ((t / kStages) & 1) ^ 1);
+      };
+      const int32_t* rg = a.ranges + 2 * a.range_ptr[row];
+      const int nr = a.n_r[row];
+      for (int i = 0; i < nr; ++i) {
+        const int32_t rs = rg[2 * i], re = rg[2 * i + 1];
+        for (int32_t t0 = rs; t0 < re; t0 += kBK, ++t) {
+          const int s = t % kStages;
+          acquire(s);
+          const int cnt = min(kBK, re - t0);
+          int32_t* hd = hdr(w, s);
+          hd[lane] = lane < cnt ? t0 + lane : -1;
+          hd[lane + 32] = lane + 32 < cnt ? t0 + lane + 32 : -1;
+          const bool full = cnt == kBK && (!a.causal || t0 + kBK - 1 <= first_pos);
+          if (lane == 0) hd[kBK] = full ? 0 : kHdrFlagMask;
+          __syncwarp();
+          if (lane == 0) {
+            const uint32_t sk = wb + kWgK + s * kTile, sv = wb + kWgV + s * kTile;
+            mbar_expect_tx(bar(w, 1 + s), 2 * kTile);
+            tma_load_3d(sk, &tm_k, bar(w, 1 + s), 0, kvh, t0);
+            tma_load_3d(sk + kHalf, &tm_k, bar(w, 1 + s), 64, kvh, t0);
+            tma_load_3d(sv, &tm_v, bar(w, 1 + s), 0, kvh, t0);
+            tma_load_3d(sv + kHalf, &tm_v, bar(w, 1 + s), 64, kvh, t0);
+          }
+        }
+      }
+      const int32_t* cl = a.cols + a.col_ptr[row];
+      const int nc = a.n_c[row];
+      const int64_t ld = int64_t(a.n_kv_head) * kD;
+      for (int c0 = 0; c0 < nc; c0 += kBK, ++t) {
+        const int s = t % kStages;
+        acquire(s);
+        const int cnt = min(kBK, nc - c0);
+        int32_t* hd = hdr(w, s);
+        const int32_t ka = lane < cnt ? cl[c0 + lane] : -1;
+        const int32_t kb = lane + 32 < cnt ? cl[c0 + lane + 32] : -1;
+        hd[lane] = ka;
+        hd[lane + 32] = kb;
+        const int32_t last_key = cl[c0 + cnt - 1];
+        const bool full = cnt == kBK && (!a.causal || last_key <= first_pos);
+        if (lane == 0) hd[kBK] = full ? 0 : kHdrFlagMask;
+        const uint32_t sk = wb + kWgK + s * kTile, sv = wb + kWgV + s * kTile;
+        // 64 rows x 16 chunks of 16 bytes per operand; lane handles rows r = it*2 + lane/16, chunk lane%16.
+#pragma unroll 1
+        for (int it = 0; it < 32; ++it) {
+          const int r = it * 2 + lane / 16, c = lane % 16;
+          const int32_t key = __shfl_sync(0xffffffffu, r < 32 ? ka : kb, r % 32);
+          const bool ok = key >= 0;
+          const int64_t off = ok ? (int64_t(key) * ld + int64_t(kvh) * kD + c * 8) : 0;
+          const uint32_t dst = (c / 8) * kHalf + r * 128 + (((c % 8) ^ (r % 8)) * 16);
+          mma::cp_async16(sk + dst, a.k + off, ok ? 16 : 0);
+          mma::cp_async16(sv + dst, a.v + off, ok ? 16 : 0);
+        }
+        mma::cp_async_commit();
+        mma::cp_async_wait<0>();
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bar(w, 1 + s));
+      }
+      {  // end marker
+        const int s = t % kStages;
+        acquire(s);
+        if (lane == 0) {
+          hdr(w, s)[kBK] = kHdrFlagEnd;
+          mbar_arrive(bar(w, 1 + s));
+        }
+      }
+    }
+  } else {
+    // ---------------- consumers ----------------
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+    const int w = wg;
+    const int h = 2 * int(blockIdx.x) + w;
+    if (h < a.n_head) {
+      const int ltid = tid - 128 * w;
+      const int warp = ltid / 32, lane = ltid % 32;
+      const int g = lane / 4, tq = lane % 4;
+      const int64_t row0 = b * kBQ + 16 * warp + g;  // rows row0, row0 + 8 (chunk-relative)
+      const int64_t vis0 = a.q_pos0 + row0;
+      const uint32_t wb = base + w * kWgBytes;
+      const uint32_t sQ = wb + kWgQ;
+
+      float o[64];
+#pragma unroll
+      for (int i = 0; i < 64; ++i) o[i] = 0.f;
+      float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.f, 0.f};
+
+      auto issue_s = [&](float (&sc)[32], uint32_t k_tile) {
+        fence_regs(sc);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kD / 16; ++kk) {
+          const uint32_t off = (kk / 4) * kHalf + (kk % 4) * 32;
+          wgmma_ss_n64(sc, desc_sw128(sQ + off, 16), desc_sw128(k_tile + off, 16), kk > 0);
+        }
+        wgmma_commit();
+      };
+      auto issue_pv = [&](uint32_t (&p)[4][4], uint32_t v_tile) {
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kBK / 16; ++kk) wgmma_rs_tb(o, p[kk], desc_sw128(v_tile + kk * 2048, kHalf));
+        wgmma_commit();
+      };
+      auto softmax = [&](float (&sc)[32], const int32_t* hd, float (&corr)[2]) {
+        if (hd[kBK] & kHdrFlagMask) {
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int32_t key = hd[8 * j + 2 * tq + (e & 1)];
+              if (key < 0 || (a.causal && key > vis0 + (e >> 1) * 8)) sc[4 * j + e] = -INFINITY;
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float mx = -INFINITY;
+#pragma unroll
+          for (int j = 0; j < 8; ++j) mx = fmaxf(mx, fmaxf(sc[4 * j + 2 * r], sc[4 * j + 2 * r + 1]));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const float m_new = fmaxf(m_r[r], mx);
+          const float m_use = m_new == -INFINITY ? 0.f : m_new;
+          corr[r] = fast_exp2((m_r[r] - m_use) * a.scale_log2);
+          m_r[r] = m_new;
+          const float ms = m_use * a.scale_log2;
+          float sum = 0.f;
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            sc[4 * j + 2 * r] = fast_exp2(fmaf(sc[4 * j + 2 * r], a.scale_log2, -ms));
+            sc[4 * j + 2 * r + 1] = fast_exp2(fmaf(sc[4 * j + 2 * r + 1], a.scale_log2, -ms));
+            sum += sc[4 * j + 2 * r] + sc[4 * j + 2 * r + 1];
+          }
+          l_r[r] = l_r[r] * corr[r] + sum;
+        }
+      };
+      auto to_p = [&](const float (&sc)[32], uint32_t (&p)[4][4]) {
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          p[kk][0] = mma::pack_bf16(sc[8 * kk + 0], sc[8 * kk + 1]);
+          p[kk][1] = mma::pack_bf16(sc[8 * kk + 2], sc[8 * kk + 3]);
+          p[kk][2] = mma::pack_bf16(sc[8 * kk + 4], sc[8 * kk + 5]);
+          p[kk][3] = mma::pack_bf16(sc[8 * kk + 6], sc[8 * kk + 7]);
+        }
+      };
+      auto rescale_o = [&](const float (&corr)[2]) {
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          o[4 * j + 0] *= corr[0];
+          o[4 * j + 1] *= corr[0];
+          o[4 * j + 2] *= corr[1];
+          o[4 * j + 3] *= corr[1];
+        }
+      };
+
+      mbar_wait(bar(w, 0), 0);
+      mbar_wait(bar(w, 1), 0);
+      if (!(hdr(w, 0)[kBK] & kHdrFlagEnd)) {
+        uint32_t p[4][4];
+        float corr[2];
+        {
+          float sc[32];
+          issue_s(sc, wb + kWgK);
+          wgmma_wait<0>();
+          fence_regs(sc);
+          softmax(sc, hdr(w, 0), corr);
+          to_p(sc, p);
+        }
+        int sp = 0;
+        for (int t = 1;; ++t) {
+          const int s = t % kStages;
+          float sc[32];
+          fence_regs(o);
+          fence_p(p);
+          mbar_wait(bar(w, 1 + s), (t / kStages) & 1);
+          if (hdr(w, s)[kBK] & kHdrFlagEnd) break;
+          issue_s(sc, wb + kWgK + s * kTile);
+          issue_pv(p, wb + kWgV + sp * kTile);
+          wgmma_wait<1>();
+          fence_regs(sc);
+          softmax(sc, hdr(w, s), corr);
+          wgmma_wait<0>();
+          fence_regs(o);
+          fence_p(p);
+          mbar_arrive(bar(w, 1 + kStages + sp));
+          rescale_o(corr);
+          to_p(sc, p);
+          sp = s;
+        }
+        issue_pv(p, wb + kWgV + sp * kTile);
+        wgmma_wait<0>();
+        fence_regs(o);
+        fence_p(p);
+        mbar_arrive(bar(w, 1 + kStages + sp));
+      }
+
+      float inv_l[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float l = l_r[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        l_r[r] = l;
+        inv_l[r] = l > 0.f ? 1.f / l : 0.f;
+      }
+      const int64_t ldo = int64_t(a.n_head) * kD;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int64_t qi = row0 + 8 * r;
+        if (qi < a.n_q) {
+          bf16* orow = a.o + qi * ldo + int64_t(h) * kD + 2 * tq;
+#pragma unroll
+          for (int j = 0; j < 16; ++j)
+            *reinterpret_cast<uint32_t*>(orow + 8 * j) =
+                mma::pack_bf16(o[4 * j + 2 * r] * inv_l[r], o[4 * j + 2 * r + 1] * inv_l[r]);
+          if (a.lse && tq == 0)
+            a.lse[int64_t(h) * a.n_q + qi] = l_r[r] > 0.f ? m_r[r] * a.scale_log2 * kLn2 + logf(l_r[r]) : -INFINITY;
+        }
+      }
+    }
+  }
+}
+
+// ---- host side ---------------------------------------------------------------------------------
+PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    LC_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q),
+                  "sparse_attention: looking up cuTensorMapEncodeTiled");
+    LC_REQUIRE(p && q == cudaDriverEntryPointSuccess, "sparse_attention: cuTensorMapEncodeTiled unavailable");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  }();
+  return fn;
+}
+
+// 3-D map over a token-major [n_tok, n_heads, 128] bf16 tensor; box = 64 tokens x 1 head x 64 dims.
+CUtensorMap make_map(const void* ptr, int64_t n_tok, int n_heads, const char* what) {
+  CUtensorMap m;
+  const cuuint64_t dims[3] = {cuuint64_t(kD), cuuint64_t(n_heads), cuuint64_t(n_tok)};
+  const cuuint64_t strides[2] = {cuuint64_t(kD) * 2, cuuint64_t(n_heads) * kD * 2};
+  const cuuint32_t box[3] = {64, 1, 64};
+  const cuuint32_t estr[3] = {1, 1, 1};
+  const CUresult r = encode_fn()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(ptr), dims, strides, box,
+                                 estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  LC_REQUIRE(r == CUDA_SUCCESS, "sparse_attention: cuTensorMapEncodeTiled(%s, tokens=%lld, heads=%d) failed: %d", what,
+             (long long)n_tok, n_heads, int(r));
+  return m;
+}
+
+struct WsLayout {
+  size_t ranges, cols, n_r, n_c, total;
+};
+WsLayout ws_layout(const DeviceSparseIndex& ix) {
+  auto up = [](size_t x) { return (x + 255) & ~size_t(255); };
+  const size_t rows = size_t(ix.n_index_head) * size_t(ix.n_qblk);
+  WsLayout l{};
+  l.ranges = 0;
+  l.cols = up(size_t(ix.n_ranges) * 8);
+  l.n_r = l.cols + up(size_t(ix.n_cols) * 4);
+  l.n_c = l.n_r + up(rows * 4);
+  l.total = l.n_c + up(rows * 4);
+  return l;
+}
+
+void check_params(const SparseAttnParams& p) {
+  static const bool hopper = [] {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    return major == 9 && minor == 0;
+  }();
+  LC_REQUIRE(hopper, "sparse_attention: needs an sm_90 (Hopper) GPU");
+  LC_REQUIRE(p.head_dim == kD, "sparse_attention: head_dim %d unsupported (128 only)", p.head_dim);
+  LC_REQUIRE(p.n_q > 0 && p.n_kv > 0 && p.n_q <= 0x7fffffff && p.n_kv <= 0x7fffffff,
+             "sparse_attention: bad sizes n_q=%lld n_kv=%lld", (long long)p.n_q, (long long)p.n_kv);
+  LC_REQUIRE(p.n_head > 0 && p.n_kv_head > 0 && p.n_head % p.n_kv_head == 0,
+             "sparse_attention: n_head %d is not a multiple of n_kv_head %d", p.n_head, p.n_kv_head);
+  LC_REQUIRE(!p.causal || p.q_pos0 + p.n_q <= p.n_kv,
+             "sparse_attention: causal chunk q_pos0 %lld + n_q %lld exceeds n_kv %lld", (long long)p.q_pos0,
+             (long long)p.n_q, (long long)p.n_kv);
+  const auto& ix = p.index;
+  LC_REQUIRE(ix.n_index_head > 0 && p.n_head % ix.n_index_head == 0,
+             "sparse_attention: n_head %d is not a multiple of the index's %d heads", p.n_head, ix.n_index_head);
+  LC_REQUIRE(ix.n_qblk == (p.n_q + kBQ - 1) / kBQ, "sparse_attention: index has %lld query blocks, n_q %lld needs %lld",
+             (long long)ix.n_qblk, (long long)p.n_q, (long long)((p.n_q + kBQ - 1) / kBQ));
+  LC_REQUIRE(ix.range_ptr && ix.col_ptr && (ix.n_ranges == 0 || ix.ranges) && (ix.n_cols == 0 || ix.cols),
+             "sparse_attention: index pointers missing");
+  LC_REQUIRE(p.workspace && p.workspace_bytes >= ws_layout(ix).total,
+             "sparse_attention: workspace of %zu bytes, needs %zu", p.workspace_bytes, ws_layout(ix).total);
+}
+
+}  // namespace
+
+size_t sparse_attention_workspace_bytes(const DeviceSparseIndex& index) { return ws_layout(index).total; }
+
+void sparse_attention_plan(const SparseAttnParams& p, Stream s) {
+  check_params(p);
+  const WsLayout l = ws_layout(p.index);
+  uint8_t* ws = static_cast<uint8_t*>(p.workspace);
+  PlanArgs a{};
+  a.idx = p.index;
+  a.ranges_out = reinterpret_cast<int32_t*>(ws + l.ranges);
+  a.cols_out = reinterpret_cast<int32_t*>(ws + l.cols);
+  a.n_r = reinterpret_cast<int32_t*>(ws + l.n_r);
+  a.n_c = reinterpret_cast<int32_t*>(ws + l.n_c);
+  a.n_q = p.n_q;
+  a.n_kv = p.n_kv;
+  a.q_pos0 = p.q_pos0;
+  a.causal = p.causal;
+  const int64_t rows = int64_t(p.index.n_index_head) * p.index.n_qblk;
+  constexpr int kWarps = 8;  // warps per plan block
+  const int64_t blocks = (rows + kWarps - 1) / kWarps;
+  sparse_plan_kernel<<<unsigned(blocks), kWarps * 32, 0, static_cast<cudaStream_t>(s)>>>(a);
+  LC_LAUNCH_CHECK("sparse_plan_kernel rows=%lld", (long long)rows);
+}
+
+void sparse_attention_run(const SparseAttnParams& p, Stream s) {
+  check_params(p);
+  static const cudaError_t err =
+      cudaFuncSetAttribute(sparse_attn_sm90_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  LC_CUDA_CHECK(err, "sparse_attn_sm90_kernel: raising dynamic shared memory to %d bytes", kSmemBytes);
+  const WsLayout l = ws_layout(p.index);
+  uint8_t* ws = static_cast<uint8_t*>(p.workspace);
+  MainArgs a{};
+  a.k = static_cast<const bf16*>(p.k);
+  a.v = static_cast<const bf16*>(p.v);
+  a.o = static_cast<bf16*>(p.o);
+  a.lse = p.lse;
+  a.range_ptr = p.index.range_ptr;
+  a.col_ptr = p.index.col_ptr;
+  a.ranges = reinterpret_cast<const int32_t*>(ws + l.ranges);
+  a.cols = reinterpret_cast<const int32_t*>(ws + l.cols);
+  a.n_r = reinterpret_cast<const int32_t*>(ws + l.n_r);
+  a.n_c = reinterpret_cast<const int32_t*>(ws + l.n_c);
+  a.n_q = p.n_q;
+  a.n_kv = p.n_kv;
+  a.q_pos0 = p.q_pos0;
+  a.n_qblk = p.index.n_qblk;
+  a.n_head = p.n_head;
+  a.n_kv_head = p.n_kv_head;
+  a.group = p.n_head / p.n_kv_head;
+  a.heads_per_index = p.n_head / p.index.n_index_head;
+  const float scale = p.scale > 0.f ? p.scale : 1.f / std::sqrt(float(kD));
+  a.scale_log2 = scale * kLog2e;
+  a.causal = p.causal;
+  const CUtensorMap tq = make_map(p.q, p.n_q, p.n_head, "q");
+  const CUtensorMap tk = make_map(p.k, p.n_kv, p.n_kv_head, "k");
+  const CUtensorMap tv = make_map(p.v, p.n_kv, p.n_kv_head, "v");
+  const dim3 grid((p.n_head + 1) / 2, unsigned(p.index.n_qblk));
+  LC_REQUIRE(p.index.n_qblk <= 65535, "sparse_attention: %lld query blocks exceed the grid limit 65535",
+             (long long)p.index.n_qblk);
+  sparse_attn_sm90_kernel<<<grid, kThreads, kSmemBytes, static_cast<cudaStream_t>(s)>>>(tq, tk, tv, a);
+  LC_LAUNCH_CHECK("sparse_attn_sm90_kernel n_q=%lld n_kv=%lld q_pos0=%lld heads=%d/%d grid=(%d,%d)", (long long)p.n_q,
+                  (long long)p.n_kv, (long long)p.q_pos0, p.n_head, p.n_kv_head, grid.x, grid.y);
+}
+
+void sparse_attention(const SparseAttnParams& p, Stream s) {
+  sparse_attention_plan(p, s);
+  sparse_attention_run(p, s);
+}
+
+}  // namespace longctx::cuda

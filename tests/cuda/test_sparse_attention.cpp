@@ -1,0 +1,262 @@
+// test_sparse_attention.cpp (tests/cuda): the Hopper sparse attention kernel
+// (kernels/cuda/sparse_attention.h) as "dense reference with the same mask": an fp64 CPU oracle
+// that attends, per row, exactly the keys in (union of the block's ranges and columns) and
+// causal; fresh random bf16 inputs per run (seed printed by test_util.h).
+// Index cases: random (overlapping ranges, ends past n_kv, duplicate columns, columns inside
+// ranges or past the causal frontier), empty blocks (O = 0, LSE = -inf), everything selected
+// (== dense), all keys as gathered columns, the last partial query block, q_pos0 > 0 chunks,
+// GQA with per-query-head / per-KV-head / shared indices, non-causal.
+// Run: build-gpusparse/tests/cuda/test_cuda --gtest_filter='Sparse*' (skips without a Hopper GPU).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "kernels/cuda/sparse_attention.h"
+#include "sparse/sparse_index.h"
+#include "test_util.h"
+
+namespace longctx::cuda::test {
+namespace {
+
+// The CPU index flattened to the device CSR layout of sparse_attention.h.
+struct FlatIndex {
+  std::vector<int64_t> range_ptr{0}, col_ptr{0};
+  std::vector<int32_t> ranges, cols;
+};
+FlatIndex flatten(const SparseIndex& idx) {
+  FlatIndex f;
+  for (const auto& hi : idx.heads)
+    for (int64_t b = 0; b < hi.n_blocks(); ++b) {
+      for (const auto& r : hi.block_ranges(b)) {
+        f.ranges.push_back(r.start);
+        f.ranges.push_back(r.end);
+      }
+      for (int32_t c : hi.block_cols(b)) f.cols.push_back(c);
+      f.range_ptr.push_back(int64_t(f.ranges.size() / 2));
+      f.col_ptr.push_back(int64_t(f.cols.size()));
+    }
+  return f;
+}
+
+struct Shape {
+  int64_t n_q, n_kv, q_pos0;
+  int n_head, n_kv_head;
+  bool causal = true;
+};
+
+// Runs the kernel on idx and checks O (sampled heads: all) and LSE against the fp64 oracle.
+void check(const Shape& sh, const SparseIndex& idx, const char* what) {
+  constexpr int D = 128;
+  std::vector<double> qd, kd, vd;
+  const auto qh = random_bf16(size_t(sh.n_q) * sh.n_head * D, 1.0, qd);
+  const auto kh = random_bf16(size_t(sh.n_kv) * sh.n_kv_head * D, 1.0, kd);
+  const auto vh = random_bf16(size_t(sh.n_kv) * sh.n_kv_head * D, 1.0, vd);
+  DevBuf q(qh.size() * 2), k(kh.size() * 2), v(vh.size() * 2), o(qh.size() * 2), lse(size_t(sh.n_q) * sh.n_head * 4);
+  q.upload(qh);
+  k.upload(kh);
+  v.upload(vh);
+  o.poison();
+  lse.poison();
+  const FlatIndex f = flatten(idx);
+  DevBuf rp(f.range_ptr.size() * 8), cp(f.col_ptr.size() * 8), rg(std::max<size_t>(f.ranges.size(), 1) * 4),
+      cl(std::max<size_t>(f.cols.size(), 1) * 4);
+  rp.upload(f.range_ptr);
+  cp.upload(f.col_ptr);
+  if (!f.ranges.empty()) rg.upload(f.ranges);
+  if (!f.cols.empty()) cl.upload(f.cols);
+  SparseAttnParams p;
+  p.q = q.p;
+  p.k = k.p;
+  p.v = v.p;
+  p.o = o.p;
+  p.lse = lse.as<float>();
+  p.n_q = sh.n_q;
+  p.n_kv = sh.n_kv;
+  p.n_head = sh.n_head;
+  p.n_kv_head = sh.n_kv_head;
+  p.q_pos0 = sh.q_pos0;
+  p.causal = sh.causal;
+  p.index.n_index_head = int(idx.heads.size());
+  p.index.n_qblk = n_query_blocks(sh.n_q);
+  p.index.range_ptr = rp.as<int64_t>();
+  p.index.col_ptr = cp.as<int64_t>();
+  p.index.ranges = rg.as<int32_t>();
+  p.index.cols = cl.as<int32_t>();
+  p.index.n_ranges = f.range_ptr.back();
+  p.index.n_cols = f.col_ptr.back();
+  DevBuf ws(sparse_attention_workspace_bytes(p.index));
+  ws.poison();
+  p.workspace = ws.p;
+  p.workspace_bytes = ws.bytes;
+  sparse_attention(p);
+  device_synchronize();
+  const auto oh = o.download<uint16_t>(qh.size());
+  const auto lh = lse.download<float>(size_t(sh.n_q) * sh.n_head);
+
+  const double scale = 1.0 / std::sqrt(double(D));
+  const int group = sh.n_head / sh.n_kv_head, hpi = sh.n_head / int(idx.heads.size());
+  std::vector<double> got, ref, lgot, lref;
+  std::vector<char> mask(size_t(sh.n_kv));
+  std::vector<double> sc(size_t(sh.n_kv));
+  for (int h = 0; h < sh.n_head; ++h) {
+    const HeadIndex& hi = idx.heads[size_t(h / hpi)];
+    const int kvh = h / group;
+    for (int64_t i = 0; i < sh.n_q; ++i) {
+      const int64_t b = i / kSparseBlockQ;
+      std::fill(mask.begin(), mask.end(), 0);
+      for (const auto& r : hi.block_ranges(b))
+        for (int64_t j = std::max<int64_t>(r.start, 0); j < std::min<int64_t>(r.end, sh.n_kv); ++j) mask[j] = 1;
+      for (int32_t c : hi.block_cols(b)) mask[c] = 1;
+      double mx = -INFINITY;
+      for (int64_t j = 0; j < sh.n_kv; ++j) {
+        if (sh.causal && j > sh.q_pos0 + i) mask[j] = 0;
+        if (!mask[j]) continue;
+        double s = 0;
+        const double* qr = &qd[(size_t(i) * sh.n_head + h) * D];
+        const double* kr = &kd[(size_t(j) * sh.n_kv_head + kvh) * D];
+        for (int d = 0; d < D; ++d) s += qr[d] * kr[d];
+        sc[j] = s * scale;
+        mx = std::max(mx, sc[j]);
+      }
+      double l = 0;
+      std::vector<double> acc(D, 0.0);
+      for (int64_t j = 0; j < sh.n_kv; ++j) {
+        if (!mask[j]) continue;
+        const double pj = std::exp(sc[j] - mx);
+        l += pj;
+        const double* vr = &vd[(size_t(j) * sh.n_kv_head + kvh) * D];
+        for (int d = 0; d < D; ++d) acc[d] += pj * vr[d];
+      }
+      for (int d = 0; d < D; ++d) {
+        ref.push_back(l > 0 ? acc[d] / l : 0.0);
+        got.push_back(bf16_to_f32(oh[(size_t(i) * sh.n_head + h) * D + d]));
+      }
+      lref.push_back(l > 0 ? mx + std::log(l) : -INFINITY);
+      lgot.push_back(lh[size_t(h) * sh.n_q + i]);
+    }
+  }
+  const auto eo = compare(got, ref, 5e-3 * max_abs(vd), 1e-2);
+  const auto el = compare(lgot, lref, 2e-3, 1e-5);
+  std::printf("  sparse %-28s n_q=%lld n_kv=%lld q_pos0=%lld heads=%d/%d idx_heads=%zu: O %s | LSE %s\n", what,
+              (long long)sh.n_q, (long long)sh.n_kv, (long long)sh.q_pos0, sh.n_head, sh.n_kv_head, idx.heads.size(),
+              eo.str().c_str(), el.str().c_str());
+  EXPECT_EQ(eo.n_bad, 0) << what << ": " << eo.str();
+  EXPECT_EQ(eo.n_nan, 0) << what;
+  EXPECT_LT(eo.rel_l2, 1e-2) << what << ": " << eo.str();
+  EXPECT_EQ(el.n_bad, 0) << what << ": " << el.str();
+  EXPECT_EQ(el.n_nan, 0) << what;
+}
+
+// Random index: per block 0..4 ranges (sorted by start, overlapping, some ending past n_kv),
+// 0..90 columns (sorted, with repeats, some inside ranges, some past the causal frontier);
+// p_empty of the blocks get nothing.
+SparseIndex random_index(const Shape& sh, int n_index_head, double p_empty, std::mt19937_64& g) {
+  SparseIndex idx;
+  idx.n_q = sh.n_q;
+  idx.heads.resize(size_t(n_index_head));
+  std::uniform_real_distribution<double> u(0, 1);
+  for (auto& hi : idx.heads)
+    for (int64_t b = 0; b < n_query_blocks(sh.n_q); ++b) {
+      if (u(g) >= p_empty) {
+        const int nr = int(u(g) * 5);
+        std::vector<KeyRange> rs;
+        for (int i = 0; i < nr; ++i) {
+          const int32_t s = int32_t(u(g) * sh.n_kv);
+          const int32_t len = int32_t(u(g) * (u(g) < 0.3 ? 400 : 100));
+          rs.push_back({s, std::min<int32_t>(int32_t(sh.n_kv + 70), s + len)});
+        }
+        std::sort(rs.begin(), rs.end(), [](auto& a, auto& c) { return a.start < c.start; });
+        for (auto& r : rs) hi.ranges.push_back(r);
+        const int ncol = int(u(g) * 91);
+        std::vector<int32_t> cs;
+        for (int i = 0; i < ncol; ++i) {
+          cs.push_back(int32_t(u(g) * sh.n_kv));
+          if (u(g) < 0.1) cs.push_back(cs.back());  // repeat
+        }
+        std::sort(cs.begin(), cs.end());
+        for (int32_t c : cs) hi.cols.push_back(c);
+      }
+      hi.end_block();
+    }
+  return idx;
+}
+
+SparseIndex uniform_index(const Shape& sh, int n_index_head, bool as_columns) {
+  SparseIndex idx;
+  idx.n_q = sh.n_q;
+  idx.heads.resize(size_t(n_index_head));
+  for (auto& hi : idx.heads)
+    for (int64_t b = 0; b < n_query_blocks(sh.n_q); ++b) {
+      if (as_columns)
+        for (int32_t j = 0; j < sh.n_kv; ++j) hi.cols.push_back(j);
+      else
+        hi.ranges.push_back({0, int32_t(sh.n_kv)});
+      hi.end_block();
+    }
+  return idx;
+}
+
+std::mt19937_64 gen() { return std::mt19937_64(rng()()); }
+
+TEST(SparseAttnSmall, RandomIndexGqaPerQueryHead) {
+  LC_REQUIRE_GPU();
+  auto g = gen();
+  const Shape sh{300, 700, 400, 8, 2};
+  check(sh, random_index(sh, 8, 0.1, g), "random/per-q-head");
+}
+
+TEST(SparseAttnSmall, RandomIndexSharedAndPerKvHead) {
+  LC_REQUIRE_GPU();
+  auto g = gen();
+  const Shape sh{256, 256, 0, 4, 2};
+  check(sh, random_index(sh, 1, 0.0, g), "random/shared");
+  const Shape sh2{191, 900, 709, 6, 3};
+  check(sh2, random_index(sh2, 3, 0.2, g), "random/per-kv-head");
+}
+
+TEST(SparseAttnSmall, EverythingSelectedIsDense) {
+  LC_REQUIRE_GPU();
+  const Shape sh{333, 333, 0, 4, 1};
+  check(sh, uniform_index(sh, 1, false), "all-ranges");
+  check(sh, uniform_index(sh, 1, true), "all-columns");
+  const Shape sh2{130, 500, 370, 2, 2};
+  check(sh2, uniform_index(sh2, 2, true), "all-columns/chunk");
+}
+
+TEST(SparseAttnSmall, EmptyRowsAndBlocks) {
+  LC_REQUIRE_GPU();
+  auto g = gen();
+  const Shape sh{200, 200, 0, 2, 1};
+  SparseIndex idx = random_index(sh, 2, 1.0, g);  // nothing anywhere
+  check(sh, idx, "all-empty");
+  // Only a column at the block's last row: earlier rows of the block have nothing (causal).
+  SparseIndex one;
+  one.n_q = sh.n_q;
+  one.heads.resize(1);
+  for (int64_t b = 0; b < n_query_blocks(sh.n_q); ++b) {
+    one.heads[0].cols.push_back(int32_t(std::min<int64_t>(64 * b + 63, sh.n_q - 1)));
+    one.heads[0].end_block();
+  }
+  check(sh, one, "last-row-column");
+  check(sh, random_index(sh, 2, 0.5, g), "half-empty");
+}
+
+TEST(SparseAttnSmall, NonCausal) {
+  LC_REQUIRE_GPU();
+  auto g = gen();
+  Shape sh{150, 410, 0, 4, 4};
+  sh.causal = false;
+  check(sh, random_index(sh, 4, 0.1, g), "non-causal");
+}
+
+TEST(SparseAttn, LongerRandom) {
+  LC_REQUIRE_GPU();
+  auto g = gen();
+  const Shape sh{1100, 4100, 3000, 4, 1};
+  check(sh, random_index(sh, 4, 0.05, g), "random/4K");
+}
+
+}  // namespace
+}  // namespace longctx::cuda::test
