@@ -5,7 +5,7 @@
 // copy as the bandwidth ceiling (bytes read + written). Inputs are random (never zeros).
 // How: CUDA events around each launch, warmup first, median of N (METHOD.md). Decode inputs
 // (>= 0.5 GB) dwarf the 50-60 MB L2, so repeated launches do not measure the cache.
-// Run:  build-gpu/bench/longctx_bench_cuda [--prefill 8192,32768,131072] [--decode 131072,1048576]
+// Run:  longctx bench attention [same options], or build-gpu/bench/longctx_bench_cuda [--prefill 8192,32768,131072] [--decode 131072,1048576]
 //                                          [--reps-scale 1.0] [--json out.json]
 // scripts/gpu-check.sh runs it with torch's SDPA (bench/torch_baseline.py) in the same call.
 #include <cuda_runtime.h>
@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_attention.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_sm90.h"
 #include "kernels/cuda/check.h"
@@ -70,7 +71,7 @@ double time_ms(const std::function<void()>& fn, int warmup, int reps, cudaStream
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int bench_attention_main(int argc, char** argv) {
   std::vector<int64_t> prefill = {8192, 32768, 131072}, decode = {131072, 1048576};
   bool ops = true;
   double reps_scale = 1.0;

@@ -1,6 +1,7 @@
 // cmd_bench.cpp: `longctx bench model`: prefill and decode throughput at given prompt lengths.
 //
 //   longctx bench model --lengths 512,4k --decode 32 --json bench/results/cpu.json
+//   longctx bench attention --prefill 8192 --decode 131072      (CUDA builds, on a GPU)
 // The prompt is natural text (a repeated paragraph) tokenized by the model's tokenizer and cut
 // to exactly L tokens; decode runs --decode greedy tokens with EOS ignored.
 #include <chrono>
@@ -15,6 +16,9 @@
 #include "cli/commands.h"
 #include "longctx/engine.h"
 #include "util/error.h"
+#ifdef LONGCTX_WITH_CUDA_BENCH
+#include "bench/bench_attention.h"
+#endif
 
 namespace longctx::cli {
 
@@ -119,6 +123,25 @@ void register_bench(CLI::App& app) {
   m->add_option("-t,--threads", args->threads, "CPU threads (0 = all cores)");
   m->add_option("--json", args->json_path, "Write the JSON here instead of stdout");
   m->callback([args] { run(*args); });
+
+  // bench attention: the CUDA kernels vs nothing else in-process; scripts/gpu-check.sh runs it
+  // with torch SDPA (cuDNN, flash) side by side on the device.
+  auto* a = b->add_subcommand("attention",
+                              "CUDA attention kernels: prefill 8K-128K, decode 128K-1M (JSON); options: "
+                              "--prefill N,.. --decode N,.. --no-ops --reps-scale X --json FILE");
+  a->allow_extras();
+  a->callback([a] {
+#ifdef LONGCTX_WITH_CUDA_BENCH
+    std::vector<std::string> rest = a->remaining();
+    std::vector<char*> argv{const_cast<char*>("longctx bench attention")};
+    for (auto& r : rest) argv.push_back(r.data());
+    const int rc = bench_attention_main(int(argv.size()), argv.data());
+    if (rc != 0) fail("bench attention failed (exit code {})", rc);
+#else
+    (void)a;
+    fail("this longctx was built without CUDA: `bench attention` needs nvcc at build time and a GPU to run");
+#endif
+  });
 }
 
 }  // namespace longctx::cli
