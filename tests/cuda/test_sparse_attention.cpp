@@ -91,7 +91,7 @@ void check(const Shape& sh, const SparseIndex& idx, const char* what) {
   p.workspace = ws.p;
   p.workspace_bytes = ws.bytes;
   sparse_attention(p);
-  device_synchronize();
+  device_sync();
   const auto oh = o.download<uint16_t>(qh.size());
   const auto lh = lse.download<float>(size_t(sh.n_q) * sh.n_head);
 

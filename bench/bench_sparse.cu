@@ -1,0 +1,364 @@
+// bench_sparse.cu (bench): the MInference sparse attention kernels on one layer of Llama-3-8B
+// geometry (32 query / 8 KV heads, d = 128, bf16) against our dense Hopper kernel.
+//
+// What, per sequence length S (one prefill chunk of S queries against S keys, causal):
+//   - dense: attention_prefill_sm90 (measured at --dense-seqs; extrapolated by S^2 elsewhere);
+//   - block-sparse: every (query head, 64-row block) attends the diagonal key block plus 99
+//     others (100 blocks per row, MInference's default), chosen at random, one per equal
+//     segment of the causal history (distinct, spread over the whole context);
+//   - vertical-slash: per head the budgets of the published Llama-3-8B-262K config, in its
+//     proportions over the 32 heads (15 x (1000, 6096), 9 x (30, 800), 5 x (100, 800),
+//     2 x (3500, 100), 1 x (500, 700)); lines planted as the estimate finds them on real heads:
+//     the 30 sink columns and the 100 nearest diagonals (forced by the reference), further
+//     slashes 85% from a local band (offset 100 + exponential, mean 1024) and 15% uniform over
+//     the context, further verticals uniform; converted with Algorithm 4 (exact merged ranges +
+//     columns outside them), as sparse/vs_convert.cpp does.
+// For each: plan + kernel time, the kernel work (rows x attended keys, causal-clipped, summed
+// over heads: what a tile kernel must compute) and the FLOP rate on it (4 d per pair), and the
+// tile-level rate (64 x 64 tiles the kernel visits, masked slots included).
+// How: indices are built on the host (16 threads on the device machine) and uploaded; CUDA
+// events, warmup, median (METHOD.md). Inputs random (never zeros).
+// Run: build-gpusparse/bench/longctx_bench_sparse [--seqs 131072,524288,1048576]
+//        [--dense-seqs 131072,524288] [--json out.json]; scripts/gpu-sparse.sh runs it.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <functional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_sm90.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/ops.h"
+#include "kernels/cuda/runtime.h"
+#include "kernels/cuda/sparse_attention.h"
+
+using namespace longctx::cuda;
+
+namespace {
+
+constexpr int kHeads = 32, kKvHeads = 8, kD = 128, kB = kSparseQBlock;
+constexpr int kBsBlocks = 100;  // MInference block_sparse default: 100 key blocks per query block
+// The published Llama-3-8B-262K config's (vertical, slash) budgets, in proportion over 32 heads.
+struct Vs { int kv, ks, heads; };
+constexpr Vs kVsMix[] = {{1000, 6096, 15}, {30, 800, 9}, {100, 800, 5}, {3500, 100, 2}, {500, 700, 1}};
+constexpr int kForcedCols = 30, kForcedDiags = 100;  // the reference's forced lines
+
+std::vector<int64_t> parse_list(const char* s) {
+  std::vector<int64_t> v;
+  std::string str(s);
+  size_t pos = 0;
+  while (pos < str.size()) {
+    size_t e = str.find(',', pos);
+    if (e == std::string::npos) e = str.size();
+    if (e > pos) v.push_back(std::atoll(str.substr(pos, e - pos).c_str()));
+    pos = e + 1;
+  }
+  return v;
+}
+
+double time_ms(const std::function<void()>& fn, int warmup, int reps) {
+  for (int i = 0; i < warmup; ++i) fn();
+  LC_CUDA_CHECK(cudaDeviceSynchronize(), "bench warmup");
+  std::vector<double> t(reps);
+  cudaEvent_t a, b;
+  LC_CUDA_CHECK(cudaEventCreate(&a), "event");
+  LC_CUDA_CHECK(cudaEventCreate(&b), "event");
+  for (int i = 0; i < reps; ++i) {
+    LC_CUDA_CHECK(cudaEventRecord(a), "event");
+    fn();
+    LC_CUDA_CHECK(cudaEventRecord(b), "event");
+    LC_CUDA_CHECK(cudaEventSynchronize(b), "event");
+    float ms = 0;
+    LC_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b), "event");
+    t[i] = ms;
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[reps / 2];
+}
+
+// Per-head CSR pieces built in parallel, then concatenated.
+struct HeadPart {
+  std::vector<int64_t> rcount, ccount;  // per block
+  std::vector<int32_t> ranges, cols;
+  double pairs = 0, tiles = 0;  // rows x keys (causal-clipped); 64-key tiles visited
+};
+
+struct HostIndex {
+  std::vector<int64_t> range_ptr{0}, col_ptr{0};
+  std::vector<int32_t> ranges, cols;
+  double pairs = 0, tiles = 0;
+};
+
+HostIndex build(int64_t S, const std::function<void(int, HeadPart&)>& head_fn) {
+  std::vector<HeadPart> parts(kHeads);
+  std::vector<std::thread> th;
+  const int nt = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+  for (int t = 0; t < nt; ++t)
+    th.emplace_back([&, t] {
+      for (int h = t; h < kHeads; h += nt) head_fn(h, parts[h]);
+    });
+  for (auto& x : th) x.join();
+  HostIndex ix;
+  for (auto& p : parts) {
+    for (size_t b = 0; b < p.rcount.size(); ++b) {
+      ix.range_ptr.push_back(ix.range_ptr.back() + p.rcount[b]);
+      ix.col_ptr.push_back(ix.col_ptr.back() + p.ccount[b]);
+    }
+    ix.ranges.insert(ix.ranges.end(), p.ranges.begin(), p.ranges.end());
+    ix.cols.insert(ix.cols.end(), p.cols.begin(), p.cols.end());
+    ix.pairs += p.pairs;
+    ix.tiles += p.tiles;
+    p = HeadPart{};
+  }
+  (void)S;
+  return ix;
+}
+
+// Block-sparse: diagonal + (kBsBlocks - 1) distinct earlier blocks, one per equal segment.
+HostIndex block_sparse_index(int64_t S) {
+  const int64_t nqb = (S + kB - 1) / kB;
+  return build(S, [&](int h, HeadPart& p) {
+    std::mt19937_64 g(1000 + h);
+    std::vector<int64_t> sel;
+    for (int64_t b = 0; b < nqb; ++b) {
+      sel.clear();
+      if (b < kBsBlocks) {
+        for (int64_t c = 0; c <= b; ++c) sel.push_back(c);
+      } else {
+        const int64_t m = kBsBlocks - 1;
+        for (int64_t i = 0; i < m; ++i) {
+          const int64_t lo = b * i / m, hi = b * (i + 1) / m;  // [lo, hi) non-empty since b >= m
+          sel.push_back(lo + int64_t(g() % uint64_t(hi - lo)));
+        }
+        sel.push_back(b);
+      }
+      int64_t nr = 0;
+      const int64_t last = std::min(S, (b + 1) * kB) - 1;
+      for (size_t i = 0; i < sel.size();) {
+        size_t j = i;
+        while (j + 1 < sel.size() && sel[j + 1] == sel[j] + 1) ++j;
+        const int64_t s = sel[i] * kB, e = std::min(S, (sel[j] + 1) * kB);
+        p.ranges.push_back(int32_t(s));
+        p.ranges.push_back(int32_t(e));
+        ++nr;
+        p.tiles += double((std::min(e, last + 1) - s + kB - 1) / kB);
+        i = j + 1;
+      }
+      // pairs: off-diagonal blocks full, the diagonal block causal
+      const int64_t rows = last - b * kB + 1;
+      p.pairs += double(sel.size() - 1) * kB * rows + double(rows) * (rows + 1) / 2;
+      p.rcount.push_back(nr);
+      p.ccount.push_back(0);
+    }
+  });
+}
+
+// Vertical-slash with planted lines (see the header comment), Algorithm 4 conversion.
+HostIndex vertical_slash_index(int64_t S) {
+  const int64_t nqb = (S + kB - 1) / kB;
+  return build(S, [&](int h, HeadPart& p) {
+    int hh = h, mix = 0;
+    while (hh >= kVsMix[mix].heads) hh -= kVsMix[mix++].heads;
+    const int64_t kv = std::min<int64_t>(S, std::max(kVsMix[mix].kv, 30));
+    const int64_t ks = std::min<int64_t>(S, std::max(kVsMix[mix].ks, 50));
+    std::mt19937_64 g(2000 + h);
+    std::exponential_distribution<double> ex(1.0 / 1024);
+    std::vector<char> is_col(size_t(S), 0), is_diag(size_t(S), 0);
+    std::vector<int32_t> cols, diags;
+    for (int64_t c = 0; c < std::min<int64_t>(kForcedCols, S); ++c) is_col[c] = 1;
+    for (int64_t n = std::min<int64_t>(kForcedCols, S); n < kv;) {
+      const int64_t c = int64_t(g() % uint64_t(S));
+      if (!is_col[c]) is_col[c] = 1, ++n;
+    }
+    for (int64_t o = 0; o < std::min<int64_t>(kForcedDiags, S); ++o) is_diag[o] = 1;
+    for (int64_t n = std::min<int64_t>(kForcedDiags, S); n < ks;) {
+      const bool local = (g() % 100) < 85;
+      const int64_t o = local ? std::min<int64_t>(S - 1, kForcedDiags + int64_t(ex(g))) : int64_t(g() % uint64_t(S));
+      if (!is_diag[o]) is_diag[o] = 1, ++n;
+    }
+    for (int64_t c = 0; c < S; ++c) if (is_col[c]) cols.push_back(int32_t(c));
+    for (int64_t o = S - 1; o >= 0; --o) if (is_diag[o]) diags.push_back(int32_t(o));  // descending offsets
+    for (int64_t b = 0; b < nqb; ++b) {
+      const int64_t first = b * kB, last = std::min(S, first + kB) - 1, rows = last - first + 1;
+      int64_t nr = 0, nc = 0, rs = -1, re = -1;
+      size_t ci = 0;
+      double keys = 0;
+      auto flush = [&] {
+        if (rs < 0) return;
+        // columns before this range's end that it does not cover
+        while (ci < cols.size() && cols[ci] < re) {
+          if (cols[ci] < rs && cols[ci] <= last) p.cols.push_back(cols[ci]), ++nc;
+          ++ci;
+        }
+        p.ranges.push_back(int32_t(rs));
+        p.ranges.push_back(int32_t(re));
+        ++nr;
+        p.tiles += double((re - rs + kB - 1) / kB);
+        keys += double(re - rs);
+        // causal within the range: keys > first are seen by fewer rows
+        if (re - 1 > first) {
+          const int64_t lo = std::max(rs, first + 1);
+          for (int64_t k = lo; k < re; ++k) p.pairs -= double(k - first);  // rows before k miss it
+        }
+      };
+      for (int32_t o : diags) {
+        if (o > last) continue;
+        const int64_t s = std::max<int64_t>(0, first - o), e = last - o + 1;
+        if (rs >= 0 && s <= re) re = std::max(re, e);
+        else { flush(); rs = s; re = e; }
+      }
+      flush();
+      while (ci < cols.size() && cols[ci] <= last) p.cols.push_back(cols[ci++]), ++nc;
+      keys += 0;
+      p.tiles += double((nc + kB - 1) / kB);
+      p.pairs += keys * double(rows) + double(nc) * double(rows);  // columns are all before the block (o = 0 kept)
+      p.rcount.push_back(nr);
+      p.ccount.push_back(nc);
+    }
+  });
+}
+
+struct DevIndex {
+  void *rp = nullptr, *cp = nullptr, *rg = nullptr, *cl = nullptr, *ws = nullptr;
+  DeviceSparseIndex ix;
+  size_t ws_bytes = 0;
+  explicit DevIndex(const HostIndex& h, int64_t nqb) {
+    rp = dev_malloc(h.range_ptr.size() * 8);
+    cp = dev_malloc(h.col_ptr.size() * 8);
+    rg = dev_malloc(std::max<size_t>(1, h.ranges.size()) * 4);
+    cl = dev_malloc(std::max<size_t>(1, h.cols.size()) * 4);
+    copy_h2d(rp, h.range_ptr.data(), h.range_ptr.size() * 8);
+    copy_h2d(cp, h.col_ptr.data(), h.col_ptr.size() * 8);
+    if (!h.ranges.empty()) copy_h2d(rg, h.ranges.data(), h.ranges.size() * 4);
+    if (!h.cols.empty()) copy_h2d(cl, h.cols.data(), h.cols.size() * 4);
+    ix.n_index_head = kHeads;
+    ix.n_qblk = nqb;
+    ix.range_ptr = static_cast<const int64_t*>(rp);
+    ix.col_ptr = static_cast<const int64_t*>(cp);
+    ix.ranges = static_cast<const int32_t*>(rg);
+    ix.cols = static_cast<const int32_t*>(cl);
+    ix.n_ranges = h.range_ptr.back();
+    ix.n_cols = h.col_ptr.back();
+    ws_bytes = sparse_attention_workspace_bytes(ix);
+    ws = dev_malloc(ws_bytes);
+  }
+  ~DevIndex() {
+    for (void* p : {rp, cp, rg, cl, ws}) dev_free(p);
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int64_t> seqs = {131072, 524288, 1048576}, dense_seqs = {131072, 524288};
+  const char* json_path = nullptr;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--seqs") && i + 1 < argc) seqs = parse_list(argv[++i]);
+    else if (!std::strcmp(argv[i], "--dense-seqs") && i + 1 < argc) dense_seqs = parse_list(argv[++i]);
+    else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: %s [--seqs N,..] [--dense-seqs N,..] [--json FILE]\n", argv[0]);
+      return 2;
+    }
+  }
+  try {
+    require_hopper();
+    const DeviceInfo dev = device_info(0);
+    std::string js = "{\n";
+    char buf[1024];
+    std::time_t now = std::time(nullptr);
+    char date[64];
+    std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+    std::snprintf(buf, sizeof buf,
+                  "  \"device\": \"%s\", \"sms\": %d, \"date\": \"%s\",\n  \"shape\": {\"n_head\": %d, \"n_kv_head\": "
+                  "%d, \"head_dim\": %d, \"dtype\": \"bf16\"},\n  \"runs\": [\n",
+                  dev.name.c_str(), dev.num_sms, date, kHeads, kKvHeads, kD);
+    js += buf;
+    bool first_row = true;
+    auto emit = [&](const char* line) {
+      js += first_row ? "    " : ",\n    ";
+      js += line;
+      first_row = false;
+    };
+    for (int64_t S : seqs) {
+      const size_t nq = size_t(S) * kHeads * kD, nk = size_t(S) * kKvHeads * kD;
+      void* q = dev_malloc(nq * 2);
+      void* k = dev_malloc(nk * 2);
+      void* v = dev_malloc(nk * 2);
+      void* o = dev_malloc(nq * 2);
+      float* lse = static_cast<float*>(dev_malloc(size_t(S) * kHeads * 4));
+      fill_random_bf16(q, int64_t(nq), 21, 1.f);
+      fill_random_bf16(k, int64_t(nk), 22, 1.f);
+      fill_random_bf16(v, int64_t(nk), 23, 1.f);
+      const double dense_flops = 2.0 * double(S) * double(S) * kD * kHeads;
+      if (std::find(dense_seqs.begin(), dense_seqs.end(), S) != dense_seqs.end()) {
+        PrefillParams p;
+        p.q = q, p.k = k, p.v = v, p.o = o, p.lse = lse;
+        p.n_q = p.n_kv = S;
+        p.n_head = kHeads, p.n_kv_head = kKvHeads, p.head_dim = kD;
+        const int reps = S <= 131072 ? 3 : 1;
+        const double ms = time_ms([&] { attention_prefill_sm90(p, nullptr); }, 1, reps);
+        const double tf = dense_flops / (ms * 1e-3) / 1e12;
+        std::fprintf(stderr, "S=%lld dense sm90: %.2f ms, %.1f TFLOP/s\n", (long long)S, ms, tf);
+        std::snprintf(buf, sizeof buf, "{\"seq\": %lld, \"kernel\": \"dense_sm90\", \"ms\": %.3f, \"tflops\": %.1f, \"reps\": %d}",
+                      (long long)S, ms, tf, reps);
+        emit(buf);
+      }
+      for (int kind = 0; kind < 2; ++kind) {
+        const char* name = kind == 0 ? "block_sparse_100" : "vertical_slash_llama3";
+        const auto t0 = std::chrono::steady_clock::now();
+        HostIndex hix = kind == 0 ? block_sparse_index(S) : vertical_slash_index(S);
+        const double gen_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        DevIndex di(hix, (S + kB - 1) / kB);
+        SparseAttnParams p;
+        p.q = q, p.k = k, p.v = v, p.o = o, p.lse = lse;
+        p.n_q = p.n_kv = S;
+        p.n_head = kHeads, p.n_kv_head = kKvHeads;
+        p.index = di.ix;
+        p.workspace = di.ws;
+        p.workspace_bytes = di.ws_bytes;
+        const int reps = S <= 131072 ? 10 : S <= 524288 ? 5 : 3;
+        const double ms_plan = time_ms([&] { sparse_attention_plan(p); }, 1, reps);
+        const double ms_run = time_ms([&] { sparse_attention_run(p); }, 1, reps);
+        const double flops = 4.0 * kD * hix.pairs;
+        const double tile_flops = 4.0 * kD * 64.0 * 64.0 * hix.tiles;
+        const double ms = ms_plan + ms_run;
+        std::fprintf(stderr,
+                     "S=%lld %s: plan %.3f ms + kernel %.3f ms; work %.4f of dense causal; %.1f TFLOP/s on attended "
+                     "pairs, %.1f on visited 64x64 tiles (index gen on host %.1f s, %lld ranges, %lld cols)\n",
+                     (long long)S, name, ms_plan, ms_run, flops / dense_flops, flops / (ms_run * 1e-3) / 1e12,
+                     tile_flops / (ms_run * 1e-3) / 1e12, gen_s, (long long)di.ix.n_ranges, (long long)di.ix.n_cols);
+        std::snprintf(buf, sizeof buf,
+                      "{\"seq\": %lld, \"kernel\": \"%s\", \"ms\": %.3f, \"plan_ms\": %.4f, \"kernel_ms\": %.3f, "
+                      "\"work_fraction\": %.5f, \"tflops_pairs\": %.1f, \"tflops_tiles\": %.1f, \"n_ranges\": %lld, "
+                      "\"n_cols\": %lld, \"reps\": %d}",
+                      (long long)S, name, ms, ms_plan, ms_run, flops / dense_flops, flops / (ms_run * 1e-3) / 1e12,
+                      tile_flops / (ms_run * 1e-3) / 1e12, (long long)di.ix.n_ranges, (long long)di.ix.n_cols, reps);
+        emit(buf);
+      }
+      for (void* x : {q, k, v, o, static_cast<void*>(lse)}) dev_free(x);
+    }
+    js += "\n  ]\n}\n";
+    std::fputs(js.c_str(), stdout);
+    if (json_path) {
+      FILE* f = std::fopen(json_path, "w");
+      if (f) std::fputs(js.c_str(), f), std::fclose(f);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_sparse: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
