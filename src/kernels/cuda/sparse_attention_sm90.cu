@@ -367,7 +367,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll 1
         for (int it = 0; it < 32; ++it) {
           const int r = it * 2 + lane / 16, c = lane % 16;
-          const int32_t key = __shfl_sync(0xffffffffu, r < 32 ? ka : kb, r % 32);
+          const int32_t ka_r = __shfl_sync(0xffffffffu, ka, r % 32), kb_r = __shfl_sync(0xffffffffu, kb, r % 32);
+          const int32_t key = r < 32 ? ka_r : kb_r;
           const bool ok = key >= 0;
           const int64_t off = ok ? (int64_t(key) * ld + int64_t(kvh) * kD + c * 8) : 0;
           const uint32_t dst = (c / 8) * kHalf + r * 128 + (((c % 8) ^ (r % 8)) * 16);
