@@ -87,10 +87,10 @@ nlohmann::json run_attention(const EvalOptions& o, const EngineFactory& factory,
         auto hf = layer_fidelity(c, mask, fp, pool);
         auto it = std::max_element(hf.begin(), hf.end(), [](auto& a, auto& b) { return a.rel_err < b.rel_err; });
         auto title = [&](const HeadFidelity& h) {
-          return fmt::format("{} L{} H{} {}: ERR {:.3f} RECALL {:.3f}", methods[mi]->name(), h.layer, h.head,
-                             format_length(c.n_tokens), h.rel_err, h.recall);
+          return fmt::format("{} L{} H{} {} TOKENS: ERR {:.3f} RECALL {:.3f}", methods[mi]->name(), h.layer, h.head,
+                             c.n_tokens, h.rel_err, h.recall);
         };
-        if (!o.out_dir.empty() && it != hf.end() && (!worst[mi].have || it->rel_err > worst[mi].rel_err))
+        if (!o.out_dir.empty() && it != hf.end() && it->rel_err > 0 && (!worst[mi].have || it->rel_err > worst[mi].rel_err))
           worst[mi] = {true, it->rel_err, it->layer, it->head, draw_head(c, mask, it->head, o.map_size, title(*it))};
         if (!o.out_dir.empty() && c.layer == o.attn_layer && o.attn_head >= 0) {
           const HeadFidelity& h = hf[size_t(o.attn_head)];
