@@ -54,8 +54,13 @@ Image accuracy_heatmap(const HeatmapData& d) {
   const int top = 50, right = 90, bottom = 70;
   const int nx = int(d.lengths.size()), ny = int(d.rows.size());
   const int W = std::max({left + nx * cell_w + right, left + Image::text_width(d.title, kScale) + 20,
-                          Image::text_width("CONTEXT LENGTH (TOKENS)", kScale) + 8}),
-            H = top + ny * cell_h + bottom;
+                          Image::text_width("CONTEXT LENGTH (TOKENS)", kScale) + 8});
+  // The vertical axis title: full size when it fits beside the grid, else small; the x axis
+  // labels go below whichever is taller.
+  const int y_scale = Image::text_width(d.y_title, kScale) <= ny * cell_h ? kScale : 1;
+  const int ytw = Image::text_width(d.y_title, y_scale);
+  const int grid_h = std::max(ny * cell_h, ytw);
+  const int H = top + grid_h + bottom;
   Image img(W, H);
   img.text(left, 16, d.title, kInk, kScale);
   for (int y = 0; y < ny; ++y)
@@ -78,13 +83,12 @@ Image accuracy_heatmap(const HeatmapData& d) {
   }
   for (int x = 0; x < nx; ++x) {
     const std::string t = length_label(d.lengths[size_t(x)]);
-    img.text(left + x * cell_w + (cell_w - Image::text_width(t, kScale)) / 2, top + ny * cell_h + 8, t, kInk, kScale);
+    img.text(left + x * cell_w + (cell_w - Image::text_width(t, kScale)) / 2, top + grid_h + 8, t, kInk, kScale);
   }
   const std::string xt = "CONTEXT LENGTH (TOKENS)";
-  img.text(std::max(4, left + (nx * cell_w - Image::text_width(xt, kScale)) / 2), top + ny * cell_h + 36, xt, kInk,
+  img.text(std::max(4, left + (nx * cell_w - Image::text_width(xt, kScale)) / 2), top + grid_h + 36, xt, kInk,
            kScale);
-  const std::string& yt = d.y_title;
-  img.text_vertical(12, top + (ny * cell_h + Image::text_width(yt, kScale)) / 2, yt, kInk, kScale);
+  img.text_vertical(12, top + (grid_h + ytw) / 2, d.y_title, kInk, y_scale);
   // Colour bar: 0% (bottom) .. 100% (top).
   const int bx = left + nx * cell_w + 24, bw = 16, bh = std::max(ny * cell_h, 60);
   for (int i = 0; i < bh; ++i) img.fill_rect(bx, top + i, bw, 1, score_colour(1.0 - double(i) / (bh - 1)));
