@@ -23,6 +23,14 @@ struct LoadOptions {
   int64_t max_context = 0;      // 0 = the model's trained context length
   std::string attn = "dense";   // attention method: "dense", "minference[=CONFIG]", ...
   int64_t prefill_chunk = 512;  // tokens per prefill chunk (bounds activation memory)
+  // "cpu", "cuda" (fails with the reason when no usable GPU or the KV cache will not fit) or
+  // "auto" (the GPU when usable and the model fits, else the CPU, with a note on stderr).
+  std::string device = "cpu";
+  // A named geometry ("llama3-8b", "llama3.1-8b", "qwen2.5-7b", "smollm2-135m"; ":N" keeps N
+  // layers) with random weights generated on the GPU instead of model_path: for benchmarks; no
+  // tokenizer (token ids only). Needs the CUDA build and a GPU.
+  std::string random_weights;
+  int64_t gpu_chunk = 0;  // tokens per prefill chunk on the GPU; 0 = automatic (16K)
 };
 
 struct SamplingParams {

@@ -2,8 +2,14 @@
 //
 //   longctx bench model --lengths 512,4k --decode 32 --json bench/results/cpu.json
 //   longctx bench attention --prefill 8192 --decode 131072      (CUDA builds, on a GPU)
+//   longctx bench model --device cuda --random-weights llama3-8b --lengths 32k,128k --decode 32
 // The prompt is natural text (a repeated paragraph) tokenized by the model's tokenizer and cut
-// to exactly L tokens; decode runs --decode greedy tokens with EOS ignored.
+// to exactly L tokens (random-weight models have no tokenizer: deterministic pseudo-random ids);
+// decode runs --decode greedy tokens with EOS ignored. On the GPU a short warm-up run comes
+// first (kernel setup, cuBLASLt plans), and the results add model FLOPs utilisation and the
+// device memory in use. FLOPs of a prefill of S tokens: 2 * P * S for the projections (P = the
+// Q/K/V/O and MLP weights of all layers; embedding and the last-position LM head left out)
+// plus causal attention 2 * 2 * n_layer * n_head * head_dim * S^2 / 2.
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -16,6 +22,9 @@
 #include "cli/commands.h"
 #include "longctx/engine.h"
 #include "util/error.h"
+#ifdef LONGCTX_WITH_GPU
+#include "gpu/gpu_transformer.h"
+#endif
 #ifdef LONGCTX_WITH_CUDA_BENCH
 #include "bench/bench_attention.h"
 #endif
@@ -46,9 +55,37 @@ int64_t parse_length(const std::string& s) {
 }
 
 struct BenchArgs {
-  std::string model, lengths = "512,4k", json_path, attn = "dense";
+  std::string model, lengths = "512,4k", json_path, attn = "dense", device = "cpu", random_weights;
   int decode = 32, threads = 0, repeats = 1;
+  int64_t gpu_chunk = 0;
 };
+
+double matmul_params(const ModelConfig& c) {
+  const double E = c.n_embd, Q = double(c.n_head) * c.head_dim, KV = double(c.n_kv_head) * c.head_dim;
+  return double(c.n_layer) * (E * (Q + 2 * KV) + Q * E + 3 * E * double(c.n_ff));
+}
+
+double prefill_flops(const ModelConfig& c, double s) {
+  return 2.0 * matmul_params(c) * s + 2.0 * 2.0 * c.n_layer * c.n_head * double(c.head_dim) * s * s / 2.0;
+}
+
+// Dense bf16 tensor-core peak from the datasheets (SXM parts), for utilisation; 0 = unknown.
+double peak_bf16_flops(const std::string& device) {
+  if (device.find("H100") != std::string::npos && device.find("PCIe") != std::string::npos) return 756e12;
+  if (device.find("H100") != std::string::npos || device.find("H200") != std::string::npos) return 989.4e12;
+  return 0;
+}
+
+// Random-weight models have no tokenizer: ids from a fixed LCG, spread over the vocabulary.
+std::vector<int32_t> synthetic_ids(int64_t n, int32_t vocab) {
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  for (auto& id : ids) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    id = int32_t((x >> 33) % uint64_t(vocab));
+  }
+  return ids;
+}
 
 void run(const BenchArgs& a) {
   std::vector<int64_t> lengths;
@@ -58,30 +95,63 @@ void run(const BenchArgs& a) {
     lengths.push_back(parse_length(a.lengths.substr(p, q - p)));
     p = q + 1;
   }
+  const bool random = !a.random_weights.empty();
+  int64_t longest = 0;
+  for (int64_t L : lengths) longest = std::max(longest, L);
   LoadOptions lo;
   lo.model_path = a.model;
   lo.n_threads = a.threads;
   lo.attn = a.attn;
+  lo.device = a.device;
+  lo.random_weights = a.random_weights;
+  lo.gpu_chunk = a.gpu_chunk;
+  // A random-weight geometry has no trained context to respect: allow the longest run.
+  if (random) lo.max_context = longest + a.decode;
   auto eng = Engine::load(lo);
   const Tokenizer& tok = eng->tokenizer();
-  const std::vector<int32_t> unit = tok.encode(kFiller, false, false);
-
-  nlohmann::json out;
-  out["benchmark"] = "model";
-  out["model"] = eng->config().name;
-  out["attn"] = a.attn;
-  out["threads"] = a.threads > 0 ? a.threads : int(std::thread::hardware_concurrency());
-  out["device"] = "cpu";
-  out["results"] = nlohmann::json::array();
-  std::fprintf(stderr, "%-8s %12s %14s %12s %14s\n", "length", "prefill s", "prefill tok/s", "decode s", "decode tok/s");
-  for (int64_t L : lengths) {
+  const std::vector<int32_t> unit = random ? std::vector<int32_t>{} : tok.encode(kFiller, false, false);
+  auto make_prompt = [&](int64_t L) {
+    if (random) return synthetic_ids(L, eng->config().vocab_size);
     std::vector<int32_t> prompt;
     if (tok.adds_bos() && tok.bos_id() >= 0) prompt.push_back(tok.bos_id());
     while (int64_t(prompt.size()) < L) prompt.insert(prompt.end(), unit.begin(), unit.end());
     prompt.resize(size_t(L));
-    SamplingParams sp;
-    sp.max_tokens = a.decode;
-    sp.stop_at_eos = false;
+    return prompt;
+  };
+
+  // On the GPU when the engine made a GpuTransformer (--device cuda, or auto with a usable GPU).
+  std::string device = "cpu";
+  bool gpu = false;
+#ifdef LONGCTX_WITH_GPU
+  if (a.device != "cpu" && !gpu::last_gpu_memory_stats().device.empty()) {
+    gpu = true;
+    device = gpu::last_gpu_memory_stats().device;
+  }
+#endif
+  const double peak = gpu ? peak_bf16_flops(device) : 0;
+  nlohmann::json out;
+  out["benchmark"] = "model";
+  out["model"] = eng->config().name;
+  out["config"] = eng->config().summary();
+  out["attn"] = a.attn;
+  out["threads"] = a.threads > 0 ? a.threads : int(std::thread::hardware_concurrency());
+  out["device"] = device;
+  if (random) out["random_weights"] = a.random_weights;
+  out["matmul_params"] = matmul_params(eng->config());
+  if (peak > 0) out["peak_bf16_flops"] = peak;
+  out["results"] = nlohmann::json::array();
+  SamplingParams sp;
+  sp.max_tokens = a.decode;
+  sp.stop_at_eos = false;
+  if (gpu) {  // warm-up: kernel attributes, cuBLASLt plans and module loads stay out of the numbers
+    SamplingParams wsp = sp;
+    wsp.max_tokens = 2;
+    eng->generate(make_prompt(std::min<int64_t>(lengths.front(), 4096)), wsp);
+  }
+  std::fprintf(stderr, "%-8s %12s %14s %9s %12s %14s %12s\n", "length", "prefill s", "prefill tok/s", "MFU",
+               "decode s", "decode tok/s", "GPU mem GiB");
+  for (int64_t L : lengths) {
+    const std::vector<int32_t> prompt = make_prompt(L);
     double best_prefill = 1e30, best_decode = 1e30;
     for (int r = 0; r < a.repeats; ++r) {
       const auto res = eng->generate(prompt, sp);
@@ -90,13 +160,34 @@ void run(const BenchArgs& a) {
     }
     const double ptps = double(L) / best_prefill;
     const double dtps = a.decode > 1 ? double(a.decode - 1) / best_decode : 0;
-    std::fprintf(stderr, "%-8lld %12.3f %14.1f %12.3f %14.1f\n", (long long)L, best_prefill, ptps, best_decode, dtps);
-    out["results"].push_back({{"length", L},
-                              {"prefill_s", best_prefill},
-                              {"prefill_tokens_per_s", ptps},
-                              {"decode_tokens", a.decode},
-                              {"decode_s", best_decode},
-                              {"decode_tokens_per_s", dtps}});
+    const double flops = prefill_flops(eng->config(), double(L));
+    const double mfu = peak > 0 ? flops / best_prefill / peak : 0;
+    nlohmann::json r = {{"length", L},
+                        {"prefill_s", best_prefill},
+                        {"prefill_tokens_per_s", ptps},
+                        {"prefill_flops", flops},
+                        {"prefill_tflops_per_s", flops / best_prefill / 1e12},
+                        {"decode_tokens", a.decode},
+                        {"decode_s", best_decode},
+                        {"decode_tokens_per_s", dtps}};
+    double mem_gib = 0;
+#ifdef LONGCTX_WITH_GPU
+    if (gpu) {
+      const gpu::GpuMemoryStats m = gpu::last_gpu_memory_stats();
+      constexpr double kGiB = double(1ull << 30);
+      mem_gib = double(m.device_used_peak) / kGiB;
+      r["mfu"] = mfu;
+      r["gpu_memory_gib"] = {{"weights", double(m.weights) / kGiB},
+                             {"kv_cache", double(m.kv) / kGiB},
+                             {"activations", double(m.arena) / kGiB},
+                             {"decode_workspace", double(m.decode_ws) / kGiB},
+                             {"device_used_peak", mem_gib},
+                             {"device_total", double(m.device_total) / kGiB}};
+    }
+#endif
+    std::fprintf(stderr, "%-8lld %12.3f %14.1f %8.1f%% %12.3f %14.1f %12.1f\n", (long long)L, best_prefill, ptps,
+                 100 * mfu, best_decode, dtps, mem_gib);
+    out["results"].push_back(r);
   }
   const std::string s = out.dump(2);
   if (a.json_path.empty()) {
@@ -120,6 +211,13 @@ void register_bench(CLI::App& app) {
   m->add_option("--decode", args->decode, "Tokens to decode after each prefill")->check(CLI::NonNegativeNumber);
   m->add_option("--repeats", args->repeats, "Runs per length (the best is reported)")->check(CLI::PositiveNumber);
   m->add_option("--attn", args->attn, "Attention method");
+  m->add_option("--device", args->device, "cpu, cuda or auto (GPU when usable, else CPU)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  m->add_option("--random-weights", args->random_weights,
+                "Random weights of a named geometry instead of -m (llama3-8b, llama3.1-8b, qwen2.5-7b, smollm2-135m; "
+                "NAME:N keeps N layers); GPU only");
+  m->add_option("--gpu-chunk", args->gpu_chunk, "Prefill chunk on the GPU in tokens (0 = automatic)")
+      ->check(CLI::NonNegativeNumber);
   m->add_option("-t,--threads", args->threads, "CPU threads (0 = all cores)");
   m->add_option("--json", args->json_path, "Write the JSON here instead of stdout");
   m->callback([args] { run(*args); });

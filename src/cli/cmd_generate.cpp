@@ -19,7 +19,7 @@ namespace longctx::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string model, prompt, file, chat, system, attn = "dense";
+  std::string model, prompt, file, chat, system, attn = "dense", device = "cpu";
   int n = 128, top_k = 0, threads = 0;
   float temp = 0.f, top_p = 1.f;
   uint64_t seed = 0;
@@ -50,6 +50,7 @@ void run(const GenerateArgs& a) {
   lo.max_context = a.ctx;
   lo.attn = a.attn;
   lo.prefill_chunk = a.chunk;
+  lo.device = a.device;
   auto eng = Engine::load(lo);
   const auto prompt = build_prompt(a, eng->tokenizer());
 
@@ -117,6 +118,8 @@ void register_generate(CLI::App& app) {
   c->add_option("--seed", args->seed, "Random seed for sampling");
   c->add_option("--stop", args->stop, "Stop string (repeatable)");
   c->add_option("--attn", args->attn, "Attention method: dense, a_shape[=SINK,WINDOW], minference[=CONFIG]");
+  c->add_option("--device", args->device, "cpu, cuda (the GPU; fails if unusable) or auto (GPU when usable, else CPU)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   c->add_option("-t,--threads", args->threads, "CPU threads (0 = all cores)")->check(CLI::NonNegativeNumber);
   c->add_option("-c,--ctx", args->ctx, "Context length limit (0 = the model's)")->check(CLI::NonNegativeNumber);
   c->add_option("--chunk", args->chunk, "Prefill chunk size in tokens")->check(CLI::PositiveNumber);

@@ -1,11 +1,17 @@
-// engine.cpp: longctx::Engine on the CPU: loads a model file, owns the tokenizer, the
-// transformer and its KV cache, and runs chunked prefill + sampled decode for one sequence.
+// engine.cpp: longctx::Engine: loads a model file, owns the tokenizer, the transformer and its
+// KV cache, and runs chunked prefill + sampled decode for one sequence.
+//
+// The transformer runs on the CPU (model/Transformer, fp32) or, in a CUDA build
+// (LONGCTX_WITH_GPU) with LoadOptions::device "cuda"/"auto", on the GPU (gpu/GpuTransformer,
+// bf16). --device auto falls back to the CPU, with a one-line note on stderr, when there is no
+// usable GPU, the model does not fit, or a prompt's KV cache does not fit.
 #include "longctx/engine.h"
 
 #include <cblas.h>
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 
@@ -14,6 +20,15 @@
 #include "runtime/text_stream.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
+
+#ifdef LONGCTX_WITH_GPU
+#include "gpu/device_probe.h"
+#include "gpu/device_weights.h"
+#include "gpu/geometry.h"
+#include "gpu/gpu_transformer.h"
+#include "gpu/memory_plan.h"
+#include "gpu/null_tokenizer.h"
+#endif
 
 namespace longctx {
 
@@ -24,6 +39,10 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 
 // Tokens per chunk when scoring: logits of every position are needed, [chunk, vocab] floats.
 constexpr int64_t kScoreChunk = 256;
+// Seed of --random-weights models: fixed, so benchmark runs are repeatable.
+constexpr uint64_t kRandomWeightsSeed = 1;
+
+void note(const std::string& s) { std::fprintf(stderr, "longctx: %s\n", s.c_str()); }
 
 class CpuEngine final : public Engine {
  public:
@@ -32,16 +51,36 @@ class CpuEngine final : public Engine {
     // Our pool splits work; each BLAS call runs on one thread (no oversubscription).
     openblas_set_num_threads(1);
     if (opts_.prefill_chunk <= 0) fail("prefill chunk must be positive (got {})", opts_.prefill_chunk);
-    const std::string path = opts_.model_path.empty() ? default_model_path() : opts_.model_path;
-    file_ = open_model_file(path);
-    cfg_ = ModelConfig::from_model_file(*file_);
-    tok_ = Tokenizer::from_model_file(*file_);
-    if (tok_->vocab_size() > cfg_.vocab_size)
-      fail("{}: tokenizer has {} tokens but the model's vocabulary is {}", path, tok_->vocab_size(), cfg_.vocab_size);
+    if (opts_.device != "cpu" && opts_.device != "cuda" && opts_.device != "auto")
+      fail("unknown device '{}' (expected cpu, cuda or auto)", opts_.device);
+    const bool random = !opts_.random_weights.empty();
+#ifndef LONGCTX_WITH_GPU
+    if (random) fail("--random-weights generates the weights on a GPU, but this longctx was built without CUDA");
+    if (opts_.device == "cuda")
+      fail("--device cuda: this longctx was built without CUDA (rebuild with -DLONGCTX_CUDA=ON where nvcc is "
+           "installed, or use --device cpu)");
+    if (opts_.device == "auto") note("built without CUDA; running on the CPU");
+#else
+    if (random && opts_.device == "cpu")
+      fail("--random-weights generates the weights on the GPU: use --device cuda (or auto)");
+    if (random) {
+      cfg_ = gpu::geometry_config(opts_.random_weights);
+      tok_ = gpu::make_null_tokenizer(cfg_.vocab_size);
+    }
+#endif
+    if (!random) {
+      const std::string path = opts_.model_path.empty() ? default_model_path() : opts_.model_path;
+      file_ = open_model_file(path);
+      cfg_ = ModelConfig::from_model_file(*file_);
+      tok_ = Tokenizer::from_model_file(*file_);
+      if (tok_->vocab_size() > cfg_.vocab_size)
+        fail("{}: tokenizer has {} tokens but the model's vocabulary is {}", path, tok_->vocab_size(), cfg_.vocab_size);
+    }
     max_ctx_ = opts_.max_context > 0 ? opts_.max_context : cfg_.context_length;
-    MethodContext mc{cfg_.n_layer, cfg_.n_head, cfg_.n_kv_head, cfg_.head_dim, cfg_.name};
-    auto method = make_attention_method(opts_.attn, mc);
-    model_ = std::make_unique<Transformer>(cfg_, ModelWeights::load(*file_, cfg_), std::move(method), global_pool());
+#ifdef LONGCTX_WITH_GPU
+    if (opts_.device != "cpu") on_gpu_ = load_gpu(random);
+#endif
+    if (!on_gpu_) ensure_cpu();
   }
 
   const ModelConfig& config() const override { return cfg_; }
@@ -61,7 +100,7 @@ class CpuEngine final : public Engine {
     Sampler sampler(sp);
     GenerateResult res;
     res.prompt_tokens = n;
-    model_->reset(n + sp.max_tokens);
+    reset_model(n + sp.max_tokens);
 
     std::vector<float> logits;
     const auto t0 = Clock::now();
@@ -90,7 +129,7 @@ class CpuEngine final : public Engine {
         res.stop_reason = "stop";
         break;
       }
-      if (i + 1 < sp.max_tokens) model_->forward(std::span(&id, 1), 1, &logits);
+      if (i + 1 < sp.max_tokens) forward_model(std::span(&id, 1), 1, &logits);
     }
     res.decode_s = seconds_since(t1);
     res.text = stream.text();
@@ -105,7 +144,7 @@ class CpuEngine final : public Engine {
     const int64_t n = int64_t(tokens.size());
     if (n < 2) fail("scoring needs at least 2 tokens (got {})", n);
     if (n > max_ctx_) fail("the text has {} tokens, more than the model's context of {} tokens", n, max_ctx_);
-    model_->reset(n);
+    reset_model(n);
     std::vector<float> out;
     out.reserve(size_t(n - 1));
     std::vector<float> logits;
@@ -113,7 +152,7 @@ class CpuEngine final : public Engine {
     const auto t0 = Clock::now();
     for (int64_t c0 = 0; c0 < n; c0 += kScoreChunk) {
       const int64_t c1 = std::min(n, c0 + kScoreChunk);
-      model_->forward(tokens.subspan(size_t(c0), size_t(c1 - c0)), c1 - c0, &logits);
+      forward_model(tokens.subspan(size_t(c0), size_t(c1 - c0)), c1 - c0, &logits);
       for (int64_t t = c0; t < c1 && t + 1 < n; ++t) {
         const float* row = logits.data() + (t - c0) * V;
         float mx = row[0];
@@ -132,12 +171,13 @@ class CpuEngine final : public Engine {
     if (n == 0) fail("logits: no tokens");
     if (n > max_ctx_) fail("the input has {} tokens, more than the model's context of {} tokens", n, max_ctx_);
     n_last = std::clamp<int64_t>(n_last, 1, n);
-    model_->reset(n);
+    reset_model(n);
     std::vector<float> all, chunk;
-    for (int64_t c0 = 0; c0 < n; c0 += opts_.prefill_chunk) {
-      const int64_t c1 = std::min(n, c0 + opts_.prefill_chunk);
+    const int64_t step = chunk_size();
+    for (int64_t c0 = 0; c0 < n; c0 += step) {
+      const int64_t c1 = std::min(n, c0 + step);
       const int64_t want = std::max<int64_t>(0, c1 - std::max(c0, n - n_last));
-      model_->forward(tokens.subspan(size_t(c0), size_t(c1 - c0)), want, &chunk);
+      forward_model(tokens.subspan(size_t(c0), size_t(c1 - c0)), want, &chunk);
       if (want > 0) all.insert(all.end(), chunk.begin(), chunk.end());
     }
     return all;
@@ -147,6 +187,7 @@ class CpuEngine final : public Engine {
     const int64_t n = int64_t(tokens.size());
     if (n == 0) fail("capture_attention: no tokens");
     if (n > max_ctx_) fail("the input has {} tokens, more than the model's context of {} tokens", n, max_ctx_);
+    if (on_gpu_) fail("capturing attention runs on the CPU only (load with --device cpu)");
     model_->reset(n);
     model_->forward(tokens, 0, nullptr, &observer);
   }
@@ -155,18 +196,92 @@ class CpuEngine final : public Engine {
   void prefill(std::span<const int32_t> prompt, int64_t n_logits, std::vector<float>* logits,
                const ProgressFn& progress, Clock::time_point t0) {
     const int64_t n = int64_t(prompt.size());
-    for (int64_t c0 = 0; c0 < n; c0 += opts_.prefill_chunk) {
-      const int64_t c1 = std::min(n, c0 + opts_.prefill_chunk);
-      model_->forward(prompt.subspan(size_t(c0), size_t(c1 - c0)), c1 == n ? n_logits : 0, logits);
+    const int64_t step = chunk_size();
+    for (int64_t c0 = 0; c0 < n; c0 += step) {
+      const int64_t c1 = std::min(n, c0 + step);
+      forward_model(prompt.subspan(size_t(c0), size_t(c1 - c0)), c1 == n ? n_logits : 0, logits);
       if (progress) progress({c1, n, seconds_since(t0)});
     }
   }
+
+  // The CPU transformer (built on first need: at load, or when --device auto falls back).
+  void ensure_cpu() {
+    if (model_) return;
+    if (!file_) fail("internal: no model file to load CPU weights from");
+    MethodContext mc{cfg_.n_layer, cfg_.n_head, cfg_.n_kv_head, cfg_.head_dim, cfg_.name};
+    auto method = make_attention_method(opts_.attn, mc);
+    model_ = std::make_unique<Transformer>(cfg_, ModelWeights::load(*file_, cfg_), std::move(method), global_pool());
+  }
+
+  int64_t chunk_size() const {
+#ifdef LONGCTX_WITH_GPU
+    if (on_gpu_) return gpu_->chunk();
+#endif
+    return opts_.prefill_chunk;
+  }
+
+  void reset_model(int64_t capacity) {
+#ifdef LONGCTX_WITH_GPU
+    if (on_gpu_) {
+      const std::string problem = gpu_->kv_fit_problem(capacity);
+      if (problem.empty()) return gpu_->reset(capacity);
+      if (opts_.device != "auto" || !file_) fail("--device {}: {}", opts_.device, problem);
+      note(problem + "; --device auto: running on the CPU");
+      gpu_.reset();
+      on_gpu_ = false;
+      ensure_cpu();
+    }
+#endif
+    model_->reset(capacity);
+  }
+
+  void forward_model(std::span<const int32_t> tokens, int64_t n_logits, std::vector<float>* logits) {
+#ifdef LONGCTX_WITH_GPU
+    if (on_gpu_) return gpu_->forward(tokens, n_logits, logits);
+#endif
+    model_->forward(tokens, n_logits, logits);
+  }
+
+#ifdef LONGCTX_WITH_GPU
+  // Puts the model on the GPU if it can go there; else fails (--device cuda, random weights) or
+  // notes why and returns false (--device auto).
+  bool load_gpu(bool random) {
+    const int64_t chunk =
+        opts_.gpu_chunk > 0 ? opts_.gpu_chunk : std::max<int64_t>(1, std::min(gpu::kDefaultChunk, max_ctx_));
+    std::string why;
+    const gpu::Probe pr = gpu::probe_device();
+    if (!pr.usable) {
+      why = pr.why;
+    } else if (opts_.attn != "dense") {
+      why = fmt::format("attention method '{}' runs on the CPU only", opts_.attn);
+    } else {
+      const size_t w = gpu::weight_bytes(cfg_), a = gpu::arena_layout(cfg_, chunk).total;
+      if (w + a + gpu::kReserveBytes > pr.free_bytes)
+        why = fmt::format("{} needs {} of GPU memory ({} weights in bf16, {} activations, {} reserve) but '{}' has {} free",
+                          cfg_.name, gpu::gib(w + a + gpu::kReserveBytes), gpu::gib(w), gpu::gib(a),
+                          gpu::gib(gpu::kReserveBytes), pr.name, gpu::gib(pr.free_bytes));
+    }
+    if (!why.empty()) {
+      if (opts_.device == "cuda" || random)
+        fail("--device {}: {}{}", opts_.device, why, random ? "" : "; use --device cpu");
+      note(why + "; --device auto: running on the CPU");
+      return false;
+    }
+    gpu::DeviceWeights w = random ? gpu::DeviceWeights::random(cfg_, kRandomWeightsSeed, nullptr)
+                                  : gpu::DeviceWeights::upload(cfg_, ModelWeights::load(*file_, cfg_), nullptr);
+    gpu_ = std::make_unique<gpu::GpuTransformer>(cfg_, std::move(w), gpu::GpuOptions{chunk});
+    return true;
+  }
+
+  std::unique_ptr<gpu::GpuTransformer> gpu_;
+#endif
 
   LoadOptions opts_;
   std::unique_ptr<ModelFile> file_;
   ModelConfig cfg_;
   std::unique_ptr<Tokenizer> tok_;
-  std::unique_ptr<Transformer> model_;
+  std::unique_ptr<Transformer> model_;  // CPU path (null while on the GPU)
+  bool on_gpu_ = false;
   int64_t max_ctx_ = 0;
 };
 

@@ -1,0 +1,263 @@
+// gpu_transformer.cpp: see gpu_transformer.h.
+#include "gpu/gpu_transformer.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "gpu/gpu_ops.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/ops.h"
+#include "util/error.h"
+
+namespace longctx::gpu {
+
+namespace {
+
+constexpr size_t kBf16 = 2;
+constexpr int kMaxDecodeGroup = 16;  // attention_decode: one mma row tile holds a GQA group
+
+std::mutex g_stats_mu;
+GpuMemoryStats g_stats;
+
+char* at(void* base, size_t elems) { return static_cast<char*>(base) + elems * kBf16; }
+
+void check_supported(const ModelConfig& c) {
+  if (c.head_dim != 64 && c.head_dim != 128)
+    fail("the GPU path supports head dim 64 or 128; {} has {} (use --device cpu)", c.name, c.head_dim);
+  if (c.n_kv_head <= 0 || c.n_head % c.n_kv_head != 0 || c.n_head / c.n_kv_head > kMaxDecodeGroup)
+    fail("the GPU path supports GQA groups of at most {} query heads per KV head; {} has {}/{} (use --device cpu)",
+         kMaxDecodeGroup, c.name, c.n_head, c.n_kv_head);
+  if (c.n_embd % 8 != 0 || c.n_ff % 8 != 0)
+    fail("the GPU path needs hidden and FFN sizes that are multiples of 8; {} has {} and {} (use --device cpu)", c.name,
+         c.n_embd, c.n_ff);
+}
+
+}  // namespace
+
+GpuMemoryStats last_gpu_memory_stats() {
+  std::lock_guard<std::mutex> lk(g_stats_mu);
+  return g_stats;
+}
+
+GpuTransformer::GpuTransformer(ModelConfig cfg, DeviceWeights w, const GpuOptions& opts)
+    : cfg_(std::move(cfg)), w_(std::move(w)) {
+  check_supported(cfg_);
+  if (opts.chunk <= 0) fail("GPU prefill chunk must be positive (got {})", opts.chunk);
+  layout_ = arena_layout(cfg_, opts.chunk);
+  device_name_ = cuda::device_info(0).name;
+  stream_ = cuda::stream_create();
+  arena_ = std::make_unique<cuda::DeviceArena>(layout_.total);
+  arena_->alloc(layout_.total);  // the layout's offsets index into this one block
+  gemm_ = std::make_unique<cuda::Gemm>(act(layout_.gemm_ws), cuda::kGemmWorkspaceBytes);
+  lm_gemm_ = std::make_unique<LmHeadGemm>(act(layout_.gemm_ws), cuda::kGemmWorkspaceBytes);
+  {
+    std::lock_guard<std::mutex> lk(g_stats_mu);
+    g_stats = {};
+    g_stats.device = device_name_;
+  }
+  note_memory();
+}
+
+GpuTransformer::~GpuTransformer() {
+  try {
+    free_kv();
+    lm_gemm_.reset();
+    gemm_.reset();
+    arena_.reset();
+    cuda::stream_destroy(stream_);
+  } catch (...) {  // a destructor must not throw (e.g. after a sticky device error)
+  }
+}
+
+void GpuTransformer::free_kv() {
+  cuda::dev_free(kv_);
+  cuda::dev_free(decode_ws_);
+  kv_ = decode_ws_ = nullptr;
+  kv_bytes_ = decode_ws_bytes_ = 0;
+  cap_ = 0;
+}
+
+void GpuTransformer::note_memory() {
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  std::lock_guard<std::mutex> lk(g_stats_mu);
+  g_stats.weights = w_.bytes();
+  g_stats.kv = kv_bytes_;
+  g_stats.arena = layout_.total;
+  g_stats.decode_ws = decode_ws_bytes_;
+  g_stats.device_total = total_b;
+  g_stats.device_used_peak = std::max(g_stats.device_used_peak, total_b - free_b);
+}
+
+std::string GpuTransformer::kv_fit_problem(int64_t capacity) const {
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return "cannot query free GPU memory (cudaMemGetInfo failed)";
+  }
+  return gpu::kv_fit_problem(cfg_, capacity, free_b + kv_bytes_ + decode_ws_bytes_, w_.bytes() + layout_.total,
+                             device_name_);
+}
+
+void GpuTransformer::reset(int64_t capacity) {
+  if (capacity <= 0) fail("KV cache capacity must be positive (got {})", capacity);
+  len_ = 0;
+  broken_ = false;
+  if (capacity > cap_) {
+    const std::string problem = kv_fit_problem(capacity);
+    if (!problem.empty()) fail("{}", problem);
+    free_kv();
+    kv_bytes_ = kv_bytes(cfg_, capacity);
+    kv_ = cuda::dev_malloc(kv_bytes_);
+    decode_ws_bytes_ = decode_ws_bytes(cfg_, capacity);
+    decode_ws_ = cuda::dev_malloc(decode_ws_bytes_);
+    cuda::decode_workspace_init(decode_ws_, decode_ws_bytes_, stream_);
+    cap_ = capacity;
+  }
+  cap_req_ = capacity;
+  note_memory();
+}
+
+void GpuTransformer::forward(std::span<const int32_t> tokens, int64_t n_logits, std::vector<float>* logits) {
+  const int64_t T = int64_t(tokens.size());
+  if (T == 0) return;
+  if (broken_) fail("the GPU model was interrupted by an earlier error; reset() it before the next forward");
+  if (len_ + T > cap_req_)
+    fail("KV cache holds {} tokens; {} more at position {} do not fit", cap_req_, T, len_);
+  const int64_t V = cfg_.vocab_size;
+  for (int32_t id : tokens)
+    if (id < 0 || id >= V) fail("token id {} is outside the vocabulary (size {})", id, V);
+  n_logits = logits ? std::clamp<int64_t>(n_logits, 0, T) : 0;
+  if (logits) logits->resize(size_t(n_logits * V));
+  broken_ = true;
+  const int64_t first = T - n_logits;  // first token (index in `tokens`) whose logits are wanted
+  for (int64_t c0 = 0; c0 < T; c0 += layout_.chunk) {
+    const int64_t c1 = std::min(T, c0 + layout_.chunk);
+    forward_chunk(tokens.data() + c0, c1 - c0, std::max<int64_t>(first - c0, 0),
+                  logits ? logits->data() : nullptr, std::max<int64_t>(c0 - first, 0));
+  }
+  broken_ = false;
+  if (T > 1) note_memory();
+}
+
+void GpuTransformer::forward_chunk(const int32_t* ids, int64_t T, int64_t first_row, float* logits,
+                                   int64_t out_row0) {
+  const int64_t pos0 = len_;
+  int32_t* d_ids = static_cast<int32_t*>(act(layout_.ids));
+  cuda::copy_h2d(d_ids, ids, size_t(T) * sizeof(int32_t), stream_);
+  cuda::embedding({w_.tok_embd(), d_ids, act(layout_.x), T, cfg_.vocab_size, cfg_.n_embd}, stream_);
+  for (int l = 0; l < cfg_.n_layer; ++l) layer(l, T, pos0);
+  len_ = pos0 + T;
+  if (logits && first_row < T) {
+    // Final norm and LM head for rows first_row..T-1 only, kLogitRows at a time.
+    for (int64_t r0 = first_row; r0 < T; r0 += layout_.logit_rows) {
+      const int64_t m = std::min(layout_.logit_rows, T - r0);
+      lm_head(r0, m, logits + (out_row0 + (r0 - first_row)) * int64_t(cfg_.vocab_size));
+    }
+  }
+}
+
+void GpuTransformer::lm_head(int64_t row0, int64_t m, float* out) {
+  const int64_t E = cfg_.n_embd, V = cfg_.vocab_size;
+  void* xr = at(act(layout_.x), size_t(row0 * E));
+  void* hr = at(act(layout_.h), size_t(row0 * E));
+  cuda::rmsnorm({xr, w_.out_norm(), hr, nullptr, nullptr, m, E, cfg_.rms_eps}, stream_);
+  lm_gemm_->run(hr, w_.lm_head(), static_cast<float*>(act(layout_.logits)), m, V, E, stream_);
+  cuda::copy_d2h(out, act(layout_.logits), size_t(m * V) * sizeof(float), stream_);
+  cuda::stream_sync(stream_);
+  cuda::check_last_error("GPU forward (LM head)");
+}
+
+void GpuTransformer::layer(int l, int64_t T, int64_t pos0) {
+  const DeviceLayer& L = w_.layer(l);
+  const int64_t E = cfg_.n_embd, D = cfg_.head_dim, F = cfg_.n_ff;
+  const int64_t Q = int64_t(cfg_.n_head) * D, KV = int64_t(cfg_.n_kv_head) * D;
+  void* x = act(layout_.x);   // [T, E]
+  void* h = act(layout_.h);   // [T, E]
+  void* q = act(layout_.q);   // [T, Q]
+  void* o = act(layout_.o);   // [T, Q]
+  void* k_all = at(kv_, size_t(2 * l) * size_t(cap_) * size_t(KV));      // [cap, n_kv_head, D]
+  void* v_all = at(kv_, size_t(2 * l + 1) * size_t(cap_) * size_t(KV));  // [cap, n_kv_head, D]
+  void* k_new = at(k_all, size_t(pos0 * KV));                             // this chunk's rows [T, KV]
+  void* v_new = at(v_all, size_t(pos0 * KV));
+
+  // Attention block.
+  cuda::rmsnorm({x, L.attn_norm, h, nullptr, nullptr, T, E, cfg_.rms_eps}, stream_);
+  gemm_->run({h, L.wq, q, T, Q, E}, stream_);
+  gemm_->run({h, L.wk, k_new, T, KV, E}, stream_);
+  gemm_->run({h, L.wv, v_new, T, KV, E}, stream_);
+  if (cfg_.qkv_bias) {
+    bias_add_rows({q, L.bq, T, Q, 0}, stream_);
+    bias_add_rows({k_new, L.bk, T, KV, 0}, stream_);
+    bias_add_rows({v_new, L.bv, T, KV, 0}, stream_);
+  }
+  cuda::RopeParams rp;
+  rp.q = q;
+  rp.k = k_new;
+  rp.n_q_heads = cfg_.n_head;
+  rp.n_k_heads = cfg_.n_kv_head;
+  rp.head_dim = int(D);
+  rp.n_tokens = T;
+  rp.pos0 = pos0;
+  rp.inv_freq = w_.inv_freq();
+  cuda::rope(rp, stream_);
+  if (T == 1) {
+    cuda::DecodeParams dp;
+    dp.q = q;
+    dp.k = k_all;
+    dp.v = v_all;
+    dp.o = o;
+    dp.n_seq = 1;
+    dp.n_kv = pos0 + 1;
+    dp.n_head = cfg_.n_head;
+    dp.n_kv_head = cfg_.n_kv_head;
+    dp.head_dim = int(D);
+    dp.workspace = decode_ws_;
+    dp.workspace_bytes = decode_ws_bytes_;
+    cuda::attention_decode(dp, stream_);
+  } else {
+    cuda::PrefillParams pp;
+    pp.q = q;
+    pp.k = k_all;
+    pp.v = v_all;
+    pp.o = o;
+    pp.n_q = T;
+    pp.n_kv = pos0 + T;
+    pp.n_head = cfg_.n_head;
+    pp.n_kv_head = cfg_.n_kv_head;
+    pp.head_dim = int(D);
+    pp.q_pos0 = pos0;
+    pp.causal = true;
+    cuda::attention_prefill(pp, stream_);
+  }
+  gemm_->run({o, L.wo, x, T, E, Q, 1.f, 1.f}, stream_);  // x += o Wo^T
+
+  // MLP block, kMlpRows rows at a time (bounds the [rows, 2F] intermediate).
+  void* gu = act(layout_.gu);    // [mlp_rows, 2F]
+  void* a = act(layout_.act);    // [mlp_rows, F]
+  for (int64_t r0 = 0; r0 < T; r0 += layout_.mlp_rows) {
+    const int64_t m = std::min(layout_.mlp_rows, T - r0);
+    void* xr = at(x, size_t(r0 * E));
+    void* hr = at(h, size_t(r0 * E));
+    cuda::rmsnorm({xr, L.ffn_norm, hr, nullptr, nullptr, m, E, cfg_.rms_eps}, stream_);
+    gemm_->run({hr, L.w_gate_up, gu, m, 2 * F, E}, stream_);
+    cuda::SwiGluParams sp;
+    sp.gate = gu;
+    sp.up = at(gu, size_t(F));
+    sp.out = a;
+    sp.n_rows = m;
+    sp.dim = F;
+    sp.gate_stride = 2 * F;
+    sp.up_stride = 2 * F;
+    sp.out_stride = F;
+    cuda::swiglu(sp, stream_);
+    gemm_->run({a, L.w_down, xr, m, E, F, 1.f, 1.f}, stream_);  // x += act Wdown^T
+  }
+}
+
+}  // namespace longctx::gpu

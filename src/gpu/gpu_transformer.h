@@ -1,0 +1,102 @@
+// gpu_transformer.h: the forward pass of Llama-family decoders on one GPU (bf16, Hopper),
+// the twin of model/Transformer: same interface, same math, same KV-cache semantics.
+//
+// Per layer, as model/transformer.cpp:  x += Wo attn(rope(Wq h), rope(Wk h), Wv h), h = rmsnorm(x);
+//                                       x += Wdown (silu(Wgate h) * Wup h),          h = rmsnorm(x).
+// Activations are bf16 (fp32 inside every op); the residual add is fused into the Wo and Wdown
+// GEMMs (beta = 1). Prefill runs in chunks of `chunk` tokens (attention_prefill with
+// q_pos0 = tokens already cached); a single token runs the split-KV decode kernel. The MLP runs
+// in row blocks of kMlpRows and the LM head only for the positions asked for, so activation
+// memory is bounded by the chunk, whatever the prompt length.
+// Memory: weights (DeviceWeights), KV cache bf16 [capacity, n_kv_head, head_dim] per layer for
+// K and V (allocated by reset(), after checking it fits: see memory_plan.h), one arena for the
+// activations of a chunk (allocated once; no cudaMalloc per chunk or per decode step).
+// Errors: everything throws longctx::Error (bad ids, capacity exceeded, KV that does not fit
+// with what is needed vs free, CUDA failures with the kernel and shape); after an error mid
+// forward, reset() must be called before the next forward.
+//   GpuTransformer m(cfg, DeviceWeights::upload(cfg, w, nullptr));
+//   m.reset(n_prompt + n_new); m.forward(prompt, 1, &logits); m.forward({&id, 1}, 1, &logits);
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gpu/device_weights.h"
+#include "gpu/lm_head_gemm.h"
+#include "gpu/memory_plan.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/runtime.h"
+#include "model/config.h"
+
+namespace longctx::gpu {
+
+struct GpuOptions {
+  int64_t chunk = kDefaultChunk;  // tokens per prefill chunk (activation arena is sized by it)
+};
+
+// Memory in use by the most recent GpuTransformer (for benchmarks and logs).
+struct GpuMemoryStats {
+  std::string device;
+  size_t weights = 0, kv = 0, arena = 0, decode_ws = 0;
+  size_t device_total = 0;
+  size_t device_used_peak = 0;  // total - free (cudaMemGetInfo), highest seen: includes the
+                                // CUDA context, cuBLASLt and anything else in this process
+};
+GpuMemoryStats last_gpu_memory_stats();
+
+class GpuTransformer {
+ public:
+  // Takes the weights; allocates the activation arena (throws Error if it does not fit).
+  GpuTransformer(ModelConfig cfg, DeviceWeights w, const GpuOptions& opts = {});
+  ~GpuTransformer();
+  GpuTransformer(const GpuTransformer&) = delete;
+  GpuTransformer& operator=(const GpuTransformer&) = delete;
+
+  const ModelConfig& config() const { return cfg_; }
+  const DeviceWeights& weights() const { return w_; }
+  int64_t chunk() const { return layout_.chunk; }
+  int64_t size() const { return len_; }
+  int64_t capacity() const { return cap_req_; }
+  cuda::Stream stream() const { return stream_; }
+
+  // "" if a KV cache of `capacity` tokens fits in the GPU memory free now (counting the cache
+  // held now, which reset() frees first); else what is needed vs free and what to do.
+  std::string kv_fit_problem(int64_t capacity) const;
+  // Clears the cache and makes room for `capacity` tokens (reallocates only when it grows).
+  // Throws Error (kv_fit_problem's message) when it will not fit.
+  void reset(int64_t capacity);
+  // Runs tokens at positions size() .. size()+T-1 and appends their K/V. Writes logits
+  // [n_logits, vocab] (fp32) of the last n_logits positions (0 = none) into logits.
+  void forward(std::span<const int32_t> tokens, int64_t n_logits, std::vector<float>* logits);
+
+ private:
+  // Tokens ids[0..T) at position size(); logits of rows first_row..T-1 go to
+  // logits + out_row0 * vocab onwards.
+  void forward_chunk(const int32_t* ids, int64_t T, int64_t first_row, float* logits, int64_t out_row0);
+  void layer(int l, int64_t T, int64_t pos0);
+  void lm_head(int64_t row0, int64_t n_rows, float* out);
+  void free_kv();
+  void note_memory();
+  void* act(size_t off) const { return static_cast<char*>(arena_->base()) + off; }
+
+  ModelConfig cfg_;
+  DeviceWeights w_;
+  ArenaLayout layout_;
+  cuda::Stream stream_ = nullptr;
+  std::unique_ptr<cuda::DeviceArena> arena_;
+  std::unique_ptr<cuda::Gemm> gemm_;
+  std::unique_ptr<LmHeadGemm> lm_gemm_;  // fp32 logits (shares gemm_'s workspace: same stream)
+  std::string device_name_;
+  // KV cache: one block; K of layer l at kv_ + 2l*cap*KV, V at kv_ + (2l+1)*cap*KV (bf16 elements).
+  void* kv_ = nullptr;
+  size_t kv_bytes_ = 0;
+  void* decode_ws_ = nullptr;  // split-KV decode workspace for `cap_` keys
+  size_t decode_ws_bytes_ = 0;
+  int64_t cap_ = 0;      // tokens the KV block is laid out for (it only grows)
+  int64_t cap_req_ = 0;  // capacity asked for by the last reset()
+  int64_t len_ = 0;
+  bool broken_ = false;  // an error interrupted a forward: reset() before the next one
+};
+
+}  // namespace longctx::gpu

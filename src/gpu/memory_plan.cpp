@@ -1,0 +1,83 @@
+// memory_plan.cpp: see memory_plan.h.
+#include "gpu/memory_plan.h"
+
+#include <algorithm>
+
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/gemm.h"
+#include "util/error.h"
+
+namespace longctx::gpu {
+
+namespace {
+constexpr size_t kBf16 = 2;
+}
+
+ArenaLayout arena_layout(const ModelConfig& c, int64_t chunk) {
+  ArenaLayout a;
+  a.chunk = chunk;
+  a.mlp_rows = std::min(chunk, kMlpRows);
+  a.logit_rows = std::min(chunk, kLogitRows);
+  const size_t E = size_t(c.n_embd), Q = size_t(c.n_head) * size_t(c.head_dim), F = size_t(c.n_ff);
+  const size_t C = size_t(chunk), M = size_t(a.mlp_rows);
+  size_t off = 0;
+  auto take = [&](size_t bytes) {
+    const size_t at = off;
+    off = align_up(off + bytes);
+    return at;
+  };
+  a.ids = take(C * sizeof(int32_t));
+  a.x = take(C * E * kBf16);
+  a.h = take(C * E * kBf16);
+  a.q = take(C * Q * kBf16);
+  a.o = take(C * Q * kBf16);
+  a.gu = take(M * 2 * F * kBf16);
+  a.act = take(M * F * kBf16);
+  a.logits = take(size_t(a.logit_rows) * size_t(c.vocab_size) * sizeof(float));
+  a.gemm_ws = take(cuda::kGemmWorkspaceBytes);
+  a.total = off;
+  return a;
+}
+
+size_t weight_bytes(const ModelConfig& c) {
+  const size_t E = size_t(c.n_embd), Q = size_t(c.n_head) * size_t(c.head_dim);
+  const size_t KV = size_t(c.n_kv_head) * size_t(c.head_dim), F = size_t(c.n_ff), V = size_t(c.vocab_size);
+  size_t layer = align_up(E * kBf16) * 2                          // attn_norm, ffn_norm
+                 + align_up(Q * E * kBf16) + 2 * align_up(KV * E * kBf16)  // wq, wk, wv
+                 + align_up(E * Q * kBf16)                         // wo
+                 + align_up(2 * F * E * kBf16) + align_up(E * F * kBf16);  // w_gate_up, w_down
+  if (c.qkv_bias) layer += align_up(Q * kBf16) + 2 * align_up(KV * kBf16);
+  size_t total = size_t(c.n_layer) * layer + align_up(V * E * kBf16) + align_up(E * kBf16) +
+                 align_up(size_t(c.head_dim / 2) * sizeof(float));
+  if (!c.tied_embeddings) total += align_up(V * E * kBf16);
+  return total;
+}
+
+size_t kv_bytes_per_token(const ModelConfig& c) {
+  return 2 * size_t(c.n_layer) * size_t(c.n_kv_head) * size_t(c.head_dim) * kBf16;
+}
+
+size_t kv_bytes(const ModelConfig& c, int64_t capacity) { return kv_bytes_per_token(c) * size_t(capacity); }
+
+size_t decode_ws_bytes(const ModelConfig& c, int64_t capacity) {
+  return align_up(cuda::decode_workspace_bytes(1, c.n_head, c.head_dim, std::max<int64_t>(capacity, 1)));
+}
+
+std::string gib(size_t bytes) { return fmt::format("{:.2f} GiB", double(bytes) / double(1ull << 30)); }
+
+std::string kv_fit_problem(const ModelConfig& c, int64_t capacity, size_t free_bytes, size_t held_bytes,
+                           const std::string& device_name) {
+  const size_t need = kv_bytes(c, capacity) + decode_ws_bytes(c, capacity);
+  const size_t usable = free_bytes > kReserveBytes ? free_bytes - kReserveBytes : 0;
+  if (need <= usable) return "";
+  const size_t per_tok = kv_bytes_per_token(c);
+  const int64_t fit = int64_t(usable / (per_tok + per_tok / 64 + 1));  // decode workspace is < 1/64 of the KV
+  return fmt::format(
+      "the KV cache for {} tokens needs {} ({} KiB per token: {} layers x K,V x {} heads x {} x bf16) but "
+      "{} has {} free ({} already held by the weights and activations, {} kept in reserve); "
+      "about {} tokens would fit: use a shorter context or fewer new tokens, or the CPU path (--device cpu)",
+      capacity, gib(need), per_tok / 1024, c.n_layer, c.n_kv_head, c.head_dim, device_name, gib(free_bytes),
+      gib(held_bytes), gib(kReserveBytes), fit);
+}
+
+}  // namespace longctx::gpu

@@ -1,0 +1,64 @@
+// memory_plan.h: how many bytes of GPU memory a model needs, known before anything is allocated.
+//
+// What: the bf16 weights, the KV cache (bf16, per layer K and V, token-major
+// [capacity, n_kv_head, head_dim]), the activation arena of one prefill chunk, and the
+// workspaces. Why: a prompt whose KV cache will not fit must fail up front with a message that
+// says how much is needed and how much is free (never an out-of-memory crash halfway through a
+// 10-minute prefill), and --device auto must be able to pick the CPU instead.
+// The same layout functions size the real allocations (gpu_transformer.cpp), so the plan and
+// the allocations cannot drift apart.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "model/config.h"
+
+namespace longctx::gpu {
+
+inline constexpr size_t kAlign = 256;  // every sub-buffer starts on cudaMalloc's alignment
+inline size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// Default prefill chunk on the GPU: 16K tokens keeps the GEMMs and the attention kernel at full
+// rate (the Hopper prefill kernel's overlap variant is picked up to 16K queries) while the
+// activations of a Llama-3-8B chunk stay under ~1 GiB, whatever the prompt length.
+inline constexpr int64_t kDefaultChunk = 16384;
+// MLP rows per step: the [rows, 2*n_ff] gate/up and [rows, n_ff] products are the largest
+// activations; 4096 rows still fill the GPU for the GEMMs (m = 4096) at 336 MiB for Llama-3-8B.
+inline constexpr int64_t kMlpRows = 4096;
+// LM-head rows per step: logits are written [rows, vocab] fp32 (32 MiB for a 128K vocabulary).
+inline constexpr int64_t kLogitRows = 64;
+// Kept free beyond the plan: cuBLASLt's internal allocations, kernel modules loaded on first
+// use, and the driver's own needs.
+inline constexpr size_t kReserveBytes = size_t(512) << 20;
+
+// Offsets of the activation buffers inside the arena of one chunk (all bf16 unless noted).
+struct ArenaLayout {
+  int64_t chunk = 0, mlp_rows = 0, logit_rows = 0;
+  size_t ids = 0;     // int32 [chunk]
+  size_t x = 0;       // [chunk, n_embd]      residual stream
+  size_t h = 0;       // [chunk, n_embd]      normed input of a projection
+  size_t q = 0;       // [chunk, n_head*head_dim]
+  size_t o = 0;       // [chunk, n_head*head_dim] attention output
+  size_t gu = 0;      // [mlp_rows, 2*n_ff]   gate | up
+  size_t act = 0;     // [mlp_rows, n_ff]     silu(gate) * up
+  size_t logits = 0;  // fp32 [logit_rows, vocab]
+  size_t gemm_ws = 0; // cuBLASLt workspace
+  size_t total = 0;
+};
+ArenaLayout arena_layout(const ModelConfig& c, int64_t chunk);
+
+// Weights in bf16 (fused gate|up), plus the fp32 RoPE frequencies.
+size_t weight_bytes(const ModelConfig& c);
+size_t kv_bytes_per_token(const ModelConfig& c);  // all layers, K and V
+size_t kv_bytes(const ModelConfig& c, int64_t capacity);
+// The split-KV decode workspace for a cache of `capacity` tokens.
+size_t decode_ws_bytes(const ModelConfig& c, int64_t capacity);
+
+// "" when `needed` bytes fit in `free_bytes` (less the reserve); else a message saying what
+// is needed and what is free, and what to do (shorter context, or the CPU path).
+std::string kv_fit_problem(const ModelConfig& c, int64_t capacity, size_t free_bytes, size_t held_bytes,
+                           const std::string& device_name);
+std::string gib(size_t bytes);  // "12.34 GiB"
+
+}  // namespace longctx::gpu
