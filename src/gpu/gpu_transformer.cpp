@@ -167,8 +167,16 @@ void GpuTransformer::lm_head(int64_t row0, int64_t m, float* out) {
   void* xr = at(act(layout_.x), size_t(row0 * E));
   void* hr = at(act(layout_.h), size_t(row0 * E));
   cuda::rmsnorm({xr, w_.out_norm(), hr, nullptr, nullptr, m, E, cfg_.rms_eps}, stream_);
-  lm_gemm_->run(hr, w_.lm_head(), static_cast<float*>(act(layout_.logits)), m, V, E, stream_);
-  cuda::copy_d2h(out, act(layout_.logits), size_t(m * V) * sizeof(float), stream_);
+  const int64_t ld = padded_vocab(V);  // fp32 [m, ld] on the device
+  lm_gemm_->run(hr, w_.lm_head(), static_cast<float*>(act(layout_.logits)), m, V, E, ld, stream_);
+  if (ld == V) {
+    cuda::copy_d2h(out, act(layout_.logits), size_t(m * V) * sizeof(float), stream_);
+  } else {
+    const cudaError_t err = cudaMemcpy2DAsync(out, size_t(V) * sizeof(float), act(layout_.logits), size_t(ld) * sizeof(float),
+                                              size_t(V) * sizeof(float), size_t(m), cudaMemcpyDeviceToHost,
+                                              static_cast<cudaStream_t>(stream_));
+    if (err != cudaSuccess) fail("GPU forward: copying {} logit rows to the host failed: {}", m, cudaGetErrorString(err));
+  }
   cuda::stream_sync(stream_);
   cuda::check_last_error("GPU forward (LM head)");
 }

@@ -32,7 +32,7 @@ struct LmHeadGemm::Impl {
   cublasLtHandle_t handle = nullptr;
   void* ws = nullptr;
   size_t ws_bytes = 0;
-  std::map<std::tuple<int64_t, int64_t, int64_t>, Plan> plans;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, Plan> plans;
 
   ~Impl() {
     for (auto& [key, p] : plans) {
@@ -44,8 +44,8 @@ struct LmHeadGemm::Impl {
     if (handle) cublasLtDestroy(handle);
   }
 
-  const Plan& plan(int64_t m, int64_t n, int64_t k) {
-    const auto key = std::make_tuple(m, n, k);
+  const Plan& plan(int64_t m, int64_t n, int64_t k, int64_t ldy) {
+    const auto key = std::make_tuple(m, n, k, ldy);
     if (auto it = plans.find(key); it != plans.end()) return it->second;
     Plan p;
     check(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc", m, n, k);
@@ -54,7 +54,7 @@ struct LmHeadGemm::Impl {
     check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), "transb", m, n, k);
     check(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, uint64_t(k), uint64_t(n), k), "layout A", m, n, k);
     check(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, uint64_t(k), uint64_t(m), k), "layout B", m, n, k);
-    check(cublasLtMatrixLayoutCreate(&p.d, CUDA_R_32F, uint64_t(n), uint64_t(m), n), "layout D", m, n, k);
+    check(cublasLtMatrixLayoutCreate(&p.d, CUDA_R_32F, uint64_t(n), uint64_t(m), ldy), "layout D", m, n, k);
     cublasLtMatmulPreference_t pref = nullptr;
     check(cublasLtMatmulPreferenceCreate(&pref), "preference", m, n, k);
     const uint64_t ws = ws_bytes;
@@ -79,9 +79,11 @@ LmHeadGemm::LmHeadGemm(void* workspace, size_t workspace_bytes) : impl_(std::mak
 
 LmHeadGemm::~LmHeadGemm() = default;
 
-void LmHeadGemm::run(const void* x, const void* w, float* y, int64_t m, int64_t n, int64_t k, cuda::Stream s) {
-  if (!x || !w || !y || m <= 0 || n <= 0 || k <= 0) fail("LM head GEMM: bad arguments m={} n={} k={}", m, n, k);
-  const Plan& p = impl_->plan(m, n, k);
+void LmHeadGemm::run(const void* x, const void* w, float* y, int64_t m, int64_t n, int64_t k, int64_t ldy,
+                     cuda::Stream s) {
+  if (!x || !w || !y || m <= 0 || n <= 0 || k <= 0 || ldy < n)
+    fail("LM head GEMM: bad arguments m={} n={} k={} ldy={}", m, n, k, ldy);
+  const Plan& p = impl_->plan(m, n, k, ldy);
   const float alpha = 1.f, beta = 0.f;
   check(cublasLtMatmul(impl_->handle, p.desc, &alpha, w, p.a, x, p.b, &beta, y, p.d, y, p.d, &p.algo, impl_->ws,
                        impl_->ws_bytes, static_cast<cudaStream_t>(s)),

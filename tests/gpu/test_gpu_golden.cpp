@@ -1,0 +1,77 @@
+// test_gpu_golden.cpp: the default model (SmolLM2-135M-Instruct Q4_1) on the GPU against the
+// golden file of HF transformers (fp32): logits within the bf16 tolerance of test_util.h
+// (relative to the logits' scale) and the 32-token greedy continuation of every prompt.
+// Skipped without a usable GPU or without the model (scripts/gpu-model.sh sends it to the
+// device in two parts).
+#ifdef LONGCTX_WITH_GPU
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "longctx/engine.h"
+#include "test_util.h"
+#include "util/error.h"
+
+namespace longctx {
+namespace {
+
+std::unique_ptr<Engine> load_default_on_gpu() {
+  std::string path;
+  try {
+    path = default_model_path();
+  } catch (const Error&) {
+    return nullptr;
+  }
+  return Engine::load({.model_path = path, .device = "cuda"});
+}
+
+TEST(GpuGolden, DefaultModelLogitsAndGreedyMatchReference) {
+  REQUIRE_GPU();
+  auto eng = load_default_on_gpu();
+  if (!eng) GTEST_SKIP() << "default model not installed";
+  std::ifstream f(std::string(LONGCTX_TEST_DATA) + "/golden/smollm2-135m-q4_1.json");
+  const auto golden = nlohmann::json::parse(f);
+  const auto sample_ids = golden["sample_ids"].get<std::vector<int>>();
+  const int V = eng->config().vocab_size;
+  for (const auto& p : golden["prompts"]) {
+    const auto ids = p["ids"].get<std::vector<int32_t>>();
+    const auto logits = eng->logits(ids, int64_t(ids.size()));
+    double worst = 0, worst_ratio = 0;
+    int argmax_equal = 0, n_pos = 0;
+    for (const auto& chk : p["logits"]) {
+      const int pos = chk["position"];
+      const float* row = logits.data() + int64_t(pos) * V;
+      const auto top_ids = chk["top_ids"].get<std::vector<int>>();
+      const auto top = chk["top_logits"].get<std::vector<double>>();
+      const auto sample = chk["sample_logits"].get<std::vector<double>>();
+      double scale = 0;
+      for (double v : top) scale = std::max(scale, std::abs(v));
+      const double tol = test::kLogitRelTol * scale + test::kLogitAbsFloor;
+      double d = 0;
+      for (size_t i = 0; i < top_ids.size(); ++i) d = std::max(d, std::abs(row[top_ids[i]] - top[i]));
+      for (size_t i = 0; i < sample_ids.size(); ++i) d = std::max(d, std::abs(row[sample_ids[i]] - sample[i]));
+      EXPECT_LE(d, tol) << p["name"] << " position " << pos;
+      worst = std::max(worst, d);
+      worst_ratio = std::max(worst_ratio, d / tol);
+      const int argmax = int(std::max_element(row, row + V) - row);
+      argmax_equal += argmax == top_ids[0];
+      ++n_pos;
+      if (top.size() > 1 && top[0] - top[1] > 2 * tol) {
+        EXPECT_EQ(argmax, top_ids[0]) << p["name"] << " position " << pos;
+      }
+    }
+    const auto want = p["greedy"].get<std::vector<int32_t>>();
+    SamplingParams sp;
+    sp.max_tokens = int(want.size());
+    sp.stop_at_eos = false;
+    const auto got = eng->generate(ids, sp).tokens;
+    size_t same = 0;
+    while (same < got.size() && same < want.size() && got[same] == want[same]) ++same;
+    EXPECT_EQ(got, want) << "prompt " << p["name"];
+    std::printf("[ gpu golden ] %-8s max|logit diff| %.3f (%.2f of tol), argmax %d/%d, greedy %zu/%zu tokens equal\n",
+                p["name"].get<std::string>().c_str(), worst, worst_ratio, argmax_equal, n_pos, same, want.size());
+  }
+}
+
+}  // namespace
+}  // namespace longctx
+#endif  // LONGCTX_WITH_GPU
