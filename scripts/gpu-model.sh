@@ -17,7 +17,7 @@
 # is appended under $LONGCTX_CACHE and, once whole, checked against the golden file's SHA-256.
 # Each step has a timeout so a hang cannot eat the device budget.
 set -uo pipefail
-CARRY=build-gpumodel/carry
+CARRY=${CARRY:-build-gpumodel/carry}  # CARRY=build-gpumodel/carry2 to pack a second folder
 MODEL_NAME=SmolLM2-135M-Instruct.Q4_1.gguf
 MODEL_SHA=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 
