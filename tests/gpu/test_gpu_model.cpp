@@ -170,15 +170,23 @@ TEST(GpuModelEngine, GreedyLogitsAndScoresMatchCpu) {
   const auto ids = random_ids(200, int32_t(V), 9);
   const auto lc = cpu->logits(ids, 3), lg = gpu->logits(ids, 3);
   ASSERT_EQ(lc.size(), lg.size());
+  double tol = 0;
   for (int r = 0; r < 3; ++r) {
     const LogitDiff d = compare_row(lc.data() + r * V, lg.data() + r * V, V);
     EXPECT_LE(d.max_abs, d.tol());
+    tol = std::max(tol, d.tol());
   }
+  // Teacher-forced log-probs of every position: a log-softmax moves by at most twice the
+  // largest logit difference, so 2 * tol bounds each; the mean shows they are in step (a
+  // misplaced row would differ by whole units). Measured worst on an H200: 0.51 (tol ~0.3).
   const auto sc = cpu->score(ids), sg = gpu->score(ids);
   ASSERT_EQ(sc.size(), sg.size());
-  double worst = 0;
-  for (size_t i = 0; i < sc.size(); ++i) worst = std::max(worst, double(std::abs(sc[i] - sg[i])));
-  EXPECT_LT(worst, 0.1) << "log-prob difference";  // a log-softmax moves by at most 2 * max|logit diff|
+  double worst = 0, mean = 0;
+  for (size_t i = 0; i < sc.size(); ++i) {
+    worst = std::max(worst, double(std::abs(sc[i] - sg[i])));
+    mean += std::abs(sc[i] - sg[i]) / double(sc.size());
+  }
+  EXPECT_LT(worst, 2 * tol) << "log-prob difference";
 
   // Greedy: equal tokens up to the first step whose CPU top-2 margin is within the tolerance.
   SamplingParams sp;
@@ -196,8 +204,9 @@ TEST(GpuModelEngine, GreedyLogitsAndScoresMatchCpu) {
     ++compared;
     seq.push_back(rc.tokens[i]);
   }
-  std::printf("[ engine gpu vs cpu ] score max|diff| %.3e, greedy tokens equal %d/%zu (compared while margin clear)\n",
-              worst, compared, rc.tokens.size());
+  std::printf("[ engine gpu vs cpu ] log-prob max|diff| %.3e (bound %.3e), mean %.3e; greedy tokens equal %d/%zu "
+              "(compared while margin clear)\n",
+              worst, 2 * tol, mean, compared, rc.tokens.size());
   std::filesystem::remove_all(dir);
 }
 
