@@ -2,7 +2,7 @@
 //
 //   longctx eval TASK -m MODEL --attn dense,a_shape --lengths 2k,4k,8k --samples 5
 //                [--seed S] [--depths 0,0.5,1] [--json [FILE]] [--out DIR] [--max-new-tokens N]
-//                [--threads N] [--text FILE] [--layer L --head H] [--max-queries N] [--no-chat] [--prompts] [--quiet]
+//                [--threads N] [--device cpu|cuda|auto] [--text FILE] [--layer L --head H] [--max-queries N] [--no-chat] [--prompts] [--quiet]
 // TASK: passkey, niah, ruler (all RULER tasks) or one of niah_single, niah_multikey,
 // niah_multivalue, niah_multiquery, vt, cwe, fwe; ppl; attention. See docs/evaluation.md.
 #pragma once

@@ -19,6 +19,7 @@ LoadOptions load_options_for(const EvalOptions& o, const std::string& method) {
   lo.n_threads = o.threads;
   lo.attn = method;
   if (o.prefill_chunk > 0) lo.prefill_chunk = o.prefill_chunk;
+  if (!o.device.empty()) lo.device = o.device;
   return lo;
 }
 

@@ -99,11 +99,12 @@ TEST(EvalCli, PasskeySideBySideTableJsonAndHeatmap) {
   const std::string dir = temp_dir("passkey");
   const std::string json = dir + "/out.json";
   const std::string out = h.run({"eval", "passkey", "--attn", "dense,blind", "--lengths", "1k,2k", "--samples", "2",
-                                 "--depths", "0,0.5,1", "--json", json, "--out", dir, "--quiet", "-m", "fake.gguf"});
+                                 "--depths", "0,0.5,1", "--json", json, "--out", dir, "--quiet", "-m", "fake.gguf", "--device", "cuda"});
   ASSERT_EQ(h.loads.size(), 2u);
   EXPECT_EQ(h.loads[0].attn, "dense");
   EXPECT_EQ(h.loads[1].attn, "blind");
   EXPECT_EQ(h.loads[0].model_path, "fake.gguf");
+  EXPECT_EQ(h.loads[0].device, "cuda");
   // Table: dense 100%, blind 0%, per length.
   EXPECT_NE(out.find("passkey: accuracy (%)"), std::string::npos) << out;
   EXPECT_NE(out.find("length  dense  blind"), std::string::npos) << out;
