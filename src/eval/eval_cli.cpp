@@ -48,6 +48,8 @@ void register_eval_command(CLI::App& app, eval::EngineFactory factory) {
   sub->add_option("--out", st->o.out_dir, "Directory for PNG pictures (heatmaps, attention maps)");
   sub->add_option("--max-new-tokens", st->o.max_new_tokens, "Answer tokens (default: per task)");
   sub->add_option("--threads", st->o.threads, "CPU threads (0 = all cores)")->capture_default_str();
+  sub->add_option("--max-context", st->o.max_context,
+                  "Context limit in tokens (default: the model's trained context; larger tests length extrapolation)");
   sub->add_option("--device", st->o.device, "Where the engine runs: cpu, cuda or auto (default: the engine's)");
   sub->add_option("--prefill-chunk", st->o.prefill_chunk,
                   "Prefill chunk in tokens (default: the engine's); answers must not depend on it");

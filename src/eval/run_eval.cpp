@@ -20,6 +20,7 @@ LoadOptions load_options_for(const EvalOptions& o, const std::string& method) {
   lo.attn = method;
   if (o.prefill_chunk > 0) lo.prefill_chunk = o.prefill_chunk;
   if (!o.device.empty()) lo.device = o.device;
+  lo.max_context = o.max_context;
   return lo;
 }
 
@@ -29,7 +30,7 @@ void check_lengths(const EvalOptions& o, const Engine& engine) {
   for (int64_t L : o.lengths)
     if (L > ctx)
       fail("length {} ({} tokens) is above the context of model {} ({} tokens): lower --lengths, or use a "
-           "longer-context model", format_length(L), L, engine.config().name.empty() ? o.model_path : engine.config().name,
+           "longer-context model (or --max-context to test extrapolation)", format_length(L), L, engine.config().name.empty() ? o.model_path : engine.config().name,
            ctx);
 }
 
