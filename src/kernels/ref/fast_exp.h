@@ -15,7 +15,9 @@ inline float fast_exp(float x) {
   constexpr float kLog2e = 1.44269504088896341f;
   constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
   const float xc = x < kMin ? kMin : (x > 88.f ? 88.f : x);
-  const float kf = __builtin_roundevenf(xc * kLog2e);
+  // Round to nearest by the 1.5*2^23 trick (plain adds, so the loop vectorises).
+  constexpr float kRound = 12582912.f;
+  const float kf = (xc * kLog2e + kRound) - kRound;
   const float r = (xc - kf * kLn2Hi) - kf * kLn2Lo;
   // Taylor-like minimax coefficients for exp on [-ln2/2, ln2/2].
   float p = 1.9875691500e-4f;
