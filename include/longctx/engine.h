@@ -29,7 +29,7 @@ struct LoadOptions {
   // A named geometry ("llama3-8b", "llama3.1-8b", "qwen2.5-7b", "smollm2-135m"; ":N" keeps N
   // layers) with random weights generated on the GPU instead of model_path: for benchmarks; no
   // tokenizer (token ids only). Needs the CUDA build and a GPU.
-  std::string random_weights;
+  std::string random_weights = {};  // (an initializer: designated-initializer users get no -Wextra warning)
   int64_t gpu_chunk = 0;  // tokens per prefill chunk on the GPU; 0 = automatic (16K)
 };
 

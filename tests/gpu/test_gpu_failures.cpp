@@ -69,7 +69,7 @@ TEST(DeviceChoice, CudaWithoutUsableGpuIsAClearError) {
 
 TEST(DeviceChoice, RandomWeightsWithoutUsableGpuIsAClearError) {
   if (test::have_usable_gpu()) GTEST_SKIP() << "a usable GPU is present";
-  const std::string e = error_of([] { Engine::load({.device = "cuda", .random_weights = "llama3-8b"}); });
+  const std::string e = error_of([] { Engine::load({.model_path = "", .device = "cuda", .random_weights = "llama3-8b"}); });
   EXPECT_FALSE(e.empty());
 #ifndef LONGCTX_WITH_GPU
   EXPECT_TRUE(contains(e, "built without CUDA")) << e;
@@ -124,7 +124,7 @@ TEST(GpuFailure, KvCacheThatWillNotFitFailsBeforeAllocating) {
 
 TEST(GpuFailure, EngineOnCudaSaysWhatTheKvCacheNeeds) {
   REQUIRE_GPU();
-  auto eng = Engine::load({.max_context = int64_t(1) << 40, .device = "cuda", .random_weights = "smollm2-135m:2"});
+  auto eng = Engine::load({.model_path = "", .max_context = int64_t(1) << 40, .device = "cuda", .random_weights = "smollm2-135m:2"});
   SamplingParams sp;
   sp.max_tokens = 2'000'000'000;  // 2G tokens x 1.5 KiB: terabytes of KV cache
   const std::vector<int32_t> ids{1, 2, 3};
@@ -163,7 +163,7 @@ TEST(GpuFailure, OutOfGpuMemoryIsAClearError) {
     std::string e = error_of([&] { gpu::DeviceWeights::random(cfg, 1, nullptr); });
     EXPECT_TRUE(contains(e, "out of GPU memory")) << e;
     std::printf("[ message ] %s\n", e.c_str());
-    e = error_of([] { Engine::load({.device = "cuda", .random_weights = "llama3-8b"}); });
+    e = error_of([] { Engine::load({.model_path = "", .device = "cuda", .random_weights = "llama3-8b"}); });
     EXPECT_TRUE(contains(e, "needs") && contains(e, "free")) << e;
     std::printf("[ message ] %s\n", e.c_str());
   }
