@@ -10,6 +10,10 @@
 #   scripts/gpu-model.sh --pack [--model-part 1|2]      # -> build-gpumodel/carry/ (< 64 MiB)
 # On the device (carry build-gpumodel/carry):
 #   OUT=/tmp/out scripts/gpu-model.sh [--skip-tests] [--skip-bench] [--lengths 32k,128k] [--scaled "128k,512k"]
+#       [--eager-too] [--decode N] [--tests GTEST_FILTER]
+# --eager-too runs each benchmark a second time with LONGCTX_NO_CUDA_GRAPH=1 (decode by eager
+# launches instead of CUDA graph replay), JSON as bench_model_eager*.json.
+# BUILD=build-gpugraph (with CARRY=build-gpugraph/carry) packs and runs another build folder.
 # Why packed: the two binaries are 33 MB each (sm_90a kernels), 6 MB as .tar.xz; OpenBLAS is
 # linked statically (-DBLA_STATIC=ON), libpcre2-8 and libpng16 travel as .so files.
 # The default model (98 MB) is too big for one transfer with the tree: --model-part 1 and 2 in
@@ -17,7 +21,8 @@
 # is appended under $LONGCTX_CACHE and, once whole, checked against the golden file's SHA-256.
 # Each step has a timeout so a hang cannot eat the device budget.
 set -uo pipefail
-CARRY=${CARRY:-build-gpumodel/carry}  # CARRY=build-gpumodel/carry2 to pack a second folder
+BUILD=${BUILD:-build-gpumodel}
+CARRY=${CARRY:-$BUILD/carry}  # CARRY=build-gpumodel/carry2 to pack a second folder
 MODEL_NAME=SmolLM2-135M-Instruct.Q4_1.gguf
 MODEL_SHA=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 
@@ -25,7 +30,7 @@ if [ "${1:-}" = "--pack" ]; then
   part=""
   [ "${2:-}" = "--model-part" ] && part="$3"
   rm -rf "$CARRY" && mkdir -p "$CARRY/lib" /tmp/gpu-model-pack
-  cp build-gpumodel/src/cli/longctx build-gpumodel/tests/gpu/test_gpu /tmp/gpu-model-pack/
+  cp $BUILD/src/cli/longctx $BUILD/tests/gpu/test_gpu /tmp/gpu-model-pack/
   strip /tmp/gpu-model-pack/longctx /tmp/gpu-model-pack/test_gpu
   tar -C /tmp/gpu-model-pack -cJf "$CARRY/bin.tar.xz" longctx test_gpu
   cp -L /usr/lib/x86_64-linux-gnu/libpcre2-8.so.0 /usr/lib/x86_64-linux-gnu/libpng16.so.16 "$CARRY/lib/"
@@ -39,13 +44,16 @@ fi
 
 OUT=${OUT:-out}
 mkdir -p "$OUT"
-skip_tests=0; skip_bench=0; lengths="32k,128k"; scaled="128k,512k"
+skip_tests=0; skip_bench=0; lengths="32k,128k"; scaled="128k,512k"; eager_too=0; decode=32; filter="*"
 while [ $# -gt 0 ]; do
   case "$1" in
     --skip-tests) skip_tests=1 ;;
     --skip-bench) skip_bench=1 ;;
     --lengths) lengths="$2"; shift ;;
     --scaled) scaled="$2"; shift ;;
+    --eager-too) eager_too=1 ;;
+    --decode) decode="$2"; shift ;;
+    --tests) filter="$2"; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -76,7 +84,7 @@ fi
 
 if [ $skip_tests = 0 ]; then
   echo "== test_gpu"
-  timeout ${TEST_TIMEOUT:-240} $BIN/test_gpu > "$OUT/tests.log" 2>&1; rc=$?
+  timeout ${TEST_TIMEOUT:-240} $BIN/test_gpu --gtest_filter="$filter" > "$OUT/tests.log" 2>&1; rc=$?
   grep -E "^\[ (gpu|engine|message)|^\[  (PASSED|FAILED|SKIPPED) |Failure|error" "$OUT/tests.log" | head -60
   [ $rc = 0 ] || { echo "TESTS FAILED (rc=$rc)"; status=1; }
 fi
@@ -84,15 +92,22 @@ fi
 if [ $skip_bench = 0 ]; then
   echo "== bench model: llama3-8b geometry, all 32 layers, $lengths"
   timeout ${BENCH_TIMEOUT:-200} $BIN/longctx bench model --device cuda --random-weights llama3-8b --lengths "$lengths" \
-    --decode 32 --json "$OUT/bench_model.json" 2> "$OUT/bench.log"; rc=$?
+    --decode $decode --json "$OUT/bench_model.json" 2> "$OUT/bench.log"; rc=$?
   cat "$OUT/bench.log"
   [ $rc = 0 ] || { echo "BENCH FAILED (rc=$rc)"; status=1; }
+  if [ $eager_too = 1 ]; then
+    echo "== bench model, eager decode (LONGCTX_NO_CUDA_GRAPH=1): llama3-8b geometry, all 32 layers, $lengths"
+    LONGCTX_NO_CUDA_GRAPH=1 timeout ${BENCH_TIMEOUT:-200} $BIN/longctx bench model --device cuda --random-weights llama3-8b \
+      --lengths "$lengths" --decode $decode --json "$OUT/bench_model_eager.json" 2> "$OUT/bench_eager.log"; rc=$?
+    cat "$OUT/bench_eager.log"
+    [ $rc = 0 ] || { echo "EAGER BENCH FAILED (rc=$rc)"; status=1; }
+  fi
   if [ -n "$scaled" ]; then
     # 512K with all 32 layers takes ~3 minutes of prefill; 2 layers do the same per-layer work
     # (the LM head and embedding aside), so times scale by 16. 128K is run both ways to check that.
     echo "== bench model: llama3-8b geometry, 2 of 32 layers (scale times by 16), $scaled"
     timeout ${SCALED_TIMEOUT:-150} $BIN/longctx bench model --device cuda --random-weights llama3-8b:2 --lengths "$scaled" \
-      --decode 32 --json "$OUT/bench_model_2layers.json" 2> "$OUT/bench_2layers.log"; rc=$?
+      --decode $decode --json "$OUT/bench_model_2layers.json" 2> "$OUT/bench_2layers.log"; rc=$?
     cat "$OUT/bench_2layers.log"
     [ $rc = 0 ] || { echo "SCALED BENCH FAILED (rc=$rc)"; status=1; }
   fi

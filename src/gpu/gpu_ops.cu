@@ -31,7 +31,33 @@ __global__ void fill_kernel(bf16* x, int64_t n, float v) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) x[i] = b;
 }
 
+// One thread per 16-byte vector (8 bf16) of the K row, and the same of the V row.
+constexpr int64_t kVec = 8;
+__global__ void kv_append_kernel(const uint4* k_row, const uint4* v_row, bf16* k_cache, bf16* v_cache,
+                                 const int32_t* pos, int64_t row_elems, int64_t capacity) {
+  const int64_t p = *pos;
+  if (p < 0 || p >= capacity) return;
+  const int64_t n = row_elems / kVec;
+  uint4* kd = reinterpret_cast<uint4*>(k_cache + p * row_elems);
+  uint4* vd = reinterpret_cast<uint4*>(v_cache + p * row_elems);
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    kd[i] = k_row[i];
+    vd[i] = v_row[i];
+  }
+}
+
 }  // namespace
+
+void kv_append(const KvAppendParams& p, cuda::Stream s) {
+  LC_REQUIRE(p.k_row && p.v_row && p.k_cache && p.v_cache && p.pos, "kv_append: null pointer");
+  LC_REQUIRE(p.row_elems > 0 && p.row_elems % kVec == 0 && p.capacity > 0,
+             "kv_append: row of %lld elements (a positive multiple of %lld) and capacity %lld", (long long)p.row_elems,
+             (long long)kVec, (long long)p.capacity);
+  kv_append_kernel<<<blocks_for(p.row_elems / kVec), kThreads, 0, static_cast<cudaStream_t>(s)>>>(
+      static_cast<const uint4*>(p.k_row), static_cast<const uint4*>(p.v_row), static_cast<bf16*>(p.k_cache),
+      static_cast<bf16*>(p.v_cache), p.pos, p.row_elems, p.capacity);
+  LC_LAUNCH_CHECK("kv_append_kernel row=%lld capacity=%lld", (long long)p.row_elems, (long long)p.capacity);
+}
 
 void bias_add_rows(const BiasAddParams& p, cuda::Stream s) {
   LC_REQUIRE(p.y && p.bias, "bias_add_rows: null pointer");

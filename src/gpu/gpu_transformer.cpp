@@ -4,6 +4,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
 
 #include "gpu/gpu_ops.h"
@@ -17,6 +19,18 @@ namespace {
 
 constexpr size_t kBf16 = 2;
 constexpr int kMaxDecodeGroup = 16;  // attention_decode: one mma row tile holds a GQA group
+
+// Decode step buffer: int32 {token id, position, KV length, unused}, then the K and V rows.
+constexpr int kStepInts = 4;
+constexpr int kStepId = 0, kStepPos = 1, kStepKvLen = 2;
+// Keys per tile of the split-KV decode kernel: its split plan depends on the KV length only in
+// whole tiles, so a captured step stays exact (same plan as eager) within one tile.
+constexpr int64_t kDecodePlanKeys = 64;
+
+bool graph_disabled_by_env() {
+  const char* e = std::getenv("LONGCTX_NO_CUDA_GRAPH");
+  return e && *e && std::string(e) != "0";
+}
 
 std::mutex g_stats_mu;
 GpuMemoryStats g_stats;
@@ -52,6 +66,10 @@ GpuTransformer::GpuTransformer(ModelConfig cfg, DeviceWeights w, const GpuOption
   arena_->alloc(layout_.total);  // the layout's offsets index into this one block
   gemm_ = std::make_unique<cuda::Gemm>(act(layout_.gemm_ws), cuda::kGemmWorkspaceBytes);
   lm_gemm_ = std::make_unique<LmHeadGemm>(act(layout_.gemm_ws), cuda::kGemmWorkspaceBytes);
+  const size_t kv_row = size_t(cfg_.n_kv_head) * size_t(cfg_.head_dim) * kBf16;
+  step_buf_ = cuda::dev_malloc(align_up(kStepInts * sizeof(int32_t)) + 2 * align_up(kv_row));
+  graph_ = std::make_unique<cuda::CudaGraph>();
+  use_graph_ = opts.cuda_graph && !graph_disabled_by_env();
   {
     std::lock_guard<std::mutex> lk(g_stats_mu);
     g_stats = {};
@@ -63,6 +81,8 @@ GpuTransformer::GpuTransformer(ModelConfig cfg, DeviceWeights w, const GpuOption
 GpuTransformer::~GpuTransformer() {
   try {
     free_kv();
+    graph_.reset();
+    cuda::dev_free(step_buf_);
     lm_gemm_.reset();
     gemm_.reset();
     arena_.reset();
@@ -77,6 +97,7 @@ void GpuTransformer::free_kv() {
   kv_ = decode_ws_ = nullptr;
   kv_bytes_ = decode_ws_bytes_ = 0;
   cap_ = 0;
+  graph_tiles_ = -1;  // the captured step points into the freed blocks
 }
 
 void GpuTransformer::note_memory() {
@@ -135,6 +156,11 @@ void GpuTransformer::forward(std::span<const int32_t> tokens, int64_t n_logits, 
   n_logits = logits ? std::clamp<int64_t>(n_logits, 0, T) : 0;
   if (logits) logits->resize(size_t(n_logits * V));
   broken_ = true;
+  if (T == 1) {
+    decode_token(tokens[0], n_logits ? logits->data() : nullptr);
+    broken_ = false;
+    return;
+  }
   const int64_t first = T - n_logits;  // first token (index in `tokens`) whose logits are wanted
   for (int64_t c0 = 0; c0 < T; c0 += layout_.chunk) {
     const int64_t c1 = std::min(T, c0 + layout_.chunk);
@@ -163,12 +189,21 @@ void GpuTransformer::forward_chunk(const int32_t* ids, int64_t T, int64_t first_
 }
 
 void GpuTransformer::lm_head(int64_t row0, int64_t m, float* out) {
+  lm_head_device(row0, m);
+  copy_logits(m, out);
+}
+
+void GpuTransformer::lm_head_device(int64_t row0, int64_t m) {
   const int64_t E = cfg_.n_embd, V = cfg_.vocab_size;
   void* xr = at(act(layout_.x), size_t(row0 * E));
   void* hr = at(act(layout_.h), size_t(row0 * E));
   cuda::rmsnorm({xr, w_.out_norm(), hr, nullptr, nullptr, m, E, cfg_.rms_eps}, stream_);
   const int64_t ld = padded_vocab(V);  // fp32 [m, ld] on the device
   lm_gemm_->run(hr, w_.lm_head(), static_cast<float*>(act(layout_.logits)), m, V, E, ld, stream_);
+}
+
+void GpuTransformer::copy_logits(int64_t m, float* out) {
+  const int64_t V = cfg_.vocab_size, ld = padded_vocab(V);
   if (ld == V) {
     cuda::copy_d2h(out, act(layout_.logits), size_t(m * V) * sizeof(float), stream_);
   } else {
@@ -179,6 +214,123 @@ void GpuTransformer::lm_head(int64_t row0, int64_t m, float* out) {
   }
   cuda::stream_sync(stream_);
   cuda::check_last_error("GPU forward (LM head)");
+}
+
+void GpuTransformer::decode_token(int32_t id, float* logits) {
+  const int64_t pos = len_;
+  const int32_t step[kStepInts] = {id, int32_t(pos), int32_t(pos + 1), 0};
+  cuda::copy_h2d(step_buf_, step, sizeof(step), stream_);  // pageable: the copy is done on return
+  const bool with_logits = logits != nullptr;
+  // The plan's key count: the KV length rounded up to whole tiles (same plan, kv_lens <= n_kv).
+  const int64_t tiles = (pos + 1 + kDecodePlanKeys - 1) / kDecodePlanKeys;
+  const int64_t plan_kv = std::min(tiles * kDecodePlanKeys, cap_);
+  bool replayed = false;
+  if (use_graph_ && with_logits && warmed_) {
+    try {
+      if (graph_tiles_ != tiles) {
+        graph_tiles_ = -1;
+        graph_->begin_capture(stream_);
+        try {
+          decode_kernels(plan_kv, true);
+        } catch (...) {
+          cudaGraph_t g = nullptr;  // end the broken capture so the stream works again
+          (void)cudaStreamEndCapture(static_cast<cudaStream_t>(stream_), &g);
+          if (g) (void)cudaGraphDestroy(g);
+          throw;
+        }
+        graph_->end_capture(stream_);
+        graph_tiles_ = tiles;
+        ++graph_captures_;
+      }
+      graph_->launch(stream_);
+      replayed = true;
+    } catch (const Error& e) {
+      (void)cudaGetLastError();
+      std::fprintf(stderr, "note: CUDA graph decode failed (%s); decoding eagerly from now on\n", e.what());
+      use_graph_ = false;
+    }
+  }
+  if (!replayed) {
+    decode_kernels(plan_kv, with_logits);
+    warmed_ = warmed_ || with_logits;
+  }
+  len_ = pos + 1;
+  if (with_logits) copy_logits(1, logits);
+}
+
+void GpuTransformer::decode_kernels(int64_t plan_kv, bool with_logits) {
+  int32_t* d_ids = static_cast<int32_t*>(step_buf_) + kStepId;
+  cuda::embedding({w_.tok_embd(), d_ids, act(layout_.x), 1, cfg_.vocab_size, cfg_.n_embd}, stream_);
+  for (int l = 0; l < cfg_.n_layer; ++l) decode_layer(l, plan_kv);
+  if (with_logits) lm_head_device(0, 1);
+}
+
+void GpuTransformer::decode_layer(int l, int64_t plan_kv) {
+  const DeviceLayer& L = w_.layer(l);
+  const int64_t E = cfg_.n_embd, D = cfg_.head_dim, F = cfg_.n_ff;
+  const int64_t Q = int64_t(cfg_.n_head) * D, KV = int64_t(cfg_.n_kv_head) * D;
+  const int32_t* d_pos = static_cast<const int32_t*>(step_buf_) + kStepPos;
+  const int32_t* d_kv_len = static_cast<const int32_t*>(step_buf_) + kStepKvLen;
+  void* x = act(layout_.x);  // [1, E]
+  void* h = act(layout_.h);  // [1, E]
+  void* q = act(layout_.q);  // [1, Q]
+  void* o = act(layout_.o);  // [1, Q]
+  void* k_row = static_cast<char*>(step_buf_) + align_up(kStepInts * sizeof(int32_t));  // [1, KV]
+  void* v_row = static_cast<char*>(k_row) + align_up(size_t(KV) * kBf16);               // [1, KV]
+  void* k_all = at(kv_, size_t(2 * l) * size_t(cap_) * size_t(KV));      // [cap, n_kv_head, D]
+  void* v_all = at(kv_, size_t(2 * l + 1) * size_t(cap_) * size_t(KV));  // [cap, n_kv_head, D]
+
+  cuda::rmsnorm({x, L.attn_norm, h, nullptr, nullptr, 1, E, cfg_.rms_eps}, stream_);
+  gemm_->run({h, L.wq, q, 1, Q, E}, stream_);
+  gemm_->run({h, L.wk, k_row, 1, KV, E}, stream_);
+  gemm_->run({h, L.wv, v_row, 1, KV, E}, stream_);
+  if (cfg_.qkv_bias) {
+    bias_add_rows({q, L.bq, 1, Q, 0}, stream_);
+    bias_add_rows({k_row, L.bk, 1, KV, 0}, stream_);
+    bias_add_rows({v_row, L.bv, 1, KV, 0}, stream_);
+  }
+  cuda::RopeParams rp;
+  rp.q = q;
+  rp.k = k_row;
+  rp.n_q_heads = cfg_.n_head;
+  rp.n_k_heads = cfg_.n_kv_head;
+  rp.head_dim = int(D);
+  rp.n_tokens = 1;
+  rp.positions = d_pos;
+  rp.inv_freq = w_.inv_freq();
+  cuda::rope(rp, stream_);
+  kv_append({k_row, v_row, k_all, v_all, d_pos, KV, cap_}, stream_);
+  cuda::DecodeParams dp;
+  dp.q = q;
+  dp.k = k_all;
+  dp.v = v_all;
+  dp.o = o;
+  dp.n_seq = 1;
+  dp.n_kv = plan_kv;  // sizes the split plan; the keys attended are kv_lens[0]
+  dp.kv_lens = d_kv_len;
+  dp.n_head = cfg_.n_head;
+  dp.n_kv_head = cfg_.n_kv_head;
+  dp.head_dim = int(D);
+  dp.workspace = decode_ws_;
+  dp.workspace_bytes = decode_ws_bytes_;
+  cuda::attention_decode(dp, stream_);
+  gemm_->run({o, L.wo, x, 1, E, Q, 1.f, 1.f}, stream_);  // x += o Wo^T
+
+  void* gu = act(layout_.gu);  // [1, 2F]
+  void* a = act(layout_.act);  // [1, F]
+  cuda::rmsnorm({x, L.ffn_norm, h, nullptr, nullptr, 1, E, cfg_.rms_eps}, stream_);
+  gemm_->run({h, L.w_gate_up, gu, 1, 2 * F, E}, stream_);
+  cuda::SwiGluParams sp;
+  sp.gate = gu;
+  sp.up = at(gu, size_t(F));
+  sp.out = a;
+  sp.n_rows = 1;
+  sp.dim = F;
+  sp.gate_stride = 2 * F;
+  sp.up_stride = 2 * F;
+  sp.out_stride = F;
+  cuda::swiglu(sp, stream_);
+  gemm_->run({a, L.w_down, x, 1, E, F, 1.f, 1.f}, stream_);  // x += act Wdown^T
 }
 
 void GpuTransformer::layer(int l, int64_t T, int64_t pos0) {

@@ -11,6 +11,15 @@
 // Memory: weights (DeviceWeights), KV cache bf16 [capacity, n_kv_head, head_dim] per layer for
 // K and V (allocated by reset(), after checking it fits: see memory_plan.h), one arena for the
 // activations of a chunk (allocated once; no cudaMalloc per chunk or per decode step).
+// Decode (one token) runs as one CUDA graph replay: the step (embedding -> all layers -> LM head
+// of that position) is captured once and replayed per token; what changes per token (token id,
+// position, KV length) sits in a small device buffer that one cudaMemcpyAsync rewrites before
+// each replay. The new K/V row goes to a fixed scratch row and kv_append copies it to the
+// position read from that buffer; RoPE and the decode kernel read the position / KV length from
+// it too. The split-KV plan depends on the KV length in 64-key tiles, so the graph is
+// re-captured (updated in place) when that tile count changes: the same plan as the eager path
+// (bit-identical logits), one capture per 64 tokens. GpuOptions::cuda_graph = false or
+// LONGCTX_NO_CUDA_GRAPH=1 issues the same kernels eagerly; a capture failure falls back to eager.
 // Errors: everything throws longctx::Error (bad ids, capacity exceeded, KV that does not fit
 // with what is needed vs free, CUDA failures with the kernel and shape); after an error mid
 // forward, reset() must be called before the next forward.
@@ -18,6 +27,7 @@
 //   m.reset(n_prompt + n_new); m.forward(prompt, 1, &logits); m.forward({&id, 1}, 1, &logits);
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -33,6 +43,7 @@ namespace longctx::gpu {
 
 struct GpuOptions {
   int64_t chunk = kDefaultChunk;  // tokens per prefill chunk (activation arena is sized by it)
+  bool cuda_graph = true;         // decode by CUDA graph replay (env LONGCTX_NO_CUDA_GRAPH=1: off)
 };
 
 // Memory in use by the most recent GpuTransformer (for benchmarks and logs).
@@ -59,6 +70,10 @@ class GpuTransformer {
   int64_t size() const { return len_; }
   int64_t capacity() const { return cap_req_; }
   cuda::Stream stream() const { return stream_; }
+  // Decode by graph replay (true) or eager launches (false); same kernels, same logits.
+  bool cuda_graph() const { return use_graph_; }
+  void set_cuda_graph(bool on) { use_graph_ = on; }
+  int64_t graph_captures() const { return graph_captures_; }  // captures so far (tests, logs)
 
   // "" if a KV cache of `capacity` tokens fits in the GPU memory free now (counting the cache
   // held now, which reset() frees first); else what is needed vs free and what to do.
@@ -76,6 +91,12 @@ class GpuTransformer {
   void forward_chunk(const int32_t* ids, int64_t T, int64_t first_row, float* logits, int64_t out_row0);
   void layer(int l, int64_t T, int64_t pos0);
   void lm_head(int64_t row0, int64_t n_rows, float* out);
+  void lm_head_device(int64_t row0, int64_t n_rows);  // final norm + LM head into layout_.logits
+  void copy_logits(int64_t n_rows, float* out);       // layout_.logits -> host, then sync
+  // One token at position size() (decode), by graph replay or eagerly.
+  void decode_token(int32_t id, float* logits);
+  void decode_kernels(int64_t plan_kv, bool with_logits);  // the step's launches (captured or not)
+  void decode_layer(int l, int64_t plan_kv);
   void free_kv();
   void note_memory();
   void* act(size_t off) const { return static_cast<char*>(arena_->base()) + off; }
@@ -93,6 +114,14 @@ class GpuTransformer {
   size_t kv_bytes_ = 0;
   void* decode_ws_ = nullptr;  // split-KV decode workspace for `cap_` keys
   size_t decode_ws_bytes_ = 0;
+  // Decode step: device int32 [kStepInts] {token id, position, KV length} and the new K and V
+  // rows bf16 [n_kv_head*head_dim] each, at the offsets in gpu_transformer.cpp.
+  void* step_buf_ = nullptr;
+  std::unique_ptr<cuda::CudaGraph> graph_;
+  int64_t graph_tiles_ = -1;  // KV tiles the captured plan was made for (-1: none valid)
+  bool use_graph_ = true;
+  bool warmed_ = false;       // one eager step ran (kernels' one-time setup precedes capture)
+  int64_t graph_captures_ = 0;
   int64_t cap_ = 0;      // tokens the KV block is laid out for (it only grows)
   int64_t cap_req_ = 0;  // capacity asked for by the last reset()
   int64_t len_ = 0;
