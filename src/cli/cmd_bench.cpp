@@ -58,6 +58,7 @@ struct BenchArgs {
   std::string model, lengths = "512,4k", json_path, attn = "dense", device = "cpu", random_weights;
   int decode = 32, threads = 0, repeats = 1;
   int64_t gpu_chunk = 0;
+  int64_t chunk = 0;  // CPU prefill chunk (0 = LoadOptions default)
 };
 
 double matmul_params(const ModelConfig& c) {
@@ -105,6 +106,7 @@ void run(const BenchArgs& a) {
   lo.device = a.device;
   lo.random_weights = a.random_weights;
   lo.gpu_chunk = a.gpu_chunk;
+  if (a.chunk > 0) lo.prefill_chunk = a.chunk;
   // A random-weight geometry has no trained context to respect: allow the longest run.
   if (random) lo.max_context = longest + a.decode;
   auto eng = Engine::load(lo);
@@ -216,6 +218,7 @@ void register_bench(CLI::App& app) {
   m->add_option("--random-weights", args->random_weights,
                 "Random weights of a named geometry instead of -m (llama3-8b, llama3.1-8b, qwen2.5-7b, smollm2-135m; "
                 "NAME:N keeps N layers); GPU only");
+  m->add_option("--chunk", args->chunk, "CPU prefill chunk in tokens (0 = default)")->check(CLI::NonNegativeNumber);
   m->add_option("--gpu-chunk", args->gpu_chunk, "Prefill chunk on the GPU in tokens (0 = automatic)")
       ->check(CLI::NonNegativeNumber);
   m->add_option("-t,--threads", args->threads, "CPU threads (0 = all cores)");

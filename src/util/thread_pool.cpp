@@ -6,6 +6,18 @@
 
 namespace longctx {
 
+namespace {
+// Spin iterations before a worker sleeps (~50-100 us): longer than the gap between two ops of
+// a decode step, short enough not to steal a core for long from other processes.
+constexpr int kSpinIters = 20000;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+}  // namespace
+
 ThreadPool::ThreadPool(int n_threads) {
   if (n_threads <= 0) n_threads = int(std::max(1u, std::thread::hardware_concurrency()));
   for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this] { worker_loop(); });
@@ -16,38 +28,44 @@ ThreadPool::~ThreadPool() {
     std::lock_guard lk(mu_);
     stop_ = true;
   }
-  cv_work_.notify_all();
+  cv_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
-bool ThreadPool::run_one_chunk() {
-  // Called with mu_ held; releases it while running the chunk.
-  if (!job_ || next_ >= n_) return false;
-  int64_t b = next_, e = std::min(n_, b + chunk_);
-  next_ = e;
-  auto* job = job_;
-  mu_.unlock();
-  std::exception_ptr err;
-  try {
-    (*job)(b, e);
-  } catch (...) {
-    err = std::current_exception();
+void ThreadPool::run_chunks(uint32_t gen) {
+  const Job& job = jobs_[gen & 1];
+  while (true) {
+    uint64_t t = ticket_.load(std::memory_order_acquire);
+    if (uint32_t(t >> 32) != gen) return;  // a later call has started: not ours
+    const int64_t c = int64_t(t & 0xffffffffu);
+    if (c >= job.n_chunks) return;
+    if (!ticket_.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel)) continue;
+    const int64_t b = c * job.chunk, e = std::min(job.n, b + job.chunk);
+    try {
+      (*job.fn)(b, e);
+    } catch (...) {
+      std::lock_guard lk(err_mu_);
+      if (!error_) error_ = std::current_exception();
+    }
+    done_.fetch_add(1, std::memory_order_acq_rel);
   }
-  mu_.lock();
-  if (err && !error_) error_ = err;
-  if (--pending_ == 0) cv_done_.notify_all();
-  return true;
 }
 
 void ThreadPool::worker_loop() {
-  std::unique_lock lk(mu_);
-  uint64_t seen = 0;
+  uint32_t seen = 0;
   while (true) {
-    cv_work_.wait(lk, [&] { return stop_ || (job_ && generation_ != seen && next_ < n_); });
-    if (stop_) return;
-    while (run_one_chunk()) {
+    int spins = 0;
+    while (generation_.load(std::memory_order_acquire) == seen && !stop_.load(std::memory_order_acquire)) {
+      if (++spins < kSpinIters) {
+        cpu_relax();
+        continue;
+      }
+      std::unique_lock lk(mu_);
+      cv_.wait(lk, [&] { return stop_.load() || generation_.load() != seen; });
     }
-    seen = generation_;
+    if (stop_.load()) return;
+    seen = generation_.load(std::memory_order_acquire);
+    run_chunks(seen);
   }
 }
 
@@ -58,24 +76,29 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     fn(0, n);
     return;
   }
-  std::unique_lock lk(mu_);
-  const int64_t n_chunks = std::min<int64_t>((n + grain - 1) / grain, int64_t(size()) * 4);
-  job_ = &fn;
-  n_ = n;
-  chunk_ = (n + n_chunks - 1) / n_chunks;
-  next_ = 0;
-  pending_ = (n + chunk_ - 1) / chunk_;
+  const int64_t want = std::min<int64_t>((n + grain - 1) / grain, int64_t(size()) * 4);
+  const uint32_t gen = generation_.load(std::memory_order_relaxed) + 1;
+  Job& job = jobs_[gen & 1];
+  job.fn = &fn;
+  job.n = n;
+  job.chunk = (n + want - 1) / want;
+  job.n_chunks = (n + job.chunk - 1) / job.chunk;
   error_ = nullptr;
-  ++generation_;
-  cv_work_.notify_all();
-  while (run_one_chunk()) {
+  done_.store(0, std::memory_order_relaxed);
+  ticket_.store(uint64_t(gen) << 32, std::memory_order_release);
+  {
+    // Publish under the mutex so a worker about to sleep cannot miss the new generation.
+    std::lock_guard lk(mu_);
+    generation_.store(gen, std::memory_order_release);
   }
-  cv_done_.wait(lk, [&] { return pending_ == 0; });
-  job_ = nullptr;
-  auto err = error_;
-  error_ = nullptr;
-  lk.unlock();
-  if (err) std::rethrow_exception(err);
+  cv_.notify_all();
+  run_chunks(gen);
+  while (done_.load(std::memory_order_acquire) < job.n_chunks) cpu_relax();
+  if (error_) {
+    auto err = error_;
+    error_ = nullptr;
+    std::rethrow_exception(err);
+  }
 }
 
 namespace {

@@ -100,3 +100,37 @@ TEST(TextStream, FalseStartOfStopIsReleased) {
 
 }  // namespace
 }  // namespace longctx
+
+#include <atomic>
+#include <stdexcept>
+
+#include "util/thread_pool.h"
+
+namespace longctx {
+namespace {
+
+TEST(ThreadPool, EveryItemExactlyOnceOverManyCalls) {
+  ThreadPool pool(4);
+  std::vector<int> hits(1000);
+  for (int call = 0; call < 2000; ++call) {
+    const int64_t n = 1 + call % 997;
+    std::fill(hits.begin(), hits.end(), 0);
+    pool.parallel_for(n, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) hits[size_t(i)]++;
+    }, 1 + call % 7);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[size_t(i)], 1) << "call " << call << " item " << i;
+  }
+}
+
+TEST(ThreadPool, ExceptionsReachTheCaller) {
+  ThreadPool pool(3);
+  EXPECT_THROW(pool.parallel_for(100, [](int64_t b, int64_t) {
+    if (b >= 50) throw std::runtime_error("boom");
+  }), std::runtime_error);
+  std::atomic<int64_t> sum{0};
+  pool.parallel_for(100, [&](int64_t b, int64_t e) { sum += e - b; });
+  EXPECT_EQ(sum.load(), 100);
+}
+
+}  // namespace
+}  // namespace longctx

@@ -22,6 +22,13 @@ constexpr int64_t kMatmulColGrain = 64;
 
 void matmul_ref(const MatmulParams& p, ThreadPool& pool) {
   if (p.T <= 0 || p.n_out <= 0) return;
+  // Each GEMM call packs all of x again, so for T > 1 use one column block per thread (x packed
+  // `threads` times, not 4x that); GEMV (decode) has no packing and keeps the finer split.
+  int64_t grain = kMatmulColGrain;
+  if (p.T > 1) {
+    const int64_t per_thread = (p.n_out + pool.size() - 1) / pool.size();
+    grain = std::max(grain, (per_thread + 15) / 16 * 16);
+  }
   pool.parallel_for(
       p.n_out,
       [&](int64_t c0, int64_t c1) {
@@ -38,7 +45,7 @@ void matmul_ref(const MatmulParams& p, ThreadPool& pool) {
             for (int64_t c = c0; c < c1; ++c) p.y[t * p.n_out + c] += p.bias[c];
         }
       },
-      kMatmulColGrain);
+      grain);
 }
 
 void rmsnorm_ref(const float* x, const float* w, float* y, int64_t T, int64_t n, float eps, ThreadPool& pool) {
