@@ -30,6 +30,12 @@ PROMPTS = [
     ("chat", "What is the boiling point of water at sea level, in Celsius?", True),
     ("long", " ".join(f"Item {i}: the key for box {i} is {1000 + 37 * i}." for i in range(60))
              + " Question: what is the key for box 42? Answer:", False),
+    # ~2K tokens: positions far beyond the other prompts (the passkey prompt of `longctx eval`).
+    ("passkey", "There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
+                "I will quiz you about the important information there.\n\n"
+                + "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. " * 90
+                + "The pass key is 3821679. Remember it. 3821679 is the pass key. "
+                + "\n\nWhat is the pass key? The pass key is", False),
 ]
 
 
