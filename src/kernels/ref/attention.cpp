@@ -52,9 +52,107 @@ std::pair<float, float> softmax_row(float* row, int64_t visible, int64_t n) {
 
 }  // namespace
 
+// s[h*len + j] = scale * q_h . k_j for every query head h, keys j = 0..len-1 of one key range;
+// q [n_head, d]; key row j at k0 + j*ldk holds all KV heads [n_kv_head, d] (query head h reads
+// KV head h/group). Rows are read whole and in order, which streams the cache from memory.
+// D > 0 fixes the head dim at compile time (unrolled dots); D == 0 uses d_rt.
+template <int D>
+void decode_scores(const float* q, const float* k0, int64_t ldk, int64_t len, int n_head, int group, float scale,
+                   float* s, int d_rt = 0) {
+  const int d = D > 0 ? D : d_rt;
+  for (int64_t j = 0; j < len; ++j) {
+    const float* krow = k0 + j * ldk;
+    for (int h = 0; h < n_head; ++h) {
+      const float* k = krow + (h / group) * d;
+      const float* qh = q + h * d;
+      float acc = 0.f;
+#pragma omp simd reduction(+ : acc)
+      for (int c = 0; c < d; ++c) acc += qh[c] * k[c];
+      s[h * len + j] = acc * scale;
+    }
+  }
+}
+
+// o[h*d + c] += sum_j s[h*len + j] * v_j[h/group][c], value rows v0 + j*ldk read in order.
+template <int D>
+void decode_values(const float* s, const float* v0, int64_t ldk, int64_t len, int n_head, int group, float* o,
+                   int d_rt = 0) {
+  const int d = D > 0 ? D : d_rt;
+  for (int64_t j = 0; j < len; ++j) {
+    const float* vrow = v0 + j * ldk;
+    for (int h = 0; h < n_head; ++h) {
+      const float* v = vrow + (h / group) * d;
+      const float w = s[h * len + j];
+      float* oh = o + h * d;
+#pragma omp simd
+      for (int c = 0; c < d; ++c) oh[c] += w * v[c];
+    }
+  }
+}
+
+// Decode (one query): split-KV over key ranges. Each task streams its rows of K and V once for
+// all heads (GQA: a KV head is read once for its whole query-head group) and keeps unnormalised
+// partials (max, sum, o) per head, merged exactly through their maxima. At 4K context the KV
+// cache is a quarter of the bytes of a decode step, so reading it in order matters.
+void attention_decode_ref(const AttnParams& p, ThreadPool& pool) {
+  const int d = p.head_dim, H = p.n_head;
+  const int group = p.n_head / p.n_kv_head;
+  const int64_t ldk = int64_t(p.n_kv_head) * d;
+  const int64_t n_keys = p.causal ? p.q_pos0 + 1 : p.n_kv;
+  // Enough splits to keep every thread busy, none shorter than kMinSplitKeys keys.
+  constexpr int64_t kMinSplitKeys = 256;
+  const int64_t n_split = std::clamp<int64_t>(int64_t(pool.size()) * 2, 1, std::max<int64_t>(1, n_keys / kMinSplitKeys));
+  const int64_t split_len = (n_keys + n_split - 1) / n_split;
+  // Partials per (split, head): max, sum, o[d].
+  std::vector<float> pm(size_t(n_split * H), -std::numeric_limits<float>::infinity());
+  std::vector<float> pl(size_t(n_split * H), 0.f), po(size_t(n_split * H * d), 0.f);
+  pool.parallel_for(n_split, [&](int64_t t0, int64_t t1) {
+    std::vector<float> s;
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t j0 = t * split_len, j1 = std::min(n_keys, j0 + split_len);
+      if (j1 <= j0) continue;
+      const int64_t len = j1 - j0;
+      s.resize(size_t(len * H));
+      const float* k0 = p.k + j0 * ldk;
+      if (d == 64) decode_scores<64>(p.q, k0, ldk, len, H, group, p.scale, s.data());
+      else if (d == 128) decode_scores<128>(p.q, k0, ldk, len, H, group, p.scale, s.data());
+      else decode_scores<0>(p.q, k0, ldk, len, H, group, p.scale, s.data(), d);
+      for (int h = 0; h < H; ++h) {
+        const auto [mx, sum] = softmax_row(s.data() + h * len, len, len);
+        pm[size_t(t * H + h)] = mx;
+        pl[size_t(t * H + h)] = sum;
+      }
+      float* o = po.data() + t * H * d;
+      const float* v0 = p.v + j0 * ldk;
+      if (d == 64) decode_values<64>(s.data(), v0, ldk, len, H, group, o);
+      else if (d == 128) decode_values<128>(s.data(), v0, ldk, len, H, group, o);
+      else decode_values<0>(s.data(), v0, ldk, len, H, group, o, d);
+    }
+  });
+  for (int h = 0; h < H; ++h) {  // merge the splits of each head
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t sp = 0; sp < n_split; ++sp) mx = std::max(mx, pm[size_t(sp * H + h)]);
+    float* o = p.o + int64_t(h) * d;
+    std::fill_n(o, d, 0.f);
+    float sum = 0.f;
+    for (int64_t sp = 0; sp < n_split; ++sp) {
+      const int64_t idx = sp * H + h;
+      if (pl[size_t(idx)] == 0.f) continue;
+      const float w = std::exp(pm[size_t(idx)] - mx);
+      sum += pl[size_t(idx)] * w;
+      for (int c = 0; c < d; ++c) o[c] += po[size_t(idx * d + c)] * w;
+    }
+    if (sum > 0.f) {
+      for (int c = 0; c < d; ++c) o[c] /= sum;
+    }
+    if (p.lse) p.lse[h] = sum > 0.f ? mx + std::log(sum) : -std::numeric_limits<float>::infinity();
+  }
+}
+
 void attention_dense_ref(const AttnParams& p, ThreadPool& pool) {
   check_params(p);
   if (p.n_q == 0) return;
+  if (p.n_q == 1) return attention_decode_ref(p, pool);
   const int d = p.head_dim;
   const int group = p.n_head / p.n_kv_head;
   const int64_t ldq = int64_t(p.n_head) * d;     // Q/O row stride (one token)
