@@ -79,6 +79,10 @@ std::unique_ptr<Task> make_fwe_task();
 
 // Shared helper: "<task>/L<length>/d<depth%>/s<index>".
 std::string sample_id(std::string_view task, int64_t length, double depth, int index);
+// The Sample every task returns: id from (task, spec, id_depth; -1 = no depth in the id), the
+// reported needle depth, the fitted prompt and the expected answers (scored by MatchAll).
+Sample make_sample(std::string_view task, const SampleSpec& spec, double id_depth, double depth,
+                   FittedPrompt fitted, std::vector<std::string> expected);
 // The essay haystack, or the book when the context has one.
 std::unique_ptr<Haystack> essay_or_book(const TaskContext& ctx, uint64_t seed);
 

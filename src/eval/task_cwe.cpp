@@ -57,16 +57,7 @@ class CommonWordsTask final : public Task {
         if (step + 1 == std::size(kFreqCommonSteps)) throw;
       }
     }
-    Sample s;
-    s.task = name();
-    s.id = sample_id(s.task, spec.length, -1, spec.index);
-    s.length = spec.length;
-    s.prompt = std::move(fitted.text);
-    s.tokens = std::move(fitted.tokens);
-    s.prompt_tokens = int64_t(s.tokens.size());
-    s.expected = common;
-    s.metric = Metric::MatchAll;
-    return s;
+    return make_sample(name(), spec, -1, -1, std::move(fitted), common);
   }
 };
 

@@ -76,16 +76,7 @@ class FrequentWordsTask final : public Task {
       fail("fwe needs room for at least {} words; the budget of {} tokens holds only {}: use a larger --lengths "
            "value", kMinWords, spec.budget, fitted.n_units);
     (void)text_of(fitted.n_units);  // `top` as in the chosen prompt
-    Sample s;
-    s.task = name();
-    s.id = sample_id(s.task, spec.length, -1, spec.index);
-    s.length = spec.length;
-    s.prompt = std::move(fitted.text);
-    s.tokens = std::move(fitted.tokens);
-    s.prompt_tokens = int64_t(s.tokens.size());
-    s.expected = top;
-    s.metric = Metric::MatchAll;
-    return s;
+    return make_sample(name(), spec, -1, -1, std::move(fitted), top);
   }
 };
 

@@ -37,17 +37,7 @@ class PasskeyTask final : public Task {
         [&](int64_t n) { return kPrefix + build_context(*hay, n, needle) + kQuestion; }, kAnswerPrefix,
         ctx.fit,
         [&](int64_t n) { return hay->boundary(n); });
-    Sample s;
-    s.task = name();
-    s.id = sample_id(s.task, spec.length, depth, spec.index);
-    s.length = spec.length;
-    s.depth = depth;
-    s.prompt = std::move(fitted.text);
-    s.tokens = std::move(fitted.tokens);
-    s.prompt_tokens = int64_t(s.tokens.size());
-    s.expected = {key};
-    s.metric = Metric::MatchAll;
-    return s;
+    return make_sample(name(), spec, depth, depth, std::move(fitted), {key});
   }
 };
 

@@ -64,6 +64,21 @@ std::string sample_id(std::string_view task, int64_t length, double depth, int i
   return fmt::format("{}/L{}/d{}/s{}", task, length, std::llround(depth * 100.0), index);
 }
 
+Sample make_sample(std::string_view task, const SampleSpec& spec, double id_depth, double depth,
+                   FittedPrompt fitted, std::vector<std::string> expected) {
+  Sample s;
+  s.task = std::string(task);
+  s.id = sample_id(task, spec.length, id_depth, spec.index);
+  s.length = spec.length;
+  s.depth = depth;
+  s.prompt = std::move(fitted.text);
+  s.tokens = std::move(fitted.tokens);
+  s.prompt_tokens = int64_t(s.tokens.size());
+  s.expected = std::move(expected);
+  s.metric = Metric::MatchAll;
+  return s;
+}
+
 std::unique_ptr<Haystack> essay_or_book(const TaskContext& ctx, uint64_t seed) {
   if (ctx.book) return make_book_haystack(ctx.book, seed);
   return make_essay_haystack(seed);

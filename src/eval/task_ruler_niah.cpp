@@ -85,18 +85,10 @@ class RulerNiahTask final : public Task {
         [&](int64_t n) { return prefix + build_context(*hay, n, needles) + question; }, answer_prefix,
         ctx.fit,
         [&](int64_t n) { return hay->boundary(n); });
-    Sample s;
-    s.task = name();
-    s.id = sample_id(s.task, spec.length, -1, spec.index);
-    s.length = spec.length;
-    s.depth = depth_of_key[0];
-    s.prompt = std::move(fitted.text);
-    s.tokens = std::move(fitted.tokens);
-    s.prompt_tokens = int64_t(s.tokens.size());
+    std::vector<std::string> expected;
     for (int q = 0; q < v_.n_queries; ++q)
-      s.expected.insert(s.expected.end(), values[size_t(q)].begin(), values[size_t(q)].end());
-    s.metric = Metric::MatchAll;
-    return s;
+      expected.insert(expected.end(), values[size_t(q)].begin(), values[size_t(q)].end());
+    return make_sample(name(), spec, -1, depth_of_key[0], std::move(fitted), std::move(expected));
   }
 
  private:

@@ -53,17 +53,7 @@ class VariableTrackingTask final : public Task {
         [&](int64_t n) { return prefix + build_context(*hay, n, statements) + question; }, answer_prefix,
         ctx.fit,
         [&](int64_t n) { return hay->boundary(n); });
-    Sample s;
-    s.task = name();
-    s.id = sample_id(s.task, spec.length, -1, spec.index);
-    s.length = spec.length;
-    s.depth = depths[0];
-    s.prompt = std::move(fitted.text);
-    s.tokens = std::move(fitted.tokens);
-    s.prompt_tokens = int64_t(s.tokens.size());
-    s.expected = vars;
-    s.metric = Metric::MatchAll;
-    return s;
+    return make_sample(name(), spec, -1, depths[0], std::move(fitted), vars);
   }
 };
 
