@@ -82,6 +82,7 @@ std::map<std::string, MaskMethodFactory>& registry() {
          return std::make_unique<DenseMask>();
        }},
       {"a_shape", make_a_shape},
+      {"minference", make_minference_mask},
   };
   return r;
 }

@@ -6,8 +6,9 @@
 // kBlockQ = 64 query rows, sorted key ranges [begin, end) plus single key columns; the kept set
 // of a row is their union intersected with the causal mask (key <= row). Query head h uses index
 // head h / (n_head / n_index_head): per query head, per KV head or shared by all heads.
-// Built-in methods: "dense" (everything) and "a_shape[=SINK,WINDOW]" (sinks + local window at
-// block granularity, as in the engine's A-shape). Others register with register_mask_method().
+// Built-in methods: "dense" (everything), "a_shape[=SINK,WINDOW]" (sinks + local window at
+// block granularity, as in the engine's A-shape) and "minference=CFG.json" (the engine's
+// MInference index). Others register with register_mask_method().
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -50,6 +51,9 @@ using MaskMethodFactory = std::function<std::unique_ptr<MaskMethod>(const std::s
 // Adds (or replaces) a method; built-ins are registered on first use.
 void register_mask_method(const std::string& name, MaskMethodFactory factory);
 std::vector<std::string> mask_method_names();
+// minference=CFG.json: the engine's MInference index builders with a per-head config
+// (mask_minference.cpp).
+std::unique_ptr<MaskMethod> make_minference_mask(const std::string& spec, const std::string& arg);
 // "a_shape=64,512" -> the a_shape method with that arg; throws Error listing valid names.
 std::unique_ptr<MaskMethod> make_mask_method(const std::string& spec);
 
