@@ -1,0 +1,87 @@
+// minference_index.h (cuda): MInference's online index builders on the GPU (the twin of
+// sparse/minference_index.h), writing the DeviceSparseIndex that sparse_attention() consumes.
+//
+// What: for one layer and one prefill chunk (n_q queries at positions q_pos0.., against the
+// n_kv = q_pos0 + n_q cached keys), every query head's index by its pattern:
+//   vertical-slash (k_v, k_s): the chunk's last 64 queries against all visible keys (causal
+//     within the trailing 64x64 square), row softmax in fp32, column sums (vertical scores) and
+//     diagonal sums (slash scores, offset o = q - k); the first 30 columns and the nearest 100
+//     diagonals forced; budgets max(k_v,30)/max(k_s,50) clamped to the keys; top-k of each;
+//     then Algorithm 4: per 64-query block, slash ranges merged + vertical columns outside them.
+//   block-sparse (k_b): 64-row mean-pooled Q and 64-key mean-pooled K (absolute key blocks),
+//     pooled scores, top-k_b causal key blocks per query block, diagonal block(s) forced.
+//   A-shape (sink, window): static ranges.
+// Semantics, tie-breaks and clamping are exactly those of the CPU builders in src/sparse
+// (vs_estimate.h, vs_convert.h, block_sparse_index.h, a_shape_index.h); tests compare the GPU
+// index with the CPU one on the same (bf16-rounded) inputs.
+// Why: at 128K+ keys the index must cost <= 10% of the sparse attention it feeds, so it is
+// built where the Q/K already are, with no host round trip of scores.
+// How: minference_index.cu. A builder object owns all device memory (sized once for the largest
+// chunk), so prefill never allocates per layer or chunk.
+//   MinferenceIndexBuilder b({.n_head=32, .n_kv_head=8, .max_q=chunk, .max_kv=capacity});
+//   DeviceSparseIndex idx = b.build(params, stream);   // valid until the next build()
+//   sparse.index = idx; sparse.workspace = b.attention_workspace(); ... sparse_attention(sparse, s);
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cuda/runtime.h"
+#include "kernels/cuda/sparse_attention.h"
+
+namespace longctx::cuda {
+
+enum class GpuPatternKind : int32_t { VerticalSlash = 0, BlockSparse = 1, AShape = 2 };
+
+// One query head's pattern, budgets already scaled by the method's ratio.
+struct GpuHeadPattern {
+  GpuPatternKind kind = GpuPatternKind::VerticalSlash;
+  int64_t vertical = 0;  // VS: k_v; BS: k_b; A-shape: sink
+  int64_t slash = 0;     // VS: k_s; A-shape: window; BS: unused
+};
+
+struct MinferenceBuilderShape {
+  int n_head = 0;
+  int n_kv_head = 0;
+  int head_dim = 128;
+  int64_t max_q = 0;   // largest chunk (queries) a build() will see
+  int64_t max_kv = 0;  // largest n_kv a build() will see
+};
+
+struct MinferenceIndexParams {
+  const void* q = nullptr;  // bf16 [n_q, n_head, head_dim] (after RoPE)
+  const void* k = nullptr;  // bf16 [n_kv, n_kv_head, head_dim] (after RoPE)
+  int64_t n_q = 0;
+  int64_t n_kv = 0;         // keys visible to the chunk = q_pos0 + n_q
+  int64_t q_pos0 = 0;
+  float scale = 0.f;        // 0 = 1/sqrt(head_dim)
+  std::vector<GpuHeadPattern> heads;  // [n_head]
+};
+
+class MinferenceIndexBuilder {
+ public:
+  // Allocates everything build() and the sparse kernel's plan need for chunks within shape
+  // (throws Error naming the bytes needed vs free when it does not fit).
+  explicit MinferenceIndexBuilder(const MinferenceBuilderShape& shape);
+  ~MinferenceIndexBuilder();
+  MinferenceIndexBuilder(const MinferenceIndexBuilder&) = delete;
+  MinferenceIndexBuilder& operator=(const MinferenceIndexBuilder&) = delete;
+
+  // Device bytes a builder of this shape allocates (for memory plans, before constructing one).
+  static size_t device_bytes(const MinferenceBuilderShape& shape);
+
+  // Builds the index of all n_head heads on stream s. The returned index (device pointers into
+  // the builder, host-side n_ranges/n_cols filled) stays valid until the next build(). Throws
+  // Error naming the problem on shapes outside the builder's shape or bad patterns.
+  DeviceSparseIndex build(const MinferenceIndexParams& p, Stream s = nullptr);
+
+  // Workspace for sparse_attention() with the index of the last build().
+  void* attention_workspace() const;
+  size_t attention_workspace_bytes() const;
+
+ private:
+  struct Impl;
+  Impl* impl_ = nullptr;
+};
+
+}  // namespace longctx::cuda
