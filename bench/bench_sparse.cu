@@ -18,8 +18,16 @@
 // tile-level rate (64 x 64 tiles the kernel visits, masked slots included).
 // How: indices are built on the host (16 threads on the device machine) and uploaded; CUDA
 // events, warmup, median (METHOD.md). Inputs random (never zeros).
+// --inputs structured (the realistic case): Q/K from bench/structured_qk.h (local/slash, sink,
+// vertical-token and topic structure planted in the vectors, not in the index), V random, and
+// the indices ESTIMATED from them on the GPU by cuda::MinferenceIndexBuilder, exactly as the
+// engine does: block-sparse k_b = 100 for every head, and vertical-slash with the Llama-3-8B
+// budget mix above. Reported: index build + plan + kernel, the build's share, the kernel's rate;
+// the block-sparse index is written to --mask-dir (bs_mask_<S>.bin) so that
+// bench/flex_baseline.py --mask-dir runs FlexAttention on the very same blocks.
 // Run: build-gpusparse/bench/longctx_bench_sparse [--seqs 131072,524288,1048576]
-//        [--dense-seqs 131072,524288] [--json out.json]; scripts/gpu-sparse.sh runs it.
+//        [--dense-seqs 131072,524288] [--inputs random|structured] [--mask-dir DIR] [--json out.json];
+//      scripts/gpu-sparse.sh runs it.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -35,11 +43,13 @@
 #include <thread>
 #include <vector>
 
+#include "bench/structured_qk.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_sm90.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/runtime.h"
+#include "kernels/cuda/minference_index.h"
 #include "kernels/cuda/sparse_attention.h"
 
 using namespace longctx::cuda;
@@ -259,20 +269,124 @@ struct DevIndex {
   }
 };
 
+// Copies a device index back and counts its kernel work: per block, rows x |union of the
+// block's ranges and columns, clipped to the block's causal frontier| (pairs), and 64-key tiles.
+struct IndexWork {
+  double pairs = 0, tiles = 0;
+  HostIndex host;
+};
+IndexWork index_work(const DeviceSparseIndex& ix, int64_t S) {
+  IndexWork w;
+  HostIndex& h = w.host;
+  const size_t rows = size_t(ix.n_index_head) * size_t(ix.n_qblk);
+  h.range_ptr.resize(rows + 1);
+  h.col_ptr.resize(rows + 1);
+  copy_d2h(h.range_ptr.data(), ix.range_ptr, (rows + 1) * 8);
+  copy_d2h(h.col_ptr.data(), ix.col_ptr, (rows + 1) * 8);
+  h.ranges.resize(size_t(h.range_ptr.back()) * 2);
+  h.cols.resize(size_t(h.col_ptr.back()));
+  if (!h.ranges.empty()) copy_d2h(h.ranges.data(), ix.ranges, h.ranges.size() * 4);
+  if (!h.cols.empty()) copy_d2h(h.cols.data(), ix.cols, h.cols.size() * 4);
+  std::vector<std::pair<int64_t, int64_t>> rg;
+  for (size_t r = 0; r < rows; ++r) {
+    const int64_t b = int64_t(r) % ix.n_qblk, first = b * kB, last = std::min(S, first + kB) - 1;
+    rg.clear();
+    for (int64_t i = h.range_ptr[r]; i < h.range_ptr[r + 1]; ++i) {
+      const int64_t s0 = h.ranges[2 * i], e0 = std::min<int64_t>(h.ranges[2 * i + 1], last + 1);
+      if (s0 < e0) rg.push_back({s0, e0});
+    }
+    std::sort(rg.begin(), rg.end());
+    std::vector<std::pair<int64_t, int64_t>> mg;
+    for (auto& x : rg) {
+      if (!mg.empty() && x.first <= mg.back().second) mg.back().second = std::max(mg.back().second, x.second);
+      else mg.push_back(x);
+    }
+    auto pairs_of = [&](int64_t key) { return double(last - std::max(first, key) + 1); };  // rows that see key
+    for (auto& x : mg) {
+      w.tiles += double((x.second - x.first + kB - 1) / kB);
+      // sum over keys k in [s, e) of rows seeing k: keys <= first are seen by all rows
+      const int64_t full_end = std::min(x.second, first + 1);
+      if (full_end > x.first) w.pairs += double(full_end - x.first) * double(last - first + 1);
+      for (int64_t key = std::max(x.first, first + 1); key < x.second; ++key) w.pairs += pairs_of(key);
+    }
+    int64_t nc = 0, prev = -1;
+    for (int64_t i = h.col_ptr[r]; i < h.col_ptr[r + 1]; ++i) {
+      const int64_t c = h.cols[i];
+      if (c == prev || c > last) continue;
+      prev = c;
+      bool inside = false;
+      for (auto& x : mg) inside |= c >= x.first && c < x.second;
+      if (inside) continue;
+      ++nc;
+      w.pairs += pairs_of(c);
+    }
+    w.tiles += double((nc + kB - 1) / kB);
+  }
+  return w;
+}
+
+// Block lists of a block-sparse index for FlexAttention: int32 header {S, heads, n_qblk, max},
+// counts [heads * n_qblk] and key blocks [heads * n_qblk * max] (the diagonal block excluded:
+// flex_baseline.py gives it as the partial, causally masked block).
+void write_flex_mask(const HostIndex& h, int64_t S, int64_t nqb, const std::string& path) {
+  int32_t maxb = 1;
+  std::vector<std::vector<int32_t>> lists(size_t(kHeads) * nqb);
+  for (size_t r = 0; r < lists.size(); ++r) {
+    const int64_t b = int64_t(r) % nqb;
+    for (int64_t i = h.range_ptr[r]; i < h.range_ptr[r + 1]; ++i)
+      for (int64_t c = h.ranges[2 * i] / kB; c * kB < h.ranges[2 * i + 1] && c <= b; ++c)
+        if (c != b) lists[r].push_back(int32_t(c));
+    std::sort(lists[r].begin(), lists[r].end());
+    lists[r].erase(std::unique(lists[r].begin(), lists[r].end()), lists[r].end());
+    maxb = std::max<int32_t>(maxb, int32_t(lists[r].size()));
+  }
+  FILE* f = std::fopen(path.c_str(), "wb");
+  LC_REQUIRE(f, "bench_sparse: cannot write %s", path.c_str());
+  const int32_t hdr[4] = {int32_t(S), kHeads, int32_t(nqb), maxb};
+  std::fwrite(hdr, 4, 4, f);
+  for (auto& l : lists) {
+    const int32_t n = int32_t(l.size());
+    std::fwrite(&n, 4, 1, f);
+  }
+  std::vector<int32_t> row(static_cast<size_t>(maxb));
+  for (auto& l : lists) {
+    std::fill(row.begin(), row.end(), 0);
+    std::copy(l.begin(), l.end(), row.begin());
+    std::fwrite(row.data(), 4, row.size(), f);
+  }
+  std::fclose(f);
+}
+
+std::vector<GpuHeadPattern> vs_mix_patterns() {
+  std::vector<GpuHeadPattern> heads;
+  for (const Vs& m : kVsMix)
+    for (int i = 0; i < m.heads; ++i) heads.push_back({GpuPatternKind::VerticalSlash, m.kv, m.ks});
+  return heads;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<int64_t> seqs = {131072, 524288, 1048576}, dense_seqs = {131072, 524288};
   const char* json_path = nullptr;
+  std::string inputs = "random", mask_dir;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--seqs") && i + 1 < argc) seqs = parse_list(argv[++i]);
+    else if (!std::strcmp(argv[i], "--inputs") && i + 1 < argc) inputs = argv[++i];
+    else if (!std::strcmp(argv[i], "--mask-dir") && i + 1 < argc) mask_dir = argv[++i];
     else if (!std::strcmp(argv[i], "--dense-seqs") && i + 1 < argc) dense_seqs = parse_list(argv[++i]);
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else {
-      std::fprintf(stderr, "usage: %s [--seqs N,..] [--dense-seqs N,..] [--json FILE]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--seqs N,..] [--dense-seqs N,..] [--inputs random|structured] "
+                   "[--mask-dir DIR] [--json FILE]\n", argv[0]);
       return 2;
     }
   }
+  if (inputs != "random" && inputs != "structured") {
+    std::fprintf(stderr, "bench_sparse: --inputs must be random or structured (got '%s')\n", inputs.c_str());
+    return 2;
+  }
+  const bool structured = inputs == "structured";
   try {
     require_hopper();
     const DeviceInfo dev = device_info(0);
@@ -282,9 +396,9 @@ int main(int argc, char** argv) {
     char date[64];
     std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
     std::snprintf(buf, sizeof buf,
-                  "  \"device\": \"%s\", \"sms\": %d, \"date\": \"%s\",\n  \"shape\": {\"n_head\": %d, \"n_kv_head\": "
+                  "  \"device\": \"%s\", \"sms\": %d, \"date\": \"%s\", \"inputs\": \"%s\",\n  \"shape\": {\"n_head\": %d, \"n_kv_head\": "
                   "%d, \"head_dim\": %d, \"dtype\": \"bf16\"},\n  \"runs\": [\n",
-                  dev.name.c_str(), dev.num_sms, date, kHeads, kKvHeads, kD);
+                  dev.name.c_str(), dev.num_sms, date, inputs.c_str(), kHeads, kKvHeads, kD);
     js += buf;
     bool first_row = true;
     auto emit = [&](const char* line) {
@@ -299,8 +413,12 @@ int main(int argc, char** argv) {
       void* v = dev_malloc(nk * 2);
       void* o = dev_malloc(nq * 2);
       float* lse = static_cast<float*>(dev_malloc(size_t(S) * kHeads * 4));
-      fill_random_bf16(q, int64_t(nq), 21, 1.f);
-      fill_random_bf16(k, int64_t(nk), 22, 1.f);
+      if (structured) {
+        longctx::bench::fill_structured_qk({.q = q, .k = k, .n_tok = S, .n_head = kHeads, .n_kv_head = kKvHeads, .seed = 5});
+      } else {
+        fill_random_bf16(q, int64_t(nq), 21, 1.f);
+        fill_random_bf16(k, int64_t(nk), 22, 1.f);
+      }
       fill_random_bf16(v, int64_t(nk), 23, 1.f);
       const double dense_flops = 2.0 * double(S) * double(S) * kD * kHeads;
       if (std::find(dense_seqs.begin(), dense_seqs.end(), S) != dense_seqs.end()) {
@@ -316,7 +434,49 @@ int main(int argc, char** argv) {
                       (long long)S, ms, tf, reps);
         emit(buf);
       }
-      for (int kind = 0; kind < 2; ++kind) {
+      if (structured) {
+        MinferenceIndexBuilder builder({.n_head = kHeads, .n_kv_head = kKvHeads, .head_dim = kD, .max_q = S, .max_kv = S});
+        for (int kind = 0; kind < 2; ++kind) {
+          const char* name = kind == 0 ? "block_sparse_100_estimated" : "vertical_slash_llama3_estimated";
+          MinferenceIndexParams ip;
+          ip.q = q, ip.k = k, ip.n_q = S, ip.n_kv = S, ip.q_pos0 = 0;
+          ip.heads = kind == 0 ? std::vector<GpuHeadPattern>(kHeads, {GpuPatternKind::BlockSparse, kBsBlocks, 0})
+                               : vs_mix_patterns();
+          const int reps = S <= 131072 ? 10 : S <= 524288 ? 5 : 3;
+          DeviceSparseIndex ix;
+          const double ms_index = time_ms([&] { ix = builder.build(ip); }, 1, reps);
+          SparseAttnParams p;
+          p.q = q, p.k = k, p.v = v, p.o = o, p.lse = lse;
+          p.n_q = p.n_kv = S;
+          p.n_head = kHeads, p.n_kv_head = kKvHeads;
+          p.index = ix;
+          p.workspace = builder.attention_workspace();
+          p.workspace_bytes = builder.attention_workspace_bytes();
+          const double ms_plan = time_ms([&] { sparse_attention_plan(p); }, 1, reps);
+          const double ms_run = time_ms([&] { sparse_attention_run(p); }, 1, reps);
+          const IndexWork wk = index_work(ix, S);
+          if (kind == 0 && !mask_dir.empty())
+            write_flex_mask(wk.host, S, (S + kB - 1) / kB, mask_dir + "/bs_mask_" + std::to_string(S) + ".bin");
+          const double flops = 4.0 * kD * wk.pairs, tile_flops = 4.0 * kD * 64.0 * 64.0 * wk.tiles;
+          const double ms = ms_index + ms_plan + ms_run;
+          std::fprintf(stderr,
+                       "S=%lld %s: index %.3f ms + plan %.3f ms + kernel %.3f ms = %.3f ms (index %.1f%% of plan+kernel); "
+                       "work %.4f of dense causal; %.1f TFLOP/s on attended pairs, %.1f on visited 64x64 tiles "
+                       "(%lld ranges, %lld cols)\n",
+                       (long long)S, name, ms_index, ms_plan, ms_run, ms, 100.0 * ms_index / (ms_plan + ms_run),
+                       flops / dense_flops, flops / (ms_run * 1e-3) / 1e12, tile_flops / (ms_run * 1e-3) / 1e12,
+                       (long long)ix.n_ranges, (long long)ix.n_cols);
+          std::snprintf(buf, sizeof buf,
+                        "{\"seq\": %lld, \"kernel\": \"%s\", \"ms\": %.3f, \"index_ms\": %.3f, \"plan_ms\": %.4f, "
+                        "\"kernel_ms\": %.3f, \"index_share\": %.4f, \"work_fraction\": %.5f, \"tflops_pairs\": %.1f, "
+                        "\"tflops_tiles\": %.1f, \"n_ranges\": %lld, \"n_cols\": %lld, \"reps\": %d}",
+                        (long long)S, name, ms, ms_index, ms_plan, ms_run, ms_index / (ms_plan + ms_run),
+                        flops / dense_flops, flops / (ms_run * 1e-3) / 1e12, tile_flops / (ms_run * 1e-3) / 1e12,
+                        (long long)ix.n_ranges, (long long)ix.n_cols, reps);
+          emit(buf);
+        }
+      }
+      for (int kind = 0; kind < 2 && !structured; ++kind) {
         const char* name = kind == 0 ? "block_sparse_100" : "vertical_slash_llama3";
         const auto t0 = std::chrono::steady_clock::now();
         HostIndex hix = kind == 0 ? block_sparse_index(S) : vertical_slash_index(S);
