@@ -33,9 +33,12 @@
 #include "kernels/cuda/attention_sm90.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/sm90.cuh"
 
 namespace longctx::cuda {
 namespace {
+
+using namespace sm90;
 
 using bf16 = __nv_bfloat16;
 
@@ -79,72 +82,10 @@ struct Sm90Args {
   int page_size;
 };
 
-// ---- PTX wrappers (mbarrier, TMA, wgmma, setmaxnreg) ---------------------------------------
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
-}
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "LC_WAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-      "@!p bra LC_WAIT_%=;\n"
-      "}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1,
-                                            int c2) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
-      "[%5];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
-      : "memory");
-}
 // Named barriers 1 and 2 order the two consumer warpgroups' wgmma issue (ping-pong): one
 // warpgroup bar.syncs on its own id, the other bar.arrives on it (256 threads in all).
 __device__ __forceinline__ void named_sync(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
 __device__ __forceinline__ void named_arrive(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-// Keep the compiler from moving accumulator accesses across wgmma issue/wait, and keep the
-// register A operand (P) alive and unmodified until the wgmma that reads it has completed.
-__device__ __forceinline__ void fence_regs(float (&d)[64]) {
-#pragma unroll
-  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-__device__ __forceinline__ void fence_p(uint32_t (&p)[8][4]) {
-#pragma unroll
-  for (int i = 0; i < 8; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(p[i][j])::"memory");
-}
-// 2^x on the SFU, flush-to-zero (inputs are <= 0 here; results below 2^-126 are noise).
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// Shared-memory matrix descriptors, 128-byte swizzle (PTX ISA "matrix descriptor"):
-// start address >> 4 in bits 0-13, leading byte offset >> 4 in 16-29, stride byte offset >> 4
-// in 32-45, swizzle mode 1 (128B) in 62-63. SBO = 1024: the next group of 8 rows (8 x 128 B).
-// K-major: LBO unused (1). MN-major: LBO = stride between 64-element panels of the N dim.
-__device__ __forceinline__ uint64_t desc_sw128(uint32_t addr, uint32_t lbo_bytes) {
-  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(lbo_bytes >> 4) << 16) | (uint64_t(1024 >> 4) << 32) |
-         (uint64_t(1) << 62);
-}
 
 // D[64 x 128] (+)= A[64 x 16] * B[16 x 128], A and B from shared memory, both K-major.
 __device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t da, uint64_t db, int scale_d) {
@@ -168,30 +109,6 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t da, uint64_t d
         "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
         "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
       : "l"(da), "l"(db), "r"(scale_d));
-}
-
-// D[64 x 128] += A[64 x 16] (registers) * B[16 x 128], B MN-major (transpose bit set).
-__device__ __forceinline__ void wgmma_rs_tb(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17,"
-      " %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33,"
-      " %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49,"
-      " %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
-        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
-        "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
-        "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
-        "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
-        "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
 }
 
 template <bool kOverlap, bool kPingPong, int kStages>
@@ -465,34 +382,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   }  // consumers
 }
 
-// ---- host side: tensor maps through the driver entry point (no libcuda link needed) --------
-PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    LC_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q),
-                  "attention_prefill_sm90: looking up cuTensorMapEncodeTiled");
-    LC_REQUIRE(p && q == cudaDriverEntryPointSuccess, "attention_prefill_sm90: cuTensorMapEncodeTiled unavailable");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
-  }();
-  return fn;
-}
-
-// 3-D map over a token-major [n_tok, n_heads, 128] bf16 tensor; box = 128 tokens x 1 head x 64 dims.
-CUtensorMap make_map(const void* ptr, int64_t n_tok, int n_heads, const char* what) {
-  CUtensorMap m;
-  const cuuint64_t dims[3] = {cuuint64_t(kD), cuuint64_t(n_heads), cuuint64_t(n_tok)};
-  const cuuint64_t strides[2] = {cuuint64_t(kD) * 2, cuuint64_t(n_heads) * kD * 2};  // bytes, dims 1..2
-  const cuuint32_t box[3] = {64, 1, 128};
-  const cuuint32_t estr[3] = {1, 1, 1};
-  const CUresult r = encode_fn()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(ptr), dims, strides, box,
-                                 estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  LC_REQUIRE(r == CUDA_SUCCESS, "attention_prefill_sm90: cuTensorMapEncodeTiled(%s, tokens=%lld, heads=%d) failed: %d",
-             what, (long long)n_tok, n_heads, int(r));
-  return m;
-}
-
 }  // namespace
 
 bool attention_prefill_sm90_supported(const PrefillParams& p) {
@@ -533,10 +422,10 @@ void attention_prefill_sm90(const PrefillParams& p, Stream s, Sm90Variant varian
     e = mode == 0 ? sm90_entry<false, false, 2>() : mode == 1 ? sm90_entry<true, false, 2>() : sm90_entry<true, true, 2>();
   else
     e = mode == 0 ? sm90_entry<false, false, 3>() : mode == 1 ? sm90_entry<true, false, 3>() : sm90_entry<true, true, 3>();
-  const CUtensorMap tq = make_map(p.q, p.n_q, p.n_head, "q");
+  const CUtensorMap tq = make_map(p.q, p.n_q, p.n_head, kBlockM, "attention_prefill_sm90: q");
   const int64_t kv_rows = p.page_table ? p.kv_pool_rows : p.n_kv;
-  const CUtensorMap tk = make_map(p.k, kv_rows, p.n_kv_head, "k");
-  const CUtensorMap tv = make_map(p.v, kv_rows, p.n_kv_head, "v");
+  const CUtensorMap tk = make_map(p.k, kv_rows, p.n_kv_head, kBlockN, "attention_prefill_sm90: k");
+  const CUtensorMap tv = make_map(p.v, kv_rows, p.n_kv_head, kBlockN, "attention_prefill_sm90: v");
   Sm90Args a{};
   a.o = static_cast<bf16*>(p.o);
   a.lse = p.lse;

@@ -37,10 +37,13 @@
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/sm90.cuh"
 #include "kernels/cuda/sparse_attention.h"
 
 namespace longctx::cuda {
 namespace {
+
+using namespace sm90;
 
 using bf16 = __nv_bfloat16;
 
@@ -70,62 +73,6 @@ static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
 // 24 registers (the dense kernel's TMA-only producer) spilled.
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 
-// ---- PTX wrappers (as in attention_prefill_sm90.cu) ------------------------------------------
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
-}
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "LC_SWAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-      "@!p bra LC_SWAIT_%=;\n"
-      "}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1,
-                                            int c2) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
-      "[%5];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
-      : "memory");
-}
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-template <int N>
-__device__ __forceinline__ void fence_regs(float (&d)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-__device__ __forceinline__ void fence_p(uint32_t (&p)[4][4]) {
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(p[i][j])::"memory");
-}
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-__device__ __forceinline__ uint64_t desc_sw128(uint32_t addr, uint32_t lbo_bytes) {
-  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(lbo_bytes >> 4) << 16) | (uint64_t(1024 >> 4) << 32) |
-         (uint64_t(1) << 62);
-}
-
 // D[64 x 64] (+)= A[64 x 16] * B[16 x 64], A and B from shared memory, both K-major.
 __device__ __forceinline__ void wgmma_ss_n64(float (&d)[32], uint64_t da, uint64_t db, int scale_d) {
   asm volatile(
@@ -142,30 +89,6 @@ __device__ __forceinline__ void wgmma_ss_n64(float (&d)[32], uint64_t da, uint64
         "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
         "+f"(d[30]), "+f"(d[31])
       : "l"(da), "l"(db), "r"(scale_d));
-}
-
-// D[64 x 128] += A[64 x 16] (registers) * B[16 x 128], B MN-major (transpose bit set).
-__device__ __forceinline__ void wgmma_rs_tb(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17,"
-      " %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33,"
-      " %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49,"
-      " %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
-        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
-        "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
-        "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
-        "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
-        "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
 }
 
 // ---- plan kernel -----------------------------------------------------------------------------
@@ -545,33 +468,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // ---- host side ---------------------------------------------------------------------------------
-PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    LC_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q),
-                  "sparse_attention: looking up cuTensorMapEncodeTiled");
-    LC_REQUIRE(p && q == cudaDriverEntryPointSuccess, "sparse_attention: cuTensorMapEncodeTiled unavailable");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
-  }();
-  return fn;
-}
-
-// 3-D map over a token-major [n_tok, n_heads, 128] bf16 tensor; box = 64 tokens x 1 head x 64 dims.
-CUtensorMap make_map(const void* ptr, int64_t n_tok, int n_heads, const char* what) {
-  CUtensorMap m;
-  const cuuint64_t dims[3] = {cuuint64_t(kD), cuuint64_t(n_heads), cuuint64_t(n_tok)};
-  const cuuint64_t strides[2] = {cuuint64_t(kD) * 2, cuuint64_t(n_heads) * kD * 2};
-  const cuuint32_t box[3] = {64, 1, 64};
-  const cuuint32_t estr[3] = {1, 1, 1};
-  const CUresult r = encode_fn()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(ptr), dims, strides, box,
-                                 estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  LC_REQUIRE(r == CUDA_SUCCESS, "sparse_attention: cuTensorMapEncodeTiled(%s, tokens=%lld, heads=%d) failed: %d", what,
-             (long long)n_tok, n_heads, int(r));
-  return m;
-}
-
 struct WsLayout {
   size_t ranges, cols, n_r, n_c, total;
 };
@@ -669,9 +565,9 @@ void sparse_attention_run(const SparseAttnParams& p, Stream s) {
   const float scale = p.scale > 0.f ? p.scale : 1.f / std::sqrt(float(kD));
   a.scale_log2 = scale * kLog2e;
   a.causal = p.causal;
-  const CUtensorMap tq = make_map(p.q, p.n_q, p.n_head, "q");
-  const CUtensorMap tk = make_map(p.k, p.n_kv, p.n_kv_head, "k");
-  const CUtensorMap tv = make_map(p.v, p.n_kv, p.n_kv_head, "v");
+  const CUtensorMap tq = make_map(p.q, p.n_q, p.n_head, kBQ, "sparse_attention: q");
+  const CUtensorMap tk = make_map(p.k, p.n_kv, p.n_kv_head, kBK, "sparse_attention: k");
+  const CUtensorMap tv = make_map(p.v, p.n_kv, p.n_kv_head, kBK, "sparse_attention: v");
   const dim3 grid((p.n_head + 1) / 2, unsigned(p.index.n_qblk));
   LC_REQUIRE(p.index.n_qblk <= 65535, "sparse_attention: %lld query blocks exceed the grid limit 65535",
              (long long)p.index.n_qblk);
