@@ -43,7 +43,6 @@ using namespace sm90;
 using bf16 = __nv_bfloat16;
 
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 
 constexpr int kD = 128;              // head dim handled here
 constexpr int kBlockM = 128;         // queries per CTA: 2 consumer warpgroups x 64 rows
@@ -356,29 +355,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   // Epilogue: normalise and store straight from the accumulator layout (4-byte stores).
-  float inv_l[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float l = l_r[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    l_r[r] = l;
-    inv_l[r] = l > 0.f ? 1.f / l : 0.f;
-  }
-  const int64_t ldo = int64_t(a.n_head) * kD;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int64_t qi = row0 + 8 * r;
-    if (qi < a.n_q) {
-      bf16* orow = a.o + qi * ldo + int64_t(h) * kD + 2 * tq;
-#pragma unroll
-      for (int j = 0; j < 16; ++j)
-        *reinterpret_cast<uint32_t*>(orow + 8 * j) =
-            mma::pack_bf16(o[4 * j + 2 * r] * inv_l[r], o[4 * j + 2 * r + 1] * inv_l[r]);
-      if (a.lse && tq == 0) a.lse[int64_t(h) * a.n_q + qi] =
-            l_r[r] > 0.f ? m_r[r] * a.scale_log2 * kLn2 + logf(l_r[r]) : -INFINITY;
-    }
-  }
+  store_o_lse(o, l_r, m_r, row0, tq, h, a.n_q, a.n_head, a.scale_log2, a.o, a.lse);
   }  // consumers
 }
 

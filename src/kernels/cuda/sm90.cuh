@@ -8,12 +8,14 @@
 // (sm_90a): include it from .cu files compiled for that target.
 #pragma once
 #include <cuda.h>
+#include <cuda_bf16.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/mma.cuh"
 
 namespace longctx::cuda::sm90 {
 
@@ -107,6 +109,41 @@ __device__ __forceinline__ void wgmma_rs_tb(float (&d)[64], const uint32_t (&a)[
         "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
         "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+
+// ---- epilogue ----------------------------------------------------------------------------------
+// One consumer warpgroup's 64 rows: the row sums l_r are reduced over the quad, O / l is stored as
+// bf16 straight from the accumulator layout (4-byte stores; thread holds rows row0 and row0 + 8,
+// columns 8j + 2tq, +1) into out [n_q, n_head, 128] at head h, and the natural-log LSE
+// (m in raw-score units, scale_log2 = scale * log2(e)) into lse [n_head, n_q] if given.
+// Rows with no attended key (l = 0) get O = 0 and LSE = -inf.
+__device__ __forceinline__ void store_o_lse(const float (&o)[64], float (&l_r)[2], const float (&m_r)[2], int64_t row0,
+                                            int tq, int h, int64_t n_q, int n_head, float scale_log2,
+                                            __nv_bfloat16* out, float* lse) {
+  constexpr float kLn2f = 0.6931471805599453f;
+  float inv_l[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = l_r[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    l_r[r] = l;
+    inv_l[r] = l > 0.f ? 1.f / l : 0.f;
+  }
+  const int64_t ldo = int64_t(n_head) * 128;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t qi = row0 + 8 * r;
+    if (qi < n_q) {
+      __nv_bfloat16* orow = out + qi * ldo + int64_t(h) * 128 + 2 * tq;
+#pragma unroll
+      for (int j = 0; j < 16; ++j)
+        *reinterpret_cast<uint32_t*>(orow + 8 * j) =
+            mma::pack_bf16(o[4 * j + 2 * r] * inv_l[r], o[4 * j + 2 * r + 1] * inv_l[r]);
+      if (lse && tq == 0)
+        lse[int64_t(h) * n_q + qi] = l_r[r] > 0.f ? m_r[r] * scale_log2 * kLn2f + logf(l_r[r]) : -INFINITY;
+    }
+  }
 }
 
 // ---- host: tensor maps through the driver entry point (no libcuda link needed) ---------------
