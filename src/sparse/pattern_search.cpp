@@ -9,6 +9,7 @@
 #include "kernels/ref/attention.h"
 #include "sparse/a_shape_index.h"
 #include "sparse/block_sparse_index.h"
+#include "sparse/minference_index.h"
 #include "sparse/sparse_attention.h"
 #include "sparse/sparse_index.h"
 #include "sparse/vs_convert.h"
@@ -46,29 +47,25 @@ int64_t scale_budget(int64_t v, double r) { return v == 0 ? 0 : std::max<int64_t
 
 }  // namespace
 
-std::vector<HeadSearchResult> search_layer(const AttnParams& p_in, const SearchOptions& opt, ThreadPool& pool) {
-  if (!p_in.causal || p_in.q_pos0 != 0 || p_in.n_q != p_in.n_kv)
-    fail("search_patterns: a layer capture must be a causal prefill from position 0 (n_q {} n_kv {} q_pos0 {})",
-         p_in.n_q, p_in.n_kv, p_in.q_pos0);
-  if (opt.candidates.empty()) fail("search_patterns: no candidate patterns");
-  if (opt.reference_len <= 0) fail("search_patterns: reference_len must be positive");
-  const int64_t S = p_in.n_q;
-  const int H = p_in.n_head, d = p_in.head_dim;
-  const int64_t ldo = int64_t(H) * d;
+namespace {
 
-  // 1. Dense outputs of every head.
-  std::vector<float> y(size_t(S * ldo)), yc(size_t(S * ldo));
-  AttnParams p = p_in;
-  p.o = y.data();
-  p.lse = nullptr;
-  attention_dense_ref(p, pool);
-  std::vector<double> norm2(static_cast<size_t>(H), 0.0);
-  for (int64_t i = 0; i < S; ++i)
-    for (int h = 0; h < H; ++h)
-      for (int t = 0; t < d; ++t) norm2[size_t(h)] += double(y[size_t(i * ldo + h * d + t)]) * y[size_t(i * ldo + h * d + t)];
+void check_layer(const AttnParams& p) {
+  if (!p.causal || p.q_pos0 != 0 || p.n_q != p.n_kv)
+    fail("search_patterns: a layer capture must be a causal prefill from position 0 (n_q {} n_kv {} q_pos0 {})",
+         p.n_q, p.n_kv, p.q_pos0);
+}
+
+}  // namespace
+
+std::vector<std::vector<HeadPattern>> plan_layer(const AttnParams& p, const SearchOptions& opt, ThreadPool& pool) {
+  check_layer(p);
+  if (opt.candidates.empty()) fail("search_patterns: no candidate patterns");
+  if (opt.reference_len < 0) fail("search_patterns: reference_len must be >= 0 (0 = no scaling)");
+  const int64_t S = p.n_q;
+  const int H = p.n_head;
 
   // 2. Candidates scaled to the sample; the FLOPs target is the (first) A-shape candidate's work.
-  const double r = std::min(1.0, double(S) / double(opt.reference_len));
+  const double r = opt.reference_len == 0 ? 1.0 : std::min(1.0, double(S) / double(opt.reference_len));
   std::vector<SearchCandidate> cands = opt.candidates;
   for (auto& c : cands) c.vertical = scale_budget(c.vertical, r), c.slash = scale_budget(c.slash, r);
   AShapeParams target_shape{scale_budget(kAShapeDefaultSink, r), scale_budget(kAShapeDefaultWindow, r)};
@@ -80,66 +77,84 @@ std::vector<HeadSearchResult> search_layer(const AttnParams& p_in, const SearchO
   HeadIndex target_index;
   build_a_shape_index(target_shape, S, 0, S, target_index);
   const int64_t target = head_kernel_pairs(target_index, S, 0, S);
-  const double dense_work = double(dense_causal_pairs(S, 0, 1));
 
   // VS scores of every head, estimated once and shared by the VS candidates.
   const bool any_vs = std::any_of(cands.begin(), cands.end(), [](auto& c) { return c.kind == PatternKind::VerticalSlash; });
+  const bool any_bs = std::any_of(cands.begin(), cands.end(), [](auto& c) { return c.kind == PatternKind::BlockSparse; });
   std::vector<VsScores> vs(static_cast<size_t>(H));
   std::vector<std::vector<float>> pooled_k(static_cast<size_t>(p.n_kv_head));
-  pool.parallel_for(H, [&](int64_t h0, int64_t h1) {
-    for (int64_t h = h0; h < h1; ++h)
-      if (any_vs) estimate_vs_scores(p, int(h), vs[size_t(h)]);
-  });
-  pool.parallel_for(p.n_kv_head, [&](int64_t k0, int64_t k1) {
-    for (int64_t hk = k0; hk < k1; ++hk) pool_keys(p, int(hk), pooled_k[size_t(hk)]);
-  });
+  if (opt.match_flops && any_vs)
+    pool.parallel_for(H, [&](int64_t h0, int64_t h1) {
+      for (int64_t h = h0; h < h1; ++h) estimate_vs_scores(p, int(h), vs[size_t(h)]);
+    });
+  if (opt.match_flops && any_bs)
+    pool.parallel_for(p.n_kv_head, [&](int64_t k0, int64_t k1) {
+      for (int64_t hk = k0; hk < k1; ++hk) pool_keys(p, int(hk), pooled_k[size_t(hk)]);
+    });
   const int group = H / p.n_kv_head;
 
-  std::vector<HeadSearchResult> res(static_cast<size_t>(H));
-  for (const auto& c : cands) {
-    // 3. Per head: FLOPs-matched budgets and the index.
+  // 3. Per head: FLOPs-matched budgets.
+  std::vector<std::vector<HeadPattern>> plans(static_cast<size_t>(H));
+  pool.parallel_for(H, [&](int64_t h0, int64_t h1) {
+    for (int64_t h = h0; h < h1; ++h) {
+      auto& hp = plans[size_t(h)];
+      for (const auto& c : cands) {
+        HeadPattern pat{c.kind, c.vertical, c.slash, 0};
+        if (opt.match_flops && c.kind == PatternKind::VerticalSlash) {
+          VsLines lines;
+          pat.slash = match_budget(kMinSlash, S, target, [&](int64_t k_s) {
+            HeadIndex hi;
+            select_vs_lines(vs[size_t(h)], pat.vertical, k_s, lines);
+            convert_vs_index(lines, S, 0, S, hi);
+            return head_kernel_pairs(hi, S, 0, S);
+          });
+        } else if (opt.match_flops && c.kind == PatternKind::BlockSparse) {
+          const auto& pk = pooled_k[size_t(h / group)];
+          pat.vertical = match_budget(1, (S + kSparseBlockQ - 1) / kSparseBlockQ, target, [&](int64_t k_b) {
+            HeadIndex hi;
+            build_block_sparse_index(p, int(h), k_b, pk, hi);
+            return head_kernel_pairs(hi, S, 0, S);
+          });
+        }
+        hp.push_back(pat);
+      }
+    }
+  });
+  return plans;
+}
+
+std::vector<std::vector<CandidateResult>> score_layer(const AttnParams& p_in,
+                                                      const std::vector<std::vector<HeadPattern>>& plans,
+                                                      ThreadPool& pool) {
+  check_layer(p_in);
+  const int64_t S = p_in.n_q;
+  const int H = p_in.n_head, d = p_in.head_dim;
+  const int64_t ldo = int64_t(H) * d;
+  if (int64_t(plans.size()) != H) fail("search_patterns: {} head plans for a layer with {} heads", plans.size(), H);
+  const size_t n_cand = plans[0].size();
+  for (const auto& hp : plans)
+    if (hp.size() != n_cand) fail("search_patterns: every head needs the same number of candidates");
+
+  // 1. Dense outputs of every head.
+  std::vector<float> y(size_t(S * ldo)), yc(size_t(S * ldo));
+  AttnParams p = p_in;
+  p.o = y.data();
+  p.lse = nullptr;
+  attention_dense_ref(p, pool);
+  std::vector<double> norm2(static_cast<size_t>(H), 0.0);
+  for (int64_t i = 0; i < S; ++i)
+    for (int h = 0; h < H; ++h)
+      for (int t = 0; t < d; ++t) norm2[size_t(h)] += double(y[size_t(i * ldo + h * d + t)]) * y[size_t(i * ldo + h * d + t)];
+  const double dense_work = double(dense_causal_pairs(S, 0, 1));
+
+  std::vector<std::vector<CandidateResult>> res(static_cast<size_t>(H));
+  for (size_t c = 0; c < n_cand; ++c) {
+    // The engine's own builder for each head's candidate c.
     SparseIndex idx;
     idx.n_q = S;
     idx.heads.resize(size_t(H));
-    std::vector<HeadPattern> hp(size_t(H), HeadPattern{c.kind, c.vertical, c.slash, 0});
     pool.parallel_for(H, [&](int64_t h0, int64_t h1) {
-      for (int64_t h = h0; h < h1; ++h) {
-        HeadIndex& out = idx.heads[size_t(h)];
-        HeadPattern& pat = hp[size_t(h)];
-        switch (c.kind) {
-          case PatternKind::AShape:
-            build_a_shape_index({pat.vertical, pat.slash}, S, 0, S, out);
-            break;
-          case PatternKind::VerticalSlash: {
-            VsLines lines;
-            auto build = [&](int64_t k_s, HeadIndex& hi) {
-              select_vs_lines(vs[size_t(h)], pat.vertical, k_s, lines);
-              convert_vs_index(lines, S, 0, S, hi);
-            };
-            if (opt.match_flops) {
-              pat.slash = match_budget(kMinSlash, S, target, [&](int64_t k_s) {
-                HeadIndex hi;
-                build(k_s, hi);
-                return head_kernel_pairs(hi, S, 0, S);
-              });
-            }
-            build(pat.slash, out);
-            break;
-          }
-          case PatternKind::BlockSparse: {
-            const auto& pk = pooled_k[size_t(h / group)];
-            if (opt.match_flops) {
-              pat.vertical = match_budget(1, (S + kSparseBlockQ - 1) / kSparseBlockQ, target, [&](int64_t k_b) {
-                HeadIndex hi;
-                build_block_sparse_index(p, int(h), k_b, pk, hi);
-                return head_kernel_pairs(hi, S, 0, S);
-              });
-            }
-            build_block_sparse_index(p, int(h), pat.vertical, pk, out);
-            break;
-          }
-        }
-      }
+      for (int64_t h = h0; h < h1; ++h) build_head_index(p, int(h), plans[size_t(h)][c], idx.heads[size_t(h)]);
     });
     // 4. Sparse outputs and per-head errors.
     AttnParams ps = p;
@@ -152,19 +167,49 @@ std::vector<HeadSearchResult> search_layer(const AttnParams& p_in, const SearchO
           const double diff = double(yc[size_t(i * ldo + h * d + t)]) - y[size_t(i * ldo + h * d + t)];
           e2 += diff * diff;
         }
-      HeadPattern pat = hp[size_t(h)];
-      pat.score = norm2[size_t(h)] > 0 ? std::sqrt(e2 / norm2[size_t(h)]) : std::sqrt(e2);
-      const double work = double(head_kernel_pairs(idx.heads[size_t(h)], S, 0, S)) / dense_work;
-      auto& rh = res[size_t(h)];
-      if (rh.candidates.empty() || pat.score < rh.best.score) rh.best = pat;
-      rh.candidates.push_back({pat, work});
+      CandidateResult cr;
+      cr.pattern = plans[size_t(h)][c];
+      cr.pattern.score = norm2[size_t(h)] > 0 ? std::sqrt(e2 / norm2[size_t(h)]) : std::sqrt(e2);
+      cr.work = double(head_kernel_pairs(idx.heads[size_t(h)], S, 0, S)) / dense_work;
+      cr.sample_errors = {cr.pattern.score};
+      res[size_t(h)].push_back(std::move(cr));
     }
   }
   return res;
 }
 
+HeadSearchResult choose_best(std::vector<CandidateResult> candidates, const SearchOptions& opt, int64_t dense_window) {
+  if (candidates.empty()) fail("search_patterns: no candidate patterns");
+  HeadSearchResult r;
+  r.candidates = std::move(candidates);
+  r.best = r.candidates[0].pattern;
+  for (const auto& c : r.candidates)
+    if (c.pattern.score < r.best.score) r.best = c.pattern;
+  r.best_sparse_error = r.best.score;
+  if (opt.dense_above > 0 && r.best.score > opt.dense_above) {
+    // Dense, in the published format: A-shape whose window covers every key of the context.
+    int64_t sink = kAShapeDefaultSink;
+    for (const auto& c : r.candidates)
+      if (c.pattern.kind == PatternKind::AShape) {
+        sink = c.pattern.vertical;
+        break;
+      }
+    r.best = HeadPattern{PatternKind::AShape, std::min(sink, dense_window), dense_window, 0.0};
+    r.dense_fallback = true;
+  }
+  return r;
+}
+
+std::vector<HeadSearchResult> search_layer(const AttnParams& p, const SearchOptions& opt, ThreadPool& pool) {
+  auto scores = score_layer(p, plan_layer(p, opt, pool), pool);
+  const int64_t window = opt.dense_window > 0 ? opt.dense_window : p.n_kv;
+  std::vector<HeadSearchResult> res;
+  for (auto& s : scores) res.push_back(choose_best(std::move(s), opt, window));
+  return res;
+}
+
 nlohmann::json SearchReport::to_json() const {
-  nlohmann::json j = {{"n_tokens", n_tokens}, {"layers", nlohmann::json::array()}};
+  nlohmann::json j = {{"n_tokens", n_tokens}, {"sample_tokens", sample_tokens}, {"layers", nlohmann::json::array()}};
   for (const auto& layer : layers) {
     nlohmann::json jl = nlohmann::json::array();
     for (const auto& h : layer) {
@@ -174,54 +219,100 @@ nlohmann::json SearchReport::to_json() const {
                       {"vertical", c.pattern.vertical},
                       {"slash", c.pattern.slash},
                       {"rel_l2_error", c.pattern.score},
+                      {"rel_l2_error_per_sample", c.sample_errors},
                       {"work_vs_dense", c.work}});
-      jl.push_back({{"best", pattern_name(h.best.kind)}, {"rel_l2_error", h.best.score}, {"candidates", jc}});
+      jl.push_back({{"best", pattern_name(h.best.kind)},
+                    {"vertical", h.best.vertical},
+                    {"slash", h.best.slash},
+                    {"rel_l2_error", h.best.score},
+                    {"best_sparse_error", h.best_sparse_error},
+                    {"dense_fallback", h.dense_fallback},
+                    {"candidates", jc}});
     }
     j["layers"].push_back(jl);
   }
   return j;
 }
 
-nlohmann::json search_patterns(Engine& engine, std::span<const int32_t> sample_tokens, const SearchOptions& opt,
-                               ProgressFn progress, SearchReport* report) {
+nlohmann::json search_patterns(Engine& engine, std::span<const std::vector<int32_t>> samples,
+                               const SearchOptions& opt, ProgressFn progress, SearchReport* report) {
   const ModelConfig& cfg = engine.config();
-  int64_t n = int64_t(sample_tokens.size());
-  if (opt.max_tokens > 0) n = std::min(n, opt.max_tokens);
-  n = std::min(n, engine.max_context());
-  if (n < kSparseBlockQ)
-    fail("search-patterns: the sample has {} tokens; give at least {} (ideally ~30K, the paper's sample)", n,
-         kSparseBlockQ);
-  MInferenceConfig out;
-  out.layers.resize(size_t(cfg.n_layer));
-  if (report) {
-    report->n_tokens = n;
-    report->layers.assign(size_t(cfg.n_layer), {});
+  if (samples.empty()) fail("search-patterns: no sample given");
+  std::vector<int64_t> used;
+  for (const auto& s : samples) {
+    int64_t n = int64_t(s.size());
+    if (opt.max_tokens > 0) n = std::min(n, opt.max_tokens);
+    n = std::min(n, engine.max_context());
+    if (n < kSparseBlockQ)
+      fail("search-patterns: a sample has {} tokens; give at least {} (ideally ~30K, the paper's sample)", n,
+           kSparseBlockQ);
+    used.push_back(n);
   }
+  const size_t L = size_t(cfg.n_layer);
+  std::vector<std::vector<std::vector<HeadPattern>>> plans(L);        // [layer][head][cand], first sample
+  std::vector<std::vector<std::vector<CandidateResult>>> scored(L);   // [layer][head][cand], errors summed
   const auto t0 = std::chrono::steady_clock::now();
   int64_t done = 0;
-  engine.capture_attention(sample_tokens.first(size_t(n)), [&](const AttnCapture& c) {
-    if (c.layer < 0 || c.layer >= cfg.n_layer) fail("search-patterns: capture of unknown layer {}", c.layer);
-    AttnParams p;
-    p.q = c.q, p.k = c.k, p.v = c.v;
-    p.n_q = p.n_kv = c.n_tokens;
-    p.n_head = c.n_head, p.n_kv_head = c.n_kv_head, p.head_dim = c.head_dim;
-    p.q_pos0 = 0;
-    p.scale = 1.f / std::sqrt(float(c.head_dim));
-    p.causal = true;
-    p.layer = c.layer;
-    auto res = search_layer(p, opt, global_pool());
-    auto& heads = out.layers[size_t(c.layer)];
-    heads.clear();
-    for (const auto& r : res) heads.push_back(r.best);
-    if (report) report->layers[size_t(c.layer)] = std::move(res);
-    ++done;
-    if (progress)
-      progress({done, cfg.n_layer, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
-  });
-  for (int l = 0; l < cfg.n_layer; ++l)
-    if (int(out.layers[size_t(l)].size()) != cfg.n_head)
-      fail("search-patterns: the model reported no attention capture for layer {}", l);
+  const int64_t total = cfg.n_layer * int64_t(samples.size());
+  for (size_t si = 0; si < samples.size(); ++si) {
+    std::vector<bool> seen(L, false);
+    engine.capture_attention(std::span<const int32_t>(samples[si]).first(size_t(used[si])), [&](const AttnCapture& c) {
+      if (c.layer < 0 || c.layer >= cfg.n_layer) fail("search-patterns: capture of unknown layer {}", c.layer);
+      AttnParams p;
+      p.q = c.q, p.k = c.k, p.v = c.v;
+      p.n_q = p.n_kv = c.n_tokens;
+      p.n_head = c.n_head, p.n_kv_head = c.n_kv_head, p.head_dim = c.head_dim;
+      p.q_pos0 = 0;
+      p.scale = 1.f / std::sqrt(float(c.head_dim));
+      p.causal = true;
+      p.layer = c.layer;
+      const size_t l = size_t(c.layer);
+      seen[l] = true;
+      if (si == 0) plans[l] = plan_layer(p, opt, global_pool());
+      auto res = score_layer(p, plans[l], global_pool());
+      if (si == 0) {
+        scored[l] = std::move(res);
+      } else {
+        for (size_t h = 0; h < res.size(); ++h)
+          for (size_t k = 0; k < res[h].size(); ++k) {
+            auto& acc = scored[l][h][k];
+            acc.pattern.score += res[h][k].pattern.score;
+            acc.sample_errors.push_back(res[h][k].pattern.score);
+          }
+      }
+      ++done;
+      if (progress)
+        progress({done, total, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
+    });
+    for (size_t l = 0; l < L; ++l)
+      if (!seen[l]) fail("search-patterns: the model reported no attention capture for layer {}", l);
+  }
+
+  const int64_t window = opt.dense_window > 0 ? opt.dense_window : engine.max_context();
+  MInferenceConfig out;
+  out.layers.resize(L);
+  if (report) {
+    report->n_tokens = used[0];
+    report->sample_tokens = used;
+    report->layers.assign(L, {});
+  }
+  for (size_t l = 0; l < L; ++l) {
+    for (auto& head : scored[l]) {
+      for (auto& c : head) c.pattern.score /= double(samples.size());
+      auto best = choose_best(std::move(head), opt, window);
+      out.layers[l].push_back(best.best);
+      if (report) report->layers[l].push_back(std::move(best));
+    }
+    if (int(out.layers[l].size()) != cfg.n_head)
+      fail("search-patterns: layer {} has {} heads, the model {}", l, out.layers[l].size(), cfg.n_head);
+  }
   return out.to_json();
+}
+
+nlohmann::json search_patterns(Engine& engine, std::span<const int32_t> sample_tokens, const SearchOptions& opt,
+                               ProgressFn progress, SearchReport* report) {
+  const std::vector<std::vector<int32_t>> one{std::vector<int32_t>(sample_tokens.begin(), sample_tokens.end())};
+  return search_patterns(engine, std::span<const std::vector<int32_t>>(one), opt, std::move(progress), report);
 }
 
 }  // namespace longctx

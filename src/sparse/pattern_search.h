@@ -1,7 +1,7 @@
 // pattern_search.h: MInference offline kernel-aware pattern search (paper Algorithm 1).
 //
-// What: runs the model densely on one sample prompt (Engine::capture_attention) and, for every
-// (layer, query head), evaluates candidate sparse patterns of roughly equal kernel FLOPs and
+// What: runs the model densely on one or more sample prompts (Engine::capture_attention) and, for
+// every (layer, query head), evaluates candidate sparse patterns of roughly equal kernel FLOPs and
 // keeps the one whose attention output is closest to dense. Returns a config in the published
 // MInference format (minference_config.h), with our error as the 4th ("score") field.
 // Why: each head's pattern type is stable across inputs (paper Fig. 4a), so it is chosen once
@@ -11,7 +11,9 @@
 //   2. candidates: the Table 4 search space, budgets scaled to the sample: every budget is
 //      multiplied by r = min(1, S / reference_len) with reference_len = 30720, the paper's 30K
 //      sample, so the candidates keep the sparsity they have at 30K on a shorter sample (at
-//      S >= 30K they are used as printed). VS floors (k_v >= 30, k_s >= 50) still apply;
+//      S >= 30K they are used as printed). reference_len = 0 uses Table 4 as printed at every
+//      length (what the paper's configs amount to on shorter prompts: one config, absolute
+//      budgets). VS floors (k_v >= 30, k_s >= 50) still apply;
 //   3. kernel-aware FLOPs matching (the paper's ChangeSpace loop, solved by bisection instead
 //      of steps of 50): the target t is the kernel work of the A-shape candidate (scaled
 //      1024 sinks + 4096 window); each VS candidate keeps its k_v and gets the k_s whose work
@@ -19,9 +21,15 @@
 //      to t; each block-sparse candidate gets the k_b closest to t. VS work depends on the data
 //      (how slashes merge), so it is measured on the sample's real index;
 //   4. error of a candidate = relative L2 error ||y_c - y|| / ||y|| of the head's output over all
-//      rows (the paper compares outputs; the norm is not stated). Lowest error wins; ties go to
-//      the earlier candidate.
-// The budgets written are the ones evaluated (scaled and matched) at the sample length.
+//      rows (the paper compares outputs; the norm is not stated). Each candidate's index is
+//      built by the engine's own builder (minference_index.h: build_head_index). Lowest error
+//      wins; ties go to the earlier candidate.
+// Several samples: the first sample fixes every candidate's budgets (steps 2-3, scaled by the
+// first sample's length); every sample scores them (step 4); a head's error is the mean over
+// the samples. Optional fallback: a head whose best mean error is above dense_above is written
+// dense, as a `stream_llm` head whose window covers the model's context (dense_window), a form
+// the reference loads and runs unchanged.
+// The budgets written are the ones evaluated (scaled and matched) at the first sample's length.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -51,35 +59,65 @@ std::vector<SearchCandidate> table4_candidates();
 
 struct SearchOptions {
   std::vector<SearchCandidate> candidates = table4_candidates();
-  int64_t reference_len = kSearchReferenceLen;  // candidates are scaled by min(1, S / reference_len)
-  bool match_flops = true;                      // equalise kernel FLOPs to the A-shape target
-  int64_t max_tokens = 0;                       // use at most this many sample tokens (0 = all)
+  // Candidates are scaled by min(1, S / reference_len); 0 = no scaling (Table 4 as printed).
+  int64_t reference_len = kSearchReferenceLen;
+  bool match_flops = true;  // equalise kernel FLOPs to the A-shape target
+  int64_t max_tokens = 0;   // use at most this many tokens of each sample (0 = all)
+  // Heads whose best (mean) error is above this are written dense (0 = never).
+  double dense_above = 0;
+  // Window of a dense head's stream_llm pattern; 0 = the engine's context (search_patterns) or
+  // the sample length (search_layer).
+  int64_t dense_window = 0;
 };
 
 // Every candidate's result for one head, for reports.
 struct CandidateResult {
-  HeadPattern pattern;  // evaluated budgets; score = relative L2 error
-  double work = 0;      // kernel work / dense causal work (fraction of dense FLOPs)
+  HeadPattern pattern;                 // evaluated budgets; score = relative L2 error (mean over samples)
+  double work = 0;                     // kernel work / dense causal work on the first sample
+  std::vector<double> sample_errors;   // relative L2 error on each sample
 };
 
 struct HeadSearchResult {
-  HeadPattern best;                       // score = its relative L2 error
+  HeadPattern best;                        // score = its relative L2 error (0 for a dense fallback)
+  bool dense_fallback = false;             // best sparse error was above dense_above: written dense
+  double best_sparse_error = 0;            // the lowest candidate error (also when dense_fallback)
   std::vector<CandidateResult> candidates;
 };
 
-// Searches one layer: p holds Q/K/V of the whole sample (n_q = n_kv = S, q_pos0 = 0, causal);
-// p.o / p.lse are ignored. Returns one result per query head.
+// Step 2-3 for one layer: each head's candidates with scaled, FLOPs-matched budgets
+// ([head][candidate], in opt.candidates order). p: Q/K/V of the whole sample (n_q = n_kv = S,
+// q_pos0 = 0, causal); p.o / p.lse are ignored.
+std::vector<std::vector<HeadPattern>> plan_layer(const AttnParams& p, const SearchOptions& opt, ThreadPool& pool);
+
+// Step 4: the relative L2 error and work of every head's given candidates on this layer's
+// sample ([head][candidate]; pattern.score = the error, sample_errors = {error}).
+std::vector<std::vector<CandidateResult>> score_layer(const AttnParams& p,
+                                                      const std::vector<std::vector<HeadPattern>>& plans,
+                                                      ThreadPool& pool);
+
+// Picks each head's best candidate (lowest pattern.score, ties to the earlier) and applies the
+// dense fallback (opt.dense_above) with a stream_llm window of dense_window.
+HeadSearchResult choose_best(std::vector<CandidateResult> candidates, const SearchOptions& opt,
+                             int64_t dense_window);
+
+// Searches one layer on one sample: plan_layer + score_layer + choose_best. Returns one result
+// per query head.
 std::vector<HeadSearchResult> search_layer(const AttnParams& p, const SearchOptions& opt, ThreadPool& pool);
 
 struct SearchReport {
-  int64_t n_tokens = 0;
+  int64_t n_tokens = 0;                 // tokens of the first sample (the budgets' length)
+  std::vector<int64_t> sample_tokens;   // tokens used of every sample
   std::vector<std::vector<HeadSearchResult>> layers;  // [layer][head]
-  nlohmann::json to_json() const;                     // every candidate's budgets, error and work
+  nlohmann::json to_json() const;                     // every candidate's budgets, errors and work
 };
 
-// Algorithm 1 over a model: one capture_attention pass, one search_layer per layer. progress
-// gets (layers done, n_layer, elapsed seconds) after every layer. report, if given, receives
-// every candidate's numbers.
+// Algorithm 1 over a model: one capture_attention pass per sample; per layer, plan_layer on the
+// first sample, score_layer on every sample, mean errors, choose_best. progress gets (layers
+// done, n_layer x n_samples, elapsed seconds) after every layer of every sample. report, if
+// given, receives every candidate's numbers.
+nlohmann::json search_patterns(Engine& engine, std::span<const std::vector<int32_t>> samples,
+                               const SearchOptions& opt, ProgressFn progress, SearchReport* report = nullptr);
+// One sample.
 nlohmann::json search_patterns(Engine& engine, std::span<const int32_t> sample_tokens, const SearchOptions& opt,
                                ProgressFn progress, SearchReport* report = nullptr);
 

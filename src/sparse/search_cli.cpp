@@ -3,11 +3,14 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+
 #include <cstdio>
 #include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "longctx/engine.h"
 #include "sparse/pattern_search.h"
@@ -18,19 +21,30 @@ namespace longctx {
 namespace {
 
 struct SearchArgs {
-  std::string model, sample, output, report;
+  std::vector<std::string> samples;
+  std::string model, output, report;
   int threads = 0;
   int64_t max_tokens = 0;
+  int64_t reference_len = kSearchReferenceLen;
+  double dense_above = 0;
   bool no_match_flops = false;
 };
 
-void run_search(const SearchArgs& a) {
-  std::ifstream in(a.sample, std::ios::binary);
-  if (!in) fail("search-patterns: cannot open sample file '{}'", a.sample);
+std::string read_sample(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("search-patterns: cannot open sample file '{}'", path);
   std::stringstream ss;
   ss << in.rdbuf();
-  const std::string text = ss.str();
-  if (text.empty()) fail("search-patterns: sample file '{}' is empty", a.sample);
+  std::string text = ss.str();
+  if (text.empty()) fail("search-patterns: sample file '{}' is empty", path);
+  return text;
+}
+
+void run_search(const SearchArgs& a) {
+  std::vector<std::string> texts;
+  for (const auto& s : a.samples) texts.push_back(read_sample(s));
+  if (a.reference_len < 0) fail("search-patterns: --reference-len must be >= 0 (0 = Table 4 as printed)");
+  if (a.dense_above < 0) fail("search-patterns: --dense-above must be >= 0 (0 = never)");
 
   LoadOptions lo;
   lo.model_path = a.model;
@@ -38,22 +52,31 @@ void run_search(const SearchArgs& a) {
   lo.attn = "dense";
   auto engine = Engine::load(lo);
   const auto& tok = engine->tokenizer();
-  std::vector<int32_t> ids = tok.encode(text, tok.adds_bos(), false);
-  if (int64_t(ids.size()) > engine->max_context()) {
-    std::fprintf(stderr, "search-patterns: the sample has %zu tokens; using the first %lld (the model's context)\n",
-                 ids.size(), (long long)engine->max_context());
+  std::vector<std::vector<int32_t>> samples;
+  std::string lengths;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    std::vector<int32_t> ids = tok.encode(texts[i], tok.adds_bos(), false);
+    if (int64_t(ids.size()) > engine->max_context()) {
+      std::fprintf(stderr, "search-patterns: %s has %zu tokens; using the first %lld (the model's context)\n",
+                   a.samples[i].c_str(), ids.size(), (long long)engine->max_context());
+    }
+    const int64_t n_used = std::min<int64_t>({int64_t(ids.size()), engine->max_context(),
+                                              a.max_tokens > 0 ? a.max_tokens : int64_t(ids.size())});
+    lengths += (i ? ", " : "") + std::to_string(n_used);
+    samples.push_back(std::move(ids));
   }
   SearchOptions opt;
   opt.max_tokens = a.max_tokens;
   opt.match_flops = !a.no_match_flops;
-  const int64_t n_used = std::min<int64_t>({int64_t(ids.size()), engine->max_context(),
-                                            a.max_tokens > 0 ? a.max_tokens : int64_t(ids.size())});
-  std::fprintf(stderr, "search-patterns: %s, %d layers x %d heads, sample %lld tokens\n",
-               engine->config().name.c_str(), engine->config().n_layer, engine->config().n_head, (long long)n_used);
+  opt.reference_len = a.reference_len;
+  opt.dense_above = a.dense_above;
+  std::fprintf(stderr, "search-patterns: %s, %d layers x %d heads, %zu sample(s) of %s tokens\n",
+               engine->config().name.c_str(), engine->config().n_layer, engine->config().n_head, samples.size(),
+               lengths.c_str());
   SearchReport report;
-  const auto j = search_patterns(*engine, ids, opt, [](const Progress& p) {
+  const auto j = search_patterns(*engine, std::span<const std::vector<int32_t>>(samples), opt, [](const Progress& p) {
     const double eta = p.done > 0 ? p.elapsed_s / double(p.done) * double(p.total - p.done) : 0;
-    std::fprintf(stderr, "search-patterns: layer %lld/%lld, elapsed %.1fs, ETA %.1fs\n", (long long)p.done,
+      std::fprintf(stderr, "search-patterns: layer %lld/%lld, elapsed %.1fs, ETA %.1fs\n", (long long)p.done,
                  (long long)p.total, p.elapsed_s, eta);
   }, &report);
 
@@ -66,12 +89,13 @@ void run_search(const SearchArgs& a) {
     rep << report.to_json().dump(1) << "\n";
   }
   // Summary: how many heads got each pattern.
-  int counts[3] = {0, 0, 0};
+  int counts[3] = {0, 0, 0}, dense = 0;
   for (const auto& layer : report.layers)
-    for (const auto& h : layer) ++counts[int(h.best.kind)];
-  std::fprintf(stderr, "search-patterns: wrote %s (vertical_and_slash %d, block_sparse %d, stream_llm %d heads)\n",
+    for (const auto& h : layer) h.dense_fallback ? ++dense : ++counts[int(h.best.kind)];
+  std::fprintf(stderr,
+               "search-patterns: wrote %s (vertical_and_slash %d, block_sparse %d, stream_llm %d, dense %d heads)\n",
                a.output.c_str(), counts[int(PatternKind::VerticalSlash)], counts[int(PatternKind::BlockSparse)],
-               counts[int(PatternKind::AShape)]);
+               counts[int(PatternKind::AShape)], dense);
 }
 
 }  // namespace
@@ -81,12 +105,20 @@ void register_search_patterns_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "search-patterns", "MInference offline search: pick each head's sparse pattern on a sample prompt");
   cmd->add_option("-m,--model", args->model, "model file (.gguf) or HF directory (default: the default model)");
-  cmd->add_option("--sample", args->sample, "sample prompt text file (the paper uses one ~30K-token KV-retrieval prompt)")
+  cmd->add_option("--sample", args->samples,
+                  "sample prompt text file (the paper uses one ~30K-token KV-retrieval prompt); repeat for several "
+                  "samples: the first fixes the budgets, the errors are averaged over all")
       ->required();
   cmd->add_option("-o,--output", args->output, "config to write (published MInference JSON format)")->required();
   cmd->add_option("--threads", args->threads, "CPU threads (0 = all cores)");
   cmd->add_option("--max-tokens", args->max_tokens, "use at most this many sample tokens (0 = all)");
   cmd->add_option("--report", args->report, "also write every head's candidate errors and FLOPs to this JSON file");
+  cmd->add_option("--reference-len", args->reference_len,
+                  "scale Table 4's budgets by min(1, S / N) for a sample of S tokens (default 30720, the paper's "
+                  "sample; 0 = Table 4 as printed)");
+  cmd->add_option("--dense-above", args->dense_above,
+                  "write heads whose best mean relative error is above this dense (stream_llm with a window of the "
+                  "model's context; default 0 = never)");
   cmd->add_flag("--no-match-flops", args->no_match_flops, "use the candidate budgets as given (no FLOPs matching)");
   cmd->callback([args] { run_search(*args); });
 }

@@ -1,8 +1,8 @@
 // search_cli.h: the `longctx search-patterns` subcommand (MInference offline pattern search).
 //
-//   longctx search-patterns -m MODEL --sample FILE -o CONFIG.json [--threads N]
-//       [--max-tokens N] [--report REPORT.json] [--no-match-flops]
-// Tokenizes the sample text, runs search_patterns (pattern_search.h) with dense capture, and
+//   longctx search-patterns -m MODEL --sample FILE [--sample FILE2 ...] -o CONFIG.json [--threads N]
+//       [--max-tokens N] [--report REPORT.json] [--no-match-flops] [--reference-len N] [--dense-above E]
+// Tokenizes the sample texts, runs search_patterns (pattern_search.h) with dense capture, and
 // writes the per-head config in the published MInference format; progress (layer i/N, elapsed,
 // ETA) goes to stderr. The result is used with --attn minference=CONFIG.json.
 #pragma once

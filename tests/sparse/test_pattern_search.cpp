@@ -8,9 +8,11 @@
 #include <random>
 
 #include "sparse/minference_config.h"
+#include "sparse/minference_index.h"
 #include "sparse/pattern_search.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
+#include "test_util.h"
 
 namespace longctx {
 namespace {
@@ -80,7 +82,8 @@ class FakeEngine final : public Engine {
   std::vector<float> logits(std::span<const int32_t>, int64_t) override { fail("fake engine: no logits"); }
   void capture_attention(std::span<const int32_t> tokens, const AttnObserver& observer) override {
     for (int l = 0; l < cfg_.n_layer; ++l) {
-      const SyntheticLayer s(int64_t(tokens.size()), 1000 + l);
+      // The first token picks the data, so several samples differ (7 keeps the original layers).
+      const SyntheticLayer s(int64_t(tokens.size()), 1000 + l + 7919 * (uint64_t(tokens[0]) - 7));
       observer({l, s.S, s.kHeads, s.kKvHeads, s.kDim, s.q.data(), s.k.data(), s.v.data()});
     }
   }
@@ -167,6 +170,209 @@ TEST(PatternSearch, SearchLayerWithoutMatchingUsesScaledTable4) {
     EXPECT_GE(h.best.score, 0.0);
     for (const auto& cr : h.candidates) EXPECT_GT(cr.work, 0.0);
   }
+}
+
+// The search's error of a candidate, recomputed independently: the engine's builder gives the
+// index, the fp64 oracle gives the sparse and the dense outputs, and the relative L2 error is
+// taken in double.
+double oracle_rel_error(const AttnParams& p, int h, const HeadPattern& pat, const test::OracleOut& dense) {
+  SparseIndex idx;
+  idx.n_q = p.n_q;
+  idx.heads.resize(size_t(p.n_head));
+  for (int g = 0; g < p.n_head; ++g) build_head_index(p, g, pat, idx.heads[size_t(g)]);
+  const auto sparse = test::oracle_attention(p, test::index_mask(idx, p.n_head));
+  double e2 = 0, n2 = 0;
+  const int d = p.head_dim;
+  for (int64_t i = 0; i < p.n_q; ++i)
+    for (int t = 0; t < d; ++t) {
+      const size_t at = size_t((i * p.n_head + h) * d + t);
+      e2 += (sparse.o[at] - dense.o[at]) * (sparse.o[at] - dense.o[at]);
+      n2 += dense.o[at] * dense.o[at];
+    }
+  return std::sqrt(e2 / n2);
+}
+
+AttnParams layer_params(const SyntheticLayer& s) {
+  AttnParams p;
+  p.q = s.q.data(), p.k = s.k.data(), p.v = s.v.data();
+  p.n_q = p.n_kv = s.S;
+  p.n_head = s.kHeads, p.n_kv_head = s.kKvHeads, p.head_dim = s.kDim;
+  p.scale = 1.f / std::sqrt(float(s.kDim));
+  p.causal = true;
+  return p;
+}
+
+TEST(PatternSearch, ScoreLayerErrorsMatchFp64Oracle) {
+  // Fresh random Q/K/V (GQA 4 -> 2), not the structured layer: every candidate's error and work.
+  auto pr = test::make_problem(384, 0, 4, 2, 16, 77);
+  ThreadPool pool(2);
+  SearchOptions opt;
+  opt.reference_len = 4000;  // r = 384 / 4000: A-shape (98, 393), VS k_v 3..288, BS k_b ~10
+  const auto plans = plan_layer(pr.p, opt, pool);
+  ASSERT_EQ(plans.size(), 4u);
+  const auto scored = score_layer(pr.p, plans, pool);
+  ASSERT_EQ(scored.size(), 4u);
+  const auto dense = test::oracle_attention(pr.p, [](int, int64_t, int64_t) { return true; });
+  for (int h = 0; h < 4; ++h) {
+    ASSERT_EQ(scored[size_t(h)].size(), table4_candidates().size());
+    for (size_t c = 0; c < plans[size_t(h)].size(); ++c) {
+      const auto& r = scored[size_t(h)][c];
+      EXPECT_EQ(r.pattern.kind, plans[size_t(h)][c].kind);
+      EXPECT_EQ(r.pattern.vertical, plans[size_t(h)][c].vertical);
+      EXPECT_EQ(r.pattern.slash, plans[size_t(h)][c].slash);
+      const double want = oracle_rel_error(pr.p, h, plans[size_t(h)][c], dense);
+      EXPECT_NEAR(r.pattern.score, want, 1e-4 + 1e-4 * want) << "head " << h << " candidate " << c;
+      ASSERT_EQ(r.sample_errors.size(), 1u);
+      EXPECT_EQ(r.sample_errors[0], r.pattern.score);
+      EXPECT_GT(r.work, 0.0);
+      // At most every causal key of whole 64-row blocks: 64 * 64 * (1 + ... + 6) / (384 * 385 / 2).
+      EXPECT_LE(r.work, 64.0 * 64 * 21 / (384.0 * 385 / 2) + 1e-12);
+    }
+  }
+  // Plans for the wrong head count are rejected.
+  auto bad = plans;
+  bad.pop_back();
+  EXPECT_THROW(score_layer(pr.p, bad, pool), Error);
+}
+
+TEST(PatternSearch, ReferenceLenZeroUsesTable4AsPrinted) {
+  const SyntheticLayer s(640, 9);
+  const AttnParams p = layer_params(s);
+  ThreadPool pool(2);
+  SearchOptions opt;
+  opt.match_flops = false;
+  opt.reference_len = 0;
+  const auto plans = plan_layer(p, opt, pool);
+  const auto t4 = table4_candidates();
+  for (const auto& hp : plans) {
+    ASSERT_EQ(hp.size(), t4.size());
+    for (size_t c = 0; c < t4.size(); ++c) {
+      EXPECT_EQ(hp[c].kind, t4[c].kind);
+      EXPECT_EQ(hp[c].vertical, t4[c].vertical);
+      EXPECT_EQ(hp[c].slash, t4[c].slash);
+    }
+  }
+  // At 640 tokens every printed candidate covers every causal key: all errors ~0 and the same
+  // work (whole 64-row blocks, 64 * 64 * 55 / (640 * 641 / 2) of dense per-row causal work).
+  for (const auto& h : search_layer(p, opt, pool))
+    for (const auto& c : h.candidates) {
+      EXPECT_LT(c.pattern.score, 1e-5) << pattern_name(c.pattern.kind);
+      EXPECT_NEAR(c.work, 64.0 * 64 * 55 / (640.0 * 641 / 2), 1e-12) << pattern_name(c.pattern.kind);
+    }
+  opt.reference_len = -1;
+  EXPECT_THROW(plan_layer(p, opt, pool), Error);
+}
+
+TEST(PatternSearch, DenseFallbackAboveThreshold) {
+  std::vector<CandidateResult> cands(3);
+  cands[0].pattern = {PatternKind::AShape, 40, 160, 0.30};
+  cands[1].pattern = {PatternKind::VerticalSlash, 30, 90, 0.12};
+  cands[2].pattern = {PatternKind::BlockSparse, 5, 0, 0.20};
+  SearchOptions opt;
+  // No threshold, or one above the best error: the best candidate (VS) as it is.
+  for (const double thr : {0.0, 0.12, 0.5}) {
+    opt.dense_above = thr;
+    const auto r = choose_best(cands, opt, 8192);
+    EXPECT_FALSE(r.dense_fallback) << thr;
+    EXPECT_EQ(r.best.kind, PatternKind::VerticalSlash);
+    EXPECT_EQ(r.best.slash, 90);
+    EXPECT_EQ(r.best.score, 0.12);
+    EXPECT_EQ(r.best_sparse_error, 0.12);
+    EXPECT_EQ(r.candidates.size(), 3u);
+  }
+  // Below the best error: dense, as stream_llm covering the context (sink of the A-shape candidate).
+  opt.dense_above = 0.1;
+  const auto r = choose_best(cands, opt, 8192);
+  EXPECT_TRUE(r.dense_fallback);
+  EXPECT_EQ(r.best.kind, PatternKind::AShape);
+  EXPECT_EQ(r.best.vertical, 40);
+  EXPECT_EQ(r.best.slash, 8192);
+  EXPECT_EQ(r.best.score, 0.0);
+  EXPECT_EQ(r.best_sparse_error, 0.12);
+  // Ties go to the earlier candidate.
+  cands[2].pattern.score = 0.12;
+  opt.dense_above = 0;
+  EXPECT_EQ(choose_best(cands, opt, 8192).best.kind, PatternKind::VerticalSlash);
+}
+
+TEST(PatternSearch, DenseFallbackHeadsRunDenseInTheEngine) {
+  // Every head falls back (threshold below any error): the written config, loaded like a file
+  // and built by the engine's index builder, gives dense attention (fp64 oracle) on fresh data.
+  FakeEngine eng(2, 4096);
+  std::vector<int32_t> tokens(512, 7);
+  SearchOptions opt;
+  opt.dense_above = 1e-12;
+  SearchReport report;
+  const auto j = search_patterns(eng, tokens, opt, {}, &report);
+  const auto cfg = MInferenceConfig::from_json(nlohmann::json::parse(j.dump()), "search output");
+  for (int l = 0; l < 2; ++l)
+    for (int h = 0; h < 4; ++h) {
+      const auto& hp = cfg.layers[size_t(l)][size_t(h)];
+      EXPECT_EQ(hp.kind, PatternKind::AShape);
+      EXPECT_EQ(hp.slash, 4096);  // the engine's context
+      EXPECT_TRUE(report.layers[size_t(l)][size_t(h)].dense_fallback);
+      EXPECT_GT(report.layers[size_t(l)][size_t(h)].best_sparse_error, 0.0);
+    }
+  auto pr = test::make_problem(700, 0, 4, 2, 16, 123);
+  ThreadPool pool(2);
+  const SparseIndex idx = build_minference_index(pr.p, cfg.layers[0], pool);
+  const auto got = test::oracle_attention(pr.p, test::index_mask(idx, 4));
+  const auto want = test::oracle_attention(pr.p, [](int, int64_t, int64_t) { return true; });
+  for (size_t i = 0; i < want.o.size(); ++i) ASSERT_DOUBLE_EQ(got.o[i], want.o[i]) << i;
+  const auto rep = report.to_json();
+  EXPECT_TRUE(rep["layers"][0][0]["dense_fallback"].get<bool>());
+}
+
+TEST(PatternSearch, SeveralSamplesAverageErrorsWithTheFirstSamplesBudgets) {
+  FakeEngine eng(2, 1 << 20);
+  const std::vector<std::vector<int32_t>> samples = {std::vector<int32_t>(512, 7), std::vector<int32_t>(768, 9),
+                                                     std::vector<int32_t>(384, 11)};
+  std::vector<Progress> seen;
+  SearchReport report;
+  SearchOptions opt;
+  const auto j = search_patterns(eng, std::span<const std::vector<int32_t>>(samples), opt,
+                                 [&](const Progress& p) { seen.push_back(p); }, &report);
+  ASSERT_EQ(seen.size(), 6u);  // 2 layers x 3 samples
+  EXPECT_EQ(seen.back().total, 6);
+  EXPECT_EQ(report.n_tokens, 512);
+  EXPECT_EQ(report.sample_tokens, (std::vector<int64_t>{512, 768, 384}));
+  const auto cfg = MInferenceConfig::from_json(j, "search output");
+  ThreadPool pool(2);
+  for (int l = 0; l < 2; ++l) {
+    // The same layers the fake engine hands out, recomputed here.
+    const SyntheticLayer s0(512, 1000 + l), s1(768, 1000 + l + 7919 * 2), s2(384, 1000 + l + 7919 * 4);
+    const auto plans = plan_layer(layer_params(s0), opt, pool);
+    const auto e0 = score_layer(layer_params(s0), plans, pool);
+    const auto e1 = score_layer(layer_params(s1), plans, pool);
+    const auto e2 = score_layer(layer_params(s2), plans, pool);
+    for (int h = 0; h < 4; ++h) {
+      const auto& rh = report.layers[size_t(l)][size_t(h)];
+      size_t best = 0;
+      for (size_t c = 0; c < rh.candidates.size(); ++c) {
+        const auto& rc = rh.candidates[c];
+        EXPECT_EQ(rc.pattern.vertical, plans[size_t(h)][c].vertical);  // budgets of the first sample
+        EXPECT_EQ(rc.pattern.slash, plans[size_t(h)][c].slash);
+        ASSERT_EQ(rc.sample_errors.size(), 3u);
+        EXPECT_DOUBLE_EQ(rc.sample_errors[0], e0[size_t(h)][c].pattern.score);
+        EXPECT_DOUBLE_EQ(rc.sample_errors[1], e1[size_t(h)][c].pattern.score);
+        EXPECT_DOUBLE_EQ(rc.sample_errors[2], e2[size_t(h)][c].pattern.score);
+        const double mean =
+            (e0[size_t(h)][c].pattern.score + e1[size_t(h)][c].pattern.score + e2[size_t(h)][c].pattern.score) / 3;
+        EXPECT_NEAR(rc.pattern.score, mean, 1e-12);
+        if (rc.pattern.score < rh.candidates[best].pattern.score) best = c;
+      }
+      // The written pattern is the lowest mean error.
+      const auto& w = cfg.layers[size_t(l)][size_t(h)];
+      EXPECT_EQ(w.kind, rh.candidates[best].pattern.kind);
+      EXPECT_EQ(w.vertical, rh.candidates[best].pattern.vertical);
+      EXPECT_EQ(w.slash, rh.candidates[best].pattern.slash);
+      EXPECT_NEAR(w.score, rh.candidates[best].pattern.score, 1e-12);
+    }
+  }
+  // No samples, or a tiny one among them, is an error.
+  EXPECT_THROW(search_patterns(eng, std::span<const std::vector<int32_t>>(), opt, {}), Error);
+  const std::vector<std::vector<int32_t>> tiny = {std::vector<int32_t>(1024, 7), std::vector<int32_t>(10, 7)};
+  EXPECT_THROW(search_patterns(eng, std::span<const std::vector<int32_t>>(tiny), opt, {}), Error);
 }
 
 TEST(PatternSearch, RejectsTinySamples) {
