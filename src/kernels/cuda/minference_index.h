@@ -16,11 +16,19 @@
 // index with the CPU one on the same (bf16-rounded) inputs.
 // Why: at 128K+ keys the index must cost <= 10% of the sparse attention it feeds, so it is
 // built where the Q/K already are, with no host round trip of scores.
-// How: minference_index.cu. A builder object owns all device memory (sized once for the largest
-// chunk), so prefill never allocates per layer or chunk.
+// How: minference_index.cu drives the stages (minference_kernels.cuh lists them: VS estimate,
+// radix top-k, BS pooling + tensor-core scores, CSR count/scan/fill). A builder object owns all
+// device memory. Everything whose size follows from the shape (scores, pooled Q/K, scratch, CSR
+// pointers) is allocated once by the constructor for the largest chunk; what depends on the
+// budgets and the data (selected lines/blocks, the index's ranges and columns, the sparse
+// kernel's workspace) is sized exactly by each build() and grown geometrically when a build needs
+// more than any build before (so a prefill reallocates at most a few times, as n_kv grows, and
+// never once the largest chunk has been seen). build() synchronises its stream once (to read the
+// index's total sizes for n_ranges/n_cols).
 //   MinferenceIndexBuilder b({.n_head=32, .n_kv_head=8, .max_q=chunk, .max_kv=capacity});
 //   DeviceSparseIndex idx = b.build(params, stream);   // valid until the next build()
 //   sparse.index = idx; sparse.workspace = b.attention_workspace(); ... sparse_attention(sparse, s);
+// head_dim 64 and 128 are supported by the builders (sparse_attention() itself is 128-only).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -46,6 +54,33 @@ struct MinferenceBuilderShape {
   int head_dim = 128;
   int64_t max_q = 0;   // largest chunk (queries) a build() will see
   int64_t max_kv = 0;  // largest n_kv a build() will see
+  // Optional: bytes of the block-sparse score scratch (one "wave" of rows); 0 = 32 MiB, which
+  // stays in the L2 of an H100/H200 between the score and select kernels. Tests shrink it to
+  // force several waves.
+  int64_t bs_wave_bytes = 0;
+  // Test hook: block-sparse rows are selected straight from the scratch (global memory) instead
+  // of being staged in shared memory (the path rows longer than 16K candidates, n_kv > 1M, take).
+  bool bs_rows_in_global = false;
+};
+
+// What build() selected for one query head (tests and diagnostics; copied from the device).
+struct GpuHeadSelection {
+  GpuPatternKind kind = GpuPatternKind::VerticalSlash;
+  std::vector<int32_t> vertical;   // VS: selected key columns, ascending (forced sinks included)
+  std::vector<int32_t> slash;      // VS: selected diagonal offsets q - k, ascending
+  std::vector<int64_t> block_ptr;  // BS: [n_qblk + 1] offsets into blocks
+  std::vector<int32_t> blocks;     // BS: selected key blocks of each query block, ascending
+  // VS, with selection(h, true) after a build without block-sparse heads (they reuse the
+  // memory): the estimate's scores (column / diagonal sums, forced lines +inf), [n_keys] each.
+  std::vector<float> vertical_score, slash_score;
+};
+
+// Device time of the stages of the last build() (when profiling is on), in milliseconds.
+struct GpuIndexProfile {
+  float vs_ms = 0.f;    // vertical-slash estimate + line selection
+  float bs_ms = 0.f;    // block-sparse pooling, scores, selection
+  float csr_ms = 0.f;   // counting, scan, host read of the totals, fill
+  float total_ms = 0.f;
 };
 
 struct MinferenceIndexParams {
@@ -78,6 +113,13 @@ class MinferenceIndexBuilder {
   // Workspace for sparse_attention() with the index of the last build().
   void* attention_workspace() const;
   size_t attention_workspace_bytes() const;
+
+  // Copies what the last build() selected for query head h (synchronises the build's stream);
+  // with_scores also copies a VS head's scores (throws if the build had block-sparse heads).
+  GpuHeadSelection selection(int h, bool with_scores = false) const;
+  // With profiling on, build() records CUDA events around its stages; last_profile() reads them.
+  void set_profiling(bool on);
+  GpuIndexProfile last_profile() const;
 
  private:
   struct Impl;

@@ -1,0 +1,271 @@
+// minference_select.cu (cuda): exact top-k selection for the GPU index builder: the twin of
+// top_k_indices() (sparse/topk.cpp) used by select_vs_lines() and build_block_sparse_index().
+//
+// What: the indices of the k largest scores, ascending, ties broken toward the smaller index
+// (score desc, then index asc; NaN = -inf), for
+//   - each vertical-slash head: k_v columns of vscore and k_s offsets of sscore (up to n_keys
+//     scores each, in global memory), then the slash "gap lists" Algorithm 4 needs (csr.cu);
+//   - each block-sparse (head, query block): kk key blocks of the row's pooled scores.
+// Why not a sort: k is small next to n (100 of 16K blocks, 6096 of 1M offsets); a radix select
+// reads the scores a few times and never moves them.
+// How (one CTA per selection): scores become order-preserving 32-bit keys (minference_kernels.cuh
+// order_key); three histogram passes over 11 + 11 + 10 key bits (smem histogram, warp-aggregated
+// atomics) find the k-th largest key T and how many keys equal to T are still needed; then an
+// ordered pass over contiguous per-warp segments (ballots, a scan over warps) writes every index
+// with key > T plus the first `need` indices with key == T, in ascending index order - exactly
+// the set topk.cpp's nth_element with that total order selects.
+#include <cub/block/block_scan.cuh>
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/minference_kernels.cuh"
+
+namespace longctx::cuda::mindex {
+namespace {
+
+// Three digit passes over the 32-bit key: bits 31..21, 20..10, 9..0 (11 + 11 + 10 bits).
+constexpr int kMaxBins = 2048;
+__host__ __device__ constexpr int pass_shift(int pass) { return pass == 0 ? 21 : pass == 1 ? 10 : 0; }
+__host__ __device__ constexpr int pass_bins(int pass) { return pass == 2 ? 1024 : 2048; }
+constexpr int kUnroll = 8;                   // independent loads in flight per thread
+constexpr uint32_t kNoBin = 0xffffffffu;
+
+template <int kThreads>
+struct TopkSmem {
+  static constexpr int kWarps = kThreads / 32;
+  uint32_t hist[kMaxBins];
+  uint32_t wa[kWarps], wb[kWarps];
+  uint32_t digit, above;
+  typename cub::BlockScan<uint32_t, kThreads>::TempStorage scan;
+};
+
+// Writes the indices of the k largest of x[0, n) (ascending) to out. Needs 0 < k < n < 2^31.
+// x may point to shared or global memory (generic loads); all threads of the CTA must call.
+template <int kThreads>
+__device__ void cta_topk(const float* x, int64_t n64, int64_t k64, int32_t* out, TopkSmem<kThreads>& sm) {
+  constexpr int kWarps = kThreads / 32;
+  static_assert(pass_bins(2) % kThreads == 0, "each thread owns a whole number of bins");
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int n = int(n64);
+  uint32_t prefix = 0, pmask = 0, rem = uint32_t(k64);
+#pragma unroll 1
+  for (int pass = 0; pass < 3; ++pass) {
+    const int shift = pass_shift(pass), nbins = pass_bins(pass);
+    for (int i = tid; i < nbins; i += kThreads) sm.hist[i] = 0;
+    __syncthreads();
+    for (int base = warp * 32 * kUnroll; base < n; base += kThreads * kUnroll) {
+      float v[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int i = base + u * 32 + lane;
+        v[u] = i < n ? x[i] : 0.f;
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int i = base + u * 32 + lane;
+        const uint32_t key = order_key(v[u]);
+        const bool match = i < n && (key & pmask) == prefix;
+        const uint32_t bin = match ? (key >> shift) & uint32_t(nbins - 1) : kNoBin;
+        const uint32_t peers = __match_any_sync(0xffffffffu, bin);
+        if (match && lane == __ffs(peers) - 1) atomicAdd(&sm.hist[bin], uint32_t(__popc(peers)));
+      }
+    }
+    __syncthreads();
+    // Thread tid owns bins [hi - per + 1, hi], counted from the top so an exclusive scan in
+    // thread order gives the number of keys in higher bins.
+    const int per = nbins / kThreads;
+    const int hi = nbins - 1 - tid * per;
+    uint32_t local = 0;
+    for (int q = 0; q < per; ++q) local += sm.hist[hi - q];
+    uint32_t above;
+    cub::BlockScan<uint32_t, kThreads>(sm.scan).ExclusiveSum(local, above);
+    for (int q = 0; q < per; ++q) {
+      const uint32_t cnt = sm.hist[hi - q];
+      if (above < rem && rem <= above + cnt) {
+        sm.digit = uint32_t(hi - q);
+        sm.above = above;
+      }
+      above += cnt;
+    }
+    __syncthreads();
+    rem -= sm.above;
+    prefix |= sm.digit << shift;
+    pmask |= uint32_t(nbins - 1) << shift;
+    __syncthreads();  // sm.digit/above/hist are rewritten by the next pass
+  }
+  // Emission: key > T always, key == T for the first `need` such indices.
+  const uint32_t T = prefix, need = rem;
+  const int seg = ((n + kWarps - 1) / kWarps + 31) / 32 * 32;
+  const int s0 = min(n, warp * seg), s1 = min(n, s0 + seg);
+  uint32_t gt = 0, eq = 0;
+  for (int base = s0; base < s1; base += 32 * kUnroll) {
+    float v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = base + u * 32 + lane;
+      v[u] = i < s1 ? x[i] : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = base + u * 32 + lane;
+      const uint32_t key = order_key(v[u]);
+      gt += (i < s1 && key > T);
+      eq += (i < s1 && key == T);
+    }
+  }
+  gt = warp_sum(gt);
+  eq = warp_sum(eq);
+  if (lane == 0) sm.wa[warp] = gt, sm.wb[warp] = eq;
+  __syncthreads();
+  if (warp == 0) {
+    const uint32_t g = lane < kWarps ? sm.wa[lane] : 0u, e = lane < kWarps ? sm.wb[lane] : 0u;
+    const uint32_t tie_base = warp_excl_scan(e);
+    const uint32_t take = tie_base >= need ? 0u : min(e, need - tie_base);
+    const uint32_t out_base = warp_excl_scan(g + take);
+    __syncwarp();
+    if (lane < kWarps) sm.wa[lane] = out_base, sm.wb[lane] = tie_base;
+  }
+  __syncthreads();
+  uint32_t pos = sm.wa[warp], tie = sm.wb[warp];
+  const uint32_t lt = lanemask_lt();
+  for (int base = s0; base < s1; base += 32 * kUnroll) {
+    float v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = base + u * 32 + lane;
+      v[u] = i < s1 ? x[i] : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = base + u * 32 + lane;
+      const uint32_t key = order_key(v[u]);
+      const bool is_gt = i < s1 && key > T, is_eq = i < s1 && key == T;
+      const uint32_t eqb = __ballot_sync(0xffffffffu, is_eq);
+      const bool sel = is_gt || (is_eq && tie + __popc(eqb & lt) < need);
+      const uint32_t selb = __ballot_sync(0xffffffffu, sel);
+      if (sel) out[pos + __popc(selb & lt)] = i;
+      pos += __popc(selb);
+      tie += __popc(eqb);
+    }
+  }
+  __syncthreads();  // sm is reused by the caller
+}
+
+template <int kThreads>
+__device__ void cta_iota(int32_t* out, int64_t n) {
+  for (int64_t i = threadIdx.x; i < n; i += kThreads) out[i] = int32_t(i);
+}
+
+// ---- vertical-slash lines -----------------------------------------------------------------------
+constexpr int kVsSelThreads = 1024;  // one CTA per (head, kind) scans up to 1M scores: many loads in flight
+
+__global__ void __launch_bounds__(kVsSelThreads) vs_topk_kernel(const HeadInfo* heads, const float* vscore,
+                                                               const float* sscore, int64_t stride, int32_t* lines,
+                                                               int64_t n_keys) {
+  __shared__ TopkSmem<kVsSelThreads> sm;
+  const int h = blockIdx.x;
+  const HeadInfo hi = heads[h];
+  if (hi.kind != kKindVS) return;
+  const bool slash = blockIdx.y == 1;
+  const int64_t k = slash ? hi.p1 : hi.p0;
+  const float* x = (slash ? sscore : vscore) + int64_t(h) * stride;
+  int32_t* out = lines + hi.off + (slash ? hi.p0 : 0);
+  if (k >= n_keys) cta_iota<kVsSelThreads>(out, n_keys);
+  else if (k > 0) cta_topk<kVsSelThreads>(x, n_keys, k, out, sm);
+}
+
+// Slash cut lists for Algorithm 4 (see minference_csr.cu): the ascending indices i < k_s - 1
+// with slash[i+1] - slash[i] > thr, for thr = 64 (full query blocks) and thr = rows of the
+// last query block. Ordered compaction over contiguous per-warp segments.
+constexpr int kGapThreads = 256;
+__global__ void __launch_bounds__(kGapThreads) vs_gaps_kernel(const HeadInfo* heads, int32_t* lines,
+                                                             int32_t* gap_count, int rows_last) {
+  constexpr int kWarps = kGapThreads / 32;
+  __shared__ uint32_t wcount[kWarps], wbase[kWarps];
+  const int h = blockIdx.x;
+  const HeadInfo hi = heads[h];
+  if (hi.kind != kKindVS) return;
+  const int which = blockIdx.y;  // 0: threshold 64, 1: threshold rows_last
+  const int64_t thr = which == 0 ? kBlk : rows_last;
+  const int32_t* sl = lines + hi.off + hi.p0;
+  const int64_t ks = hi.p1;
+  int32_t* out = lines + hi.off + hi.p0 + ks * (1 + which);
+  const int n = int(ks > 0 ? ks - 1 : 0);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int seg = ((n + kWarps - 1) / kWarps + 31) / 32 * 32;
+  const int s0 = min(n, warp * seg), s1 = min(n, s0 + seg);
+  uint32_t cnt = 0;
+  for (int i = s0 + lane; i < s1; i += 32) cnt += (int64_t(sl[i + 1]) - sl[i] > thr);
+  cnt = warp_sum(cnt);
+  if (lane == 0) wcount[warp] = cnt;
+  __syncthreads();
+  if (warp == 0) {
+    const uint32_t c = lane < kWarps ? wcount[lane] : 0u;
+    const uint32_t b = warp_excl_scan(c);
+    if (lane < kWarps) wbase[lane] = b;
+    if (lane == kWarps - 1) gap_count[2 * h + which] = int32_t(b + c);
+  }
+  __syncthreads();
+  uint32_t pos = wbase[warp];
+  const uint32_t lt = lanemask_lt();
+  for (int base = s0; base < s1; base += 32) {
+    const int i = base + lane;
+    const bool f = i < s1 && int64_t(sl[i + 1]) - sl[i] > thr;
+    const uint32_t fb = __ballot_sync(0xffffffffu, f);
+    if (f) out[pos + __popc(fb & lt)] = i;
+    pos += __popc(fb);
+  }
+}
+
+// ---- block-sparse rows ------------------------------------------------------------------------
+constexpr int kBsSelThreads = 256;
+constexpr size_t kBsSelSmem = size_t(kBsSmemCand) * 4;  // the staged row
+
+__global__ void __launch_bounds__(kBsSelThreads) bs_select_kernel(const BsSelectArgs a) {
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  __shared__ TopkSmem<kBsSelThreads> sm;
+  float* row_s = reinterpret_cast<float*>(smem_raw);
+  const Geom& g = a.g;
+  const int64_t b = a.b0 + blockIdx.x;
+  const int s = a.s0 + blockIdx.y;
+  const int h = a.bs_heads[s];
+  const HeadInfo hi = a.heads[h];
+  const int64_t nc = bs_n_cand(g, b), kk = bs_kk(g, b, hi.p0);
+  int32_t* out = a.sel + hi.off + b * hi.stride;
+  if (kk >= nc) {  // every candidate kept (early blocks, small prompts)
+    cta_iota<kBsSelThreads>(out, nc);
+    return;
+  }
+  const float* row = a.scratch + int64_t(s - a.s0) * a.span + (a.cand_off[b] - a.cand_off[a.b0]);
+  const float* x = row;
+  if (nc <= kBsSmemCand && !a.rows_in_global) {
+    // Rows start 16-byte aligned in scratch (cand_off pads every row to a multiple of 4).
+    const int nv = int((nc + 3) / 4);
+    for (int i = threadIdx.x; i < nv; i += kBsSelThreads)
+      reinterpret_cast<float4*>(row_s)[i] = reinterpret_cast<const float4*>(row)[i];
+    __syncthreads();
+    x = row_s;
+  }
+  cta_topk<kBsSelThreads>(x, nc, kk, out, sm);
+}
+
+}  // namespace
+
+void vs_select(const HeadInfo* heads, const float* vscore, const float* sscore, int64_t stride, int32_t* lines,
+               int32_t* gap_count, const Geom& g, cudaStream_t s) {
+  vs_topk_kernel<<<dim3(unsigned(g.n_head), 2), kVsSelThreads, 0, s>>>(heads, vscore, sscore, stride, lines,
+                                                                       g.n_keys);
+  LC_LAUNCH_CHECK("vs_topk_kernel heads=%d n_keys=%lld", g.n_head, (long long)g.n_keys);
+  vs_gaps_kernel<<<dim3(unsigned(g.n_head), 2), kGapThreads, 0, s>>>(heads, lines, gap_count, g.rows_last);
+  LC_LAUNCH_CHECK("vs_gaps_kernel heads=%d", g.n_head);
+}
+
+void bs_select_wave(const BsSelectArgs& a, cudaStream_t s) {
+  static const cudaError_t e =
+      cudaFuncSetAttribute(bs_select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kBsSelSmem));
+  LC_CUDA_CHECK(e, "bs_select_kernel: raising dynamic shared memory to %zu bytes", kBsSelSmem);
+  const dim3 grid(unsigned(a.b1 - a.b0), unsigned(a.s1 - a.s0));
+  bs_select_kernel<<<grid, kBsSelThreads, kBsSelSmem, s>>>(a);
+  LC_LAUNCH_CHECK("bs_select_kernel rows=[%lld,%lld) slots=[%d,%d)", (long long)a.b0, (long long)a.b1, a.s0, a.s1);
+}
+
+}  // namespace longctx::cuda::mindex
