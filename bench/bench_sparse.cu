@@ -310,13 +310,13 @@ IndexWork index_work(const DeviceSparseIndex& ix, int64_t S) {
       for (int64_t key = std::max(x.first, first + 1); key < x.second; ++key) w.pairs += pairs_of(key);
     }
     int64_t nc = 0, prev = -1;
+    size_t mi = 0;  // columns ascending: two-pointer walk over the merged ranges
     for (int64_t i = h.col_ptr[r]; i < h.col_ptr[r + 1]; ++i) {
       const int64_t c = h.cols[i];
       if (c == prev || c > last) continue;
       prev = c;
-      bool inside = false;
-      for (auto& x : mg) inside |= c >= x.first && c < x.second;
-      if (inside) continue;
+      while (mi < mg.size() && mg[mi].second <= c) ++mi;
+      if (mi < mg.size() && c >= mg[mi].first) continue;  // inside a range
       ++nc;
       w.pairs += pairs_of(c);
     }
