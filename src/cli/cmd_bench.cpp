@@ -9,7 +9,12 @@
 // first (kernel setup, cuBLASLt plans), and the results add model FLOPs utilisation and the
 // device memory in use. FLOPs of a prefill of S tokens: 2 * P * S for the projections (P = the
 // Q/K/V/O and MLP weights of all layers; embedding and the last-position LM head left out)
-// plus causal attention 2 * 2 * n_layer * n_head * head_dim * S^2 / 2.
+// plus causal attention 2 * 2 * n_layer * n_head * head_dim * S^2 / 2 (dense-equivalent: with a
+// sparse --attn the same count is used, so MFU and TFLOP/s are "effective" rates).
+// On the GPU each result also has the GPU time of prefill attention and of the sparse index
+// builds (CUDA events, from the last run of that length): with --attn minference=CFG this shows
+// how much of the prefill is attention and how much of that the index costs.
+//   longctx bench model --device cuda --random-weights llama3-8b --attn minference=configs/minference/Llama-3-8B-Instruct-262k.json --lengths 128k
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -173,6 +178,7 @@ void run(const BenchArgs& a) {
                         {"decode_s", best_decode},
                         {"decode_tokens_per_s", dtps}};
     double mem_gib = 0;
+    std::string attn_line;
 #ifdef LONGCTX_WITH_GPU
     if (gpu) {
       const gpu::GpuMemoryStats m = gpu::last_gpu_memory_stats();
@@ -183,12 +189,25 @@ void run(const BenchArgs& a) {
                              {"kv_cache", double(m.kv) / kGiB},
                              {"activations", double(m.arena) / kGiB},
                              {"decode_workspace", double(m.decode_ws) / kGiB},
+                             {"sparse_prefill", double(m.sparse) / kGiB},
                              {"device_used_peak", mem_gib},
                              {"device_total", double(m.device_total) / kGiB}};
+      const gpu::GpuPrefillStats ps = gpu::last_gpu_prefill_stats();
+      r["prefill_attention"] = {{"attn", ps.attn},
+                                {"attention_s", ps.attention_s},
+                                {"index_s", ps.index_s},
+                                {"dense_calls", ps.dense_calls},
+                                {"sparse_calls", ps.sparse_calls},
+                                {"index_ranges", ps.index_ranges},
+                                {"index_cols", ps.index_cols},
+                                {"sparse_gib", double(ps.sparse_bytes) / kGiB}};
+      attn_line = fmt::format("         prefill attention {:.3f} s (index {:.3f} s), {} dense / {} sparse layer-chunks",
+                              ps.attention_s, ps.index_s, ps.dense_calls, ps.sparse_calls);
     }
 #endif
     std::fprintf(stderr, "%-8lld %12.3f %14.1f %8.1f%% %12.3f %14.1f %12.1f\n", (long long)L, best_prefill, ptps,
                  100 * mfu, best_decode, dtps, mem_gib);
+    if (!attn_line.empty()) std::fprintf(stderr, "%s\n", attn_line.c_str());
     out["results"].push_back(r);
   }
   const std::string s = out.dump(2);

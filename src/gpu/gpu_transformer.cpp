@@ -11,6 +11,8 @@
 #include "gpu/gpu_ops.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/sparse_attention.h"
+#include "sparse/a_shape_index.h"
 #include "util/error.h"
 
 namespace longctx::gpu {
@@ -34,6 +36,13 @@ bool graph_disabled_by_env() {
 
 std::mutex g_stats_mu;
 GpuMemoryStats g_stats;
+GpuPrefillStats g_prefill;
+
+cudaEvent_t ev(void* e) { return static_cast<cudaEvent_t>(e); }
+
+void check_cuda(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) fail("GPU forward: {} failed: {}", what, cudaGetErrorString(err));
+}
 
 char* at(void* base, size_t elems) { return static_cast<char*>(base) + elems * kBf16; }
 
@@ -55,10 +64,19 @@ GpuMemoryStats last_gpu_memory_stats() {
   return g_stats;
 }
 
+GpuPrefillStats last_gpu_prefill_stats() {
+  std::lock_guard<std::mutex> lk(g_stats_mu);
+  return g_prefill;
+}
+
 GpuTransformer::GpuTransformer(ModelConfig cfg, DeviceWeights w, const GpuOptions& opts)
     : cfg_(std::move(cfg)), w_(std::move(w)) {
   check_supported(cfg_);
   if (opts.chunk <= 0) fail("GPU prefill chunk must be positive (got {})", opts.chunk);
+  attn_ = parse_gpu_attention(opts.attn, cfg_);
+  if (const std::string problem = attention_problem(attn_, cfg_); !problem.empty())
+    fail("{}; use --device cpu", problem);
+  stats_.attn = attn_.spec;
   layout_ = arena_layout(cfg_, opts.chunk);
   device_name_ = cuda::device_info(0).name;
   stream_ = cuda::stream_create();
@@ -74,6 +92,7 @@ GpuTransformer::GpuTransformer(ModelConfig cfg, DeviceWeights w, const GpuOption
     std::lock_guard<std::mutex> lk(g_stats_mu);
     g_stats = {};
     g_stats.device = device_name_;
+    g_prefill = stats_;
   }
   note_memory();
 }
@@ -81,6 +100,9 @@ GpuTransformer::GpuTransformer(ModelConfig cfg, DeviceWeights w, const GpuOption
 GpuTransformer::~GpuTransformer() {
   try {
     free_kv();
+    for (AttnEvents& e : events_)
+      for (void* x : {e.start, e.index_end, e.end})
+        if (x) (void)cudaEventDestroy(ev(x));
     graph_.reset();
     cuda::dev_free(step_buf_);
     lm_gemm_.reset();
@@ -92,6 +114,10 @@ GpuTransformer::~GpuTransformer() {
 }
 
 void GpuTransformer::free_kv() {
+  builder_.reset();
+  cuda::dev_free(a_shape_buf_);
+  a_shape_buf_ = nullptr;
+  sparse_bytes_ = 0;
   cuda::dev_free(kv_);
   cuda::dev_free(decode_ws_);
   kv_ = decode_ws_ = nullptr;
@@ -111,6 +137,7 @@ void GpuTransformer::note_memory() {
   g_stats.kv = kv_bytes_;
   g_stats.arena = layout_.total;
   g_stats.decode_ws = decode_ws_bytes_;
+  g_stats.sparse = sparse_bytes_;
   g_stats.device_total = total_b;
   g_stats.device_used_peak = std::max(g_stats.device_used_peak, total_b - free_b);
 }
@@ -121,8 +148,9 @@ std::string GpuTransformer::kv_fit_problem(int64_t capacity) const {
     (void)cudaGetLastError();
     return "cannot query free GPU memory (cudaMemGetInfo failed)";
   }
-  return gpu::kv_fit_problem(cfg_, capacity, free_b + kv_bytes_ + decode_ws_bytes_, w_.bytes() + layout_.total,
-                             device_name_);
+  return gpu::kv_fit_problem(cfg_, capacity, free_b + kv_bytes_ + decode_ws_bytes_ + sparse_bytes_,
+                             w_.bytes() + layout_.total, device_name_,
+                             sparse_prefill_bytes(attn_, cfg_, layout_.chunk, capacity));
 }
 
 void GpuTransformer::reset(int64_t capacity) {
@@ -139,8 +167,28 @@ void GpuTransformer::reset(int64_t capacity) {
     decode_ws_ = cuda::dev_malloc(decode_ws_bytes_);
     cuda::decode_workspace_init(decode_ws_, decode_ws_bytes_, stream_);
     cap_ = capacity;
+    if (attn_.ever_sparse(cfg_.n_layer, capacity)) {
+      try {
+        if (attn_.kind == GpuAttnKind::MInference) {
+          builder_ = std::make_unique<cuda::MinferenceIndexBuilder>(builder_shape(cfg_, layout_.chunk, capacity));
+        } else if (attn_.kind == GpuAttnKind::AShape) {
+          a_shape_buf_ = cuda::dev_malloc(a_shape_layout(layout_.chunk).total);
+        }
+      } catch (...) {
+        free_kv();  // all or nothing: no cache without the sparse buffers it needs
+        throw;
+      }
+      sparse_bytes_ = sparse_prefill_bytes(attn_, cfg_, layout_.chunk, capacity);
+    }
   }
   cap_req_ = capacity;
+  stats_ = {};
+  stats_.attn = attn_.spec;
+  stats_.sparse_bytes = sparse_bytes_;
+  {
+    std::lock_guard<std::mutex> lk(g_stats_mu);
+    g_prefill = stats_;
+  }
   note_memory();
 }
 
@@ -177,7 +225,10 @@ void GpuTransformer::forward_chunk(const int32_t* ids, int64_t T, int64_t first_
   int32_t* d_ids = static_cast<int32_t*>(act(layout_.ids));
   cuda::copy_h2d(d_ids, ids, size_t(T) * sizeof(int32_t), stream_);
   cuda::embedding({w_.tok_embd(), d_ids, act(layout_.x), T, cfg_.vocab_size, cfg_.n_embd}, stream_);
+  if (T > 1 && attn_.kind == GpuAttnKind::AShape) upload_a_shape_index(T, pos0);
+  events_used_ = 0;
   for (int l = 0; l < cfg_.n_layer; ++l) layer(l, T, pos0);
+  if (events_used_ > 0) read_attention_times();
   len_ = pos0 + T;
   if (logits && first_row < T) {
     // Final norm and LM head for rows first_row..T-1 only, kLogitRows at a time.
@@ -381,19 +432,7 @@ void GpuTransformer::layer(int l, int64_t T, int64_t pos0) {
     dp.workspace_bytes = decode_ws_bytes_;
     cuda::attention_decode(dp, stream_);
   } else {
-    cuda::PrefillParams pp;
-    pp.q = q;
-    pp.k = k_all;
-    pp.v = v_all;
-    pp.o = o;
-    pp.n_q = T;
-    pp.n_kv = pos0 + T;
-    pp.n_head = cfg_.n_head;
-    pp.n_kv_head = cfg_.n_kv_head;
-    pp.head_dim = int(D);
-    pp.q_pos0 = pos0;
-    pp.causal = true;
-    cuda::attention_prefill(pp, stream_);
+    prefill_attention(l, T, pos0, q, k_all, v_all, o);
   }
   gemm_->run({o, L.wo, x, T, E, Q, 1.f, 1.f}, stream_);  // x += o Wo^T
 
@@ -418,6 +457,119 @@ void GpuTransformer::layer(int l, int64_t T, int64_t pos0) {
     cuda::swiglu(sp, stream_);
     gemm_->run({a, L.w_down, xr, m, E, F, 1.f, 1.f}, stream_);  // x += act Wdown^T
   }
+}
+
+}  // namespace longctx::gpu
+
+namespace longctx::gpu {
+
+void GpuTransformer::prefill_attention(int l, int64_t T, int64_t pos0, void* q, void* k_all, void* v_all, void* o) {
+  if (events_used_ == events_.size()) {
+    AttnEvents e;
+    for (void** x : {&e.start, &e.index_end, &e.end}) {
+      cudaEvent_t h = nullptr;
+      check_cuda(cudaEventCreate(&h), "cudaEventCreate");
+      *x = h;
+    }
+    events_.push_back(e);
+  }
+  const AttnEvents& e = events_[events_used_++];
+  const cudaStream_t s = static_cast<cudaStream_t>(stream_);
+  const int64_t n_kv = pos0 + T;
+  check_cuda(cudaEventRecord(ev(e.start), s), "cudaEventRecord");
+  if (!attn_.sparse_at(l, n_kv)) {
+    ++stats_.dense_calls;
+    check_cuda(cudaEventRecord(ev(e.index_end), s), "cudaEventRecord");
+    cuda::PrefillParams pp;
+    pp.q = q;
+    pp.k = k_all;
+    pp.v = v_all;
+    pp.o = o;
+    pp.n_q = T;
+    pp.n_kv = n_kv;
+    pp.n_head = cfg_.n_head;
+    pp.n_kv_head = cfg_.n_kv_head;
+    pp.head_dim = cfg_.head_dim;
+    pp.q_pos0 = pos0;
+    pp.causal = true;
+    cuda::attention_prefill(pp, stream_);
+  } else {
+    ++stats_.sparse_calls;
+    cuda::SparseAttnParams sp;
+    sp.q = q;
+    sp.k = k_all;
+    sp.v = v_all;
+    sp.o = o;
+    sp.n_q = T;
+    sp.n_kv = n_kv;
+    sp.n_head = cfg_.n_head;
+    sp.n_kv_head = cfg_.n_kv_head;
+    sp.head_dim = cfg_.head_dim;
+    sp.q_pos0 = pos0;
+    sp.causal = true;
+    if (attn_.kind == GpuAttnKind::MInference) {
+      if (!builder_) fail("internal: MInference prefill at layer {} with no index builder", l);
+      cuda::MinferenceIndexParams ip;
+      ip.q = q;
+      ip.k = k_all;
+      ip.n_q = T;
+      ip.n_kv = n_kv;
+      ip.q_pos0 = pos0;
+      ip.heads = attn_.layers[size_t(l)];
+      sp.index = builder_->build(ip, stream_);
+      sp.workspace = builder_->attention_workspace();
+      sp.workspace_bytes = builder_->attention_workspace_bytes();
+    } else {
+      sp.index = a_shape_index_;
+      const AShapeLayout al = a_shape_layout(layout_.chunk);
+      sp.workspace = static_cast<char*>(a_shape_buf_) + al.workspace;
+      sp.workspace_bytes = al.workspace_bytes;
+    }
+    stats_.index_ranges += sp.index.n_ranges;
+    stats_.index_cols += sp.index.n_cols;
+    check_cuda(cudaEventRecord(ev(e.index_end), s), "cudaEventRecord");
+    cuda::sparse_attention(sp, stream_);
+  }
+  check_cuda(cudaEventRecord(ev(e.end), s), "cudaEventRecord");
+}
+
+void GpuTransformer::upload_a_shape_index(int64_t T, int64_t pos0) {
+  static_assert(sizeof(KeyRange) == 2 * sizeof(int32_t), "KeyRange is an int32 (start, end) pair");
+  if (!a_shape_buf_) fail("internal: A-shape prefill with no index buffer");
+  const AShapeLayout al = a_shape_layout(layout_.chunk);
+  HeadIndex hi;  // the CPU method's index, exactly
+  build_a_shape_index({.sink = attn_.sink, .window = attn_.window}, T, pos0, pos0 + T, hi);
+  if (hi.n_blocks() > al.max_blocks || int64_t(hi.ranges.size()) > 2 * al.max_blocks || !hi.cols.empty())
+    fail("internal: A-shape index of {} blocks, {} ranges, {} columns exceeds its buffer", hi.n_blocks(),
+         hi.ranges.size(), hi.cols.size());
+  char* base = static_cast<char*>(a_shape_buf_);
+  cuda::copy_h2d(base + al.range_ptr, hi.range_ptr.data(), hi.range_ptr.size() * sizeof(int64_t), stream_);
+  if (!hi.ranges.empty())
+    cuda::copy_h2d(base + al.ranges, hi.ranges.data(), hi.ranges.size() * sizeof(KeyRange), stream_);
+  cuda::copy_h2d(base + al.col_ptr, hi.col_ptr.data(), hi.col_ptr.size() * sizeof(int64_t), stream_);
+  a_shape_index_ = {};
+  a_shape_index_.n_index_head = 1;
+  a_shape_index_.n_qblk = hi.n_blocks();
+  a_shape_index_.range_ptr = reinterpret_cast<const int64_t*>(base + al.range_ptr);
+  a_shape_index_.ranges = reinterpret_cast<const int32_t*>(base + al.ranges);
+  a_shape_index_.col_ptr = reinterpret_cast<const int64_t*>(base + al.col_ptr);
+  a_shape_index_.cols = nullptr;
+  a_shape_index_.n_ranges = int64_t(hi.ranges.size());
+  a_shape_index_.n_cols = 0;
+}
+
+void GpuTransformer::read_attention_times() {
+  check_cuda(cudaEventSynchronize(ev(events_[events_used_ - 1].end)), "cudaEventSynchronize");
+  for (size_t i = 0; i < events_used_; ++i) {
+    float all_ms = 0, index_ms = 0;
+    check_cuda(cudaEventElapsedTime(&all_ms, ev(events_[i].start), ev(events_[i].end)), "cudaEventElapsedTime");
+    check_cuda(cudaEventElapsedTime(&index_ms, ev(events_[i].start), ev(events_[i].index_end)), "cudaEventElapsedTime");
+    stats_.attention_s += 1e-3 * all_ms;
+    stats_.index_s += 1e-3 * index_ms;
+  }
+  events_used_ = 0;
+  std::lock_guard<std::mutex> lk(g_stats_mu);
+  g_prefill = stats_;
 }
 
 }  // namespace longctx::gpu

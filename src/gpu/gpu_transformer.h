@@ -20,6 +20,14 @@
 // re-captured (updated in place) when that tile count changes: the same plan as the eager path
 // (bit-identical logits), one capture per 64 tokens. GpuOptions::cuda_graph = false or
 // LONGCTX_NO_CUDA_GRAPH=1 issues the same kernels eagerly; a capture failure falls back to eager.
+// Attention (GpuOptions::attn, gpu_attention.h): dense, or a sparse prefill method with the
+// CPU's spec: "minference=CONFIG.json[:dense_below=N][:dense_layers=N][:ratio=R]" runs, per
+// layer and prefill chunk, either attention_prefill (the first dense_layers layers, and chunks
+// with fewer than dense_below keys) or the GPU index builder (cuda::MinferenceIndexBuilder: the
+// chunk's post-RoPE Q against all cached K) followed by cuda::sparse_attention; "a_shape=S,W"
+// runs the sparse kernel with one static index per chunk. Decode is dense. The builder (sized
+// for a chunk against the whole cache) is allocated by reset() with the KV cache and is part of
+// the same fit check. GPU times of prefill attention and index builds: last_gpu_prefill_stats().
 // Errors: everything throws longctx::Error (bad ids, capacity exceeded, KV that does not fit
 // with what is needed vs free, CUDA failures with the kernel and shape); after an error mid
 // forward, reset() must be called before the next forward.
@@ -33,6 +41,7 @@
 #include <vector>
 
 #include "gpu/device_weights.h"
+#include "gpu/gpu_attention.h"
 #include "gpu/lm_head_gemm.h"
 #include "gpu/memory_plan.h"
 #include "kernels/cuda/gemm.h"
@@ -44,17 +53,33 @@ namespace longctx::gpu {
 struct GpuOptions {
   int64_t chunk = kDefaultChunk;  // tokens per prefill chunk (activation arena is sized by it)
   bool cuda_graph = true;         // decode by CUDA graph replay (env LONGCTX_NO_CUDA_GRAPH=1: off)
+  std::string attn = "dense";     // --attn spec (gpu_attention.h): dense, minference=..., a_shape=...
 };
 
 // Memory in use by the most recent GpuTransformer (for benchmarks and logs).
 struct GpuMemoryStats {
   std::string device;
   size_t weights = 0, kv = 0, arena = 0, decode_ws = 0;
+  size_t sparse = 0;  // sparse prefill: MInference index builder, or A-shape index + workspace
   size_t device_total = 0;
   size_t device_used_peak = 0;  // total - free (cudaMemGetInfo), highest seen: includes the
                                 // CUDA context, cuBLASLt and anything else in this process
 };
 GpuMemoryStats last_gpu_memory_stats();
+
+// Prefill attention of the most recent GpuTransformer since its last reset() (for benchmarks):
+// GPU times from CUDA events around each layer's attention (read once per chunk).
+struct GpuPrefillStats {
+  std::string attn = "dense";  // the --attn spec
+  int64_t dense_calls = 0;     // (layer, chunk) prefill attentions run dense
+  int64_t sparse_calls = 0;    // ... run sparse
+  double attention_s = 0;      // all prefill attention: dense kernel, or index build + sparse plan + kernel
+  double index_s = 0;          // of which: MInference index builds (A-shape: 0, its index is uploaded per chunk)
+  int64_t index_ranges = 0;    // ranges and columns of all sparse indices built (work indicator)
+  int64_t index_cols = 0;
+  size_t sparse_bytes = 0;     // device bytes of the sparse prefill (builder, or A-shape index)
+};
+GpuPrefillStats last_gpu_prefill_stats();
 
 class GpuTransformer {
  public:
@@ -65,6 +90,7 @@ class GpuTransformer {
   GpuTransformer& operator=(const GpuTransformer&) = delete;
 
   const ModelConfig& config() const { return cfg_; }
+  const GpuAttention& attention() const { return attn_; }
   const DeviceWeights& weights() const { return w_; }
   int64_t chunk() const { return layout_.chunk; }
   int64_t size() const { return len_; }
@@ -90,6 +116,10 @@ class GpuTransformer {
   // logits + out_row0 * vocab onwards.
   void forward_chunk(const int32_t* ids, int64_t T, int64_t first_row, float* logits, int64_t out_row0);
   void layer(int l, int64_t T, int64_t pos0);
+  // Prefill attention of layer l for T > 1 queries at pos0 (dense or sparse by attn_), timed.
+  void prefill_attention(int l, int64_t T, int64_t pos0, void* q, void* k_all, void* v_all, void* o);
+  void upload_a_shape_index(int64_t T, int64_t pos0);  // this chunk's shared A-shape index
+  void read_attention_times();                         // sums the chunk's events into stats_
   void lm_head(int64_t row0, int64_t n_rows, float* out);
   void lm_head_device(int64_t row0, int64_t n_rows);  // final norm + LM head into layout_.logits
   void copy_logits(int64_t n_rows, float* out);       // layout_.logits -> host, then sync
@@ -102,6 +132,7 @@ class GpuTransformer {
   void* act(size_t off) const { return static_cast<char*>(arena_->base()) + off; }
 
   ModelConfig cfg_;
+  GpuAttention attn_;
   DeviceWeights w_;
   ArenaLayout layout_;
   cuda::Stream stream_ = nullptr;
@@ -117,6 +148,20 @@ class GpuTransformer {
   // Decode step: device int32 [kStepInts] {token id, position, KV length} and the new K and V
   // rows bf16 [n_kv_head*head_dim] each, at the offsets in gpu_transformer.cpp.
   void* step_buf_ = nullptr;
+  // Sparse prefill (allocated by reset() with the KV cache, when attn_ is ever sparse).
+  std::unique_ptr<cuda::MinferenceIndexBuilder> builder_;
+  void* a_shape_buf_ = nullptr;  // A-shape: a_shape_layout(chunk) on the device
+  cuda::DeviceSparseIndex a_shape_index_;
+  size_t sparse_bytes_ = 0;
+  // Per chunk: one CUDA event pair around each layer's prefill attention (and its index build).
+  struct AttnEvents {
+    void* start = nullptr;
+    void* index_end = nullptr;  // after the index (= start for dense)
+    void* end = nullptr;
+  };
+  std::vector<AttnEvents> events_;
+  size_t events_used_ = 0;
+  GpuPrefillStats stats_;
   std::unique_ptr<cuda::CudaGraph> graph_;
   int64_t graph_tiles_ = -1;  // KV tiles the captured plan was made for (-1: none valid)
   bool use_graph_ = true;

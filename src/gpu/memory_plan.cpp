@@ -66,17 +66,22 @@ size_t decode_ws_bytes(const ModelConfig& c, int64_t capacity) {
 std::string gib(size_t bytes) { return fmt::format("{:.2f} GiB", double(bytes) / double(1ull << 30)); }
 
 std::string kv_fit_problem(const ModelConfig& c, int64_t capacity, size_t free_bytes, size_t held_bytes,
-                           const std::string& device_name) {
-  const size_t need = kv_bytes(c, capacity) + decode_ws_bytes(c, capacity);
+                           const std::string& device_name, size_t sparse_bytes) {
+  const size_t need = kv_bytes(c, capacity) + decode_ws_bytes(c, capacity) + sparse_bytes;
   const size_t usable = free_bytes > kReserveBytes ? free_bytes - kReserveBytes : 0;
   if (need <= usable) return "";
   const size_t per_tok = kv_bytes_per_token(c);
-  const int64_t fit = int64_t(usable / (per_tok + per_tok / 64 + 1));  // decode workspace is < 1/64 of the KV
+  // decode workspace is < 1/64 of the KV; the sparse buffers grow with the capacity too
+  // (counted here at their share per token of this capacity)
+  const size_t sparse_per_tok = sparse_bytes / size_t(std::max<int64_t>(capacity, 1));
+  const int64_t fit = int64_t(usable / (per_tok + per_tok / 64 + sparse_per_tok + 1));
+  const std::string sparse =
+      sparse_bytes ? fmt::format(" and {} for the sparse prefill's index and workspace", gib(sparse_bytes)) : "";
   return fmt::format(
-      "the KV cache for {} tokens needs {} ({} KiB per token: {} layers x K,V x {} heads x {} x bf16) but "
+      "the KV cache for {} tokens needs {} ({} KiB per token: {} layers x K,V x {} heads x {} x bf16{}) but "
       "{} has {} free ({} already held by the weights and activations, {} kept in reserve); "
       "about {} tokens would fit: use a shorter context or fewer new tokens, or the CPU path (--device cpu)",
-      capacity, gib(need), per_tok / 1024, c.n_layer, c.n_kv_head, c.head_dim, device_name, gib(free_bytes),
+      capacity, gib(need), per_tok / 1024, c.n_layer, c.n_kv_head, c.head_dim, sparse, device_name, gib(free_bytes),
       gib(held_bytes), gib(kReserveBytes), fit);
 }
 

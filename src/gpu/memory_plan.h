@@ -55,10 +55,12 @@ size_t kv_bytes(const ModelConfig& c, int64_t capacity);
 // The split-KV decode workspace for a cache of `capacity` tokens.
 size_t decode_ws_bytes(const ModelConfig& c, int64_t capacity);
 
-// "" when `needed` bytes fit in `free_bytes` (less the reserve); else a message saying what
-// is needed and what is free, and what to do (shorter context, or the CPU path).
+// "" when the KV cache of `capacity` tokens, its decode workspace and `sparse_bytes` (the sparse
+// prefill's buffers for that capacity: gpu_attention.h sparse_prefill_bytes) fit in `free_bytes`
+// (less the reserve); else a message saying what is needed and what is free, and what to do
+// (shorter context, or the CPU path).
 std::string kv_fit_problem(const ModelConfig& c, int64_t capacity, size_t free_bytes, size_t held_bytes,
-                           const std::string& device_name);
+                           const std::string& device_name, size_t sparse_bytes = 0);
 std::string gib(size_t bytes);  // "12.34 GiB"
 
 }  // namespace longctx::gpu

@@ -4,7 +4,9 @@
 // The transformer runs on the CPU (model/Transformer, fp32) or, in a CUDA build
 // (LONGCTX_WITH_GPU) with LoadOptions::device "cuda"/"auto", on the GPU (gpu/GpuTransformer,
 // bf16). --device auto falls back to the CPU, with a one-line note on stderr, when there is no
-// usable GPU, the model does not fit, or a prompt's KV cache does not fit.
+// usable GPU, the model does not fit, or a prompt's KV cache does not fit. The --attn method runs
+// on either: the GPU model takes the same spec (gpu/gpu_attention.h: dense, minference, a_shape;
+// sparse prefill needs head_dim 128 there, else --device cuda fails and auto runs on the CPU).
 #include "longctx/engine.h"
 
 #include <cblas.h>
@@ -25,6 +27,7 @@
 #include "gpu/device_probe.h"
 #include "gpu/device_weights.h"
 #include "gpu/geometry.h"
+#include "gpu/gpu_attention.h"
 #include "gpu/gpu_transformer.h"
 #include "gpu/memory_plan.h"
 #include "gpu/null_tokenizer.h"
@@ -252,9 +255,12 @@ class CpuEngine final : public Engine {
     const gpu::Probe pr = gpu::probe_device();
     if (!pr.usable) {
       why = pr.why;
-    } else if (opts_.attn != "dense") {
-      why = fmt::format("attention method '{}' runs on the CPU only", opts_.attn);
     } else {
+      // A bad spec or config throws here, with the CPU method's message; a method the GPU
+      // cannot run on this model (head_dim) is a reason to stay on the CPU.
+      why = gpu::attention_problem(gpu::parse_gpu_attention(opts_.attn, cfg_), cfg_);
+    }
+    if (why.empty()) {
       const size_t w = gpu::weight_bytes(cfg_), a = gpu::arena_layout(cfg_, chunk).total;
       if (w + a + gpu::kReserveBytes > pr.free_bytes)
         why = fmt::format("{} needs {} of GPU memory ({} weights in bf16, {} activations, {} reserve) but '{}' has {} free",
@@ -269,7 +275,10 @@ class CpuEngine final : public Engine {
     }
     gpu::DeviceWeights w = random ? gpu::DeviceWeights::random(cfg_, kRandomWeightsSeed, nullptr)
                                   : gpu::DeviceWeights::upload(cfg_, ModelWeights::load(*file_, cfg_), nullptr);
-    gpu_ = std::make_unique<gpu::GpuTransformer>(cfg_, std::move(w), gpu::GpuOptions{chunk});
+    gpu::GpuOptions go;
+    go.chunk = chunk;
+    go.attn = opts_.attn;
+    gpu_ = std::make_unique<gpu::GpuTransformer>(cfg_, std::move(w), go);
     return true;
   }
 

@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# gpu-minference-e2e.sh: MInference prefill on the GPU model, end to end, in device calls:
+# the GPU tests, then `longctx bench model` on the Llama-3-8B geometry (random weights, all 32
+# layers) with dense attention, MInference (the published Llama-3-8B-262K config) and A-shape
+# 1024+4096 (the FLOPs target of MInference's kernel-aware search) at each length, then
+# optionally the evaluation suite on the GPU with the default model. JSON and logs to $OUT,
+# a table (prefill time per method and length, dense / method ratios) printed last.
+#
+# Here (no GPU needed), build and pack what travels (stripped binaries as one .tar.xz, the
+# shared libraries the GPU machine lacks, optionally one half of the default model):
+#   cmake -S . -B build-gpuint -G Ninja -DLONGCTX_CUDA=ON -DLONGCTX_BENCH=ON -DLONGCTX_TESTS=ON -DBLA_STATIC=ON \
+#         -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc"
+#   ninja -C build-gpuint -j2 longctx test_gpu
+#   CARRY=.carry/e2e1 scripts/gpu-minference-e2e.sh --pack --model-part 1
+#   CARRY=.carry/e2e2 scripts/gpu-minference-e2e.sh --pack --model-part 2
+# On the device (carry the CARRY folder; the two model halves in two calls made back to back,
+# files under /root survive while the machine is warm):
+#   CARRY=.carry/e2e1 OUT=$OUT scripts/gpu-minference-e2e.sh --tests '*' --lengths 32k        # tests + smoke
+#   CARRY=.carry/e2e2 OUT=$OUT scripts/gpu-minference-e2e.sh --skip-tests --eval --lengths 128k,512k
+# Options: --tests FILTER (gtest filter; default all) | --skip-tests; --lengths L,L (default
+# 128k,512k; empty = no benchmark); --methods "dense minference ashape" (order run); --eval
+# (passkey, passkey --no-chat and niah at 2k/4k/8k, 5 depths, 4 samples, dense, --device cuda).
+# Each length of each method is one `bench model` process (its own warm-up), so a run killed at
+# the time limit keeps what finished; each step has a timeout so a hang cannot eat the budget.
+# Time: dense 512K prefill of this geometry takes ~145 s on an H200; 1M cannot run (a bf16 KV
+# cache of 1M tokens is 128 GiB, plus 15 GiB of weights, more than the H200's 139 GiB).
+set -uo pipefail
+BUILD=${BUILD:-build-gpuint}
+CARRY=${CARRY:-.carry/e2e}
+MODEL_NAME=SmolLM2-135M-Instruct.Q4_1.gguf
+MODEL_SHA=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+MINF_CONFIG=configs/minference/Llama-3-8B-Instruct-262k.json
+
+if [ "${1:-}" = "--pack" ]; then
+  part=""
+  [ "${2:-}" = "--model-part" ] && part="$3"
+  rm -rf "$CARRY" && mkdir -p "$CARRY/lib" /tmp/gpu-e2e-pack
+  cp $BUILD/src/cli/longctx $BUILD/tests/gpu/test_gpu /tmp/gpu-e2e-pack/
+  strip /tmp/gpu-e2e-pack/longctx /tmp/gpu-e2e-pack/test_gpu
+  tar -C /tmp/gpu-e2e-pack -cJf "$CARRY/bin.tar.xz" longctx test_gpu
+  # The shared libraries the binaries need beyond the CUDA machine's own (CUDA, libc).
+  for lib in $(ldd $BUILD/src/cli/longctx $BUILD/tests/gpu/test_gpu | awk '/=> \// {print $3}' | sort -u); do
+    case "$(basename "$lib")" in
+      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libgcc_s.so*|ld-linux*|libcublas*|libcuda*) ;;
+      *) cp -L "$lib" "$CARRY/lib/" ;;
+    esac
+  done
+  if [ -n "$part" ]; then
+    m="${LONGCTX_CACHE:-$HOME/.cache/longctx}/models/$MODEL_NAME"
+    half=$(( ($(stat -c %s "$m") + 1) / 2 ))
+    if [ "$part" = 1 ]; then head -c $half "$m" > "$CARRY/model.part1"; else tail -c +$((half + 1)) "$m" > "$CARRY/model.part2"; fi
+  fi
+  ls -la "$CARRY" "$CARRY/lib"; du -sh "$CARRY"; exit 0
+fi
+
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+skip_tests=0; filter="*"; lengths="128k,512k"; methods="ashape minference dense"; do_eval=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --skip-tests) skip_tests=1 ;;
+    --tests) filter="$2"; shift ;;
+    --lengths) lengths="$2"; shift ;;
+    --methods) methods="$2"; shift ;;
+    --eval) do_eval=1 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+BIN=/tmp/longctx-gpu-e2e
+mkdir -p $BIN && tar -C $BIN -xJf "$CARRY/bin.tar.xz" || { echo "no $CARRY/bin.tar.xz: run --pack here first"; exit 2; }
+export LD_LIBRARY_PATH="$PWD/$CARRY/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export LONGCTX_CACHE=${LONGCTX_CACHE:-/root/longctx-cache}
+COMMIT=${GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+status=0
+{ nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv;
+  echo "commit $COMMIT"; date -u; } > "$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
+
+# Default model, in parts (for the eval).
+mdir="$LONGCTX_CACHE/models"; mkdir -p "$mdir"
+for p in 1 2; do
+  [ -f "$CARRY/model.part$p" ] && cp "$CARRY/model.part$p" "$mdir/$MODEL_NAME.part$p" && echo "model part $p stored"
+done
+if [ ! -f "$mdir/$MODEL_NAME" ] && [ -f "$mdir/$MODEL_NAME.part1" ] && [ -f "$mdir/$MODEL_NAME.part2" ]; then
+  cat "$mdir/$MODEL_NAME.part1" "$mdir/$MODEL_NAME.part2" > "$mdir/$MODEL_NAME.tmp"
+  if [ "$(sha256sum "$mdir/$MODEL_NAME.tmp" | cut -d' ' -f1)" = "$MODEL_SHA" ]; then
+    mv "$mdir/$MODEL_NAME.tmp" "$mdir/$MODEL_NAME"; echo "default model joined, SHA-256 ok"
+  else
+    echo "default model parts do not match the SHA-256"; rm -f "$mdir/$MODEL_NAME.tmp"
+  fi
+fi
+
+if [ $skip_tests = 0 ]; then
+  echo "== test_gpu ($filter)"
+  t0=$(date +%s)
+  timeout ${TEST_TIMEOUT:-300} $BIN/test_gpu --gtest_filter="$filter" > "$OUT/tests.log" 2>&1; rc=$?
+  grep -E "^\[ (gpu|engine|message)|^\[  (PASSED|FAILED|SKIPPED) |Failure|error|tests ran" "$OUT/tests.log" | head -80
+  echo "test_gpu: rc=$rc, $(( $(date +%s) - t0 )) s"
+  [ $rc = 0 ] || { echo "TESTS FAILED (rc=$rc)"; tail -30 "$OUT/tests.log"; status=1; }
+fi
+
+if [ -n "$lengths" ]; then
+  for L in ${lengths//,/ }; do
+    for m in $methods; do
+      case $m in
+        dense) attn=dense; limit=${DENSE_TIMEOUT:-260} ;;
+        minference) attn="minference=$MINF_CONFIG"; limit=${MINF_TIMEOUT:-300} ;;
+        ashape) attn="a_shape=1024,4096"; limit=${ASHAPE_TIMEOUT:-120} ;;
+        *) echo "unknown method $m"; exit 2 ;;
+      esac
+      echo "== bench model: llama3-8b geometry, 32 layers, $L, --attn $attn"
+      t0=$(date +%s)
+      timeout $limit $BIN/longctx bench model --device cuda --random-weights llama3-8b --attn "$attn" --lengths "$L" \
+        --decode 2 --json "$OUT/e2e_${m}_${L}.json" 2> "$OUT/e2e_${m}_${L}.log"; rc=$?
+      cat "$OUT/e2e_${m}_${L}.log"
+      echo "($m $L: rc=$rc, $(( $(date +%s) - t0 )) s wall)"
+      [ $rc = 0 ] || { echo "BENCH FAILED ($m $L, rc=$rc)"; status=1; }
+    done
+  done
+  python3 - "$OUT" <<'EOF'
+import glob, json, os, sys
+out = sys.argv[1]
+rows = {}
+for f in sorted(glob.glob(os.path.join(out, "e2e_*_*.json"))):
+    m = os.path.basename(f)[4:-5].rsplit("_", 1)[0]
+    j = json.load(open(f))
+    for r in j["results"]:
+        rows.setdefault(r["length"], {})[m] = r
+summary = []
+print("\n%-8s %-11s %10s %10s %10s %8s %8s" % ("length", "method", "prefill s", "attn s", "index s", "x dense", "x attn"))
+for L in sorted(rows):
+    d = rows[L].get("dense")
+    for m in ("dense", "minference", "ashape"):
+        r = rows[L].get(m)
+        if not r:
+            continue
+        pa = r.get("prefill_attention", {})
+        ratio = d["prefill_s"] / r["prefill_s"] if d else None
+        aratio = (d["prefill_attention"]["attention_s"] / pa["attention_s"]) if d and pa.get("attention_s") else None
+        print("%-8d %-11s %10.2f %10.2f %10.3f %8s %8s" % (L, m, r["prefill_s"], pa.get("attention_s", 0), pa.get("index_s", 0),
+              "%.2fx" % ratio if ratio else "-", "%.2fx" % aratio if aratio else "-"))
+        summary.append({"length": L, "method": m, "attn": pa.get("attn"), "prefill_s": r["prefill_s"],
+                        "attention_s": pa.get("attention_s"), "index_s": pa.get("index_s"),
+                        "speedup_vs_dense": ratio, "attention_speedup_vs_dense": aratio,
+                        "index_ranges": pa.get("index_ranges"), "index_cols": pa.get("index_cols"),
+                        "sparse_gib": pa.get("sparse_gib"), "gpu_memory_gib": r.get("gpu_memory_gib")})
+json.dump(summary, open(os.path.join(out, "e2e_summary.json"), "w"), indent=1)
+EOF
+fi
+
+if [ $do_eval = 1 ]; then
+  if [ ! -f "$mdir/$MODEL_NAME" ]; then
+    echo "EVAL SKIPPED: the default model is not on this machine (send both parts)"; status=1
+  else
+    for run in "passkey" "passkey --no-chat" "niah"; do
+      name=$(echo "$run" | tr -d ' -' )
+      echo "== eval $run --device cuda (default model, dense, 2k/4k/8k, 5 depths, 4 samples)"
+      t0=$(date +%s)
+      timeout ${EVAL_TIMEOUT:-150} $BIN/longctx eval $run --device cuda --lengths 2k,4k,8k --depths 0,0.25,0.5,0.75,1 \
+        --samples 4 --quiet --json "$OUT/eval_${name}.json" > "$OUT/eval_${name}.txt" 2> "$OUT/eval_${name}.log"; rc=$?
+      cat "$OUT/eval_${name}.txt"; tail -3 "$OUT/eval_${name}.log"
+      echo "(eval $run: rc=$rc, $(( $(date +%s) - t0 )) s)"
+      [ $rc = 0 ] || { echo "EVAL FAILED ($run, rc=$rc)"; status=1; }
+    done
+  fi
+fi
+exit $status

@@ -1,0 +1,475 @@
+// test_gpu_minference.cpp: sparse prefill on the GPU model (--attn minference=CFG, a_shape) vs
+// the CPU methods of src/sparse on the same (bf16-valued) weights.
+//
+// The model: a tiny random Llama with head_dim 128 (the sparse kernel's size), 4 query / 2 KV
+// heads, 3 layers, written by model/tiny_model. The config mixes all three patterns with budgets
+// that leave most keys out at ~1.1K tokens (so sparse and dense logits differ clearly), and the
+// tests check: GPU MInference == CPU MInference (bf16 tolerance of test_util.h; the index is
+// chosen from bf16 Q/K on the GPU and fp32 on the CPU, so a near-tied line can differ: the
+// measured margin is printed), single-chunk and chunked prefill, dense decode afterwards;
+// budgets that cover everything == dense; dense_layers / dense_below choose dense exactly where
+// the CPU does (bit-identical to the dense GPU model where everything is dense, and the
+// (layer, chunk) counts); config/model mismatches and head_dim 64 are clear errors.
+// Parsing tests run without a GPU (CUDA builds); the rest GTEST_SKIP without one.
+//   build-gpuint/tests/gpu/test_gpu --gtest_filter='GpuMInference*'
+#ifdef LONGCTX_WITH_GPU
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <random>
+
+#include "gpu/device_weights.h"
+#include "gpu/geometry.h"
+#include "gpu/gpu_attention.h"
+#include "gpu/gpu_transformer.h"
+#include "longctx/engine.h"
+#include "model/tiny_model.h"
+#include "model/transformer.h"
+#include "sparse/attention_method.h"
+#include "sparse/minference_config.h"
+#include "test_util.h"
+#include "util/error.h"
+#include "util/thread_pool.h"
+
+namespace longctx {
+namespace {
+
+using test::compare_row;
+using test::LogitDiff;
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+constexpr int kLayers = 3, kHeads = 4;
+
+TinyModelSpec tiny_d128() {
+  TinyModelSpec s;
+  s.n_layer = kLayers;
+  s.n_embd = 512;
+  s.n_head = kHeads;  // head dim 128
+  s.n_kv_head = 2;
+  s.n_ff = 1024;
+  s.context_length = 8192;
+  s.seed = 21;
+  return s;
+}
+
+HeadPattern vs(int64_t v, int64_t s) { return {PatternKind::VerticalSlash, v, s, 0}; }
+HeadPattern bs(int64_t k) { return {PatternKind::BlockSparse, k, 0, 0}; }
+HeadPattern ash(int64_t sink, int64_t window) { return {PatternKind::AShape, sink, window, 0}; }
+
+// Every pattern, budgets well below ~1.1K keys: VS keeps the 30 forced columns + 10 more and the
+// 100 forced diagonals + 50 more; block-sparse 3-4 of up to 18 key blocks; A-shape 64 + 256.
+MInferenceConfig mixed_config() {
+  MInferenceConfig c;
+  c.layers = {{vs(40, 150), bs(3), ash(64, 256), vs(100, 200)},
+              {bs(4), vs(40, 150), vs(60, 120), ash(32, 192)},
+              {vs(30, 160), ash(64, 128), bs(3), vs(50, 150)}};
+  return c;
+}
+
+// Budgets past any prompt here: every pattern covers all causal keys.
+MInferenceConfig full_config() {
+  MInferenceConfig c;
+  c.layers = {{vs(100000, 100000), bs(100000), ash(100000, 100000), vs(100000, 100000)},
+              {bs(100000), vs(100000, 100000), ash(0, 100000), bs(100000)},
+              {ash(100000, 1), vs(100000, 100000), bs(100000), vs(100000, 100000)}};
+  return c;
+}
+
+struct Fixture {
+  std::filesystem::path dir;
+  std::string model, mixed, full, wrong;
+  ModelConfig cfg;
+  std::unique_ptr<ModelFile> file;
+};
+
+Fixture& fixture() {
+  static Fixture* f = [] {
+    auto* x = new Fixture;
+    x->dir = test::temp_dir("minference");
+    write_tiny_model(x->dir.string(), tiny_d128());
+    x->model = (x->dir / "tiny.gguf").string();
+    x->mixed = (x->dir / "mixed.json").string();
+    x->full = (x->dir / "full.json").string();
+    x->wrong = (x->dir / "wrong.json").string();
+    mixed_config().save(x->mixed);
+    full_config().save(x->full);
+    MInferenceConfig w = mixed_config();
+    w.layers.pop_back();  // 2 layers for a 3-layer model
+    w.save(x->wrong);
+    x->file = open_model_file(x->model);
+    x->cfg = ModelConfig::from_model_file(*x->file);
+    return x;
+  }();
+  return *f;
+}
+
+std::vector<int32_t> random_ids(int64_t n, int32_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> d(0, vocab - 1);
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (auto& id : ids) id = d(rng);
+  return ids;
+}
+
+// Logit rows of a run: the last kRows rows of the prefill, then n_decode teacher-forced decode
+// steps (tokens given, so both models see the same sequence).
+constexpr int64_t kRows = 4;
+struct RunLogits {
+  std::vector<std::vector<float>> rows;
+  gpu::GpuPrefillStats stats;  // GPU runs only
+};
+
+RunLogits run_gpu(gpu::GpuTransformer& g, const std::vector<int32_t>& ids, int64_t chunk,
+            const std::vector<int32_t>& decode) {
+  RunLogits r;
+  const int64_t n = int64_t(ids.size()), V = g.config().vocab_size;
+  g.reset(n + int64_t(decode.size()));
+  std::vector<float> lg;
+  for (int64_t c0 = 0; c0 < n; c0 += chunk) {  // GpuTransformer chunks by itself too; the same cut
+    const int64_t c1 = std::min(n, c0 + chunk);
+    g.forward(std::span(ids).subspan(size_t(c0), size_t(c1 - c0)), c1 == n ? kRows : 0, &lg);
+  }
+  r.stats = gpu::last_gpu_prefill_stats();
+  for (int64_t i = 0; i < kRows; ++i) r.rows.emplace_back(lg.begin() + i * V, lg.begin() + (i + 1) * V);
+  for (int32_t t : decode) {
+    g.forward(std::span(&t, 1), 1, &lg);
+    r.rows.push_back(lg);
+  }
+  return r;
+}
+
+RunLogits run_cpu(const std::string& spec, const ModelWeights& w, const std::vector<int32_t>& ids, int64_t chunk,
+            const std::vector<int32_t>& decode) {
+  const ModelConfig& cfg = fixture().cfg;
+  MethodContext mc{cfg.n_layer, cfg.n_head, cfg.n_kv_head, cfg.head_dim, cfg.name};
+  Transformer cpu(cfg, w, make_attention_method(spec, mc), global_pool());
+  RunLogits r;
+  const int64_t n = int64_t(ids.size()), V = cfg.vocab_size;
+  cpu.reset(n + int64_t(decode.size()));
+  std::vector<float> lc;
+  for (int64_t c0 = 0; c0 < n; c0 += chunk) {
+    const int64_t c1 = std::min(n, c0 + chunk);
+    cpu.forward(std::span(ids).subspan(size_t(c0), size_t(c1 - c0)), c1 == n ? kRows : 0, &lc);
+  }
+  for (int64_t i = 0; i < kRows; ++i) r.rows.emplace_back(lc.begin() + i * V, lc.begin() + (i + 1) * V);
+  for (int32_t t : decode) {
+    cpu.forward(std::span(&t, 1), 1, &lc);
+    r.rows.push_back(lc);
+  }
+  return r;
+}
+
+struct Cmp {
+  double worst = 0;  // max over rows of max|diff| / tol
+  double worst_rel_l2 = 0;
+  int argmax_checked = 0, argmax_equal = 0;
+};
+// a = reference, b = tested.
+Cmp compare(const RunLogits& a, const RunLogits& b) {
+  Cmp c;
+  EXPECT_EQ(a.rows.size(), b.rows.size());
+  for (size_t i = 0; i < std::min(a.rows.size(), b.rows.size()); ++i) {
+    const LogitDiff d = compare_row(a.rows[i].data(), b.rows[i].data(), int64_t(a.rows[i].size()));
+    c.worst = std::max(c.worst, d.max_abs / d.tol());
+    c.worst_rel_l2 = std::max(c.worst_rel_l2, d.rel_l2);
+    if (d.margin_a > 2 * d.tol()) {
+      ++c.argmax_checked;
+      c.argmax_equal += d.argmax_a == d.argmax_b;
+    }
+  }
+  return c;
+}
+
+bool bit_identical(const RunLogits& a, const RunLogits& b) { return a.rows == b.rows; }
+
+std::vector<int32_t> decode_tokens() { return {5, 77, 200, 42}; }  // byte tokens: in every vocabulary here
+
+gpu::GpuTransformer make_gpu(const std::string& spec, int64_t chunk) {
+  Fixture& f = fixture();
+  gpu::GpuOptions o;
+  o.chunk = chunk;
+  o.attn = spec;
+  return gpu::GpuTransformer(f.cfg, gpu::DeviceWeights::upload(f.cfg, ModelWeights::load(*f.file, f.cfg), nullptr), o);
+}
+
+// ---- parsing (no GPU needed) -------------------------------------------------------------
+
+TEST(GpuMInferenceParse, SpecsAsOnTheCpu) {
+  Fixture& f = fixture();
+  const gpu::GpuAttention d = gpu::parse_gpu_attention("dense", f.cfg);
+  EXPECT_TRUE(d.dense());
+  EXPECT_FALSE(d.sparse_at(0, 1 << 20));
+  EXPECT_EQ(gpu::sparse_prefill_bytes(d, f.cfg, 256, 4096), 0u);
+
+  const gpu::GpuAttention m =
+      gpu::parse_gpu_attention("minference=" + f.mixed + ":dense_below=600:dense_layers=1:ratio=2", f.cfg);
+  EXPECT_EQ(m.kind, gpu::GpuAttnKind::MInference);
+  EXPECT_EQ(m.dense_below, 600);
+  EXPECT_EQ(m.dense_layers, 1);
+  ASSERT_EQ(m.layers.size(), size_t(kLayers));
+  ASSERT_EQ(m.layers[0].size(), size_t(kHeads));
+  // VS budgets scaled by ratio (as sparse/minference_index.cpp), block-sparse and A-shape not.
+  EXPECT_EQ(m.layers[0][0].kind, cuda::GpuPatternKind::VerticalSlash);
+  EXPECT_EQ(m.layers[0][0].vertical, 80);
+  EXPECT_EQ(m.layers[0][0].slash, 300);
+  EXPECT_EQ(m.layers[0][1].kind, cuda::GpuPatternKind::BlockSparse);
+  EXPECT_EQ(m.layers[0][1].vertical, 3);
+  EXPECT_EQ(m.layers[0][2].kind, cuda::GpuPatternKind::AShape);
+  EXPECT_EQ(m.layers[0][2].vertical, 64);
+  EXPECT_EQ(m.layers[0][2].slash, 256);
+  EXPECT_FALSE(m.sparse_at(0, 5000));  // dense layer
+  EXPECT_FALSE(m.sparse_at(1, 599));   // below dense_below
+  EXPECT_TRUE(m.sparse_at(1, 600));
+  EXPECT_TRUE(m.ever_sparse(kLayers, 600));
+  EXPECT_FALSE(m.ever_sparse(kLayers, 599));  // no chunk reaches dense_below: nothing to allocate
+  EXPECT_FALSE(gpu::parse_gpu_attention("minference=" + f.mixed + ":dense_layers=3", f.cfg).ever_sparse(kLayers, 1 << 20));
+  EXPECT_EQ(gpu::attention_problem(m, f.cfg), "");
+
+  const gpu::GpuAttention a = gpu::parse_gpu_attention("a_shape", f.cfg);
+  EXPECT_EQ(a.kind, gpu::GpuAttnKind::AShape);
+  EXPECT_EQ(a.sink, 1024);
+  EXPECT_EQ(a.window, 4096);
+  const gpu::GpuAttention a2 = gpu::parse_gpu_attention("a_shape=64,256", f.cfg);
+  EXPECT_EQ(a2.sink, 64);
+  EXPECT_EQ(a2.window, 256);
+  EXPECT_GT(gpu::sparse_prefill_bytes(a2, f.cfg, 256, 4096), 0u);
+}
+
+TEST(GpuMInferenceParse, ErrorsAreTheCpuMethodsAndNameTheHeadDimLimit) {
+  Fixture& f = fixture();
+  std::string e = error_of([&] { gpu::parse_gpu_attention("minference=" + f.wrong, f.cfg); });
+  EXPECT_TRUE(contains(e, "2 layers") && contains(e, "made for another model")) << e;
+  e = error_of([&] { gpu::parse_gpu_attention("minference", f.cfg); });
+  EXPECT_TRUE(contains(e, "search-patterns")) << e;
+  e = error_of([&] { gpu::parse_gpu_attention("minference=" + f.mixed + ":dense_abov=3", f.cfg); });
+  EXPECT_TRUE(contains(e, "unknown option 'dense_abov'")) << e;
+  e = error_of([&] { gpu::parse_gpu_attention("minference=/nonexistent/cfg.json", f.cfg); });
+  EXPECT_TRUE(contains(e, "/nonexistent/cfg.json")) << e;
+  e = error_of([&] { gpu::parse_gpu_attention("hip", f.cfg); });
+  EXPECT_TRUE(contains(e, "unknown attention method 'hip'")) << e;
+  e = error_of([&] { gpu::parse_gpu_attention("a_shape=1", f.cfg); });
+  EXPECT_TRUE(contains(e, "a_shape=SINK,WINDOW")) << e;
+
+  // head_dim 64 (the default model's): the sparse kernel's limit, named.
+  ModelConfig c64 = f.cfg;
+  c64.head_dim = 64;
+  c64.name = "tiny-d64";
+  const std::string p = gpu::attention_problem(gpu::parse_gpu_attention("minference=" + f.mixed, f.cfg), c64);
+  EXPECT_TRUE(contains(p, "head_dim 128") && contains(p, "tiny-d64 has head_dim 64")) << p;
+  EXPECT_TRUE(contains(gpu::attention_problem(gpu::parse_gpu_attention("a_shape", c64), c64), "head_dim 128"));
+  EXPECT_EQ(gpu::attention_problem(gpu::parse_gpu_attention("dense", c64), c64), "");
+}
+
+// ---- on the GPU ----------------------------------------------------------------------------
+
+class GpuMInference : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!test::have_usable_gpu()) GTEST_SKIP() << "no usable (Hopper) GPU";
+  }
+};
+
+// GPU MInference vs CPU MInference, one chunk and chunks of 256 (q_pos0 > 0, indices per chunk
+// against all cached keys, the last chunk partial), then dense decode over the sparse-prefilled
+// cache. The CPU runs on the GPU's bf16 weights widened to fp32.
+TEST_F(GpuMInference, MatchesCpuMInference) {
+  Fixture& f = fixture();
+  const auto ids = random_ids(1100, f.cfg.vocab_size, 3);
+  const std::string spec = "minference=" + f.mixed;
+  for (int64_t chunk : {int64_t(1100), int64_t(256)}) {
+    auto g = make_gpu(spec, chunk);
+    const ModelWeights w = g.weights().download(g.stream());
+    const RunLogits gm = run_gpu(g, ids, chunk, decode_tokens());
+    const RunLogits cm = run_cpu(spec, w, ids, chunk, decode_tokens());
+    const RunLogits cd = run_cpu("dense", w, ids, chunk, decode_tokens());
+    const Cmp gc = compare(cm, gm), sd = compare(cd, cm);
+    const int64_t chunks = (1100 + chunk - 1) / chunk;
+    std::printf("[ gpu minference ] chunk %4lld: GPU vs CPU MInference max|diff|/tol %.3f (rel_l2 %.2e, argmax %d/%d); "
+                "CPU MInference vs CPU dense %.3f (rel_l2 %.2e); index %lld ranges %lld cols; attention %.2f ms "
+                "(index %.2f ms)\n",
+                (long long)chunk, gc.worst, gc.worst_rel_l2, gc.argmax_equal, gc.argmax_checked, sd.worst,
+                sd.worst_rel_l2, (long long)gm.stats.index_ranges, (long long)gm.stats.index_cols,
+                1e3 * gm.stats.attention_s, 1e3 * gm.stats.index_s);
+    EXPECT_LE(gc.worst, 1.0) << "GPU MInference logits outside the bf16 tolerance of the CPU's";
+    EXPECT_EQ(gc.argmax_equal, gc.argmax_checked);
+    // The method must matter at this length, or the comparison above proves nothing.
+    EXPECT_GT(sd.worst, 1.0) << "sparse and dense logits differ by less than the tolerance";
+    EXPECT_EQ(gm.stats.sparse_calls, kLayers * chunks);
+    EXPECT_EQ(gm.stats.dense_calls, 0);
+    EXPECT_GT(gm.stats.index_ranges, 0);
+  }
+}
+
+TEST_F(GpuMInference, AShapeMatchesCpu) {
+  Fixture& f = fixture();
+  const auto ids = random_ids(1100, f.cfg.vocab_size, 4);
+  const std::string spec = "a_shape=64,256";
+  auto g = make_gpu(spec, 300);
+  const ModelWeights w = g.weights().download(g.stream());
+  const RunLogits ga = run_gpu(g, ids, 300, decode_tokens());
+  const RunLogits ca = run_cpu(spec, w, ids, 300, decode_tokens());
+  const RunLogits cd = run_cpu("dense", w, ids, 300, decode_tokens());
+  const Cmp gc = compare(ca, ga), sd = compare(cd, ca);
+  std::printf("[ gpu a_shape ] GPU vs CPU A-shape max|diff|/tol %.3f (rel_l2 %.2e); CPU A-shape vs dense %.3f\n",
+              gc.worst, gc.worst_rel_l2, sd.worst);
+  EXPECT_LE(gc.worst, 1.0);
+  EXPECT_GT(sd.worst, 1.0);
+  EXPECT_EQ(ga.stats.sparse_calls, kLayers * 4);
+}
+
+// Budgets that cover every key: the sparse kernel computes dense attention.
+TEST_F(GpuMInference, FullBudgetsEqualDense) {
+  Fixture& f = fixture();
+  const auto ids = random_ids(1000, f.cfg.vocab_size, 5);
+  auto gd = make_gpu("dense", 384);
+  const RunLogits dense = run_gpu(gd, ids, 384, decode_tokens());
+  for (const std::string& spec : {"minference=" + f.full, std::string("a_shape=0,100000"), std::string("a_shape=2000,1")}) {
+    auto g = make_gpu(spec, 384);
+    const RunLogits s = run_gpu(g, ids, 384, decode_tokens());
+    const Cmp c = compare(dense, s);
+    std::printf("[ gpu full budgets ] %-40s vs GPU dense: max|diff|/tol %.3f (rel_l2 %.2e), %lld sparse calls\n",
+                spec.substr(0, 40).c_str(), c.worst, c.worst_rel_l2, (long long)s.stats.sparse_calls);
+    // Same keys, another kernel (tile order, bf16 output rounding): far inside the tolerance.
+    EXPECT_LE(c.worst, 0.5) << spec;
+    EXPECT_EQ(c.argmax_equal, c.argmax_checked) << spec;
+    EXPECT_EQ(s.stats.sparse_calls, kLayers * 3) << spec;
+  }
+}
+
+// dense_layers / dense_below: dense exactly where the CPU method is, counted per (layer, chunk);
+// all-dense choices give the dense GPU model's logits bit for bit.
+TEST_F(GpuMInference, DenseLayersAndDenseBelow) {
+  Fixture& f = fixture();
+  const auto ids = random_ids(1100, f.cfg.vocab_size, 6);
+  const std::string base = "minference=" + f.mixed;
+  auto gd = make_gpu("dense", 256);
+  const RunLogits dense = run_gpu(gd, ids, 256, decode_tokens());
+  const ModelWeights w = gd.weights().download(gd.stream());
+
+  {  // every layer dense: no builder, the dense kernels, identical logits
+    auto g = make_gpu(base + ":dense_layers=3", 256);
+    const RunLogits r = run_gpu(g, ids, 256, decode_tokens());
+    EXPECT_TRUE(bit_identical(dense, r));
+    EXPECT_EQ(r.stats.sparse_calls, 0);
+    EXPECT_EQ(r.stats.dense_calls, kLayers * 5);
+    EXPECT_EQ(r.stats.sparse_bytes, 0u);
+  }
+  {  // dense_below above the prompt: the same
+    auto g = make_gpu(base + ":dense_below=5000", 256);
+    const RunLogits r = run_gpu(g, ids, 256, decode_tokens());
+    EXPECT_TRUE(bit_identical(dense, r));
+    EXPECT_EQ(r.stats.sparse_calls, 0);
+  }
+  struct Case {
+    std::string opt;
+    int64_t dense_calls, sparse_calls;
+  };
+  // Chunks of 256 over 1100 tokens end at n_kv = 256, 512, 768, 1024, 1100.
+  for (const Case& c : {Case{":dense_layers=1", 5, 10}, Case{":dense_below=600", 6, 9},
+                        Case{":dense_layers=2:dense_below=1024", 13, 2}}) {
+    const std::string spec = base + c.opt;
+    auto g = make_gpu(spec, 256);
+    const RunLogits gm = run_gpu(g, ids, 256, decode_tokens());
+    const RunLogits cm = run_cpu(spec, w, ids, 256, decode_tokens());
+    const Cmp gc = compare(cm, gm), dd = compare(dense, gm);
+    std::printf("[ gpu minference ] %-36s GPU vs CPU max|diff|/tol %.3f; vs GPU dense %.3f; %lld dense + %lld sparse\n",
+                c.opt.c_str(), gc.worst, dd.worst, (long long)gm.stats.dense_calls, (long long)gm.stats.sparse_calls);
+    EXPECT_LE(gc.worst, 1.0) << c.opt;
+    EXPECT_EQ(gm.stats.dense_calls, c.dense_calls) << c.opt;
+    EXPECT_EQ(gm.stats.sparse_calls, c.sparse_calls) << c.opt;
+    EXPECT_FALSE(bit_identical(dense, gm)) << c.opt;
+  }
+}
+
+// Through the Engine (what --attn minference=CFG --device cuda runs): logits and greedy tokens
+// of the GPU engine vs the CPU engine with the same spec and the same prefill chunk.
+TEST_F(GpuMInference, EngineOnCudaMatchesCpuEngine) {
+  Fixture& f = fixture();
+  const std::string spec = "minference=" + f.mixed + ":dense_layers=1";
+  auto cpu = Engine::load({.model_path = f.model, .n_threads = 4, .attn = spec, .prefill_chunk = 512});
+  auto gpu = Engine::load({.model_path = f.model, .attn = spec, .device = "cuda", .gpu_chunk = 512});
+  const int64_t V = cpu->config().vocab_size;
+  const auto ids = random_ids(1300, int32_t(V), 8);
+  const auto lc = cpu->logits(ids, 2), lg = gpu->logits(ids, 2);
+  ASSERT_EQ(lc.size(), lg.size());
+  double worst = 0;
+  for (int r = 0; r < 2; ++r) {
+    const LogitDiff d = compare_row(lc.data() + r * V, lg.data() + r * V, V);
+    worst = std::max(worst, d.max_abs / d.tol());
+  }
+  const gpu::GpuPrefillStats st = gpu::last_gpu_prefill_stats();
+  std::printf("[ engine gpu minference ] vs CPU engine: max|diff|/tol %.3f; %lld dense + %lld sparse layer-chunks\n",
+              worst, (long long)st.dense_calls, (long long)st.sparse_calls);
+  EXPECT_LE(worst, 1.0);
+  EXPECT_EQ(st.sparse_calls, 2 * 3);  // layers 1, 2 x chunks of 512, 512, 276
+  SamplingParams sp;
+  sp.max_tokens = 6;
+  sp.stop_at_eos = false;
+  EXPECT_EQ(gpu->generate(ids, sp).tokens.size(), 6u);
+}
+
+TEST_F(GpuMInference, EngineErrors) {
+  Fixture& f = fixture();
+  // Config made for another model: the CPU method's message, on --device cuda and auto alike.
+  for (const char* dev : {"cuda", "auto"}) {
+    const std::string e =
+        error_of([&] { Engine::load({.model_path = f.model, .attn = "minference=" + f.wrong, .device = dev}); });
+    EXPECT_TRUE(contains(e, "made for another model")) << dev << ": " << e;
+  }
+  // head_dim 64: --device cuda fails naming the limit; auto runs on the CPU with a note.
+  const auto dir = test::temp_dir("minference-d64");
+  TinyModelSpec s;
+  s.n_embd = 256;
+  s.n_head = 4;  // head dim 64
+  s.n_ff = 512;
+  s.n_layer = 2;
+  write_tiny_model(dir.string(), s);
+  const std::string m64 = (dir / "tiny.gguf").string();
+  MInferenceConfig c;
+  c.layers = {{vs(30, 100), vs(30, 100), vs(30, 100), vs(30, 100)}, {bs(2), bs(2), bs(2), bs(2)}};
+  const std::string cfg64 = (dir / "cfg.json").string();
+  c.save(cfg64);
+  std::string e = error_of([&] { Engine::load({.model_path = m64, .attn = "minference=" + cfg64, .device = "cuda"}); });
+  EXPECT_TRUE(contains(e, "--device cuda: ") && contains(e, "head_dim 128") && contains(e, "head_dim 64") &&
+              contains(e, "--device cpu"))
+      << e;
+  std::printf("[ message ] %s\n", e.c_str());
+  ::testing::internal::CaptureStderr();
+  auto eng = Engine::load({.model_path = m64, .n_threads = 2, .attn = "minference=" + cfg64, .device = "auto"});
+  const std::string note = ::testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(contains(note, "head_dim 128") && contains(note, "running on the CPU")) << note;
+  EXPECT_EQ(eng->logits(random_ids(300, eng->config().vocab_size, 1), 1).size(), size_t(eng->config().vocab_size));
+  // Random-weight geometry with head_dim 64 (the default model's): a clear error, no fallback.
+  e = error_of([&] {
+    Engine::load({.model_path = "", .attn = "a_shape", .device = "cuda", .random_weights = "smollm2-135m:1"});
+  });
+  EXPECT_TRUE(contains(e, "head_dim 128")) << e;
+  std::filesystem::remove_all(dir);
+}
+
+// The builder is part of the memory plan: a cache that does not fit says so, sparse part included.
+TEST_F(GpuMInference, MemoryPlanCountsTheIndexBuilder) {
+  Fixture& f = fixture();
+  auto g = make_gpu("minference=" + f.mixed, 256);
+  const std::string e = error_of([&] { g.reset(int64_t(1) << 30); });
+  EXPECT_TRUE(contains(e, "sparse prefill's index and workspace") && contains(e, "tokens would fit")) << e;
+  std::printf("[ message ] %s\n", e.c_str());
+  const size_t want = gpu::sparse_prefill_bytes(g.attention(), f.cfg, 256, 2048);
+  EXPECT_EQ(want, gpu::align_up(cuda::MinferenceIndexBuilder::device_bytes(gpu::builder_shape(f.cfg, 256, 2048))) +
+                      gpu::minference_index_bound(g.attention(), f.cfg, 256, 2048));
+  g.reset(2048);
+  EXPECT_EQ(gpu::last_gpu_prefill_stats().sparse_bytes, want);
+}
+
+}  // namespace
+}  // namespace longctx
+#endif  // LONGCTX_WITH_GPU
