@@ -204,17 +204,19 @@ int main(int argc, char** argv) {
           const double share = build_ms / attn_ms;
           const double index_mb = (double(idx.n_ranges) * 8 + double(idx.n_cols) * 4) / 1e6;
           std::fprintf(stderr,
-                       "S=%lld %-10s %-22s build %8.3f ms (wall %.3f; vs %.3f bs %.3f csr %.3f) | sparse attention "
-                       "%9.3f ms | index share %5.2f%% | %lld ranges %lld cols (%.0f MB)\n",
-                       (long long)S, in.c_str(), name, build_ms, build_wall, prof.vs_ms, prof.bs_ms, prof.csr_ms,
-                       attn_ms, 100 * share, (long long)idx.n_ranges, (long long)idx.n_cols, index_mb);
+                       "S=%lld %-10s %-22s build %8.3f ms (wall %.3f; vs %.3f bs %.3f [pool %.3f score %.3f select "
+                       "%.3f, %d waves] csr %.3f) | sparse attention %9.3f ms | index share %5.2f%% | %lld ranges "
+                       "%lld cols (%.0f MB)\n",
+                       (long long)S, in.c_str(), name, build_ms, build_wall, prof.vs_ms, prof.bs_ms, prof.bs_pool_ms,
+                       prof.bs_score_ms, prof.bs_select_ms, prof.bs_waves, prof.csr_ms, attn_ms, 100 * share,
+                       (long long)idx.n_ranges, (long long)idx.n_cols, index_mb);
           std::snprintf(buf, sizeof buf,
                         "%s    {\"seq\": %lld, \"inputs\": \"%s\", \"pattern\": \"%s\", \"build_ms\": %.4f, "
                         "\"build_wall_ms\": %.4f, \"build_reps\": %d, \"stage_ms\": {\"vs\": %.4f, \"bs\": %.4f, "
-                        "\"csr\": %.4f}, \"attention_ms\": %.4f, \"attention_reps\": %d, \"index_share\": %.5f, "
+                        "\"bs_pool\": %.4f, \"bs_score\": %.4f, \"bs_select\": %.4f, \"bs_waves\": %d, \"csr\": %.4f}, \"attention_ms\": %.4f, \"attention_reps\": %d, \"index_share\": %.5f, "
                         "\"n_ranges\": %lld, \"n_cols\": %lld, \"index_mb\": %.1f, \"builder_fixed_mb\": %.1f}",
                         first_row ? "" : ",\n", (long long)S, in.c_str(), name, build_ms, build_wall, reps, prof.vs_ms,
-                        prof.bs_ms, prof.csr_ms, attn_ms, areps, share, (long long)idx.n_ranges,
+                        prof.bs_ms, prof.bs_pool_ms, prof.bs_score_ms, prof.bs_select_ms, prof.bs_waves, prof.csr_ms, attn_ms, areps, share, (long long)idx.n_ranges,
                         (long long)idx.n_cols, index_mb, double(fixed_bytes) / 1e6);
           js += buf;
           first_row = false;

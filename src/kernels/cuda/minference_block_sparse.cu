@@ -7,17 +7,19 @@
 //   qsum[s][b][t]  = sum over chunk rows i of query block b of Q[i][h][t]  (h = BS head of slot s)
 //   score(b, c)    = (sum_t qsum[b][t] pk[c][t]) * (1 / rows_b) * scale  for c < n_cand(b),
 //                    +inf for the forced diagonal blocks c >= diag0(b)
-// written row by row to a scratch (rows padded to 4 floats) for the select kernel.
+// written row by row to a scratch (rows padded to 8 floats) for the select kernel, with each
+// group of 8 key blocks' maximum (gmax) for its filter.
 // Why: pooled Q K^T approximates the block-averaged attention at 1/4096 of the cost; at 1M keys it
 // is still 16K x 16K / 2 dot products of length 128 per head (0.55 TMAC for 32 heads), so it runs
 // on tensor cores.
 // How: pooling sums in the CPU's order (keys / rows ascending from 0.f, then one multiply), so
-// pooled values are bit-identical to the CPU's. Scores: 64 x 64 output tiles, 4 warps of 16 rows,
-// mma.sync m16n8k8 TF32 in the "3xTF32" split (x = hi + lo, both TF32; acc += a_lo b_hi + a_hi b_lo
-// + a_hi b_hi), which keeps ~fp32 accuracy (relative error ~1e-6 of sum |a_t b_t|) at tensor-core
-// speed; CTAs above the causal triangle exit at once. A wave is a set of (BS slot, query rows)
-// whose scores fit the scratch (sized to stay in L2, minference_index.cu), so the select kernel
-// reads them back from L2.
+// pooled values are bit-identical to the CPU's. Scores: 128 x 64 output tiles, 4 warps of 32 rows
+// x 64 columns, mma.sync m16n8k8 TF32 in the "3xTF32" split (x = hi + lo, both TF32;
+// acc += a_lo b_hi + a_hi b_lo + a_hi b_hi), which keeps ~fp32 accuracy (relative error ~1e-6 of
+// sum |a_t b_t|) at tensor-core speed. Operands are split once when staged (32-wide head-dim
+// chunks, (hi, lo) pairs interleaved so a fragment element pair is one 64-bit load); CTAs above
+// the causal triangle exit at once. A wave is a set of (BS slot, query rows) whose scores fit the
+// scratch (sized to stay in L2, minference_index.cu), so the select kernel reads them back from L2.
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/check.h"
@@ -76,14 +78,14 @@ __global__ void pool_q_kernel(const bf16* q, const int32_t* bs_heads, float* qsu
   dst[1] = s1;
 }
 
-// ---- scores -----------------------------------------------------------------------------------
-constexpr int kTileRows = 64;                // query blocks per CTA tile
+// ---- scores ----------------------------------------------------------------------------------
+constexpr int kTileRows = 128;               // query blocks per CTA tile (4 warps x 32 rows)
 constexpr int kTileCols = 64;                // key blocks per CTA tile
-constexpr int kKc = 64;                      // head-dim chunk staged in smem
-constexpr int kPitch = kKc + 4;              // smem row pitch (floats): conflict-free fragment loads
-constexpr int kGemmThreads = 128;            // 4 warps x 16 rows
-constexpr size_t kGemmSmem = size_t(4) * kTileRows * kPitch * 4;  // A hi/lo, B hi/lo
-static_assert(kTileRows == kTileCols, "the staging loop loads A and B rows alike");
+constexpr int kKc = 32;                      // head-dim chunk staged in smem
+constexpr int kPitch = kKc + 4;              // smem row pitch in (hi, lo) pairs: conflict-free 64-bit fragment loads
+constexpr int kGemmThreads = 128;
+constexpr size_t kGemmSmem = size_t(kTileRows + kTileCols) * kPitch * sizeof(uint2);  // 55 KB: 4 CTAs per SM
+static_assert(kBsGroup == 8, "a score group is one mma n-tile of 8 key blocks");
 
 __device__ __forceinline__ void split_tf32(float x, uint32_t& hi, uint32_t& lo) {
   uint32_t h, l;
@@ -102,12 +104,30 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// Stages rows [r0, r0 + nrows) x head-dim [kc, kc + kKc) of src ([n_src][D] fp32; rows >= n_src are
+// zero) into dst[r][k] = (hi, lo) TF32 pairs.
+template <int kRows>
+__device__ __forceinline__ void stage_split(uint2* dst, const float* src, int64_t r0, int64_t n_src, int D, int kc) {
+  constexpr int kVec = kKc / 4;  // float4 per row chunk
+  for (int idx = threadIdx.x; idx < kRows * kVec; idx += kGemmThreads) {
+    const int r = idx / kVec, c4 = (idx % kVec) * 4;
+    const int64_t row = r0 + r;
+    const float4 v = row < n_src ? *reinterpret_cast<const float4*>(src + row * D + kc + c4) : make_float4(0, 0, 0, 0);
+    uint4 p, q;
+    split_tf32(v.x, p.x, p.y);
+    split_tf32(v.y, p.z, p.w);
+    split_tf32(v.z, q.x, q.y);
+    split_tf32(v.w, q.z, q.w);
+    uint4* d = reinterpret_cast<uint4*>(dst + r * kPitch + c4);
+    d[0] = p;
+    d[1] = q;
+  }
+}
+
 __global__ void __launch_bounds__(kGemmThreads) bs_score_kernel(const BsScoreArgs a) {
   extern __shared__ __align__(16) uint8_t smem_raw[];
-  uint32_t* Ahi = reinterpret_cast<uint32_t*>(smem_raw);  // [64][kPitch] TF32 bit patterns
-  uint32_t* Alo = Ahi + kTileRows * kPitch;
-  uint32_t* Bhi = Alo + kTileRows * kPitch;
-  uint32_t* Blo = Bhi + kTileCols * kPitch;
+  uint2* As = reinterpret_cast<uint2*>(smem_raw);  // [kTileRows][kPitch] (hi, lo)
+  uint2* Bs = As + kTileRows * kPitch;             // [kTileCols][kPitch]
   const Geom& g = a.g;
   const int D = g.head_dim;
   const int64_t row0 = a.b0 + int64_t(blockIdx.y) * kTileRows;
@@ -119,78 +139,77 @@ __global__ void __launch_bounds__(kGemmThreads) bs_score_kernel(const BsScoreArg
   const int hk = h / g.group;
   const float* A = a.qsum + int64_t(s) * g.n_qblk * D;
   const float* B = a.pk + int64_t(hk) * g.nkb * D;
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gq = lane >> 2, tq = lane & 3;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
 
-  float acc[kTileCols / 8][4];
+  float acc[2][kTileCols / 8][4];
 #pragma unroll
-  for (int nt = 0; nt < kTileCols / 8; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int nt = 0; nt < kTileCols / 8; ++nt) acc[m][nt][0] = acc[m][nt][1] = acc[m][nt][2] = acc[m][nt][3] = 0.f;
 
   for (int kc = 0; kc < D; kc += kKc) {
     __syncthreads();
-    // Stage A (query-block sums) and B (pooled keys) chunks, split into TF32 hi/lo.
-    for (int idx = tid; idx < kTileRows * (kKc / 4); idx += kGemmThreads) {
-      const int r = idx / (kKc / 4), c4 = (idx % (kKc / 4)) * 4;
-      const int64_t row = row0 + r, col = col0 + r;
-      const float4 va = row < a.b1 ? *reinterpret_cast<const float4*>(A + row * D + kc + c4) : make_float4(0, 0, 0, 0);
-      const float4 vb = col < g.nkb ? *reinterpret_cast<const float4*>(B + col * D + kc + c4) : make_float4(0, 0, 0, 0);
-      uint4 ah, al, bh, bl;
-      split_tf32(va.x, ah.x, al.x);
-      split_tf32(va.y, ah.y, al.y);
-      split_tf32(va.z, ah.z, al.z);
-      split_tf32(va.w, ah.w, al.w);
-      split_tf32(vb.x, bh.x, bl.x);
-      split_tf32(vb.y, bh.y, bl.y);
-      split_tf32(vb.z, bh.z, bl.z);
-      split_tf32(vb.w, bh.w, bl.w);
-      *reinterpret_cast<uint4*>(Ahi + r * kPitch + c4) = ah;
-      *reinterpret_cast<uint4*>(Alo + r * kPitch + c4) = al;
-      *reinterpret_cast<uint4*>(Bhi + r * kPitch + c4) = bh;
-      *reinterpret_cast<uint4*>(Blo + r * kPitch + c4) = bl;
-    }
+    stage_split<kTileRows>(As, A, row0, a.b1, D, kc);
+    stage_split<kTileCols>(Bs, B, col0, g.nkb, D, kc);
     __syncthreads();
-#pragma unroll 2
+#pragma unroll
     for (int k8 = 0; k8 < kKc; k8 += 8) {
-      const int ra = warp * 16 + gq;
-      uint32_t ahi[4], alo[4];
-      ahi[0] = Ahi[ra * kPitch + k8 + tq];
-      ahi[1] = Ahi[(ra + 8) * kPitch + k8 + tq];
-      ahi[2] = Ahi[ra * kPitch + k8 + tq + 4];
-      ahi[3] = Ahi[(ra + 8) * kPitch + k8 + tq + 4];
-      alo[0] = Alo[ra * kPitch + k8 + tq];
-      alo[1] = Alo[(ra + 8) * kPitch + k8 + tq];
-      alo[2] = Alo[ra * kPitch + k8 + tq + 4];
-      alo[3] = Alo[(ra + 8) * kPitch + k8 + tq + 4];
+      uint32_t ahi[2][4], alo[2][4];
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+        const int ra = warp * 32 + m * 16 + gq;
+        const uint2 p0 = As[ra * kPitch + k8 + tq], p1 = As[(ra + 8) * kPitch + k8 + tq];
+        const uint2 p2 = As[ra * kPitch + k8 + tq + 4], p3 = As[(ra + 8) * kPitch + k8 + tq + 4];
+        ahi[m][0] = p0.x, ahi[m][1] = p1.x, ahi[m][2] = p2.x, ahi[m][3] = p3.x;
+        alo[m][0] = p0.y, alo[m][1] = p1.y, alo[m][2] = p2.y, alo[m][3] = p3.y;
+      }
 #pragma unroll
       for (int nt = 0; nt < kTileCols / 8; ++nt) {
         const int n = nt * 8 + gq;
-        const uint32_t bh0 = Bhi[n * kPitch + k8 + tq], bh1 = Bhi[n * kPitch + k8 + tq + 4];
-        const uint32_t bl0 = Blo[n * kPitch + k8 + tq], bl1 = Blo[n * kPitch + k8 + tq + 4];
-        mma_tf32(acc[nt], alo, bh0, bh1);
-        mma_tf32(acc[nt], ahi, bl0, bl1);
-        mma_tf32(acc[nt], ahi, bh0, bh1);
+        const uint2 q0 = Bs[n * kPitch + k8 + tq], q1 = Bs[n * kPitch + k8 + tq + 4];
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+          mma_tf32(acc[m][nt], alo[m], q0.x, q1.x);
+          mma_tf32(acc[m][nt], ahi[m], q0.y, q1.y);
+          mma_tf32(acc[m][nt], ahi[m], q0.x, q1.x);
+        }
       }
     }
   }
 
   // Epilogue: scale by 1/rows and the softmax scale (the CPU's s * inv * scale), force the
-  // diagonal blocks, keep only each row's candidates.
-  float* out = a.scratch + int64_t(blockIdx.z) * a.span;  // this slot's rows, row b at cand_off[b] - cand_off[b0]
+  // diagonal blocks, keep only each row's candidates; per 8 key blocks (one n-tile, a quad's 8
+  // values) the maximum, for the select's filter.
+  const int64_t base = int64_t(blockIdx.z) * a.span;  // this slot's rows; row b at cand_off[b] - cand_off[b0]
+  constexpr float kInf = __builtin_huge_valf();
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int64_t row = row0 + warp * 16 + gq + half * 8;
-    if (row >= a.b1) continue;
-    const int64_t nc = bs_n_cand(g, row), d0 = bs_diag0(g, row);
-    const float inv = 1.f / float(bs_rows(g, row));
-    float* orow = out + (a.cand_off[row] - a.cand_off[a.b0]);
+  for (int m = 0; m < 2; ++m)
 #pragma unroll
-    for (int nt = 0; nt < kTileCols / 8; ++nt)
+    for (int half = 0; half < 2; ++half) {
+      const int64_t row = row0 + warp * 32 + m * 16 + gq + half * 8;
+      const bool row_ok = row < a.b1;
+      const int64_t rr = row_ok ? row : a.b0;
+      const int64_t nc = row_ok ? bs_n_cand(g, rr) : 0, d0 = bs_diag0(g, rr);
+      const float inv = 1.f / float(bs_rows(g, rr));
+      const int64_t off = base + (a.cand_off[rr] - a.cand_off[a.b0]);
+      float* orow = a.scratch + off;
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int64_t col = col0 + nt * 8 + 2 * tq + e;
-        if (col >= nc) continue;
-        orow[col] = col >= d0 ? __builtin_huge_valf() : acc[nt][half * 2 + e] * inv * g.scale;
+      for (int nt = 0; nt < kTileCols / 8; ++nt) {
+        float mx = -kInf;
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int64_t col = col0 + nt * 8 + 2 * tq + e;
+          if (col >= nc) continue;
+          const float v = col >= d0 ? kInf : acc[m][nt][half * 2 + e] * inv * g.scale;
+          orow[col] = v;
+          mx = fmaxf(mx, v);
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const int64_t c8 = col0 + nt * 8;
+        if (tq == 0 && c8 < nc) a.gmax[off / kBsGroup + c8 / kBsGroup] = mx;
       }
-  }
+    }
 }
 
 }  // namespace

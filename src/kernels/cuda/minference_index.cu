@@ -38,6 +38,7 @@ constexpr int64_t kDefaultBsWaveBytes = int64_t(32) << 20;  // < the 50 MB L2 of
 
 size_t up(size_t x) { return (x + kAlign - 1) & ~(kAlign - 1); }
 int64_t round4(int64_t x) { return (x + 3) & ~int64_t(3); }
+int64_t round_group(int64_t x) { return (x + kBsGroup - 1) / kBsGroup * kBsGroup; }
 
 // A device buffer that only grows (x1.5 at least), for sizes known only at build time.
 struct GrowBuf {
@@ -60,7 +61,7 @@ struct FixedLayout {
   int64_t max_qblk = 0, max_kb = 0, max_rows = 0;
   int64_t vs_stride = 0;        // floats per head row of vscore/sscore
   int64_t scratch_floats = 0;   // BS score scratch (one wave)
-  size_t vs_bytes = 0, pk_bytes = 0, qsum_bytes = 0, scratch_bytes = 0, phase_bytes = 0;
+  size_t vs_bytes = 0, pk_bytes = 0, qsum_bytes = 0, scratch_bytes = 0, gmax_bytes = 0, phase_bytes = 0;
   size_t part_bytes = 0, rowstat_bytes = 0, counts_bytes = 0, ptr_bytes = 0, gap_bytes = 0;
   size_t table_bytes = 0;       // heads + batches + bs_heads + cand_off (device mirror of staging)
   size_t heads_off = 0, batches_off = 0, bs_heads_off = 0, cand_off_off = 0;
@@ -90,10 +91,11 @@ FixedLayout fixed_layout(const MinferenceBuilderShape& s) {
   l.pk_bytes = up(size_t(s.n_kv_head) * l.max_kb * s.head_dim * 4);
   l.qsum_bytes = up(size_t(s.n_head) * l.max_qblk * s.head_dim * 4);
   const int64_t wave = (s.bs_wave_bytes > 0 ? s.bs_wave_bytes : kDefaultBsWaveBytes) / 4;
-  const int64_t all = int64_t(s.n_head) * l.max_qblk * round4(l.max_kb);  // every row of every head
-  l.scratch_floats = std::max(std::min(wave, all), round4(l.max_kb));   // at least one whole row
+  const int64_t all = int64_t(s.n_head) * l.max_qblk * round_group(l.max_kb);  // every row of every head
+  l.scratch_floats = round_group(std::max(std::min(wave, all), round_group(l.max_kb)));  // at least one whole row
   l.scratch_bytes = up(size_t(l.scratch_floats) * 4);
-  l.phase_bytes = std::max(l.vs_bytes, l.pk_bytes + l.qsum_bytes + l.scratch_bytes);
+  l.gmax_bytes = up(size_t(l.scratch_floats / kBsGroup) * 4);
+  l.phase_bytes = std::max(l.vs_bytes, l.pk_bytes + l.qsum_bytes + l.scratch_bytes + l.gmax_bytes);
   l.part_bytes = up(size_t(kVsMaxChunks) * s.n_head * kBlk * sizeof(float2));
   l.rowstat_bytes = up(size_t(s.n_head) * kBlk * sizeof(float2));
   l.counts_bytes = up(size_t(l.max_rows + 1) * 8) * 2;
@@ -148,6 +150,19 @@ struct MinferenceIndexBuilder::Impl {
   bool built = false;
   bool profiling = false;
   cudaEvent_t ev[4] = {nullptr, nullptr, nullptr, nullptr};
+  // Profiling of the BS phase: events after pooling, then after each wave's score and select
+  // kernels (pool_ms = ev[1] -> wev[0], score/select summed over the waves).
+  std::vector<cudaEvent_t> wev;
+  size_t n_wev = 0;
+  int n_waves = 0;
+  void record(cudaStream_t s) {
+    if (n_wev == wev.size()) {
+      cudaEvent_t e = nullptr;
+      LC_CUDA_CHECK(cudaEventCreate(&e), "minference index: profiling event");
+      wev.push_back(e);
+    }
+    LC_CUDA_CHECK(cudaEventRecord(wev[n_wev++], s), "minference index: profiling event");
+  }
 
   ~Impl() {
     for (void* p : fixed) dev_free(p);
@@ -155,6 +170,7 @@ struct MinferenceIndexBuilder::Impl {
     if (stage) cudaFreeHost(stage);
     for (cudaEvent_t e : ev)
       if (e) cudaEventDestroy(e);
+    for (cudaEvent_t e : wev) cudaEventDestroy(e);
   }
 };
 
@@ -220,6 +236,17 @@ GpuIndexProfile MinferenceIndexBuilder::last_profile() const {
   LC_CUDA_CHECK(cudaEventElapsedTime(&p.bs_ms, m.ev[1], m.ev[2]), "minference index: profile");
   LC_CUDA_CHECK(cudaEventElapsedTime(&p.csr_ms, m.ev[2], m.ev[3]), "minference index: profile");
   LC_CUDA_CHECK(cudaEventElapsedTime(&p.total_ms, m.ev[0], m.ev[3]), "minference index: profile");
+  if (m.n_waves > 0 && m.n_wev == size_t(1 + 2 * m.n_waves)) {
+    LC_CUDA_CHECK(cudaEventElapsedTime(&p.bs_pool_ms, m.ev[1], m.wev[0]), "minference index: profile");
+    for (int w = 0; w < m.n_waves; ++w) {
+      float a = 0.f, b = 0.f;
+      LC_CUDA_CHECK(cudaEventElapsedTime(&a, m.wev[size_t(2 * w)], m.wev[size_t(2 * w + 1)]), "minference index: profile");
+      LC_CUDA_CHECK(cudaEventElapsedTime(&b, m.wev[size_t(2 * w + 1)], m.wev[size_t(2 * w + 2)]), "minference index: profile");
+      p.bs_score_ms += a;
+      p.bs_select_ms += b;
+    }
+    p.bs_waves = m.n_waves;
+  }
   return p;
 }
 
@@ -228,6 +255,8 @@ DeviceSparseIndex MinferenceIndexBuilder::build(const MinferenceIndexParams& p, 
   const MinferenceBuilderShape& sh = m.shape;
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   m.built = false;
+  m.n_wev = 0;
+  m.n_waves = 0;
   // ---- validation --------------------------------------------------------------------------
   LC_REQUIRE(p.q && p.k, "minference index: q and k are required");
   LC_REQUIRE(reinterpret_cast<uintptr_t>(p.k) % 16 == 0 && reinterpret_cast<uintptr_t>(p.q) % 4 == 0,
@@ -319,7 +348,7 @@ DeviceSparseIndex MinferenceIndexBuilder::build(const MinferenceIndexParams& p, 
   int64_t span_head = 0;
   if (n_bs > 0) {
     h_cand_off[0] = 0;
-    for (int64_t b = 0; b < g.n_qblk; ++b) h_cand_off[b + 1] = h_cand_off[b] + round4(bs_n_cand(g, b));
+    for (int64_t b = 0; b < g.n_qblk; ++b) h_cand_off[b + 1] = h_cand_off[b] + round_group(bs_n_cand(g, b));
     span_head = h_cand_off[g.n_qblk];
   }
   const size_t table_used = n_bs > 0 ? L.cand_off_off + size_t(g.n_qblk + 1) * 8 : L.cand_off_off;
@@ -362,19 +391,23 @@ DeviceSparseIndex MinferenceIndexBuilder::build(const MinferenceIndexParams& p, 
     float* pk = reinterpret_cast<float*>(m.phase);
     float* qsum = reinterpret_cast<float*>(m.phase + L.pk_bytes);
     float* scratch = reinterpret_cast<float*>(m.phase + L.pk_bytes + L.qsum_bytes);
+    float* gmax = reinterpret_cast<float*>(m.phase + L.pk_bytes + L.qsum_bytes + L.scratch_bytes);
     bs_pool(q, k, d_bs_heads, n_bs, kv_mask, pk, qsum, g, s);
+    if (m.profiling) m.record(s);  // after pooling
     BsScoreArgs sa;
     sa.pk = pk;
     sa.qsum = qsum;
     sa.bs_heads = d_bs_heads;
     sa.cand_off = d_cand_off;
     sa.scratch = scratch;
+    sa.gmax = gmax;
     sa.g = g;
     BsSelectArgs ta;
     ta.heads = d_heads;
     ta.bs_heads = d_bs_heads;
     ta.cand_off = d_cand_off;
     ta.scratch = scratch;
+    ta.gmax = gmax;
     ta.sel = bs_sel;
     ta.g = g;
     ta.rows_in_global = sh.bs_rows_in_global;
@@ -385,7 +418,10 @@ DeviceSparseIndex MinferenceIndexBuilder::build(const MinferenceIndexParams& p, 
       sa.b1 = ta.b1 = b1;
       sa.span = ta.span = h_cand_off[b1] - h_cand_off[b0];
       bs_scores_wave(sa, s);
+      if (m.profiling) m.record(s);  // score | select
       bs_select_wave(ta, s);
+      if (m.profiling) m.record(s);
+      ++m.n_waves;
     };
     const int64_t cap = L.scratch_floats;
     if (span_head * n_bs <= cap) {

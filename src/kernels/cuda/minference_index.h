@@ -81,6 +81,9 @@ struct GpuIndexProfile {
   float bs_ms = 0.f;    // block-sparse pooling, scores, selection
   float csr_ms = 0.f;   // counting, scan, host read of the totals, fill
   float total_ms = 0.f;
+  // Inside bs_ms: pooling, and the score and select kernels summed over the scratch waves.
+  float bs_pool_ms = 0.f, bs_score_ms = 0.f, bs_select_ms = 0.f;
+  int bs_waves = 0;
 };
 
 struct MinferenceIndexParams {

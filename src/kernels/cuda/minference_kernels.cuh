@@ -163,11 +163,16 @@ inline constexpr int kVsMaxChunks = 1024;  // bounds part[]: 1024 x n_head x 64 
 void vs_select(const HeadInfo* heads, const float* vscore, const float* sscore, int64_t stride, int32_t* lines,
                int32_t* gap_count /* [n_head, 2] */, const Geom& g, cudaStream_t s);
 // BS: one wave of rows [b0, b1) x BS slots [s0, s1): top-k of each row's scores in scratch.
+// Block-sparse scores are written per row (query block) with each row padded to a multiple of
+// kBsGroup, and per group of kBsGroup consecutive key blocks their maximum (gmax, at the row's
+// offset / kBsGroup): the select's filter (minference_select.cu).
+inline constexpr int kBsGroup = 8;
 struct BsSelectArgs {
   const HeadInfo* heads = nullptr;
   const int32_t* bs_heads = nullptr;  // [n_bs] query head of each BS slot
-  const int64_t* cand_off = nullptr;  // [n_qblk + 1] row offsets in scratch (rows padded to 4)
+  const int64_t* cand_off = nullptr;  // [n_qblk + 1] row offsets in scratch (rows padded to kBsGroup)
   const float* scratch = nullptr;     // [s1 - s0, span]
+  const float* gmax = nullptr;        // [s1 - s0, span / kBsGroup]
   int64_t span = 0;                   // cand_off[b1] - cand_off[b0]
   int32_t* sel = nullptr;             // BS selection buffer
   Geom g;
@@ -176,7 +181,6 @@ struct BsSelectArgs {
   bool rows_in_global = false;        // test hook: select from scratch even when a row fits smem
 };
 void bs_select_wave(const BsSelectArgs& a, cudaStream_t s);
-inline constexpr int kBsSmemCand = 16384;  // candidates a select CTA stages in smem (64 KB; n_kv <= 1M)
 
 // Block-sparse scores (minference_block_sparse.cu).
 // Pooled K for the KV heads in kv_mask (bit hk; all when n_kv_head > 64): pk [n_kv_head, nkb, D].
@@ -189,6 +193,7 @@ struct BsScoreArgs {
   const int32_t* bs_heads = nullptr;
   const int64_t* cand_off = nullptr;
   float* scratch = nullptr;
+  float* gmax = nullptr;
   int64_t span = 0;
   Geom g;
   int64_t b0 = 0, b1 = 0;

@@ -34,19 +34,19 @@ struct TopkSmem {
   static constexpr int kWarps = kThreads / 32;
   uint32_t hist[kMaxBins];
   uint32_t wa[kWarps], wb[kWarps];
-  uint32_t digit, above;
+  uint32_t digit, above, total;
   typename cub::BlockScan<uint32_t, kThreads>::TempStorage scan;
 };
 
-// Writes the indices of the k largest of x[0, n) (ascending) to out. Needs 0 < k < n < 2^31.
-// x may point to shared or global memory (generic loads); all threads of the CTA must call.
+// The key T of the k-th largest of x[0, n) and how many keys equal to T belong to the top k
+// (*need; the others are all > T). Needs 0 < k < n < 2^31. x may be shared or global memory
+// (generic loads); all threads of the CTA must call.
 template <int kThreads>
-__device__ void cta_topk(const float* x, int64_t n64, int64_t k64, int32_t* out, TopkSmem<kThreads>& sm) {
+__device__ uint32_t cta_threshold(const float* x, int n, uint32_t k, uint32_t* need, TopkSmem<kThreads>& sm) {
   constexpr int kWarps = kThreads / 32;
   static_assert(pass_bins(2) % kThreads == 0, "each thread owns a whole number of bins");
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int n = int(n64);
-  uint32_t prefix = 0, pmask = 0, rem = uint32_t(k64);
+  uint32_t prefix = 0, pmask = 0, rem = k;
 #pragma unroll 1
   for (int pass = 0; pass < 3; ++pass) {
     const int shift = pass_shift(pass), nbins = pass_bins(pass);
@@ -69,6 +69,7 @@ __device__ void cta_topk(const float* x, int64_t n64, int64_t k64, int32_t* out,
         if (match && lane == __ffs(peers) - 1) atomicAdd(&sm.hist[bin], uint32_t(__popc(peers)));
       }
     }
+    (void)kWarps;
     __syncthreads();
     // Thread tid owns bins [hi - per + 1, hi], counted from the top so an exclusive scan in
     // thread order gives the number of keys in higher bins.
@@ -92,8 +93,19 @@ __device__ void cta_topk(const float* x, int64_t n64, int64_t k64, int32_t* out,
     pmask |= uint32_t(nbins - 1) << shift;
     __syncthreads();  // sm.digit/above/hist are rewritten by the next pass
   }
-  // Emission: key > T always, key == T for the first `need` such indices.
-  const uint32_t T = prefix, need = rem;
+  *need = rem;
+  return prefix;
+}
+
+// Ordered emission: writes, in ascending index order, every i with key(x[i]) > T and the first
+// `need` indices with key == T, as map ? map[i] : i. Counts first; writes only when the count
+// is <= cap. Returns the count (every thread). Contiguous per-warp segments, ballots, one scan
+// over the warps.
+template <int kThreads>
+__device__ uint32_t cta_emit(const float* x, int n, uint32_t T, uint32_t need, int32_t* out, const int32_t* map,
+                             uint32_t cap, TopkSmem<kThreads>& sm) {
+  constexpr int kWarps = kThreads / 32;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int seg = ((n + kWarps - 1) / kWarps + 31) / 32 * 32;
   const int s0 = min(n, warp * seg), s1 = min(n, s0 + seg);
   uint32_t gt = 0, eq = 0;
@@ -117,37 +129,60 @@ __device__ void cta_topk(const float* x, int64_t n64, int64_t k64, int32_t* out,
   if (lane == 0) sm.wa[warp] = gt, sm.wb[warp] = eq;
   __syncthreads();
   if (warp == 0) {
-    const uint32_t g = lane < kWarps ? sm.wa[lane] : 0u, e = lane < kWarps ? sm.wb[lane] : 0u;
+    const uint32_t gw = lane < kWarps ? sm.wa[lane] : 0u, e = lane < kWarps ? sm.wb[lane] : 0u;
     const uint32_t tie_base = warp_excl_scan(e);
     const uint32_t take = tie_base >= need ? 0u : min(e, need - tie_base);
-    const uint32_t out_base = warp_excl_scan(g + take);
+    const uint32_t out_base = warp_excl_scan(gw + take);
+    const uint32_t total = warp_sum(gw + take);
     __syncwarp();
     if (lane < kWarps) sm.wa[lane] = out_base, sm.wb[lane] = tie_base;
+    if (lane == 0) sm.total = total;
   }
   __syncthreads();
-  uint32_t pos = sm.wa[warp], tie = sm.wb[warp];
-  const uint32_t lt = lanemask_lt();
-  for (int base = s0; base < s1; base += 32 * kUnroll) {
-    float v[kUnroll];
+  const uint32_t total = sm.total;
+  if (total <= cap) {
+    uint32_t pos = sm.wa[warp], tie = sm.wb[warp];
+    const uint32_t lt = lanemask_lt();
+    for (int base = s0; base < s1; base += 32 * kUnroll) {
+      float v[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int i = base + u * 32 + lane;
-      v[u] = i < s1 ? x[i] : 0.f;
-    }
+      for (int u = 0; u < kUnroll; ++u) {
+        const int i = base + u * 32 + lane;
+        v[u] = i < s1 ? x[i] : 0.f;
+      }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int i = base + u * 32 + lane;
-      const uint32_t key = order_key(v[u]);
-      const bool is_gt = i < s1 && key > T, is_eq = i < s1 && key == T;
-      const uint32_t eqb = __ballot_sync(0xffffffffu, is_eq);
-      const bool sel = is_gt || (is_eq && tie + __popc(eqb & lt) < need);
-      const uint32_t selb = __ballot_sync(0xffffffffu, sel);
-      if (sel) out[pos + __popc(selb & lt)] = i;
-      pos += __popc(selb);
-      tie += __popc(eqb);
+      for (int u = 0; u < kUnroll; ++u) {
+        const int i = base + u * 32 + lane;
+        const uint32_t key = order_key(v[u]);
+        const bool is_gt = i < s1 && key > T, is_eq = i < s1 && key == T;
+        const uint32_t eqb = __ballot_sync(0xffffffffu, is_eq);
+        const bool sel = is_gt || (is_eq && tie + __popc(eqb & lt) < need);
+        const uint32_t selb = __ballot_sync(0xffffffffu, sel);
+        if (sel) out[pos + __popc(selb & lt)] = map ? map[i] : i;
+        pos += __popc(selb);
+        tie += __popc(eqb);
+      }
     }
   }
   __syncthreads();  // sm is reused by the caller
+  return total;
+}
+
+// Writes the indices of the k largest of x[0, n) in ascending order (as map[i] when map is
+// given): the exact twin of top_k_indices(). All threads of the CTA must call.
+template <int kThreads>
+__device__ void cta_topk(const float* x, int64_t n64, int64_t k64, int32_t* out, TopkSmem<kThreads>& sm,
+                         const int32_t* map = nullptr) {
+  const int n = int(n64);
+  if (k64 <= 0) return;
+  if (k64 >= n64) {
+    for (int i = threadIdx.x; i < n; i += kThreads) out[i] = map ? map[i] : i;
+    __syncthreads();
+    return;
+  }
+  uint32_t need = 0;
+  const uint32_t T = cta_threshold<kThreads>(x, n, uint32_t(k64), &need, sm);
+  cta_emit<kThreads>(x, n, T, need, out, map, uint32_t(k64), sm);
 }
 
 template <int kThreads>
@@ -217,13 +252,26 @@ __global__ void __launch_bounds__(kGapThreads) vs_gaps_kernel(const HeadInfo* he
 }
 
 // ---- block-sparse rows ------------------------------------------------------------------------
-constexpr int kBsSelThreads = 256;
-constexpr size_t kBsSelSmem = size_t(kBsSmemCand) * 4;  // the staged row
+// One CTA per (BS head, query block). The row's kk best of n_cand scores, without reading most
+// of them: with G = ceil(n_cand / 8) group maxima (written by the score kernel), let T be the
+// kk-th largest group maximum. The kk best groups' maxima are kk elements >= T, so the row's
+// kk-th largest score is >= T and every selected block lies in a group whose maximum is >= T.
+// So: threshold over the G maxima, the groups with maximum >= T in order (usually ~kk of them),
+// their scores gathered in ascending block order (ties still break toward the smaller index),
+// exact top-kk among those. Rows with G <= kk, or whose candidate groups overflow kCandCap (only
+// with massive ties), take the plain path: exact top-kk over the whole row.
+constexpr int kBsSelThreads = 128;
+constexpr int kCandCap = 4096;  // gathered candidates (512 groups); the plain path stages rows up to this too
+struct BsSelSmem {
+  float cand[kCandCap];
+  int32_t cidx[kCandCap];
+  int32_t groups[kCandCap / kBsGroup];
+  TopkSmem<kBsSelThreads> tk;
+};
 
 __global__ void __launch_bounds__(kBsSelThreads) bs_select_kernel(const BsSelectArgs a) {
   extern __shared__ __align__(16) uint8_t smem_raw[];
-  __shared__ TopkSmem<kBsSelThreads> sm;
-  float* row_s = reinterpret_cast<float*>(smem_raw);
+  BsSelSmem& sm = *reinterpret_cast<BsSelSmem*>(smem_raw);
   const Geom& g = a.g;
   const int64_t b = a.b0 + blockIdx.x;
   const int s = a.s0 + blockIdx.y;
@@ -235,17 +283,40 @@ __global__ void __launch_bounds__(kBsSelThreads) bs_select_kernel(const BsSelect
     cta_iota<kBsSelThreads>(out, nc);
     return;
   }
-  const float* row = a.scratch + int64_t(s - a.s0) * a.span + (a.cand_off[b] - a.cand_off[a.b0]);
-  const float* x = row;
-  if (nc <= kBsSmemCand && !a.rows_in_global) {
-    // Rows start 16-byte aligned in scratch (cand_off pads every row to a multiple of 4).
-    const int nv = int((nc + 3) / 4);
-    for (int i = threadIdx.x; i < nv; i += kBsSelThreads)
-      reinterpret_cast<float4*>(row_s)[i] = reinterpret_cast<const float4*>(row)[i];
-    __syncthreads();
-    x = row_s;
+  const int64_t off = int64_t(s - a.s0) * a.span + (a.cand_off[b] - a.cand_off[a.b0]);
+  const float* row = a.scratch + off;
+  const int n = int(nc);
+  const int G = (n + kBsGroup - 1) / kBsGroup;
+  if (G > kk && !a.rows_in_global) {
+    const float* gm = a.gmax + off / kBsGroup;
+    uint32_t need = 0;
+    const uint32_t T = cta_threshold<kBsSelThreads>(gm, G, uint32_t(kk), &need, sm.tk);
+    // Groups with maximum >= T, ascending.
+    const uint32_t ng = cta_emit<kBsSelThreads>(gm, G, T, 0xffffffffu, sm.groups, nullptr, kCandCap / kBsGroup, sm.tk);
+    if (ng <= uint32_t(kCandCap / kBsGroup)) {
+      // Only the row's last group can be partial, and it is then the last candidate group.
+      const int pad = sm.groups[ng - 1] == G - 1 ? G * kBsGroup - n : 0;
+      const int m = int(ng) * kBsGroup - pad;
+      for (int i = threadIdx.x; i < m; i += kBsSelThreads) {
+        const int c = sm.groups[i / kBsGroup] * kBsGroup + i % kBsGroup;
+        sm.cand[i] = row[c];
+        sm.cidx[i] = c;
+      }
+      __syncthreads();
+      cta_topk<kBsSelThreads>(sm.cand, m, kk, out, sm.tk, sm.cidx);
+      return;
+    }
   }
-  cta_topk<kBsSelThreads>(x, nc, kk, out, sm);
+  const float* x = row;
+  if (n <= kCandCap && !a.rows_in_global) {
+    // Rows start 16-byte aligned in scratch (cand_off pads every row to a multiple of 8).
+    const int nv = (n + 3) / 4;
+    for (int i = threadIdx.x; i < nv; i += kBsSelThreads)
+      reinterpret_cast<float4*>(sm.cand)[i] = reinterpret_cast<const float4*>(row)[i];
+    __syncthreads();
+    x = sm.cand;
+  }
+  cta_topk<kBsSelThreads>(x, n, kk, out, sm.tk);
 }
 
 }  // namespace
@@ -260,11 +331,12 @@ void vs_select(const HeadInfo* heads, const float* vscore, const float* sscore, 
 }
 
 void bs_select_wave(const BsSelectArgs& a, cudaStream_t s) {
+  constexpr size_t kSmem = sizeof(BsSelSmem);
   static const cudaError_t e =
-      cudaFuncSetAttribute(bs_select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kBsSelSmem));
-  LC_CUDA_CHECK(e, "bs_select_kernel: raising dynamic shared memory to %zu bytes", kBsSelSmem);
+      cudaFuncSetAttribute(bs_select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem));
+  LC_CUDA_CHECK(e, "bs_select_kernel: raising dynamic shared memory to %zu bytes", kSmem);
   const dim3 grid(unsigned(a.b1 - a.b0), unsigned(a.s1 - a.s0));
-  bs_select_kernel<<<grid, kBsSelThreads, kBsSelSmem, s>>>(a);
+  bs_select_kernel<<<grid, kBsSelThreads, kSmem, s>>>(a);
   LC_LAUNCH_CHECK("bs_select_kernel rows=[%lld,%lld) slots=[%d,%d)", (long long)a.b0, (long long)a.b1, a.s0, a.s1);
 }
 
