@@ -61,7 +61,7 @@ if [ $skip_san = 0 ]; then
   small='MinferenceIndex.TinyPrompts:MinferenceIndex.BudgetsLargerThanPrompt:MinferenceIndex.Errors'
   echo "== compute-sanitizer memcheck ($small + mixed chunks + block-sparse)"
   timeout ${MEMCHECK_TIMEOUT:-150} compute-sanitizer --tool memcheck --error-exitcode 99 "$BIN/test_minference_index" \
-    --gtest_filter="$small:MinferenceIndex.MixedChunkedPrefill:MinferenceIndex.BlockSparseGqa" > "$OUT/memcheck.log" 2>    --gtest_filter="$small:MinferenceIndex.MixedChunkedPrefill" > "$OUT/memcheck.log" 2>&1; rc=$?1; rc=$?
+    --gtest_filter="$small:MinferenceIndex.MixedChunkedPrefill:MinferenceIndex.BlockSparseGqa" > "$OUT/memcheck.log" 2>&1; rc=$?
   tail -3 "$OUT/memcheck.log"
   [ $rc = 0 ] || { echo "MEMCHECK FAILED (rc=$rc)"; grep -m5 -A8 "=====" "$OUT/memcheck.log"; status=1; }
   echo "== compute-sanitizer racecheck (tiny prompts)"
