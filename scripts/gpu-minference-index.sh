@@ -64,9 +64,9 @@ if [ $skip_san = 0 ]; then
     --gtest_filter="$small:MinferenceIndex.MixedChunkedPrefill:MinferenceIndex.BlockSparseGqa" > "$OUT/memcheck.log" 2>&1; rc=$?
   tail -3 "$OUT/memcheck.log"
   [ $rc = 0 ] || { echo "MEMCHECK FAILED (rc=$rc)"; grep -m5 -A8 "=====" "$OUT/memcheck.log"; status=1; }
-  echo "== compute-sanitizer racecheck (tiny prompts)"
+  echo "== compute-sanitizer racecheck (tiny prompts, block-sparse)"
   timeout ${RACECHECK_TIMEOUT:-120} compute-sanitizer --tool racecheck --error-exitcode 99 "$BIN/test_minference_index" \
-    --gtest_filter='MinferenceIndex.TinyPrompts' > "$OUT/racecheck.log" 2>&1; rc=$?
+    --gtest_filter='MinferenceIndex.TinyPrompts:MinferenceIndex.BlockSparseGqa' > "$OUT/racecheck.log" 2>&1; rc=$?
   tail -3 "$OUT/racecheck.log"
   [ $rc = 0 ] || { echo "RACECHECK FAILED (rc=$rc)"; grep -m5 -A8 "=====" "$OUT/racecheck.log"; status=1; }
 fi
