@@ -5,7 +5,8 @@
 // Index cases: random (overlapping ranges, ends past n_kv, duplicate columns, columns inside
 // ranges or past the causal frontier), empty blocks (O = 0, LSE = -inf), everything selected
 // (== dense), all keys as gathered columns, the last partial query block, q_pos0 > 0 chunks,
-// GQA with per-query-head / per-KV-head / shared indices, non-causal.
+// GQA with per-query-head / per-KV-head / shared indices, non-causal, many short ranges. Every
+// case runs both kernels (paired query blocks over the union of their keys, and single blocks).
 // Run: build-gpusparse/tests/cuda/test_cuda --gtest_filter='Sparse*' (skips without a Hopper GPU).
 #include <algorithm>
 #include <cmath>
@@ -90,14 +91,22 @@ void check(const Shape& sh, const SparseIndex& idx, const char* what) {
   ws.poison();
   p.workspace = ws.p;
   p.workspace_bytes = ws.bytes;
-  sparse_attention(p);
-  device_sync();
-  const auto oh = o.download<uint16_t>(qh.size());
-  const auto lh = lse.download<float>(size_t(sh.n_q) * sh.n_head);
+  // Both kernels: paired query blocks over the union of their keys (default), and one block per task.
+  std::vector<uint16_t> ohs[2];
+  std::vector<float> lhs[2];
+  for (int pair = 0; pair < 2; ++pair) {
+    o.poison();
+    lse.poison();
+    p.pair_blocks = pair == 0;
+    sparse_attention(p);
+    device_sync();
+    ohs[pair] = o.download<uint16_t>(qh.size());
+    lhs[pair] = lse.download<float>(size_t(sh.n_q) * sh.n_head);
+  }
 
   const double scale = 1.0 / std::sqrt(double(D));
   const int group = sh.n_head / sh.n_kv_head, hpi = sh.n_head / int(idx.heads.size());
-  std::vector<double> got, ref, lgot, lref;
+  std::vector<double> ref, lref;
   std::vector<char> mask(size_t(sh.n_kv));
   std::vector<double> sc(size_t(sh.n_kv));
   for (int h = 0; h < sh.n_head; ++h) {
@@ -129,24 +138,30 @@ void check(const Shape& sh, const SparseIndex& idx, const char* what) {
         const double* vr = &vd[(size_t(j) * sh.n_kv_head + kvh) * D];
         for (int d = 0; d < D; ++d) acc[d] += pj * vr[d];
       }
-      for (int d = 0; d < D; ++d) {
-        ref.push_back(l > 0 ? acc[d] / l : 0.0);
-        got.push_back(bf16_to_f32(oh[(size_t(i) * sh.n_head + h) * D + d]));
-      }
+      for (int d = 0; d < D; ++d) ref.push_back(l > 0 ? acc[d] / l : 0.0);
       lref.push_back(l > 0 ? mx + std::log(l) : -INFINITY);
-      lgot.push_back(lh[size_t(h) * sh.n_q + i]);
     }
   }
-  const auto eo = compare(got, ref, 5e-3 * max_abs(vd), 1e-2);
-  const auto el = compare(lgot, lref, 2e-3, 1e-5);
-  std::printf("  sparse %-28s n_q=%lld n_kv=%lld q_pos0=%lld heads=%d/%d idx_heads=%zu: O %s | LSE %s\n", what,
-              (long long)sh.n_q, (long long)sh.n_kv, (long long)sh.q_pos0, sh.n_head, sh.n_kv_head, idx.heads.size(),
-              eo.str().c_str(), el.str().c_str());
-  EXPECT_EQ(eo.n_bad, 0) << what << ": " << eo.str();
-  EXPECT_EQ(eo.n_nan, 0) << what;
-  EXPECT_LT(eo.rel_l2, 1e-2) << what << ": " << eo.str();
-  EXPECT_EQ(el.n_bad, 0) << what << ": " << el.str();
-  EXPECT_EQ(el.n_nan, 0) << what;
+  for (int pair = 0; pair < 2; ++pair) {
+    // the kernel's outputs in the oracle's order (head, row, dim)
+    std::vector<double> got, lgot;
+    for (int h = 0; h < sh.n_head; ++h)
+      for (int64_t i = 0; i < sh.n_q; ++i) {
+        for (int d = 0; d < D; ++d) got.push_back(bf16_to_f32(ohs[pair][(size_t(i) * sh.n_head + h) * D + d]));
+        lgot.push_back(lhs[pair][size_t(h) * sh.n_q + i]);
+      }
+    const char* kernel = pair == 0 ? "paired" : "single";
+    const auto eo = compare(got, ref, 5e-3 * max_abs(vd), 1e-2);
+    const auto el = compare(lgot, lref, 2e-3, 1e-5);
+    std::printf("  sparse %-28s %s n_q=%lld n_kv=%lld q_pos0=%lld heads=%d/%d idx_heads=%zu: O %s | LSE %s\n", what,
+                kernel, (long long)sh.n_q, (long long)sh.n_kv, (long long)sh.q_pos0, sh.n_head, sh.n_kv_head,
+                idx.heads.size(), eo.str().c_str(), el.str().c_str());
+    EXPECT_EQ(eo.n_bad, 0) << what << " (" << kernel << "): " << eo.str();
+    EXPECT_EQ(eo.n_nan, 0) << what << " (" << kernel << ")";
+    EXPECT_LT(eo.rel_l2, 1e-2) << what << " (" << kernel << "): " << eo.str();
+    EXPECT_EQ(el.n_bad, 0) << what << " (" << kernel << "): " << el.str();
+    EXPECT_EQ(el.n_nan, 0) << what << " (" << kernel << ")";
+  }
 }
 
 // Random index: per block 0..4 ranges (sorted by start, overlapping, some ending past n_kv),
@@ -249,6 +264,35 @@ TEST(SparseAttnSmall, NonCausal) {
   Shape sh{150, 410, 0, 4, 4};
   sh.causal = false;
   check(sh, random_index(sh, 4, 0.1, g), "non-causal");
+}
+
+// Many short ranges and many columns per block: the paired kernel's list windows (32 ranges, 64
+// columns) refill many times, tiles mix several ranges of both blocks, columns of one block fall
+// inside the other's ranges.
+TEST(SparseAttnSmall, ManyShortRangesAndColumns) {
+  LC_REQUIRE_GPU();
+  auto g = gen();
+  const Shape sh{320, 2600, 2280, 4, 2};
+  std::uniform_int_distribution<int32_t> key(0, int32_t(sh.n_kv) - 1), len(1, 20);
+  SparseIndex idx;
+  idx.n_q = sh.n_q;
+  idx.heads.resize(4);
+  for (auto& hi : idx.heads)
+    for (int64_t b = 0; b < n_query_blocks(sh.n_q); ++b) {
+      std::vector<KeyRange> rs;
+      for (int i = 0; i < 150; ++i) {
+        const int32_t s0 = key(g);
+        rs.push_back({s0, s0 + len(g)});
+      }
+      std::sort(rs.begin(), rs.end(), [](auto& a, auto& c) { return a.start < c.start; });
+      for (auto& r : rs) hi.ranges.push_back(r);
+      std::vector<int32_t> cs;
+      for (int i = 0; i < 200; ++i) cs.push_back(key(g));
+      std::sort(cs.begin(), cs.end());
+      for (int32_t c : cs) hi.cols.push_back(c);
+      hi.end_block();
+    }
+  check(sh, idx, "many-short-ranges");
 }
 
 TEST(SparseAttn, LongerRandom) {

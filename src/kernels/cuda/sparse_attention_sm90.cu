@@ -444,6 +444,386 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
+// ---- paired kernel: two adjacent query blocks of one head share every K/V tile -----------------
+// Why: a 64-row task streams a 32 KB K/V tile per 2 MFLOP (64 FLOP/byte), half the reuse of the
+// dense kernel's 128-row CTA, so the unpaired kernel is bound by L2/HBM bandwidth (measured ~60%
+// of the dense rate). Adjacent query blocks b and b+1 of one head select nearly the same keys
+// (slash ranges shift by 64, verticals and selected blocks mostly coincide), so one CTA runs both
+// (consumer warpgroup w owns block 2p + w) over the UNION of their key sets: every tile is loaded
+// once and used by both warpgroups (128 FLOP/byte, like the dense kernel); each warpgroup masks the
+// keys that are not in its own block's set (exact: -inf before the softmax).
+// Producer (one warp, uniform control flow): walks the two blocks' canonical range lists (plan
+// output) in key order; each range tile starts at the next covered key t0 and spans the covered
+// keys of [t0, t0 + 64) (gaps inside are masked for both); a tile header carries per-slot keys and
+// one 64-bit membership mask per warpgroup (from both blocks' ranges and from their columns that
+// fall inside the tile). Columns outside every range tile are merged (ascending, deduplicated,
+// membership bits per block) into 64-column gather tiles. Lists are read through small
+// shared-memory windows refilled by the whole warp (coalesced), so the walk never waits on L2 per
+// element.
+constexpr int kPStages = 5;                       // shared K/V ring (32 KB per stage)
+constexpr int kPQ = 0;                            // two Q tiles
+constexpr int kPK = 2 * kTile;
+constexpr int kPV = kPK + kPStages * kTile;
+constexpr int kPData = kPV + kPStages * kTile;    // 192 KB
+constexpr int kPHdrInts = kBK + 6;                // keys[64], m0 lo/hi, m1 lo/hi, flags[2]
+constexpr int kPHdrBytes = kPHdrInts * 4;
+constexpr int kPBars = 2 + 2 * kPStages;          // q_full[2], full[s], empty[s]
+constexpr int kPWin = 64;                         // ints per list window
+constexpr int kPWinBytes = 4 * kPWin * 4;         // 4 lists (ranges of blocks 0/1, cols of blocks 0/1)
+constexpr int kPSmemBytes = kPData + kPBars * 8 + kPStages * kPHdrBytes + kPWinBytes + 2 * kBK * 4 + 1024;
+static_assert(kPSmemBytes <= 227 * 1024, "shared memory per block (paired)");
+constexpr int kFlagMask = 1, kFlagEnd = 2;
+
+// A window over one int32 list in global memory: elements [base, base + kPWin) cached in smem.
+struct ListWin {
+  const int32_t* g;  // global list
+  int n;             // elements
+  int32_t* s;        // smem cache [kPWin]
+  int base;          // first cached element (-1: none)
+  __device__ __forceinline__ int32_t at(int i, int lane) {
+    if (base < 0 || i < base || i >= base + kPWin) {  // uniform across the warp
+      __syncwarp();
+      base = i;
+      for (int k = lane; k < kPWin; k += 32)
+        if (i + k < n) s[k] = __ldcg(g + i + k);
+      __syncwarp();
+    }
+    return s[i - base];
+  }
+};
+
+__device__ __forceinline__ uint64_t bit_span(int a, int b) {  // bits [a, b) of a 64-bit mask, 0 <= a <= b <= 64
+  if (b <= a) return 0;
+  const uint64_t hi = b == 64 ? ~0ull : ((1ull << b) - 1);
+  return hi & ~((1ull << a) - 1);
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    sparse_attn_pair_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                            const __grid_constant__ CUtensorMap tm_v, const MainArgs a) {
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t base = (mma::smem_u32(smem_raw) + 1023u) & ~1023u;
+  uint8_t* base_ptr = smem_raw + (base - mma::smem_u32(smem_raw));
+  const int tid = threadIdx.x;
+  const int wg = tid / 128;
+  const int64_t n_pairs = (a.n_qblk + 1) / 2;
+  const int64_t pair = n_pairs - 1 - int64_t(blockIdx.y);  // heaviest first
+  const int h = int(blockIdx.x);
+  const int64_t b0 = 2 * pair;
+  const int n_active = b0 + 1 < a.n_qblk ? 2 : 1;  // the last pair of an odd count has one block
+  auto bar = [&](int i) { return base + kPData + 8u * i; };  // 0,1: q_full; 2+s: full; 2+kPStages+s: empty
+  auto hdr = [&](int s) {
+    return reinterpret_cast<int32_t*>(base_ptr + kPData + kPBars * 8 + s * kPHdrBytes);
+  };
+  int32_t* win_smem = reinterpret_cast<int32_t*>(base_ptr + kPData + kPBars * 8 + kPStages * kPHdrBytes);
+  int32_t* colbuf = win_smem + 4 * kPWin;  // [64] keys, then [64] membership bits (1: block 0, 2: block 1)
+
+  if (tid == 0) {
+    mbar_init(bar(0), 1);
+    mbar_init(bar(1), 1);
+    for (int s = 0; s < kPStages; ++s) {
+      mbar_init(bar(2 + s), 1);
+      mbar_init(bar(2 + kPStages + s), 128 * n_active);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wg == 2) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+    const int warp = (tid - 256) / 32, lane = tid % 32;
+    if (warp == 0) {
+      const int kvh = h / a.group;
+      const int64_t irow = int64_t(h / a.heads_per_index) * a.n_qblk + b0;  // index row of block b0
+      if (lane == 0) {
+        for (int w = 0; w < n_active; ++w) {
+          mbar_expect_tx(bar(w), kTile);
+          tma_load_3d(base + kPQ + w * kTile, &tm_q, bar(w), 0, h, int((b0 + w) * kBQ));
+          tma_load_3d(base + kPQ + w * kTile + kHalf, &tm_q, bar(w), 64, h, int((b0 + w) * kBQ));
+        }
+      }
+      // Lists of block j (j < n_active): ranges as int32 pairs, columns.
+      ListWin R[2], C[2];
+      int nr[2] = {0, 0}, nc[2] = {0, 0};
+      int64_t first_pos[2];
+      for (int j = 0; j < 2; ++j) {
+        const bool on = j < n_active;
+        const int64_t row = irow + j;
+        nr[j] = on ? a.n_r[row] : 0;
+        nc[j] = on ? a.n_c[row] : 0;
+        R[j] = {a.ranges + (on ? 2 * a.range_ptr[row] : 0), 2 * nr[j], win_smem + j * kPWin, -1};
+        C[j] = {a.cols + (on ? a.col_ptr[row] : 0), nc[j], win_smem + (2 + j) * kPWin, -1};
+        first_pos[j] = a.q_pos0 + (b0 + j) * kBQ;
+      }
+      int t = 0;
+      auto acquire = [&](int s) {
+        if (t >= kPStages) mbar_wait(bar(2 + kPStages + s), ((t / kPStages) & 1) ^ 1);
+      };
+      // Per-warpgroup flag: mask needed unless all 64 slots are members and causally visible.
+      auto flags_for = [&](uint64_t m, int32_t last_key, int j) {
+        if (j >= n_active) return kFlagMask;
+        const bool full = m == ~0ull && (!a.causal || last_key <= first_pos[j]);
+        return full ? 0 : kFlagMask;
+      };
+      int ncb = 0;  // columns buffered in colbuf
+      const int64_t ld = int64_t(a.n_kv_head) * kD;
+      auto emit_cols = [&]() {  // one gather tile from colbuf[0 .. ncb)
+        const int s = t % kPStages;
+        acquire(s);
+        int32_t* hd = hdr(s);
+        const int32_t ka = lane < ncb ? colbuf[lane] : -1;
+        const int32_t kb = lane + 32 < ncb ? colbuf[lane + 32] : -1;
+        const int32_t ba = lane < ncb ? colbuf[kBK + lane] : 0;
+        const int32_t bb = lane + 32 < ncb ? colbuf[kBK + lane + 32] : 0;
+        hd[lane] = ka;
+        hd[lane + 32] = kb;
+        uint64_t m[2];
+        for (int j = 0; j < 2; ++j) {
+          const uint32_t lo = __ballot_sync(0xffffffffu, (ba >> j) & 1), hi = __ballot_sync(0xffffffffu, (bb >> j) & 1);
+          m[j] = uint64_t(lo) | (uint64_t(hi) << 32);
+        }
+        const int32_t last_key = colbuf[ncb - 1];
+        if (lane == 0) {
+          hd[kBK + 0] = int32_t(uint32_t(m[0]));
+          hd[kBK + 1] = int32_t(uint32_t(m[0] >> 32));
+          hd[kBK + 2] = int32_t(uint32_t(m[1]));
+          hd[kBK + 3] = int32_t(uint32_t(m[1] >> 32));
+          hd[kBK + 4] = flags_for(m[0], last_key, 0);
+          hd[kBK + 5] = flags_for(m[1], last_key, 1);
+        }
+        const uint32_t sk = base + kPK + s * kTile, sv = base + kPV + s * kTile;
+#pragma unroll 1
+        for (int it = 0; it < 32; ++it) {
+          const int r = it * 2 + lane / 16, c = lane % 16;
+          const int32_t ka_r = __shfl_sync(0xffffffffu, ka, r % 32), kb_r = __shfl_sync(0xffffffffu, kb, r % 32);
+          const int32_t key = r < 32 ? ka_r : kb_r;
+          const bool ok = key >= 0;
+          const int64_t off = ok ? (int64_t(key) * ld + int64_t(kvh) * kD + c * 8) : 0;
+          const uint32_t dst = (c / 8) * kHalf + r * 128 + (((c % 8) ^ (r % 8)) * 16);
+          mma::cp_async16(sk + dst, a.k + off, ok ? 16 : 0);
+          mma::cp_async16(sv + dst, a.v + off, ok ? 16 : 0);
+        }
+        mma::cp_async_commit();
+        mma::cp_async_wait<0>();
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bar(2 + s));
+        ++t;
+        ncb = 0;
+        __syncwarp();
+      };
+      int ci[2] = {0, 0};  // next column of each block
+      // Moves the columns below `limit` of both blocks (merged, deduplicated) into gather tiles.
+      auto take_cols_below = [&](int64_t limit) {
+        for (;;) {
+          const int64_t x0 = ci[0] < nc[0] ? C[0].at(ci[0], lane) : INT64_MAX;
+          const int64_t x1 = ci[1] < nc[1] ? C[1].at(ci[1], lane) : INT64_MAX;
+          const int64_t k = min(x0, x1);
+          if (k >= limit) break;
+          const int bits = (x0 == k ? 1 : 0) | (x1 == k ? 2 : 0);
+          ci[0] += x0 == k;
+          ci[1] += x1 == k;
+          if (lane == 0) {
+            colbuf[ncb] = int32_t(k);
+            colbuf[kBK + ncb] = bits;
+          }
+          __syncwarp();
+          if (++ncb == kBK) emit_cols();
+        }
+      };
+      int pi[2] = {0, 0};  // first range of each block that may still cover keys >= pos
+      int64_t pos = 0;
+      for (;;) {
+        int64_t nxt = INT64_MAX;
+        for (int j = 0; j < 2; ++j) {
+          while (pi[j] < nr[j] && R[j].at(2 * pi[j] + 1, lane) <= pos) ++pi[j];
+          if (pi[j] < nr[j]) nxt = min(nxt, max(int64_t(R[j].at(2 * pi[j], lane)), pos));
+        }
+        if (nxt == INT64_MAX) break;
+        take_cols_below(nxt);
+        const int64_t t0 = nxt, te = t0 + kBK;
+        uint64_t m[2] = {0, 0};
+        for (int j = 0; j < 2; ++j) {
+          for (int q = pi[j]; q < nr[j]; ++q) {
+            const int64_t rs = R[j].at(2 * q, lane);
+            if (rs >= te) break;
+            const int64_t re = R[j].at(2 * q + 1, lane);
+            m[j] |= bit_span(int(max(rs, t0) - t0), int(min(re, te) - t0));
+          }
+          while (ci[j] < nc[j]) {  // this block's columns inside the tile's span ride along
+            const int64_t c = C[j].at(ci[j], lane);
+            if (c >= te) break;
+            m[j] |= 1ull << (c - t0);
+            ++ci[j];
+          }
+        }
+        const uint64_t cov = m[0] | m[1];
+        const int cnt = 64 - __clzll(static_cast<long long>(cov));  // through the last covered key
+        const int s = t % kPStages;
+        acquire(s);
+        int32_t* hd = hdr(s);
+        hd[lane] = lane < cnt ? int32_t(t0 + lane) : -1;
+        hd[lane + 32] = lane + 32 < cnt ? int32_t(t0 + lane + 32) : -1;
+        if (lane == 0) {
+          hd[kBK + 0] = int32_t(uint32_t(m[0]));
+          hd[kBK + 1] = int32_t(uint32_t(m[0] >> 32));
+          hd[kBK + 2] = int32_t(uint32_t(m[1]));
+          hd[kBK + 3] = int32_t(uint32_t(m[1] >> 32));
+          hd[kBK + 4] = flags_for(m[0], int32_t(t0 + 63), 0);
+          hd[kBK + 5] = flags_for(m[1], int32_t(t0 + 63), 1);
+        }
+        __syncwarp();
+        if (lane == 0) {
+          const uint32_t sk = base + kPK + s * kTile, sv = base + kPV + s * kTile;
+          mbar_expect_tx(bar(2 + s), 2 * kTile);
+          tma_load_3d(sk, &tm_k, bar(2 + s), 0, kvh, int(t0));
+          tma_load_3d(sk + kHalf, &tm_k, bar(2 + s), 64, kvh, int(t0));
+          tma_load_3d(sv, &tm_v, bar(2 + s), 0, kvh, int(t0));
+          tma_load_3d(sv + kHalf, &tm_v, bar(2 + s), 64, kvh, int(t0));
+        }
+        ++t;
+        pos = te;
+      }
+      take_cols_below(INT64_MAX);
+      if (ncb > 0) emit_cols();
+      {  // end marker
+        const int s = t % kPStages;
+        acquire(s);
+        if (lane == 0) {
+          hdr(s)[kBK + 4] = kFlagEnd;
+          hdr(s)[kBK + 5] = kFlagEnd;
+          mbar_arrive(bar(2 + s));
+        }
+      }
+    }
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+    const int w = wg;
+    if (w < n_active) {
+      const int64_t b = b0 + w;
+      const int ltid = tid - 128 * w;
+      const int warp = ltid / 32, lane = ltid % 32;
+      const int tq = lane % 4;
+      const int64_t row0 = b * kBQ + 16 * warp + lane / 4;  // rows row0, row0 + 8 (chunk-relative)
+      const int64_t vis0 = a.q_pos0 + row0;
+      const uint32_t sQ = base + kPQ + w * kTile;
+      float o[64];
+#pragma unroll
+      for (int i = 0; i < 64; ++i) o[i] = 0.f;
+      float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.f, 0.f};
+      auto issue_s = [&](float (&sc)[32], uint32_t k_tile) {
+        fence_regs(sc);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kD / 16; ++kk) {
+          const uint32_t off = (kk / 4) * kHalf + (kk % 4) * 32;
+          wgmma_ss_n64(sc, desc_sw128(sQ + off, 16), desc_sw128(k_tile + off, 16), kk > 0);
+        }
+        wgmma_commit();
+      };
+      auto issue_pv = [&](uint32_t (&p)[4][4], uint32_t v_tile) {
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kBK / 16; ++kk) wgmma_rs_tb(o, p[kk], desc_sw128(v_tile + kk * 2048, kHalf));
+        wgmma_commit();
+      };
+      auto softmax = [&](float (&sc)[32], const int32_t* hd, float (&corr)[2]) {
+        if (hd[kBK + 4 + w] & kFlagMask) {
+          const uint64_t mem = uint64_t(uint32_t(hd[kBK + 2 * w])) | (uint64_t(uint32_t(hd[kBK + 2 * w + 1])) << 32);
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int slot = 8 * j + 2 * tq + (e & 1);
+              const int32_t key = hd[slot];
+              if (!((mem >> slot) & 1) || key < 0 || (a.causal && key > vis0 + (e >> 1) * 8)) sc[4 * j + e] = -INFINITY;
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float mx = -INFINITY;
+#pragma unroll
+          for (int j = 0; j < 8; ++j) mx = fmaxf(mx, fmaxf(sc[4 * j + 2 * r], sc[4 * j + 2 * r + 1]));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const float m_new = fmaxf(m_r[r], mx);
+          const float m_use = m_new == -INFINITY ? 0.f : m_new;
+          corr[r] = fast_exp2((m_r[r] - m_use) * a.scale_log2);
+          m_r[r] = m_new;
+          const float ms = m_use * a.scale_log2;
+          float sum = 0.f;
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            sc[4 * j + 2 * r] = fast_exp2(fmaf(sc[4 * j + 2 * r], a.scale_log2, -ms));
+            sc[4 * j + 2 * r + 1] = fast_exp2(fmaf(sc[4 * j + 2 * r + 1], a.scale_log2, -ms));
+            sum += sc[4 * j + 2 * r] + sc[4 * j + 2 * r + 1];
+          }
+          l_r[r] = l_r[r] * corr[r] + sum;
+        }
+      };
+      auto to_p = [&](const float (&sc)[32], uint32_t (&p)[4][4]) {
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          p[kk][0] = mma::pack_bf16(sc[8 * kk + 0], sc[8 * kk + 1]);
+          p[kk][1] = mma::pack_bf16(sc[8 * kk + 2], sc[8 * kk + 3]);
+          p[kk][2] = mma::pack_bf16(sc[8 * kk + 4], sc[8 * kk + 5]);
+          p[kk][3] = mma::pack_bf16(sc[8 * kk + 6], sc[8 * kk + 7]);
+        }
+      };
+      auto rescale_o = [&](const float (&corr)[2]) {
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          o[4 * j + 0] *= corr[0];
+          o[4 * j + 1] *= corr[0];
+          o[4 * j + 2] *= corr[1];
+          o[4 * j + 3] *= corr[1];
+        }
+      };
+      mbar_wait(bar(w), 0);
+      mbar_wait(bar(2), 0);
+      if (!(hdr(0)[kBK + 4 + w] & kFlagEnd)) {
+        uint32_t p[4][4];
+        float corr[2];
+        {
+          float sc[32];
+          issue_s(sc, base + kPK);
+          wgmma_wait<0>();
+          fence_regs(sc);
+          softmax(sc, hdr(0), corr);
+          to_p(sc, p);
+        }
+        int sp = 0;
+        for (int t = 1;; ++t) {
+          const int s = t % kPStages;
+          float sc[32];
+          fence_regs(o);
+          fence_p(p);
+          mbar_wait(bar(2 + s), (t / kPStages) & 1);
+          if (hdr(s)[kBK + 4 + w] & kFlagEnd) break;
+          issue_s(sc, base + kPK + s * kTile);
+          issue_pv(p, base + kPV + sp * kTile);
+          wgmma_wait<1>();
+          fence_regs(sc);
+          softmax(sc, hdr(s), corr);
+          wgmma_wait<0>();
+          fence_regs(o);
+          fence_p(p);
+          mbar_arrive(bar(2 + kPStages + sp));
+          rescale_o(corr);
+          to_p(sc, p);
+          sp = s;
+        }
+        issue_pv(p, base + kPV + sp * kTile);
+        wgmma_wait<0>();
+        fence_regs(o);
+        fence_p(p);
+        mbar_arrive(bar(2 + kPStages + sp));
+      }
+      store_o_lse(o, l_r, m_r, row0, tq, h, a.n_q, a.n_head, a.scale_log2, a.o, a.lse);
+    }
+  }
+}
+
 // ---- host side ---------------------------------------------------------------------------------
 struct WsLayout {
   size_t ranges, cols, n_r, n_c, total;
@@ -545,6 +925,19 @@ void sparse_attention_run(const SparseAttnParams& p, Stream s) {
   const CUtensorMap tq = make_map(p.q, p.n_q, p.n_head, kBQ, "sparse_attention: q");
   const CUtensorMap tk = make_map(p.k, p.n_kv, p.n_kv_head, kBK, "sparse_attention: k");
   const CUtensorMap tv = make_map(p.v, p.n_kv, p.n_kv_head, kBK, "sparse_attention: v");
+  if (p.pair_blocks) {
+    static const cudaError_t perr =
+        cudaFuncSetAttribute(sparse_attn_pair_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kPSmemBytes);
+    LC_CUDA_CHECK(perr, "sparse_attn_pair_kernel: raising dynamic shared memory to %d bytes", kPSmemBytes);
+    const int64_t n_pairs = (p.index.n_qblk + 1) / 2;
+    LC_REQUIRE(n_pairs <= 65535, "sparse_attention: %lld query-block pairs exceed the grid limit 65535",
+               (long long)n_pairs);
+    const dim3 grid(unsigned(p.n_head), unsigned(n_pairs));
+    sparse_attn_pair_kernel<<<grid, kThreads, kPSmemBytes, static_cast<cudaStream_t>(s)>>>(tq, tk, tv, a);
+    LC_LAUNCH_CHECK("sparse_attn_pair_kernel n_q=%lld n_kv=%lld q_pos0=%lld heads=%d/%d grid=(%d,%d)", (long long)p.n_q,
+                    (long long)p.n_kv, (long long)p.q_pos0, p.n_head, p.n_kv_head, grid.x, grid.y);
+    return;
+  }
   const dim3 grid((p.n_head + 1) / 2, unsigned(p.index.n_qblk));
   LC_REQUIRE(p.index.n_qblk <= 65535, "sparse_attention: %lld query blocks exceed the grid limit 65535",
              (long long)p.index.n_qblk);
