@@ -22,8 +22,7 @@
 // vertical-token and topic structure planted in the vectors, not in the index), V random, and
 // the indices ESTIMATED from them on the GPU by cuda::MinferenceIndexBuilder, exactly as the
 // engine does: block-sparse k_b = 100 for every head, and vertical-slash with the Llama-3-8B
-// budget mix above. Reported: index build + plan + kernel (the paired-block kernel), the build's
-// share, the kernel's rate, and the single-block kernel's time on the same index;
+// budget mix above. Reported: index build + plan + kernel, the build's share, the kernel's rate;
 // the block-sparse index is written to --mask-dir (bs_mask_<S>.bin) so that
 // bench/flex_baseline.py --mask-dir runs FlexAttention on the very same blocks.
 // Run: build-gpusparse/bench/longctx_bench_sparse [--seqs 131072,524288,1048576]
@@ -454,9 +453,6 @@ int main(int argc, char** argv) {
           p.workspace = builder.attention_workspace();
           p.workspace_bytes = builder.attention_workspace_bytes();
           const double ms_plan = time_ms([&] { sparse_attention_plan(p); }, 1, reps);
-          p.pair_blocks = false;  // the single-block kernel, for comparison (not in the total)
-          const double ms_single = time_ms([&] { sparse_attention_run(p); }, 1, reps);
-          p.pair_blocks = true;
           const double ms_run = time_ms([&] { sparse_attention_run(p); }, 1, reps);
           const IndexWork wk = index_work(ix, S);
           if (kind == 0 && !mask_dir.empty())
@@ -466,18 +462,17 @@ int main(int argc, char** argv) {
           std::fprintf(stderr,
                        "S=%lld %s: index %.3f ms + plan %.3f ms + kernel %.3f ms = %.3f ms (index %.1f%% of plan+kernel); "
                        "work %.4f of dense causal; %.1f TFLOP/s on attended pairs, %.1f on visited 64x64 tiles "
-                       "(%lld ranges, %lld cols); single-block kernel %.3f ms = %.1f TFLOP/s on pairs\n",
+                       "(%lld ranges, %lld cols)\n",
                        (long long)S, name, ms_index, ms_plan, ms_run, ms, 100.0 * ms_index / (ms_plan + ms_run),
                        flops / dense_flops, flops / (ms_run * 1e-3) / 1e12, tile_flops / (ms_run * 1e-3) / 1e12,
-                       (long long)ix.n_ranges, (long long)ix.n_cols, ms_single, flops / (ms_single * 1e-3) / 1e12);
+                       (long long)ix.n_ranges, (long long)ix.n_cols);
           std::snprintf(buf, sizeof buf,
                         "{\"seq\": %lld, \"kernel\": \"%s\", \"ms\": %.3f, \"index_ms\": %.3f, \"plan_ms\": %.4f, "
                         "\"kernel_ms\": %.3f, \"index_share\": %.4f, \"work_fraction\": %.5f, \"tflops_pairs\": %.1f, "
-                        "\"tflops_tiles\": %.1f, \"n_ranges\": %lld, \"n_cols\": %lld, \"single_kernel_ms\": %.3f, "
-                        "\"single_tflops_pairs\": %.1f, \"reps\": %d}",
+                        "\"tflops_tiles\": %.1f, \"n_ranges\": %lld, \"n_cols\": %lld, \"reps\": %d}",
                         (long long)S, name, ms, ms_index, ms_plan, ms_run, ms_index / (ms_plan + ms_run),
                         flops / dense_flops, flops / (ms_run * 1e-3) / 1e12, tile_flops / (ms_run * 1e-3) / 1e12,
-                        (long long)ix.n_ranges, (long long)ix.n_cols, ms_single, flops / (ms_single * 1e-3) / 1e12, reps);
+                        (long long)ix.n_ranges, (long long)ix.n_cols, reps);
           emit(buf);
         }
       }

@@ -92,7 +92,6 @@ for S in sorted(by):
         if de: line += f", {de / r['ms']:.1f}x vs ours dense"
         if "tflops_pairs" in r: line += f", {r['tflops_pairs']:.0f} TFLOP/s on attended pairs"
         if "tflops_tiles" in r: line += f" ({r['tflops_tiles']:.0f} on visited tiles)"
-        if "single_kernel_ms" in r: line += f"; single-block kernel {r['single_kernel_ms']:.2f} ms ({r['single_tflops_pairs']:.0f} TFLOP/s)"
         if "index_share" in r: line += f"; index build {r['index_ms']:.2f} ms = {100 * r['index_share']:.1f}% of attention"
         print(line)
 json.dump({"commit": commit, "command": "scripts/gpu-sparse.sh", "runs": runs}, open(os.path.join(out, "results.json"), "w"), indent=1)

@@ -57,10 +57,6 @@ struct SparseAttnParams {
   DeviceSparseIndex index;
   void* workspace = nullptr;  // device, sparse_attention_workspace_bytes(index) bytes
   size_t workspace_bytes = 0;
-  // Run adjacent query blocks (2p, 2p+1) of a head in one CTA over the union of their keys, each
-  // K/V tile loaded once for both (default); false = one CTA per (head pair, block), each block
-  // streaming its own tiles (kept for comparison in bench/bench_sparse.cu).
-  bool pair_blocks = true;
 };
 
 size_t sparse_attention_workspace_bytes(const DeviceSparseIndex& index);
