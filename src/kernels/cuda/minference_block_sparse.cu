@@ -7,23 +7,31 @@
 //   qsum[s][b][t]  = sum over chunk rows i of query block b of Q[i][h][t]  (h = BS head of slot s)
 //   score(b, c)    = (sum_t qsum[b][t] pk[c][t]) * (1 / rows_b) * scale  for c < n_cand(b),
 //                    +inf for the forced diagonal blocks c >= diag0(b)
-// written row by row to a scratch (rows padded to 8 floats) for the select kernel, with each
-// group of 8 key blocks' maximum (gmax) for its filter.
+// written row by row to a scratch (rows padded to 8 floats) with each group of 8 key blocks'
+// maximum (gmax) for the select's filter.
 // Why: pooled Q K^T approximates the block-averaged attention at 1/4096 of the cost; at 1M keys it
-// is still 16K x 16K / 2 dot products of length 128 per head (0.55 TMAC for 32 heads), so it runs
-// on tensor cores.
-// How: pooling sums in the CPU's order (keys / rows ascending from 0.f, then one multiply), so
-// pooled values are bit-identical to the CPU's. Scores: 128 x 64 output tiles, 4 warps of 32 rows
-// x 64 columns, mma.sync m16n8k8 TF32 in the "3xTF32" split (x = hi + lo, both TF32;
-// acc += a_lo b_hi + a_hi b_lo + a_hi b_hi), which keeps ~fp32 accuracy (relative error ~1e-6 of
-// sum |a_t b_t|) at tensor-core speed. Operands are split once when staged (32-wide head-dim
-// chunks, (hi, lo) pairs interleaved so a fragment element pair is one 64-bit load); CTAs above
-// the causal triangle exit at once. A wave is a set of (BS slot, query rows) whose scores fit the
-// scratch (sized to stay in L2, minference_index.cu), so the select kernel reads them back from L2.
+// is still 16K x 16K / 2 dot products of length 128 per head (0.55 TMAC for 32 heads): tensor cores.
+// How:
+//   - pooling sums in the CPU's order (keys / rows ascending from 0.f, then one multiply), so the
+//     pooled values are bit-identical to the CPU's;
+//   - fp16 "3-term" split: every pooled row is scaled by an exact power of two 2^e (e per query
+//     block; one per KV head for the keys) so its largest |x| lies in [2^14, 2^15), then
+//     x 2^e = hi + lo with hi, lo fp16 (lo keeps the next 11 bits); a.b = a_hi b_hi + a_hi b_lo +
+//     a_lo b_hi with fp32 accumulation, and 2^-(e_a + e_b) undoes the scaling exactly. Relative
+//     error ~1e-6 of sum |a_t b_t| (as 3xTF32) at the fp16 tensor rate (m16n8k16). The split is
+//     done once (pool_q writes q hi/lo, split_k writes k hi/lo), so the score kernel only copies;
+//   - scores: 128 x 64 output tiles, 4 warps of 32 rows x 64 columns, head-dim chunks of 64 staged
+//     by cp.async into swizzled smem, ldmatrix + mma.sync; CTAs above the causal triangle exit at
+//     once. A wave is a set of (BS slot, query rows) whose scores fit the scratch
+//     (minference_index.cu).
 #include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cuda_fp16.h>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/minference_kernels.cuh"
+#include "kernels/cuda/mma.cuh"
 
 namespace longctx::cuda::mindex {
 namespace {
@@ -33,101 +41,132 @@ using bf16 = __nv_bfloat16;
 // ---- pooling ----------------------------------------------------------------------------------
 constexpr int kPoolRowsPerCta = 4;  // pooled rows (key or query blocks) per CTA, D/2 threads each
 
-__global__ void pool_k_kernel(const bf16* k, float* pk, uint64_t kv_mask, const Geom g) {
+// Largest |value| as int bits (order-preserving for non-negative floats), for the fp16 scaling.
+__device__ __forceinline__ int abs_bits(float x) { return __float_as_int(fabsf(x)); }
+
+// x * 2^e as fp16 hi + lo.
+__device__ __forceinline__ void split_f16(float x, int e, __half& hi, __half& lo) {
+  const float v = ldexpf(x, e);
+  hi = __float2half_rn(v);
+  lo = __float2half_rn(v - __half2float(hi));
+}
+
+__global__ void pool_k_kernel(const bf16* k, float* pk, int* kmax, uint64_t kv_mask, const Geom g) {
   const int hk = blockIdx.y;
   if (g.n_kv_head <= 64 && !((kv_mask >> hk) & 1u)) return;
   const int D = g.head_dim, half = D / 2;
   const int64_t c = int64_t(blockIdx.x) * kPoolRowsPerCta + threadIdx.x / half;
   const int t = (threadIdx.x % half) * 2;
-  if (c >= g.nkb) return;
-  const int64_t ldk = int64_t(g.n_kv_head) * D;
-  const int64_t j0 = c * kBlk, j1 = min(j0 + kBlk, g.n_keys);
-  const bf16* src = k + int64_t(hk) * D + t;
-  float s0 = 0.f, s1 = 0.f;
+  int mx = 0;
+  if (c < g.nkb) {
+    const int64_t ldk = int64_t(g.n_kv_head) * D;
+    const int64_t j0 = c * kBlk, j1 = min(j0 + kBlk, g.n_keys);
+    const bf16* src = k + int64_t(hk) * D + t;
+    float s0 = 0.f, s1 = 0.f;
 #pragma unroll 8
-  for (int64_t j = j0; j < j1; ++j) {
-    const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(src + j * ldk));
-    s0 += v.x;
-    s1 += v.y;
+    for (int64_t j = j0; j < j1; ++j) {
+      const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(src + j * ldk));
+      s0 += v.x;
+      s1 += v.y;
+    }
+    const float inv = 1.f / float(j1 - j0);
+    s0 *= inv;
+    s1 *= inv;
+    float* dst = pk + (int64_t(hk) * g.nkb + c) * D + t;
+    dst[0] = s0;
+    dst[1] = s1;
+    mx = max(abs_bits(s0), abs_bits(s1));
   }
-  const float inv = 1.f / float(j1 - j0);
-  float* dst = pk + (int64_t(hk) * g.nkb + c) * D + t;
-  dst[0] = s0 * inv;
-  dst[1] = s1 * inv;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  if ((threadIdx.x & 31) == 0 && mx > 0) atomicMax(kmax + hk, mx);
 }
 
-__global__ void pool_q_kernel(const bf16* q, const int32_t* bs_heads, float* qsum, const Geom g) {
+// pk -> fp16 hi/lo with the head's exponent (after every pool_k block has reported its maximum).
+__global__ void split_k_kernel(const float* pk, const int* kmax, __half* khi, __half* klo, uint64_t kv_mask,
+                               const Geom g) {
+  const int hk = blockIdx.y;
+  if (g.n_kv_head <= 64 && !((kv_mask >> hk) & 1u)) return;
+  const int e = fp16_exponent(__int_as_float(kmax[hk]));
+  const int64_t n = g.nkb * g.head_dim, base = int64_t(hk) * n;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    __half hi, lo;
+    split_f16(pk[base + i], e, hi, lo);
+    khi[base + i] = hi;
+    klo[base + i] = lo;
+  }
+}
+
+// Query-block sums, their exponent (largest |sum| of the block into [2^14, 2^15)) and fp16 hi/lo.
+__global__ void pool_q_kernel(const bf16* q, const int32_t* bs_heads, __half* qhi, __half* qlo, int32_t* qexp,
+                              const Geom g) {
+  __shared__ int rmax[kPoolRowsPerCta];
   const int slot = blockIdx.y;
   const int h = bs_heads[slot];
   const int D = g.head_dim, half = D / 2;
-  const int64_t b = int64_t(blockIdx.x) * kPoolRowsPerCta + threadIdx.x / half;
+  const int lr = threadIdx.x / half;
+  const int64_t b = int64_t(blockIdx.x) * kPoolRowsPerCta + lr;
   const int t = (threadIdx.x % half) * 2;
-  if (b >= g.n_qblk) return;
-  const int64_t ldq = int64_t(g.n_head) * D;
-  const int64_t i0 = b * kBlk, i1 = min(i0 + kBlk, g.n_q);
-  const bf16* src = q + int64_t(h) * D + t;
+  if (threadIdx.x < kPoolRowsPerCta) rmax[threadIdx.x] = 0;
+  __syncthreads();
   float s0 = 0.f, s1 = 0.f;
+  if (b < g.n_qblk) {
+    const int64_t ldq = int64_t(g.n_head) * D;
+    const int64_t i0 = b * kBlk, i1 = min(i0 + kBlk, g.n_q);
+    const bf16* src = q + int64_t(h) * D + t;
 #pragma unroll 8
-  for (int64_t i = i0; i < i1; ++i) {
-    const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(src + i * ldq));
-    s0 += v.x;
-    s1 += v.y;
+    for (int64_t i = i0; i < i1; ++i) {
+      const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(src + i * ldq));
+      s0 += v.x;
+      s1 += v.y;
+    }
+    atomicMax(&rmax[lr], max(abs_bits(s0), abs_bits(s1)));
   }
-  float* dst = qsum + (int64_t(slot) * g.n_qblk + b) * D + t;
-  dst[0] = s0;
-  dst[1] = s1;
+  __syncthreads();
+  if (b < g.n_qblk) {
+    const int e = fp16_exponent(__int_as_float(rmax[lr]));
+    const int64_t o = (int64_t(slot) * g.n_qblk + b) * D + t;
+    __half h0, l0, h1, l1;
+    split_f16(s0, e, h0, l0);
+    split_f16(s1, e, h1, l1);
+    *reinterpret_cast<__half2*>(qhi + o) = __halves2half2(h0, h1);
+    *reinterpret_cast<__half2*>(qlo + o) = __halves2half2(l0, l1);
+    if (threadIdx.x % half == 0) qexp[int64_t(slot) * g.n_qblk + b] = e;
+  }
 }
 
 // ---- scores ----------------------------------------------------------------------------------
 constexpr int kTileRows = 128;               // query blocks per CTA tile (4 warps x 32 rows)
 constexpr int kTileCols = 64;                // key blocks per CTA tile
-constexpr int kKc = 32;                      // head-dim chunk staged in smem
-constexpr int kPitch = kKc + 4;              // smem row pitch in (hi, lo) pairs: conflict-free 64-bit fragment loads
+constexpr int kKc = 64;                      // head-dim chunk staged in smem (one 128-byte swizzled row)
 constexpr int kGemmThreads = 128;
-constexpr size_t kGemmSmem = size_t(kTileRows + kTileCols) * kPitch * sizeof(uint2);  // 55 KB: 4 CTAs per SM
+constexpr size_t kGemmSmem = size_t(2) * (kTileRows + kTileCols) * kKc * 2;  // hi + lo tiles: 48 KB, 4 CTAs/SM
 static_assert(kBsGroup == 8, "a score group is one mma n-tile of 8 key blocks");
 
-__device__ __forceinline__ void split_tf32(float x, uint32_t& hi, uint32_t& lo) {
-  uint32_t h, l;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(h) : "f"(x));
-  const float r = x - __uint_as_float(h);
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(l) : "f"(r));
-  hi = h;
-  lo = l;
-}
-
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Stages rows [r0, r0 + nrows) x head-dim [kc, kc + kKc) of src ([n_src][D] fp32; rows >= n_src are
-// zero) into dst[r][k] = (hi, lo) TF32 pairs.
+// cp.async rows [r0, r0 + kRows) x head-dim [kc, kc + 64) of hi/lo ([n_src][D] fp16; rows >= n_src
+// zero-filled) into swizzled smem tiles [kRows][64].
 template <int kRows>
-__device__ __forceinline__ void stage_split(uint2* dst, const float* src, int64_t r0, int64_t n_src, int D, int kc) {
-  constexpr int kVec = kKc / 4;  // float4 per row chunk
-  for (int idx = threadIdx.x; idx < kRows * kVec; idx += kGemmThreads) {
-    const int r = idx / kVec, c4 = (idx % kVec) * 4;
+__device__ __forceinline__ void stage(uint32_t shi, uint32_t slo, const __half* hi, const __half* lo, int64_t r0,
+                                      int64_t n_src, int D, int kc) {
+  constexpr int kChunks = kKc / 8;  // 16-byte chunks per staged row
+#pragma unroll
+  for (int i = 0; i < kRows * kChunks / kGemmThreads; ++i) {
+    const int idx = threadIdx.x + i * kGemmThreads;
+    const int r = idx / kChunks, ch = idx % kChunks;
     const int64_t row = r0 + r;
-    const float4 v = row < n_src ? *reinterpret_cast<const float4*>(src + row * D + kc + c4) : make_float4(0, 0, 0, 0);
-    uint4 p, q;
-    split_tf32(v.x, p.x, p.y);
-    split_tf32(v.y, p.z, p.w);
-    split_tf32(v.z, q.x, q.y);
-    split_tf32(v.w, q.z, q.w);
-    uint4* d = reinterpret_cast<uint4*>(dst + r * kPitch + c4);
-    d[0] = p;
-    d[1] = q;
+    const bool ok = row < n_src;
+    const int64_t o = (ok ? row : 0) * D + kc + ch * 8;
+    mma::cp_async16(shi + mma::swz<kKc>(r, ch), hi + o, ok ? 16 : 0);
+    mma::cp_async16(slo + mma::swz<kKc>(r, ch), lo + o, ok ? 16 : 0);
   }
 }
 
-__global__ void __launch_bounds__(kGemmThreads) bs_score_kernel(const BsScoreArgs a) {
-  extern __shared__ __align__(16) uint8_t smem_raw[];
-  uint2* As = reinterpret_cast<uint2*>(smem_raw);  // [kTileRows][kPitch] (hi, lo)
-  uint2* Bs = As + kTileRows * kPitch;             // [kTileCols][kPitch]
+__global__ void __launch_bounds__(kGemmThreads, 4) bs_score_kernel(const BsScoreArgs a) {
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  const uint32_t sAhi = mma::smem_u32(smem_raw);       // [kTileRows][64] fp16, swizzled
+  const uint32_t sAlo = sAhi + kTileRows * kKc * 2;
+  const uint32_t sBhi = sAlo + kTileRows * kKc * 2;    // [kTileCols][64]
+  const uint32_t sBlo = sBhi + kTileCols * kKc * 2;
   const Geom& g = a.g;
   const int D = g.head_dim;
   const int64_t row0 = a.b0 + int64_t(blockIdx.y) * kTileRows;
@@ -137,9 +176,11 @@ __global__ void __launch_bounds__(kGemmThreads) bs_score_kernel(const BsScoreArg
   if (col0 >= bs_n_cand(g, rlast)) return;  // the whole tile is past every row's candidates
   const int h = a.bs_heads[s];
   const int hk = h / g.group;
-  const float* A = a.qsum + int64_t(s) * g.n_qblk * D;
-  const float* B = a.pk + int64_t(hk) * g.nkb * D;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
+  const int64_t qoff = int64_t(s) * g.n_qblk * D, koff = int64_t(hk) * g.nkb * D;
+  const int32_t* qexp = a.qexp + int64_t(s) * g.n_qblk;
+  const int kexp = fp16_exponent(__int_as_float(a.kmax[hk]));
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int gq = lane >> 2, tq = lane & 3;
 
   float acc[2][kTileCols / 8][4];
 #pragma unroll
@@ -148,38 +189,44 @@ __global__ void __launch_bounds__(kGemmThreads) bs_score_kernel(const BsScoreArg
     for (int nt = 0; nt < kTileCols / 8; ++nt) acc[m][nt][0] = acc[m][nt][1] = acc[m][nt][2] = acc[m][nt][3] = 0.f;
 
   for (int kc = 0; kc < D; kc += kKc) {
-    __syncthreads();
-    stage_split<kTileRows>(As, A, row0, a.b1, D, kc);
-    stage_split<kTileCols>(Bs, B, col0, g.nkb, D, kc);
+    __syncthreads();  // the previous chunk's fragments are read
+    stage<kTileRows>(sAhi, sAlo, a.qhi + qoff, a.qlo + qoff, row0, a.b1, D, kc);
+    stage<kTileCols>(sBhi, sBlo, a.khi + koff, a.klo + koff, col0, g.nkb, D, kc);
+    mma::cp_async_commit();
+    mma::cp_async_wait<0>();
     __syncthreads();
 #pragma unroll
-    for (int k8 = 0; k8 < kKc; k8 += 8) {
+    for (int k16 = 0; k16 < kKc / 16; ++k16) {
       uint32_t ahi[2][4], alo[2][4];
 #pragma unroll
       for (int m = 0; m < 2; ++m) {
-        const int ra = warp * 32 + m * 16 + gq;
-        const uint2 p0 = As[ra * kPitch + k8 + tq], p1 = As[(ra + 8) * kPitch + k8 + tq];
-        const uint2 p2 = As[ra * kPitch + k8 + tq + 4], p3 = As[(ra + 8) * kPitch + k8 + tq + 4];
-        ahi[m][0] = p0.x, ahi[m][1] = p1.x, ahi[m][2] = p2.x, ahi[m][3] = p3.x;
-        alo[m][0] = p0.y, alo[m][1] = p1.y, alo[m][2] = p2.y, alo[m][3] = p3.y;
+        const int r = warp * 32 + m * 16 + (lane & 15), ch = k16 * 2 + (lane >> 4);
+        mma::ldmatrix_x4(sAhi + mma::swz<kKc>(r, ch), ahi[m][0], ahi[m][1], ahi[m][2], ahi[m][3]);
+        mma::ldmatrix_x4(sAlo + mma::swz<kKc>(r, ch), alo[m][0], alo[m][1], alo[m][2], alo[m][3]);
       }
 #pragma unroll
-      for (int nt = 0; nt < kTileCols / 8; ++nt) {
-        const int n = nt * 8 + gq;
-        const uint2 q0 = Bs[n * kPitch + k8 + tq], q1 = Bs[n * kPitch + k8 + tq + 4];
+      for (int np = 0; np < kTileCols / 16; ++np) {
+        const int mat = lane >> 3;
+        const int key = np * 16 + (mat >> 1) * 8 + (lane & 7), ch = k16 * 2 + (mat & 1);
+        uint32_t bh0, bh1, bh2, bh3, bl0, bl1, bl2, bl3;
+        mma::ldmatrix_x4(sBhi + mma::swz<kKc>(key, ch), bh0, bh1, bh2, bh3);
+        mma::ldmatrix_x4(sBlo + mma::swz<kKc>(key, ch), bl0, bl1, bl2, bl3);
 #pragma unroll
         for (int m = 0; m < 2; ++m) {
-          mma_tf32(acc[m][nt], alo[m], q0.x, q1.x);
-          mma_tf32(acc[m][nt], ahi[m], q0.y, q1.y);
-          mma_tf32(acc[m][nt], ahi[m], q0.x, q1.x);
+          mma::mma_f16_16816(acc[m][2 * np], alo[m], bh0, bh1);
+          mma::mma_f16_16816(acc[m][2 * np], ahi[m], bl0, bl1);
+          mma::mma_f16_16816(acc[m][2 * np], ahi[m], bh0, bh1);
+          mma::mma_f16_16816(acc[m][2 * np + 1], alo[m], bh2, bh3);
+          mma::mma_f16_16816(acc[m][2 * np + 1], ahi[m], bl2, bl3);
+          mma::mma_f16_16816(acc[m][2 * np + 1], ahi[m], bh2, bh3);
         }
       }
     }
   }
 
-  // Epilogue: scale by 1/rows and the softmax scale (the CPU's s * inv * scale), force the
-  // diagonal blocks, keep only each row's candidates; per 8 key blocks (one n-tile, a quad's 8
-  // values) the maximum, for the select's filter.
+  // Epilogue: undo the scaling (exact), scale by 1/rows and the softmax scale (the CPU's
+  // s * inv * scale), force the diagonal blocks, keep only each row's candidates; per 8 key
+  // blocks (one n-tile: a quad's 8 values) the maximum, for the select's filter.
   const int64_t base = int64_t(blockIdx.z) * a.span;  // this slot's rows; row b at cand_off[b] - cand_off[b0]
   constexpr float kInf = __builtin_huge_valf();
 #pragma unroll
@@ -191,6 +238,7 @@ __global__ void __launch_bounds__(kGemmThreads) bs_score_kernel(const BsScoreArg
       const int64_t rr = row_ok ? row : a.b0;
       const int64_t nc = row_ok ? bs_n_cand(g, rr) : 0, d0 = bs_diag0(g, rr);
       const float inv = 1.f / float(bs_rows(g, rr));
+      const int unscale = -(qexp[rr] + kexp);
       const int64_t off = base + (a.cand_off[rr] - a.cand_off[a.b0]);
       float* orow = a.scratch + off;
 #pragma unroll
@@ -200,7 +248,7 @@ __global__ void __launch_bounds__(kGemmThreads) bs_score_kernel(const BsScoreArg
         for (int e = 0; e < 2; ++e) {
           const int64_t col = col0 + nt * 8 + 2 * tq + e;
           if (col >= nc) continue;
-          const float v = col >= d0 ? kInf : acc[m][nt][half * 2 + e] * inv * g.scale;
+          const float v = col >= d0 ? kInf : ldexpf(acc[m][nt][half * 2 + e], unscale) * inv * g.scale;
           orow[col] = v;
           mx = fmaxf(mx, v);
         }
@@ -214,14 +262,21 @@ __global__ void __launch_bounds__(kGemmThreads) bs_score_kernel(const BsScoreArg
 
 }  // namespace
 
-void bs_pool(const bf16* q, const bf16* k, const int32_t* bs_heads, int n_bs, uint64_t kv_mask, float* pk,
-             float* qsum, const Geom& g, cudaStream_t s) {
+void bs_pool(const bf16* q, const bf16* k, const int32_t* bs_heads, int n_bs, uint64_t kv_mask, const BsPooled& o,
+             const Geom& g, cudaStream_t s) {
   const int threads = kPoolRowsPerCta * (g.head_dim / 2);
+  LC_CUDA_CHECK(cudaMemsetAsync(o.kmax, 0, size_t(g.n_kv_head) * sizeof(int32_t), s), "pool_k: clearing the maxima");
   pool_k_kernel<<<dim3(unsigned((g.nkb + kPoolRowsPerCta - 1) / kPoolRowsPerCta), unsigned(g.n_kv_head)), threads, 0,
-                  s>>>(k, pk, kv_mask, g);
+                  s>>>(k, o.pk, o.kmax, kv_mask, g);
   LC_LAUNCH_CHECK("pool_k_kernel nkb=%lld kv_heads=%d", (long long)g.nkb, g.n_kv_head);
+  constexpr int kSplitThreads = 256;
+  const int64_t per_head = g.nkb * g.head_dim;
+  split_k_kernel<<<dim3(unsigned(std::min<int64_t>((per_head + kSplitThreads - 1) / kSplitThreads, 4096)),
+                        unsigned(g.n_kv_head)),
+                   kSplitThreads, 0, s>>>(o.pk, o.kmax, o.khi, o.klo, kv_mask, g);
+  LC_LAUNCH_CHECK("split_k_kernel nkb=%lld kv_heads=%d", (long long)g.nkb, g.n_kv_head);
   pool_q_kernel<<<dim3(unsigned((g.n_qblk + kPoolRowsPerCta - 1) / kPoolRowsPerCta), unsigned(n_bs)), threads, 0,
-                  s>>>(q, bs_heads, qsum, g);
+                  s>>>(q, bs_heads, o.qhi, o.qlo, o.qexp, g);
   LC_LAUNCH_CHECK("pool_q_kernel n_qblk=%lld bs_heads=%d", (long long)g.n_qblk, n_bs);
 }
 

@@ -12,6 +12,7 @@
 // Everything matches the CPU builders of src/sparse (the source of truth, see each file).
 #pragma once
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -183,13 +184,35 @@ struct BsSelectArgs {
 void bs_select_wave(const BsSelectArgs& a, cudaStream_t s);
 
 // Block-sparse scores (minference_block_sparse.cu).
-// Pooled K for the KV heads in kv_mask (bit hk; all when n_kv_head > 64): pk [n_kv_head, nkb, D].
-// Query sums of the BS heads: qsum [n_bs, n_qblk, D].
+// Pooling: pk [n_kv_head, nkb, D] fp32 (the CPU's pooled keys) for the KV heads in kv_mask (bit
+// hk; all when n_kv_head > 64), kmax [n_kv_head] the largest |pk| per head (int bits), then the
+// fp16 split khi/klo [n_kv_head, nkb, D]; query-block sums of the BS heads as fp16 split qhi/qlo
+// [n_bs, n_qblk, D] with qexp [n_bs, n_qblk] each row's scaling exponent.
+struct BsPooled {
+  float* pk = nullptr;
+  int32_t* kmax = nullptr;
+  __half* khi = nullptr;
+  __half* klo = nullptr;
+  __half* qhi = nullptr;
+  __half* qlo = nullptr;
+  int32_t* qexp = nullptr;
+};
 void bs_pool(const __nv_bfloat16* q, const __nv_bfloat16* k, const int32_t* bs_heads, int n_bs, uint64_t kv_mask,
-             float* pk, float* qsum, const Geom& g, cudaStream_t s);
+             const BsPooled& out, const Geom& g, cudaStream_t s);
+// e with max_abs * 2^e in [2^14, 2^15) (0 for 0 or non-finite): fp16 hi/lo splits keep ~22 bits.
+__device__ __forceinline__ int fp16_exponent(float max_abs) {
+  if (!(max_abs > 0.f) || !isfinite(max_abs)) return 0;
+  int e2 = 0;
+  frexpf(max_abs, &e2);  // max_abs = f * 2^e2, f in [0.5, 1)
+  return 15 - e2;
+}
 struct BsScoreArgs {
-  const float* pk = nullptr;
-  const float* qsum = nullptr;
+  const __half* khi = nullptr;
+  const __half* klo = nullptr;
+  const int32_t* kmax = nullptr;
+  const __half* qhi = nullptr;
+  const __half* qlo = nullptr;
+  const int32_t* qexp = nullptr;
   const int32_t* bs_heads = nullptr;
   const int64_t* cand_off = nullptr;
   float* scratch = nullptr;

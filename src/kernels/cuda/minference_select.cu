@@ -262,12 +262,40 @@ __global__ void __launch_bounds__(kGapThreads) vs_gaps_kernel(const HeadInfo* he
 // with massive ties), take the plain path: exact top-kk over the whole row.
 constexpr int kBsSelThreads = 128;
 constexpr int kCandCap = 4096;  // gathered candidates (512 groups); the plain path stages rows up to this too
+constexpr int kGmCap = 2048;    // group maxima staged in smem (n_kv <= 1M); longer rows read them in place
+constexpr int kBatch = 8;       // independent global loads in flight per thread when staging
 struct BsSelSmem {
   float cand[kCandCap];
   int32_t cidx[kCandCap];
   int32_t groups[kCandCap / kBsGroup];
+  float gm[kGmCap];
   TopkSmem<kBsSelThreads> tk;
 };
+
+// dst[i] = src[idx(i)] (and cidx[i] = idx(i) when given) for i < n; kBatch loads issued before
+// any is used, so a thread waits for one L2 round trip per kBatch elements, not per element.
+template <class Idx>
+__device__ __forceinline__ void gather_batched(float* dst, int32_t* cidx, const float* src, int n, Idx idx) {
+  for (int base = 0; base < n; base += kBsSelThreads * kBatch) {
+    float v[kBatch];
+    int c[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = base + u * kBsSelThreads + int(threadIdx.x);
+      c[u] = i < n ? idx(i) : 0;
+      v[u] = i < n ? src[c[u]] : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = base + u * kBsSelThreads + int(threadIdx.x);
+      if (i < n) {
+        dst[i] = v[u];
+        if (cidx) cidx[i] = c[u];
+      }
+    }
+  }
+  __syncthreads();
+}
 
 __global__ void __launch_bounds__(kBsSelThreads) bs_select_kernel(const BsSelectArgs a) {
   extern __shared__ __align__(16) uint8_t smem_raw[];
@@ -289,6 +317,10 @@ __global__ void __launch_bounds__(kBsSelThreads) bs_select_kernel(const BsSelect
   const int G = (n + kBsGroup - 1) / kBsGroup;
   if (G > kk && !a.rows_in_global) {
     const float* gm = a.gmax + off / kBsGroup;
+    if (G <= kGmCap) {
+      gather_batched(sm.gm, nullptr, gm, G, [](int i) { return i; });
+      gm = sm.gm;
+    }
     uint32_t need = 0;
     const uint32_t T = cta_threshold<kBsSelThreads>(gm, G, uint32_t(kk), &need, sm.tk);
     // Groups with maximum >= T, ascending.
@@ -297,23 +329,15 @@ __global__ void __launch_bounds__(kBsSelThreads) bs_select_kernel(const BsSelect
       // Only the row's last group can be partial, and it is then the last candidate group.
       const int pad = sm.groups[ng - 1] == G - 1 ? G * kBsGroup - n : 0;
       const int m = int(ng) * kBsGroup - pad;
-      for (int i = threadIdx.x; i < m; i += kBsSelThreads) {
-        const int c = sm.groups[i / kBsGroup] * kBsGroup + i % kBsGroup;
-        sm.cand[i] = row[c];
-        sm.cidx[i] = c;
-      }
-      __syncthreads();
+      const int32_t* groups = sm.groups;
+      gather_batched(sm.cand, sm.cidx, row, m, [groups](int i) { return groups[i / kBsGroup] * kBsGroup + i % kBsGroup; });
       cta_topk<kBsSelThreads>(sm.cand, m, kk, out, sm.tk, sm.cidx);
       return;
     }
   }
   const float* x = row;
   if (n <= kCandCap && !a.rows_in_global) {
-    // Rows start 16-byte aligned in scratch (cand_off pads every row to a multiple of 8).
-    const int nv = (n + 3) / 4;
-    for (int i = threadIdx.x; i < nv; i += kBsSelThreads)
-      reinterpret_cast<float4*>(sm.cand)[i] = reinterpret_cast<const float4*>(row)[i];
-    __syncthreads();
+    gather_batched(sm.cand, nullptr, row, n, [](int i) { return i; });
     x = sm.cand;
   }
   cta_topk<kBsSelThreads>(x, n, kk, out, sm.tk);
