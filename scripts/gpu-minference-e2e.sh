@@ -3,8 +3,10 @@
 # the GPU tests, then `longctx bench model` on the Llama-3-8B geometry (random weights, all 32
 # layers) with dense attention, MInference (the published Llama-3-8B-262K config) and A-shape
 # 1024+4096 (the FLOPs target of MInference's kernel-aware search) at each length, then
-# optionally the evaluation suite on the GPU with the default model. JSON and logs to $OUT,
-# a table (prefill time per method and length, dense / method ratios) printed last.
+# optionally the evaluation suite on the GPU with the default model. JSON and logs go to
+# $OUT/e2e-all.tgz (plus e2e_summary.json, env.txt, tests.log); a table (prefill time per method
+# and length, dense / method ratios) is printed after the benchmarks.
+# Recorded: bench/results/gpu-minference-e2e-2026-11-22-cfbccf8.json, docs/benchmarks.md.
 #
 # Here (no GPU needed), build and pack what travels (stripped binaries as one .tar.xz, the
 # shared libraries the GPU machine lacks, optionally one half of the default model):
@@ -53,8 +55,16 @@ if [ "${1:-}" = "--pack" ]; then
   ls -la "$CARRY" "$CARRY/lib"; du -sh "$CARRY"; exit 0
 fi
 
-OUT=${OUT:-out}
-mkdir -p "$OUT"
+# What comes back from a device call is at most 8 files: everything is written to a work folder,
+# then packed into $OUT/e2e-all.tgz (also when a step times out), with the summary and env beside it.
+FINAL=${OUT:-out}
+mkdir -p "$FINAL"
+OUT=$(mktemp -d /tmp/gpu-e2e-out.XXXXXX)
+pack_out() {
+  tar -czf "$FINAL/e2e-all.tgz" -C "$OUT" .
+  for f in e2e_summary.json env.txt tests.log; do [ -f "$OUT/$f" ] && cp "$OUT/$f" "$FINAL/"; done
+}
+trap pack_out EXIT
 skip_tests=0; filter="*"; lengths="128k,512k"; methods="ashape minference dense"; do_eval=0
 while [ $# -gt 0 ]; do
   case "$1" in
