@@ -247,36 +247,25 @@ __global__ void __launch_bounds__(kThreads, 1)
       };
       const int32_t* rg = a.ranges + 2 * a.range_ptr[row];
       const int nr = a.n_r[row];
-      // The range list is read 32 ranges at a time, one per lane (one coalesced load), then
-      // broadcast by shuffles: no dependent L2 load per range (block-sparse ranges are mostly
-      // one tile long, so a load per range would stall the producer once per tile).
-      for (int i0 = 0; i0 < nr; i0 += 32) {
-        int32_t my_s = 0, my_e = 0;
-        if (i0 + lane < nr) {
-          my_s = __ldcg(&rg[2 * (i0 + lane)]);
-          my_e = __ldcg(&rg[2 * (i0 + lane) + 1]);
-        }
-        const int n_here = min(32, nr - i0);
-        for (int k = 0; k < n_here; ++k) {
-          const int32_t rs = __shfl_sync(0xffffffffu, my_s, k), re = __shfl_sync(0xffffffffu, my_e, k);
-          for (int32_t t0 = rs; t0 < re; t0 += kBK, ++t) {
-            const int s = t % kStages;
-            acquire(s);
-            const int cnt = min(kBK, re - t0);
-            int32_t* hd = hdr(w, s);
-            hd[lane] = lane < cnt ? t0 + lane : -1;
-            hd[lane + 32] = lane + 32 < cnt ? t0 + lane + 32 : -1;
-            const bool full = cnt == kBK && (!a.causal || t0 + kBK - 1 <= first_pos);
-            if (lane == 0) hd[kBK] = full ? 0 : kHdrFlagMask;
-            __syncwarp();
-            if (lane == 0) {
-              const uint32_t sk = wb + kWgK + s * kTile, sv = wb + kWgV + s * kTile;
-              mbar_expect_tx(bar(w, 1 + s), 2 * kTile);
-              tma_load_3d(sk, &tm_k, bar(w, 1 + s), 0, kvh, t0);
-              tma_load_3d(sk + kHalf, &tm_k, bar(w, 1 + s), 64, kvh, t0);
-              tma_load_3d(sv, &tm_v, bar(w, 1 + s), 0, kvh, t0);
-              tma_load_3d(sv + kHalf, &tm_v, bar(w, 1 + s), 64, kvh, t0);
-            }
+      for (int i = 0; i < nr; ++i) {
+        const int32_t rs = rg[2 * i], re = rg[2 * i + 1];
+        for (int32_t t0 = rs; t0 < re; t0 += kBK, ++t) {
+          const int s = t % kStages;
+          acquire(s);
+          const int cnt = min(kBK, re - t0);
+          int32_t* hd = hdr(w, s);
+          hd[lane] = lane < cnt ? t0 + lane : -1;
+          hd[lane + 32] = lane + 32 < cnt ? t0 + lane + 32 : -1;
+          const bool full = cnt == kBK && (!a.causal || t0 + kBK - 1 <= first_pos);
+          if (lane == 0) hd[kBK] = full ? 0 : kHdrFlagMask;
+          __syncwarp();
+          if (lane == 0) {
+            const uint32_t sk = wb + kWgK + s * kTile, sv = wb + kWgV + s * kTile;
+            mbar_expect_tx(bar(w, 1 + s), 2 * kTile);
+            tma_load_3d(sk, &tm_k, bar(w, 1 + s), 0, kvh, t0);
+            tma_load_3d(sk + kHalf, &tm_k, bar(w, 1 + s), 64, kvh, t0);
+            tma_load_3d(sv, &tm_v, bar(w, 1 + s), 0, kvh, t0);
+            tma_load_3d(sv + kHalf, &tm_v, bar(w, 1 + s), 64, kvh, t0);
           }
         }
       }
