@@ -9,8 +9,10 @@
 // Why not a sort: k is small next to n (100 of 16K blocks, 6096 of 1M offsets); a radix select
 // reads the scores a few times and never moves them.
 // How (one CTA per selection): scores become order-preserving 32-bit keys (minference_kernels.cuh
-// order_key); three histogram passes over 11 + 11 + 10 key bits (smem histogram, warp-aggregated
-// atomics) find the k-th largest key T and how many keys equal to T are still needed; then an
+// order_key); a min/max pass, then histogram passes of up to 11 bits over (key - min key) from
+// the top bit of the key range down (smem histogram, plain atomics: the range-relative digits
+// spread the keys over the bins) find the k-th largest key T and how many keys equal to T are
+// still needed; then an
 // ordered pass over contiguous per-warp segments (ballots, a scan over warps) writes every index
 // with key > T plus the first `need` indices with key == T, in ascending index order - exactly
 // the set topk.cpp's nth_element with that total order selects.
@@ -22,19 +24,18 @@
 namespace longctx::cuda::mindex {
 namespace {
 
-// Three digit passes over the 32-bit key: bits 31..21, 20..10, 9..0 (11 + 11 + 10 bits).
+// Radix digits of up to 11 bits (2048 bins) over the keys' actual range: the passes walk the bits
+// of (key - min key) from the top bit of (max key - min key) down, so the first pass already
+// spreads the keys over the bins (few same-bin atomics) and narrow ranges need fewer passes.
 constexpr int kMaxBins = 2048;
-__host__ __device__ constexpr int pass_shift(int pass) { return pass == 0 ? 21 : pass == 1 ? 10 : 0; }
-__host__ __device__ constexpr int pass_bins(int pass) { return pass == 2 ? 1024 : 2048; }
-constexpr int kUnroll = 8;                   // independent loads in flight per thread
-constexpr uint32_t kNoBin = 0xffffffffu;
-
+constexpr int kDigitBits = 11;
+constexpr int kUnroll = 8;  // independent loads in flight per thread
 template <int kThreads>
 struct TopkSmem {
   static constexpr int kWarps = kThreads / 32;
   uint32_t hist[kMaxBins];
   uint32_t wa[kWarps], wb[kWarps];
-  uint32_t digit, above, total;
+  uint32_t digit, above, total, kmin, kmax;
   typename cub::BlockScan<uint32_t, kThreads>::TempStorage scan;
 };
 
@@ -44,12 +45,48 @@ struct TopkSmem {
 template <int kThreads>
 __device__ uint32_t cta_threshold(const float* x, int n, uint32_t k, uint32_t* need, TopkSmem<kThreads>& sm) {
   constexpr int kWarps = kThreads / 32;
-  static_assert(pass_bins(2) % kThreads == 0, "each thread owns a whole number of bins");
+  static_assert(kMaxBins % kThreads == 0 || kThreads % kMaxBins == 0, "bins split evenly over the threads");
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  uint32_t prefix = 0, pmask = 0, rem = k;
+  // Key range.
+  uint32_t lo_key = 0xffffffffu, hi_key = 0;
+  for (int base = warp * 32 * kUnroll; base < n; base += kThreads * kUnroll) {
+    float v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = base + u * 32 + lane;
+      v[u] = i < n ? x[i] : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (base + u * 32 + lane < n) {
+        const uint32_t key = order_key(v[u]);
+        lo_key = min(lo_key, key);
+        hi_key = max(hi_key, key);
+      }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    lo_key = min(lo_key, __shfl_xor_sync(0xffffffffu, lo_key, o));
+    hi_key = max(hi_key, __shfl_xor_sync(0xffffffffu, hi_key, o));
+  }
+  if (lane == 0) sm.wa[warp] = lo_key, sm.wb[warp] = hi_key;
+  __syncthreads();
+  if (tid == 0) {
+    uint32_t a = sm.wa[0], b = sm.wb[0];
+    for (int w = 1; w < kWarps; ++w) a = min(a, sm.wa[w]), b = max(b, sm.wb[w]);
+    sm.kmin = a, sm.kmax = b;
+  }
+  __syncthreads();
+  const uint32_t kmin = sm.kmin, range = sm.kmax - kmin;
+  if (range == 0) {  // every key equal: the first k indices
+    *need = k;
+    __syncthreads();  // sm.kmin/kmax are rewritten by the next call
+    return kmin;
+  }
+  uint32_t prefix = 0, pmask = 0, rem = k;  // over r = key - kmin
 #pragma unroll 1
-  for (int pass = 0; pass < 3; ++pass) {
-    const int shift = pass_shift(pass), nbins = pass_bins(pass);
+  for (int top = 31 - __clz(range); top >= 0;) {
+    const int width = min(kDigitBits, top + 1), shift = top - width + 1, nbins = 1 << width;
     for (int i = tid; i < nbins; i += kThreads) sm.hist[i] = 0;
     __syncthreads();
     for (int base = warp * 32 * kUnroll; base < n; base += kThreads * kUnroll) {
@@ -61,25 +98,20 @@ __device__ uint32_t cta_threshold(const float* x, int n, uint32_t k, uint32_t* n
       }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        const int i = base + u * 32 + lane;
-        const uint32_t key = order_key(v[u]);
-        const bool match = i < n && (key & pmask) == prefix;
-        const uint32_t bin = match ? (key >> shift) & uint32_t(nbins - 1) : kNoBin;
-        const uint32_t peers = __match_any_sync(0xffffffffu, bin);
-        if (match && lane == __ffs(peers) - 1) atomicAdd(&sm.hist[bin], uint32_t(__popc(peers)));
+        const uint32_t r = order_key(v[u]) - kmin;
+        if (base + u * 32 + lane < n && (r & pmask) == prefix) atomicAdd(&sm.hist[(r >> shift) & uint32_t(nbins - 1)], 1u);
       }
     }
-    (void)kWarps;
     __syncthreads();
-    // Thread tid owns bins [hi - per + 1, hi], counted from the top so an exclusive scan in
-    // thread order gives the number of keys in higher bins.
-    const int per = nbins / kThreads;
+    // Thread tid owns bins [hi - per + 1, hi] counted from the top (none when hi < 0), so an
+    // exclusive scan in thread order gives the number of keys in higher bins.
+    const int per = nbins >= kThreads ? nbins / kThreads : 1;
     const int hi = nbins - 1 - tid * per;
     uint32_t local = 0;
-    for (int q = 0; q < per; ++q) local += sm.hist[hi - q];
+    for (int q = 0; q < per && hi - q >= 0; ++q) local += sm.hist[hi - q];
     uint32_t above;
     cub::BlockScan<uint32_t, kThreads>(sm.scan).ExclusiveSum(local, above);
-    for (int q = 0; q < per; ++q) {
+    for (int q = 0; q < per && hi - q >= 0; ++q) {
       const uint32_t cnt = sm.hist[hi - q];
       if (above < rem && rem <= above + cnt) {
         sm.digit = uint32_t(hi - q);
@@ -91,10 +123,11 @@ __device__ uint32_t cta_threshold(const float* x, int n, uint32_t k, uint32_t* n
     rem -= sm.above;
     prefix |= sm.digit << shift;
     pmask |= uint32_t(nbins - 1) << shift;
+    top = shift - 1;
     __syncthreads();  // sm.digit/above/hist are rewritten by the next pass
   }
   *need = rem;
-  return prefix;
+  return kmin + prefix;
 }
 
 // Ordered emission: writes, in ascending index order, every i with key(x[i]) > T and the first
