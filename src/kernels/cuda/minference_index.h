@@ -98,14 +98,21 @@ struct MinferenceIndexParams {
 
 class MinferenceIndexBuilder {
  public:
-  // Allocates everything build() and the sparse kernel's plan need for chunks within shape
-  // (throws Error naming the bytes needed vs free when it does not fit).
+  // Allocates the shape-determined buffers (see "How" above; the index itself and the sparse
+  // kernel's workspace are grown by build()). Throws Error naming the bytes needed vs free when
+  // they do not fit, or when the GPU is not Hopper or head_dim is not 64/128.
   explicit MinferenceIndexBuilder(const MinferenceBuilderShape& shape);
   ~MinferenceIndexBuilder();
   MinferenceIndexBuilder(const MinferenceIndexBuilder&) = delete;
   MinferenceIndexBuilder& operator=(const MinferenceIndexBuilder&) = delete;
 
-  // Device bytes a builder of this shape allocates (for memory plans, before constructing one).
+  // Device bytes the constructor allocates for this shape (for memory plans, before constructing
+  // one): 590 MB for 32/8 heads, d=128, 1M keys (221 MB at 128K; VS scores and the BS data share
+  // one region). NOT included: the budget/data-dependent part grown by build(), i.e. the index
+  // (8 bytes per range + 4 per column) twice (ranges/columns + the sparse kernel's workspace
+  // copy) plus the selected lines (4 bytes x (k_v + 3 k_s) per VS head) and blocks (4 bytes x
+  // n_qblk x min(nkb, max(k_b, 2)) per BS head). Measured at 1M keys: BS k_b=100 index 0.2-0.4
+  // GB, VS (Llama-3 mix) 2.1 GB (bench/results/minference-index-*.json).
   static size_t device_bytes(const MinferenceBuilderShape& shape);
 
   // Builds the index of all n_head heads on stream s. The returned index (device pointers into
