@@ -14,7 +14,7 @@
 // bench/bench_sparse.cu kVsMix: 15 x (1000, 6096), 9 x (30, 800), 5 x (100, 800), 2 x (3500, 100),
 // 1 x (500, 700)).
 // Inputs: --inputs random (default; i.i.d. uniform bf16 Q/K/V, fill_random_bf16) and/or structured
-// (bench/structured_qk.h: RoPE slashes, sinks, vertical tokens, topic blocks, so the estimated
+// (kernels/cuda/structured_qk.h: RoPE slashes, sinks, vertical tokens, topic blocks, so the estimated
 // lines cluster as on real heads). With random inputs every slash lands far from the others, so a
 // VS index has ~6K unmerged 64-key ranges per block and the attention costs ~60x its structured
 // time: --vs-random-max (default 131072) limits the random VS runs to lengths where that fits
@@ -34,7 +34,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/structured_qk.h"
+#include "kernels/cuda/structured_qk.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/minference_index.h"
 #include "kernels/cuda/ops.h"
@@ -164,7 +164,7 @@ int main(int argc, char** argv) {
           fill_random_bf16(q, int64_t(nq), 21, 1.f);
           fill_random_bf16(k, int64_t(nk), 22, 1.f);
         } else if (in == "structured") {
-          longctx::bench::fill_structured_qk({.q = q, .k = k, .n_tok = S, .n_head = kHeads, .n_kv_head = kKvHeads, .seed = 7});
+          StructuredQk(kHeads, kKvHeads, 7).fill({.q = q, .k = k, .n_tok = S, .pos0 = 0, .seed = 7});
         } else {
           throw std::runtime_error("unknown --inputs " + in);
         }

@@ -18,7 +18,7 @@
 // tile-level rate (64 x 64 tiles the kernel visits, masked slots included).
 // How: indices are built on the host (16 threads on the device machine) and uploaded; CUDA
 // events, warmup, median (METHOD.md). Inputs random (never zeros).
-// --inputs structured (the realistic case): Q/K from bench/structured_qk.h (local/slash, sink,
+// --inputs structured (the realistic case): Q/K from kernels/cuda/structured_qk.h (local/slash, sink,
 // vertical-token and topic structure planted in the vectors, not in the index), V random, and
 // the indices ESTIMATED from them on the GPU by cuda::MinferenceIndexBuilder, exactly as the
 // engine does: block-sparse k_b = 100 for every head, and vertical-slash with the Llama-3-8B
@@ -43,7 +43,6 @@
 #include <thread>
 #include <vector>
 
-#include "bench/structured_qk.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_sm90.h"
 #include "kernels/cuda/check.h"
@@ -51,6 +50,7 @@
 #include "kernels/cuda/runtime.h"
 #include "kernels/cuda/minference_index.h"
 #include "kernels/cuda/sparse_attention.h"
+#include "kernels/cuda/structured_qk.h"
 
 using namespace longctx::cuda;
 
@@ -414,7 +414,7 @@ int main(int argc, char** argv) {
       void* o = dev_malloc(nq * 2);
       float* lse = static_cast<float*>(dev_malloc(size_t(S) * kHeads * 4));
       if (structured) {
-        longctx::bench::fill_structured_qk({.q = q, .k = k, .n_tok = S, .n_head = kHeads, .n_kv_head = kKvHeads, .seed = 5});
+        StructuredQk(kHeads, kKvHeads, 5).fill({.q = q, .k = k, .n_tok = S, .pos0 = 0, .seed = 5});
       } else {
         fill_random_bf16(q, int64_t(nq), 21, 1.f);
         fill_random_bf16(k, int64_t(nk), 22, 1.f);

@@ -21,7 +21,9 @@
 #   CARRY=.carry/e2e2 OUT=$OUT scripts/gpu-minference-e2e.sh --skip-tests --eval --lengths 128k,512k
 # Options: --tests FILTER (gtest filter; default all) | --skip-tests; --lengths L,L (default
 # 128k,512k; empty = no benchmark); --methods "dense minference ashape" (order run); --eval
-# (passkey, passkey --no-chat and niah at 2k/4k/8k, 5 depths, 4 samples, dense, --device cuda).
+# (passkey, passkey --no-chat and niah at 2k/4k/8k, 5 depths, 4 samples, dense, --device cuda);
+# --synthetic-qk (bench model replaces each layer's Q/K after RoPE by structured synthetic vectors,
+# kernels/cuda/structured_qk.h, so MInference's estimate finds realistic lines on random weights).
 # Each length of each method is one `bench model` process (its own warm-up), so a run killed at
 # the time limit keeps what finished; each step has a timeout so a hang cannot eat the budget.
 # Time: dense 512K prefill of this geometry takes ~145 s on an H200; 1M cannot run (a bf16 KV
@@ -65,7 +67,7 @@ pack_out() {
   for f in e2e_summary.json env.txt tests.log; do [ -f "$OUT/$f" ] && cp "$OUT/$f" "$FINAL/"; done
 }
 trap pack_out EXIT
-skip_tests=0; filter="*"; lengths="128k,512k"; methods="ashape minference dense"; do_eval=0
+skip_tests=0; filter="*"; lengths="128k,512k"; methods="ashape minference dense"; do_eval=0; synth=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --skip-tests) skip_tests=1 ;;
@@ -73,6 +75,7 @@ while [ $# -gt 0 ]; do
     --lengths) lengths="$2"; shift ;;
     --methods) methods="$2"; shift ;;
     --eval) do_eval=1 ;;
+    --synthetic-qk) synth=(--synthetic-qk) ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -122,7 +125,7 @@ if [ -n "$lengths" ]; then
       echo "== bench model: llama3-8b geometry, 32 layers, $L, --attn $attn"
       t0=$(date +%s)
       timeout $limit $BIN/longctx bench model --device cuda --random-weights llama3-8b --attn "$attn" --lengths "$L" \
-        --decode 2 --json "$OUT/e2e_${m}_${L}.json" 2> "$OUT/e2e_${m}_${L}.log"; rc=$?
+        --decode 2 "${synth[@]}" --json "$OUT/e2e_${m}_${L}.json" 2> "$OUT/e2e_${m}_${L}.log"; rc=$?
       cat "$OUT/e2e_${m}_${L}.log"
       echo "($m $L: rc=$rc, $(( $(date +%s) - t0 )) s wall)"
       [ $rc = 0 ] || { echo "BENCH FAILED ($m $L, rc=$rc)"; status=1; }

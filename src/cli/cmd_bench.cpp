@@ -64,6 +64,7 @@ struct BenchArgs {
   int decode = 32, threads = 0, repeats = 1;
   int64_t gpu_chunk = 0;
   int64_t chunk = 0;  // CPU prefill chunk (0 = LoadOptions default)
+  bool synthetic_qk = false;  // GPU: Q/K replaced by structured synthetic vectors after RoPE
 };
 
 double matmul_params(const ModelConfig& c) {
@@ -111,6 +112,7 @@ void run(const BenchArgs& a) {
   lo.device = a.device;
   lo.random_weights = a.random_weights;
   lo.gpu_chunk = a.gpu_chunk;
+  lo.synthetic_qk = a.synthetic_qk;
   if (a.chunk > 0) lo.prefill_chunk = a.chunk;
   // A random-weight geometry has no trained context to respect: allow the longest run.
   if (random) lo.max_context = longest + a.decode;
@@ -144,6 +146,7 @@ void run(const BenchArgs& a) {
   out["threads"] = a.threads > 0 ? a.threads : int(std::thread::hardware_concurrency());
   out["device"] = device;
   if (random) out["random_weights"] = a.random_weights;
+  if (a.synthetic_qk) out["synthetic_qk"] = true;
   out["matmul_params"] = matmul_params(eng->config());
   if (peak > 0) out["peak_bf16_flops"] = peak;
   out["results"] = nlohmann::json::array();
@@ -240,6 +243,9 @@ void register_bench(CLI::App& app) {
   m->add_option("--chunk", args->chunk, "CPU prefill chunk in tokens (0 = default)")->check(CLI::NonNegativeNumber);
   m->add_option("--gpu-chunk", args->gpu_chunk, "Prefill chunk on the GPU in tokens (0 = automatic)")
       ->check(CLI::NonNegativeNumber);
+  m->add_flag("--synthetic-qk", args->synthetic_qk,
+              "GPU, benchmarks: replace each layer's Q/K after RoPE by structured synthetic vectors (local/slash, "
+              "sink, vertical, topic structure) so sparse methods see realistic patterns on random weights");
   m->add_option("-t,--threads", args->threads, "CPU threads (0 = all cores)");
   m->add_option("--json", args->json_path, "Write the JSON here instead of stdout");
   m->callback([args] { run(*args); });

@@ -20,6 +20,7 @@ namespace longctx::gpu {
 namespace {
 
 constexpr size_t kBf16 = 2;
+constexpr uint64_t kSyntheticQkSeed = 5;  // benchmarks: the synthetic Q/K constants (any fixed value)
 constexpr int kMaxDecodeGroup = 16;  // attention_decode: one mma row tile holds a GQA group
 
 // Decode step buffer: int32 {token id, position, KV length, unused}, then the K and V rows.
@@ -83,6 +84,10 @@ GpuTransformer::GpuTransformer(ModelConfig cfg, DeviceWeights w, const GpuOption
   arena_ = std::make_unique<cuda::DeviceArena>(layout_.total);
   arena_->alloc(layout_.total);  // the layout's offsets index into this one block
   gemm_ = std::make_unique<cuda::Gemm>(act(layout_.gemm_ws), cuda::kGemmWorkspaceBytes);
+  if (opts.synthetic_qk) {
+    if (cfg_.head_dim != 128) fail("synthetic Q/K needs head_dim 128 (model has {})", cfg_.head_dim);
+    synthetic_qk_ = std::make_unique<cuda::StructuredQk>(cfg_.n_head, cfg_.n_kv_head, kSyntheticQkSeed);
+  }
   lm_gemm_ = std::make_unique<LmHeadGemm>(act(layout_.gemm_ws), cuda::kGemmWorkspaceBytes);
   const size_t kv_row = size_t(cfg_.n_kv_head) * size_t(cfg_.head_dim) * kBf16;
   step_buf_ = cuda::dev_malloc(align_up(kStepInts * sizeof(int32_t)) + 2 * align_up(kv_row));
@@ -417,6 +422,8 @@ void GpuTransformer::layer(int l, int64_t T, int64_t pos0) {
   rp.pos0 = pos0;
   rp.inv_freq = w_.inv_freq();
   cuda::rope(rp, stream_);
+  if (synthetic_qk_)  // benchmarks only: realistic attention structure on random weights
+    synthetic_qk_->fill({q, k_new, T, pos0, uint64_t(l) + 1}, stream_);
   if (T == 1) {
     cuda::DecodeParams dp;
     dp.q = q;

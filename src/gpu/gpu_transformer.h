@@ -46,6 +46,7 @@
 #include "gpu/memory_plan.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/runtime.h"
+#include "kernels/cuda/structured_qk.h"
 #include "model/config.h"
 
 namespace longctx::gpu {
@@ -54,6 +55,7 @@ struct GpuOptions {
   int64_t chunk = kDefaultChunk;  // tokens per prefill chunk (activation arena is sized by it)
   bool cuda_graph = true;         // decode by CUDA graph replay (env LONGCTX_NO_CUDA_GRAPH=1: off)
   std::string attn = "dense";     // --attn spec (gpu_attention.h): dense, minference=..., a_shape=...
+  bool synthetic_qk = false;      // benchmarks only: Q/K replaced after RoPE (kernels/cuda/structured_qk.h)
 };
 
 // Memory in use by the most recent GpuTransformer (for benchmarks and logs).
@@ -138,6 +140,7 @@ class GpuTransformer {
   cuda::Stream stream_ = nullptr;
   std::unique_ptr<cuda::DeviceArena> arena_;
   std::unique_ptr<cuda::Gemm> gemm_;
+  std::unique_ptr<cuda::StructuredQk> synthetic_qk_;  // set when GpuOptions::synthetic_qk
   std::unique_ptr<LmHeadGemm> lm_gemm_;  // fp32 logits (shares gemm_'s workspace: same stream)
   std::string device_name_;
   // KV cache: one block; K of layer l at kv_ + 2l*cap*KV, V at kv_ + (2l+1)*cap*KV (bf16 elements).

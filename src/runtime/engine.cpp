@@ -211,6 +211,7 @@ class CpuEngine final : public Engine {
   void ensure_cpu() {
     if (model_) return;
     if (!file_) fail("internal: no model file to load CPU weights from");
+    if (opts_.synthetic_qk) fail("synthetic Q/K (--synthetic-qk) is a GPU benchmark option: use --device cuda");
     MethodContext mc{cfg_.n_layer, cfg_.n_head, cfg_.n_kv_head, cfg_.head_dim, cfg_.name};
     auto method = make_attention_method(opts_.attn, mc);
     model_ = std::make_unique<Transformer>(cfg_, ModelWeights::load(*file_, cfg_), std::move(method), global_pool());
@@ -278,6 +279,7 @@ class CpuEngine final : public Engine {
     gpu::GpuOptions go;
     go.chunk = chunk;
     go.attn = opts_.attn;
+    go.synthetic_qk = opts_.synthetic_qk;
     gpu_ = std::make_unique<gpu::GpuTransformer>(cfg_, std::move(w), go);
     return true;
   }

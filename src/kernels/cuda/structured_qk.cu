@@ -1,8 +1,8 @@
-// structured_qk.cu (bench): see structured_qk.h for what the generated Q/K contain and why.
+// structured_qk.cu (cuda): see structured_qk.h for what the generated Q/K contain and why.
 // How: one thread per (token, head) row writes its 128 bf16 values; every random quantity is a
 // counter-based hash of (seed, what, head, index), so the output does not depend on the launch
 // shape and the per-head constant vectors need no storage.
-#include "bench/structured_qk.h"
+#include "kernels/cuda/structured_qk.h"
 
 #include <cuda_bf16.h>
 
@@ -12,7 +12,7 @@
 
 #include "kernels/cuda/check.h"
 
-namespace longctx::bench {
+namespace longctx::cuda {
 namespace {
 
 constexpr int kD = 128;
@@ -65,32 +65,36 @@ struct Args {
   __nv_bfloat16* out;
   const float* tab;  // [n_kv_head][kTabPerHead]
   int64_t n_tok;
+  int64_t pos0;
   int n_rows_head;  // heads per token in this tensor
   int group;        // query heads per KV head (1 for k)
   bool is_q;
   uint64_t seed;
+  double theta[kPosPairs];  // rotary frequency of each positional pair
 };
 
 __global__ void structured_kernel(Args a) {
   const int64_t row = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (row >= a.n_tok * a.n_rows_head) return;
-  const int64_t pos = row / a.n_rows_head;
+  const int64_t pos = a.pos0 + row / a.n_rows_head;
   const int head = int(row % a.n_rows_head);
+  const uint64_t id = uint64_t(pos) * uint64_t(a.n_rows_head) + uint64_t(head);  // absolute row id
   const int g = a.is_q ? head / a.group : head;  // KV head whose constants this row shares
   const float* tab = a.tab + int64_t(g) * kTabPerHead;
   const Mix m = kMix[(head * 7 + 3) % 4];
   __nv_bfloat16* o = a.out + row * kD;
   const uint64_t qk = a.is_q ? 1 : 2;
-  auto noise = [&](int d) { return gauss(hash4(a.seed + qk, kNoise, uint64_t(row), uint64_t(d))); };
+  auto noise = [&](int d) { return gauss(hash4(a.seed + qk, kNoise, id, uint64_t(d))); };
   // positional pairs: R(pos) c_g (times a for queries)
   const float pa = a.is_q ? m.a : 1.f;
   for (int f = 0; f < kPosPairs; ++f) {
     const float cx = kPosAmp * tab[kTabPos + 2 * f], cy = kPosAmp * tab[kTabPos + 2 * f + 1];
-    const double theta = pow(kTheta, -2.0 * f / kD);
-    double sn, cs;
-    sincos(double(pos) * theta, &sn, &cs);
-    o[f] = __float2bfloat16(pa * float(cx * cs - cy * sn) + noise(f));
-    o[f + 64] = __float2bfloat16(pa * float(cy * cs + cx * sn) + noise(f + 64));
+    const double ang = double(pos) * a.theta[f];  // reduced mod 2 pi in double, then float sincos
+    const float red = float(ang - 6.283185307179586 * rint(ang * 0.15915494309189535));
+    float sn, cs;
+    sincosf(red, &sn, &cs);
+    o[f] = __float2bfloat16(pa * (cx * cs - cy * sn) + noise(f));
+    o[f + 64] = __float2bfloat16(pa * (cy * cs + cx * sn) + noise(f + 64));
   }
   // semantic dims
   const uint64_t topic = hash4(a.seed, kTopicOf, uint64_t(pos / kSegment), 0) % kTopics;
@@ -132,28 +136,35 @@ std::vector<float> make_table(int n_kv_head, uint64_t seed) {
 
 }  // namespace
 
-void fill_structured_qk(const StructuredQkParams& p, cuda::Stream s) {
-  LC_REQUIRE(p.q && p.k && p.n_tok > 0 && p.n_head > 0 && p.n_kv_head > 0 && p.n_head % p.n_kv_head == 0,
-             "fill_structured_qk: bad shape tokens=%lld heads=%d/%d", (long long)p.n_tok, p.n_head, p.n_kv_head);
+StructuredQk::StructuredQk(int n_head, int n_kv_head, uint64_t seed) : n_head_(n_head), n_kv_head_(n_kv_head) {
+  LC_REQUIRE(n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0, "StructuredQk: bad heads %d/%d", n_head,
+             n_kv_head);
+  const std::vector<float> tab = make_table(n_kv_head, seed);
+  table_ = dev_malloc(tab.size() * sizeof(float));
+  copy_h2d(table_, tab.data(), tab.size() * sizeof(float));
+}
+
+StructuredQk::~StructuredQk() { dev_free(table_); }
+
+void StructuredQk::fill(const StructuredQkFill& p, Stream s) const {
+  LC_REQUIRE(p.n_tok >= 0 && p.pos0 >= 0, "StructuredQk: bad rows %lld at %lld", (long long)p.n_tok, (long long)p.pos0);
   constexpr int kThreads = 128;
-  const std::vector<float> tab = make_table(p.n_kv_head, p.seed);
-  void* dtab = cuda::dev_malloc(tab.size() * sizeof(float));
-  cuda::copy_h2d(dtab, tab.data(), tab.size() * sizeof(float), s);
   for (int which = 0; which < 2; ++which) {
     Args a{};
     a.is_q = which == 0;
     a.out = static_cast<__nv_bfloat16*>(a.is_q ? p.q : p.k);
+    if (!a.out || p.n_tok == 0) continue;
+    a.tab = static_cast<const float*>(table_);
     a.n_tok = p.n_tok;
-    a.n_rows_head = a.is_q ? p.n_head : p.n_kv_head;
-    a.group = p.n_head / p.n_kv_head;
+    a.pos0 = p.pos0;
+    a.n_rows_head = a.is_q ? n_head_ : n_kv_head_;
+    a.group = n_head_ / n_kv_head_;
     a.seed = p.seed;
-    a.tab = static_cast<const float*>(dtab);
+    for (int f = 0; f < kPosPairs; ++f) a.theta[f] = std::pow(kTheta, -2.0 * f / kD);
     const int64_t rows = p.n_tok * a.n_rows_head;
     structured_kernel<<<unsigned((rows + kThreads - 1) / kThreads), kThreads, 0, static_cast<cudaStream_t>(s)>>>(a);
-    LC_LAUNCH_CHECK("structured_kernel rows=%lld", (long long)rows);
+    LC_LAUNCH_CHECK("structured_kernel rows=%lld pos0=%lld", (long long)rows, (long long)p.pos0);
   }
-  cuda::stream_sync(s);  // the table is freed next
-  cuda::dev_free(dtab);
 }
 
-}  // namespace longctx::bench
+}  // namespace longctx::cuda

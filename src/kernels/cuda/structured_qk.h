@@ -1,4 +1,4 @@
-// structured_qk.h (bench): synthetic post-RoPE Q/K whose attention has the structure of real
+// structured_qk.h (cuda): synthetic post-RoPE Q/K whose attention has the structure of real
 // long-context heads, for benchmarking sparse attention with realistic (estimated) indices.
 //
 // Why: with i.i.d. random Q/K every key scores alike, so a vertical-slash or block-sparse
@@ -22,24 +22,41 @@
 //     (h % 4 after a shuffle), so a layer has the pattern variety of a real one.
 // Logit sizes (scale 1/sqrt(128)): local peak ~10 nats for local heads, sinks ~8, verticals ~5,
 // same topic ~4 above background.
-// Run: called by bench/bench_sparse.cu (--inputs structured).
+// Everything is a function of (seed, absolute position, head), so a prompt filled chunk by chunk
+// (pos0 > 0) gets the same vectors as in one piece. Angles are reduced modulo 2 pi in double
+// before a float sincos, so positions up to millions keep their phase and the cost stays small.
+// Used by: bench/bench_sparse.cu (--inputs structured) and, for benchmarks only, the GPU model
+// (`longctx bench model --synthetic-qk`: after RoPE each layer's Q/K are replaced by these, so a
+// random-weight model shows sparse methods realistic attention structure; V and everything else
+// stay the model's).
 #pragma once
 #include <cstdint>
 
 #include "kernels/cuda/runtime.h"
 
-namespace longctx::bench {
+namespace longctx::cuda {
 
-struct StructuredQkParams {
-  void* q = nullptr;  // bf16 [n_tok, n_head, 128]   (post-RoPE)
-  void* k = nullptr;  // bf16 [n_tok, n_kv_head, 128] (post-RoPE)
+struct StructuredQkFill {
+  void* q = nullptr;  // bf16 [n_tok, n_head, 128]    (post-RoPE); nullptr = leave alone
+  void* k = nullptr;  // bf16 [n_tok, n_kv_head, 128] (post-RoPE); nullptr = leave alone
   int64_t n_tok = 0;
-  int n_head = 0;
-  int n_kv_head = 0;
-  uint64_t seed = 1;
+  int64_t pos0 = 0;   // absolute position of row 0
+  uint64_t seed = 1;  // e.g. one per layer
 };
 
-// Fills q and k on stream s (head_dim 128 only).
-void fill_structured_qk(const StructuredQkParams& p, cuda::Stream s = nullptr);
+class StructuredQk {
+ public:
+  // Draws the per-KV-head constant vectors (host) and uploads them (one small allocation).
+  StructuredQk(int n_head, int n_kv_head, uint64_t seed);
+  ~StructuredQk();
+  StructuredQk(const StructuredQk&) = delete;
+  StructuredQk& operator=(const StructuredQk&) = delete;
+  // Fills p.q / p.k on stream s (asynchronous; no allocation).
+  void fill(const StructuredQkFill& p, Stream s = nullptr) const;
 
-}  // namespace longctx::bench
+ private:
+  int n_head_ = 0, n_kv_head_ = 0;
+  void* table_ = nullptr;  // device fp32 [n_kv_head][per-head constants]
+};
+
+}  // namespace longctx::cuda
