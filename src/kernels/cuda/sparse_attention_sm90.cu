@@ -16,7 +16,8 @@
 //   from any start position: ranges need no alignment) is two TMA bulk tensor copies per
 //   operand; a column tile is gathered row by row with cp.async into the same 128-byte-swizzled
 //   layout (then fence.proxy.async, so the tensor cores see the writes). The producer writes a
-//   tile header next to the stage (key position per slot, -1 = empty slot; "needs mask"; "end"),
+//   tile header next to the stage (range tiles: first key and count; column tiles: the key of each
+//   slot, -1 = empty; flags "needs mask", "range", "end"),
 //   so consumers never parse the index: one online softmax over range and column tiles alike.
 // - Consumer: S = Q K^T with wgmma m64n64k16 (both from shared memory), online softmax in
 //   registers (log2 domain), O += P V with wgmma m64n128k16 (P from registers, V MN-major); FA3's
@@ -61,9 +62,12 @@ constexpr int kWgQ = 0;
 constexpr int kWgK = kTile;
 constexpr int kWgV = kWgK + kStages * kTile;
 constexpr int kWgBytes = kWgV + kStages * kTile;
-// Tile header per stage: key position of each slot (-1 = empty), then flags.
-constexpr int kHdrFlagMask = 1, kHdrFlagEnd = 2;
-constexpr int kHdrBytes = (kBK + 1) * 4;
+// Tile header per stage: key position of each slot (-1 = empty; column tiles only), then flags,
+// then (range tiles) the first key and the key count: a range tile's slot i is key t0 + i, so its
+// mask is two compares per element instead of a shared-memory read.
+constexpr int kHdrFlagMask = 1, kHdrFlagEnd = 2, kHdrFlagRange = 4;
+constexpr int kHdrFlags = kBK, kHdrT0 = kBK + 1, kHdrCnt = kBK + 2;
+constexpr int kHdrBytes = (kBK + 3) * 4;
 constexpr int kBarsPerWg = 1 + 2 * kStages;  // q_full, full[s], empty[s]
 constexpr int kSmemMeta = 2 * kWgBytes;
 constexpr int kSmemBytes = kSmemMeta + 2 * kBarsPerWg * 8 + 2 * kStages * kHdrBytes + 1024;  // + align slack
@@ -254,10 +258,12 @@ __global__ void __launch_bounds__(kThreads, 1)
           acquire(s);
           const int cnt = min(kBK, re - t0);
           int32_t* hd = hdr(w, s);
-          hd[lane] = lane < cnt ? t0 + lane : -1;
-          hd[lane + 32] = lane + 32 < cnt ? t0 + lane + 32 : -1;
           const bool full = cnt == kBK && (!a.causal || t0 + kBK - 1 <= first_pos);
-          if (lane == 0) hd[kBK] = full ? 0 : kHdrFlagMask;
+          if (lane == 0) {
+            hd[kHdrFlags] = kHdrFlagRange | (full ? 0 : kHdrFlagMask);
+            hd[kHdrT0] = t0;
+            hd[kHdrCnt] = cnt;
+          }
           __syncwarp();
           if (lane == 0) {
             const uint32_t sk = wb + kWgK + s * kTile, sv = wb + kWgV + s * kTile;
@@ -283,7 +289,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         hd[lane + 32] = kb;
         const int32_t last_key = cl[c0 + cnt - 1];
         const bool full = cnt == kBK && (!a.causal || last_key <= first_pos);
-        if (lane == 0) hd[kBK] = full ? 0 : kHdrFlagMask;
+        if (lane == 0) hd[kHdrFlags] = full ? 0 : kHdrFlagMask;
         const uint32_t sk = wb + kWgK + s * kTile, sv = wb + kWgV + s * kTile;
         // 64 rows x 16 chunks of 16 bytes per operand; lane handles rows r = it*2 + lane/16, chunk lane%16.
 #pragma unroll 1
@@ -307,7 +313,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int s = t % kStages;
         acquire(s);
         if (lane == 0) {
-          hdr(w, s)[kBK] = kHdrFlagEnd;
+          hdr(w, s)[kHdrFlags] = kHdrFlagEnd;
           mbar_arrive(bar(w, 1 + s));
         }
       }
@@ -348,7 +354,19 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma_commit();
       };
       auto softmax = [&](float (&sc)[32], const int32_t* hd, float (&corr)[2]) {
-        if (hd[kBK] & kHdrFlagMask) {
+        const int flags = hd[kHdrFlags];
+        if ((flags & (kHdrFlagMask | kHdrFlagRange)) == (kHdrFlagMask | kHdrFlagRange)) {
+          // range tile: slot i is key t0 + i; valid slots i < cnt, causal key <= row position
+          const int32_t t0 = hd[kHdrT0], cnt = hd[kHdrCnt];
+          const int64_t lim0 = a.causal ? vis0 - t0 : int64_t(kBK);  // last visible slot of row 0
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int slot = 8 * j + 2 * tq + (e & 1);
+              if (slot >= cnt || slot > lim0 + (e >> 1) * 8) sc[4 * j + e] = -INFINITY;
+            }
+        } else if (flags & kHdrFlagMask) {
 #pragma unroll
           for (int j = 0; j < 8; ++j)
 #pragma unroll
@@ -400,7 +418,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
       mbar_wait(bar(w, 0), 0);
       mbar_wait(bar(w, 1), 0);
-      if (!(hdr(w, 0)[kBK] & kHdrFlagEnd)) {
+      if (!(hdr(w, 0)[kHdrFlags] & kHdrFlagEnd)) {
         uint32_t p[4][4];
         float corr[2];
         {
@@ -418,7 +436,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           fence_regs(o);
           fence_p(p);
           mbar_wait(bar(w, 1 + s), (t / kStages) & 1);
-          if (hdr(w, s)[kBK] & kHdrFlagEnd) break;
+          if (hdr(w, s)[kHdrFlags] & kHdrFlagEnd) break;
           issue_s(sc, wb + kWgK + s * kTile);
           issue_pv(p, wb + kWgV + sp * kTile);
           wgmma_wait<1>();
