@@ -16,10 +16,9 @@
 //   from any start position: ranges need no alignment) is two TMA bulk tensor copies per
 //   operand; a column tile is gathered row by row with cp.async into the same 128-byte-swizzled
 //   layout (completion tracked by the stage mbarrier, no producer wait; the consumer fences the
-//   proxy before its wgmma reads the tile). The producer writes a tile header next to the stage
-//   (range tiles: first key and count; column tiles: the key of each slot, -1 = empty; flags
-//   "needs mask", "range", "gather", "end"), so consumers never parse the index: one online
-//   softmax over range and column tiles alike.
+//   proxy before its wgmma reads the tile). The producer writes a tile header next to the stage (range tiles: first key and count; column tiles: the key of each
+//   slot, -1 = empty; flags "needs mask", "range", "end"),
+//   so consumers never parse the index: one online softmax over range and column tiles alike.
 // - Consumer: S = Q K^T with wgmma m64n64k16 (both from shared memory), online softmax in
 //   registers (log2 domain), O += P V with wgmma m64n128k16 (P from registers, V MN-major); FA3's
 //   intra-warpgroup overlap (S of tile t in flight with P V of tile t-1).
