@@ -15,8 +15,8 @@
 //   3-stage ring of 64-key K/V tiles; producer warp w feeds consumer w. A range tile (64 keys
 //   from any start position: ranges need no alignment) is two TMA bulk tensor copies per
 //   operand; a column tile is gathered row by row with cp.async into the same 128-byte-swizzled
-//   layout (completion tracked by the stage mbarrier, no producer wait; the consumer fences the
-//   proxy before its wgmma reads the tile). The producer writes a tile header next to the stage (range tiles: first key and count; column tiles: the key of each
+//   layout (then fence.proxy.async, so the tensor cores see the writes). The producer writes a
+//   tile header next to the stage (range tiles: first key and count; column tiles: the key of each
 //   slot, -1 = empty; flags "needs mask", "range", "end"),
 //   so consumers never parse the index: one online softmax over range and column tiles alike.
 // - Consumer: S = Q K^T with wgmma m64n64k16 (both from shared memory), online softmax in
@@ -65,7 +65,7 @@ constexpr int kWgBytes = kWgV + kStages * kTile;
 // Tile header per stage: key position of each slot (-1 = empty; column tiles only), then flags,
 // then (range tiles) the first key and the key count: a range tile's slot i is key t0 + i, so its
 // mask is two compares per element instead of a shared-memory read.
-constexpr int kHdrFlagMask = 1, kHdrFlagEnd = 2, kHdrFlagRange = 4, kHdrFlagGather = 8;
+constexpr int kHdrFlagMask = 1, kHdrFlagEnd = 2, kHdrFlagRange = 4;
 constexpr int kHdrFlags = kBK, kHdrT0 = kBK + 1, kHdrCnt = kBK + 2;
 constexpr int kHdrBytes = (kBK + 3) * 4;
 constexpr int kBarsPerWg = 1 + 2 * kStages;  // q_full, full[s], empty[s]
@@ -289,7 +289,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         hd[lane + 32] = kb;
         const int32_t last_key = cl[c0 + cnt - 1];
         const bool full = cnt == kBK && (!a.causal || last_key <= first_pos);
-        if (lane == 0) hd[kHdrFlags] = kHdrFlagGather | (full ? 0 : kHdrFlagMask);
+        if (lane == 0) hd[kHdrFlags] = full ? 0 : kHdrFlagMask;
         const uint32_t sk = wb + kWgK + s * kTile, sv = wb + kWgV + s * kTile;
         // 64 rows x 16 chunks of 16 bytes per operand; lane handles rows r = it*2 + lane/16, chunk lane%16.
 #pragma unroll 1
@@ -303,11 +303,9 @@ __global__ void __launch_bounds__(kThreads, 1)
           mma::cp_async16(sk + dst, a.k + off, ok ? 16 : 0);
           mma::cp_async16(sv + dst, a.v + off, ok ? 16 : 0);
         }
-        // No wait here: each lane's arrive-on fires when its copies land (the pending count is
-        // raised now and lowered then), and lane 0's arrival (after every lane's) completes the
-        // phase's count of 1, so the stage fills while the producer moves on. The consumer
-        // fences the generic-proxy writes before its wgmma reads them (kHdrFlagGather).
-        asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(bar(w, 1 + s)) : "memory");
+        mma::cp_async_commit();
+        mma::cp_async_wait<0>();
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncwarp();
         if (lane == 0) mbar_arrive(bar(w, 1 + s));
       }
@@ -319,7 +317,6 @@ __global__ void __launch_bounds__(kThreads, 1)
           mbar_arrive(bar(w, 1 + s));
         }
       }
-      mma::cp_async_wait<0>();  // no thread leaves with its gathers in flight
     }
   } else {
     // ---------------- consumers ----------------
@@ -420,12 +417,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       };
 
       mbar_wait(bar(w, 0), 0);
-      // A gathered tile was written by cp.async (generic proxy): fence before wgmma reads it.
-      auto gather_fence = [&](const int32_t* hd) {
-        if (hd[kHdrFlags] & kHdrFlagGather) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-      };
       mbar_wait(bar(w, 1), 0);
-      gather_fence(hdr(w, 0));
       if (!(hdr(w, 0)[kHdrFlags] & kHdrFlagEnd)) {
         uint32_t p[4][4];
         float corr[2];
@@ -445,7 +437,6 @@ __global__ void __launch_bounds__(kThreads, 1)
           fence_p(p);
           mbar_wait(bar(w, 1 + s), (t / kStages) & 1);
           if (hdr(w, s)[kHdrFlags] & kHdrFlagEnd) break;
-          gather_fence(hdr(w, s));
           issue_s(sc, wb + kWgK + s * kTile);
           issue_pv(p, wb + kWgV + sp * kTile);
           wgmma_wait<1>();
