@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "bench/bench_attention.h"
+#include "bench/bench_util.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_sm90.h"
 #include "kernels/cuda/check.h"
@@ -28,48 +29,10 @@
 #include "kernels/cuda/runtime.h"
 
 using namespace longctx::cuda;
-
-namespace {
+using longctx::bench::parse_list;
+using longctx::bench::time_ms;
 
 constexpr int kHeads = 32, kKvHeads = 8, kHeadDim = 128;  // Llama-3-8B attention geometry
-
-std::vector<int64_t> parse_list(const char* s) {
-  std::vector<int64_t> v;
-  std::string str(s);
-  size_t pos = 0;
-  while (pos < str.size()) {
-    size_t e = str.find(',', pos);
-    if (e == std::string::npos) e = str.size();
-    if (e > pos) v.push_back(std::atoll(str.substr(pos, e - pos).c_str()));
-    pos = e + 1;
-  }
-  return v;
-}
-
-// Median time in ms of `reps` runs of fn after `warmup` runs, one event pair per run.
-double time_ms(const std::function<void()>& fn, int warmup, int reps, cudaStream_t stream = nullptr) {
-  for (int i = 0; i < warmup; ++i) fn();
-  LC_CUDA_CHECK(cudaDeviceSynchronize(), "bench warmup");
-  std::vector<cudaEvent_t> ev(2 * reps);
-  for (auto& e : ev) LC_CUDA_CHECK(cudaEventCreate(&e), "event create");
-  for (int i = 0; i < reps; ++i) {
-    LC_CUDA_CHECK(cudaEventRecord(ev[2 * i], stream), "event record");
-    fn();
-    LC_CUDA_CHECK(cudaEventRecord(ev[2 * i + 1], stream), "event record");
-  }
-  LC_CUDA_CHECK(cudaDeviceSynchronize(), "bench timed runs");
-  std::vector<double> t(reps);
-  for (int i = 0; i < reps; ++i) {
-    float ms = 0;
-    LC_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]), "event elapsed");
-    t[i] = ms;
-  }
-  for (auto& e : ev) cudaEventDestroy(e);
-  std::sort(t.begin(), t.end());
-  return t[reps / 2];
-}
-
-}  // namespace
 
 int bench_attention_main(int argc, char** argv) {
   std::vector<int64_t> prefill = {8192, 32768, 131072}, decode = {131072, 1048576};

@@ -51,8 +51,12 @@
 #include "kernels/cuda/minference_index.h"
 #include "kernels/cuda/sparse_attention.h"
 #include "kernels/cuda/structured_qk.h"
+#include "bench/bench_util.h"
 
 using namespace longctx::cuda;
+using longctx::bench::JsonRecord;
+using longctx::bench::parse_list;
+using longctx::bench::time_ms;
 
 namespace {
 
@@ -62,41 +66,6 @@ constexpr int kBsBlocks = 100;  // MInference block_sparse default: 100 key bloc
 struct Vs { int kv, ks, heads; };
 constexpr Vs kVsMix[] = {{1000, 6096, 15}, {30, 800, 9}, {100, 800, 5}, {3500, 100, 2}, {500, 700, 1}};
 constexpr int kForcedCols = 30, kForcedDiags = 100;  // the reference's forced lines
-
-std::vector<int64_t> parse_list(const char* s) {
-  std::vector<int64_t> v;
-  std::string str(s);
-  size_t pos = 0;
-  while (pos < str.size()) {
-    size_t e = str.find(',', pos);
-    if (e == std::string::npos) e = str.size();
-    if (e > pos) v.push_back(std::atoll(str.substr(pos, e - pos).c_str()));
-    pos = e + 1;
-  }
-  return v;
-}
-
-double time_ms(const std::function<void()>& fn, int warmup, int reps) {
-  for (int i = 0; i < warmup; ++i) fn();
-  LC_CUDA_CHECK(cudaDeviceSynchronize(), "bench warmup");
-  std::vector<double> t(reps);
-  cudaEvent_t a, b;
-  LC_CUDA_CHECK(cudaEventCreate(&a), "event");
-  LC_CUDA_CHECK(cudaEventCreate(&b), "event");
-  for (int i = 0; i < reps; ++i) {
-    LC_CUDA_CHECK(cudaEventRecord(a), "event");
-    fn();
-    LC_CUDA_CHECK(cudaEventRecord(b), "event");
-    LC_CUDA_CHECK(cudaEventSynchronize(b), "event");
-    float ms = 0;
-    LC_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b), "event");
-    t[i] = ms;
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(t.begin(), t.end());
-  return t[reps / 2];
-}
 
 // Per-head CSR pieces built in parallel, then concatenated.
 struct HeadPart {
@@ -390,22 +359,13 @@ int main(int argc, char** argv) {
   try {
     require_hopper();
     const DeviceInfo dev = device_info(0);
-    std::string js = "{\n";
     char buf[1024];
-    std::time_t now = std::time(nullptr);
-    char date[64];
-    std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
     std::snprintf(buf, sizeof buf,
-                  "  \"device\": \"%s\", \"sms\": %d, \"date\": \"%s\", \"inputs\": \"%s\",\n  \"shape\": {\"n_head\": %d, \"n_kv_head\": "
-                  "%d, \"head_dim\": %d, \"dtype\": \"bf16\"},\n  \"runs\": [\n",
-                  dev.name.c_str(), dev.num_sms, date, inputs.c_str(), kHeads, kKvHeads, kD);
-    js += buf;
-    bool first_row = true;
-    auto emit = [&](const char* line) {
-      js += first_row ? "    " : ",\n    ";
-      js += line;
-      first_row = false;
-    };
+                  "\"inputs\": \"%s\",\n  \"shape\": {\"n_head\": %d, \"n_kv_head\": %d, \"head_dim\": %d, "
+                  "\"dtype\": \"bf16\"}",
+                  inputs.c_str(), kHeads, kKvHeads, kD);
+    JsonRecord js(dev, buf);
+    auto emit = [&](const char* line) { js.add(line); };
     for (int64_t S : seqs) {
       const size_t nq = size_t(S) * kHeads * kD, nk = size_t(S) * kKvHeads * kD;
       void* q = dev_malloc(nq * 2);
@@ -510,12 +470,7 @@ int main(int argc, char** argv) {
       }
       for (void* x : {q, k, v, o, static_cast<void*>(lse)}) dev_free(x);
     }
-    js += "\n  ]\n}\n";
-    std::fputs(js.c_str(), stdout);
-    if (json_path) {
-      FILE* f = std::fopen(json_path, "w");
-      if (f) std::fputs(js.c_str(), f), std::fclose(f);
-    }
+    js.finish(json_path);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_sparse: %s\n", e.what());
     return 1;
