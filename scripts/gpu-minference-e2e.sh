@@ -31,30 +31,13 @@
 set -uo pipefail
 BUILD=${BUILD:-build-gpuint}
 CARRY=${CARRY:-.carry/e2e}
-MODEL_NAME=SmolLM2-135M-Instruct.Q4_1.gguf
-MODEL_SHA=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+. "$(dirname "$0")/gpu-carry.sh"  # carry_pack, carry_unpack, record_env, join_default_model
 MINF_CONFIG=configs/minference/Llama-3-8B-Instruct-262k.json
 
 if [ "${1:-}" = "--pack" ]; then
   part=""
   [ "${2:-}" = "--model-part" ] && part="$3"
-  rm -rf "$CARRY" && mkdir -p "$CARRY/lib" /tmp/gpu-e2e-pack
-  cp $BUILD/src/cli/longctx $BUILD/tests/gpu/test_gpu /tmp/gpu-e2e-pack/
-  strip /tmp/gpu-e2e-pack/longctx /tmp/gpu-e2e-pack/test_gpu
-  tar -C /tmp/gpu-e2e-pack -cJf "$CARRY/bin.tar.xz" longctx test_gpu
-  # The shared libraries the binaries need beyond the CUDA machine's own (CUDA, libc).
-  for lib in $(ldd $BUILD/src/cli/longctx $BUILD/tests/gpu/test_gpu | awk '/=> \// {print $3}' | sort -u); do
-    case "$(basename "$lib")" in
-      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libgcc_s.so*|ld-linux*|libcublas*|libcuda*) ;;
-      *) cp -L "$lib" "$CARRY/lib/" ;;
-    esac
-  done
-  if [ -n "$part" ]; then
-    m="${LONGCTX_CACHE:-$HOME/.cache/longctx}/models/$MODEL_NAME"
-    half=$(( ($(stat -c %s "$m") + 1) / 2 ))
-    if [ "$part" = 1 ]; then head -c $half "$m" > "$CARRY/model.part1"; else tail -c +$((half + 1)) "$m" > "$CARRY/model.part2"; fi
-  fi
-  ls -la "$CARRY" "$CARRY/lib"; du -sh "$CARRY"; exit 0
+  carry_pack "$BUILD" "$CARRY" "$part"; exit 0
 fi
 
 # What comes back from a device call is at most 8 files: everything is written to a work folder,
@@ -81,28 +64,14 @@ while [ $# -gt 0 ]; do
   shift
 done
 BIN=/tmp/longctx-gpu-e2e
-mkdir -p $BIN && tar -C $BIN -xJf "$CARRY/bin.tar.xz" || { echo "no $CARRY/bin.tar.xz: run --pack here first"; exit 2; }
-export LD_LIBRARY_PATH="$PWD/$CARRY/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+carry_unpack "$CARRY" "$BIN" || exit 2
 export LONGCTX_CACHE=${LONGCTX_CACHE:-/root/longctx-cache}
 COMMIT=${GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 status=0
-{ nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv;
-  echo "commit $COMMIT"; date -u; } > "$OUT/env.txt" 2>&1
-cat "$OUT/env.txt"
+record_env "$OUT/env.txt" "$COMMIT"
 
-# Default model, in parts (for the eval).
-mdir="$LONGCTX_CACHE/models"; mkdir -p "$mdir"
-for p in 1 2; do
-  [ -f "$CARRY/model.part$p" ] && cp "$CARRY/model.part$p" "$mdir/$MODEL_NAME.part$p" && echo "model part $p stored"
-done
-if [ ! -f "$mdir/$MODEL_NAME" ] && [ -f "$mdir/$MODEL_NAME.part1" ] && [ -f "$mdir/$MODEL_NAME.part2" ]; then
-  cat "$mdir/$MODEL_NAME.part1" "$mdir/$MODEL_NAME.part2" > "$mdir/$MODEL_NAME.tmp"
-  if [ "$(sha256sum "$mdir/$MODEL_NAME.tmp" | cut -d' ' -f1)" = "$MODEL_SHA" ]; then
-    mv "$mdir/$MODEL_NAME.tmp" "$mdir/$MODEL_NAME"; echo "default model joined, SHA-256 ok"
-  else
-    echo "default model parts do not match the SHA-256"; rm -f "$mdir/$MODEL_NAME.tmp"
-  fi
-fi
+# Default model, in parts (for the eval / golden tests).
+join_default_model "$CARRY"
 
 if [ $skip_tests = 0 ]; then
   echo "== test_gpu ($filter)"
@@ -163,7 +132,7 @@ EOF
 fi
 
 if [ $do_eval = 1 ]; then
-  if [ ! -f "$mdir/$MODEL_NAME" ]; then
+  if [ ! -f "$LONGCTX_CACHE/models/$MODEL_NAME" ]; then
     echo "EVAL SKIPPED: the default model is not on this machine (send both parts)"; status=1
   else
     for run in "passkey" "passkey --no-chat" "niah"; do

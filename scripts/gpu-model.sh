@@ -23,23 +23,12 @@
 set -uo pipefail
 BUILD=${BUILD:-build-gpumodel}
 CARRY=${CARRY:-$BUILD/carry}  # CARRY=build-gpumodel/carry2 to pack a second folder
-MODEL_NAME=SmolLM2-135M-Instruct.Q4_1.gguf
-MODEL_SHA=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+. "$(dirname "$0")/gpu-carry.sh"  # carry_pack, carry_unpack, record_env, join_default_model
 
 if [ "${1:-}" = "--pack" ]; then
   part=""
   [ "${2:-}" = "--model-part" ] && part="$3"
-  rm -rf "$CARRY" && mkdir -p "$CARRY/lib" /tmp/gpu-model-pack
-  cp $BUILD/src/cli/longctx $BUILD/tests/gpu/test_gpu /tmp/gpu-model-pack/
-  strip /tmp/gpu-model-pack/longctx /tmp/gpu-model-pack/test_gpu
-  tar -C /tmp/gpu-model-pack -cJf "$CARRY/bin.tar.xz" longctx test_gpu
-  cp -L /usr/lib/x86_64-linux-gnu/libpcre2-8.so.0 /usr/lib/x86_64-linux-gnu/libpng16.so.16 "$CARRY/lib/"
-  if [ -n "$part" ]; then
-    m="${LONGCTX_CACHE:-$HOME/.cache/longctx}/models/$MODEL_NAME"
-    half=$(( ($(stat -c %s "$m") + 1) / 2 ))
-    if [ "$part" = 1 ]; then head -c $half "$m" > "$CARRY/model.part1"; else tail -c +$((half + 1)) "$m" > "$CARRY/model.part2"; fi
-  fi
-  du -sh "$CARRY"; exit 0
+  carry_pack "$BUILD" "$CARRY" "$part"; exit 0
 fi
 
 OUT=${OUT:-out}
@@ -59,28 +48,14 @@ while [ $# -gt 0 ]; do
   shift
 done
 BIN=/tmp/longctx-gpu-model
-mkdir -p $BIN && tar -C $BIN -xJf "$CARRY/bin.tar.xz" || { echo "no $CARRY/bin.tar.xz: run --pack here first"; exit 2; }
-export LD_LIBRARY_PATH="$PWD/$CARRY/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+carry_unpack "$CARRY" "$BIN" || exit 2
 export LONGCTX_CACHE=${LONGCTX_CACHE:-/root/longctx-cache}
 COMMIT=${GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 status=0
-{ nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv;
-  echo "commit $COMMIT"; date -u; } > "$OUT/env.txt" 2>&1
-cat "$OUT/env.txt"
+record_env "$OUT/env.txt" "$COMMIT"
 
-# Default model, in parts.
-mdir="$LONGCTX_CACHE/models"; mkdir -p "$mdir"
-for p in 1 2; do
-  [ -f "$CARRY/model.part$p" ] && cp "$CARRY/model.part$p" "$mdir/$MODEL_NAME.part$p" && echo "model part $p stored"
-done
-if [ ! -f "$mdir/$MODEL_NAME" ] && [ -f "$mdir/$MODEL_NAME.part1" ] && [ -f "$mdir/$MODEL_NAME.part2" ]; then
-  cat "$mdir/$MODEL_NAME.part1" "$mdir/$MODEL_NAME.part2" > "$mdir/$MODEL_NAME.tmp"
-  if [ "$(sha256sum "$mdir/$MODEL_NAME.tmp" | cut -d' ' -f1)" = "$MODEL_SHA" ]; then
-    mv "$mdir/$MODEL_NAME.tmp" "$mdir/$MODEL_NAME"; echo "default model joined, SHA-256 ok"
-  else
-    echo "default model parts do not match the SHA-256"; rm -f "$mdir/$MODEL_NAME.tmp"
-  fi
-fi
+# Default model, in parts (for the eval / golden tests).
+join_default_model "$CARRY"
 
 if [ $skip_tests = 0 ]; then
   echo "== test_gpu"

