@@ -109,6 +109,7 @@ int main(int argc, char** argv) {
   std::vector<int64_t> seqs = {131072, 524288, 1048576};
   std::vector<std::string> inputs = {"random"};
   int64_t vs_random_max = 131072;
+  bool run_bs = true, run_vs = true;
   const char* json_path = nullptr;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--seqs") && i + 1 < argc) {
@@ -125,11 +126,16 @@ int main(int argc, char** argv) {
       }
     } else if (!std::strcmp(argv[i], "--vs-random-max") && i + 1 < argc) {
       vs_random_max = std::atoll(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--patterns") && i + 1 < argc) {
+      const std::string s(argv[++i]);
+      run_bs = s.find("bs") != std::string::npos;
+      run_vs = s.find("vs") != std::string::npos;
     } else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) {
       json_path = argv[++i];
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--seqs N,..] [--inputs random,structured] [--vs-random-max N] [--json FILE]\n",
+                   "usage: %s [--seqs N,..] [--inputs random,structured] [--patterns bs,vs] [--vs-random-max N] "
+                   "[--json FILE]\n",
                    argv[0]);
       return 2;
     }
@@ -171,6 +177,7 @@ int main(int argc, char** argv) {
         device_sync();
         for (int kind = 0; kind < 2; ++kind) {
           const bool bs = kind == 0;
+          if (bs ? !run_bs : !run_vs) continue;
           if (!bs && in == "random" && S > vs_random_max) {
             std::fprintf(stderr, "S=%lld %s vertical_slash: skipped (--vs-random-max %lld)\n", (long long)S,
                          in.c_str(), (long long)vs_random_max);

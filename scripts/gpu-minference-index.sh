@@ -10,7 +10,8 @@
 #   scripts/gpu-minference-index.sh --pack                # -> .carry/mindex/bin.tar.xz
 # On the device (carry .carry/mindex):
 #   OUT=/tmp/out scripts/gpu-minference-index.sh [--skip-tests] [--skip-sanitizer] [--skip-bench]
-#       [--seqs 131072,524288,1048576] [--inputs random,structured] [--tests GTEST_FILTER]
+#       [--seqs 131072,524288,1048576] [--inputs random,structured] [--patterns bs,vs] [--tests GTEST_FILTER]
+#       [--skip-racecheck]
 set -uo pipefail
 BUILD=${BUILD:-build-mindex}
 CARRY=${CARRY:-.carry/mindex}
@@ -28,13 +29,15 @@ fi
 
 OUT=${OUT:-out}
 mkdir -p "$OUT"
-skip_tests=0; skip_san=0; skip_bench=0
-seqs=131072,524288,1048576; inputs=random,structured; filter='MinferenceIndex.*'
+skip_tests=0; skip_san=0; skip_race=0; skip_bench=0
+seqs=131072,524288,1048576; inputs=random,structured; patterns=bs,vs; filter='MinferenceIndex.*'
 while [ $# -gt 0 ]; do
   case "$1" in
     --skip-tests) skip_tests=1 ;;
     --skip-sanitizer) skip_san=1 ;;
+    --skip-racecheck) skip_race=1 ;;
     --skip-bench) skip_bench=1 ;;
+    --patterns) patterns="$2"; shift ;;
     --seqs) seqs="$2"; shift ;;
     --inputs) inputs="$2"; shift ;;
     --tests) filter="$2"; shift ;;
@@ -64,6 +67,8 @@ if [ $skip_san = 0 ]; then
     --gtest_filter="$small:MinferenceIndex.MixedChunkedPrefill:MinferenceIndex.BlockSparseGqa" > "$OUT/memcheck.log" 2>&1; rc=$?
   tail -3 "$OUT/memcheck.log"
   [ $rc = 0 ] || { echo "MEMCHECK FAILED (rc=$rc)"; grep -m5 -A8 "=====" "$OUT/memcheck.log"; status=1; }
+fi
+if [ $skip_san = 0 ] && [ $skip_race = 0 ]; then
   echo "== compute-sanitizer racecheck (tiny prompts, block-sparse)"
   timeout ${RACECHECK_TIMEOUT:-120} compute-sanitizer --tool racecheck --error-exitcode 99 "$BIN/test_minference_index" \
     --gtest_filter='MinferenceIndex.TinyPrompts:MinferenceIndex.BlockSparseGqa' > "$OUT/racecheck.log" 2>&1; rc=$?
@@ -71,8 +76,8 @@ if [ $skip_san = 0 ]; then
   [ $rc = 0 ] || { echo "RACECHECK FAILED (rc=$rc)"; grep -m5 -A8 "=====" "$OUT/racecheck.log"; status=1; }
 fi
 if [ $skip_bench = 0 ]; then
-  echo "== longctx_bench_minference_index (seqs $seqs, inputs $inputs)"
-  timeout ${BENCH_TIMEOUT:-300} "$BIN/longctx_bench_minference_index" --seqs "$seqs" --inputs "$inputs" \
+  echo "== longctx_bench_minference_index (seqs $seqs, inputs $inputs, patterns $patterns)"
+  timeout ${BENCH_TIMEOUT:-300} "$BIN/longctx_bench_minference_index" --seqs "$seqs" --inputs "$inputs" --patterns "$patterns" \
     --json "$OUT/bench_minference_index.json" > /dev/null 2> "$OUT/bench.log"; rc=$?
   cat "$OUT/bench.log"
   [ $rc = 0 ] || { echo "BENCH FAILED (rc=$rc)"; status=1; }

@@ -17,7 +17,8 @@
 // Shapes: GQA 8/2 d=128 and SmolLM2's 9/3 d=64; chunked prefill (q_pos0 > 0, n_q % 64 != 0, off
 // the 64 grid); tiny prompts (< 64 tokens); budgets larger than the prompt; mixed patterns per
 // head; multi-chunk VS estimates (20K keys); block-sparse waves split by heads and by rows and
-// rows selected from global memory; one builder reused across growing and shrinking builds.
+// rows selected from global memory; exact block-sparse ties (zero queries, periodic keys: the
+// selection must equal the CPU's exactly); one builder reused across growing and shrinking builds.
 // Run: build-mindex/tests/cuda/test_minference_index (skips without a Hopper GPU).
 #include <gtest/gtest.h>
 
@@ -45,6 +46,7 @@ namespace longctx::cuda::test {
 namespace {
 
 constexpr double kRelTie = 1e-4;  // a "near-tie": within this relative distance of the k-th score
+constexpr int64_t kTiePeriod = 37;  // key-block period of the repeating-keys tie inputs (Case::ties == 2)
 
 GpuHeadPattern VS(int64_t kv, int64_t ks) { return {GpuPatternKind::VerticalSlash, kv, ks}; }
 GpuHeadPattern BS(int64_t kb) { return {GpuPatternKind::BlockSparse, kb, 0}; }
@@ -57,6 +59,11 @@ struct Case {
   std::vector<GpuHeadPattern> heads;
   int64_t bs_wave_bytes = 0;
   bool rows_in_global = false;
+  // Exact ties (block-sparse tie-break): 0 random inputs; 1 zero queries (every pooled score is
+  // 0, forced blocks +inf); 2 key blocks repeating with period kTiePeriod (each pooled score
+  // recurs exactly every kTiePeriod blocks). With ties, the BS selections must equal the CPU's
+  // exactly (score desc, then the smaller block), not merely up to near-tie swaps.
+  int ties = 0;
   int64_t n_kv() const { return q_pos0 + n_q; }
 };
 
@@ -70,6 +77,16 @@ Inputs make_inputs(const Case& c) {
   Inputs in;
   in.qh = random_bf16(size_t(c.n_q) * c.n_head * c.d, 1.0, in.qd);
   in.kh = random_bf16(size_t(c.n_kv()) * c.n_kv_head * c.d, 1.0, in.kd);
+  if (c.ties == 1) {
+    std::fill(in.qh.begin(), in.qh.end(), uint16_t(0));
+    std::fill(in.qd.begin(), in.qd.end(), 0.0);
+  } else if (c.ties == 2) {
+    const size_t row = size_t(c.n_kv_head) * c.d, period = size_t(kTiePeriod) * 64 * row;
+    for (size_t i = period; i < in.kh.size(); ++i) {
+      in.kh[i] = in.kh[i - period];
+      in.kd[i] = in.kd[i - period];
+    }
+  }
   in.qf.assign(in.qd.begin(), in.qd.end());
   in.kf.assign(in.kd.begin(), in.kd.end());
   return in;
@@ -315,6 +332,8 @@ SparseIndex check_case(const Case& c, MinferenceIndexBuilder* shared = nullptr, 
           for (int32_t cb = r.start / 64; cb <= (r.end - 1) / 64; ++cb) cpu_blocks.push_back(cb);
         const int64_t dsw = compare_selection(score, cpu_blocks, gpu_blocks, kRelTie * row_scale + 1e-12,
                                               what + " block " + std::to_string(b));
+        if (c.ties != 0)
+          EXPECT_EQ(gpu_blocks, cpu_blocks) << what << " block " << b << ": exact ties must break toward the smaller block";
         st.selections += 1;
         st.exact += dsw == 0;
         st.swapped_lines += dsw;
@@ -421,6 +440,20 @@ TEST(MinferenceIndex, BlockSparseWaves) {
   // Scratch of a few heads: waves of whole heads.
   check_case({.name = "bs_headwaves", .n_head = 4, .n_kv_head = 1, .n_q = 3000, .q_pos0 = 100,
               .heads = {BS(10), VS(100, 300), BS(1), BS(33)}, .bs_wave_bytes = 40 << 10});
+}
+
+TEST(MinferenceIndex, BlockSparseExactTies) {
+  LC_REQUIRE_GPU();
+  // Every pooled score 0 (zero queries): each row is one big tie, the first blocks win; in the
+  // group-maximum filter every group ties too.
+  check_case({.name = "bs_ties_zero_q", .n_head = 4, .n_kv_head = 2, .n_q = 8192,
+              .heads = {BS(10), BS(100), BS(1), BS(33)}, .ties = 1});
+  // Key blocks repeating every 37 blocks: each score recurs ~n/37 times, so the k-th score is
+  // usually shared by several blocks (filter path, plain path, rows from global memory).
+  check_case({.name = "bs_ties_periodic", .n_head = 4, .n_kv_head = 2, .n_q = 6000, .q_pos0 = 4000,
+              .heads = {BS(10), BS(100), BS(3), BS(50)}, .ties = 2});
+  check_case({.name = "bs_ties_periodic_global", .n_head = 4, .n_kv_head = 1, .n_q = 4000,
+              .heads = {BS(10), BS(40), BS(1), BS(7)}, .rows_in_global = true, .ties = 2});
 }
 
 TEST(MinferenceIndex, ReusedBuilderGrowsAndShrinks) {

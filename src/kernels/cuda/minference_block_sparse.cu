@@ -137,10 +137,15 @@ __global__ void pool_q_kernel(const bf16* q, const int32_t* bs_heads, __half* qh
 
 // ---- scores ----------------------------------------------------------------------------------
 constexpr int kTileRows = 128;               // query blocks per CTA tile (4 warps x 32 rows)
-constexpr int kTileCols = 64;                // key blocks per CTA tile
-constexpr int kKc = 64;                      // head-dim chunk staged in smem (one 128-byte swizzled row)
+constexpr int kTileCols = 64;                // key blocks per column tile
+constexpr int kColTiles = 4;                 // column tiles per CTA (the query tile stays resident)
+constexpr int kKc = 64;                      // head-dim chunk (one 128-byte swizzled smem row)
+constexpr int kMaxChunks = 2;                // D <= 128
 constexpr int kGemmThreads = 128;
-constexpr size_t kGemmSmem = size_t(2) * (kTileRows + kTileCols) * kKc * 2;  // hi + lo tiles: 48 KB, 4 CTAs/SM
+constexpr uint32_t kAChunk = kTileRows * kKc * 2;  // bytes of one [128][64] fp16 tile
+constexpr uint32_t kBChunk = kTileCols * kKc * 2;  // bytes of one [64][64] fp16 tile
+// Query hi/lo (all of D, resident) + key hi/lo (all of D, one column tile): 96 KB, 2 CTAs/SM.
+constexpr size_t kGemmSmem = size_t(2) * kMaxChunks * (kAChunk + kBChunk);
 static_assert(kBsGroup == 8, "a score group is one mma n-tile of 8 key blocks");
 
 // cp.async rows [r0, r0 + kRows) x head-dim [kc, kc + 64) of hi/lo ([n_src][D] fp16; rows >= n_src
@@ -161,19 +166,23 @@ __device__ __forceinline__ void stage(uint32_t shi, uint32_t slo, const __half* 
   }
 }
 
-__global__ void __launch_bounds__(kGemmThreads, 4) bs_score_kernel(const BsScoreArgs a) {
+// One CTA: query rows [row0, row0 + 128) of one BS slot against up to kColTiles column tiles of 64
+// key blocks. The query tile (hi/lo, all of D) is staged once; per column tile the key tile is
+// staged, the 128 x 64 scores computed (3 fp16 mma per product), and the next key tile's copy is
+// issued before this tile's epilogue so that the copy overlaps the epilogue's stores.
+__global__ void __launch_bounds__(kGemmThreads, 2) bs_score_kernel(const BsScoreArgs a) {
   extern __shared__ __align__(128) uint8_t smem_raw[];
-  const uint32_t sAhi = mma::smem_u32(smem_raw);       // [kTileRows][64] fp16, swizzled
-  const uint32_t sAlo = sAhi + kTileRows * kKc * 2;
-  const uint32_t sBhi = sAlo + kTileRows * kKc * 2;    // [kTileCols][64]
-  const uint32_t sBlo = sBhi + kTileCols * kKc * 2;
+  const uint32_t sA = mma::smem_u32(smem_raw);            // [chunk][hi, lo][128][64] fp16, swizzled
+  const uint32_t sB = sA + kMaxChunks * 2 * kAChunk;      // [chunk][hi, lo][64][64]
   const Geom& g = a.g;
-  const int D = g.head_dim;
+  const int D = g.head_dim, n_chunks = D / kKc;
   const int64_t row0 = a.b0 + int64_t(blockIdx.y) * kTileRows;
-  const int64_t col0 = int64_t(blockIdx.x) * kTileCols;
+  const int64_t colA = int64_t(blockIdx.x) * (kColTiles * kTileCols);
   const int s = a.s0 + blockIdx.z;
   const int64_t rlast = min(row0 + kTileRows, a.b1) - 1;
-  if (col0 >= bs_n_cand(g, rlast)) return;  // the whole tile is past every row's candidates
+  const int64_t cand_max = bs_n_cand(g, rlast);  // candidates grow with the row
+  if (colA >= cand_max) return;  // every tile is past every row's candidates
+  const int n_tiles = int(min(int64_t(kColTiles), (cand_max - colA + kTileCols - 1) / kTileCols));
   const int h = a.bs_heads[s];
   const int hk = h / g.group;
   const int64_t qoff = int64_t(s) * g.n_qblk * D, koff = int64_t(hk) * g.nkb * D;
@@ -182,82 +191,127 @@ __global__ void __launch_bounds__(kGemmThreads, 4) bs_score_kernel(const BsScore
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int gq = lane >> 2, tq = lane & 3;
 
-  float acc[2][kTileCols / 8][4];
-#pragma unroll
-  for (int m = 0; m < 2; ++m)
-#pragma unroll
-    for (int nt = 0; nt < kTileCols / 8; ++nt) acc[m][nt][0] = acc[m][nt][1] = acc[m][nt][2] = acc[m][nt][3] = 0.f;
+  for (int c = 0; c < n_chunks; ++c) {
+    stage<kTileRows>(sA + (2 * c) * kAChunk, sA + (2 * c + 1) * kAChunk, a.qhi + qoff, a.qlo + qoff, row0, a.b1, D,
+                     c * kKc);
+    stage<kTileCols>(sB + (2 * c) * kBChunk, sB + (2 * c + 1) * kBChunk, a.khi + koff, a.klo + koff, colA, g.nkb, D,
+                     c * kKc);
+  }
+  mma::cp_async_commit();
 
-  for (int kc = 0; kc < D; kc += kKc) {
-    __syncthreads();  // the previous chunk's fragments are read
-    stage<kTileRows>(sAhi, sAlo, a.qhi + qoff, a.qlo + qoff, row0, a.b1, D, kc);
-    stage<kTileCols>(sBhi, sBlo, a.khi + koff, a.klo + koff, col0, g.nkb, D, kc);
-    mma::cp_async_commit();
-    mma::cp_async_wait<0>();
-    __syncthreads();
+  // This thread's 4 output rows (m, half): their candidates, first forced block, output offset and
+  // the factors of the CPU's s * inv * scale. Unscaling by 2^u is a multiply by the exact power of
+  // two when 2^u is a normal float (same rounding as ldexpf), else ldexpf itself.
+  const int64_t base = int64_t(blockIdx.z) * a.span;  // this slot's rows; row b at cand_off[b] - cand_off[b0]
+  int64_t r_nc[4], r_d0[4], r_off[4];
+  float r_inv[4], r_pow[4];
+  int r_unscale[4];
 #pragma unroll
-    for (int k16 = 0; k16 < kKc / 16; ++k16) {
-      uint32_t ahi[2][4], alo[2][4];
+  for (int i = 0; i < 4; ++i) {
+    const int m = i >> 1, half = i & 1;
+    const int64_t row = row0 + warp * 32 + m * 16 + gq + half * 8;
+    const bool row_ok = row < a.b1;
+    const int64_t rr = row_ok ? row : a.b0;
+    r_nc[i] = row_ok ? bs_n_cand(g, rr) : 0;
+    r_d0[i] = bs_diag0(g, rr);
+    r_inv[i] = 1.f / float(bs_rows(g, rr));
+    r_unscale[i] = -(qexp[rr] + kexp);
+    r_pow[i] = (r_unscale[i] >= -126 && r_unscale[i] <= 127) ? __int_as_float((r_unscale[i] + 127) << 23) : 0.f;
+    r_off[i] = base + (a.cand_off[rr] - a.cand_off[a.b0]);
+  }
+  constexpr float kInf = __builtin_huge_valf();
+
+  mma::cp_async_wait<0>();
+  __syncthreads();
+#pragma unroll 1
+  for (int t = 0; t < n_tiles; ++t) {
+    const int64_t col0 = colA + int64_t(t) * kTileCols;
+    float acc[2][kTileCols / 8][4];
 #pragma unroll
-      for (int m = 0; m < 2; ++m) {
-        const int r = warp * 32 + m * 16 + (lane & 15), ch = k16 * 2 + (lane >> 4);
-        mma::ldmatrix_x4(sAhi + mma::swz<kKc>(r, ch), ahi[m][0], ahi[m][1], ahi[m][2], ahi[m][3]);
-        mma::ldmatrix_x4(sAlo + mma::swz<kKc>(r, ch), alo[m][0], alo[m][1], alo[m][2], alo[m][3]);
-      }
+    for (int m = 0; m < 2; ++m)
 #pragma unroll
-      for (int np = 0; np < kTileCols / 16; ++np) {
-        const int mat = lane >> 3;
-        const int key = np * 16 + (mat >> 1) * 8 + (lane & 7), ch = k16 * 2 + (mat & 1);
-        uint32_t bh0, bh1, bh2, bh3, bl0, bl1, bl2, bl3;
-        mma::ldmatrix_x4(sBhi + mma::swz<kKc>(key, ch), bh0, bh1, bh2, bh3);
-        mma::ldmatrix_x4(sBlo + mma::swz<kKc>(key, ch), bl0, bl1, bl2, bl3);
+      for (int nt = 0; nt < kTileCols / 8; ++nt) acc[m][nt][0] = acc[m][nt][1] = acc[m][nt][2] = acc[m][nt][3] = 0.f;
+
+#pragma unroll 1
+    for (int c = 0; c < n_chunks; ++c) {
+      const uint32_t sAhi = sA + (2 * c) * kAChunk, sAlo = sAhi + kAChunk;
+      const uint32_t sBhi = sB + (2 * c) * kBChunk, sBlo = sBhi + kBChunk;
+#pragma unroll
+      for (int k16 = 0; k16 < kKc / 16; ++k16) {
+        uint32_t ahi[2][4], alo[2][4];
 #pragma unroll
         for (int m = 0; m < 2; ++m) {
-          mma::mma_f16_16816(acc[m][2 * np], alo[m], bh0, bh1);
-          mma::mma_f16_16816(acc[m][2 * np], ahi[m], bl0, bl1);
-          mma::mma_f16_16816(acc[m][2 * np], ahi[m], bh0, bh1);
-          mma::mma_f16_16816(acc[m][2 * np + 1], alo[m], bh2, bh3);
-          mma::mma_f16_16816(acc[m][2 * np + 1], ahi[m], bl2, bl3);
-          mma::mma_f16_16816(acc[m][2 * np + 1], ahi[m], bh2, bh3);
+          const int r = warp * 32 + m * 16 + (lane & 15), ch = k16 * 2 + (lane >> 4);
+          mma::ldmatrix_x4(sAhi + mma::swz<kKc>(r, ch), ahi[m][0], ahi[m][1], ahi[m][2], ahi[m][3]);
+          mma::ldmatrix_x4(sAlo + mma::swz<kKc>(r, ch), alo[m][0], alo[m][1], alo[m][2], alo[m][3]);
+        }
+#pragma unroll
+        for (int np = 0; np < kTileCols / 16; ++np) {
+          const int mat = lane >> 3;
+          const int key = np * 16 + (mat >> 1) * 8 + (lane & 7), ch = k16 * 2 + (mat & 1);
+          uint32_t bh0, bh1, bh2, bh3, bl0, bl1, bl2, bl3;
+          mma::ldmatrix_x4(sBhi + mma::swz<kKc>(key, ch), bh0, bh1, bh2, bh3);
+          mma::ldmatrix_x4(sBlo + mma::swz<kKc>(key, ch), bl0, bl1, bl2, bl3);
+#pragma unroll
+          for (int m = 0; m < 2; ++m) {
+            mma::mma_f16_16816(acc[m][2 * np], alo[m], bh0, bh1);
+            mma::mma_f16_16816(acc[m][2 * np], ahi[m], bl0, bl1);
+            mma::mma_f16_16816(acc[m][2 * np], ahi[m], bh0, bh1);
+            mma::mma_f16_16816(acc[m][2 * np + 1], alo[m], bh2, bh3);
+            mma::mma_f16_16816(acc[m][2 * np + 1], ahi[m], bl2, bl3);
+            mma::mma_f16_16816(acc[m][2 * np + 1], ahi[m], bh2, bh3);
+          }
         }
       }
     }
-  }
 
-  // Epilogue: undo the scaling (exact), scale by 1/rows and the softmax scale (the CPU's
-  // s * inv * scale), force the diagonal blocks, keep only each row's candidates; per 8 key
-  // blocks (one n-tile: a quad's 8 values) the maximum, for the select's filter.
-  const int64_t base = int64_t(blockIdx.z) * a.span;  // this slot's rows; row b at cand_off[b] - cand_off[b0]
-  constexpr float kInf = __builtin_huge_valf();
+    // Every warp has read the key tile: start copying the next one, then the epilogue.
+    __syncthreads();
+    if (t + 1 < n_tiles) {
+      for (int c = 0; c < n_chunks; ++c)
+        stage<kTileCols>(sB + (2 * c) * kBChunk, sB + (2 * c + 1) * kBChunk, a.khi + koff, a.klo + koff,
+                         col0 + kTileCols, g.nkb, D, c * kKc);
+      mma::cp_async_commit();
+    }
+
+    // Epilogue: undo the scaling (exact), scale by 1/rows and the softmax scale (the CPU's
+    // s * inv * scale), force the diagonal blocks, keep only each row's candidates; per 8 key
+    // blocks (one n-tile: a quad's 8 values) the maximum, for the select's filter.
 #pragma unroll
-  for (int m = 0; m < 2; ++m)
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int64_t row = row0 + warp * 32 + m * 16 + gq + half * 8;
-      const bool row_ok = row < a.b1;
-      const int64_t rr = row_ok ? row : a.b0;
-      const int64_t nc = row_ok ? bs_n_cand(g, rr) : 0, d0 = bs_diag0(g, rr);
-      const float inv = 1.f / float(bs_rows(g, rr));
-      const int unscale = -(qexp[rr] + kexp);
-      const int64_t off = base + (a.cand_off[rr] - a.cand_off[a.b0]);
-      float* orow = a.scratch + off;
+    for (int i = 0; i < 4; ++i) {
+      const int m = i >> 1, half = i & 1;
+      const int64_t nc = r_nc[i], d0 = r_d0[i];
+      float* orow = a.scratch + r_off[i];
 #pragma unroll
       for (int nt = 0; nt < kTileCols / 8; ++nt) {
-        float mx = -kInf;
+        const int64_t col = col0 + nt * 8 + 2 * tq;  // even; rows start at multiples of 8 floats
+        float v[2];
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int64_t col = col0 + nt * 8 + 2 * tq + e;
-          if (col >= nc) continue;
-          const float v = col >= d0 ? kInf : ldexpf(acc[m][nt][half * 2 + e], unscale) * inv * g.scale;
-          orow[col] = v;
-          mx = fmaxf(mx, v);
+          const float x = acc[m][nt][half * 2 + e];
+          const float u = r_pow[i] != 0.f ? x * r_pow[i] : ldexpf(x, r_unscale[i]);
+          v[e] = col + e >= d0 ? kInf : u * r_inv[i] * g.scale;
+        }
+        float mx = -kInf;
+        if (col + 1 < nc) {
+          *reinterpret_cast<float2*>(orow + col) = make_float2(v[0], v[1]);
+          mx = fmaxf(v[0], v[1]);
+        } else if (col < nc) {
+          orow[col] = v[0];
+          mx = v[0];
         }
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         const int64_t c8 = col0 + nt * 8;
-        if (tq == 0 && c8 < nc) a.gmax[off / kBsGroup + c8 / kBsGroup] = mx;
+        if (tq == 0 && c8 < nc) a.gmax[r_off[i] / kBsGroup + c8 / kBsGroup] = mx;
       }
     }
+
+    if (t + 1 < n_tiles) {
+      mma::cp_async_wait<0>();
+      __syncthreads();
+    }
+  }
 }
 
 }  // namespace
@@ -285,7 +339,8 @@ void bs_scores_wave(const BsScoreArgs& a, cudaStream_t s) {
       cudaFuncSetAttribute(bs_score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kGemmSmem));
   LC_CUDA_CHECK(e, "bs_score_kernel: raising dynamic shared memory to %zu bytes", kGemmSmem);
   const int64_t cols = bs_n_cand(a.g, a.b1 - 1);  // candidates grow with the row
-  const dim3 grid(unsigned((cols + kTileCols - 1) / kTileCols), unsigned((a.b1 - a.b0 + kTileRows - 1) / kTileRows),
+  constexpr int64_t kCtaCols = int64_t(kColTiles) * kTileCols;
+  const dim3 grid(unsigned((cols + kCtaCols - 1) / kCtaCols), unsigned((a.b1 - a.b0 + kTileRows - 1) / kTileRows),
                   unsigned(a.s1 - a.s0));
   bs_score_kernel<<<grid, kGemmThreads, kGemmSmem, s>>>(a);
   LC_LAUNCH_CHECK("bs_score_kernel rows=[%lld,%lld) slots=[%d,%d) grid=(%u,%u,%u)", (long long)a.b0,

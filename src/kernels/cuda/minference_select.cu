@@ -285,63 +285,192 @@ __global__ void __launch_bounds__(kGapThreads) vs_gaps_kernel(const HeadInfo* he
 }
 
 // ---- block-sparse rows ------------------------------------------------------------------------
-// One CTA per (BS head, query block). The row's kk best of n_cand scores, without reading most
-// of them: with G = ceil(n_cand / 8) group maxima (written by the score kernel), let T be the
-// kk-th largest group maximum. The kk best groups' maxima are kk elements >= T, so the row's
-// kk-th largest score is >= T and every selected block lies in a group whose maximum is >= T.
-// So: threshold over the G maxima, the groups with maximum >= T in order (usually ~kk of them),
-// their scores gathered in ascending block order (ties still break toward the smaller index),
-// exact top-kk among those. Rows with G <= kk, or whose candidate groups overflow kCandCap (only
-// with massive ties), take the plain path: exact top-kk over the whole row.
-constexpr int kBsSelThreads = 128;
-constexpr int kCandCap = 4096;  // gathered candidates (512 groups); the plain path stages rows up to this too
-constexpr int kGmCap = 2048;    // group maxima staged in smem (n_kv <= 1M); longer rows read them in place
-constexpr int kBatch = 8;       // independent global loads in flight per thread when staging
-struct BsSelSmem {
-  float cand[kCandCap];
-  int32_t cidx[kCandCap];
-  int32_t groups[kCandCap / kBsGroup];
-  float gm[kGmCap];
-  TopkSmem<kBsSelThreads> tk;
+// One WARP per (BS head, query block), kBsRowsPerCta rows per CTA, no block-wide syncs or scans:
+// each warp works in its own shared-memory slice with __syncwarp, ballots and shuffles only (a
+// CTA-wide select costs a roughly fixed ~10 block syncs per pass per row: latency-bound).
+// The row's kk best of n_cand scores, without reading most of them: with G = ceil(n_cand / 8)
+// group maxima (written by the score kernel), let T be the key of the kk-th largest group
+// maximum. The kk best groups' maxima are kk elements with key >= T, so the row's kk-th largest
+// key is >= T: every selected block has key >= T and lies in a group whose maximum is >= T. So:
+// radix threshold over the G maxima, the groups with maximum >= T in order (usually ~kk), their
+// elements with key >= T gathered in ascending block order (so ties still break toward the
+// smaller index; at least kk of them), exact top-kk among those. Rows with G <= kk, or whose
+// groups / gathered elements overflow the warp's caps (only with massive ties), take the plain
+// path: exact top-kk over the whole row (staged in smem when it fits, else read in place).
+constexpr int kBsRowsPerCta = 4;     // warps (rows) per CTA: 4 x ~10 KB smem, 5 CTAs per SM
+constexpr int kWBits = 8;            // radix digit bits of the warp select (256 bins)
+constexpr int kWBins = 1 << kWBits;
+constexpr int kWBuf = 2048;          // floats per warp: group maxima (G <= 2048: n_kv <= 1M) or a row
+constexpr int kWCand = kWBuf / 2;    // gathered candidates (score + block index) in the same buffer
+constexpr int kWGroups = 256;        // candidate groups (2048 scores)
+constexpr int kWUnroll = 8;          // independent loads in flight per lane
+struct BsWarpSmem {
+  float buf[kWBuf];
+  int32_t groups[kWGroups];
+  uint32_t hist[kWBins];
 };
 
-// dst[i] = src[idx(i)] (and cidx[i] = idx(i) when given) for i < n; kBatch loads issued before
-// any is used, so a thread waits for one L2 round trip per kBatch elements, not per element.
-template <class Idx>
-__device__ __forceinline__ void gather_batched(float* dst, int32_t* cidx, const float* src, int n, Idx idx) {
-  for (int base = 0; base < n; base += kBsSelThreads * kBatch) {
-    float v[kBatch];
-    int c[kBatch];
+// The key T of the k-th largest of x[0, n) and how many keys equal to T belong to the top k
+// (need; the others are all > T). Needs 0 < k < n. x in shared or global memory; the whole warp
+// calls. Radix passes of 8 bits over (key - min key) from the range's top bit down, like
+// cta_threshold; the digit is found by one warp scan over the bins counted from the top.
+__device__ uint32_t warp_threshold(const float* x, int n, uint32_t k, uint32_t& need, uint32_t* hist) {
+  const int lane = threadIdx.x & 31;
+  uint32_t lo_key = 0xffffffffu, hi_key = 0;
+  for (int base = 0; base < n; base += 32 * kWUnroll) {
+    float v[kWUnroll];
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const int i = base + u * kBsSelThreads + int(threadIdx.x);
-      c[u] = i < n ? idx(i) : 0;
-      v[u] = i < n ? src[c[u]] : 0.f;
+    for (int u = 0; u < kWUnroll; ++u) {
+      const int i = base + u * 32 + lane;
+      v[u] = i < n ? x[i] : 0.f;
     }
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const int i = base + u * kBsSelThreads + int(threadIdx.x);
-      if (i < n) {
-        dst[i] = v[u];
-        if (cidx) cidx[i] = c[u];
+    for (int u = 0; u < kWUnroll; ++u)
+      if (base + u * 32 + lane < n) {
+        const uint32_t key = order_key(v[u]);
+        lo_key = min(lo_key, key);
+        hi_key = max(hi_key, key);
+      }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    lo_key = min(lo_key, __shfl_xor_sync(0xffffffffu, lo_key, o));
+    hi_key = max(hi_key, __shfl_xor_sync(0xffffffffu, hi_key, o));
+  }
+  const uint32_t range = hi_key - lo_key;
+  if (range == 0) {  // every key equal: the first k indices
+    need = k;
+    return lo_key;
+  }
+  uint32_t prefix = 0, pmask = 0, rem = k;  // over r = key - lo_key
+#pragma unroll 1
+  for (int top = 31 - __clz(range); top >= 0;) {
+    const int width = min(kWBits, top + 1), shift = top - width + 1, nbins = 1 << width;
+    for (int i = lane; i < nbins; i += 32) hist[i] = 0;
+    __syncwarp();
+    for (int base = 0; base < n; base += 32 * kWUnroll) {
+      float v[kWUnroll];
+#pragma unroll
+      for (int u = 0; u < kWUnroll; ++u) {
+        const int i = base + u * 32 + lane;
+        v[u] = i < n ? x[i] : 0.f;
+      }
+#pragma unroll
+      for (int u = 0; u < kWUnroll; ++u) {
+        const uint32_t r = order_key(v[u]) - lo_key;
+        if (base + u * 32 + lane < n && (r & pmask) == prefix)
+          atomicAdd(&hist[(r >> shift) & uint32_t(nbins - 1)], 1u);
       }
     }
+    __syncwarp();
+    // Lane l owns bins [hi - per + 1, hi] counted from the top (none when hi < 0), so an
+    // exclusive scan over the lanes gives the number of keys in higher bins.
+    const int per = nbins >= 32 ? nbins / 32 : 1;
+    const int hi = nbins - 1 - lane * per;
+    uint32_t local = 0;
+    for (int q = 0; q < per && hi - q >= 0; ++q) local += hist[hi - q];
+    uint32_t above = warp_excl_scan(local);
+    int digit = -1;
+    uint32_t dabove = 0;
+    for (int q = 0; q < per && hi - q >= 0; ++q) {
+      const uint32_t cnt = hist[hi - q];
+      if (above < rem && rem <= above + cnt) digit = hi - q, dabove = above;
+      above += cnt;
+    }
+    const uint32_t found = __ballot_sync(0xffffffffu, digit >= 0);  // exactly one lane
+    const int src = __ffs(int(found)) - 1;
+    digit = __shfl_sync(0xffffffffu, digit, src);
+    dabove = __shfl_sync(0xffffffffu, dabove, src);
+    rem -= dabove;
+    prefix |= uint32_t(digit) << shift;
+    pmask |= uint32_t(nbins - 1) << shift;
+    top = shift - 1;
+    __syncwarp();  // the bins are read before the next pass clears them
   }
-  __syncthreads();
+  need = rem;
+  return lo_key + prefix;
 }
 
-__global__ void __launch_bounds__(kBsSelThreads) bs_select_kernel(const BsSelectArgs a) {
+// Ordered emission (whole warp): in ascending i, every i < n with key(x[i]) > T and the first
+// `need` with key == T, written as map ? map[i] : i to out[0, cap) (positions >= cap dropped).
+// Returns the count (every lane).
+__device__ uint32_t warp_emit(const float* x, int n, uint32_t T, uint32_t need, int32_t* out, const int32_t* map,
+                              uint32_t cap) {
+  const int lane = threadIdx.x & 31;
+  const uint32_t lt = lanemask_lt();
+  uint32_t pos = 0, tie = 0;
+  for (int base = 0; base < n; base += 32 * kWUnroll) {
+    float v[kWUnroll];
+#pragma unroll
+    for (int u = 0; u < kWUnroll; ++u) {
+      const int i = base + u * 32 + lane;
+      v[u] = i < n ? x[i] : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < kWUnroll; ++u) {
+      const int i = base + u * 32 + lane;
+      const uint32_t key = order_key(v[u]);
+      const bool is_gt = i < n && key > T, is_eq = i < n && key == T;
+      const uint32_t eqb = __ballot_sync(0xffffffffu, is_eq);
+      const bool sel = is_gt || (is_eq && tie + __popc(eqb & lt) < need);
+      const uint32_t selb = __ballot_sync(0xffffffffu, sel);
+      const uint32_t at = pos + __popc(selb & lt);
+      if (sel && at < cap) out[at] = map ? map[i] : i;
+      pos += __popc(selb);
+      tie += __popc(eqb);
+    }
+  }
+  return pos;
+}
+
+// out[0, min(k, n)) = the indices of the k largest of x[0, n), ascending (as map[i] when given):
+// the exact twin of top_k_indices(). Whole warp.
+__device__ void warp_topk(const float* x, int n, int64_t k, int32_t* out, uint32_t* hist,
+                          const int32_t* map = nullptr) {
+  const int lane = threadIdx.x & 31;
+  if (k <= 0) return;
+  if (k >= n) {
+    for (int i = lane; i < n; i += 32) out[i] = map ? map[i] : i;
+    return;
+  }
+  uint32_t need = 0;
+  const uint32_t T = warp_threshold(x, n, uint32_t(k), need, hist);
+  warp_emit(x, n, T, need, out, map, uint32_t(k));
+}
+
+// dst[0, n) = src[0, n) by one warp, kWUnroll loads in flight per lane.
+__device__ __forceinline__ void warp_stage(float* dst, const float* src, int n) {
+  const int lane = threadIdx.x & 31;
+  for (int base = 0; base < n; base += 32 * kWUnroll) {
+    float v[kWUnroll];
+#pragma unroll
+    for (int u = 0; u < kWUnroll; ++u) {
+      const int i = base + u * 32 + lane;
+      v[u] = i < n ? src[i] : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < kWUnroll; ++u) {
+      const int i = base + u * 32 + lane;
+      if (i < n) dst[i] = v[u];
+    }
+  }
+  __syncwarp();
+}
+
+__global__ void __launch_bounds__(kBsRowsPerCta * 32) bs_select_kernel(const BsSelectArgs a) {
   extern __shared__ __align__(16) uint8_t smem_raw[];
-  BsSelSmem& sm = *reinterpret_cast<BsSelSmem*>(smem_raw);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  BsWarpSmem& sm = reinterpret_cast<BsWarpSmem*>(smem_raw)[warp];
   const Geom& g = a.g;
-  const int64_t b = a.b0 + blockIdx.x;
+  const int64_t b = a.b0 + int64_t(blockIdx.x) * kBsRowsPerCta + warp;
+  if (b >= a.b1) return;  // warp-uniform; nothing below syncs the CTA
   const int s = a.s0 + blockIdx.y;
   const int h = a.bs_heads[s];
   const HeadInfo hi = a.heads[h];
   const int64_t nc = bs_n_cand(g, b), kk = bs_kk(g, b, hi.p0);
   int32_t* out = a.sel + hi.off + b * hi.stride;
   if (kk >= nc) {  // every candidate kept (early blocks, small prompts)
-    cta_iota<kBsSelThreads>(out, nc);
+    for (int64_t i = lane; i < nc; i += 32) out[i] = int32_t(i);
     return;
   }
   const int64_t off = int64_t(s - a.s0) * a.span + (a.cand_off[b] - a.cand_off[a.b0]);
@@ -350,30 +479,55 @@ __global__ void __launch_bounds__(kBsSelThreads) bs_select_kernel(const BsSelect
   const int G = (n + kBsGroup - 1) / kBsGroup;
   if (G > kk && !a.rows_in_global) {
     const float* gm = a.gmax + off / kBsGroup;
-    if (G <= kGmCap) {
-      gather_batched(sm.gm, nullptr, gm, G, [](int i) { return i; });
-      gm = sm.gm;
+    if (G <= kWBuf) {
+      warp_stage(sm.buf, gm, G);
+      gm = sm.buf;
     }
     uint32_t need = 0;
-    const uint32_t T = cta_threshold<kBsSelThreads>(gm, G, uint32_t(kk), &need, sm.tk);
+    const uint32_t T = warp_threshold(gm, G, uint32_t(kk), need, sm.hist);
     // Groups with maximum >= T, ascending.
-    const uint32_t ng = cta_emit<kBsSelThreads>(gm, G, T, 0xffffffffu, sm.groups, nullptr, kCandCap / kBsGroup, sm.tk);
-    if (ng <= uint32_t(kCandCap / kBsGroup)) {
-      // Only the row's last group can be partial, and it is then the last candidate group.
-      const int pad = sm.groups[ng - 1] == G - 1 ? G * kBsGroup - n : 0;
-      const int m = int(ng) * kBsGroup - pad;
-      const int32_t* groups = sm.groups;
-      gather_batched(sm.cand, sm.cidx, row, m, [groups](int i) { return groups[i / kBsGroup] * kBsGroup + i % kBsGroup; });
-      cta_topk<kBsSelThreads>(sm.cand, m, kk, out, sm.tk, sm.cidx);
-      return;
+    const uint32_t ng = warp_emit(gm, G, T, 0xffffffffu, sm.groups, nullptr, kWGroups);
+    __syncwarp();
+    if (ng <= uint32_t(kWGroups)) {
+      // Their elements with key >= T, ascending (group order, then position in the group); the
+      // buffer's group maxima are dead now: it holds the scores and their block indices.
+      float* cand = sm.buf;
+      int32_t* cidx = reinterpret_cast<int32_t*>(sm.buf + kWCand);
+      const int m = int(ng) * kBsGroup;
+      const uint32_t lt = lanemask_lt();
+      uint32_t cnt = 0;
+      for (int base = 0; base < m; base += 32 * kWUnroll) {
+        float v[kWUnroll];
+        int idx[kWUnroll];
+#pragma unroll
+        for (int u = 0; u < kWUnroll; ++u) {
+          const int j = base + u * 32 + lane;
+          idx[u] = j < m ? sm.groups[j / kBsGroup] * kBsGroup + j % kBsGroup : n;
+          v[u] = idx[u] < n ? row[idx[u]] : 0.f;
+        }
+#pragma unroll
+        for (int u = 0; u < kWUnroll; ++u) {
+          const bool keep = idx[u] < n && order_key(v[u]) >= T;
+          const uint32_t kb = __ballot_sync(0xffffffffu, keep);
+          const uint32_t at = cnt + __popc(kb & lt);
+          if (keep && at < uint32_t(kWCand)) cand[at] = v[u], cidx[at] = idx[u];
+          cnt += __popc(kb);
+        }
+      }
+      __syncwarp();
+      if (cnt <= uint32_t(kWCand)) {  // cnt >= kk (see above)
+        warp_topk(cand, int(cnt), kk, out, sm.hist, cidx);
+        return;
+      }
     }
+    __syncwarp();  // the plain path restages the buffer
   }
   const float* x = row;
-  if (n <= kCandCap && !a.rows_in_global) {
-    gather_batched(sm.cand, nullptr, row, n, [](int i) { return i; });
-    x = sm.cand;
+  if (n <= kWBuf && !a.rows_in_global) {
+    warp_stage(sm.buf, row, n);
+    x = sm.buf;
   }
-  cta_topk<kBsSelThreads>(x, n, kk, out, sm.tk);
+  warp_topk(x, n, kk, out, sm.hist);
 }
 
 }  // namespace
@@ -388,12 +542,12 @@ void vs_select(const HeadInfo* heads, const float* vscore, const float* sscore, 
 }
 
 void bs_select_wave(const BsSelectArgs& a, cudaStream_t s) {
-  constexpr size_t kSmem = sizeof(BsSelSmem);
+  constexpr size_t kSmem = sizeof(BsWarpSmem) * kBsRowsPerCta;
   static const cudaError_t e =
       cudaFuncSetAttribute(bs_select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem));
   LC_CUDA_CHECK(e, "bs_select_kernel: raising dynamic shared memory to %zu bytes", kSmem);
-  const dim3 grid(unsigned(a.b1 - a.b0), unsigned(a.s1 - a.s0));
-  bs_select_kernel<<<grid, kBsSelThreads, kSmem, s>>>(a);
+  const dim3 grid(unsigned((a.b1 - a.b0 + kBsRowsPerCta - 1) / kBsRowsPerCta), unsigned(a.s1 - a.s0));
+  bs_select_kernel<<<grid, kBsRowsPerCta * 32, kSmem, s>>>(a);
   LC_LAUNCH_CHECK("bs_select_kernel rows=[%lld,%lld) slots=[%d,%d)", (long long)a.b0, (long long)a.b1, a.s0, a.s1);
 }
 
