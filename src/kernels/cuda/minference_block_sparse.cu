@@ -138,7 +138,7 @@ __global__ void pool_q_kernel(const bf16* q, const int32_t* bs_heads, __half* qh
 // ---- scores ----------------------------------------------------------------------------------
 constexpr int kTileRows = 128;               // query blocks per CTA tile (4 warps x 32 rows)
 constexpr int kTileCols = 64;                // key blocks per column tile
-constexpr int kColTiles = 4;                 // column tiles per CTA (the query tile stays resident)
+constexpr int kColTiles = 8;                 // column tiles per CTA (the query tile stays resident)
 constexpr int kKc = 64;                      // head-dim chunk (one 128-byte swizzled smem row)
 constexpr int kMaxChunks = 2;                // D <= 128
 constexpr int kGemmThreads = 128;

@@ -313,7 +313,9 @@ struct BsWarpSmem {
 // The key T of the k-th largest of x[0, n) and how many keys equal to T belong to the top k
 // (need; the others are all > T). Needs 0 < k < n. x in shared or global memory; the whole warp
 // calls. Radix passes of 8 bits over (key - min key) from the range's top bit down, like
-// cta_threshold; the digit is found by one warp scan over the bins counted from the top.
+// cta_threshold; the digit is found by one warp scan over the bins counted from the top. Once the
+// chosen bin holds <= 32 keys, one more pass collects them and ranking them by shuffles finishes
+// (usually after the first pass: the 8-bit digits of the range spread the keys well).
 __device__ uint32_t warp_threshold(const float* x, int n, uint32_t k, uint32_t& need, uint32_t* hist) {
   const int lane = threadIdx.x & 31;
   uint32_t lo_key = 0xffffffffu, hi_key = 0;
@@ -379,6 +381,7 @@ __device__ uint32_t warp_threshold(const float* x, int n, uint32_t k, uint32_t& 
     }
     const uint32_t found = __ballot_sync(0xffffffffu, digit >= 0);  // exactly one lane
     const int src = __ffs(int(found)) - 1;
+    const uint32_t in_bin = __shfl_sync(0xffffffffu, digit >= 0 ? hist[digit] : 0u, src);
     digit = __shfl_sync(0xffffffffu, digit, src);
     dabove = __shfl_sync(0xffffffffu, dabove, src);
     rem -= dabove;
@@ -386,6 +389,43 @@ __device__ uint32_t warp_threshold(const float* x, int n, uint32_t k, uint32_t& 
     pmask |= uint32_t(nbins - 1) << shift;
     top = shift - 1;
     __syncwarp();  // the bins are read before the next pass clears them
+    if (top >= 0 && in_bin <= 32u) {
+      // Early finish: the in_bin (<= 32) keys with this prefix, one per lane (via the bins'
+      // memory), ranked against each other: the rem-th largest of them is T.
+      const uint32_t lt = lanemask_lt();
+      uint32_t got = 0;
+      for (int base = 0; base < n; base += 32 * kWUnroll) {
+        float v[kWUnroll];
+#pragma unroll
+        for (int u = 0; u < kWUnroll; ++u) {
+          const int i = base + u * 32 + lane;
+          v[u] = i < n ? x[i] : 0.f;
+        }
+#pragma unroll
+        for (int u = 0; u < kWUnroll; ++u) {
+          const uint32_t r = order_key(v[u]) - lo_key;
+          const bool match = base + u * 32 + lane < n && (r & pmask) == prefix;
+          const uint32_t mb = __ballot_sync(0xffffffffu, match);
+          if (match) hist[got + __popc(mb & lt)] = r;
+          got += __popc(mb);
+        }
+      }
+      __syncwarp();
+      const bool valid = uint32_t(lane) < in_bin;
+      const uint32_t mine = valid ? hist[lane] : 0u;
+      uint32_t gt = 0, eq = 0;
+      for (uint32_t j = 0; j < in_bin; ++j) {
+        const uint32_t y = __shfl_sync(0xffffffffu, mine, int(j));
+        gt += y > mine;
+        eq += y == mine;
+      }
+      const bool is_t = valid && gt < rem && rem <= gt + eq;  // every lane holding T
+      const int tl = __ffs(int(__ballot_sync(0xffffffffu, is_t))) - 1;
+      const uint32_t t_r = __shfl_sync(0xffffffffu, mine, tl);
+      need = rem - __shfl_sync(0xffffffffu, gt, tl);
+      __syncwarp();  // the bins' memory is read before any later use
+      return lo_key + t_r;
+    }
   }
   need = rem;
   return lo_key + prefix;
