@@ -5,8 +5,8 @@
 // Stages (one file each, launched in this order by MinferenceIndexBuilder::build on one stream):
 //   minference_vs_estimate.cu  VS scores: softmax of the chunk's last 64 queries, column and
 //                              diagonal sums (two passes over K, tensor cores)
-//   minference_select.cu       top-k (CTA radix select, topk.h tie-break) of VS lines and of BS
-//                              key blocks; VS slash gap lists for Algorithm 4
+//   minference_select.cu       top-k (radix select, topk.h tie-break): one CTA per VS line set,
+//                              one warp per BS row (key blocks); VS slash gap lists for Algorithm 4
 //   minference_block_sparse.cu BS: 64-token mean pooling, pooled scores (3xTF32 tensor cores)
 //   minference_csr.cu          per (head, query block) ranges/columns: count, scan, fill
 // Everything matches the CPU builders of src/sparse (the source of truth, see each file).

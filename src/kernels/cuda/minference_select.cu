@@ -8,14 +8,15 @@
 //   - each block-sparse (head, query block): kk key blocks of the row's pooled scores.
 // Why not a sort: k is small next to n (100 of 16K blocks, 6096 of 1M offsets); a radix select
 // reads the scores a few times and never moves them.
-// How (one CTA per selection): scores become order-preserving 32-bit keys (minference_kernels.cuh
-// order_key); a min/max pass, then histogram passes of up to 11 bits over (key - min key) from
-// the top bit of the key range down (smem histogram, plain atomics: the range-relative digits
-// spread the keys over the bins) find the k-th largest key T and how many keys equal to T are
-// still needed; then an
-// ordered pass over contiguous per-warp segments (ballots, a scan over warps) writes every index
-// with key > T plus the first `need` indices with key == T, in ascending index order - exactly
-// the set topk.cpp's nth_element with that total order selects.
+// How: scores become order-preserving 32-bit keys (minference_kernels.cuh order_key); a min/max
+// pass, then histogram passes over (key - min key) from the top bit of the key range down (smem
+// histogram, plain atomics: the range-relative digits spread the keys over the bins) find the
+// k-th largest key T and how many keys equal to T are still needed; then an ordered pass (ballots)
+// writes every index with key > T plus the first `need` indices with key == T, in ascending index
+// order - exactly the set topk.cpp's nth_element with that total order selects.
+//   VS: one CTA per (head, kind), 11-bit digits, contiguous per-warp segments and a scan over the
+//   warps for the ordered pass.
+//   BS: one warp per row, 8-bit digits, no block-wide syncs (see "block-sparse rows").
 #include <cub/block/block_scan.cuh>
 
 #include "kernels/cuda/check.h"
