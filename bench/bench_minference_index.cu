@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "kernels/cuda/structured_qk.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/minference_index.h"
@@ -52,20 +53,8 @@ struct Vs {
 };
 constexpr Vs kVsMix[] = {{1000, 6096, 15}, {30, 800, 9}, {100, 800, 5}, {3500, 100, 2}, {500, 700, 1}};
 
-std::vector<int64_t> parse_list(const char* s) {
-  std::vector<int64_t> v;
-  std::string str(s);
-  size_t pos = 0;
-  while (pos < str.size()) {
-    size_t e = str.find(',', pos);
-    if (e == std::string::npos) e = str.size();
-    if (e > pos) v.push_back(std::atoll(str.substr(pos, e - pos).c_str()));
-    pos = e + 1;
-  }
-  return v;
-}
-
-// Median device time of fn over reps runs after warmup runs (CUDA events on the default stream).
+// Median device time of fn over reps runs after warmup runs (CUDA events on the default stream),
+// and the median wall time (build() synchronises once: its host side counts here).
 double time_ms(const std::function<void()>& fn, int warmup, int reps, double* wall_ms = nullptr) {
   for (int i = 0; i < warmup; ++i) fn();
   LC_CUDA_CHECK(cudaDeviceSynchronize(), "bench warmup");
@@ -113,7 +102,7 @@ int main(int argc, char** argv) {
   const char* json_path = nullptr;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--seqs") && i + 1 < argc) {
-      seqs = parse_list(argv[++i]);
+      seqs = longctx::bench::parse_list(argv[++i]);
     } else if (!std::strcmp(argv[i], "--inputs") && i + 1 < argc) {
       inputs.clear();
       std::string s(argv[++i]);
@@ -143,17 +132,12 @@ int main(int argc, char** argv) {
   try {
     require_hopper();
     const DeviceInfo dev = device_info(0);
-    std::string js = "{\n";
     char buf[2048];
-    std::time_t now = std::time(nullptr);
-    char date[64];
-    std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
     std::snprintf(buf, sizeof buf,
-                  "  \"device\": \"%s\", \"sms\": %d, \"date\": \"%s\",\n  \"shape\": {\"n_head\": %d, \"n_kv_head\": "
-                  "%d, \"head_dim\": %d, \"dtype\": \"bf16\", \"chunk\": \"n_q = n_kv = S\"},\n  \"runs\": [\n",
-                  dev.name.c_str(), dev.num_sms, date, kHeads, kKvHeads, kD);
-    js += buf;
-    bool first_row = true;
+                  "\"shape\": {\"n_head\": %d, \"n_kv_head\": %d, \"head_dim\": %d, \"dtype\": \"bf16\", "
+                  "\"chunk\": \"n_q = n_kv = S\"}",
+                  kHeads, kKvHeads, kD);
+    longctx::bench::JsonRecord js(dev, buf);
     for (int64_t S : seqs) {
       const size_t nq = size_t(S) * kHeads * kD, nk = size_t(S) * kKvHeads * kD;
       void* q = dev_malloc(nq * 2);
@@ -218,25 +202,19 @@ int main(int argc, char** argv) {
                        prof.bs_score_ms, prof.bs_select_ms, prof.bs_waves, prof.csr_ms, attn_ms, 100 * share,
                        (long long)idx.n_ranges, (long long)idx.n_cols, index_mb);
           std::snprintf(buf, sizeof buf,
-                        "%s    {\"seq\": %lld, \"inputs\": \"%s\", \"pattern\": \"%s\", \"build_ms\": %.4f, "
+                        "{\"seq\": %lld, \"inputs\": \"%s\", \"pattern\": \"%s\", \"build_ms\": %.4f, "
                         "\"build_wall_ms\": %.4f, \"build_reps\": %d, \"stage_ms\": {\"vs\": %.4f, \"bs\": %.4f, "
                         "\"bs_pool\": %.4f, \"bs_score\": %.4f, \"bs_select\": %.4f, \"bs_waves\": %d, \"csr\": %.4f}, \"attention_ms\": %.4f, \"attention_reps\": %d, \"index_share\": %.5f, "
                         "\"n_ranges\": %lld, \"n_cols\": %lld, \"index_mb\": %.1f, \"builder_fixed_mb\": %.1f}",
-                        first_row ? "" : ",\n", (long long)S, in.c_str(), name, build_ms, build_wall, reps, prof.vs_ms,
+                        (long long)S, in.c_str(), name, build_ms, build_wall, reps, prof.vs_ms,
                         prof.bs_ms, prof.bs_pool_ms, prof.bs_score_ms, prof.bs_select_ms, prof.bs_waves, prof.csr_ms, attn_ms, areps, share, (long long)idx.n_ranges,
                         (long long)idx.n_cols, index_mb, double(fixed_bytes) / 1e6);
-          js += buf;
-          first_row = false;
+          js.add(buf);
         }
       }
       for (void* x : {q, k, v, o, static_cast<void*>(lse)}) dev_free(x);
     }
-    js += "\n  ]\n}\n";
-    std::fputs(js.c_str(), stdout);
-    if (json_path) {
-      FILE* f = std::fopen(json_path, "w");
-      if (f) std::fputs(js.c_str(), f), std::fclose(f);
-    }
+    js.finish(json_path);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_minference_index: %s\n", e.what());
     return 1;
