@@ -31,7 +31,7 @@ struct LoadOptions {
   // tokenizer (token ids only). Needs the CUDA build and a GPU.
   std::string random_weights = {};  // (an initializer: designated-initializer users get no -Wextra warning)
   int64_t gpu_chunk = 0;  // tokens per prefill chunk on the GPU; 0 = automatic (16K)
-  // Benchmarks only (GPU, head_dim 128): after RoPE, every layer's Q and K are replaced by
+  // Benchmarks only (GPU, head_dim 128): after RoPE, every layer's prefill Q and K are replaced by
   // structured synthetic vectors (kernels/cuda/structured_qk.h: local/slash, sink, vertical and
   // topic structure), so sparse methods see realistic attention patterns with random weights.
   bool synthetic_qk = false;

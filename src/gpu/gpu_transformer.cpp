@@ -422,7 +422,9 @@ void GpuTransformer::layer(int l, int64_t T, int64_t pos0) {
   rp.pos0 = pos0;
   rp.inv_freq = w_.inv_freq();
   cuda::rope(rp, stream_);
-  if (synthetic_qk_)  // benchmarks only: realistic attention structure on random weights
+  // Benchmarks only: realistic attention structure on random weights. Prefill chunks (and eager
+  // decode steps); graph-replayed decode steps (decode_layer) keep the model's Q/K.
+  if (synthetic_qk_)
     synthetic_qk_->fill({q, k_new, T, pos0, uint64_t(l) + 1}, stream_);
   if (T == 1) {
     cuda::DecodeParams dp;
@@ -483,37 +485,31 @@ void GpuTransformer::prefill_attention(int l, int64_t T, int64_t pos0, void* q, 
   const AttnEvents& e = events_[events_used_++];
   const cudaStream_t s = static_cast<cudaStream_t>(stream_);
   const int64_t n_kv = pos0 + T;
+  // The chunk's tensors and shape, the same for the dense and the sparse kernel's params.
+  auto set_shape = [&](auto& p) {
+    p.q = q;
+    p.k = k_all;
+    p.v = v_all;
+    p.o = o;
+    p.n_q = T;
+    p.n_kv = n_kv;
+    p.n_head = cfg_.n_head;
+    p.n_kv_head = cfg_.n_kv_head;
+    p.head_dim = cfg_.head_dim;
+    p.q_pos0 = pos0;
+    p.causal = true;
+  };
   check_cuda(cudaEventRecord(ev(e.start), s), "cudaEventRecord");
   if (!attn_.sparse_at(l, n_kv)) {
     ++stats_.dense_calls;
     check_cuda(cudaEventRecord(ev(e.index_end), s), "cudaEventRecord");
     cuda::PrefillParams pp;
-    pp.q = q;
-    pp.k = k_all;
-    pp.v = v_all;
-    pp.o = o;
-    pp.n_q = T;
-    pp.n_kv = n_kv;
-    pp.n_head = cfg_.n_head;
-    pp.n_kv_head = cfg_.n_kv_head;
-    pp.head_dim = cfg_.head_dim;
-    pp.q_pos0 = pos0;
-    pp.causal = true;
+    set_shape(pp);
     cuda::attention_prefill(pp, stream_);
   } else {
     ++stats_.sparse_calls;
     cuda::SparseAttnParams sp;
-    sp.q = q;
-    sp.k = k_all;
-    sp.v = v_all;
-    sp.o = o;
-    sp.n_q = T;
-    sp.n_kv = n_kv;
-    sp.n_head = cfg_.n_head;
-    sp.n_kv_head = cfg_.n_kv_head;
-    sp.head_dim = cfg_.head_dim;
-    sp.q_pos0 = pos0;
-    sp.causal = true;
+    set_shape(sp);
     if (attn_.kind == GpuAttnKind::MInference) {
       if (!builder_) fail("internal: MInference prefill at layer {} with no index builder", l);
       cuda::MinferenceIndexParams ip;

@@ -55,7 +55,7 @@ struct GpuOptions {
   int64_t chunk = kDefaultChunk;  // tokens per prefill chunk (activation arena is sized by it)
   bool cuda_graph = true;         // decode by CUDA graph replay (env LONGCTX_NO_CUDA_GRAPH=1: off)
   std::string attn = "dense";     // --attn spec (gpu_attention.h): dense, minference=..., a_shape=...
-  bool synthetic_qk = false;      // benchmarks only: Q/K replaced after RoPE (kernels/cuda/structured_qk.h)
+  bool synthetic_qk = false;      // benchmarks only: prefill Q/K replaced after RoPE (kernels/cuda/structured_qk.h)
 };
 
 // Memory in use by the most recent GpuTransformer (for benchmarks and logs).
