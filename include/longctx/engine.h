@@ -35,6 +35,10 @@ struct LoadOptions {
   // structured synthetic vectors (kernels/cuda/structured_qk.h: local/slash, sink, vertical and
   // topic structure), so sparse methods see realistic attention patterns with random weights.
   bool synthetic_qk = false;
+  // KV cache on the GPU: "bf16", or "fp8" (e4m3 with per-layer scales: half the memory, so e.g.
+  // Llama-3-8B at 1M tokens fits one 141 GB GPU; the prefill then runs layer by layer). The CPU
+  // path keeps its own cache and rejects "fp8" with --device cpu.
+  std::string kv_cache = "bf16";
 };
 
 struct SamplingParams {

@@ -65,6 +65,7 @@ struct BenchArgs {
   int64_t gpu_chunk = 0;
   int64_t chunk = 0;  // CPU prefill chunk (0 = LoadOptions default)
   bool synthetic_qk = false;  // GPU: Q/K replaced by structured synthetic vectors after RoPE
+  std::string kv_cache = "bf16";  // GPU KV cache: bf16 or fp8
 };
 
 double matmul_params(const ModelConfig& c) {
@@ -113,6 +114,7 @@ void run(const BenchArgs& a) {
   lo.random_weights = a.random_weights;
   lo.gpu_chunk = a.gpu_chunk;
   lo.synthetic_qk = a.synthetic_qk;
+  lo.kv_cache = a.kv_cache;
   if (a.chunk > 0) lo.prefill_chunk = a.chunk;
   // A random-weight geometry has no trained context to respect: allow the longest run.
   if (random) lo.max_context = longest + a.decode;
@@ -147,6 +149,7 @@ void run(const BenchArgs& a) {
   out["device"] = device;
   if (random) out["random_weights"] = a.random_weights;
   if (a.synthetic_qk) out["synthetic_qk"] = true;
+  out["kv_cache_type"] = a.kv_cache;
   out["matmul_params"] = matmul_params(eng->config());
   if (peak > 0) out["peak_bf16_flops"] = peak;
   out["results"] = nlohmann::json::array();
@@ -192,6 +195,7 @@ void run(const BenchArgs& a) {
                              {"kv_cache", double(m.kv) / kGiB},
                              {"activations", double(m.arena) / kGiB},
                              {"decode_workspace", double(m.decode_ws) / kGiB},
+                             {"layer_major_stage", double(m.stage) / kGiB},
                              {"sparse_prefill", double(m.sparse) / kGiB},
                              {"device_used_peak", mem_gib},
                              {"device_total", double(m.device_total) / kGiB}};
@@ -246,6 +250,9 @@ void register_bench(CLI::App& app) {
   m->add_flag("--synthetic-qk", args->synthetic_qk,
               "GPU, benchmarks: replace each layer's Q/K after RoPE by structured synthetic vectors (local/slash, "
               "sink, vertical, topic structure) so sparse methods see realistic patterns on random weights");
+  m->add_option("--kv-cache", args->kv_cache,
+                "GPU KV cache: bf16, or fp8 (e4m3 with per-layer scales: half the memory; prefill runs layer by layer)")
+      ->check(CLI::IsMember({"bf16", "fp8"}));
   m->add_option("-t,--threads", args->threads, "CPU threads (0 = all cores)");
   m->add_option("--json", args->json_path, "Write the JSON here instead of stdout");
   m->callback([args] { run(*args); });

@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "gpu/gpu_ops.h"
+#include "gpu/kv_fp8.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/sparse_attention.h"
@@ -74,6 +75,8 @@ GpuTransformer::GpuTransformer(ModelConfig cfg, DeviceWeights w, const GpuOption
     : cfg_(std::move(cfg)), w_(std::move(w)) {
   check_supported(cfg_);
   if (opts.chunk <= 0) fail("GPU prefill chunk must be positive (got {})", opts.chunk);
+  kv_type_ = opts.kv_cache;
+  kv_elem_ = kv_type_ == KvCacheType::fp8 ? 1 : kBf16;
   attn_ = parse_gpu_attention(opts.attn, cfg_);
   if (const std::string problem = attention_problem(attn_, cfg_); !problem.empty())
     fail("{}; use --device cpu", problem);
@@ -91,6 +94,7 @@ GpuTransformer::GpuTransformer(ModelConfig cfg, DeviceWeights w, const GpuOption
   lm_gemm_ = std::make_unique<LmHeadGemm>(act(layout_.gemm_ws), cuda::kGemmWorkspaceBytes);
   const size_t kv_row = size_t(cfg_.n_kv_head) * size_t(cfg_.head_dim) * kBf16;
   step_buf_ = cuda::dev_malloc(align_up(kStepInts * sizeof(int32_t)) + 2 * align_up(kv_row));
+  if (kv_type_ == KvCacheType::fp8) amax_ = static_cast<float*>(cuda::dev_malloc(2 * sizeof(float)));
   graph_ = std::make_unique<cuda::CudaGraph>();
   use_graph_ = opts.cuda_graph && !graph_disabled_by_env();
   {
@@ -109,6 +113,7 @@ GpuTransformer::~GpuTransformer() {
       for (void* x : {e.start, e.index_end, e.end})
         if (x) (void)cudaEventDestroy(ev(x));
     graph_.reset();
+    cuda::dev_free(amax_);
     cuda::dev_free(step_buf_);
     lm_gemm_.reset();
     gemm_.reset();
@@ -125,8 +130,10 @@ void GpuTransformer::free_kv() {
   sparse_bytes_ = 0;
   cuda::dev_free(kv_);
   cuda::dev_free(decode_ws_);
-  kv_ = decode_ws_ = nullptr;
+  cuda::dev_free(stage_);
+  kv_ = decode_ws_ = stage_ = nullptr;
   kv_bytes_ = decode_ws_bytes_ = 0;
+  stage_layout_ = {};
   cap_ = 0;
   graph_tiles_ = -1;  // the captured step points into the freed blocks
 }
@@ -142,6 +149,7 @@ void GpuTransformer::note_memory() {
   g_stats.kv = kv_bytes_;
   g_stats.arena = layout_.total;
   g_stats.decode_ws = decode_ws_bytes_;
+  g_stats.stage = stage_layout_.total;
   g_stats.sparse = sparse_bytes_;
   g_stats.device_total = total_b;
   g_stats.device_used_peak = std::max(g_stats.device_used_peak, total_b - free_b);
@@ -153,9 +161,10 @@ std::string GpuTransformer::kv_fit_problem(int64_t capacity) const {
     (void)cudaGetLastError();
     return "cannot query free GPU memory (cudaMemGetInfo failed)";
   }
-  return gpu::kv_fit_problem(cfg_, capacity, free_b + kv_bytes_ + decode_ws_bytes_ + sparse_bytes_,
+  return gpu::kv_fit_problem(cfg_, capacity,
+                             free_b + kv_bytes_ + decode_ws_bytes_ + sparse_bytes_ + stage_layout_.total,
                              w_.bytes() + layout_.total, device_name_,
-                             sparse_prefill_bytes(attn_, cfg_, layout_.chunk, capacity));
+                             sparse_prefill_bytes(attn_, cfg_, layout_.chunk, capacity), kv_type_);
 }
 
 void GpuTransformer::reset(int64_t capacity) {
@@ -166,8 +175,10 @@ void GpuTransformer::reset(int64_t capacity) {
     const std::string problem = kv_fit_problem(capacity);
     if (!problem.empty()) fail("{}", problem);
     free_kv();
-    kv_bytes_ = kv_bytes(cfg_, capacity);
+    kv_bytes_ = kv_bytes(cfg_, capacity, kv_type_);
     kv_ = cuda::dev_malloc(kv_bytes_);
+    stage_layout_ = stage_layout(cfg_, capacity, kv_type_);
+    if (stage_layout_.total) stage_ = cuda::dev_malloc(stage_layout_.total);
     decode_ws_bytes_ = decode_ws_bytes(cfg_, capacity);
     decode_ws_ = cuda::dev_malloc(decode_ws_bytes_);
     cuda::decode_workspace_init(decode_ws_, decode_ws_bytes_, stream_);
@@ -187,6 +198,9 @@ void GpuTransformer::reset(int64_t capacity) {
     }
   }
   cap_req_ = capacity;
+  k_scale_.assign(size_t(cfg_.n_layer), 0.f);  // fp8: the next prefill sets them
+  v_scale_.assign(size_t(cfg_.n_layer), 0.f);
+  graph_tiles_ = -1;  // a captured decode step holds the old scales
   stats_ = {};
   stats_.attn = attn_.spec;
   stats_.sparse_bytes = sparse_bytes_;
@@ -197,7 +211,13 @@ void GpuTransformer::reset(int64_t capacity) {
   note_memory();
 }
 
-void GpuTransformer::forward(std::span<const int32_t> tokens, int64_t n_logits, std::vector<float>* logits) {
+void* GpuTransformer::kv_cache_at(int l, int which) const {
+  const size_t KV = size_t(cfg_.n_kv_head) * size_t(cfg_.head_dim);
+  return static_cast<char*>(kv_) + size_t(2 * l + which) * size_t(cap_) * KV * kv_elem_;
+}
+
+void GpuTransformer::forward(std::span<const int32_t> tokens, int64_t n_logits, std::vector<float>* logits,
+                             const LayerProgressFn& progress) {
   const int64_t T = int64_t(tokens.size());
   if (T == 0) return;
   if (broken_) fail("the GPU model was interrupted by an earlier error; reset() it before the next forward");
@@ -209,12 +229,20 @@ void GpuTransformer::forward(std::span<const int32_t> tokens, int64_t n_logits, 
   n_logits = logits ? std::clamp<int64_t>(n_logits, 0, T) : 0;
   if (logits) logits->resize(size_t(n_logits * V));
   broken_ = true;
-  if (T == 1) {
+  const int64_t first = T - n_logits;  // first token (index in `tokens`) whose logits are wanted
+  // fp8: a step before any prefill (scales unset) runs as a 1-token layer-major prefill
+  const bool scales_set = kv_type_ != KvCacheType::fp8 || k_scale_[0] > 0.f;
+  if (T == 1 && scales_set) {
     decode_token(tokens[0], n_logits ? logits->data() : nullptr);
     broken_ = false;
     return;
   }
-  const int64_t first = T - n_logits;  // first token (index in `tokens`) whose logits are wanted
+  if (layer_major()) {
+    forward_layer_major(tokens, first, logits ? logits->data() : nullptr, progress);
+    broken_ = false;
+    note_memory();
+    return;
+  }
   for (int64_t c0 = 0; c0 < T; c0 += layout_.chunk) {
     const int64_t c1 = std::min(T, c0 + layout_.chunk);
     forward_chunk(tokens.data() + c0, c1 - c0, std::max<int64_t>(first - c0, 0),
@@ -232,28 +260,90 @@ void GpuTransformer::forward_chunk(const int32_t* ids, int64_t T, int64_t first_
   cuda::embedding({w_.tok_embd(), d_ids, act(layout_.x), T, cfg_.vocab_size, cfg_.n_embd}, stream_);
   if (T > 1 && attn_.kind == GpuAttnKind::AShape) upload_a_shape_index(T, pos0);
   events_used_ = 0;
-  for (int l = 0; l < cfg_.n_layer; ++l) layer(l, T, pos0);
+  for (int l = 0; l < cfg_.n_layer; ++l)
+    layer({.l = l, .T = T, .pos0 = pos0, .x = act(layout_.x), .k_all = kv_cache_at(l, 0), .v_all = kv_cache_at(l, 1)});
   if (events_used_ > 0) read_attention_times();
   len_ = pos0 + T;
   if (logits && first_row < T) {
     // Final norm and LM head for rows first_row..T-1 only, kLogitRows at a time.
+    const int64_t E = cfg_.n_embd;
     for (int64_t r0 = first_row; r0 < T; r0 += layout_.logit_rows) {
       const int64_t m = std::min(layout_.logit_rows, T - r0);
-      lm_head(r0, m, logits + (out_row0 + (r0 - first_row)) * int64_t(cfg_.vocab_size));
+      lm_head(at(act(layout_.x), size_t(r0 * E)), m, logits + (out_row0 + (r0 - first_row)) * int64_t(cfg_.vocab_size));
     }
   }
 }
 
-void GpuTransformer::lm_head(int64_t row0, int64_t m, float* out) {
-  lm_head_device(row0, m);
+void GpuTransformer::forward_layer_major(std::span<const int32_t> tokens, int64_t first_row, float* logits,
+                                         const LayerProgressFn& progress) {
+  if (!stage_) fail("internal: layer-major prefill with no staging buffer");
+  const int64_t pos0 = len_, T = int64_t(tokens.size()), C = layout_.chunk;
+  const int64_t E = cfg_.n_embd, KV = int64_t(cfg_.n_kv_head) * cfg_.head_dim;
+  char* stage = static_cast<char*>(stage_);
+  void* xs = stage + stage_layout_.x;       // [T, E] residual stream of the whole prompt
+  void* k_stage = stage + stage_layout_.k;  // [pos0 + T, KV] bf16 keys of the layer being run
+  void* v_stage = stage + stage_layout_.v;  // [pos0 + T, KV] bf16 values
+  // Embeddings, a chunk of ids at a time (the ids buffer holds one chunk).
+  int32_t* d_ids = static_cast<int32_t*>(act(layout_.ids));
+  for (int64_t c0 = 0; c0 < T; c0 += C) {
+    const int64_t n = std::min(C, T - c0);
+    cuda::copy_h2d(d_ids, tokens.data() + c0, size_t(n) * sizeof(int32_t), stream_);
+    cuda::embedding({w_.tok_embd(), d_ids, at(xs, size_t(c0 * E)), n, cfg_.vocab_size, cfg_.n_embd}, stream_);
+  }
+  for (int l = 0; l < cfg_.n_layer; ++l) {
+    if (pos0 > 0) {  // the rows of earlier calls, back to bf16
+      kv_dequantize({kv_cache_at(l, 0), k_stage, pos0 * KV, k_scale_[size_t(l)]}, stream_);
+      kv_dequantize({kv_cache_at(l, 1), v_stage, pos0 * KV, v_scale_[size_t(l)]}, stream_);
+    }
+    events_used_ = 0;
+    for (int64_t c0 = 0; c0 < T; c0 += C) {
+      const int64_t n = std::min(C, T - c0);
+      if (n > 1 && attn_.kind == GpuAttnKind::AShape) upload_a_shape_index(n, pos0 + c0);
+      layer({.l = l, .T = n, .pos0 = pos0 + c0, .x = at(xs, size_t(c0 * E)), .k_all = k_stage, .v_all = v_stage});
+    }
+    store_layer_kv(l, pos0, T);
+    if (events_used_ > 0) read_attention_times();
+    if (progress) progress(l + 1, cfg_.n_layer);
+  }
+  len_ = pos0 + T;
+  for (int64_t r0 = first_row; logits && r0 < T; r0 += layout_.logit_rows) {
+    const int64_t m = std::min(layout_.logit_rows, T - r0);
+    lm_head(at(xs, size_t(r0 * E)), m, logits + (r0 - first_row) * int64_t(cfg_.vocab_size));
+  }
+  cuda::stream_sync(stream_);
+  cuda::check_last_error("GPU layer-major prefill");
+}
+
+void GpuTransformer::store_layer_kv(int l, int64_t pos0, int64_t T) {
+  const int64_t KV = int64_t(cfg_.n_kv_head) * cfg_.head_dim;
+  char* stage = static_cast<char*>(stage_);
+  void* k_new = at(stage + stage_layout_.k, size_t(pos0 * KV));  // [T, KV] bf16
+  void* v_new = at(stage + stage_layout_.v, size_t(pos0 * KV));
+  const size_t L = size_t(l);
+  if (k_scale_[L] <= 0.f) {  // first prefill since reset(): the scales cover these rows' range
+    check_cuda(cudaMemsetAsync(amax_, 0, 2 * sizeof(float), static_cast<cudaStream_t>(stream_)), "cudaMemsetAsync");
+    kv_amax({k_new, T * KV, amax_}, stream_);
+    kv_amax({v_new, T * KV, amax_ + 1}, stream_);
+    float amax[2] = {0, 0};
+    cuda::copy_d2h(amax, amax_, sizeof(amax), stream_);
+    cuda::stream_sync(stream_);
+    k_scale_[L] = fp8_scale_for(amax[0]);
+    v_scale_[L] = fp8_scale_for(amax[1]);
+  }
+  // the cache is e4m3: one byte per element
+  kv_quantize({k_new, static_cast<char*>(kv_cache_at(l, 0)) + size_t(pos0 * KV), T * KV, k_scale_[L]}, stream_);
+  kv_quantize({v_new, static_cast<char*>(kv_cache_at(l, 1)) + size_t(pos0 * KV), T * KV, v_scale_[L]}, stream_);
+}
+
+void GpuTransformer::lm_head(const void* x_rows, int64_t m, float* out) {
+  lm_head_device(x_rows, m);
   copy_logits(m, out);
 }
 
-void GpuTransformer::lm_head_device(int64_t row0, int64_t m) {
+void GpuTransformer::lm_head_device(const void* x_rows, int64_t m) {
   const int64_t E = cfg_.n_embd, V = cfg_.vocab_size;
-  void* xr = at(act(layout_.x), size_t(row0 * E));
-  void* hr = at(act(layout_.h), size_t(row0 * E));
-  cuda::rmsnorm({xr, w_.out_norm(), hr, nullptr, nullptr, m, E, cfg_.rms_eps}, stream_);
+  void* hr = act(layout_.h);  // [m, E]
+  cuda::rmsnorm({x_rows, w_.out_norm(), hr, nullptr, nullptr, m, E, cfg_.rms_eps}, stream_);
   const int64_t ld = padded_vocab(V);  // fp32 [m, ld] on the device
   lm_gemm_->run(hr, w_.lm_head(), static_cast<float*>(act(layout_.logits)), m, V, E, ld, stream_);
 }
@@ -318,7 +408,7 @@ void GpuTransformer::decode_kernels(int64_t plan_kv, bool with_logits) {
   int32_t* d_ids = static_cast<int32_t*>(step_buf_) + kStepId;
   cuda::embedding({w_.tok_embd(), d_ids, act(layout_.x), 1, cfg_.vocab_size, cfg_.n_embd}, stream_);
   for (int l = 0; l < cfg_.n_layer; ++l) decode_layer(l, plan_kv);
-  if (with_logits) lm_head_device(0, 1);
+  if (with_logits) lm_head_device(act(layout_.x), 1);
 }
 
 void GpuTransformer::decode_layer(int l, int64_t plan_kv) {
@@ -333,8 +423,9 @@ void GpuTransformer::decode_layer(int l, int64_t plan_kv) {
   void* o = act(layout_.o);  // [1, Q]
   void* k_row = static_cast<char*>(step_buf_) + align_up(kStepInts * sizeof(int32_t));  // [1, KV]
   void* v_row = static_cast<char*>(k_row) + align_up(size_t(KV) * kBf16);               // [1, KV]
-  void* k_all = at(kv_, size_t(2 * l) * size_t(cap_) * size_t(KV));      // [cap, n_kv_head, D]
-  void* v_all = at(kv_, size_t(2 * l + 1) * size_t(cap_) * size_t(KV));  // [cap, n_kv_head, D]
+  void* k_all = kv_cache_at(l, 0);  // [cap, n_kv_head, D] bf16 or e4m3
+  void* v_all = kv_cache_at(l, 1);
+  const bool fp8 = kv_type_ == KvCacheType::fp8;
 
   cuda::rmsnorm({x, L.attn_norm, h, nullptr, nullptr, 1, E, cfg_.rms_eps}, stream_);
   gemm_->run({h, L.wq, q, 1, Q, E}, stream_);
@@ -355,7 +446,10 @@ void GpuTransformer::decode_layer(int l, int64_t plan_kv) {
   rp.positions = d_pos;
   rp.inv_freq = w_.inv_freq();
   cuda::rope(rp, stream_);
-  kv_append({k_row, v_row, k_all, v_all, d_pos, KV, cap_}, stream_);
+  if (fp8)
+    kv_append_fp8({k_row, v_row, k_all, v_all, d_pos, KV, cap_}, k_scale_[size_t(l)], v_scale_[size_t(l)], stream_);
+  else
+    kv_append({k_row, v_row, k_all, v_all, d_pos, KV, cap_}, stream_);
   cuda::DecodeParams dp;
   dp.q = q;
   dp.k = k_all;
@@ -369,6 +463,11 @@ void GpuTransformer::decode_layer(int l, int64_t plan_kv) {
   dp.head_dim = int(D);
   dp.workspace = decode_ws_;
   dp.workspace_bytes = decode_ws_bytes_;
+  if (fp8) {
+    dp.kv_dtype = cuda::KvDtype::fp8_e4m3;
+    dp.k_scale = k_scale_[size_t(l)];
+    dp.v_scale = v_scale_[size_t(l)];
+  }
   cuda::attention_decode(dp, stream_);
   gemm_->run({o, L.wo, x, 1, E, Q, 1.f, 1.f}, stream_);  // x += o Wo^T
 
@@ -389,17 +488,19 @@ void GpuTransformer::decode_layer(int l, int64_t plan_kv) {
   gemm_->run({a, L.w_down, x, 1, E, F, 1.f, 1.f}, stream_);  // x += act Wdown^T
 }
 
-void GpuTransformer::layer(int l, int64_t T, int64_t pos0) {
+void GpuTransformer::layer(const LayerRun& r) {
+  const int l = r.l;
+  const int64_t T = r.T, pos0 = r.pos0;
   const DeviceLayer& L = w_.layer(l);
   const int64_t E = cfg_.n_embd, D = cfg_.head_dim, F = cfg_.n_ff;
   const int64_t Q = int64_t(cfg_.n_head) * D, KV = int64_t(cfg_.n_kv_head) * D;
-  void* x = act(layout_.x);   // [T, E]
+  void* x = r.x;              // [T, E]
   void* h = act(layout_.h);   // [T, E]
   void* q = act(layout_.q);   // [T, Q]
   void* o = act(layout_.o);   // [T, Q]
-  void* k_all = at(kv_, size_t(2 * l) * size_t(cap_) * size_t(KV));      // [cap, n_kv_head, D]
-  void* v_all = at(kv_, size_t(2 * l + 1) * size_t(cap_) * size_t(KV));  // [cap, n_kv_head, D]
-  void* k_new = at(k_all, size_t(pos0 * KV));                             // this chunk's rows [T, KV]
+  void* k_all = r.k_all;      // [pos0 + T, n_kv_head, D] bf16
+  void* v_all = r.v_all;
+  void* k_new = at(k_all, size_t(pos0 * KV));  // this chunk's rows [T, KV]
   void* v_new = at(v_all, size_t(pos0 * KV));
 
   // Attention block.

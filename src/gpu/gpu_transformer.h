@@ -28,6 +28,15 @@
 // runs the sparse kernel with one static index per chunk. Decode is dense. The builder (sized
 // for a chunk against the whole cache) is allocated by reset() with the KV cache and is part of
 // the same fit check. GPU times of prefill attention and index builds: last_gpu_prefill_stats().
+// KV cache in fp8 (GpuOptions::kv_cache, --kv-cache fp8: gpu/kv_fp8.h): e4m3 with one scale per
+// layer for K and one for V, set from the first prefill's max |K| and |V| after reset(). The
+// prefill then runs LAYER-MAJOR: the whole prompt's residual stream [T, n_embd] stays on the
+// GPU (stage buffer), and for each layer every chunk runs against that layer's K/V held in bf16
+// (rows of earlier calls dequantized into it first), after which the layer's new rows are
+// quantized into the cache. So prefill attention reads bf16 K/V (the same kernels and the same
+// numbers as the bf16 cache), only decode reads e4m3, and the bf16 staging is one layer, not 32.
+// forward() of a T-token prompt is then one call (the engine passes the whole prompt) with a
+// per-layer progress callback.
 // Errors: everything throws longctx::Error (bad ids, capacity exceeded, KV that does not fit
 // with what is needed vs free, CUDA failures with the kernel and shape); after an error mid
 // forward, reset() must be called before the next forward.
@@ -35,6 +44,7 @@
 //   m.reset(n_prompt + n_new); m.forward(prompt, 1, &logits); m.forward({&id, 1}, 1, &logits);
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -56,12 +66,17 @@ struct GpuOptions {
   bool cuda_graph = true;         // decode by CUDA graph replay (env LONGCTX_NO_CUDA_GRAPH=1: off)
   std::string attn = "dense";     // --attn spec (gpu_attention.h): dense, minference=..., a_shape=...
   bool synthetic_qk = false;      // benchmarks only: prefill Q/K replaced after RoPE (kernels/cuda/structured_qk.h)
+  KvCacheType kv_cache = KvCacheType::bf16;  // fp8: e4m3 cache, layer-major prefill (see above)
 };
+
+// Called after each layer of a layer-major prefill (fp8 cache) with the layers done so far.
+using LayerProgressFn = std::function<void(int layers_done, int n_layer)>;
 
 // Memory in use by the most recent GpuTransformer (for benchmarks and logs).
 struct GpuMemoryStats {
   std::string device;
   size_t weights = 0, kv = 0, arena = 0, decode_ws = 0;
+  size_t stage = 0;   // fp8 cache: the layer-major prefill's bf16 K/V of one layer + residual stream
   size_t sparse = 0;  // sparse prefill: MInference index builder, or A-shape index + workspace
   size_t device_total = 0;
   size_t device_used_peak = 0;  // total - free (cudaMemGetInfo), highest seen: includes the
@@ -95,6 +110,9 @@ class GpuTransformer {
   const GpuAttention& attention() const { return attn_; }
   const DeviceWeights& weights() const { return w_; }
   int64_t chunk() const { return layout_.chunk; }
+  KvCacheType kv_cache() const { return kv_type_; }
+  // Prefill runs layer-major (fp8 cache): callers should pass the whole prompt in one forward().
+  bool layer_major() const { return kv_type_ == KvCacheType::fp8; }
   int64_t size() const { return len_; }
   int64_t capacity() const { return cap_req_; }
   cuda::Stream stream() const { return stream_; }
@@ -111,19 +129,38 @@ class GpuTransformer {
   void reset(int64_t capacity);
   // Runs tokens at positions size() .. size()+T-1 and appends their K/V. Writes logits
   // [n_logits, vocab] (fp32) of the last n_logits positions (0 = none) into logits.
-  void forward(std::span<const int32_t> tokens, int64_t n_logits, std::vector<float>* logits);
+  // `progress` is called per layer by a layer-major prefill (fp8 cache), else never.
+  void forward(std::span<const int32_t> tokens, int64_t n_logits, std::vector<float>* logits,
+               const LayerProgressFn& progress = {});
 
  private:
   // Tokens ids[0..T) at position size(); logits of rows first_row..T-1 go to
   // logits + out_row0 * vocab onwards.
   void forward_chunk(const int32_t* ids, int64_t T, int64_t first_row, float* logits, int64_t out_row0);
-  void layer(int l, int64_t T, int64_t pos0);
+  // fp8 cache: all T tokens layer by layer (see above); logits of rows first_row..T-1 to logits.
+  void forward_layer_major(std::span<const int32_t> tokens, int64_t first_row, float* logits,
+                           const LayerProgressFn& progress);
+  // Ends layer l of a layer-major prefill: sets the layer's scales (first prefill) and
+  // quantizes the staged rows [pos0, pos0+T) into the cache.
+  void store_layer_kv(int l, int64_t pos0, int64_t T);
+  // One layer over T tokens at position pos0: x [T, n_embd] is updated in place; the layer's
+  // keys and values [0, pos0+T) are read from (and the T new rows written to) k_all / v_all,
+  // bf16 [rows, n_kv_head, head_dim] (the cache's layer, or the fp8 path's staging).
+  struct LayerRun {
+    int l = 0;
+    int64_t T = 0, pos0 = 0;
+    void* x = nullptr;
+    void* k_all = nullptr;
+    void* v_all = nullptr;
+  };
+  void layer(const LayerRun& r);
   // Prefill attention of layer l for T > 1 queries at pos0 (dense or sparse by attn_), timed.
   void prefill_attention(int l, int64_t T, int64_t pos0, void* q, void* k_all, void* v_all, void* o);
   void upload_a_shape_index(int64_t T, int64_t pos0);  // this chunk's shared A-shape index
   void read_attention_times();                         // sums the chunk's events into stats_
-  void lm_head(int64_t row0, int64_t n_rows, float* out);
-  void lm_head_device(int64_t row0, int64_t n_rows);  // final norm + LM head into layout_.logits
+  // Final norm + LM head of x rows [n_rows, n_embd] (n_rows <= logit_rows) into layout_.logits.
+  void lm_head(const void* x_rows, int64_t n_rows, float* out);
+  void lm_head_device(const void* x_rows, int64_t n_rows);
   void copy_logits(int64_t n_rows, float* out);       // layout_.logits -> host, then sync
   // One token at position size() (decode), by graph replay or eagerly.
   void decode_token(int32_t id, float* logits);
@@ -143,9 +180,17 @@ class GpuTransformer {
   std::unique_ptr<cuda::StructuredQk> synthetic_qk_;  // set when GpuOptions::synthetic_qk
   std::unique_ptr<LmHeadGemm> lm_gemm_;  // fp32 logits (shares gemm_'s workspace: same stream)
   std::string device_name_;
-  // KV cache: one block; K of layer l at kv_ + 2l*cap*KV, V at kv_ + (2l+1)*cap*KV (bf16 elements).
+  // KV cache: one block; K of layer l at kv_ + 2l*cap*KV, V at kv_ + (2l+1)*cap*KV elements of
+  // kv_elem_ bytes (bf16, or e4m3 with k_scale_[l] / v_scale_[l]).
+  void* kv_cache_at(int l, int which) const;  // which: 0 = K, 1 = V
+  KvCacheType kv_type_ = KvCacheType::bf16;
+  size_t kv_elem_ = 2;
   void* kv_ = nullptr;
   size_t kv_bytes_ = 0;
+  std::vector<float> k_scale_, v_scale_;  // fp8: per layer; 0 = not set yet (set by the first prefill)
+  void* stage_ = nullptr;                 // fp8: stage_layout(cap_) block (bf16 K/V of one layer, x)
+  StageLayout stage_layout_;
+  float* amax_ = nullptr;                 // fp8: device float [2], max |K| and |V| of a layer's new rows
   void* decode_ws_ = nullptr;  // split-KV decode workspace for `cap_` keys
   size_t decode_ws_bytes_ = 0;
   // Decode step: device int32 [kStepInts] {token id, position, KV length} and the new K and V

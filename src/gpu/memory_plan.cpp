@@ -53,11 +53,34 @@ size_t weight_bytes(const ModelConfig& c) {
   return total;
 }
 
-size_t kv_bytes_per_token(const ModelConfig& c) {
-  return 2 * size_t(c.n_layer) * size_t(c.n_kv_head) * size_t(c.head_dim) * kBf16;
+KvCacheType parse_kv_cache(const std::string& s) {
+  if (s == "bf16") return KvCacheType::bf16;
+  if (s == "fp8") return KvCacheType::fp8;
+  fail("unknown KV cache type '{}' (known: bf16, fp8)", s);
 }
 
-size_t kv_bytes(const ModelConfig& c, int64_t capacity) { return kv_bytes_per_token(c) * size_t(capacity); }
+const char* kv_cache_name(KvCacheType t) { return t == KvCacheType::fp8 ? "fp8" : "bf16"; }
+
+size_t kv_bytes_per_token(const ModelConfig& c, KvCacheType t) {
+  const size_t elem = t == KvCacheType::fp8 ? 1 : kBf16;
+  return 2 * size_t(c.n_layer) * size_t(c.n_kv_head) * size_t(c.head_dim) * elem;
+}
+
+size_t kv_bytes(const ModelConfig& c, int64_t capacity, KvCacheType t) {
+  return kv_bytes_per_token(c, t) * size_t(capacity);
+}
+
+StageLayout stage_layout(const ModelConfig& c, int64_t capacity, KvCacheType t) {
+  StageLayout s;
+  if (t != KvCacheType::fp8) return s;
+  const size_t rows = size_t(std::max<int64_t>(capacity, 1));
+  const size_t kv = rows * size_t(c.n_kv_head) * size_t(c.head_dim) * kBf16;
+  s.k = 0;
+  s.v = align_up(kv);
+  s.x = s.v + align_up(kv);
+  s.total = s.x + align_up(rows * size_t(c.n_embd) * kBf16);
+  return s;
+}
 
 size_t decode_ws_bytes(const ModelConfig& c, int64_t capacity) {
   return align_up(cuda::decode_workspace_bytes(1, c.n_head, c.head_dim, std::max<int64_t>(capacity, 1)));
@@ -66,23 +89,29 @@ size_t decode_ws_bytes(const ModelConfig& c, int64_t capacity) {
 std::string gib(size_t bytes) { return fmt::format("{:.2f} GiB", double(bytes) / double(1ull << 30)); }
 
 std::string kv_fit_problem(const ModelConfig& c, int64_t capacity, size_t free_bytes, size_t held_bytes,
-                           const std::string& device_name, size_t sparse_bytes) {
-  const size_t need = kv_bytes(c, capacity) + decode_ws_bytes(c, capacity) + sparse_bytes;
+                           const std::string& device_name, size_t sparse_bytes, KvCacheType t) {
+  const size_t stage = stage_layout(c, capacity, t).total;
+  const size_t need = kv_bytes(c, capacity, t) + decode_ws_bytes(c, capacity) + stage + sparse_bytes;
   const size_t usable = free_bytes > kReserveBytes ? free_bytes - kReserveBytes : 0;
   if (need <= usable) return "";
-  const size_t per_tok = kv_bytes_per_token(c);
-  // decode workspace is < 1/64 of the KV; the sparse buffers grow with the capacity too
-  // (counted here at their share per token of this capacity)
-  const size_t sparse_per_tok = sparse_bytes / size_t(std::max<int64_t>(capacity, 1));
-  const int64_t fit = int64_t(usable / (per_tok + per_tok / 64 + sparse_per_tok + 1));
+  const size_t per_tok = kv_bytes_per_token(c, t);
+  // decode workspace is < 1/64 of the KV; the staging and sparse buffers grow with the capacity
+  // too (counted here at their share per token of this capacity)
+  const size_t extra_per_tok = (stage + sparse_bytes) / size_t(std::max<int64_t>(capacity, 1));
+  const int64_t fit = int64_t(usable / (per_tok + per_tok / 64 + extra_per_tok + 1));
   const std::string sparse =
       sparse_bytes ? fmt::format(" and {} for the sparse prefill's index and workspace", gib(sparse_bytes)) : "";
+  const std::string staged =
+      stage ? fmt::format(", {} for the layer-major prefill (one layer's K/V in bf16, the prompt's residual stream)",
+                          gib(stage))
+            : "";
+  const std::string fp8_hint = t == KvCacheType::bf16 ? ", an fp8 KV cache (--kv-cache fp8: half the bytes)" : "";
   return fmt::format(
-      "the KV cache for {} tokens needs {} ({} KiB per token: {} layers x K,V x {} heads x {} x bf16{}) but "
+      "the KV cache for {} tokens needs {} ({} KiB per token: {} layers x K,V x {} heads x {} x {}{}{}) but "
       "{} has {} free ({} already held by the weights and activations, {} kept in reserve); "
-      "about {} tokens would fit: use a shorter context or fewer new tokens, or the CPU path (--device cpu)",
-      capacity, gib(need), per_tok / 1024, c.n_layer, c.n_kv_head, c.head_dim, sparse, device_name, gib(free_bytes),
-      gib(held_bytes), gib(kReserveBytes), fit);
+      "about {} tokens would fit: use a shorter context or fewer new tokens{}, or the CPU path (--device cpu)",
+      capacity, gib(need), per_tok / 1024, c.n_layer, c.n_kv_head, c.head_dim, kv_cache_name(t), staged, sparse,
+      device_name, gib(free_bytes), gib(held_bytes), gib(kReserveBytes), fit, fp8_hint);
 }
 
 }  // namespace longctx::gpu

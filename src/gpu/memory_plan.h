@@ -1,8 +1,9 @@
 // memory_plan.h: how many bytes of GPU memory a model needs, known before anything is allocated.
 //
-// What: the bf16 weights, the KV cache (bf16, per layer K and V, token-major
-// [capacity, n_kv_head, head_dim]), the activation arena of one prefill chunk, and the
-// workspaces. Why: a prompt whose KV cache will not fit must fail up front with a message that
+// What: the bf16 weights, the KV cache (bf16 or fp8 e4m3, per layer K and V, token-major
+// [capacity, n_kv_head, head_dim]), the activation arena of one prefill chunk, the workspaces,
+// and with an fp8 cache the layer-major prefill's buffers (one layer's K/V in bf16 and the
+// residual stream of the whole prompt: gpu_transformer.h). Why: a prompt whose KV cache will not fit must fail up front with a message that
 // says how much is needed and how much is free (never an out-of-memory crash halfway through a
 // 10-minute prefill), and --device auto must be able to pick the CPU instead.
 // The same layout functions size the real allocations (gpu_transformer.cpp), so the plan and
@@ -32,6 +33,13 @@ inline constexpr int64_t kLogitRows = 64;
 // use, and the driver's own needs.
 inline constexpr size_t kReserveBytes = size_t(512) << 20;
 
+// The KV cache's element type. fp8: e4m3 with one scale per layer for K and one for V (the
+// format kernels/cuda attention_decode reads); half the bytes, so Llama-3-8B's 1M-token cache is
+// 64 GiB instead of 128 GiB. The prefill then runs layer-major (gpu_transformer.h).
+enum class KvCacheType { bf16, fp8 };
+KvCacheType parse_kv_cache(const std::string& s);  // "bf16" | "fp8"; else Error naming the choices
+const char* kv_cache_name(KvCacheType t);
+
 // Offsets of the activation buffers inside the arena of one chunk (all bf16 unless noted).
 struct ArenaLayout {
   int64_t chunk = 0, mlp_rows = 0, logit_rows = 0;
@@ -50,17 +58,24 @@ ArenaLayout arena_layout(const ModelConfig& c, int64_t chunk);
 
 // Weights in bf16 (fused gate|up), plus the fp32 RoPE frequencies.
 size_t weight_bytes(const ModelConfig& c);
-size_t kv_bytes_per_token(const ModelConfig& c);  // all layers, K and V
-size_t kv_bytes(const ModelConfig& c, int64_t capacity);
+size_t kv_bytes_per_token(const ModelConfig& c, KvCacheType t = KvCacheType::bf16);  // all layers, K and V
+size_t kv_bytes(const ModelConfig& c, int64_t capacity, KvCacheType t = KvCacheType::bf16);
+// Layer-major prefill (fp8 cache; 0 for bf16): one layer's K and V in bf16 [capacity, KV] each,
+// plus the residual stream of `capacity` tokens, bf16 [capacity, n_embd].
+struct StageLayout {
+  size_t k = 0, v = 0, x = 0, total = 0;  // offsets in one block
+};
+StageLayout stage_layout(const ModelConfig& c, int64_t capacity, KvCacheType t);
 // The split-KV decode workspace for a cache of `capacity` tokens.
 size_t decode_ws_bytes(const ModelConfig& c, int64_t capacity);
 
-// "" when the KV cache of `capacity` tokens, its decode workspace and `sparse_bytes` (the sparse
-// prefill's buffers for that capacity: gpu_attention.h sparse_prefill_bytes) fit in `free_bytes`
-// (less the reserve); else a message saying what is needed and what is free, and what to do
-// (shorter context, or the CPU path).
+// "" when the KV cache of `capacity` tokens, its decode workspace, the layer-major staging
+// (fp8) and `sparse_bytes` (the sparse prefill's buffers for that capacity: gpu_attention.h
+// sparse_prefill_bytes) fit in `free_bytes` (less the reserve); else a message saying what is
+// needed and what is free, and what to do (shorter context, --kv-cache fp8, or the CPU path).
 std::string kv_fit_problem(const ModelConfig& c, int64_t capacity, size_t free_bytes, size_t held_bytes,
-                           const std::string& device_name, size_t sparse_bytes = 0);
+                           const std::string& device_name, size_t sparse_bytes = 0,
+                           KvCacheType t = KvCacheType::bf16);
 std::string gib(size_t bytes);  // "12.34 GiB"
 
 }  // namespace longctx::gpu

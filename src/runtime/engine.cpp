@@ -199,6 +199,15 @@ class CpuEngine final : public Engine {
   void prefill(std::span<const int32_t> prompt, int64_t n_logits, std::vector<float>* logits,
                const ProgressFn& progress, Clock::time_point t0) {
     const int64_t n = int64_t(prompt.size());
+#ifdef LONGCTX_WITH_GPU
+    if (on_gpu_ && gpu_->layer_major()) {  // one call, all chunks per layer; progress per layer
+      gpu::LayerProgressFn lp;
+      if (progress)
+        lp = [&](int done, int n_layer) { progress({n * done / n_layer, n, seconds_since(t0)}); };
+      gpu_->forward(prompt, n_logits, logits, lp);
+      return;
+    }
+#endif
     const int64_t step = chunk_size();
     for (int64_t c0 = 0; c0 < n; c0 += step) {
       const int64_t c1 = std::min(n, c0 + step);
@@ -212,6 +221,12 @@ class CpuEngine final : public Engine {
     if (model_) return;
     if (!file_) fail("internal: no model file to load CPU weights from");
     if (opts_.synthetic_qk) fail("synthetic Q/K (--synthetic-qk) is a GPU benchmark option: use --device cuda");
+    if (opts_.kv_cache != "bf16" && opts_.kv_cache != "fp8")
+      fail("unknown KV cache type '{}' (known: bf16, fp8)", opts_.kv_cache);
+    if (opts_.kv_cache != "bf16") {
+      if (opts_.device == "cpu") fail("--kv-cache {} is a GPU option (the CPU path keeps its own cache): use --device cuda", opts_.kv_cache);
+      note(fmt::format("--kv-cache {} applies on the GPU only; the CPU path keeps its own cache", opts_.kv_cache));
+    }
     MethodContext mc{cfg_.n_layer, cfg_.n_head, cfg_.n_kv_head, cfg_.head_dim, cfg_.name};
     auto method = make_attention_method(opts_.attn, mc);
     model_ = std::make_unique<Transformer>(cfg_, ModelWeights::load(*file_, cfg_), std::move(method), global_pool());
@@ -219,6 +234,7 @@ class CpuEngine final : public Engine {
 
   int64_t chunk_size() const {
 #ifdef LONGCTX_WITH_GPU
+    if (on_gpu_ && gpu_->layer_major()) return max_ctx_;  // the whole input per call
     if (on_gpu_) return gpu_->chunk();
 #endif
     return opts_.prefill_chunk;
@@ -280,6 +296,7 @@ class CpuEngine final : public Engine {
     go.chunk = chunk;
     go.attn = opts_.attn;
     go.synthetic_qk = opts_.synthetic_qk;
+    go.kv_cache = gpu::parse_kv_cache(opts_.kv_cache);
     gpu_ = std::make_unique<gpu::GpuTransformer>(cfg_, std::move(w), go);
     return true;
   }
