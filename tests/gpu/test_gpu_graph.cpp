@@ -23,13 +23,7 @@
 namespace longctx {
 namespace {
 
-std::vector<int32_t> random_ids(int64_t n, int32_t vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> d(0, vocab - 1);
-  std::vector<int32_t> ids(static_cast<size_t>(n));
-  for (auto& id : ids) id = d(rng);
-  return ids;
-}
+using test::random_ids;
 
 // One sequence: prefill `n_prompt` ids, then `n_decode` greedy steps; every `skip_every`-th
 // step (0 = never) is run without logits (the token after it is then the previous one again).

@@ -34,6 +34,8 @@
 namespace longctx {
 namespace {
 
+using test::random_ids;
+
 using test::compare_row;
 using test::LogitDiff;
 
@@ -44,14 +46,6 @@ using test::LogitDiff;
 // give O(1) errors) without failing on rounding.
 constexpr double kFp8LogitRelTol = 0.15;
 constexpr double kFp8RelL2Tol = 0.10;
-
-std::vector<int32_t> random_ids(int64_t n, int32_t vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> d(0, vocab - 1);
-  std::vector<int32_t> ids(static_cast<size_t>(n));
-  for (auto& id : ids) id = d(rng);
-  return ids;
-}
 
 uint8_t host_e4m3(float x) { return uint8_t(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3)); }
 float host_from_e4m3(uint8_t b) {

@@ -34,6 +34,8 @@
 namespace longctx {
 namespace {
 
+using test::random_ids;
+
 using test::compare_row;
 using test::LogitDiff;
 
@@ -110,14 +112,6 @@ Fixture& fixture() {
     return x;
   }();
   return *f;
-}
-
-std::vector<int32_t> random_ids(int64_t n, int32_t vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> d(0, vocab - 1);
-  std::vector<int32_t> ids(static_cast<size_t>(n));
-  for (auto& id : ids) id = d(rng);
-  return ids;
 }
 
 // Logit rows of a run: the last kRows rows of the prefill, then n_decode teacher-forced decode

@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,15 @@ inline std::filesystem::path temp_dir(const std::string& name) {
   std::filesystem::remove_all(p);
   std::filesystem::create_directories(p);
   return p;
+}
+
+// n token ids uniform in [0, vocab), reproducible from seed.
+inline std::vector<int32_t> random_ids(int64_t n, int32_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> d(0, vocab - 1);
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (auto& id : ids) id = d(rng);
+  return ids;
 }
 
 inline bool have_usable_gpu() {
