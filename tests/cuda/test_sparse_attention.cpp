@@ -5,7 +5,8 @@
 // Index cases: random (overlapping ranges, ends past n_kv, duplicate columns, columns inside
 // ranges or past the causal frontier), empty blocks (O = 0, LSE = -inf), everything selected
 // (== dense), all keys as gathered columns, the last partial query block, q_pos0 > 0 chunks,
-// GQA with per-query-head / per-KV-head / shared indices, non-causal, many short ranges.
+// GQA with per-query-head / per-KV-head / shared indices, non-causal, many short ranges, odd
+// head counts and block counts over the kernel's task-order chunks.
 // Run: build-gpusparse/tests/cuda/test_cuda --gtest_filter='Sparse*' (skips without a Hopper GPU).
 #include <algorithm>
 #include <cmath>
@@ -280,6 +281,18 @@ TEST(SparseAttnSmall, ManyShortRangesAndColumns) {
       hi.end_block();
     }
   check(sh, idx, "many-short-ranges");
+}
+
+// The kernel's task order (sparse_attention_sm90.cu task_of): more query blocks than one order
+// chunk (the last chunk partial), a KV group of 5 heads (pairs cross KV groups, the last group of
+// pairs partial), and an odd head count (the last pair has one head).
+TEST(SparseAttn, TaskOrderOddShapes) {
+  LC_REQUIRE_GPU();
+  auto g = gen();
+  const Shape sh{4170, 4170, 0, 10, 2};
+  check(sh, random_index(sh, 10, 0.3, g), "order/10-heads-group-5");
+  const Shape sh2{2100, 2300, 200, 5, 1};
+  check(sh2, random_index(sh2, 5, 0.2, g), "order/5-heads");
 }
 
 TEST(SparseAttn, LongerRandom) {

@@ -19,14 +19,20 @@
 //   tile header next to the stage (range tiles: first key and count; column tiles: the key of each
 //   slot, -1 = empty; flags "needs mask", "range", "end"),
 //   so consumers never parse the index: one online softmax over range and column tiles alike.
-// - Consumer: S = Q K^T with wgmma m64n64k16 (both from shared memory), online softmax in
-//   registers (log2 domain), O += P V with wgmma m64n128k16 (P from registers, V MN-major); FA3's
+// - Consumer: S = Q K^T with wgmma m64n64k16, Q from registers (loaded once per task with
+//   ldmatrix: the SS form read Q and K from shared memory per instruction, ~32 FLOP/B, at the
+//   SM's shared-memory bandwidth), K from shared memory; online softmax in registers (log2
+//   domain), O += P V with wgmma m64n128k16 (P from registers, V MN-major); FA3's
 //   intra-warpgroup overlap (S of tile t in flight with P V of tile t-1).
 // Why 64-key tiles and one task per warpgroup: a query block's keys are its own (MInference
 // indexes per query head and per 64-row block), so two warpgroups cannot share K/V tiles; 64
 // keys match the index granularity, and three 32 KB stages per warpgroup fit the 227 KB limit.
 // Tasks (h, b) are scheduled heaviest-first (causal work grows with b); the two warpgroups of a
-// CTA take heads 2x and 2x+1 of the same block (same KV head under GQA: shared L2 lines).
+// CTA take heads 2x and 2x+1 of the same block (same KV head under GQA: shared L2 lines). The
+// kernel moves ~64 FLOP per byte of K/V tile (half the dense kernel's 128-key tiles shared by
+// 128 rows), so it is bound by L2 -> SM traffic; the CTA order (task_of) keeps the resident CTAs
+// on one or two KV heads over 32 neighbouring query blocks, whose selected key blocks overlap,
+// so the K/V they read stays in L2 (hit rate 63% -> 87%).
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cudaTypedefs.h>
@@ -75,6 +81,15 @@ static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
 // setmaxnreg split: 128 x 40 + 256 x 232 <= 64K. The producers gather columns (64-bit addressing):
 // 24 registers (the dense kernel's TMA-only producer) spilled.
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+// S = Q K^T with Q in registers (wgmma RS, 32 registers per thread) instead of shared memory.
+// H200, structured inputs: block-sparse +0% / +3% / +5% at 128K / 512K / 1M, vertical-slash +0-1%
+// (shared-memory reads were not the main limit: L2 -> SM traffic is, see task_of).
+constexpr bool kQInRegs = true;
+// Task order (task_of): chunks of this many query blocks, KV-group-major inside (0 = block-major).
+// H200, structured inputs (bench/results/*sparse-rate*): L2 hit rate 63% -> 87% at 128K, DRAM
+// throughput 48% -> 14% of peak; block-sparse +7-10%, vertical-slash +16-30% over 0; 16 / 32 / 64
+// within ~2% of each other.
+constexpr int kOrderChunk = 32;
 
 // D[64 x 64] (+)= A[64 x 16] * B[16 x 64], A and B from shared memory, both K-major.
 __device__ __forceinline__ void wgmma_ss_n64(float (&d)[32], uint64_t da, uint64_t db, int scale_d) {
@@ -92,6 +107,27 @@ __device__ __forceinline__ void wgmma_ss_n64(float (&d)[32], uint64_t da, uint64
         "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
         "+f"(d[30]), "+f"(d[31])
       : "l"(da), "l"(db), "r"(scale_d));
+}
+
+// D[64 x 64] (+)= A[64 x 16] * B[16 x 64], A from registers (the m16n8k16 A-fragment layout per
+// warp: rows 16 warp + g, + 8; columns 2 tq, + 1, + 8, + 9), B from shared memory, K-major.
+// Half the shared-memory bytes per instruction of the SS form (B only): at m64n64 the SS form
+// reads 4 KB per 131 kFLOP, ~32 FLOP/B, the SM's shared-memory bandwidth at the tensor peak.
+__device__ __forceinline__ void wgmma_rs_n64(float (&d)[32], const uint32_t (&a)[4], uint64_t db, int scale_d) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17,"
+      " %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
 }
 
 // ---- plan kernel -----------------------------------------------------------------------------
@@ -200,9 +236,35 @@ struct MainArgs {
   const int32_t* n_c;
   int64_t n_q, n_kv, q_pos0, n_qblk;
   int n_head, n_kv_head, group, heads_per_index;
+  int order_chunk;  // task order: 0 = block-major; C > 0 = chunks of C blocks, KV-group-major inside
   float scale_log2;
   bool causal;
 };
+
+// CTA i -> (head pair, query block b). Heaviest blocks first either way (causal work grows with b).
+// order_chunk 0: block-major (all pairs of block b, then b - 1, ...). order_chunk C: the blocks
+// are cut into chunks of C (heaviest chunk first); inside a chunk, the pairs that share a KV
+// head (group / 2 of them) run over the chunk's C blocks before the next KV group: the CTAs
+// resident at a time touch the K/V of one or two KV heads over C neighbouring blocks, whose
+// selected blocks overlap (clustered), instead of all KV heads over a few blocks.
+__device__ __forceinline__ void task_of(const MainArgs& a, int64_t i, int& pair, int64_t& b) {
+  const int n_pairs = (a.n_head + 1) / 2;
+  if (a.order_chunk <= 0) {
+    pair = int(i % n_pairs);
+    b = a.n_qblk - 1 - i / n_pairs;
+    return;
+  }
+  const int64_t C = a.order_chunk;
+  const int64_t c = i / (C * n_pairs);                // chunk (all chunks but the last are full)
+  const int64_t cb = min(C, a.n_qblk - c * C);         // blocks in this chunk
+  const int64_t t = i - c * C * n_pairs;
+  const int gp = max(1, a.group / 2);                  // pairs per KV group
+  const int sg = int(t / (int64_t(gp) * cb));          // all groups but the last are full
+  const int gl = min(gp, n_pairs - sg * gp);           // pairs in this group
+  const int64_t u = t - int64_t(sg) * gp * cb;
+  pair = sg * gp + int(u % gl);
+  b = a.n_qblk - 1 - (c * C + u / gl);
+}
 
 __global__ void __launch_bounds__(kThreads, 1)
     sparse_attn_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
@@ -216,7 +278,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto hdr = [&](int w, int s) {
     return reinterpret_cast<int32_t*>(base_ptr + kSmemMeta + 2 * kBarsPerWg * 8 + (w * kStages + s) * kHdrBytes);
   };
-  const int64_t b = a.n_qblk - 1 - int64_t(blockIdx.y);  // heaviest first
+  int pair;
+  int64_t b;
+  task_of(a, int64_t(blockIdx.x), pair, b);
 
   if (tid == 0) {
     for (int w = 0; w < 2; ++w) {
@@ -234,7 +298,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // ---------------- producers: warp w feeds consumer warpgroup w ----------------
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
     const int w = (tid - 256) / 32, lane = tid % 32;
-    const int h = 2 * int(blockIdx.x) + w;
+    const int h = 2 * pair + w;
     if (w < 2 && h < a.n_head) {
       const int kvh = h / a.group;
       const uint32_t wb = base + w * kWgBytes;
@@ -322,7 +386,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // ---------------- consumers ----------------
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
     const int w = wg;
-    const int h = 2 * int(blockIdx.x) + w;
+    const int h = 2 * pair + w;
     if (h < a.n_head) {
       const int ltid = tid - 128 * w;
       const int warp = ltid / 32, lane = ltid % 32;
@@ -337,13 +401,18 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int i = 0; i < 64; ++i) o[i] = 0.f;
       float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.f, 0.f};
 
+      // Q's A fragments, loaded once per task from the swizzled Q tile (ldmatrix x4 per 16-dim step).
+      uint32_t qf[kD / 16][4];
       auto issue_s = [&](float (&sc)[32], uint32_t k_tile) {
         fence_regs(sc);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kD / 16; ++kk) {
           const uint32_t off = (kk / 4) * kHalf + (kk % 4) * 32;
-          wgmma_ss_n64(sc, desc_sw128(sQ + off, 16), desc_sw128(k_tile + off, 16), kk > 0);
+          if constexpr (kQInRegs)
+            wgmma_rs_n64(sc, qf[kk], desc_sw128(k_tile + off, 16), kk > 0);
+          else
+            wgmma_ss_n64(sc, desc_sw128(sQ + off, 16), desc_sw128(k_tile + off, 16), kk > 0);
         }
         wgmma_commit();
       };
@@ -417,6 +486,17 @@ __global__ void __launch_bounds__(kThreads, 1)
       };
 
       mbar_wait(bar(w, 0), 0);
+      if constexpr (kQInRegs) {
+        // lane l addresses row 16 warp + l % 16, dims 16 kk + 8 (l / 16): matrices (g, 0-7),
+        // (g + 8, 0-7), (g, 8-15), (g + 8, 8-15) = registers a0a1, a2a3, a4a5, a6a7.
+        const int r = 16 * warp + lane % 16;
+#pragma unroll
+        for (int kk = 0; kk < kD / 16; ++kk) {
+          const int col = 16 * kk + 8 * (lane / 16);
+          const uint32_t addr = sQ + (col / 64) * kHalf + r * 128 + ((((col % 64) / 8) ^ (r % 8)) * 16);
+          mma::ldmatrix_x4(addr, qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3]);
+        }
+      }
       mbar_wait(bar(w, 1), 0);
       if (!(hdr(w, 0)[kHdrFlags] & kHdrFlagEnd)) {
         uint32_t p[4][4];
@@ -563,12 +643,13 @@ void sparse_attention_run(const SparseAttnParams& p, Stream s) {
   const CUtensorMap tq = make_map(p.q, p.n_q, p.n_head, kBQ, "sparse_attention: q");
   const CUtensorMap tk = make_map(p.k, p.n_kv, p.n_kv_head, kBK, "sparse_attention: k");
   const CUtensorMap tv = make_map(p.v, p.n_kv, p.n_kv_head, kBK, "sparse_attention: v");
-  const dim3 grid((p.n_head + 1) / 2, unsigned(p.index.n_qblk));
-  LC_REQUIRE(p.index.n_qblk <= 65535, "sparse_attention: %lld query blocks exceed the grid limit 65535",
-             (long long)p.index.n_qblk);
+  a.order_chunk = kOrderChunk;
+  const int64_t n_cta = int64_t((p.n_head + 1) / 2) * p.index.n_qblk;
+  LC_REQUIRE(n_cta <= 0x7fffffff, "sparse_attention: %lld CTAs exceed the grid limit", (long long)n_cta);
+  const dim3 grid{unsigned(n_cta)};
   sparse_attn_sm90_kernel<<<grid, kThreads, kSmemBytes, static_cast<cudaStream_t>(s)>>>(tq, tk, tv, a);
-  LC_LAUNCH_CHECK("sparse_attn_sm90_kernel n_q=%lld n_kv=%lld q_pos0=%lld heads=%d/%d grid=(%d,%d)", (long long)p.n_q,
-                  (long long)p.n_kv, (long long)p.q_pos0, p.n_head, p.n_kv_head, grid.x, grid.y);
+  LC_LAUNCH_CHECK("sparse_attn_sm90_kernel n_q=%lld n_kv=%lld q_pos0=%lld heads=%d/%d grid=%d", (long long)p.n_q,
+                  (long long)p.n_kv, (long long)p.q_pos0, p.n_head, p.n_kv_head, grid.x);
 }
 
 void sparse_attention(const SparseAttnParams& p, Stream s) {
