@@ -41,11 +41,11 @@ using test::LogitDiff;
 
 // Logits through an fp8 cache differ from bf16 by the K/V rounding (e4m3: 3 mantissa bits,
 // relative step 2^-3, so up to 6% per element, ~2% RMS), averaged by attention over many keys
-// and damped by the residual stream; on the tiny model below the measured worst is a few % of
-// max |logit|. 15% of max |logit| (relative L2 < 10%) flags a broken scale or layout (those
-// give O(1) errors) without failing on rounding.
-constexpr double kFp8LogitRelTol = 0.15;
-constexpr double kFp8RelL2Tol = 0.10;
+// and damped by the residual stream; on the tiny model below the measured worst (H200) is 0.32%
+// of max |logit| (relative L2 0.85%) over 70 decode steps. 5% of max |logit| (relative L2 < 3%)
+// flags a broken scale or layout (those give O(1) errors) with room for rounding.
+constexpr double kFp8LogitRelTol = 0.05;
+constexpr double kFp8RelL2Tol = 0.03;
 
 uint8_t host_e4m3(float x) { return uint8_t(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3)); }
 float host_from_e4m3(uint8_t b) {
@@ -194,7 +194,7 @@ std::unique_ptr<gpu::GpuTransformer> make(gpu::KvCacheType kv, int64_t chunk, co
                                                o);
 }
 
-// Rows: the last kRows logits of the prefill (given in calls of `calls` tokens each), then
+// Rows: the last kRows logits of the prefill (all of them for a shorter prompt) (given in calls of `calls` tokens each), then
 // teacher-forced decode steps.
 constexpr int64_t kRows = 4;
 std::vector<std::vector<float>> run(gpu::GpuTransformer& g, const std::vector<int32_t>& ids, int64_t call,
@@ -207,7 +207,7 @@ std::vector<std::vector<float>> run(gpu::GpuTransformer& g, const std::vector<in
     g.forward(std::span(ids).subspan(size_t(c0), size_t(c1 - c0)), c1 == n ? kRows : 0, &lg);
   }
   std::vector<std::vector<float>> rows;
-  for (int64_t i = 0; i < kRows; ++i) rows.emplace_back(lg.begin() + i * V, lg.begin() + (i + 1) * V);
+  for (int64_t i = 0; i < std::min(kRows, n); ++i) rows.emplace_back(lg.begin() + i * V, lg.begin() + (i + 1) * V);
   for (int32_t t : decode) {
     g.forward(std::span(&t, 1), 1, &lg);
     rows.push_back(lg);
@@ -291,8 +291,10 @@ TEST(KvFp8, ProgressPerLayerAndOneTokenPrompt) {
   const auto one = random_ids(3, V, 13);
   const auto rf = run(*f, {one[0]}, 1, {one[1], one[2]});
   const auto rb = run(*b, {one[0]}, 1, {one[1], one[2]});
+  ASSERT_EQ(rf.size(), 3u);  // 1 prefill row + 2 decode steps
   const Worst w = worst(rb, rf);
   EXPECT_LT(w.rel, kFp8LogitRelTol);
+  EXPECT_EQ(f->size(), 3);
 }
 
 TEST(KvFp8, AShapeSparsePrefillRunsLayerMajor) {
