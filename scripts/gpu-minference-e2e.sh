@@ -26,7 +26,8 @@
 # kernels/cuda/structured_qk.h, so MInference's estimate finds realistic lines on random weights).
 # --kv-cache fp8 (e4m3 KV cache, layer-major prefill: 1M tokens fit); --layers N (the first N of
 # the 32 layers: per-layer work is identical, so ratios hold and time scales by 32/N; for the
-# dense baseline at 1M, whose 32 layers would take ~10 minutes).
+# dense baseline at 1M, whose 32 layers would take ~10 minutes); --gpu-chunk N (prefill chunk,
+# default 16K: MInference estimates its index once per layer and chunk).
 # Each length of each method is one `bench model` process (its own warm-up), so a run killed at
 # the time limit keeps what finished; each step has a timeout so a hang cannot eat the budget.
 # Time: dense 512K prefill of this geometry takes ~145 s on an H200; 1M needs --kv-cache fp8 (a bf16
@@ -54,7 +55,7 @@ pack_out() {
 }
 trap pack_out EXIT
 skip_tests=0; filter="*"; lengths="128k,512k"; methods="ashape minference dense"; do_eval=0; synth=()
-kv=(); geometry=llama3-8b
+kv=(); geometry=llama3-8b; chunk=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --skip-tests) skip_tests=1 ;;
@@ -65,6 +66,7 @@ while [ $# -gt 0 ]; do
     --synthetic-qk) synth=(--synthetic-qk) ;;
     --kv-cache) kv=(--kv-cache "$2"); shift ;;
     --layers) geometry="llama3-8b:$2"; shift ;;
+    --gpu-chunk) chunk=(--gpu-chunk "$2"); shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -97,10 +99,10 @@ if [ -n "$lengths" ]; then
         ashape) attn="a_shape=1024,4096"; limit=${ASHAPE_TIMEOUT:-120} ;;
         *) echo "unknown method $m"; exit 2 ;;
       esac
-      echo "== bench model: $geometry geometry, $L, --attn $attn ${kv[*]}"
+      echo "== bench model: $geometry geometry, $L, --attn $attn ${kv[*]} ${chunk[*]}"
       t0=$(date +%s)
       timeout $limit $BIN/longctx bench model --device cuda --random-weights $geometry --attn "$attn" --lengths "$L" \
-        --decode 2 "${synth[@]}" "${kv[@]}" --json "$OUT/e2e_${m}_${L}.json" 2> "$OUT/e2e_${m}_${L}.log"; rc=$?
+        --decode 2 "${synth[@]}" "${kv[@]}" "${chunk[@]}" --json "$OUT/e2e_${m}_${L}.json" 2> "$OUT/e2e_${m}_${L}.log"; rc=$?
       cat "$OUT/e2e_${m}_${L}.log"
       echo "($m $L: rc=$rc, $(( $(date +%s) - t0 )) s wall)"
       [ $rc = 0 ] || { echo "BENCH FAILED ($m $L, rc=$rc)"; status=1; }
