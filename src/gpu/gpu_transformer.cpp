@@ -91,7 +91,6 @@ GpuTransformer::GpuTransformer(ModelConfig cfg, DeviceWeights w, const GpuOption
     if (cfg_.head_dim != 128) fail("synthetic Q/K needs head_dim 128 (model has {})", cfg_.head_dim);
     synthetic_qk_ = std::make_unique<cuda::StructuredQk>(cfg_.n_head, cfg_.n_kv_head, kSyntheticQkSeed);
   }
-  lm_gemm_ = std::make_unique<LmHeadGemm>(act(layout_.gemm_ws), cuda::kGemmWorkspaceBytes);
   const size_t kv_row = size_t(cfg_.n_kv_head) * size_t(cfg_.head_dim) * kBf16;
   step_buf_ = cuda::dev_malloc(align_up(kStepInts * sizeof(int32_t)) + 2 * align_up(kv_row));
   if (kv_type_ == KvCacheType::fp8) amax_ = static_cast<float*>(cuda::dev_malloc(2 * sizeof(float)));
@@ -115,7 +114,6 @@ GpuTransformer::~GpuTransformer() {
     graph_.reset();
     cuda::dev_free(amax_);
     cuda::dev_free(step_buf_);
-    lm_gemm_.reset();
     gemm_.reset();
     arena_.reset();
     cuda::stream_destroy(stream_);
@@ -345,7 +343,10 @@ void GpuTransformer::lm_head_device(const void* x_rows, int64_t m) {
   void* hr = act(layout_.h);  // [m, E]
   cuda::rmsnorm({x_rows, w_.out_norm(), hr, nullptr, nullptr, m, E, cfg_.rms_eps}, stream_);
   const int64_t ld = padded_vocab(V);  // fp32 [m, ld] on the device
-  lm_gemm_->run(hr, w_.lm_head(), static_cast<float*>(act(layout_.logits)), m, V, E, ld, stream_);
+  cuda::GemmParams gp{hr, w_.lm_head(), act(layout_.logits), m, V, E};
+  gp.y_fp32 = true;  // fp32 logits: see kernels/cuda/gemm.h
+  gp.ldy = ld;
+  gemm_->run(gp, stream_);
 }
 
 void GpuTransformer::copy_logits(int64_t m, float* out) {

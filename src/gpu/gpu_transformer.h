@@ -52,7 +52,6 @@
 
 #include "gpu/device_weights.h"
 #include "gpu/gpu_attention.h"
-#include "gpu/lm_head_gemm.h"
 #include "gpu/memory_plan.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/runtime.h"
@@ -178,7 +177,6 @@ class GpuTransformer {
   std::unique_ptr<cuda::DeviceArena> arena_;
   std::unique_ptr<cuda::Gemm> gemm_;
   std::unique_ptr<cuda::StructuredQk> synthetic_qk_;  // set when GpuOptions::synthetic_qk
-  std::unique_ptr<LmHeadGemm> lm_gemm_;  // fp32 logits (shares gemm_'s workspace: same stream)
   std::string device_name_;
   // KV cache: one block; K of layer l at kv_ + 2l*cap*KV, V at kv_ + (2l+1)*cap*KV elements of
   // kv_elem_ bytes (bf16, or e4m3 with k_scale_[l] / v_scale_[l]).

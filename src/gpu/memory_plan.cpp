@@ -33,7 +33,7 @@ ArenaLayout arena_layout(const ModelConfig& c, int64_t chunk) {
   a.o = take(C * Q * kBf16);
   a.gu = take(M * 2 * F * kBf16);
   a.act = take(M * F * kBf16);
-  a.logits = take(size_t(a.logit_rows) * size_t((c.vocab_size + 3) / 4 * 4) * sizeof(float));  // rows padded to 16 B
+  a.logits = take(size_t(a.logit_rows) * size_t(padded_vocab(c.vocab_size)) * sizeof(float));  // rows padded to 16 B
   a.gemm_ws = take(cuda::kGemmWorkspaceBytes);
   a.total = off;
   return a;

@@ -40,6 +40,10 @@ enum class KvCacheType { bf16, fp8 };
 KvCacheType parse_kv_cache(const std::string& s);  // "bf16" | "fp8"; else Error naming the choices
 const char* kv_cache_name(KvCacheType t);
 
+// Row stride of the fp32 logits buffer: vocab rounded up to a multiple of 4 floats (16 bytes,
+// so cuBLASLt's vectorised kernels stay eligible for any vocabulary size).
+inline int64_t padded_vocab(int64_t v) { return (v + 3) / 4 * 4; }
+
 // Offsets of the activation buffers inside the arena of one chunk (all bf16 unless noted).
 struct ArenaLayout {
   int64_t chunk = 0, mlp_rows = 0, logit_rows = 0;

@@ -1,4 +1,4 @@
-// test_ops.cpp (tests/cuda): embedding, RMSNorm, RoPE, SwiGLU, add, random fill, cuBLASLt GEMM
+// test_ops.cpp (tests/cuda): embedding, RMSNorm, RoPE, SwiGLU, add, random fill, cuBLASLt GEMM (bf16 and fp32 out)
 // and the device arena vs fp64 CPU twins on fresh random bf16 inputs.
 // Tolerances: one bf16 rounding of the output (relative 2^-9 ~ 2e-3) plus fp32 arithmetic,
 // so |err| <= 8e-3 |ref| + a small absolute term scaled to the output's magnitude.
@@ -290,6 +290,58 @@ TEST(OpsSmall, GemmCublasLt) {
   run_gemm(77, 200, 320, 0.f, arena);
   run_gemm(1, 512, 4096, 1.f, arena);  // decode-shaped, fused residual
   run_gemm(130, 96, 64, 1.f, arena);
+}
+
+// fp32 output with padded rows (the LM head's use): y [m, ldy] fp32, columns n..ldy untouched.
+void run_gemm_fp32(int64_t m, int64_t n, int64_t k, int64_t ldy, DeviceArena& arena) {
+  SCOPED_TRACE(::testing::Message() << "gemm fp32 m=" << m << " n=" << n << " k=" << k << " ldy=" << ldy);
+  std::vector<double> xd, wd;
+  auto xh = random_bf16(size_t(m) * k, 1.0, xd);
+  auto wh = random_bf16(size_t(n) * k, 0.05, wd);
+  const size_t mark = arena.mark();
+  void* x = arena.alloc(xh.size() * 2);
+  void* w = arena.alloc(wh.size() * 2);
+  void* y = arena.alloc(size_t(m * ldy) * sizeof(float));
+  copy_h2d(x, xh.data(), xh.size() * 2);
+  copy_h2d(w, wh.data(), wh.size() * 2);
+  const float kSentinel = -12345.f;
+  std::vector<float> init(size_t(m * ldy), kSentinel);
+  copy_h2d(y, init.data(), init.size() * sizeof(float));
+  void* ws = arena.alloc(kGemmWorkspaceBytes);
+  Gemm gemm(ws, kGemmWorkspaceBytes);
+  GemmParams gp{x, w, y, m, n, k};
+  gp.y_fp32 = true;
+  gp.ldy = ldy;
+  gemm.run(gp);
+  device_sync();
+  std::vector<float> got(init.size());
+  copy_d2h(got.data(), y, got.size() * sizeof(float));
+  std::vector<double> ref(size_t(m) * n), gotd(size_t(m) * n);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < ldy; ++j) {
+      if (j >= n) {
+        EXPECT_EQ(got[size_t(i * ldy + j)], kSentinel) << "padding written at row " << i << " col " << j;
+        continue;
+      }
+      double acc = 0;
+      for (int64_t e = 0; e < k; ++e) acc += xd[i * k + e] * wd[j * k + e];
+      ref[size_t(i * n + j)] = acc;
+      gotd[size_t(i * n + j)] = got[size_t(i * ldy + j)];
+    }
+  // fp32 output: only fp32 accumulation error (no bf16 rounding of y)
+  const auto es = compare(gotd, ref, 1e-4 * max_abs(ref), 1e-4);
+  std::printf("  gemm fp32 m=%lld n=%lld k=%lld ldy=%lld: %s\n", (long long)m, (long long)n, (long long)k,
+              (long long)ldy, es.str().c_str());
+  EXPECT_EQ(es.n_bad + es.n_nan, 0) << es.str();
+  arena.rewind(mark);
+}
+
+TEST(OpsSmall, GemmFp32OutputPaddedRows) {
+  LC_REQUIRE_GPU();
+  DeviceArena arena(64u << 20);
+  run_gemm_fp32(1, 265, 128, 268, arena);   // tiny-model vocabulary, rows padded to 16 bytes
+  run_gemm_fp32(64, 1003, 576, 1004, arena);
+  run_gemm_fp32(3, 512, 256, 512, arena);   // no padding
 }
 
 TEST(OpsSmall, ArenaBumpAndRewind) {
