@@ -17,8 +17,9 @@
 // Shapes: GQA 8/2 d=128 and SmolLM2's 9/3 d=64; chunked prefill (q_pos0 > 0, n_q % 64 != 0, off
 // the 64 grid); tiny prompts (< 64 tokens); budgets larger than the prompt; mixed patterns per
 // head; multi-chunk VS estimates (20K keys); block-sparse waves split by heads and by rows and
-// rows selected from global memory; exact block-sparse ties (zero queries, periodic keys: the
-// selection must equal the CPU's exactly); one builder reused across growing and shrinking builds.
+// rows selected from global memory; long block-sparse rows (~600 key blocks, budgets up to 100);
+// exact block-sparse ties (zero queries, periodic keys: the selection must equal the CPU's
+// exactly); one builder reused across growing and shrinking builds.
 // Run: build-mindex/tests/cuda/test_minference_index (skips without a Hopper GPU).
 #include <gtest/gtest.h>
 
@@ -454,6 +455,18 @@ TEST(MinferenceIndex, BlockSparseExactTies) {
               .heads = {BS(10), BS(100), BS(3), BS(50)}, .ties = 2});
   check_case({.name = "bs_ties_periodic_global", .n_head = 4, .n_kv_head = 1, .n_q = 4000,
               .heads = {BS(10), BS(40), BS(1), BS(7)}, .rows_in_global = true, .ties = 2});
+}
+
+TEST(MinferenceIndex, BlockSparseLongRows) {
+  LC_REQUIRE_GPU();
+  // Rows of ~600 key blocks (~40 groups of 16) with budgets of 33..100: the select's group filter
+  // gathers more than one warp's worth of groups per row, from 16-byte aligned rows; most score
+  // tiles take the epilogue's fast path. Random keys, then keys repeating every 37 blocks (ties
+  // among the group maxima and among the gathered scores).
+  check_case({.name = "bs_long_rows", .n_head = 4, .n_kv_head = 1, .n_q = 4096, .q_pos0 = 36000,
+              .heads = {BS(33), BS(100), BS(40), BS(64)}});
+  check_case({.name = "bs_long_rows_ties", .n_head = 4, .n_kv_head = 2, .n_q = 2048, .q_pos0 = 38000,
+              .heads = {BS(33), BS(100), BS(40), BS(64)}, .ties = 2});
 }
 
 TEST(MinferenceIndex, ReusedBuilderGrowsAndShrinks) {

@@ -5,10 +5,14 @@
 // What:
 //   pk[hk][c][t]   = mean over keys j in [64c, min(64c + 64, n_keys)) of K[j][hk][t]
 //   qsum[s][b][t]  = sum over chunk rows i of query block b of Q[i][h][t]  (h = BS head of slot s)
-//   score(b, c)    = (sum_t qsum[b][t] pk[c][t]) * (1 / rows_b) * scale  for c < n_cand(b),
+//   score(b, c)    = 2^(e_b + e_k) * sum_t qsum[b][t] pk[c][t]  for c < n_cand(b),
 //                    +inf for the forced diagonal blocks c >= diag0(b)
-// written row by row to a scratch (rows padded to 8 floats) with each group of 8 key blocks'
-// maximum (gmax) for the select's filter.
+// (e_b, e_k: the split's power-of-two scalings below) written row by row to a scratch (rows padded
+// to kBsRowPad floats) with each group of 8 key blocks' maximum (gmax) for the select's filter.
+// The CPU ranks s * (1 / rows_b) * scale with s = sum_t qsum[b][t] pk[c][t]: a positive factor per
+// row (query block) away, so the same order within the row and the same top-k; the GPU leaves the
+// dot products unscaled (three multiplies per score less; before 2026-11-22 it applied them, with
+// the same selections up to rounding ties, which the tests allow as near-ties).
 // Why: pooled Q K^T approximates the block-averaged attention at 1/4096 of the cost; at 1M keys it
 // is still 16K x 16K / 2 dot products of length 128 per head (0.55 TMAC for 32 heads): tensor cores.
 // How:
@@ -17,7 +21,7 @@
 //   - fp16 "3-term" split: every pooled row is scaled by an exact power of two 2^e (e per query
 //     block; one per KV head for the keys) so its largest |x| lies in [2^14, 2^15), then
 //     x 2^e = hi + lo with hi, lo fp16 (lo keeps the next 11 bits); a.b = a_hi b_hi + a_hi b_lo +
-//     a_lo b_hi with fp32 accumulation, and 2^-(e_a + e_b) undoes the scaling exactly. Relative
+//     a_lo b_hi with fp32 accumulation, left scaled by 2^(e_a + e_b) (see "What"). Relative
 //     error ~1e-6 of sum |a_t b_t| (as 3xTF32) at the fp16 tensor rate (m16n8k16). The split is
 //     done once (pool_q writes q hi/lo, split_k writes k hi/lo), so the score kernel only copies;
 //   - scores: a CTA (4 warps of 32 rows x 64 columns) keeps a 128-row query tile (hi/lo, all of D)
@@ -26,7 +30,12 @@
 //     ~48 KB come from L2 instead of 96 KB (28.4 -> 17.8 ms at 1M keys on an H200; 8 key tiles
 //     per CTA measured slower, 19.5 ms: fewer CTAs per wave). CTAs past the causal triangle exit
 //     at once. A wave is a set of (BS slot, query rows) whose scores fit the scratch
-//     (minference_index.cu).
+//     (minference_index.cu);
+//   - the epilogue has a warp-uniform fast path for tiles where every row of the warp sees 64
+//     plain candidates (all but the ~2 diagonal tiles of a row): the values stored with no
+//     per-element test, and the 32 group maxima of a thread reduced together as a reduce-scatter
+//     over the quad (~350 instructions per thread and tile instead of ~1650 with 32 serialized
+//     branches and the unscaling; the general path stays for the diagonal and partial tiles).
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -100,9 +109,9 @@ __global__ void split_k_kernel(const float* pk, const int* kmax, __half* khi, __
   }
 }
 
-// Query-block sums, their exponent (largest |sum| of the block into [2^14, 2^15)) and fp16 hi/lo.
-__global__ void pool_q_kernel(const bf16* q, const int32_t* bs_heads, __half* qhi, __half* qlo, int32_t* qexp,
-                              const Geom g) {
+// Query-block sums scaled by their exponent (largest |sum| of the block into [2^14, 2^15)) as fp16
+// hi/lo.
+__global__ void pool_q_kernel(const bf16* q, const int32_t* bs_heads, __half* qhi, __half* qlo, const Geom g) {
   __shared__ int rmax[kPoolRowsPerCta];
   const int slot = blockIdx.y;
   const int h = bs_heads[slot];
@@ -134,7 +143,6 @@ __global__ void pool_q_kernel(const bf16* q, const int32_t* bs_heads, __half* qh
     split_f16(s1, e, h1, l1);
     *reinterpret_cast<__half2*>(qhi + o) = __halves2half2(h0, h1);
     *reinterpret_cast<__half2*>(qlo + o) = __halves2half2(l0, l1);
-    if (threadIdx.x % half == 0) qexp[int64_t(slot) * g.n_qblk + b] = e;
   }
 }
 
@@ -189,8 +197,6 @@ __global__ void __launch_bounds__(kGemmThreads, 2) bs_score_kernel(const BsScore
   const int h = a.bs_heads[s];
   const int hk = h / g.group;
   const int64_t qoff = int64_t(s) * g.n_qblk * D, koff = int64_t(hk) * g.nkb * D;
-  const int32_t* qexp = a.qexp + int64_t(s) * g.n_qblk;
-  const int kexp = fp16_exponent(__int_as_float(a.kmax[hk]));
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int gq = lane >> 2, tq = lane & 3;
 
@@ -202,13 +208,9 @@ __global__ void __launch_bounds__(kGemmThreads, 2) bs_score_kernel(const BsScore
   }
   mma::cp_async_commit();
 
-  // This thread's 4 output rows (m, half): their candidates, first forced block, output offset and
-  // the factors of the CPU's s * inv * scale. Unscaling by 2^u is a multiply by the exact power of
-  // two when 2^u is a normal float (same rounding as ldexpf), else ldexpf itself.
+  // This thread's 4 output rows (m, half): their candidates, first forced block, output offset.
   const int64_t base = int64_t(blockIdx.z) * a.span;  // this slot's rows; row b at cand_off[b] - cand_off[b0]
   int64_t r_nc[4], r_d0[4], r_off[4];
-  float r_inv[4], r_pow[4];
-  int r_unscale[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int m = i >> 1, half = i & 1;
@@ -217,9 +219,6 @@ __global__ void __launch_bounds__(kGemmThreads, 2) bs_score_kernel(const BsScore
     const int64_t rr = row_ok ? row : a.b0;
     r_nc[i] = row_ok ? bs_n_cand(g, rr) : 0;
     r_d0[i] = bs_diag0(g, rr);
-    r_inv[i] = 1.f / float(bs_rows(g, rr));
-    r_unscale[i] = -(qexp[rr] + kexp);
-    r_pow[i] = (r_unscale[i] >= -126 && r_unscale[i] <= 127) ? __int_as_float((r_unscale[i] + 127) << 23) : 0.f;
     r_off[i] = base + (a.cand_off[rr] - a.cand_off[a.b0]);
   }
   constexpr float kInf = __builtin_huge_valf();
@@ -277,36 +276,80 @@ __global__ void __launch_bounds__(kGemmThreads, 2) bs_score_kernel(const BsScore
       mma::cp_async_commit();
     }
 
-    // Epilogue: undo the scaling (exact), scale by 1/rows and the softmax scale (the CPU's
-    // s * inv * scale), force the diagonal blocks, keep only each row's candidates; per 8 key
-    // blocks (one n-tile: a quad's 8 values) the maximum, for the select's filter.
+    // Epilogue: the raw dot products (see "scores" above), the diagonal blocks forced (+inf),
+    // only each row's candidates kept; per 8 key blocks (one n-tile: a quad's 8 values) the
+    // maximum, for the select's filter.
+    // Fast path (warp-uniform): every row of the warp has all 64 columns of this tile as plain
+    // candidates (no forced or missing block): every value stored with no per-element test, and
+    // the 32 group maxima of this thread reduced together (independent shuffles instead of 32
+    // serialized branches).
+    bool plain = true;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int m = i >> 1, half = i & 1;
-      const int64_t nc = r_nc[i], d0 = r_d0[i];
-      float* orow = a.scratch + r_off[i];
+    for (int i = 0; i < 4; ++i) plain = plain && col0 + kTileCols <= min(r_nc[i], r_d0[i]);
+    if (__all_sync(0xffffffffu, plain)) {
+      float mx[4][kTileCols / 8];
 #pragma unroll
-      for (int nt = 0; nt < kTileCols / 8; ++nt) {
-        const int64_t col = col0 + nt * 8 + 2 * tq;  // even; rows start at multiples of 8 floats
-        float v[2];
+      for (int i = 0; i < 4; ++i) {
+        const int m = i >> 1, half = i & 1;
+        float* orow = a.scratch + r_off[i] + col0 + 2 * tq;
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float x = acc[m][nt][half * 2 + e];
-          const float u = r_pow[i] != 0.f ? x * r_pow[i] : ldexpf(x, r_unscale[i]);
-          v[e] = col + e >= d0 ? kInf : u * r_inv[i] * g.scale;
+        for (int nt = 0; nt < kTileCols / 8; ++nt) {
+          const float v0 = acc[m][nt][half * 2], v1 = acc[m][nt][half * 2 + 1];
+          *reinterpret_cast<float2*>(orow + nt * 8) = make_float2(v0, v1);
+          mx[i][nt] = fmaxf(v0, v1);
         }
-        float mx = -kInf;
-        if (col + 1 < nc) {
-          *reinterpret_cast<float2*>(orow + col) = make_float2(v[0], v[1]);
-          mx = fmaxf(v[0], v[1]);
-        } else if (col < nc) {
-          orow[col] = v[0];
-          mx = v[0];
+      }
+      // The 8 groups' maxima over the quad as a reduce-scatter: lanes tq, tq ^ 1 swap half their
+      // groups (each keeps the groups nt with nt & 1 == tq & 1), then lanes tq, tq ^ 2 swap half
+      // of the rest; lane tq ends with groups tq and tq + 4. 6 shuffles per row instead of 16.
+      const bool odd = tq & 1, hi2 = tq & 2;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float p[4];  // group 2j + (tq & 1) over lanes {tq, tq ^ 1}
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float send = odd ? mx[i][2 * j] : mx[i][2 * j + 1];
+          const float keep = odd ? mx[i][2 * j + 1] : mx[i][2 * j];
+          p[j] = fmaxf(keep, __shfl_xor_sync(0xffffffffu, send, 1));
         }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const int64_t c8 = col0 + nt * 8;
-        if (tq == 0 && c8 < nc) a.gmax[r_off[i] / kBsGroup + c8 / kBsGroup] = mx;
+        float f[2];  // group 4q + tq over the quad
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          const float send = hi2 ? p[2 * q] : p[2 * q + 1];
+          const float keep = hi2 ? p[2 * q + 1] : p[2 * q];
+          f[q] = fmaxf(keep, __shfl_xor_sync(0xffffffffu, send, 2));
+        }
+        float* gm = a.gmax + r_off[i] / kBsGroup + col0 / kBsGroup;
+        gm[tq] = f[0];
+        gm[tq + 4] = f[1];
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int m = i >> 1, half = i & 1;
+        const int64_t nc = r_nc[i], d0 = r_d0[i];
+        float* orow = a.scratch + r_off[i];
+#pragma unroll
+        for (int nt = 0; nt < kTileCols / 8; ++nt) {
+          const int64_t col = col0 + nt * 8 + 2 * tq;  // even; rows start at multiples of 8 floats
+          float v[2];
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            v[e] = col + e >= d0 ? kInf : acc[m][nt][half * 2 + e];
+          }
+          float mx = -kInf;
+          if (col + 1 < nc) {
+            *reinterpret_cast<float2*>(orow + col) = make_float2(v[0], v[1]);
+            mx = fmaxf(v[0], v[1]);
+          } else if (col < nc) {
+            orow[col] = v[0];
+            mx = v[0];
+          }
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const int64_t c8 = col0 + nt * 8;
+          if (tq == 0 && c8 < nc) a.gmax[r_off[i] / kBsGroup + c8 / kBsGroup] = mx;
+        }
       }
     }
 
@@ -333,7 +376,7 @@ void bs_pool(const bf16* q, const bf16* k, const int32_t* bs_heads, int n_bs, ui
                    kSplitThreads, 0, s>>>(o.pk, o.kmax, o.khi, o.klo, kv_mask, g);
   LC_LAUNCH_CHECK("split_k_kernel nkb=%lld kv_heads=%d", (long long)g.nkb, g.n_kv_head);
   pool_q_kernel<<<dim3(unsigned((g.n_qblk + kPoolRowsPerCta - 1) / kPoolRowsPerCta), unsigned(n_bs)), threads, 0,
-                  s>>>(q, bs_heads, o.qhi, o.qlo, o.qexp, g);
+                  s>>>(q, bs_heads, o.qhi, o.qlo, g);
   LC_LAUNCH_CHECK("pool_q_kernel n_qblk=%lld bs_heads=%d", (long long)g.n_qblk, n_bs);
 }
 

@@ -41,7 +41,7 @@ constexpr int64_t kDefaultBsWaveBytes = int64_t(128) << 20;
 
 size_t up(size_t x) { return (x + kAlign - 1) & ~(kAlign - 1); }
 int64_t round4(int64_t x) { return (x + 3) & ~int64_t(3); }
-int64_t round_group(int64_t x) { return (x + kBsGroup - 1) / kBsGroup * kBsGroup; }
+int64_t round_row(int64_t x) { return (x + kBsRowPad - 1) / kBsRowPad * kBsRowPad; }  // BS scratch row length
 
 // A device buffer that only grows (x1.5 at least), for sizes known only at build time.
 struct GrowBuf {
@@ -65,7 +65,7 @@ struct FixedLayout {
   int64_t vs_stride = 0;        // floats per head row of vscore/sscore
   int64_t scratch_floats = 0;   // BS score scratch (one wave)
   size_t vs_bytes = 0, pk_bytes = 0, ksplit_bytes = 0, qsplit_bytes = 0, scratch_bytes = 0, gmax_bytes = 0;
-  size_t kmax_bytes = 0, qexp_bytes = 0, phase_bytes = 0;
+  size_t kmax_bytes = 0, phase_bytes = 0;
   size_t part_bytes = 0, rowstat_bytes = 0, counts_bytes = 0, ptr_bytes = 0, gap_bytes = 0;
   size_t table_bytes = 0;       // heads + batches + bs_heads + cand_off (device mirror of staging)
   size_t heads_off = 0, batches_off = 0, bs_heads_off = 0, cand_off_off = 0;
@@ -96,14 +96,13 @@ FixedLayout fixed_layout(const MinferenceBuilderShape& s) {
   l.ksplit_bytes = up(size_t(s.n_kv_head) * l.max_kb * s.head_dim * 2);  // each of k hi, k lo (fp16)
   l.qsplit_bytes = up(size_t(s.n_head) * l.max_qblk * s.head_dim * 2);   // each of q hi, q lo (fp16)
   const int64_t wave = (s.bs_wave_bytes > 0 ? s.bs_wave_bytes : kDefaultBsWaveBytes) / 4;
-  const int64_t all = int64_t(s.n_head) * l.max_qblk * round_group(l.max_kb);  // every row of every head
-  l.scratch_floats = round_group(std::max(std::min(wave, all), round_group(l.max_kb)));  // at least one whole row
+  const int64_t all = int64_t(s.n_head) * l.max_qblk * round_row(l.max_kb);  // every row of every head
+  l.scratch_floats = round_row(std::max(std::min(wave, all), round_row(l.max_kb)));  // at least one whole row
   l.scratch_bytes = up(size_t(l.scratch_floats) * 4);
   l.gmax_bytes = up(size_t(l.scratch_floats / kBsGroup) * 4);
   l.kmax_bytes = up(size_t(s.n_kv_head) * 4);
-  l.qexp_bytes = up(size_t(s.n_head) * l.max_qblk * 4);
   l.phase_bytes = std::max(l.vs_bytes, l.pk_bytes + 2 * l.ksplit_bytes + 2 * l.qsplit_bytes + l.scratch_bytes +
-                                           l.gmax_bytes + l.kmax_bytes + l.qexp_bytes);
+                                           l.gmax_bytes + l.kmax_bytes);
   l.part_bytes = up(size_t(kVsMaxChunks) * s.n_head * kBlk * sizeof(float2));
   l.rowstat_bytes = up(size_t(s.n_head) * kBlk * sizeof(float2));
   l.counts_bytes = up(size_t(l.max_rows + 1) * 8) * 2;
@@ -356,7 +355,7 @@ DeviceSparseIndex MinferenceIndexBuilder::build(const MinferenceIndexParams& p, 
   int64_t span_head = 0;
   if (n_bs > 0) {
     h_cand_off[0] = 0;
-    for (int64_t b = 0; b < g.n_qblk; ++b) h_cand_off[b + 1] = h_cand_off[b] + round_group(bs_n_cand(g, b));
+    for (int64_t b = 0; b < g.n_qblk; ++b) h_cand_off[b + 1] = h_cand_off[b] + round_row(bs_n_cand(g, b));
     span_head = h_cand_off[g.n_qblk];
   }
   const size_t table_used = n_bs > 0 ? L.cand_off_off + size_t(g.n_qblk + 1) * 8 : L.cand_off_off;
@@ -396,7 +395,7 @@ DeviceSparseIndex MinferenceIndexBuilder::build(const MinferenceIndexParams& p, 
   if (m.profiling) LC_CUDA_CHECK(cudaEventRecord(m.ev[1], s), "minference index: profiling event");
   // ---- block-sparse ---------------------------------------------------------------------------
   if (n_bs > 0) {
-    // Phase region, BS layout: pk | khi | klo | qhi | qlo | scratch | gmax | kmax | qexp.
+    // Phase region, BS layout: pk | khi | klo | qhi | qlo | scratch | gmax | kmax.
     uint8_t* at = m.phase;
     auto take = [&](size_t bytes) {
       uint8_t* p0 = at;
@@ -412,16 +411,13 @@ DeviceSparseIndex MinferenceIndexBuilder::build(const MinferenceIndexParams& p, 
     float* scratch = reinterpret_cast<float*>(take(L.scratch_bytes));
     float* gmax = reinterpret_cast<float*>(take(L.gmax_bytes));
     po.kmax = reinterpret_cast<int32_t*>(take(L.kmax_bytes));
-    po.qexp = reinterpret_cast<int32_t*>(take(L.qexp_bytes));
     bs_pool(q, k, d_bs_heads, n_bs, kv_mask, po, g, s);
     if (m.profiling) m.record(s);  // after pooling
     BsScoreArgs sa;
     sa.khi = po.khi;
     sa.klo = po.klo;
-    sa.kmax = po.kmax;
     sa.qhi = po.qhi;
     sa.qlo = po.qlo;
-    sa.qexp = po.qexp;
     sa.bs_heads = d_bs_heads;
     sa.cand_off = d_cand_off;
     sa.scratch = scratch;

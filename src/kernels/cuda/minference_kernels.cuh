@@ -165,13 +165,17 @@ void vs_select(const HeadInfo* heads, const float* vscore, const float* sscore, 
                int32_t* gap_count /* [n_head, 2] */, const Geom& g, cudaStream_t s);
 // BS: one wave of rows [b0, b1) x BS slots [s0, s1): top-k of each row's scores in scratch.
 // Block-sparse scores are written per row (query block) with each row padded to a multiple of
-// kBsGroup, and per group of kBsGroup consecutive key blocks their maximum (gmax, at the row's
-// offset / kBsGroup): the select's filter (minference_select.cu).
+// kBsRowPad, and per group of kBsGroup consecutive key blocks their maximum (gmax, at the row's
+// offset / kBsGroup): the select's filter (minference_select.cu). Rows padded to 32 floats put
+// every row's scores at a 128-byte and its maxima at a 16-byte boundary, so the select stages
+// them with 16-byte loads (and may read, never use, the padding).
 inline constexpr int kBsGroup = 8;
+inline constexpr int kBsRowPad = 32;
+static_assert(kBsRowPad % (4 * kBsGroup) == 0, "a padded row's maxima fill whole float4s");
 struct BsSelectArgs {
   const HeadInfo* heads = nullptr;
   const int32_t* bs_heads = nullptr;  // [n_bs] query head of each BS slot
-  const int64_t* cand_off = nullptr;  // [n_qblk + 1] row offsets in scratch (rows padded to kBsGroup)
+  const int64_t* cand_off = nullptr;  // [n_qblk + 1] row offsets in scratch (rows padded to kBsRowPad)
   const float* scratch = nullptr;     // [s1 - s0, span]
   const float* gmax = nullptr;        // [s1 - s0, span / kBsGroup]
   int64_t span = 0;                   // cand_off[b1] - cand_off[b0]
@@ -187,7 +191,7 @@ void bs_select_wave(const BsSelectArgs& a, cudaStream_t s);
 // Pooling: pk [n_kv_head, nkb, D] fp32 (the CPU's pooled keys) for the KV heads in kv_mask (bit
 // hk; all when n_kv_head > 64), kmax [n_kv_head] the largest |pk| per head (int bits), then the
 // fp16 split khi/klo [n_kv_head, nkb, D]; query-block sums of the BS heads as fp16 split qhi/qlo
-// [n_bs, n_qblk, D] with qexp [n_bs, n_qblk] each row's scaling exponent.
+// [n_bs, n_qblk, D] (each row scaled by its own power of two).
 struct BsPooled {
   float* pk = nullptr;
   int32_t* kmax = nullptr;
@@ -195,7 +199,6 @@ struct BsPooled {
   __half* klo = nullptr;
   __half* qhi = nullptr;
   __half* qlo = nullptr;
-  int32_t* qexp = nullptr;
 };
 void bs_pool(const __nv_bfloat16* q, const __nv_bfloat16* k, const int32_t* bs_heads, int n_bs, uint64_t kv_mask,
              const BsPooled& out, const Geom& g, cudaStream_t s);
@@ -209,10 +212,8 @@ __device__ __forceinline__ int fp16_exponent(float max_abs) {
 struct BsScoreArgs {
   const __half* khi = nullptr;
   const __half* klo = nullptr;
-  const int32_t* kmax = nullptr;
   const __half* qhi = nullptr;
   const __half* qlo = nullptr;
-  const int32_t* qexp = nullptr;
   const int32_t* bs_heads = nullptr;
   const int64_t* cand_off = nullptr;
   float* scratch = nullptr;

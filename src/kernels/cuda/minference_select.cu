@@ -16,7 +16,10 @@
 // order - exactly the set topk.cpp's nth_element with that total order selects.
 //   VS: one CTA per (head, kind), 11-bit digits, contiguous per-warp segments and a scan over the
 //   warps for the ordered pass.
-//   BS: one warp per row, 8-bit digits, no block-wide syncs (see "block-sparse rows").
+//   BS: one warp per row, 8-bit digits, no block-wide syncs (see "block-sparse rows"); the row's
+//   group maxima and candidate groups are read with 16-byte loads (rows padded to kBsRowPad) and
+//   turned into keys once (the passes then skip order_key); the groups at or above the maxima's
+//   threshold are collected in the pass that finds it (warp_groups_at_or_above).
 #include <cub/block/block_scan.cuh>
 
 #include "kernels/cuda/check.h"
@@ -308,29 +311,32 @@ constexpr int kWUnroll = 8;          // independent loads in flight per lane
 struct BsWarpSmem {
   float buf[kWBuf];
   int32_t groups[kWGroups];
+  uint32_t gkeys[kWGroups];  // warp_groups_at_or_above: the collected groups' keys (- min key)
   uint32_t hist[kWBins];
 };
 
-// The key T of the k-th largest of x[0, n) and how many keys equal to T belong to the top k
-// (need; the others are all > T). Needs 0 < k < n. x in shared or global memory; the whole warp
-// calls. Radix passes of 8 bits over (key - min key) from the range's top bit down, like
-// cta_threshold; the digit is found by one warp scan over the bins counted from the top. Once the
-// chosen bin holds <= 32 keys, one more pass collects them and ranking them by shuffles finishes
-// (usually after the first pass: the 8-bit digits of the range spread the keys well).
-__device__ uint32_t warp_threshold(const float* x, int n, uint32_t k, uint32_t& need, uint32_t* hist) {
+// Keys of the warp select: scores read in place (float, order_key on every read) or keys made
+// once while staging a row or gathering candidates (uint32: every later pass skips order_key,
+// about a third of a pass's instructions).
+__device__ __forceinline__ uint32_t key_of(float v) { return order_key(v); }
+__device__ __forceinline__ uint32_t key_of(uint32_t k) { return k; }
+
+// Smallest and largest key of x[0, n) (whole warp; every lane gets both). n > 0.
+template <class T>
+__device__ void warp_key_range(const T* x, int n, uint32_t& lo_key, uint32_t& hi_key) {
   const int lane = threadIdx.x & 31;
-  uint32_t lo_key = 0xffffffffu, hi_key = 0;
+  lo_key = 0xffffffffu, hi_key = 0;
   for (int base = 0; base < n; base += 32 * kWUnroll) {
-    float v[kWUnroll];
+    T v[kWUnroll];
 #pragma unroll
     for (int u = 0; u < kWUnroll; ++u) {
       const int i = base + u * 32 + lane;
-      v[u] = i < n ? x[i] : 0.f;
+      v[u] = i < n ? x[i] : T(0);
     }
 #pragma unroll
     for (int u = 0; u < kWUnroll; ++u)
       if (base + u * 32 + lane < n) {
-        const uint32_t key = order_key(v[u]);
+        const uint32_t key = key_of(v[u]);
         lo_key = min(lo_key, key);
         hi_key = max(hi_key, key);
       }
@@ -340,6 +346,19 @@ __device__ uint32_t warp_threshold(const float* x, int n, uint32_t k, uint32_t& 
     lo_key = min(lo_key, __shfl_xor_sync(0xffffffffu, lo_key, o));
     hi_key = max(hi_key, __shfl_xor_sync(0xffffffffu, hi_key, o));
   }
+}
+
+// The key T of the k-th largest of x[0, n) and how many keys equal to T belong to the top k
+// (need; the others are all > T), given the keys' range [lo_key, hi_key] (warp_key_range, or
+// found while staging). Needs 0 < k < n. x in shared or global memory; the whole warp calls.
+// Radix passes of 8 bits over (key - min key) from the range's top bit down, like cta_threshold;
+// the digit is found by one warp scan over the bins counted from the top. Once the chosen bin
+// holds <= 32 keys, one more pass collects them and ranking them by shuffles finishes (usually
+// after the first pass: the 8-bit digits of the range spread the keys well).
+template <class T>
+__device__ uint32_t warp_threshold(const T* x, int n, uint32_t k, uint32_t& need, uint32_t* hist, uint32_t lo_key,
+                                   uint32_t hi_key) {
+  const int lane = threadIdx.x & 31;
   const uint32_t range = hi_key - lo_key;
   if (range == 0) {  // every key equal: the first k indices
     need = k;
@@ -352,15 +371,15 @@ __device__ uint32_t warp_threshold(const float* x, int n, uint32_t k, uint32_t& 
     for (int i = lane; i < nbins; i += 32) hist[i] = 0;
     __syncwarp();
     for (int base = 0; base < n; base += 32 * kWUnroll) {
-      float v[kWUnroll];
+      T v[kWUnroll];
 #pragma unroll
       for (int u = 0; u < kWUnroll; ++u) {
         const int i = base + u * 32 + lane;
-        v[u] = i < n ? x[i] : 0.f;
+        v[u] = i < n ? x[i] : T(0);
       }
 #pragma unroll
       for (int u = 0; u < kWUnroll; ++u) {
-        const uint32_t r = order_key(v[u]) - lo_key;
+        const uint32_t r = key_of(v[u]) - lo_key;
         if (base + u * 32 + lane < n && (r & pmask) == prefix)
           atomicAdd(&hist[(r >> shift) & uint32_t(nbins - 1)], 1u);
       }
@@ -396,15 +415,15 @@ __device__ uint32_t warp_threshold(const float* x, int n, uint32_t k, uint32_t& 
       const uint32_t lt = lanemask_lt();
       uint32_t got = 0;
       for (int base = 0; base < n; base += 32 * kWUnroll) {
-        float v[kWUnroll];
+        T v[kWUnroll];
 #pragma unroll
         for (int u = 0; u < kWUnroll; ++u) {
           const int i = base + u * 32 + lane;
-          v[u] = i < n ? x[i] : 0.f;
+          v[u] = i < n ? x[i] : T(0);
         }
 #pragma unroll
         for (int u = 0; u < kWUnroll; ++u) {
-          const uint32_t r = order_key(v[u]) - lo_key;
+          const uint32_t r = key_of(v[u]) - lo_key;
           const bool match = base + u * 32 + lane < n && (r & pmask) == prefix;
           const uint32_t mb = __ballot_sync(0xffffffffu, match);
           if (match) hist[got + __popc(mb & lt)] = r;
@@ -435,23 +454,24 @@ __device__ uint32_t warp_threshold(const float* x, int n, uint32_t k, uint32_t& 
 // Ordered emission (whole warp): in ascending i, every i < n with key(x[i]) > T and the first
 // `need` with key == T, written as map ? map[i] : i to out[0, cap) (positions >= cap dropped).
 // Returns the count (every lane).
-__device__ uint32_t warp_emit(const float* x, int n, uint32_t T, uint32_t need, int32_t* out, const int32_t* map,
+template <class T>
+__device__ uint32_t warp_emit(const T* x, int n, uint32_t thr, uint32_t need, int32_t* out, const int32_t* map,
                               uint32_t cap) {
   const int lane = threadIdx.x & 31;
   const uint32_t lt = lanemask_lt();
   uint32_t pos = 0, tie = 0;
   for (int base = 0; base < n; base += 32 * kWUnroll) {
-    float v[kWUnroll];
+    T v[kWUnroll];
 #pragma unroll
     for (int u = 0; u < kWUnroll; ++u) {
       const int i = base + u * 32 + lane;
-      v[u] = i < n ? x[i] : 0.f;
+      v[u] = i < n ? x[i] : T(0);
     }
 #pragma unroll
     for (int u = 0; u < kWUnroll; ++u) {
       const int i = base + u * 32 + lane;
-      const uint32_t key = order_key(v[u]);
-      const bool is_gt = i < n && key > T, is_eq = i < n && key == T;
+      const uint32_t key = key_of(v[u]);
+      const bool is_gt = i < n && key > thr, is_eq = i < n && key == thr;
       const uint32_t eqb = __ballot_sync(0xffffffffu, is_eq);
       const bool sel = is_gt || (is_eq && tie + __popc(eqb & lt) < need);
       const uint32_t selb = __ballot_sync(0xffffffffu, sel);
@@ -465,43 +485,214 @@ __device__ uint32_t warp_emit(const float* x, int n, uint32_t T, uint32_t need, 
 }
 
 // out[0, min(k, n)) = the indices of the k largest of x[0, n), ascending (as map[i] when given):
-// the exact twin of top_k_indices(). Whole warp.
-__device__ void warp_topk(const float* x, int n, int64_t k, int32_t* out, uint32_t* hist,
-                          const int32_t* map = nullptr) {
+// the exact twin of top_k_indices(). [lo_key, hi_key] = the keys' range (lo_key > hi_key: not
+// known, found here). Whole warp.
+template <class T>
+__device__ void warp_topk(const T* x, int n, int64_t k, int32_t* out, uint32_t* hist, const int32_t* map = nullptr,
+                          uint32_t lo_key = 1, uint32_t hi_key = 0) {
   const int lane = threadIdx.x & 31;
   if (k <= 0) return;
   if (k >= n) {
     for (int i = lane; i < n; i += 32) out[i] = map ? map[i] : i;
     return;
   }
+  if (lo_key > hi_key) warp_key_range(x, n, lo_key, hi_key);
   uint32_t need = 0;
-  const uint32_t T = warp_threshold(x, n, uint32_t(k), need, hist);
-  warp_emit(x, n, T, need, out, map, uint32_t(k));
+  const uint32_t thr = warp_threshold(x, n, uint32_t(k), need, hist, lo_key, hi_key);
+  warp_emit(x, n, thr, need, out, map, uint32_t(k));
 }
 
-// dst[0, n) = src[0, n) by one warp, kWUnroll loads in flight per lane.
-__device__ __forceinline__ void warp_stage(float* dst, const float* src, int n) {
+// The groups i (ascending, into groups[0, ng)) whose key x[i] is >= thr, thr = the k-th largest of
+// the keys x[0, n) (range [lo_key, hi_key]): warp_threshold then warp_emit(need = all), in one
+// pass over x less. Radix passes as warp_threshold until the threshold's bin holds <= 32 keys
+// (usually after one), then one pass collects every key at or above that bin in index order
+// (fewer than k + 32; their keys into gkeys) and the bin's keys into hist, the bin's keys are
+// ranked to find thr, and a pass over the collected ones keeps those >= thr. Needs 0 < k < n;
+// returns false (nothing usable) when more than cap would have to be collected (massive ties).
+// Whole warp.
+__device__ bool warp_groups_at_or_above(const uint32_t* x, int n, uint32_t k, uint32_t lo_key, uint32_t hi_key,
+                                        uint32_t* hist, int32_t* groups, uint32_t* gkeys, uint32_t cap,
+                                        uint32_t& thr, uint32_t& ng) {
   const int lane = threadIdx.x & 31;
+  const uint32_t lt = lanemask_lt();
+  const uint32_t range = hi_key - lo_key;
+  if (range == 0) {  // every key equal: every group
+    if (uint32_t(n) > cap) return false;
+    for (int i = lane; i < n; i += 32) groups[i] = i;
+    __syncwarp();
+    thr = lo_key;
+    ng = uint32_t(n);
+    return true;
+  }
+  uint32_t prefix = 0, pmask = 0, rem = k, in_bin = 0;  // over r = key - lo_key
+  int top = 31 - __clz(range);
+#pragma unroll 1
+  while (true) {
+    const int width = min(kWBits, top + 1), shift = top - width + 1, nbins = 1 << width;
+    for (int i = lane; i < nbins; i += 32) hist[i] = 0;
+    __syncwarp();
+    for (int base = 0; base < n; base += 32 * kWUnroll) {
+      uint32_t v[kWUnroll];
+#pragma unroll
+      for (int u = 0; u < kWUnroll; ++u) {
+        const int i = base + u * 32 + lane;
+        v[u] = i < n ? x[i] : 0u;
+      }
+#pragma unroll
+      for (int u = 0; u < kWUnroll; ++u) {
+        const uint32_t r = v[u] - lo_key;
+        if (base + u * 32 + lane < n && (r & pmask) == prefix)
+          atomicAdd(&hist[(r >> shift) & uint32_t(nbins - 1)], 1u);
+      }
+    }
+    __syncwarp();
+    const int per = nbins >= 32 ? nbins / 32 : 1;
+    const int hi = nbins - 1 - lane * per;
+    uint32_t local = 0;
+    for (int q = 0; q < per && hi - q >= 0; ++q) local += hist[hi - q];
+    uint32_t above = warp_excl_scan(local);
+    int digit = -1;
+    uint32_t dabove = 0;
+    for (int q = 0; q < per && hi - q >= 0; ++q) {
+      const uint32_t cnt = hist[hi - q];
+      if (above < rem && rem <= above + cnt) digit = hi - q, dabove = above;
+      above += cnt;
+    }
+    const int src = __ffs(int(__ballot_sync(0xffffffffu, digit >= 0))) - 1;  // exactly one lane
+    in_bin = __shfl_sync(0xffffffffu, digit >= 0 ? hist[digit] : 0u, src);
+    digit = __shfl_sync(0xffffffffu, digit, src);
+    dabove = __shfl_sync(0xffffffffu, dabove, src);
+    rem -= dabove;
+    prefix |= uint32_t(digit) << shift;
+    pmask |= uint32_t(nbins - 1) << shift;
+    top = shift - 1;
+    __syncwarp();  // the bins are read before the next pass clears them
+    if (top < 0 || in_bin <= 32u) break;
+  }
+  // Keys above the bin: k - rem; in it: in_bin (all equal to lo_key + prefix when top < 0).
+  const uint32_t total = (k - rem) + in_bin;
+  if (total > cap) return false;
+  uint32_t pos = 0, got = 0;
   for (int base = 0; base < n; base += 32 * kWUnroll) {
-    float v[kWUnroll];
+    uint32_t v[kWUnroll];
 #pragma unroll
     for (int u = 0; u < kWUnroll; ++u) {
       const int i = base + u * 32 + lane;
-      v[u] = i < n ? src[i] : 0.f;
+      v[u] = i < n ? x[i] : 0u;
     }
 #pragma unroll
     for (int u = 0; u < kWUnroll; ++u) {
       const int i = base + u * 32 + lane;
-      if (i < n) dst[i] = v[u];
+      const uint32_t r = v[u] - lo_key;
+      const bool ok = i < n && (r & pmask) >= prefix, in = ok && (r & pmask) == prefix;
+      const uint32_t okb = __ballot_sync(0xffffffffu, ok), inb = __ballot_sync(0xffffffffu, in);
+      if (ok) {
+        const uint32_t at = pos + __popc(okb & lt);
+        groups[at] = i;
+        gkeys[at] = r;
+      }
+      if (in && top >= 0) hist[got + __popc(inb & lt)] = r;
+      pos += __popc(okb);
+      got += __popc(inb);
     }
+  }
+  __syncwarp();
+  uint32_t t_r = prefix;
+  if (top >= 0) {  // the rem-th largest of the bin's in_bin (<= 32) keys, ranked by shuffles
+    const bool valid = uint32_t(lane) < in_bin;
+    const uint32_t mine = valid ? hist[lane] : 0u;
+    uint32_t gt = 0, eq = 0;
+    for (uint32_t j = 0; j < in_bin; ++j) {
+      const uint32_t y = __shfl_sync(0xffffffffu, mine, int(j));
+      gt += y > mine;
+      eq += y == mine;
+    }
+    const bool is_t = valid && gt < rem && rem <= gt + eq;
+    const int tl = __ffs(int(__ballot_sync(0xffffffffu, is_t))) - 1;
+    t_r = __shfl_sync(0xffffffffu, mine, tl);
+  }
+  // Keep the collected groups with key >= thr, in place and in order (writes never pass reads).
+  uint32_t kept = 0;
+  for (uint32_t base = 0; base < pos; base += 32) {
+    const uint32_t j = base + uint32_t(lane);
+    const bool in_list = j < pos;
+    const int32_t gi = in_list ? groups[j] : 0;
+    const uint32_t r = in_list ? gkeys[j] : 0u;
+    const bool keep = in_list && r >= t_r;
+    const uint32_t kb = __ballot_sync(0xffffffffu, keep);
+    if (keep) groups[kept + __popc(kb & lt)] = gi;
+    kept += __popc(kb);
+  }
+  __syncwarp();
+  thr = lo_key + t_r;
+  ng = kept;
+  return true;
+}
+
+// dst[0, n) = the keys of src[0, n) (whole warp) and their range in every lane, 16-byte loads with
+// kV per lane in flight (a row's 2048 group maxima in two round trips) when src is 16-byte
+// aligned (always with the builder's kBsRowPad layout: it may then read, and write to dst, up to 3
+// values past n, the row padding; dst holds kWBuf >= round4(n)), else one value per load.
+__device__ void warp_stage_keys(uint32_t* dst, const float* src, int n, uint32_t& lo_key, uint32_t& hi_key) {
+  const int lane = threadIdx.x & 31;
+  lo_key = 0xffffffffu, hi_key = 0;
+  if ((reinterpret_cast<uintptr_t>(src) & 15) == 0) {
+    constexpr int kV = 8;  // float4 per lane per round trip (16 spills at 5 CTAs per SM)
+    const int n4 = (n + 3) / 4;
+    const float4* s4 = reinterpret_cast<const float4*>(src);
+    uint4* d4 = reinterpret_cast<uint4*>(dst);
+    for (int base = 0; base < n4; base += 32 * kV) {
+      float4 v[kV];
+#pragma unroll
+      for (int u = 0; u < kV; ++u) {
+        const int i = base + u * 32 + lane;
+        if (i < n4) v[u] = s4[i];
+      }
+#pragma unroll
+      for (int u = 0; u < kV; ++u) {
+        const int i = base + u * 32 + lane;
+        if (i < n4) {
+          const uint4 k4 = make_uint4(order_key(v[u].x), order_key(v[u].y), order_key(v[u].z), order_key(v[u].w));
+          d4[i] = k4;
+          const uint32_t kq[4] = {k4.x, k4.y, k4.z, k4.w};
+#pragma unroll
+          for (int q = 0; q < 4; ++q)
+            if (4 * i + q < n) lo_key = min(lo_key, kq[q]), hi_key = max(hi_key, kq[q]);
+        }
+      }
+    }
+  } else {
+    for (int base = 0; base < n; base += 32 * kWUnroll) {
+      float v[kWUnroll];
+#pragma unroll
+      for (int u = 0; u < kWUnroll; ++u) {
+        const int i = base + u * 32 + lane;
+        v[u] = i < n ? src[i] : 0.f;
+      }
+#pragma unroll
+      for (int u = 0; u < kWUnroll; ++u) {
+        const int i = base + u * 32 + lane;
+        if (i < n) {
+          const uint32_t key = order_key(v[u]);
+          dst[i] = key;
+          lo_key = min(lo_key, key), hi_key = max(hi_key, key);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    lo_key = min(lo_key, __shfl_xor_sync(0xffffffffu, lo_key, o));
+    hi_key = max(hi_key, __shfl_xor_sync(0xffffffffu, hi_key, o));
   }
   __syncwarp();
 }
 
-__global__ void __launch_bounds__(kBsRowsPerCta * 32) bs_select_kernel(const BsSelectArgs a) {
+__global__ void __launch_bounds__(kBsRowsPerCta * 32, 5) bs_select_kernel(const BsSelectArgs a) {
   extern __shared__ __align__(16) uint8_t smem_raw[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   BsWarpSmem& sm = reinterpret_cast<BsWarpSmem*>(smem_raw)[warp];
+  uint32_t* kbuf = reinterpret_cast<uint32_t*>(sm.buf);
   const Geom& g = a.g;
   const int64_t b = a.b0 + int64_t(blockIdx.x) * kBsRowsPerCta + warp;
   if (b >= a.b1) return;  // warp-uniform; nothing below syncs the CTA
@@ -520,55 +711,112 @@ __global__ void __launch_bounds__(kBsRowsPerCta * 32) bs_select_kernel(const BsS
   const int G = (n + kBsGroup - 1) / kBsGroup;
   if (G > kk && !a.rows_in_global) {
     const float* gm = a.gmax + off / kBsGroup;
-    if (G <= kWBuf) {
-      warp_stage(sm.buf, gm, G);
-      gm = sm.buf;
+    uint32_t need = 0, thr = 0, ng = 0, klo = 0, khi = 0;
+    if (G <= kWBuf) {  // keys staged once
+      warp_stage_keys(kbuf, gm, G, klo, khi);
+      // Groups with maximum >= thr, ascending (none usable: the plain path below).
+      if (!warp_groups_at_or_above(kbuf, G, uint32_t(kk), klo, khi, sm.hist, sm.groups, sm.gkeys, kWGroups, thr, ng))
+        ng = kWGroups + 1;
+    } else {
+      warp_key_range(gm, G, klo, khi);
+      thr = warp_threshold(gm, G, uint32_t(kk), need, sm.hist, klo, khi);
+      ng = warp_emit(gm, G, thr, 0xffffffffu, sm.groups, nullptr, kWGroups);
     }
-    uint32_t need = 0;
-    const uint32_t T = warp_threshold(gm, G, uint32_t(kk), need, sm.hist);
-    // Groups with maximum >= T, ascending.
-    const uint32_t ng = warp_emit(gm, G, T, 0xffffffffu, sm.groups, nullptr, kWGroups);
     __syncwarp();
     if (ng <= uint32_t(kWGroups)) {
-      // Their elements with key >= T, ascending (group order, then position in the group); the
-      // buffer's group maxima are dead now: it holds the scores and their block indices.
-      float* cand = sm.buf;
+      // Their elements with key >= thr as keys, ascending (group order, then position in the
+      // group), with the kept keys' range; the buffer's group maxima are dead now: it holds the
+      // keys and their block indices.
+      uint32_t* cand = kbuf;
       int32_t* cidx = reinterpret_cast<int32_t*>(sm.buf + kWCand);
       const int m = int(ng) * kBsGroup;
       const uint32_t lt = lanemask_lt();
-      uint32_t cnt = 0;
-      for (int base = 0; base < m; base += 32 * kWUnroll) {
-        float v[kWUnroll];
-        int idx[kWUnroll];
+      uint32_t cnt = 0, clo = 0xffffffffu, chi = 0;
+      if ((reinterpret_cast<uintptr_t>(row) & 31) == 0) {
+        // One group (8 scores, two 16-byte loads) per lane, kGather groups per lane in flight
+        // (~130 groups in 2-3 round trips instead of 4-5); a lane's kept elements go to cnt +
+        // (kept by lower lanes) in group order, so the order is still ascending block index.
+        constexpr int kGather = 2;  // 4 spills at 5 CTAs per SM
+        for (int base = 0; base < int(ng); base += 32 * kGather) {
+          float4 x[kGather][2];
+          int gi[kGather];
 #pragma unroll
-        for (int u = 0; u < kWUnroll; ++u) {
-          const int j = base + u * 32 + lane;
-          idx[u] = j < m ? sm.groups[j / kBsGroup] * kBsGroup + j % kBsGroup : n;
-          v[u] = idx[u] < n ? row[idx[u]] : 0.f;
-        }
+          for (int u = 0; u < kGather; ++u) {
+            const int j = base + u * 32 + lane;
+            gi[u] = j < int(ng) ? sm.groups[j] : -1;
+            if (gi[u] >= 0) {
+              const float4* src = reinterpret_cast<const float4*>(row + int64_t(gi[u]) * kBsGroup);
+              x[u][0] = src[0];
+              x[u][1] = src[1];
+            } else {
+              x[u][0] = x[u][1] = make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+          }
 #pragma unroll
-        for (int u = 0; u < kWUnroll; ++u) {
-          const bool keep = idx[u] < n && order_key(v[u]) >= T;
-          const uint32_t kb = __ballot_sync(0xffffffffu, keep);
-          const uint32_t at = cnt + __popc(kb & lt);
-          if (keep && at < uint32_t(kWCand)) cand[at] = v[u], cidx[at] = idx[u];
-          cnt += __popc(kb);
+          for (int u = 0; u < kGather; ++u) {
+            const float e[kBsGroup] = {x[u][0].x, x[u][0].y, x[u][0].z, x[u][0].w,
+                                       x[u][1].x, x[u][1].y, x[u][1].z, x[u][1].w};
+            uint32_t ek[kBsGroup];
+            uint32_t keep = 0;
+#pragma unroll
+            for (int q = 0; q < kBsGroup; ++q) {
+              ek[q] = order_key(e[q]);
+              if (gi[u] >= 0 && gi[u] * kBsGroup + q < n && ek[q] >= thr) keep |= 1u << q;
+            }
+            const uint32_t c = __popc(keep);
+            uint32_t at = cnt + warp_excl_scan(c);
+#pragma unroll
+            for (int q = 0; q < kBsGroup; ++q)
+              if ((keep >> q) & 1u) {
+                if (at < uint32_t(kWCand)) cand[at] = ek[q], cidx[at] = gi[u] * kBsGroup + q;
+                clo = min(clo, ek[q]), chi = max(chi, ek[q]);
+                ++at;
+              }
+            cnt += warp_sum(c);
+          }
         }
+      } else {
+        for (int base = 0; base < m; base += 32 * kWUnroll) {
+          float v[kWUnroll];
+          int idx[kWUnroll];
+#pragma unroll
+          for (int u = 0; u < kWUnroll; ++u) {
+            const int j = base + u * 32 + lane;
+            idx[u] = j < m ? sm.groups[j / kBsGroup] * kBsGroup + j % kBsGroup : n;
+            v[u] = idx[u] < n ? row[idx[u]] : 0.f;
+          }
+#pragma unroll
+          for (int u = 0; u < kWUnroll; ++u) {
+            const uint32_t key = order_key(v[u]);
+            const bool keep = idx[u] < n && key >= thr;
+            const uint32_t kb = __ballot_sync(0xffffffffu, keep);
+            const uint32_t at = cnt + __popc(kb & lt);
+            if (keep && at < uint32_t(kWCand)) cand[at] = key, cidx[at] = idx[u];
+            if (keep) clo = min(clo, key), chi = max(chi, key);
+            cnt += __popc(kb);
+          }
+        }
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        clo = min(clo, __shfl_xor_sync(0xffffffffu, clo, o));
+        chi = max(chi, __shfl_xor_sync(0xffffffffu, chi, o));
       }
       __syncwarp();
       if (cnt <= uint32_t(kWCand)) {  // cnt >= kk (see above)
-        warp_topk(cand, int(cnt), kk, out, sm.hist, cidx);
+        warp_topk(cand, int(cnt), kk, out, sm.hist, cidx, clo, chi);
         return;
       }
     }
     __syncwarp();  // the plain path restages the buffer
   }
-  const float* x = row;
   if (n <= kWBuf && !a.rows_in_global) {
-    warp_stage(sm.buf, row, n);
-    x = sm.buf;
+    uint32_t klo = 0, khi = 0;
+    warp_stage_keys(kbuf, row, n, klo, khi);
+    warp_topk(kbuf, n, kk, out, sm.hist, nullptr, klo, khi);
+  } else {
+    warp_topk(row, n, kk, out, sm.hist);
   }
-  warp_topk(x, n, kk, out, sm.hist);
 }
 
 }  // namespace
