@@ -20,7 +20,10 @@
 // time: --vs-random-max (default 131072) limits the random VS runs to lengths where that fits
 // the device budget.
 // Run: build-mindex/bench/longctx_bench_minference_index [--seqs 131072,524288,1048576]
-//        [--inputs random,structured] [--vs-random-max N] [--json out.json]
+//        [--inputs random,structured] [--vs-random-max N] [--bs-wave-mb 256,512] [--json out.json]
+//      --bs-wave-mb: also time the block-sparse build with these score-scratch sizes (the builder's
+//      bs_wave_bytes; default 128 MiB), against the same attention time (pattern
+//      block_sparse_100_wave<N>MB in the JSON).
 //      (scripts/gpu-minference-index.sh runs it on the device machine).
 #include <cuda_runtime.h>
 
@@ -98,6 +101,7 @@ int main(int argc, char** argv) {
   std::vector<int64_t> seqs = {131072, 524288, 1048576};
   std::vector<std::string> inputs = {"random"};
   int64_t vs_random_max = 131072;
+  std::vector<int64_t> bs_wave_mb;
   bool run_bs = true, run_vs = true;
   const char* json_path = nullptr;
   for (int i = 1; i < argc; ++i) {
@@ -113,6 +117,8 @@ int main(int argc, char** argv) {
         if (e > pos) inputs.push_back(s.substr(pos, e - pos));
         pos = e + 1;
       }
+    } else if (!std::strcmp(argv[i], "--bs-wave-mb") && i + 1 < argc) {
+      bs_wave_mb = longctx::bench::parse_list(argv[++i]);
     } else if (!std::strcmp(argv[i], "--vs-random-max") && i + 1 < argc) {
       vs_random_max = std::atoll(argv[++i]);
     } else if (!std::strcmp(argv[i], "--patterns") && i + 1 < argc) {
@@ -124,7 +130,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--seqs N,..] [--inputs random,structured] [--patterns bs,vs] [--vs-random-max N] "
-                   "[--json FILE]\n",
+                   "[--bs-wave-mb N,..] [--json FILE]\n",
                    argv[0]);
       return 2;
     }
@@ -210,6 +216,29 @@ int main(int argc, char** argv) {
                         prof.bs_ms, prof.bs_pool_ms, prof.bs_score_ms, prof.bs_select_ms, prof.bs_waves, prof.csr_ms, attn_ms, areps, share, (long long)idx.n_ranges,
                         (long long)idx.n_cols, index_mb, double(fixed_bytes) / 1e6);
           js.add(buf);
+          for (const int64_t mb : bs ? bs_wave_mb : std::vector<int64_t>{}) {
+            MinferenceBuilderShape wshape = shape;
+            wshape.bs_wave_bytes = mb << 20;
+            MinferenceIndexBuilder wb(wshape);
+            const double wms = time_ms([&] { idx = wb.build(ip); }, 1, reps);
+            wb.set_profiling(true);
+            idx = wb.build(ip);
+            const GpuIndexProfile wp = wb.last_profile();
+            const double wfixed = double(MinferenceIndexBuilder::device_bytes(wshape)) / 1e6;
+            std::fprintf(stderr,
+                         "S=%lld %-10s block_sparse_100 wave %4lld MB: build %8.3f ms (pool %.3f score %.3f select "
+                         "%.3f, %d waves) | index share %5.2f%% | builder fixed %.0f MB\n",
+                         (long long)S, in.c_str(), (long long)mb, wms, wp.bs_pool_ms, wp.bs_score_ms, wp.bs_select_ms,
+                         wp.bs_waves, 100 * wms / attn_ms, wfixed);
+            std::snprintf(buf, sizeof buf,
+                          "{\"seq\": %lld, \"inputs\": \"%s\", \"pattern\": \"block_sparse_100_wave%lldMB\", "
+                          "\"build_ms\": %.4f, \"build_reps\": %d, \"stage_ms\": {\"bs\": %.4f, \"bs_pool\": %.4f, "
+                          "\"bs_score\": %.4f, \"bs_select\": %.4f, \"bs_waves\": %d, \"csr\": %.4f}, "
+                          "\"attention_ms\": %.4f, \"index_share\": %.5f, \"builder_fixed_mb\": %.1f}",
+                          (long long)S, in.c_str(), (long long)mb, wms, reps, wp.bs_ms, wp.bs_pool_ms, wp.bs_score_ms,
+                          wp.bs_select_ms, wp.bs_waves, wp.csr_ms, attn_ms, wms / attn_ms, wfixed);
+            js.add(buf);
+          }
         }
       }
       for (void* x : {q, k, v, o, static_cast<void*>(lse)}) dev_free(x);

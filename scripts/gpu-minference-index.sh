@@ -11,7 +11,7 @@
 # On the device (carry .carry/mindex):
 #   OUT=/tmp/out scripts/gpu-minference-index.sh [--skip-tests] [--skip-sanitizer] [--skip-bench]
 #       [--seqs 131072,524288,1048576] [--inputs random,structured] [--patterns bs,vs] [--tests GTEST_FILTER]
-#       [--skip-racecheck]
+#       [--skip-racecheck] [--bs-wave-mb 128,512]   (also time the BS build with these scratch sizes)
 set -uo pipefail
 BUILD=${BUILD:-build-mindex}
 CARRY=${CARRY:-.carry/mindex}
@@ -30,7 +30,7 @@ fi
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 skip_tests=0; skip_san=0; skip_race=0; skip_bench=0
-seqs=131072,524288,1048576; inputs=random,structured; patterns=bs,vs; filter='MinferenceIndex.*'
+seqs=131072,524288,1048576; inputs=random,structured; patterns=bs,vs; filter='MinferenceIndex.*'; waves=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --skip-tests) skip_tests=1 ;;
@@ -41,6 +41,7 @@ while [ $# -gt 0 ]; do
     --seqs) seqs="$2"; shift ;;
     --inputs) inputs="$2"; shift ;;
     --tests) filter="$2"; shift ;;
+    --bs-wave-mb) waves="$2"; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -78,7 +79,7 @@ fi
 if [ $skip_bench = 0 ]; then
   echo "== longctx_bench_minference_index (seqs $seqs, inputs $inputs, patterns $patterns)"
   timeout ${BENCH_TIMEOUT:-300} "$BIN/longctx_bench_minference_index" --seqs "$seqs" --inputs "$inputs" --patterns "$patterns" \
-    --json "$OUT/bench_minference_index.json" > /dev/null 2> "$OUT/bench.log"; rc=$?
+    ${waves:+--bs-wave-mb "$waves"} --json "$OUT/bench_minference_index.json" > /dev/null 2> "$OUT/bench.log"; rc=$?
   cat "$OUT/bench.log"
   [ $rc = 0 ] || { echo "BENCH FAILED (rc=$rc)"; status=1; }
 fi
@@ -95,7 +96,7 @@ print(f"{'S':>8} {'inputs':<10} {'pattern':<22} {'build ms':>9} {'attn ms':>10} 
 for r in d["runs"]:
     st = r["stage_ms"]
     print(f"{r['seq']:>8} {r['inputs']:<10} {r['pattern']:<22} {r['build_ms']:9.3f} {r['attention_ms']:10.2f} "
-          f"{100*r['index_share']:6.2f}%  {st['vs']:.2f}/{st['bs']:.2f}/{st['csr']:.2f}")
+          f"{100*r['index_share']:6.2f}%  {st.get('vs', 0):.2f}/{st['bs']:.2f}/{st['csr']:.2f}")
 d["commit"] = commit
 d["command"] = "scripts/gpu-minference-index.sh"
 json.dump(d, open(os.path.join(out, "results.json"), "w"), indent=1)

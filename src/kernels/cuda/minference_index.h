@@ -54,8 +54,8 @@ struct MinferenceBuilderShape {
   int head_dim = 128;
   int64_t max_q = 0;   // largest chunk (queries) a build() will see
   int64_t max_kv = 0;  // largest n_kv a build() will see
-  // Optional: bytes of the block-sparse score scratch (one "wave" of rows); 0 = 32 MiB, which
-  // stays in the L2 of an H100/H200 between the score and select kernels. Tests shrink it to
+  // Optional: bytes of the block-sparse score scratch (one "wave" of rows); 0 = 256 MiB (fewer,
+  // larger waves are faster; minference_index.cu has the measured trade). Tests shrink it to
   // force several waves.
   int64_t bs_wave_bytes = 0;
   // Test hook: block-sparse rows are selected straight from the scratch (global memory) instead
@@ -107,7 +107,7 @@ class MinferenceIndexBuilder {
   MinferenceIndexBuilder& operator=(const MinferenceIndexBuilder&) = delete;
 
   // Device bytes the constructor allocates for this shape (for memory plans, before constructing
-  // one): 590 MB for 32/8 heads, d=128, 1M keys (221 MB at 128K; VS scores and the BS data share
+  // one): 738 MB for 32/8 heads, d=128, 1M keys (371 MB at 128K; VS scores and the BS data share
   // one region). NOT included: the budget/data-dependent part grown by build(), i.e. the index
   // (8 bytes per range + 4 per column) twice (ranges/columns + the sparse kernel's workspace
   // copy) plus the selected lines (4 bytes x (k_v + 3 k_s) per VS head) and blocks (4 bytes x
