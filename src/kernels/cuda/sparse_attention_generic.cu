@@ -1,0 +1,536 @@
+// sparse_attention_generic.cu (cuda): sparse prefill attention for head_dim 64/128 on sm_80+;
+// see sparse_attention_generic.h (semantics: sparse_attention.h).
+//
+// Two kernels:
+// - plan (one warp per index row r = ih * n_qblk + b): the block's ranges, clipped to
+//   [0, lim) with lim = the block's causal frontier (last row's position + 1, or n_kv), are
+//   merged into disjoint ranges (a range that starts after every earlier end opens a new one;
+//   touching ranges merge), written at the row's own offsets in the workspace; then its columns
+//   are kept when inside [0, lim), not a repeat of the previous one (they are sorted) and not
+//   inside a merged range (binary search). Counts per row go to n_r / n_c.
+// - attention, FlashAttention-2 style like attention_prefill.cu: CTA = (query head h, 64-row
+//   block b), 4 warps x 16 rows, Q fragments in registers; the CTA walks its canonical lists as
+//   a sequence of 64-key tiles (each merged range cut into tiles from its own start, no
+//   alignment; then the columns, 64 per tile), K/V rows of each tile cp.async'ed (double
+//   buffered) into the swizzled layout of mma.cuh, with the tile's key positions (-1 = empty
+//   slot) in shared memory for the masks. S = Q K^T and O += P V by mma.sync m16n8k16, online
+//   softmax in the log2 domain. Tiles whose keys are all real and visible to every row of the
+//   block skip the mask. CTAs run latest block first (causal work grows with b), all heads of
+//   a block next to each other (GQA heads share K/V rows in L2).
+#include "kernels/cuda/sparse_attention_generic.h"
+
+#include <cuda_bf16.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/mma.cuh"
+
+namespace longctx::cuda {
+namespace {
+
+using bf16 = __nv_bfloat16;
+using namespace mma;
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr int kBQ = kSparseQBlock;  // 64 query rows per CTA
+constexpr int kBK = 64;             // keys per tile
+
+template <int D>
+struct GTile {
+  static constexpr int kWarps = 4;  // 4 x 16 rows = one query block
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kStages = 2;
+  static constexpr int kMinBlocks = D == 64 ? 4 : 2;  // CTAs per SM (caps registers at 128 / 255)
+  static constexpr int kChunks = D / 8;  // 16-byte chunks per row
+  static constexpr int kSmemQ = kBQ * D * 2;
+  static constexpr int kSmemKV = kBK * D * 2;  // one K (or V) tile
+  static constexpr int kSmemKeys = kStages * kBK * 4;
+  static constexpr int kSmem = kSmemQ + 2 * kStages * kSmemKV + kSmemKeys + kStages * 4;
+};
+
+// ---- workspace ---------------------------------------------------------------------------------
+struct WsLayout {
+  size_t ranges, cols, n_r, n_c, total;
+};
+WsLayout ws_layout(const DeviceSparseIndex& ix) {
+  auto up = [](size_t x) { return (x + 255) & ~size_t(255); };
+  const size_t rows = size_t(ix.n_index_head) * size_t(ix.n_qblk);
+  WsLayout l{};
+  l.ranges = 0;
+  l.cols = up(size_t(ix.n_ranges) * 8);
+  l.n_r = l.cols + up(size_t(ix.n_cols) * 4);
+  l.n_c = l.n_r + up(rows * 4);
+  l.total = l.n_c + up(rows * 4);
+  return l;
+}
+
+// ---- plan kernel -------------------------------------------------------------------------------
+struct PlanArgs {
+  DeviceSparseIndex idx;
+  int32_t* ranges_out;  // canonical ranges at the input's offsets (2 int32 per range)
+  int32_t* cols_out;    // canonical columns at the input's offsets
+  int32_t* n_r;         // [rows] canonical counts
+  int32_t* n_c;
+  int64_t n_q, n_kv, q_pos0;
+  bool causal;
+};
+
+__global__ void sparse_generic_plan_kernel(const PlanArgs a) {
+  const int64_t n_rows = int64_t(a.idx.n_index_head) * a.idx.n_qblk;
+  const int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (r >= n_rows) return;
+  const int lane = threadIdx.x % 32;
+  const unsigned lt_mask = (1u << lane) - 1u;
+  const int64_t b = r % a.idx.n_qblk;
+  const int64_t last_row = min((b + 1) * kBQ, a.n_q) - 1;
+  const int64_t lim = a.causal ? min(a.n_kv, a.q_pos0 + last_row + 1) : a.n_kv;  // keys < lim
+  const int32_t ilim = int32_t(lim);
+
+  // Ranges. pm: inclusive prefix max of the (clipped) ends of valid ranges; a valid range opens a
+  // new merged range iff its start exceeds every earlier end (equal = touching = merge). The
+  // previous merged range then ends at that earlier maximum.
+  const int64_t r0 = a.idx.range_ptr[r], r1 = a.idx.range_ptr[r + 1];
+  int32_t* rout = a.ranges_out + 2 * r0;
+  int nr = 0;
+  int32_t run_end = INT_MIN;  // max end of all earlier valid ranges
+  for (int64_t base = r0; base < r1; base += 32) {
+    const int64_t i = base + lane;
+    int32_t s = 0, e = 0;
+    bool valid = false;
+    if (i < r1) {
+      s = max(a.idx.ranges[2 * i], 0);
+      e = min(a.idx.ranges[2 * i + 1], ilim);
+      valid = s < e;
+    }
+    int32_t pm = valid ? e : INT_MIN;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const int32_t o = __shfl_up_sync(0xffffffffu, pm, off);
+      if (lane >= off) pm = max(pm, o);
+    }
+    int32_t excl = __shfl_up_sync(0xffffffffu, pm, 1);
+    if (lane == 0) excl = INT_MIN;
+    excl = max(excl, run_end);
+    const bool starts = valid && s > excl;
+    const unsigned sm = __ballot_sync(0xffffffffu, starts);
+    if (starts) {
+      const int idx = nr + __popc(sm & lt_mask);
+      rout[2 * idx] = s;
+      if (idx > 0) rout[2 * idx - 1] = excl;  // closes the previous merged range
+    }
+    nr += __popc(sm);
+    run_end = max(run_end, __shfl_sync(0xffffffffu, pm, 31));
+  }
+  if (lane == 0 && nr > 0) rout[2 * nr - 1] = run_end;
+  __syncwarp();
+
+  // Columns: inside [0, lim), not a repeat, not inside a merged range.
+  const int64_t c0 = a.idx.col_ptr[r], c1 = a.idx.col_ptr[r + 1];
+  int32_t* cout = a.cols_out + c0;
+  int nc = 0;
+  int32_t prev_last = INT_MIN;
+  for (int64_t base = c0; base < c1; base += 32) {
+    const int64_t i = base + lane;
+    const int32_t c = i < c1 ? a.idx.cols[i] : INT_MIN;
+    int32_t prev = __shfl_up_sync(0xffffffffu, c, 1);
+    if (lane == 0) prev = prev_last;
+    bool keep = i < c1 && c >= 0 && c < ilim && c != prev;
+    if (keep && nr > 0) {
+      int lo = 0, hi = nr;  // first merged range with start > c
+      while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (__ldcg(&rout[2 * mid]) <= c)
+          lo = mid + 1;
+        else
+          hi = mid;
+      }
+      if (lo > 0 && __ldcg(&rout[2 * (lo - 1) + 1]) > c) keep = false;
+    }
+    const unsigned km = __ballot_sync(0xffffffffu, keep);
+    if (keep) cout[nc + __popc(km & lt_mask)] = c;
+    nc += __popc(km);
+    prev_last = __shfl_sync(0xffffffffu, c, 31);
+  }
+  if (lane == 0) {
+    a.n_r[r] = nr;
+    a.n_c[r] = nc;
+  }
+}
+
+// ---- attention kernel --------------------------------------------------------------------------
+struct MainArgs {
+  const bf16* q;
+  const bf16* k;
+  const bf16* v;
+  bf16* o;
+  float* lse;
+  const int64_t* range_ptr;
+  const int64_t* col_ptr;
+  const int32_t* ranges;  // canonical (plan output)
+  const int32_t* cols;
+  const int32_t* n_r;
+  const int32_t* n_c;
+  int64_t n_q, n_kv, q_pos0, n_qblk;
+  int n_head, n_kv_head, group, heads_per_index;
+  float scale_log2;
+  bool causal;
+};
+
+// The CTA's walk over its tiles: merged ranges first (each cut into 64-key tiles from its own
+// start), then the columns 64 at a time. Every thread holds the same cursor.
+struct TileCursor {
+  const int32_t* R;  // canonical ranges (start, end)
+  int nr, ri;
+  int32_t pos, end;  // next key of range ri, its end
+  int nc, cb;        // column count, next column index
+  __device__ bool next(bool& is_col, int32_t& first, int& cnt) {
+    if (ri < nr) {
+      is_col = false;
+      first = pos;
+      cnt = min(kBK, end - pos);
+      pos += kBK;
+      if (pos >= end && ++ri < nr) {
+        pos = __ldg(R + 2 * ri);
+        end = __ldg(R + 2 * ri + 1);
+      }
+      return true;
+    }
+    if (cb < nc) {
+      is_col = true;
+      first = cb;  // index into the column list
+      cnt = min(kBK, nc - cb);
+      cb += kBK;
+      return true;
+    }
+    return false;
+  }
+};
+
+template <int D>
+__global__ void __launch_bounds__(GTile<D>::kThreads, GTile<D>::kMinBlocks) sparse_generic_kernel(const MainArgs a) {
+  using T = GTile<D>;
+  extern __shared__ __align__(128) uint8_t smem[];
+  const uint32_t sQ = smem_u32(smem);
+  const uint32_t sK = sQ + T::kSmemQ;  // stage s at sK + s * kSmemKV
+  const uint32_t sV = sK + T::kStages * T::kSmemKV;
+  int32_t* s_keys = reinterpret_cast<int32_t*>(smem + T::kSmemQ + 2 * T::kStages * T::kSmemKV);  // [stage][64]
+  int32_t* s_cnt = s_keys + T::kStages * kBK;                                                     // [stage]
+
+  const int64_t cta = blockIdx.x;
+  const int h = int(cta % a.n_head);
+  const int64_t b = a.n_qblk - 1 - cta / a.n_head;  // latest block first
+  const int64_t m0 = b * kBQ;
+  const int kvh = h / a.group;
+  const int64_t row = int64_t(h / a.heads_per_index) * a.n_qblk + b;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int64_t ldq = int64_t(a.n_head) * D, ldk = int64_t(a.n_kv_head) * D;
+  const bf16* qg = a.q + m0 * ldq + int64_t(h) * D;
+  const bf16* kg = a.k + int64_t(kvh) * D;
+  const bf16* vg = a.v + int64_t(kvh) * D;
+
+  TileCursor cur;
+  cur.R = a.ranges + 2 * a.range_ptr[row];
+  cur.nr = a.n_r[row];
+  cur.ri = 0;
+  cur.pos = cur.nr > 0 ? __ldg(cur.R) : 0;
+  cur.end = cur.nr > 0 ? __ldg(cur.R + 1) : 0;
+  cur.nc = a.n_c[row];
+  cur.cb = 0;
+  const int32_t* C = a.cols + a.col_ptr[row];
+
+  // Q tile (rows past n_q zero-filled).
+  for (int i = tid; i < kBQ * T::kChunks; i += T::kThreads) {
+    const int r = i / T::kChunks, c = i % T::kChunks;
+    const bool ok = m0 + r < a.n_q;
+    cp_async16(sQ + swz<D>(r, c), ok ? qg + r * ldq + c * 8 : a.q, ok ? 16 : 0);
+  }
+  cp_async_commit();
+
+  // One tile's K/V rows (empty slots zero-filled, so masked scores stay finite) and key positions.
+  auto load_tile = [&](int stage, bool is_col, int32_t first, int cnt) {
+    for (int i = tid; i < kBK * T::kChunks; i += T::kThreads) {
+      const int r = i / T::kChunks, c = i % T::kChunks;
+      int32_t key = -1;
+      if (r < cnt) key = is_col ? __ldg(C + first + r) : first + r;
+      const bool ok = key >= 0;
+      const int64_t off = int64_t(ok ? key : 0) * ldk + c * 8;
+      cp_async16(sK + stage * T::kSmemKV + swz<D>(r, c), ok ? kg + off : a.k, ok ? 16 : 0);
+      cp_async16(sV + stage * T::kSmemKV + swz<D>(r, c), ok ? vg + off : a.v, ok ? 16 : 0);
+    }
+    if (tid < kBK) s_keys[stage * kBK + tid] = tid < cnt ? (is_col ? __ldg(C + first + tid) : first + tid) : -1;
+    if (tid == 0) s_cnt[stage] = cnt;
+  };
+
+  bool is_col;
+  int32_t first;
+  int cnt;
+  bool have = cur.next(is_col, first, cnt);
+  if (have) load_tile(0, is_col, first, cnt);
+  cp_async_commit();
+  cp_async_wait<1>();
+  __syncthreads();
+
+  uint32_t qf[D / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk)
+    ldmatrix_x4(sQ + swz<D>(warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, 2 * kk + (lane >> 4)), qf[kk][0],
+                qf[kk][1], qf[kk][2], qf[kk][3]);
+
+  float oacc[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) oacc[i][0] = oacc[i][1] = oacc[i][2] = oacc[i][3] = 0.f;
+  float m_r[2] = {-INFINITY, -INFINITY};  // running max of the scaled log2 scores, rows g, g+8
+  float l_r[2] = {0.f, 0.f};              // this thread's partial row sums
+  const int64_t row0 = m0 + warp * 16 + (lane >> 2);  // query index of rows g (and g+8)
+  // last visible key of row g (int32: keys are int32; clamped for padding rows of a huge last block)
+  const int32_t vis0 = int32_t(min(a.q_pos0 + row0, int64_t(INT_MAX - 8)));
+  const int32_t vis_first = int32_t(min(a.q_pos0 + m0, int64_t(INT_MAX)));  // visible to every row
+
+  int st = 0;
+  while (have) {
+    bool n_is_col;
+    int32_t n_first;
+    int n_cnt;
+    const bool have_next = cur.next(n_is_col, n_first, n_cnt);
+    if (have_next) load_tile(st ^ 1, n_is_col, n_first, n_cnt);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+
+    const uint32_t kbase = sK + st * T::kSmemKV, vbase = sV + st * T::kSmemKV;
+    const int32_t* keys = s_keys + st * kBK;
+    float s[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        uint32_t b0, b1, b2, b3;
+        ldmatrix_x4(kbase + swz<D>(np * 16 + (lane & 7) + (lane >> 4) * 8, 2 * kk + ((lane >> 3) & 1)), b0, b1, b2,
+                    b3);
+        mma_bf16_16816(s[2 * np], qf[kk], b0, b1);
+        mma_bf16_16816(s[2 * np + 1], qf[kk], b2, b3);
+      }
+    }
+
+    const int tcnt = s_cnt[st];
+    // keys ascend within a tile (range: consecutive; columns: sorted), so keys[63] is the largest
+    const bool need_mask = tcnt < kBK || (a.causal && keys[kBK - 1] > vis_first);
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = s[nt][e] * a.scale_log2;
+        if (need_mask) {
+          const int32_t key = keys[nt * 8 + 2 * (lane & 3) + (e & 1)];
+          const int32_t vis = vis0 + (e >> 1) * 8;
+          if (key < 0 || (a.causal && key > vis)) x = -INFINITY;
+        }
+        s[nt][e] = x;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m_r[r], mx);
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;  // nothing visible yet: avoid inf - inf
+      const float corr = exp2f(m_r[r] - m_use);
+      m_r[r] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        s[nt][2 * r] = exp2f(s[nt][2 * r] - m_use);
+        s[nt][2 * r + 1] = exp2f(s[nt][2 * r + 1] - m_use);
+        sum += s[nt][2 * r] + s[nt][2 * r + 1];
+      }
+      l_r[r] = l_r[r] * corr + sum;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        oacc[dt][2 * r] *= corr;
+        oacc[dt][2 * r + 1] *= corr;
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {  // 16 keys per k-step
+      const uint32_t pa[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                              pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                              pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        uint32_t b0, b1, b2, b3;
+        ldmatrix_x4_trans(vbase + swz<D>(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, 2 * dp + (lane >> 4)), b0, b1,
+                          b2, b3);
+        mma_bf16_16816(oacc[2 * dp], pa, b0, b1);
+        mma_bf16_16816(oacc[2 * dp + 1], pa, b2, b3);
+      }
+    }
+    __syncthreads();  // stage st (and its keys) is overwritten by the load issued next iteration
+    st ^= 1;
+    have = have_next;
+  }
+  cp_async_wait<0>();
+
+  // Epilogue: normalise, stage the warp's 16 rows in its own part of the Q buffer, 16B stores.
+  float inv_l[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = l_r[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    l_r[r] = l;
+    inv_l[r] = l > 0.f ? 1.f / l : 0.f;
+  }
+  const int g = lane >> 2, tq = lane & 3;
+  __syncwarp();  // the warp's Q rows (read by its ldmatrix at the start) are overwritten below
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) {
+    const uint32_t lo = pack_bf16(oacc[dt][0] * inv_l[0], oacc[dt][1] * inv_l[0]);
+    const uint32_t hi = pack_bf16(oacc[dt][2] * inv_l[1], oacc[dt][3] * inv_l[1]);
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sQ + swz<D>(warp * 16 + g, dt) + 4 * tq), "r"(lo));
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sQ + swz<D>(warp * 16 + g + 8, dt) + 4 * tq), "r"(hi));
+  }
+  __syncwarp();
+  for (int i = lane; i < 16 * T::kChunks; i += 32) {
+    const int r = i / T::kChunks, c = i % T::kChunks;
+    const int64_t qi = m0 + warp * 16 + r;
+    if (qi < a.n_q) {
+      const uint4 val = *reinterpret_cast<const uint4*>(smem + swz<D>(warp * 16 + r, c));
+      *reinterpret_cast<uint4*>(a.o + qi * ldq + int64_t(h) * D + c * 8) = val;
+    }
+  }
+  if (a.lse && tq == 0) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int64_t qi = row0 + r * 8;
+      if (qi < a.n_q) a.lse[int64_t(h) * a.n_q + qi] = l_r[r] > 0.f ? m_r[r] * kLn2 + logf(l_r[r]) : -INFINITY;
+    }
+  }
+}
+
+// ---- host side ---------------------------------------------------------------------------------
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+void check_params(const SparseAttnParams& p) {
+  static const int sm = [] {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    return major * 10 + minor;
+  }();
+  LC_REQUIRE(sm >= 80, "sparse_attention_generic: needs an sm_80+ GPU (found sm_%d)", sm);
+  LC_REQUIRE(p.head_dim == 64 || p.head_dim == 128, "sparse_attention_generic: head_dim %d unsupported (64 or 128)",
+             p.head_dim);
+  LC_REQUIRE(p.q && p.k && p.v && p.o, "sparse_attention_generic: null q/k/v/o pointer");
+  LC_REQUIRE(aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && aligned16(p.o),
+             "sparse_attention_generic: q/k/v/o must be 16-byte aligned");
+  LC_REQUIRE(p.n_q > 0 && p.n_kv > 0 && p.n_q <= 0x7fffffff && p.n_kv <= 0x7fffffff && p.q_pos0 >= 0,
+             "sparse_attention_generic: bad sizes n_q=%lld n_kv=%lld q_pos0=%lld", (long long)p.n_q,
+             (long long)p.n_kv, (long long)p.q_pos0);
+  LC_REQUIRE(p.n_head > 0 && p.n_kv_head > 0 && p.n_head % p.n_kv_head == 0,
+             "sparse_attention_generic: n_head %d is not a multiple of n_kv_head %d", p.n_head, p.n_kv_head);
+  LC_REQUIRE(!p.causal || p.q_pos0 + p.n_q <= p.n_kv,
+             "sparse_attention_generic: causal chunk q_pos0 %lld + n_q %lld exceeds n_kv %lld", (long long)p.q_pos0,
+             (long long)p.n_q, (long long)p.n_kv);
+  const auto& ix = p.index;
+  LC_REQUIRE(ix.n_index_head > 0 && p.n_head % ix.n_index_head == 0,
+             "sparse_attention_generic: n_head %d is not a multiple of the index's %d heads", p.n_head,
+             ix.n_index_head);
+  LC_REQUIRE(ix.n_qblk == (p.n_q + kBQ - 1) / kBQ,
+             "sparse_attention_generic: index has %lld query blocks, n_q %lld needs %lld", (long long)ix.n_qblk,
+             (long long)p.n_q, (long long)((p.n_q + kBQ - 1) / kBQ));
+  LC_REQUIRE(ix.range_ptr && ix.col_ptr && (ix.n_ranges == 0 || ix.ranges) && (ix.n_cols == 0 || ix.cols),
+             "sparse_attention_generic: index pointers missing");
+  LC_REQUIRE(p.workspace && p.workspace_bytes >= ws_layout(ix).total,
+             "sparse_attention_generic: workspace of %zu bytes, needs %zu", p.workspace_bytes, ws_layout(ix).total);
+}
+
+template <int D>
+void launch_main(const MainArgs& a, int64_t n_cta, cudaStream_t stream) {
+  using T = GTile<D>;
+  static const cudaError_t err =
+      cudaFuncSetAttribute(sparse_generic_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmem);
+  LC_CUDA_CHECK(err, "sparse_generic_kernel<d=%d>: raising dynamic shared memory to %d bytes", D, T::kSmem);
+  sparse_generic_kernel<D><<<unsigned(n_cta), T::kThreads, T::kSmem, stream>>>(a);
+  LC_LAUNCH_CHECK("sparse_generic_kernel<d=%d> n_q=%lld n_kv=%lld q_pos0=%lld heads=%d/%d grid=%lld", D,
+                  (long long)a.n_q, (long long)a.n_kv, (long long)a.q_pos0, a.n_head, a.n_kv_head, (long long)n_cta);
+}
+
+}  // namespace
+
+size_t sparse_attention_generic_workspace_bytes(const DeviceSparseIndex& index) { return ws_layout(index).total; }
+
+void sparse_attention_generic_plan(const SparseAttnParams& p, Stream s) {
+  check_params(p);
+  const WsLayout l = ws_layout(p.index);
+  uint8_t* ws = static_cast<uint8_t*>(p.workspace);
+  PlanArgs a{};
+  a.idx = p.index;
+  a.ranges_out = reinterpret_cast<int32_t*>(ws + l.ranges);
+  a.cols_out = reinterpret_cast<int32_t*>(ws + l.cols);
+  a.n_r = reinterpret_cast<int32_t*>(ws + l.n_r);
+  a.n_c = reinterpret_cast<int32_t*>(ws + l.n_c);
+  a.n_q = p.n_q;
+  a.n_kv = p.n_kv;
+  a.q_pos0 = p.q_pos0;
+  a.causal = p.causal;
+  const int64_t rows = int64_t(p.index.n_index_head) * p.index.n_qblk;
+  constexpr int kWarps = 8;  // warps (index rows) per plan block
+  const int64_t blocks = (rows + kWarps - 1) / kWarps;
+  LC_REQUIRE(blocks <= 0x7fffffff, "sparse_attention_generic: %lld index rows exceed the grid limit",
+             (long long)rows);
+  sparse_generic_plan_kernel<<<unsigned(blocks), kWarps * 32, 0, static_cast<cudaStream_t>(s)>>>(a);
+  LC_LAUNCH_CHECK("sparse_generic_plan_kernel rows=%lld", (long long)rows);
+}
+
+void sparse_attention_generic_run(const SparseAttnParams& p, Stream s) {
+  check_params(p);
+  const WsLayout l = ws_layout(p.index);
+  const uint8_t* ws = static_cast<const uint8_t*>(p.workspace);
+  MainArgs a{};
+  a.q = static_cast<const bf16*>(p.q);
+  a.k = static_cast<const bf16*>(p.k);
+  a.v = static_cast<const bf16*>(p.v);
+  a.o = static_cast<bf16*>(p.o);
+  a.lse = p.lse;
+  a.range_ptr = p.index.range_ptr;
+  a.col_ptr = p.index.col_ptr;
+  a.ranges = reinterpret_cast<const int32_t*>(ws + l.ranges);
+  a.cols = reinterpret_cast<const int32_t*>(ws + l.cols);
+  a.n_r = reinterpret_cast<const int32_t*>(ws + l.n_r);
+  a.n_c = reinterpret_cast<const int32_t*>(ws + l.n_c);
+  a.n_q = p.n_q;
+  a.n_kv = p.n_kv;
+  a.q_pos0 = p.q_pos0;
+  a.n_qblk = p.index.n_qblk;
+  a.n_head = p.n_head;
+  a.n_kv_head = p.n_kv_head;
+  a.group = p.n_head / p.n_kv_head;
+  a.heads_per_index = p.n_head / p.index.n_index_head;
+  const float scale = p.scale > 0.f ? p.scale : 1.f / std::sqrt(float(p.head_dim));
+  a.scale_log2 = scale * kLog2e;
+  a.causal = p.causal;
+  const int64_t n_cta = int64_t(p.n_head) * p.index.n_qblk;
+  LC_REQUIRE(n_cta <= 0x7fffffff, "sparse_attention_generic: %lld CTAs exceed the grid limit", (long long)n_cta);
+  auto stream = static_cast<cudaStream_t>(s);
+  if (p.head_dim == 128)
+    launch_main<128>(a, n_cta, stream);
+  else
+    launch_main<64>(a, n_cta, stream);
+}
+
+void sparse_attention_generic(const SparseAttnParams& p, Stream s) {
+  sparse_attention_generic_plan(p, s);
+  sparse_attention_generic_run(p, s);
+}
+
+}  // namespace longctx::cuda
