@@ -11,8 +11,8 @@
 // Why: the same spec means the same attention on both devices, so GPU logits can be checked
 // against the CPU methods (src/sparse); the spec is parsed and the config loaded and validated
 // by the CPU code (parse_minference_options, MInferenceConfig), never re-implemented here.
-// The sparse kernel handles head_dim 128 only: attention_problem() says so for other models
-// (the engine fails for --device cuda, or runs on the CPU for --device auto, with that reason).
+// Sparse kernels: head_dim 128 runs the Hopper kernel (kernels/cuda/sparse_attention.h), head_dim
+// 64 the generic mma.sync kernel (sparse_attention_generic.h), same index format and semantics.
 // Budgets: VS (k_v, k_s) scaled by ratio, exactly as sparse/minference_index.cpp does; block-sparse
 // and A-shape budgets as configured.
 //   GpuAttention a = parse_gpu_attention("minference=cfg.json:dense_below=4096", model_cfg);

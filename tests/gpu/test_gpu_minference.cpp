@@ -9,7 +9,8 @@
 // measured margin is printed), single-chunk and chunked prefill, dense decode afterwards;
 // budgets that cover everything == dense; dense_layers / dense_below choose dense exactly where
 // the CPU does (bit-identical to the dense GPU model where everything is dense, and the
-// (layer, chunk) counts); config/model mismatches and head_dim 64 are clear errors.
+// (layer, chunk) counts); config/model mismatches are clear errors; a head_dim-64 model (the
+// default model's size) runs through the generic sparse kernel and matches the CPU too.
 // Parsing tests run without a GPU (CUDA builds); the rest GTEST_SKIP without one.
 //   build-gpuint/tests/gpu/test_gpu --gtest_filter='GpuMInference*'
 #ifdef LONGCTX_WITH_GPU
@@ -253,14 +254,18 @@ TEST(GpuMInferenceParse, ErrorsAreTheCpuMethodsAndNameTheHeadDimLimit) {
   e = error_of([&] { gpu::parse_gpu_attention("a_shape=1", f.cfg); });
   EXPECT_TRUE(contains(e, "a_shape=SINK,WINDOW")) << e;
 
-  // head_dim 64 (the default model's): the sparse kernel's limit, named.
+  // head_dim 64 (the default model's) runs (generic kernel); other sizes are named.
   ModelConfig c64 = f.cfg;
   c64.head_dim = 64;
   c64.name = "tiny-d64";
-  const std::string p = gpu::attention_problem(gpu::parse_gpu_attention("minference=" + f.mixed, f.cfg), c64);
-  EXPECT_TRUE(contains(p, "head_dim 128") && contains(p, "tiny-d64 has head_dim 64")) << p;
-  EXPECT_TRUE(contains(gpu::attention_problem(gpu::parse_gpu_attention("a_shape", c64), c64), "head_dim 128"));
-  EXPECT_EQ(gpu::attention_problem(gpu::parse_gpu_attention("dense", c64), c64), "");
+  EXPECT_EQ(gpu::attention_problem(gpu::parse_gpu_attention("minference=" + f.mixed, f.cfg), c64), "");
+  EXPECT_EQ(gpu::attention_problem(gpu::parse_gpu_attention("a_shape", c64), c64), "");
+  ModelConfig c96 = c64;
+  c96.head_dim = 96;
+  c96.name = "tiny-d96";
+  const std::string p = gpu::attention_problem(gpu::parse_gpu_attention("a_shape", c96), c96);
+  EXPECT_TRUE(contains(p, "head_dim 64 or 128") && contains(p, "tiny-d96 has head_dim 96")) << p;
+  EXPECT_EQ(gpu::attention_problem(gpu::parse_gpu_attention("dense", c96), c96), "");
 }
 
 // ---- on the GPU ----------------------------------------------------------------------------
@@ -419,7 +424,11 @@ TEST_F(GpuMInference, EngineErrors) {
         error_of([&] { Engine::load({.model_path = f.model, .attn = "minference=" + f.wrong, .device = dev}); });
     EXPECT_TRUE(contains(e, "made for another model")) << dev << ": " << e;
   }
-  // head_dim 64: --device cuda fails naming the limit; auto runs on the CPU with a note.
+}
+
+// head_dim 64 (SmolLM2's, the default model's): MInference on the GPU runs the generic sparse
+// kernel; the engine's logits match the CPU engine with the same spec and chunks.
+TEST_F(GpuMInference, HeadDim64EngineMatchesCpuEngine) {
   const auto dir = test::temp_dir("minference-d64");
   TinyModelSpec s;
   s.n_embd = 256;
@@ -432,21 +441,29 @@ TEST_F(GpuMInference, EngineErrors) {
   c.layers = {{vs(30, 100), vs(30, 100), vs(30, 100), vs(30, 100)}, {bs(2), bs(2), bs(2), bs(2)}};
   const std::string cfg64 = (dir / "cfg.json").string();
   c.save(cfg64);
-  std::string e = error_of([&] { Engine::load({.model_path = m64, .attn = "minference=" + cfg64, .device = "cuda"}); });
-  EXPECT_TRUE(contains(e, "--device cuda: ") && contains(e, "head_dim 128") && contains(e, "head_dim 64") &&
-              contains(e, "--device cpu"))
-      << e;
-  std::printf("[ message ] %s\n", e.c_str());
-  ::testing::internal::CaptureStderr();
-  auto eng = Engine::load({.model_path = m64, .n_threads = 2, .attn = "minference=" + cfg64, .device = "auto"});
-  const std::string note = ::testing::internal::GetCapturedStderr();
-  EXPECT_TRUE(contains(note, "head_dim 128") && contains(note, "running on the CPU")) << note;
-  EXPECT_EQ(eng->logits(random_ids(300, eng->config().vocab_size, 1), 1).size(), size_t(eng->config().vocab_size));
-  // Random-weight geometry with head_dim 64 (the default model's): a clear error, no fallback.
-  e = error_of([&] {
-    Engine::load({.model_path = "", .attn = "a_shape", .device = "cuda", .random_weights = "smollm2-135m:1"});
-  });
-  EXPECT_TRUE(contains(e, "head_dim 128")) << e;
+  for (const std::string spec : {"minference=" + cfg64, std::string("a_shape=32,128")}) {
+    auto cpu = Engine::load({.model_path = m64, .n_threads = 4, .attn = spec, .prefill_chunk = 256});
+    auto gpu = Engine::load({.model_path = m64, .attn = spec, .device = "cuda", .gpu_chunk = 256});
+    auto dense = Engine::load({.model_path = m64, .attn = "dense", .device = "cuda", .gpu_chunk = 256});
+    const int64_t V = cpu->config().vocab_size;
+    const auto ids = random_ids(900, int32_t(V), 9);
+    const auto lc = cpu->logits(ids, 2), lg = gpu->logits(ids, 2);
+    const gpu::GpuPrefillStats st = gpu::last_gpu_prefill_stats();
+    const auto ld = dense->logits(ids, 2);
+    ASSERT_EQ(lc.size(), lg.size());
+    double worst = 0, vs_dense = 0;
+    for (int r = 0; r < 2; ++r) {
+      const LogitDiff d = compare_row(lc.data() + r * V, lg.data() + r * V, V);
+      worst = std::max(worst, d.max_abs / d.tol());
+      const LogitDiff dd = compare_row(ld.data() + r * V, lg.data() + r * V, V);
+      vs_dense = std::max(vs_dense, dd.max_abs / dd.tol());
+    }
+    std::printf("[ engine gpu d64 ] %-16s vs CPU engine: max|diff|/tol %.3f (vs GPU dense %.3f); %lld sparse layer-chunks\n",
+                spec.substr(0, 16).c_str(), worst, vs_dense, (long long)st.sparse_calls);
+    EXPECT_LE(worst, 1.0) << spec;
+    EXPECT_GT(st.sparse_calls, 0) << spec;
+    EXPECT_GT(vs_dense, 0.0) << spec << ": sparse == dense bit for bit, the budgets should leave keys out";
+  }
   std::filesystem::remove_all(dir);
 }
 
