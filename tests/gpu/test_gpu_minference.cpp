@@ -435,6 +435,7 @@ TEST_F(GpuMInference, HeadDim64EngineMatchesCpuEngine) {
   s.n_head = 4;  // head dim 64
   s.n_ff = 512;
   s.n_layer = 2;
+  s.context_length = 2048;
   write_tiny_model(dir.string(), s);
   const std::string m64 = (dir / "tiny.gguf").string();
   MInferenceConfig c;
