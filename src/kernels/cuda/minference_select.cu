@@ -28,198 +28,354 @@
 namespace longctx::cuda::mindex {
 namespace {
 
-// Radix digits of up to 11 bits (2048 bins) over the keys' actual range: the passes walk the bits
-// of (key - min key) from the top bit of (max key - min key) down, so the first pass already
-// spreads the keys over the bins (few same-bin atomics) and narrow ranges need fewer passes.
-constexpr int kMaxBins = 2048;
-constexpr int kDigitBits = 11;
+// ---- the radix select, written once over the sync group --------------------------------------
+// Radix digits over the keys' actual range: the passes walk the bits of (key - min key) from the
+// top bit of (max key - min key) down, so the first pass already spreads the keys over the bins
+// (few same-bin atomics) and narrow ranges need fewer passes. A sync group is
+//   WarpGroup       one warp (a block-sparse row): 8-bit digits (256 bins in the warp's smem
+//                   slice), __syncwarp, warp scans and ballots, no block-wide syncs; once the
+//                   threshold's bin holds <= 32 keys they are ranked by shuffles (early finish);
+//   CtaGroup<N>     one CTA of N threads (a vertical-slash line set of up to 1M scores): 11-bit
+//                   digits (2048 bins), __syncthreads, a CUB block scan over the bins, contiguous
+//                   per-warp segments for the ordered emission.
+// Keys: scores read in place (float: order_key on every read) or keys made once while staging
+// (uint32: the passes skip order_key, about a third of a pass's instructions).
 constexpr int kUnroll = 8;  // independent loads in flight per thread
+constexpr int kMaxBins = 2048;
+
+__device__ __forceinline__ uint32_t key_of(float v) { return order_key(v); }
+__device__ __forceinline__ uint32_t key_of(uint32_t k) { return k; }
+
 template <int kThreads>
 struct TopkSmem {
   static constexpr int kWarps = kThreads / 32;
   uint32_t hist[kMaxBins];
   uint32_t wa[kWarps], wb[kWarps];
-  uint32_t digit, above, total, kmin, kmax;
+  uint32_t digit, above, in_bin, total, kmin, kmax;
   typename cub::BlockScan<uint32_t, kThreads>::TempStorage scan;
 };
 
-// The key T of the k-th largest of x[0, n) and how many keys equal to T belong to the top k
-// (*need; the others are all > T). Needs 0 < k < n < 2^31. x may be shared or global memory
-// (generic loads); all threads of the CTA must call.
-template <int kThreads>
-__device__ uint32_t cta_threshold(const float* x, int n, uint32_t k, uint32_t* need, TopkSmem<kThreads>& sm) {
-  constexpr int kWarps = kThreads / 32;
-  static_assert(kMaxBins % kThreads == 0 || kThreads % kMaxBins == 0, "bins split evenly over the threads");
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  // Key range.
-  uint32_t lo_key = 0xffffffffu, hi_key = 0;
-  for (int base = warp * 32 * kUnroll; base < n; base += kThreads * kUnroll) {
-    float v[kUnroll];
+struct WarpGroup {
+  static constexpr int kBits = 8, kThreads = 32, kWarps = 1;
+  static constexpr bool kEarlyFinish = true;
+  uint32_t* hist;  // 1 << kBits bins
+  __device__ uint32_t* bins() const { return hist; }
+  __device__ int rank() const { return threadIdx.x & 31; }
+  __device__ int warp() const { return 0; }
+  __device__ void sync() const { __syncwarp(); }
+  // Every thread's (lo, hi) -> the group's, in every thread.
+  __device__ void reduce_range(uint32_t& lo, uint32_t& hi) const {
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int i = base + u * 32 + lane;
-      v[u] = i < n ? x[i] : 0.f;
+    for (int o = 16; o > 0; o >>= 1) {
+      lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, o));
+      hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, o));
     }
+  }
+  // The bin (digit) holding the rem-th largest key of the filled histogram, the keys in higher
+  // bins and in it, in every thread. Lane l owns bins [hi - per + 1, hi] counted from the top, so
+  // an exclusive scan over the lanes gives the number of keys in higher bins.
+  __device__ void find_digit(int nbins, uint32_t rem, int& digit, uint32_t& dabove, uint32_t& in_bin) const {
+    const int lane = threadIdx.x & 31;
+    const int per = nbins >= 32 ? nbins / 32 : 1;
+    const int hi = nbins - 1 - lane * per;
+    uint32_t local = 0;
+    for (int q = 0; q < per && hi - q >= 0; ++q) local += hist[hi - q];
+    uint32_t above = warp_excl_scan(local);
+    digit = -1;
+    dabove = 0;
+    for (int q = 0; q < per && hi - q >= 0; ++q) {
+      const uint32_t cnt = hist[hi - q];
+      if (above < rem && rem <= above + cnt) digit = hi - q, dabove = above;
+      above += cnt;
+    }
+    const int src = __ffs(int(__ballot_sync(0xffffffffu, digit >= 0))) - 1;  // exactly one lane
+    in_bin = __shfl_sync(0xffffffffu, digit >= 0 ? hist[digit] : 0u, src);
+    digit = __shfl_sync(0xffffffffu, digit, src);
+    dabove = __shfl_sync(0xffffffffu, dabove, src);
+  }
+};
+
+template <int N>
+struct CtaGroup {
+  static constexpr int kBits = 11, kThreads = N, kWarps = N / 32;
+  static constexpr bool kEarlyFinish = false;
+  static_assert(kMaxBins % N == 0 || N % kMaxBins == 0, "bins split evenly over the threads");
+  TopkSmem<N>& sm;
+  __device__ uint32_t* bins() const { return sm.hist; }
+  __device__ int rank() const { return threadIdx.x; }
+  __device__ int warp() const { return threadIdx.x >> 5; }
+  __device__ void sync() const { __syncthreads(); }
+  __device__ void reduce_range(uint32_t& lo, uint32_t& hi) const {
+    const int lane = threadIdx.x & 31;
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-      if (base + u * 32 + lane < n) {
-        const uint32_t key = order_key(v[u]);
-        lo_key = min(lo_key, key);
-        hi_key = max(hi_key, key);
-      }
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    lo_key = min(lo_key, __shfl_xor_sync(0xffffffffu, lo_key, o));
-    hi_key = max(hi_key, __shfl_xor_sync(0xffffffffu, hi_key, o));
-  }
-  if (lane == 0) sm.wa[warp] = lo_key, sm.wb[warp] = hi_key;
-  __syncthreads();
-  if (tid == 0) {
-    uint32_t a = sm.wa[0], b = sm.wb[0];
-    for (int w = 1; w < kWarps; ++w) a = min(a, sm.wa[w]), b = max(b, sm.wb[w]);
-    sm.kmin = a, sm.kmax = b;
-  }
-  __syncthreads();
-  const uint32_t kmin = sm.kmin, range = sm.kmax - kmin;
-  if (range == 0) {  // every key equal: the first k indices
-    *need = k;
-    __syncthreads();  // sm.kmin/kmax are rewritten by the next call
-    return kmin;
-  }
-  uint32_t prefix = 0, pmask = 0, rem = k;  // over r = key - kmin
-#pragma unroll 1
-  for (int top = 31 - __clz(range); top >= 0;) {
-    const int width = min(kDigitBits, top + 1), shift = top - width + 1, nbins = 1 << width;
-    for (int i = tid; i < nbins; i += kThreads) sm.hist[i] = 0;
+    for (int o = 16; o > 0; o >>= 1) {
+      lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, o));
+      hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, o));
+    }
+    if (lane == 0) sm.wa[warp()] = lo, sm.wb[warp()] = hi;
     __syncthreads();
-    for (int base = warp * 32 * kUnroll; base < n; base += kThreads * kUnroll) {
-      float v[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int i = base + u * 32 + lane;
-        v[u] = i < n ? x[i] : 0.f;
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const uint32_t r = order_key(v[u]) - kmin;
-        if (base + u * 32 + lane < n && (r & pmask) == prefix) atomicAdd(&sm.hist[(r >> shift) & uint32_t(nbins - 1)], 1u);
-      }
+    if (threadIdx.x == 0) {
+      uint32_t a = sm.wa[0], b = sm.wb[0];
+      for (int w = 1; w < kWarps; ++w) a = min(a, sm.wa[w]), b = max(b, sm.wb[w]);
+      sm.kmin = a, sm.kmax = b;
     }
     __syncthreads();
-    // Thread tid owns bins [hi - per + 1, hi] counted from the top (none when hi < 0), so an
-    // exclusive scan in thread order gives the number of keys in higher bins.
-    const int per = nbins >= kThreads ? nbins / kThreads : 1;
+    lo = sm.kmin, hi = sm.kmax;
+    __syncthreads();  // sm.wa/wb/kmin/kmax are rewritten later
+  }
+  // As WarpGroup::find_digit with thread t owning bins from the top and a CUB scan over threads.
+  __device__ void find_digit(int nbins, uint32_t rem, int& digit, uint32_t& dabove, uint32_t& in_bin) const {
+    const int tid = threadIdx.x;
+    const int per = nbins >= N ? nbins / N : 1;
     const int hi = nbins - 1 - tid * per;
     uint32_t local = 0;
     for (int q = 0; q < per && hi - q >= 0; ++q) local += sm.hist[hi - q];
     uint32_t above;
-    cub::BlockScan<uint32_t, kThreads>(sm.scan).ExclusiveSum(local, above);
+    cub::BlockScan<uint32_t, N>(sm.scan).ExclusiveSum(local, above);
     for (int q = 0; q < per && hi - q >= 0; ++q) {
       const uint32_t cnt = sm.hist[hi - q];
-      if (above < rem && rem <= above + cnt) {
-        sm.digit = uint32_t(hi - q);
-        sm.above = above;
-      }
+      if (above < rem && rem <= above + cnt) sm.digit = uint32_t(hi - q), sm.above = above, sm.in_bin = cnt;
       above += cnt;
     }
     __syncthreads();
-    rem -= sm.above;
-    prefix |= sm.digit << shift;
-    pmask |= uint32_t(nbins - 1) << shift;
+    digit = int(sm.digit), dabove = sm.above, in_bin = sm.in_bin;
+  }
+};
+
+// Smallest and largest key of x[0, n), in every thread of the group. n > 0.
+template <class G, class T>
+__device__ void group_key_range(const G& g, const T* x, int n, uint32_t& lo_key, uint32_t& hi_key) {
+  const int lane = threadIdx.x & 31;
+  lo_key = 0xffffffffu, hi_key = 0;
+  for (int base = g.warp() * 32 * kUnroll; base < n; base += G::kThreads * kUnroll) {
+    T v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = base + u * 32 + lane;
+      v[u] = i < n ? x[i] : T(0);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (base + u * 32 + lane < n) {
+        const uint32_t key = key_of(v[u]);
+        lo_key = min(lo_key, key);
+        hi_key = max(hi_key, key);
+      }
+  }
+  g.reduce_range(lo_key, hi_key);
+}
+
+// Where the radix passes stopped: the resolved top bits of (key - min key) (prefix under pmask),
+// the rank of the k-th largest among the keys with that prefix (rem), how many keys have it
+// (in_bin), and the next bit to resolve (top; -1 when every bit is resolved).
+struct RadixState {
+  uint32_t prefix = 0, pmask = 0, rem = 0, in_bin = 0;
+  int top = -1;
+};
+
+// Radix passes toward the k-th largest of x[0, n) (0 < k < n; keys in [lo_key, lo_key + range],
+// range > 0) until every bit is resolved or, with stop_small, the threshold's bin holds <= 32 keys.
+template <class G, class T>
+__device__ RadixState radix_narrow(const G& g, const T* x, int n, uint32_t k, uint32_t lo_key, uint32_t range,
+                                   bool stop_small) {
+  const int lane = threadIdx.x & 31;
+  uint32_t* hist = g.bins();
+  RadixState st;
+  st.rem = k;
+  int top = 31 - __clz(range);
+#pragma unroll 1
+  while (true) {
+    const int width = min(G::kBits, top + 1), shift = top - width + 1, nbins = 1 << width;
+    for (int i = g.rank(); i < nbins; i += G::kThreads) hist[i] = 0;
+    g.sync();
+    for (int base = g.warp() * 32 * kUnroll; base < n; base += G::kThreads * kUnroll) {
+      T v[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int i = base + u * 32 + lane;
+        v[u] = i < n ? x[i] : T(0);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const uint32_t r = key_of(v[u]) - lo_key;
+        if (base + u * 32 + lane < n && (r & st.pmask) == st.prefix)
+          atomicAdd(&hist[(r >> shift) & uint32_t(nbins - 1)], 1u);
+      }
+    }
+    g.sync();
+    int digit = 0;
+    uint32_t dabove = 0;
+    g.find_digit(nbins, st.rem, digit, dabove, st.in_bin);
+    st.rem -= dabove;
+    st.prefix |= uint32_t(digit) << shift;
+    st.pmask |= uint32_t(nbins - 1) << shift;
     top = shift - 1;
-    __syncthreads();  // sm.digit/above/hist are rewritten by the next pass
+    g.sync();  // the bins (and a CTA's digit) are read before the next pass rewrites them
+    if (top < 0 || (stop_small && st.in_bin <= 32u)) break;
   }
-  *need = rem;
-  return kmin + prefix;
+  st.top = top;
+  return st;
 }
 
-// Ordered emission: writes, in ascending index order, every i with key(x[i]) > T and the first
-// `need` indices with key == T, as map ? map[i] : i. Counts first; writes only when the count
-// is <= cap. Returns the count (every thread). Contiguous per-warp segments, ballots, one scan
-// over the warps.
-template <int kThreads>
-__device__ uint32_t cta_emit(const float* x, int n, uint32_t T, uint32_t need, int32_t* out, const int32_t* map,
-                             uint32_t cap, TopkSmem<kThreads>& sm) {
-  constexpr int kWarps = kThreads / 32;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int seg = ((n + kWarps - 1) / kWarps + 31) / 32 * 32;
-  const int s0 = min(n, warp * seg), s1 = min(n, s0 + seg);
-  uint32_t gt = 0, eq = 0;
+// The key T of the k-th largest of x[0, n) and how many keys equal to T belong to the top k
+// (need; the others are all > T), given the keys' range [lo_key, hi_key]. Needs 0 < k < n; x in
+// shared or global memory; the whole group calls. A warp ranks the <= 32 keys of the threshold's
+// bin by shuffles once it gets there (usually after the first pass: the range's 8-bit digits
+// spread the keys well): one more pass collects them instead of further histogram passes.
+template <class G, class T>
+__device__ uint32_t radix_threshold(const G& g, const T* x, int n, uint32_t k, uint32_t& need, uint32_t lo_key,
+                                   uint32_t hi_key) {
+  const uint32_t range = hi_key - lo_key;
+  if (range == 0) {  // every key equal: the first k indices
+    need = k;
+    return lo_key;
+  }
+  const RadixState st = radix_narrow(g, x, n, k, lo_key, range, G::kEarlyFinish);
+  if constexpr (G::kEarlyFinish) {
+    if (st.top >= 0) {  // the in_bin (<= 32) keys with this prefix, one per lane via the bins' memory
+      const int lane = threadIdx.x & 31;
+      uint32_t* hist = g.bins();
+      const uint32_t lt = lanemask_lt();
+      uint32_t got = 0;
+      for (int base = 0; base < n; base += 32 * kUnroll) {
+        T v[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const int i = base + u * 32 + lane;
+          v[u] = i < n ? x[i] : T(0);
+        }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const uint32_t r = key_of(v[u]) - lo_key;
+          const bool match = base + u * 32 + lane < n && (r & st.pmask) == st.prefix;
+          const uint32_t mb = __ballot_sync(0xffffffffu, match);
+          if (match) hist[got + __popc(mb & lt)] = r;
+          got += __popc(mb);
+        }
+      }
+      __syncwarp();
+      const bool valid = uint32_t(lane) < st.in_bin;
+      const uint32_t mine = valid ? hist[lane] : 0u;
+      uint32_t gt = 0, eq = 0;
+      for (uint32_t j = 0; j < st.in_bin; ++j) {
+        const uint32_t y = __shfl_sync(0xffffffffu, mine, int(j));
+        gt += y > mine;
+        eq += y == mine;
+      }
+      const bool is_t = valid && gt < st.rem && st.rem <= gt + eq;  // every lane holding T
+      const int tl = __ffs(int(__ballot_sync(0xffffffffu, is_t))) - 1;
+      const uint32_t t_r = __shfl_sync(0xffffffffu, mine, tl);
+      need = st.rem - __shfl_sync(0xffffffffu, gt, tl);
+      __syncwarp();  // the bins' memory is read before any later use
+      return lo_key + t_r;
+    }
+  }
+  need = st.rem;
+  return lo_key + st.prefix;
+}
+
+// One warp's ordered emission over x[s0, s1): in ascending i, every i with key > thr and, while
+// fewer than `need` ties were taken (tie counts those before s0), every i with key == thr,
+// written as map ? map[i] : i at out[pos..] (positions >= cap dropped). Returns the next position.
+template <class T>
+__device__ uint32_t warp_emit_span(const T* x, int s0, int s1, uint32_t thr, uint32_t need, uint32_t pos,
+                                   uint32_t tie, int32_t* out, const int32_t* map, uint32_t cap) {
+  const int lane = threadIdx.x & 31;
+  const uint32_t lt = lanemask_lt();
   for (int base = s0; base < s1; base += 32 * kUnroll) {
-    float v[kUnroll];
+    T v[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int i = base + u * 32 + lane;
-      v[u] = i < s1 ? x[i] : 0.f;
+      v[u] = i < s1 ? x[i] : T(0);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int i = base + u * 32 + lane;
-      const uint32_t key = order_key(v[u]);
-      gt += (i < s1 && key > T);
-      eq += (i < s1 && key == T);
+      const uint32_t key = key_of(v[u]);
+      const bool is_gt = i < s1 && key > thr, is_eq = i < s1 && key == thr;
+      const uint32_t eqb = __ballot_sync(0xffffffffu, is_eq);
+      const bool sel = is_gt || (is_eq && tie + __popc(eqb & lt) < need);
+      const uint32_t selb = __ballot_sync(0xffffffffu, sel);
+      const uint32_t at = pos + __popc(selb & lt);
+      if (sel && at < cap) out[at] = map ? map[i] : i;
+      pos += __popc(selb);
+      tie += __popc(eqb);
     }
   }
-  gt = warp_sum(gt);
-  eq = warp_sum(eq);
-  if (lane == 0) sm.wa[warp] = gt, sm.wb[warp] = eq;
-  __syncthreads();
-  if (warp == 0) {
-    const uint32_t gw = lane < kWarps ? sm.wa[lane] : 0u, e = lane < kWarps ? sm.wb[lane] : 0u;
-    const uint32_t tie_base = warp_excl_scan(e);
-    const uint32_t take = tie_base >= need ? 0u : min(e, need - tie_base);
-    const uint32_t out_base = warp_excl_scan(gw + take);
-    const uint32_t total = warp_sum(gw + take);
-    __syncwarp();
-    if (lane < kWarps) sm.wa[lane] = out_base, sm.wb[lane] = tie_base;
-    if (lane == 0) sm.total = total;
-  }
-  __syncthreads();
-  const uint32_t total = sm.total;
-  if (total <= cap) {
-    uint32_t pos = sm.wa[warp], tie = sm.wb[warp];
-    const uint32_t lt = lanemask_lt();
-    for (int base = s0; base < s1; base += 32 * kUnroll) {
-      float v[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int i = base + u * 32 + lane;
-        v[u] = i < s1 ? x[i] : 0.f;
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int i = base + u * 32 + lane;
-        const uint32_t key = order_key(v[u]);
-        const bool is_gt = i < s1 && key > T, is_eq = i < s1 && key == T;
-        const uint32_t eqb = __ballot_sync(0xffffffffu, is_eq);
-        const bool sel = is_gt || (is_eq && tie + __popc(eqb & lt) < need);
-        const uint32_t selb = __ballot_sync(0xffffffffu, sel);
-        if (sel) out[pos + __popc(selb & lt)] = map ? map[i] : i;
-        pos += __popc(selb);
-        tie += __popc(eqb);
-      }
-    }
-  }
-  __syncthreads();  // sm is reused by the caller
-  return total;
+  return pos;
 }
 
-// Writes the indices of the k largest of x[0, n) in ascending order (as map[i] when map is
-// given): the exact twin of top_k_indices(). All threads of the CTA must call.
-template <int kThreads>
-__device__ void cta_topk(const float* x, int64_t n64, int64_t k64, int32_t* out, TopkSmem<kThreads>& sm,
-                         const int32_t* map = nullptr) {
-  const int n = int(n64);
-  if (k64 <= 0) return;
-  if (k64 >= n64) {
-    for (int i = threadIdx.x; i < n; i += kThreads) out[i] = map ? map[i] : i;
+// Ordered emission by the group: in ascending i, every i < n with key(x[i]) > thr and the first
+// `need` with key == thr, as map ? map[i] : i into out[0, cap). Returns the count (every thread).
+// A warp walks the whole range; a CTA's warps walk contiguous segments after counting theirs
+// (one scan over the warps gives each its output position and ties before it).
+template <class G, class T>
+__device__ uint32_t group_emit(const G& g, const T* x, int n, uint32_t thr, uint32_t need, int32_t* out,
+                               const int32_t* map, uint32_t cap) {
+  if constexpr (G::kWarps == 1) {
+    return warp_emit_span(x, 0, n, thr, need, 0u, 0u, out, map, cap);
+  } else {
+    constexpr int kWarps = G::kWarps;
+    auto& sm = g.sm;
+    const int lane = threadIdx.x & 31, warp = g.warp();
+    const int seg = ((n + kWarps - 1) / kWarps + 31) / 32 * 32;
+    const int s0 = min(n, warp * seg), s1 = min(n, s0 + seg);
+    uint32_t gt = 0, eq = 0;
+    for (int base = s0; base < s1; base += 32 * kUnroll) {
+      T v[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int i = base + u * 32 + lane;
+        v[u] = i < s1 ? x[i] : T(0);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int i = base + u * 32 + lane;
+        const uint32_t key = key_of(v[u]);
+        gt += (i < s1 && key > thr);
+        eq += (i < s1 && key == thr);
+      }
+    }
+    gt = warp_sum(gt);
+    eq = warp_sum(eq);
+    if (lane == 0) sm.wa[warp] = gt, sm.wb[warp] = eq;
     __syncthreads();
+    if (warp == 0) {
+      const uint32_t gw = lane < kWarps ? sm.wa[lane] : 0u, e = lane < kWarps ? sm.wb[lane] : 0u;
+      const uint32_t tie_base = warp_excl_scan(e);
+      const uint32_t take = tie_base >= need ? 0u : min(e, need - tie_base);
+      const uint32_t out_base = warp_excl_scan(gw + take);
+      const uint32_t total = warp_sum(gw + take);
+      __syncwarp();
+      if (lane < kWarps) sm.wa[lane] = out_base, sm.wb[lane] = tie_base;
+      if (lane == 0) sm.total = total;
+    }
+    __syncthreads();
+    const uint32_t total = sm.total;
+    warp_emit_span(x, s0, s1, thr, need, sm.wa[warp], sm.wb[warp], out, map, cap);
+    __syncthreads();  // sm is reused by the caller
+    return total;
+  }
+}
+
+// out[0, min(k, n)) = the indices of the k largest of x[0, n), ascending (as map[i] when given):
+// the exact twin of top_k_indices(). [lo_key, hi_key] = the keys' range (lo_key > hi_key: not
+// known, found here). The whole group calls.
+template <class G, class T>
+__device__ void group_topk(const G& g, const T* x, int64_t n64, int64_t k, int32_t* out, const int32_t* map = nullptr,
+                           uint32_t lo_key = 1, uint32_t hi_key = 0) {
+  const int n = int(n64);
+  if (k <= 0) return;
+  if (k >= n64) {
+    for (int i = g.rank(); i < n; i += G::kThreads) out[i] = map ? map[i] : i;
+    g.sync();
     return;
   }
+  if (lo_key > hi_key) group_key_range(g, x, n, lo_key, hi_key);
   uint32_t need = 0;
-  const uint32_t T = cta_threshold<kThreads>(x, n, uint32_t(k64), &need, sm);
-  cta_emit<kThreads>(x, n, T, need, out, map, uint32_t(k64), sm);
+  const uint32_t thr = radix_threshold(g, x, n, uint32_t(k), need, lo_key, hi_key);
+  group_emit(g, x, n, thr, need, out, map, uint32_t(k));
 }
 
 template <int kThreads>
@@ -242,7 +398,7 @@ __global__ void __launch_bounds__(kVsSelThreads) vs_topk_kernel(const HeadInfo* 
   const float* x = (slash ? sscore : vscore) + int64_t(h) * stride;
   int32_t* out = lines + hi.off + (slash ? hi.p0 : 0);
   if (k >= n_keys) cta_iota<kVsSelThreads>(out, n_keys);
-  else if (k > 0) cta_topk<kVsSelThreads>(x, n_keys, k, out, sm);
+  else if (k > 0) group_topk(CtaGroup<kVsSelThreads>{sm}, x, n_keys, k, out);
 }
 
 // Slash cut lists for Algorithm 4 (see minference_csr.cu): the ascending indices i < k_s - 1
@@ -302,12 +458,10 @@ __global__ void __launch_bounds__(kGapThreads) vs_gaps_kernel(const HeadInfo* he
 // groups / gathered elements overflow the warp's caps (only with massive ties), take the plain
 // path: exact top-kk over the whole row (staged in smem when it fits, else read in place).
 constexpr int kBsRowsPerCta = 4;     // warps (rows) per CTA: 4 x ~10 KB smem, 5 CTAs per SM
-constexpr int kWBits = 8;            // radix digit bits of the warp select (256 bins)
-constexpr int kWBins = 1 << kWBits;
+constexpr int kWBins = 1 << WarpGroup::kBits;  // radix bins of the warp select (256)
 constexpr int kWBuf = 2048;          // floats per warp: group maxima (G <= 2048: n_kv <= 1M) or a row
 constexpr int kWCand = kWBuf / 2;    // gathered candidates (score + block index) in the same buffer
 constexpr int kWGroups = 256;        // candidate groups (2048 scores)
-constexpr int kWUnroll = 8;          // independent loads in flight per lane
 struct BsWarpSmem {
   float buf[kWBuf];
   int32_t groups[kWGroups];
@@ -315,196 +469,9 @@ struct BsWarpSmem {
   uint32_t hist[kWBins];
 };
 
-// Keys of the warp select: scores read in place (float, order_key on every read) or keys made
-// once while staging a row or gathering candidates (uint32: every later pass skips order_key,
-// about a third of a pass's instructions).
-__device__ __forceinline__ uint32_t key_of(float v) { return order_key(v); }
-__device__ __forceinline__ uint32_t key_of(uint32_t k) { return k; }
-
-// Smallest and largest key of x[0, n) (whole warp; every lane gets both). n > 0.
-template <class T>
-__device__ void warp_key_range(const T* x, int n, uint32_t& lo_key, uint32_t& hi_key) {
-  const int lane = threadIdx.x & 31;
-  lo_key = 0xffffffffu, hi_key = 0;
-  for (int base = 0; base < n; base += 32 * kWUnroll) {
-    T v[kWUnroll];
-#pragma unroll
-    for (int u = 0; u < kWUnroll; ++u) {
-      const int i = base + u * 32 + lane;
-      v[u] = i < n ? x[i] : T(0);
-    }
-#pragma unroll
-    for (int u = 0; u < kWUnroll; ++u)
-      if (base + u * 32 + lane < n) {
-        const uint32_t key = key_of(v[u]);
-        lo_key = min(lo_key, key);
-        hi_key = max(hi_key, key);
-      }
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    lo_key = min(lo_key, __shfl_xor_sync(0xffffffffu, lo_key, o));
-    hi_key = max(hi_key, __shfl_xor_sync(0xffffffffu, hi_key, o));
-  }
-}
-
-// The key T of the k-th largest of x[0, n) and how many keys equal to T belong to the top k
-// (need; the others are all > T), given the keys' range [lo_key, hi_key] (warp_key_range, or
-// found while staging). Needs 0 < k < n. x in shared or global memory; the whole warp calls.
-// Radix passes of 8 bits over (key - min key) from the range's top bit down, like cta_threshold;
-// the digit is found by one warp scan over the bins counted from the top. Once the chosen bin
-// holds <= 32 keys, one more pass collects them and ranking them by shuffles finishes (usually
-// after the first pass: the 8-bit digits of the range spread the keys well).
-template <class T>
-__device__ uint32_t warp_threshold(const T* x, int n, uint32_t k, uint32_t& need, uint32_t* hist, uint32_t lo_key,
-                                   uint32_t hi_key) {
-  const int lane = threadIdx.x & 31;
-  const uint32_t range = hi_key - lo_key;
-  if (range == 0) {  // every key equal: the first k indices
-    need = k;
-    return lo_key;
-  }
-  uint32_t prefix = 0, pmask = 0, rem = k;  // over r = key - lo_key
-#pragma unroll 1
-  for (int top = 31 - __clz(range); top >= 0;) {
-    const int width = min(kWBits, top + 1), shift = top - width + 1, nbins = 1 << width;
-    for (int i = lane; i < nbins; i += 32) hist[i] = 0;
-    __syncwarp();
-    for (int base = 0; base < n; base += 32 * kWUnroll) {
-      T v[kWUnroll];
-#pragma unroll
-      for (int u = 0; u < kWUnroll; ++u) {
-        const int i = base + u * 32 + lane;
-        v[u] = i < n ? x[i] : T(0);
-      }
-#pragma unroll
-      for (int u = 0; u < kWUnroll; ++u) {
-        const uint32_t r = key_of(v[u]) - lo_key;
-        if (base + u * 32 + lane < n && (r & pmask) == prefix)
-          atomicAdd(&hist[(r >> shift) & uint32_t(nbins - 1)], 1u);
-      }
-    }
-    __syncwarp();
-    // Lane l owns bins [hi - per + 1, hi] counted from the top (none when hi < 0), so an
-    // exclusive scan over the lanes gives the number of keys in higher bins.
-    const int per = nbins >= 32 ? nbins / 32 : 1;
-    const int hi = nbins - 1 - lane * per;
-    uint32_t local = 0;
-    for (int q = 0; q < per && hi - q >= 0; ++q) local += hist[hi - q];
-    uint32_t above = warp_excl_scan(local);
-    int digit = -1;
-    uint32_t dabove = 0;
-    for (int q = 0; q < per && hi - q >= 0; ++q) {
-      const uint32_t cnt = hist[hi - q];
-      if (above < rem && rem <= above + cnt) digit = hi - q, dabove = above;
-      above += cnt;
-    }
-    const uint32_t found = __ballot_sync(0xffffffffu, digit >= 0);  // exactly one lane
-    const int src = __ffs(int(found)) - 1;
-    const uint32_t in_bin = __shfl_sync(0xffffffffu, digit >= 0 ? hist[digit] : 0u, src);
-    digit = __shfl_sync(0xffffffffu, digit, src);
-    dabove = __shfl_sync(0xffffffffu, dabove, src);
-    rem -= dabove;
-    prefix |= uint32_t(digit) << shift;
-    pmask |= uint32_t(nbins - 1) << shift;
-    top = shift - 1;
-    __syncwarp();  // the bins are read before the next pass clears them
-    if (top >= 0 && in_bin <= 32u) {
-      // Early finish: the in_bin (<= 32) keys with this prefix, one per lane (via the bins'
-      // memory), ranked against each other: the rem-th largest of them is T.
-      const uint32_t lt = lanemask_lt();
-      uint32_t got = 0;
-      for (int base = 0; base < n; base += 32 * kWUnroll) {
-        T v[kWUnroll];
-#pragma unroll
-        for (int u = 0; u < kWUnroll; ++u) {
-          const int i = base + u * 32 + lane;
-          v[u] = i < n ? x[i] : T(0);
-        }
-#pragma unroll
-        for (int u = 0; u < kWUnroll; ++u) {
-          const uint32_t r = key_of(v[u]) - lo_key;
-          const bool match = base + u * 32 + lane < n && (r & pmask) == prefix;
-          const uint32_t mb = __ballot_sync(0xffffffffu, match);
-          if (match) hist[got + __popc(mb & lt)] = r;
-          got += __popc(mb);
-        }
-      }
-      __syncwarp();
-      const bool valid = uint32_t(lane) < in_bin;
-      const uint32_t mine = valid ? hist[lane] : 0u;
-      uint32_t gt = 0, eq = 0;
-      for (uint32_t j = 0; j < in_bin; ++j) {
-        const uint32_t y = __shfl_sync(0xffffffffu, mine, int(j));
-        gt += y > mine;
-        eq += y == mine;
-      }
-      const bool is_t = valid && gt < rem && rem <= gt + eq;  // every lane holding T
-      const int tl = __ffs(int(__ballot_sync(0xffffffffu, is_t))) - 1;
-      const uint32_t t_r = __shfl_sync(0xffffffffu, mine, tl);
-      need = rem - __shfl_sync(0xffffffffu, gt, tl);
-      __syncwarp();  // the bins' memory is read before any later use
-      return lo_key + t_r;
-    }
-  }
-  need = rem;
-  return lo_key + prefix;
-}
-
-// Ordered emission (whole warp): in ascending i, every i < n with key(x[i]) > T and the first
-// `need` with key == T, written as map ? map[i] : i to out[0, cap) (positions >= cap dropped).
-// Returns the count (every lane).
-template <class T>
-__device__ uint32_t warp_emit(const T* x, int n, uint32_t thr, uint32_t need, int32_t* out, const int32_t* map,
-                              uint32_t cap) {
-  const int lane = threadIdx.x & 31;
-  const uint32_t lt = lanemask_lt();
-  uint32_t pos = 0, tie = 0;
-  for (int base = 0; base < n; base += 32 * kWUnroll) {
-    T v[kWUnroll];
-#pragma unroll
-    for (int u = 0; u < kWUnroll; ++u) {
-      const int i = base + u * 32 + lane;
-      v[u] = i < n ? x[i] : T(0);
-    }
-#pragma unroll
-    for (int u = 0; u < kWUnroll; ++u) {
-      const int i = base + u * 32 + lane;
-      const uint32_t key = key_of(v[u]);
-      const bool is_gt = i < n && key > thr, is_eq = i < n && key == thr;
-      const uint32_t eqb = __ballot_sync(0xffffffffu, is_eq);
-      const bool sel = is_gt || (is_eq && tie + __popc(eqb & lt) < need);
-      const uint32_t selb = __ballot_sync(0xffffffffu, sel);
-      const uint32_t at = pos + __popc(selb & lt);
-      if (sel && at < cap) out[at] = map ? map[i] : i;
-      pos += __popc(selb);
-      tie += __popc(eqb);
-    }
-  }
-  return pos;
-}
-
-// out[0, min(k, n)) = the indices of the k largest of x[0, n), ascending (as map[i] when given):
-// the exact twin of top_k_indices(). [lo_key, hi_key] = the keys' range (lo_key > hi_key: not
-// known, found here). Whole warp.
-template <class T>
-__device__ void warp_topk(const T* x, int n, int64_t k, int32_t* out, uint32_t* hist, const int32_t* map = nullptr,
-                          uint32_t lo_key = 1, uint32_t hi_key = 0) {
-  const int lane = threadIdx.x & 31;
-  if (k <= 0) return;
-  if (k >= n) {
-    for (int i = lane; i < n; i += 32) out[i] = map ? map[i] : i;
-    return;
-  }
-  if (lo_key > hi_key) warp_key_range(x, n, lo_key, hi_key);
-  uint32_t need = 0;
-  const uint32_t thr = warp_threshold(x, n, uint32_t(k), need, hist, lo_key, hi_key);
-  warp_emit(x, n, thr, need, out, map, uint32_t(k));
-}
-
 // The groups i (ascending, into groups[0, ng)) whose key x[i] is >= thr, thr = the k-th largest of
-// the keys x[0, n) (range [lo_key, hi_key]): warp_threshold then warp_emit(need = all), in one
-// pass over x less. Radix passes as warp_threshold until the threshold's bin holds <= 32 keys
+// the keys x[0, n) (range [lo_key, hi_key]): radix_threshold then group_emit(need = all), in one
+// pass over x less. Radix passes (radix_narrow) until the threshold's bin holds <= 32 keys
 // (usually after one), then one pass collects every key at or above that bin in index order
 // (fewer than k + 32; their keys into gkeys) and the bin's keys into hist, the bin's keys are
 // ranked to find thr, and a pass over the collected ones keeps those >= thr. Needs 0 < k < n;
@@ -524,64 +491,22 @@ __device__ bool warp_groups_at_or_above(const uint32_t* x, int n, uint32_t k, ui
     ng = uint32_t(n);
     return true;
   }
-  uint32_t prefix = 0, pmask = 0, rem = k, in_bin = 0;  // over r = key - lo_key
-  int top = 31 - __clz(range);
-#pragma unroll 1
-  while (true) {
-    const int width = min(kWBits, top + 1), shift = top - width + 1, nbins = 1 << width;
-    for (int i = lane; i < nbins; i += 32) hist[i] = 0;
-    __syncwarp();
-    for (int base = 0; base < n; base += 32 * kWUnroll) {
-      uint32_t v[kWUnroll];
-#pragma unroll
-      for (int u = 0; u < kWUnroll; ++u) {
-        const int i = base + u * 32 + lane;
-        v[u] = i < n ? x[i] : 0u;
-      }
-#pragma unroll
-      for (int u = 0; u < kWUnroll; ++u) {
-        const uint32_t r = v[u] - lo_key;
-        if (base + u * 32 + lane < n && (r & pmask) == prefix)
-          atomicAdd(&hist[(r >> shift) & uint32_t(nbins - 1)], 1u);
-      }
-    }
-    __syncwarp();
-    const int per = nbins >= 32 ? nbins / 32 : 1;
-    const int hi = nbins - 1 - lane * per;
-    uint32_t local = 0;
-    for (int q = 0; q < per && hi - q >= 0; ++q) local += hist[hi - q];
-    uint32_t above = warp_excl_scan(local);
-    int digit = -1;
-    uint32_t dabove = 0;
-    for (int q = 0; q < per && hi - q >= 0; ++q) {
-      const uint32_t cnt = hist[hi - q];
-      if (above < rem && rem <= above + cnt) digit = hi - q, dabove = above;
-      above += cnt;
-    }
-    const int src = __ffs(int(__ballot_sync(0xffffffffu, digit >= 0))) - 1;  // exactly one lane
-    in_bin = __shfl_sync(0xffffffffu, digit >= 0 ? hist[digit] : 0u, src);
-    digit = __shfl_sync(0xffffffffu, digit, src);
-    dabove = __shfl_sync(0xffffffffu, dabove, src);
-    rem -= dabove;
-    prefix |= uint32_t(digit) << shift;
-    pmask |= uint32_t(nbins - 1) << shift;
-    top = shift - 1;
-    __syncwarp();  // the bins are read before the next pass clears them
-    if (top < 0 || in_bin <= 32u) break;
-  }
+  const RadixState st = radix_narrow(WarpGroup{hist}, x, n, k, lo_key, range, true);
+  const uint32_t prefix = st.prefix, pmask = st.pmask, rem = st.rem, in_bin = st.in_bin;
+  const int top = st.top;
   // Keys above the bin: k - rem; in it: in_bin (all equal to lo_key + prefix when top < 0).
   const uint32_t total = (k - rem) + in_bin;
   if (total > cap) return false;
   uint32_t pos = 0, got = 0;
-  for (int base = 0; base < n; base += 32 * kWUnroll) {
-    uint32_t v[kWUnroll];
+  for (int base = 0; base < n; base += 32 * kUnroll) {
+    uint32_t v[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kWUnroll; ++u) {
+    for (int u = 0; u < kUnroll; ++u) {
       const int i = base + u * 32 + lane;
       v[u] = i < n ? x[i] : 0u;
     }
 #pragma unroll
-    for (int u = 0; u < kWUnroll; ++u) {
+    for (int u = 0; u < kUnroll; ++u) {
       const int i = base + u * 32 + lane;
       const uint32_t r = v[u] - lo_key;
       const bool ok = i < n && (r & pmask) >= prefix, in = ok && (r & pmask) == prefix;
@@ -662,15 +587,15 @@ __device__ void warp_stage_keys(uint32_t* dst, const float* src, int n, uint32_t
       }
     }
   } else {
-    for (int base = 0; base < n; base += 32 * kWUnroll) {
-      float v[kWUnroll];
+    for (int base = 0; base < n; base += 32 * kUnroll) {
+      float v[kUnroll];
 #pragma unroll
-      for (int u = 0; u < kWUnroll; ++u) {
+      for (int u = 0; u < kUnroll; ++u) {
         const int i = base + u * 32 + lane;
         v[u] = i < n ? src[i] : 0.f;
       }
 #pragma unroll
-      for (int u = 0; u < kWUnroll; ++u) {
+      for (int u = 0; u < kUnroll; ++u) {
         const int i = base + u * 32 + lane;
         if (i < n) {
           const uint32_t key = order_key(v[u]);
@@ -718,9 +643,10 @@ __global__ void __launch_bounds__(kBsRowsPerCta * 32, 5) bs_select_kernel(const 
       if (!warp_groups_at_or_above(kbuf, G, uint32_t(kk), klo, khi, sm.hist, sm.groups, sm.gkeys, kWGroups, thr, ng))
         ng = kWGroups + 1;
     } else {
-      warp_key_range(gm, G, klo, khi);
-      thr = warp_threshold(gm, G, uint32_t(kk), need, sm.hist, klo, khi);
-      ng = warp_emit(gm, G, thr, 0xffffffffu, sm.groups, nullptr, kWGroups);
+      const WarpGroup wg{sm.hist};
+      group_key_range(wg, gm, G, klo, khi);
+      thr = radix_threshold(wg, gm, G, uint32_t(kk), need, klo, khi);
+      ng = group_emit(wg, gm, G, thr, 0xffffffffu, sm.groups, nullptr, kWGroups);
     }
     __syncwarp();
     if (ng <= uint32_t(kWGroups)) {
@@ -776,17 +702,17 @@ __global__ void __launch_bounds__(kBsRowsPerCta * 32, 5) bs_select_kernel(const 
           }
         }
       } else {
-        for (int base = 0; base < m; base += 32 * kWUnroll) {
-          float v[kWUnroll];
-          int idx[kWUnroll];
+        for (int base = 0; base < m; base += 32 * kUnroll) {
+          float v[kUnroll];
+          int idx[kUnroll];
 #pragma unroll
-          for (int u = 0; u < kWUnroll; ++u) {
+          for (int u = 0; u < kUnroll; ++u) {
             const int j = base + u * 32 + lane;
             idx[u] = j < m ? sm.groups[j / kBsGroup] * kBsGroup + j % kBsGroup : n;
             v[u] = idx[u] < n ? row[idx[u]] : 0.f;
           }
 #pragma unroll
-          for (int u = 0; u < kWUnroll; ++u) {
+          for (int u = 0; u < kUnroll; ++u) {
             const uint32_t key = order_key(v[u]);
             const bool keep = idx[u] < n && key >= thr;
             const uint32_t kb = __ballot_sync(0xffffffffu, keep);
@@ -804,7 +730,7 @@ __global__ void __launch_bounds__(kBsRowsPerCta * 32, 5) bs_select_kernel(const 
       }
       __syncwarp();
       if (cnt <= uint32_t(kWCand)) {  // cnt >= kk (see above)
-        warp_topk(cand, int(cnt), kk, out, sm.hist, cidx, clo, chi);
+        group_topk(WarpGroup{sm.hist}, cand, cnt, kk, out, cidx, clo, chi);
         return;
       }
     }
@@ -813,9 +739,9 @@ __global__ void __launch_bounds__(kBsRowsPerCta * 32, 5) bs_select_kernel(const 
   if (n <= kWBuf && !a.rows_in_global) {
     uint32_t klo = 0, khi = 0;
     warp_stage_keys(kbuf, row, n, klo, khi);
-    warp_topk(kbuf, n, kk, out, sm.hist, nullptr, klo, khi);
+    group_topk(WarpGroup{sm.hist}, kbuf, n, kk, out, nullptr, klo, khi);
   } else {
-    warp_topk(row, n, kk, out, sm.hist);
+    group_topk(WarpGroup{sm.hist}, row, n, kk, out);
   }
 }
 
