@@ -26,6 +26,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/fa2_tile.cuh"
 #include "kernels/cuda/mma.cuh"
 
 namespace longctx::cuda {
@@ -35,7 +36,6 @@ using bf16 = __nv_bfloat16;
 using namespace mma;
 
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 constexpr int kBQ = kSparseQBlock;  // 64 query rows per CTA
 constexpr int kBK = 64;             // keys per tile
 
@@ -275,10 +275,7 @@ __global__ void __launch_bounds__(GTile<D>::kThreads, GTile<D>::kMinBlocks) spar
   __syncthreads();
 
   uint32_t qf[D / 16][4];
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk)
-    ldmatrix_x4(sQ + swz<D>(warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, 2 * kk + (lane >> 4)), qf[kk][0],
-                qf[kk][1], qf[kk][2], qf[kk][3]);
+  fa2::load_q_frags<D>(qf, sQ, warp, lane);
 
   float oacc[D / 8][4];
 #pragma unroll
@@ -304,19 +301,7 @@ __global__ void __launch_bounds__(GTile<D>::kThreads, GTile<D>::kMinBlocks) spar
     const uint32_t kbase = sK + st * T::kSmemKV, vbase = sV + st * T::kSmemKV;
     const int32_t* keys = s_keys + st * kBK;
     float s[8][4];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-#pragma unroll
-      for (int np = 0; np < 4; ++np) {
-        uint32_t b0, b1, b2, b3;
-        ldmatrix_x4(kbase + swz<D>(np * 16 + (lane & 7) + (lane >> 4) * 8, 2 * kk + ((lane >> 3) & 1)), b0, b1, b2,
-                    b3);
-        mma_bf16_16816(s[2 * np], qf[kk], b0, b1);
-        mma_bf16_16816(s[2 * np + 1], qf[kk], b2, b3);
-      }
-    }
+    fa2::qk_tile<D>(s, qf, kbase, lane);
 
     const int tcnt = s_cnt[st];
     // keys ascend within a tile (range: consecutive; columns: sorted), so keys[63] is the largest
@@ -334,45 +319,8 @@ __global__ void __launch_bounds__(GTile<D>::kThreads, GTile<D>::kMinBlocks) spar
         s[nt][e] = x;
       }
     }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m_r[r], mx);
-      const float m_use = m_new == -INFINITY ? 0.f : m_new;  // nothing visible yet: avoid inf - inf
-      const float corr = exp2f(m_r[r] - m_use);
-      m_r[r] = m_new;
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        s[nt][2 * r] = exp2f(s[nt][2 * r] - m_use);
-        s[nt][2 * r + 1] = exp2f(s[nt][2 * r + 1] - m_use);
-        sum += s[nt][2 * r] + s[nt][2 * r + 1];
-      }
-      l_r[r] = l_r[r] * corr + sum;
-#pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt) {
-        oacc[dt][2 * r] *= corr;
-        oacc[dt][2 * r + 1] *= corr;
-      }
-    }
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {  // 16 keys per k-step
-      const uint32_t pa[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
-                              pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                              pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-      for (int dp = 0; dp < D / 16; ++dp) {
-        uint32_t b0, b1, b2, b3;
-        ldmatrix_x4_trans(vbase + swz<D>(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, 2 * dp + (lane >> 4)), b0, b1,
-                          b2, b3);
-        mma_bf16_16816(oacc[2 * dp], pa, b0, b1);
-        mma_bf16_16816(oacc[2 * dp + 1], pa, b2, b3);
-      }
-    }
+    fa2::softmax_update<D>(s, m_r, l_r, oacc);
+    fa2::pv_tile<D>(s, vbase, oacc, lane);
     __syncthreads();  // stage st (and its keys) is overwritten by the load issued next iteration
     st ^= 1;
     have = have_next;
@@ -380,40 +328,8 @@ __global__ void __launch_bounds__(GTile<D>::kThreads, GTile<D>::kMinBlocks) spar
   cp_async_wait<0>();
 
   // Epilogue: normalise, stage the warp's 16 rows in its own part of the Q buffer, 16B stores.
-  float inv_l[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float l = l_r[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    l_r[r] = l;
-    inv_l[r] = l > 0.f ? 1.f / l : 0.f;
-  }
-  const int g = lane >> 2, tq = lane & 3;
-  __syncwarp();  // the warp's Q rows (read by its ldmatrix at the start) are overwritten below
-#pragma unroll
-  for (int dt = 0; dt < D / 8; ++dt) {
-    const uint32_t lo = pack_bf16(oacc[dt][0] * inv_l[0], oacc[dt][1] * inv_l[0]);
-    const uint32_t hi = pack_bf16(oacc[dt][2] * inv_l[1], oacc[dt][3] * inv_l[1]);
-    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sQ + swz<D>(warp * 16 + g, dt) + 4 * tq), "r"(lo));
-    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sQ + swz<D>(warp * 16 + g + 8, dt) + 4 * tq), "r"(hi));
-  }
-  __syncwarp();
-  for (int i = lane; i < 16 * T::kChunks; i += 32) {
-    const int r = i / T::kChunks, c = i % T::kChunks;
-    const int64_t qi = m0 + warp * 16 + r;
-    if (qi < a.n_q) {
-      const uint4 val = *reinterpret_cast<const uint4*>(smem + swz<D>(warp * 16 + r, c));
-      *reinterpret_cast<uint4*>(a.o + qi * ldq + int64_t(h) * D + c * 8) = val;
-    }
-  }
-  if (a.lse && tq == 0) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int64_t qi = row0 + r * 8;
-      if (qi < a.n_q) a.lse[int64_t(h) * a.n_q + qi] = l_r[r] > 0.f ? m_r[r] * kLn2 + logf(l_r[r]) : -INFINITY;
-    }
-  }
+  fa2::stage_output<D>(oacc, l_r, sQ, warp, lane);
+  fa2::write_output<D>(smem, a.o, a.lse, h, ldq, m0 + warp * 16, row0, a.n_q, warp, lane, m_r, l_r);
 }
 
 // ---- host side ---------------------------------------------------------------------------------
