@@ -21,6 +21,7 @@ namespace {
 struct GenerateArgs {
   std::string model, prompt, file, chat, system, attn = "dense", device = "cpu";
   std::string kv_cache = "bf16";
+  int64_t gpu_chunk = 0;  // prefill chunk on the GPU (0 = automatic)
   int n = 128, top_k = 0, threads = 0;
   float temp = 0.f, top_p = 1.f;
   uint64_t seed = 0;
@@ -53,6 +54,7 @@ void run(const GenerateArgs& a) {
   lo.prefill_chunk = a.chunk;
   lo.device = a.device;
   lo.kv_cache = a.kv_cache;
+  lo.gpu_chunk = a.gpu_chunk;
   auto eng = Engine::load(lo);
   const auto prompt = build_prompt(a, eng->tokenizer());
 
@@ -125,6 +127,8 @@ void register_generate(CLI::App& app) {
   c->add_option("--kv-cache", args->kv_cache,
                 "GPU KV cache: bf16, or fp8 (e4m3 with per-layer scales: half the memory; prefill runs layer by layer)")
       ->check(CLI::IsMember({"bf16", "fp8"}));
+  c->add_option("--gpu-chunk", args->gpu_chunk, "Prefill chunk on the GPU in tokens (0 = automatic: 16K)")
+      ->check(CLI::NonNegativeNumber);
   c->add_option("-t,--threads", args->threads, "CPU threads (0 = all cores)")->check(CLI::NonNegativeNumber);
   c->add_option("-c,--ctx", args->ctx, "Context length limit (0 = the model's)")->check(CLI::NonNegativeNumber);
   c->add_option("--chunk", args->chunk, "Prefill chunk size in tokens")->check(CLI::PositiveNumber);
