@@ -2,12 +2,9 @@
 // see sparse_attention_generic.h (semantics: sparse_attention.h).
 //
 // Two kernels:
-// - plan (one warp per index row r = ih * n_qblk + b): the block's ranges, clipped to
-//   [0, lim) with lim = the block's causal frontier (last row's position + 1, or n_kv), are
-//   merged into disjoint ranges (a range that starts after every earlier end opens a new one;
-//   touching ranges merge), written at the row's own offsets in the workspace; then its columns
-//   are kept when inside [0, lim), not a repeat of the previous one (they are sorted) and not
-//   inside a merged range (binary search). Counts per row go to n_r / n_c.
+// - plan (sparse_plan.h, shared with the Hopper kernel): each block's ranges and columns made
+//   canonical in the workspace (disjoint merged ranges within the causal frontier; columns
+//   unique and outside them), with counts per row.
 // - attention, FlashAttention-2 style like attention_prefill.cu: CTA = (query head h, 64-row
 //   block b), 4 warps x 16 rows, Q fragments in registers; the CTA walks its canonical lists as
 //   a sequence of 64-key tiles (each merged range cut into tiles from its own start, no
@@ -28,6 +25,7 @@
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/fa2_tile.cuh"
 #include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/sparse_plan.h"
 
 namespace longctx::cuda {
 namespace {
@@ -51,115 +49,6 @@ struct GTile {
   static constexpr int kSmemKeys = kStages * kBK * 4;
   static constexpr int kSmem = kSmemQ + 2 * kStages * kSmemKV + kSmemKeys + kStages * 4;
 };
-
-// ---- workspace ---------------------------------------------------------------------------------
-struct WsLayout {
-  size_t ranges, cols, n_r, n_c, total;
-};
-WsLayout ws_layout(const DeviceSparseIndex& ix) {
-  auto up = [](size_t x) { return (x + 255) & ~size_t(255); };
-  const size_t rows = size_t(ix.n_index_head) * size_t(ix.n_qblk);
-  WsLayout l{};
-  l.ranges = 0;
-  l.cols = up(size_t(ix.n_ranges) * 8);
-  l.n_r = l.cols + up(size_t(ix.n_cols) * 4);
-  l.n_c = l.n_r + up(rows * 4);
-  l.total = l.n_c + up(rows * 4);
-  return l;
-}
-
-// ---- plan kernel -------------------------------------------------------------------------------
-struct PlanArgs {
-  DeviceSparseIndex idx;
-  int32_t* ranges_out;  // canonical ranges at the input's offsets (2 int32 per range)
-  int32_t* cols_out;    // canonical columns at the input's offsets
-  int32_t* n_r;         // [rows] canonical counts
-  int32_t* n_c;
-  int64_t n_q, n_kv, q_pos0;
-  bool causal;
-};
-
-__global__ void sparse_generic_plan_kernel(const PlanArgs a) {
-  const int64_t n_rows = int64_t(a.idx.n_index_head) * a.idx.n_qblk;
-  const int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  if (r >= n_rows) return;
-  const int lane = threadIdx.x % 32;
-  const unsigned lt_mask = (1u << lane) - 1u;
-  const int64_t b = r % a.idx.n_qblk;
-  const int64_t last_row = min((b + 1) * kBQ, a.n_q) - 1;
-  const int64_t lim = a.causal ? min(a.n_kv, a.q_pos0 + last_row + 1) : a.n_kv;  // keys < lim
-  const int32_t ilim = int32_t(lim);
-
-  // Ranges. pm: inclusive prefix max of the (clipped) ends of valid ranges; a valid range opens a
-  // new merged range iff its start exceeds every earlier end (equal = touching = merge). The
-  // previous merged range then ends at that earlier maximum.
-  const int64_t r0 = a.idx.range_ptr[r], r1 = a.idx.range_ptr[r + 1];
-  int32_t* rout = a.ranges_out + 2 * r0;
-  int nr = 0;
-  int32_t run_end = INT_MIN;  // max end of all earlier valid ranges
-  for (int64_t base = r0; base < r1; base += 32) {
-    const int64_t i = base + lane;
-    int32_t s = 0, e = 0;
-    bool valid = false;
-    if (i < r1) {
-      s = max(a.idx.ranges[2 * i], 0);
-      e = min(a.idx.ranges[2 * i + 1], ilim);
-      valid = s < e;
-    }
-    int32_t pm = valid ? e : INT_MIN;
-#pragma unroll
-    for (int off = 1; off < 32; off <<= 1) {
-      const int32_t o = __shfl_up_sync(0xffffffffu, pm, off);
-      if (lane >= off) pm = max(pm, o);
-    }
-    int32_t excl = __shfl_up_sync(0xffffffffu, pm, 1);
-    if (lane == 0) excl = INT_MIN;
-    excl = max(excl, run_end);
-    const bool starts = valid && s > excl;
-    const unsigned sm = __ballot_sync(0xffffffffu, starts);
-    if (starts) {
-      const int idx = nr + __popc(sm & lt_mask);
-      rout[2 * idx] = s;
-      if (idx > 0) rout[2 * idx - 1] = excl;  // closes the previous merged range
-    }
-    nr += __popc(sm);
-    run_end = max(run_end, __shfl_sync(0xffffffffu, pm, 31));
-  }
-  if (lane == 0 && nr > 0) rout[2 * nr - 1] = run_end;
-  __syncwarp();
-
-  // Columns: inside [0, lim), not a repeat, not inside a merged range.
-  const int64_t c0 = a.idx.col_ptr[r], c1 = a.idx.col_ptr[r + 1];
-  int32_t* cout = a.cols_out + c0;
-  int nc = 0;
-  int32_t prev_last = INT_MIN;
-  for (int64_t base = c0; base < c1; base += 32) {
-    const int64_t i = base + lane;
-    const int32_t c = i < c1 ? a.idx.cols[i] : INT_MIN;
-    int32_t prev = __shfl_up_sync(0xffffffffu, c, 1);
-    if (lane == 0) prev = prev_last;
-    bool keep = i < c1 && c >= 0 && c < ilim && c != prev;
-    if (keep && nr > 0) {
-      int lo = 0, hi = nr;  // first merged range with start > c
-      while (lo < hi) {
-        const int mid = (lo + hi) / 2;
-        if (__ldcg(&rout[2 * mid]) <= c)
-          lo = mid + 1;
-        else
-          hi = mid;
-      }
-      if (lo > 0 && __ldcg(&rout[2 * (lo - 1) + 1]) > c) keep = false;
-    }
-    const unsigned km = __ballot_sync(0xffffffffu, keep);
-    if (keep) cout[nc + __popc(km & lt_mask)] = c;
-    nc += __popc(km);
-    prev_last = __shfl_sync(0xffffffffu, c, 31);
-  }
-  if (lane == 0) {
-    a.n_r[r] = nr;
-    a.n_c[r] = nc;
-  }
-}
 
 // ---- attention kernel --------------------------------------------------------------------------
 struct MainArgs {
@@ -366,8 +255,8 @@ void check_params(const SparseAttnParams& p) {
              (long long)p.n_q, (long long)((p.n_q + kBQ - 1) / kBQ));
   LC_REQUIRE(ix.range_ptr && ix.col_ptr && (ix.n_ranges == 0 || ix.ranges) && (ix.n_cols == 0 || ix.cols),
              "sparse_attention_generic: index pointers missing");
-  LC_REQUIRE(p.workspace && p.workspace_bytes >= ws_layout(ix).total,
-             "sparse_attention_generic: workspace of %zu bytes, needs %zu", p.workspace_bytes, ws_layout(ix).total);
+  LC_REQUIRE(p.workspace && p.workspace_bytes >= sparse_plan_layout(ix).total,
+             "sparse_attention_generic: workspace of %zu bytes, needs %zu", p.workspace_bytes, sparse_plan_layout(ix).total);
 }
 
 template <int D>
@@ -383,35 +272,16 @@ void launch_main(const MainArgs& a, int64_t n_cta, cudaStream_t stream) {
 
 }  // namespace
 
-size_t sparse_attention_generic_workspace_bytes(const DeviceSparseIndex& index) { return ws_layout(index).total; }
+size_t sparse_attention_generic_workspace_bytes(const DeviceSparseIndex& index) { return sparse_plan_layout(index).total; }
 
 void sparse_attention_generic_plan(const SparseAttnParams& p, Stream s) {
   check_params(p);
-  const WsLayout l = ws_layout(p.index);
-  uint8_t* ws = static_cast<uint8_t*>(p.workspace);
-  PlanArgs a{};
-  a.idx = p.index;
-  a.ranges_out = reinterpret_cast<int32_t*>(ws + l.ranges);
-  a.cols_out = reinterpret_cast<int32_t*>(ws + l.cols);
-  a.n_r = reinterpret_cast<int32_t*>(ws + l.n_r);
-  a.n_c = reinterpret_cast<int32_t*>(ws + l.n_c);
-  a.n_q = p.n_q;
-  a.n_kv = p.n_kv;
-  a.q_pos0 = p.q_pos0;
-  a.causal = p.causal;
-  const int64_t rows = int64_t(p.index.n_index_head) * p.index.n_qblk;
-  constexpr int kWarps = 8;  // warps (index rows) per plan block
-  const int64_t blocks = (rows + kWarps - 1) / kWarps;
-  LC_REQUIRE(blocks <= 0x7fffffff, "sparse_attention_generic: %lld index rows exceed the grid limit",
-             (long long)rows);
-  sparse_generic_plan_kernel<<<unsigned(blocks), kWarps * 32, 0, static_cast<cudaStream_t>(s)>>>(a);
-  LC_LAUNCH_CHECK("sparse_generic_plan_kernel rows=%lld", (long long)rows);
+  launch_sparse_plan(p, s, "sparse_attention_generic");
 }
 
 void sparse_attention_generic_run(const SparseAttnParams& p, Stream s) {
   check_params(p);
-  const WsLayout l = ws_layout(p.index);
-  const uint8_t* ws = static_cast<const uint8_t*>(p.workspace);
+  const SparsePlanView pv = sparse_plan_view(p);
   MainArgs a{};
   a.q = static_cast<const bf16*>(p.q);
   a.k = static_cast<const bf16*>(p.k);
@@ -420,10 +290,10 @@ void sparse_attention_generic_run(const SparseAttnParams& p, Stream s) {
   a.lse = p.lse;
   a.range_ptr = p.index.range_ptr;
   a.col_ptr = p.index.col_ptr;
-  a.ranges = reinterpret_cast<const int32_t*>(ws + l.ranges);
-  a.cols = reinterpret_cast<const int32_t*>(ws + l.cols);
-  a.n_r = reinterpret_cast<const int32_t*>(ws + l.n_r);
-  a.n_c = reinterpret_cast<const int32_t*>(ws + l.n_c);
+  a.ranges = pv.ranges;
+  a.cols = pv.cols;
+  a.n_r = pv.n_r;
+  a.n_c = pv.n_c;
   a.n_q = p.n_q;
   a.n_kv = p.n_kv;
   a.q_pos0 = p.q_pos0;

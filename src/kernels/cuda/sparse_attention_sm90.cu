@@ -5,11 +5,9 @@
 // bench/bench_sparse.cu (scripts/gpu-sparse.sh runs both on the device machine).
 //
 // How (structure of attention_prefill_sm90.cu, the FA3-style dense kernel, adapted):
-// - Plan kernel, one warp per (index head, query block): merges the block's ranges (sorted by
-//   start; a warp prefix-max of the ends finds where a new merged range starts), clipped to the
-//   block's causal frontier, and keeps the columns that are causal, not repeated and outside every
-//   merged range (binary search), compacted with ballots. Output: canonical lists + counts in the
-//   workspace, at the same CSR offsets as the input.
+// - Plan kernel (sparse_plan.h, shared with the generic kernel): each block's lists made
+//   canonical in the workspace (disjoint merged ranges clipped to the causal frontier; columns
+//   causal, unique and outside every range), at the same CSR offsets as the input.
 // - Main kernel: CTA = 2 consumer warpgroups + 1 producer warpgroup (384 threads). Each consumer
 //   warpgroup owns one task (query head, 64-row query block) with its own Q tile and its own
 //   3-stage ring of 64-key K/V tiles; producer warp w feeds consumer w. A range tile (64 keys
@@ -46,6 +44,7 @@
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/sm90.cuh"
 #include "kernels/cuda/sparse_attention.h"
+#include "kernels/cuda/sparse_plan.h"
 
 namespace longctx::cuda {
 namespace {
@@ -128,98 +127,6 @@ __device__ __forceinline__ void wgmma_rs_n64(float (&d)[32], const uint32_t (&a)
         "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
         "+f"(d[30]), "+f"(d[31])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
-}
-
-// ---- plan kernel -----------------------------------------------------------------------------
-struct PlanArgs {
-  DeviceSparseIndex idx;
-  int32_t* ranges_out;  // [2 * n_ranges]: canonical ranges at the input's offsets
-  int32_t* cols_out;    // [n_cols]
-  int32_t* n_r;         // [n_rows] canonical range count per block row
-  int32_t* n_c;         // [n_rows]
-  int64_t n_q, n_kv, q_pos0;
-  bool causal;
-};
-
-// One warp per block row r = ih * n_qblk + b.
-__global__ void sparse_plan_kernel(const PlanArgs a) {
-  const int64_t n_rows = int64_t(a.idx.n_index_head) * a.idx.n_qblk;
-  const int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  if (r >= n_rows) return;
-  const int lane = threadIdx.x % 32;
-  const int64_t b = r % a.idx.n_qblk;
-  const int64_t last_row = min(int64_t(b + 1) * kBQ, a.n_q) - 1;
-  const int64_t lim = a.causal ? min(a.n_kv, a.q_pos0 + last_row + 1) : a.n_kv;  // keys < lim
-  const int32_t ilim = int32_t(lim);
-  // Ranges: a range starts a new merged range when its start exceeds every earlier end.
-  const int64_t r0 = a.idx.range_ptr[r], r1 = a.idx.range_ptr[r + 1];
-  int32_t* rout = a.ranges_out + 2 * r0;
-  int nr = 0;            // merged ranges so far
-  int32_t run_end = INT_MIN;  // max end of earlier valid ranges
-  for (int64_t base = r0; base < r1; base += 32) {
-    const int64_t i = base + lane;
-    int32_t s = 0, e = 0;
-    bool valid = false;
-    if (i < r1) {
-      s = max(a.idx.ranges[2 * i], 0);
-      e = min(a.idx.ranges[2 * i + 1], ilim);
-      valid = s < e;
-    }
-    // inclusive prefix max of ends over valid lanes
-    int32_t pm = valid ? e : INT_MIN;
-#pragma unroll
-    for (int off = 1; off < 32; off <<= 1) {
-      const int32_t o = __shfl_up_sync(0xffffffffu, pm, off);
-      if (lane >= off) pm = max(pm, o);
-    }
-    int32_t excl = __shfl_up_sync(0xffffffffu, pm, 1);
-    if (lane == 0) excl = INT_MIN;
-    excl = max(excl, run_end);
-    const bool starts = valid && s > excl;
-    const unsigned sm = __ballot_sync(0xffffffffu, starts);
-    const int before = __popc(sm & ((1u << lane) - 1));
-    if (starts) {
-      rout[2 * (nr + before)] = s;
-      rout[2 * (nr + before) + 1] = e;
-    }
-    __syncwarp();
-    // the merged range this lane belongs to: index nr + (starts up to and including me) - 1
-    const int mine = nr + __popc(sm & ((2u << lane) - 1)) - 1;
-    if (valid && mine >= 0) atomicMax(&rout[2 * mine + 1], e);
-    __syncwarp();
-    nr += __popc(sm);
-    run_end = max(run_end, __shfl_sync(0xffffffffu, pm, 31));
-  }
-  __syncwarp();
-  // Columns: causal, not a repeat, not inside a merged range.
-  const int64_t c0 = a.idx.col_ptr[r], c1 = a.idx.col_ptr[r + 1];
-  int32_t* cout = a.cols_out + c0;
-  int nc = 0;
-  int32_t prev_last = -1;
-  for (int64_t base = c0; base < c1; base += 32) {
-    const int64_t i = base + lane;
-    int32_t c = -1;
-    if (i < c1) c = a.idx.cols[i];
-    int32_t prev = __shfl_up_sync(0xffffffffu, c, 1);
-    if (lane == 0) prev = prev_last;
-    bool keep = i < c1 && c >= 0 && c < ilim && c != prev;
-    if (keep && nr > 0) {  // last merged range with start <= c
-      int lo = 0, hi = nr;  // find first range with start > c
-      while (lo < hi) {
-        const int mid = (lo + hi) / 2;
-        if (__ldcg(&rout[2 * mid]) <= c) lo = mid + 1; else hi = mid;
-      }
-      if (lo > 0 && __ldcg(&rout[2 * (lo - 1) + 1]) > c) keep = false;  // L2: ends were raised by atomics
-    }
-    const unsigned km = __ballot_sync(0xffffffffu, keep);
-    if (keep) cout[nc + __popc(km & ((1u << lane) - 1))] = c;
-    nc += __popc(km);
-    prev_last = __shfl_sync(0xffffffffu, c, 31);
-  }
-  if (lane == 0) {
-    a.n_r[r] = nr;
-    a.n_c[r] = nc;
-  }
 }
 
 // ---- main kernel -----------------------------------------------------------------------------
@@ -543,21 +450,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // ---- host side ---------------------------------------------------------------------------------
-struct WsLayout {
-  size_t ranges, cols, n_r, n_c, total;
-};
-WsLayout ws_layout(const DeviceSparseIndex& ix) {
-  auto up = [](size_t x) { return (x + 255) & ~size_t(255); };
-  const size_t rows = size_t(ix.n_index_head) * size_t(ix.n_qblk);
-  WsLayout l{};
-  l.ranges = 0;
-  l.cols = up(size_t(ix.n_ranges) * 8);
-  l.n_r = l.cols + up(size_t(ix.n_cols) * 4);
-  l.n_c = l.n_r + up(rows * 4);
-  l.total = l.n_c + up(rows * 4);
-  return l;
-}
-
 void check_params(const SparseAttnParams& p) {
   static const bool hopper = [] {
     int dev = 0, major = 0, minor = 0;
@@ -582,33 +474,17 @@ void check_params(const SparseAttnParams& p) {
              (long long)ix.n_qblk, (long long)p.n_q, (long long)((p.n_q + kBQ - 1) / kBQ));
   LC_REQUIRE(ix.range_ptr && ix.col_ptr && (ix.n_ranges == 0 || ix.ranges) && (ix.n_cols == 0 || ix.cols),
              "sparse_attention: index pointers missing");
-  LC_REQUIRE(p.workspace && p.workspace_bytes >= ws_layout(ix).total,
-             "sparse_attention: workspace of %zu bytes, needs %zu", p.workspace_bytes, ws_layout(ix).total);
+  LC_REQUIRE(p.workspace && p.workspace_bytes >= sparse_plan_layout(ix).total,
+             "sparse_attention: workspace of %zu bytes, needs %zu", p.workspace_bytes, sparse_plan_layout(ix).total);
 }
 
 }  // namespace
 
-size_t sparse_attention_workspace_bytes(const DeviceSparseIndex& index) { return ws_layout(index).total; }
+size_t sparse_attention_workspace_bytes(const DeviceSparseIndex& index) { return sparse_plan_layout(index).total; }
 
 void sparse_attention_plan(const SparseAttnParams& p, Stream s) {
   check_params(p);
-  const WsLayout l = ws_layout(p.index);
-  uint8_t* ws = static_cast<uint8_t*>(p.workspace);
-  PlanArgs a{};
-  a.idx = p.index;
-  a.ranges_out = reinterpret_cast<int32_t*>(ws + l.ranges);
-  a.cols_out = reinterpret_cast<int32_t*>(ws + l.cols);
-  a.n_r = reinterpret_cast<int32_t*>(ws + l.n_r);
-  a.n_c = reinterpret_cast<int32_t*>(ws + l.n_c);
-  a.n_q = p.n_q;
-  a.n_kv = p.n_kv;
-  a.q_pos0 = p.q_pos0;
-  a.causal = p.causal;
-  const int64_t rows = int64_t(p.index.n_index_head) * p.index.n_qblk;
-  constexpr int kWarps = 8;  // warps per plan block
-  const int64_t blocks = (rows + kWarps - 1) / kWarps;
-  sparse_plan_kernel<<<unsigned(blocks), kWarps * 32, 0, static_cast<cudaStream_t>(s)>>>(a);
-  LC_LAUNCH_CHECK("sparse_plan_kernel rows=%lld", (long long)rows);
+  launch_sparse_plan(p, s, "sparse_attention");
 }
 
 void sparse_attention_run(const SparseAttnParams& p, Stream s) {
@@ -616,8 +492,7 @@ void sparse_attention_run(const SparseAttnParams& p, Stream s) {
   static const cudaError_t err =
       cudaFuncSetAttribute(sparse_attn_sm90_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
   LC_CUDA_CHECK(err, "sparse_attn_sm90_kernel: raising dynamic shared memory to %d bytes", kSmemBytes);
-  const WsLayout l = ws_layout(p.index);
-  uint8_t* ws = static_cast<uint8_t*>(p.workspace);
+  const SparsePlanView pv = sparse_plan_view(p);
   MainArgs a{};
   a.k = static_cast<const bf16*>(p.k);
   a.v = static_cast<const bf16*>(p.v);
@@ -625,10 +500,10 @@ void sparse_attention_run(const SparseAttnParams& p, Stream s) {
   a.lse = p.lse;
   a.range_ptr = p.index.range_ptr;
   a.col_ptr = p.index.col_ptr;
-  a.ranges = reinterpret_cast<const int32_t*>(ws + l.ranges);
-  a.cols = reinterpret_cast<const int32_t*>(ws + l.cols);
-  a.n_r = reinterpret_cast<const int32_t*>(ws + l.n_r);
-  a.n_c = reinterpret_cast<const int32_t*>(ws + l.n_c);
+  a.ranges = pv.ranges;
+  a.cols = pv.cols;
+  a.n_r = pv.n_r;
+  a.n_c = pv.n_c;
   a.n_q = p.n_q;
   a.n_kv = p.n_kv;
   a.q_pos0 = p.q_pos0;

@@ -1,0 +1,45 @@
+// sparse_plan.h (cuda, internal): the plan step shared by the sparse attention kernels
+// (sparse_attention_sm90.cu, sparse_attention_generic.cu).
+//
+// What: each (index head, 64-row query block) row of a DeviceSparseIndex, made canonical in the
+// caller's workspace: its ranges clipped to [0, lim) (lim = the block's causal frontier, the
+// last row's position + 1, or n_kv) and merged into disjoint ranges (touching ranges merge),
+// written at the row's own offsets; its columns kept when inside [0, lim), not a repeat of the
+// previous one (they are sorted) and not inside a merged range. Counts per row in n_r / n_c.
+// Why: the index format allows overlaps, repeats and columns inside ranges (union counted once);
+// the attention kernels then stream disjoint tiles with no per-key deduplication.
+// How: one warp per row; ranges 32 at a time with a warp prefix-max of the ends (a range opens a
+// new merged range iff its start exceeds every earlier end; the previous one then ends at that
+// maximum), columns 32 at a time with a binary search in the merged ranges; ballots compact.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/sparse_attention.h"
+
+namespace longctx::cuda {
+
+// Offsets of the canonical lists in the workspace (bytes; 256-byte aligned parts).
+struct SparsePlanLayout {
+  size_t ranges = 0;  // int32 [2 * n_ranges] (start, end), at each row's range_ptr offset
+  size_t cols = 0;    // int32 [n_cols], at each row's col_ptr offset
+  size_t n_r = 0;     // int32 [rows] canonical range count
+  size_t n_c = 0;     // int32 [rows] canonical column count
+  size_t total = 0;
+};
+SparsePlanLayout sparse_plan_layout(const DeviceSparseIndex& ix);
+
+// Device pointers to the canonical lists inside p.workspace.
+struct SparsePlanView {
+  const int32_t* ranges = nullptr;
+  const int32_t* cols = nullptr;
+  const int32_t* n_r = nullptr;
+  const int32_t* n_c = nullptr;
+};
+SparsePlanView sparse_plan_view(const SparseAttnParams& p);
+
+// Launches the plan kernel on stream s. The caller has checked p (shapes, index, workspace of
+// at least sparse_plan_layout(p.index).total bytes); `who` names the caller in launch errors.
+void launch_sparse_plan(const SparseAttnParams& p, Stream s, const char* who);
+
+}  // namespace longctx::cuda
