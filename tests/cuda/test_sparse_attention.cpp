@@ -16,6 +16,7 @@
 
 #include "kernels/cuda/sparse_attention.h"
 #include "sparse/sparse_index.h"
+#include "sparse_test_util.h"
 #include "test_util.h"
 
 namespace longctx::cuda::test {
@@ -41,11 +42,6 @@ FlatIndex flatten(const SparseIndex& idx) {
   return f;
 }
 
-struct Shape {
-  int64_t n_q, n_kv, q_pos0;
-  int n_head, n_kv_head;
-  bool causal = true;
-};
 
 // Runs the kernel on idx and checks O (sampled heads: all) and LSE against the fp64 oracle.
 void check(const Shape& sh, const SparseIndex& idx, const char* what) {
@@ -153,39 +149,6 @@ void check(const Shape& sh, const SparseIndex& idx, const char* what) {
   EXPECT_EQ(el.n_nan, 0) << what;
 }
 
-// Random index: per block 0..4 ranges (sorted by start, overlapping, some ending past n_kv),
-// 0..90 columns (sorted, with repeats, some inside ranges, some past the causal frontier);
-// p_empty of the blocks get nothing.
-SparseIndex random_index(const Shape& sh, int n_index_head, double p_empty, std::mt19937_64& g) {
-  SparseIndex idx;
-  idx.n_q = sh.n_q;
-  idx.heads.resize(size_t(n_index_head));
-  std::uniform_real_distribution<double> u(0, 1);
-  for (auto& hi : idx.heads)
-    for (int64_t b = 0; b < n_query_blocks(sh.n_q); ++b) {
-      if (u(g) >= p_empty) {
-        const int nr = int(u(g) * 5);
-        std::vector<KeyRange> rs;
-        for (int i = 0; i < nr; ++i) {
-          const int32_t s = int32_t(u(g) * sh.n_kv);
-          const int32_t len = int32_t(u(g) * (u(g) < 0.3 ? 400 : 100));
-          rs.push_back({s, std::min<int32_t>(int32_t(sh.n_kv + 70), s + len)});
-        }
-        std::sort(rs.begin(), rs.end(), [](auto& a, auto& c) { return a.start < c.start; });
-        for (auto& r : rs) hi.ranges.push_back(r);
-        const int ncol = int(u(g) * 91);
-        std::vector<int32_t> cs;
-        for (int i = 0; i < ncol; ++i) {
-          cs.push_back(int32_t(u(g) * sh.n_kv));
-          if (u(g) < 0.1) cs.push_back(cs.back());  // repeat
-        }
-        std::sort(cs.begin(), cs.end());
-        for (int32_t c : cs) hi.cols.push_back(c);
-      }
-      hi.end_block();
-    }
-  return idx;
-}
 
 SparseIndex uniform_index(const Shape& sh, int n_index_head, bool as_columns) {
   SparseIndex idx;
