@@ -21,7 +21,8 @@
 #   CARRY=.carry/e2e2 OUT=$OUT scripts/gpu-minference-e2e.sh --skip-tests --eval --lengths 128k,512k
 # Options: --tests FILTER (gtest filter; default all) | --skip-tests; --lengths L,L (default
 # 128k,512k; empty = no benchmark); --methods "dense minference ashape" (order run); --eval
-# (passkey, passkey --no-chat and niah at 2k/4k/8k, 5 depths, 4 samples, dense, --device cuda);
+# (passkey, passkey --no-chat and niah at 2k/4k/8k, 5 depths, 4 samples, --device cuda; env
+# EVAL_ATTN: the --attn list, default dense; EVAL_TASKS: ';'-separated task runs);
 # --synthetic-qk (bench model replaces each layer's Q/K after RoPE by structured synthetic vectors,
 # kernels/cuda/structured_qk.h, so MInference's estimate finds realistic lines on random weights).
 # --kv-cache fp8 (e4m3 KV cache, layer-major prefill: 1M tokens fit); --layers N (the first N of
@@ -143,11 +144,13 @@ if [ $do_eval = 1 ]; then
   if [ ! -f "$LONGCTX_CACHE/models/$MODEL_NAME" ]; then
     echo "EVAL SKIPPED: the default model is not on this machine (send both parts)"; status=1
   else
-    for run in "passkey" "passkey --no-chat" "niah"; do
+    IFS=';' read -r -a eval_runs <<< "${EVAL_TASKS:-passkey;passkey --no-chat;niah}"
+    for run in "${eval_runs[@]}"; do
       name=$(echo "$run" | tr -d ' -' )
-      echo "== eval $run --device cuda (default model, dense, 2k/4k/8k, 5 depths, 4 samples)"
+      echo "== eval $run --device cuda (default model, --attn ${EVAL_ATTN:-dense}, 2k/4k/8k, 5 depths, 4 samples)"
       t0=$(date +%s)
-      timeout ${EVAL_TIMEOUT:-150} $BIN/longctx eval $run --device cuda --lengths 2k,4k,8k --depths 0,0.25,0.5,0.75,1 \
+      timeout ${EVAL_TIMEOUT:-150} $BIN/longctx eval $run --device cuda --attn "${EVAL_ATTN:-dense}" \
+        --lengths 2k,4k,8k --depths 0,0.25,0.5,0.75,1 \
         --samples 4 --quiet --json "$OUT/eval_${name}.json" > "$OUT/eval_${name}.txt" 2> "$OUT/eval_${name}.log"; rc=$?
       cat "$OUT/eval_${name}.txt"; tail -3 "$OUT/eval_${name}.log"
       echo "(eval $run: rc=$rc, $(( $(date +%s) - t0 )) s)"
