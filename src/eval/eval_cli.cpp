@@ -53,6 +53,8 @@ void register_eval_command(CLI::App& app, eval::EngineFactory factory) {
   sub->add_option("--device", st->o.device, "Where the engine runs: cpu, cuda or auto (default: the engine's)");
   sub->add_option("--kv-cache", st->o.kv_cache, "GPU KV cache: bf16 or fp8 (e4m3, half the memory)")
       ->check(CLI::IsMember({"bf16", "fp8"}));
+  sub->add_option("--gpu-chunk", st->o.gpu_chunk, "Prefill chunk on the GPU in tokens (0 = automatic: 16K)")
+      ->check(CLI::NonNegativeNumber);
   sub->add_option("--prefill-chunk", st->o.prefill_chunk,
                   "Prefill chunk in tokens (default: the engine's); answers must not depend on it");
   sub->add_option("--text", st->o.text_path,
