@@ -96,8 +96,8 @@ GpuAttention parse_gpu_attention(const std::string& spec, const ModelConfig& c) 
 std::string attention_problem(const GpuAttention& a, const ModelConfig& c) {
   if (a.dense()) return "";
   if (a.kind == GpuAttnKind::MInference && a.dense_layers >= c.n_layer) return "";  // never sparse
-  // head_dim 128 runs the Hopper kernel, 64 the generic one (gpu_transformer.cpp); the GPU
-  // model itself accepts only those two (check_supported)
+  // cuda::sparse_attention runs head_dim 128 on the Hopper kernel, 64 on the generic one; the
+  // GPU model itself accepts only those two (check_supported)
   if (c.head_dim != 128 && c.head_dim != 64)
     return fmt::format("attention method '{}' on the GPU needs head_dim 64 or 128, but {} has head_dim {}", a.spec,
                        c.name, c.head_dim);

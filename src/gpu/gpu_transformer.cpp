@@ -13,7 +13,6 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/sparse_attention.h"
-#include "kernels/cuda/sparse_attention_generic.h"
 #include "sparse/a_shape_index.h"
 #include "util/error.h"
 
@@ -634,12 +633,7 @@ void GpuTransformer::prefill_attention(int l, int64_t T, int64_t pos0, void* q, 
     stats_.index_ranges += sp.index.n_ranges;
     stats_.index_cols += sp.index.n_cols;
     check_cuda(cudaEventRecord(ev(e.index_end), s), "cudaEventRecord");
-    // head_dim 128: the Hopper kernel; 64: the generic one (its workspace fits in the Hopper
-    // kernel's, which the builder and the A-shape buffer are sized for)
-    if (cfg_.head_dim == 128)
-      cuda::sparse_attention(sp, stream_);
-    else
-      cuda::sparse_attention_generic(sp, stream_);
+    cuda::sparse_attention(sp, stream_);  // the Hopper kernel for head_dim 128, else the generic one
   }
   check_cuda(cudaEventRecord(ev(e.end), s), "cudaEventRecord");
 }

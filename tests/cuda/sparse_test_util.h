@@ -1,6 +1,6 @@
 // sparse_test_util.h (tests/cuda): what the sparse attention tests of both kernels share
 // (test_sparse_attention.cpp: Hopper; test_sparse_attention_generic.cpp: mma.sync, d 64/128):
-// the problem shape and the random index generator.
+// the problem shape and the random index generators.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "sparse/sparse_index.h"
+#include "test_util.h"
 
 namespace longctx::cuda::test {
 
@@ -16,6 +17,34 @@ struct Shape {
   int n_head, n_kv_head;
   bool causal = true;
 };
+
+// A fresh generator seeded from the run's printed seed (test_util.h rng()).
+inline std::mt19937_64 gen() { return std::mt19937_64(rng()()); }
+
+// Many short ranges and many columns per block (150 ranges of 1-20 keys, 200 columns): most tiles
+// are partial, ranges overlap and columns fall inside ranges.
+inline SparseIndex many_short(const Shape& sh, int n_index_head, std::mt19937_64& g) {
+  std::uniform_int_distribution<int32_t> key(0, int32_t(sh.n_kv) - 1), len(1, 20);
+  SparseIndex idx;
+  idx.n_q = sh.n_q;
+  idx.heads.resize(size_t(n_index_head));
+  for (auto& hi : idx.heads)
+    for (int64_t b = 0; b < n_query_blocks(sh.n_q); ++b) {
+      std::vector<KeyRange> rs;
+      for (int i = 0; i < 150; ++i) {
+        const int32_t s0 = key(g);
+        rs.push_back({s0, s0 + len(g)});
+      }
+      std::sort(rs.begin(), rs.end(), [](auto& a, auto& c) { return a.start < c.start; });
+      for (auto& r : rs) hi.ranges.push_back(r);
+      std::vector<int32_t> cs;
+      for (int i = 0; i < 200; ++i) cs.push_back(key(g));
+      std::sort(cs.begin(), cs.end());
+      for (int32_t c : cs) hi.cols.push_back(c);
+      hi.end_block();
+    }
+  return idx;
+}
 
 // Random index: per block 0..4 ranges (sorted by start, overlapping, some ending past n_kv),
 // 0..90 columns (sorted, with repeats, some inside ranges, some past the causal frontier);

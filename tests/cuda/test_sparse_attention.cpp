@@ -165,8 +165,6 @@ SparseIndex uniform_index(const Shape& sh, int n_index_head, bool as_columns) {
   return idx;
 }
 
-std::mt19937_64 gen() { return std::mt19937_64(rng()()); }
-
 TEST(SparseAttnSmall, RandomIndexGqaPerQueryHead) {
   LC_REQUIRE_GPU();
   auto g = gen();
@@ -224,26 +222,7 @@ TEST(SparseAttnSmall, ManyShortRangesAndColumns) {
   LC_REQUIRE_GPU();
   auto g = gen();
   const Shape sh{320, 2600, 2280, 4, 2};
-  std::uniform_int_distribution<int32_t> key(0, int32_t(sh.n_kv) - 1), len(1, 20);
-  SparseIndex idx;
-  idx.n_q = sh.n_q;
-  idx.heads.resize(4);
-  for (auto& hi : idx.heads)
-    for (int64_t b = 0; b < n_query_blocks(sh.n_q); ++b) {
-      std::vector<KeyRange> rs;
-      for (int i = 0; i < 150; ++i) {
-        const int32_t s0 = key(g);
-        rs.push_back({s0, s0 + len(g)});
-      }
-      std::sort(rs.begin(), rs.end(), [](auto& a, auto& c) { return a.start < c.start; });
-      for (auto& r : rs) hi.ranges.push_back(r);
-      std::vector<int32_t> cs;
-      for (int i = 0; i < 200; ++i) cs.push_back(key(g));
-      std::sort(cs.begin(), cs.end());
-      for (int32_t c : cs) hi.cols.push_back(c);
-      hi.end_block();
-    }
-  check(sh, idx, "many-short-ranges");
+  check(sh, many_short(sh, 4, g), "many-short-ranges");
 }
 
 // The kernel's task order (sparse_attention_sm90.cu task_of): more query blocks than one order

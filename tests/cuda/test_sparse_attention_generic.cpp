@@ -293,8 +293,6 @@ SparseIndex adversarial_index(const Shape& sh, int n_index_head, std::mt19937_64
   return idx;
 }
 
-std::mt19937_64 gen() { return std::mt19937_64(rng()()); }
-
 TEST(SparseGeneric, RandomGqaSmolLM2Heads) {
   LC_REQUIRE_SM80();
   auto g = gen();
@@ -396,30 +394,6 @@ TEST(SparseGeneric, CustomScale) {
   for (int D : {64, 128}) check(sh, D, random_index(sh, 4, 0.05, g), "random/scale-0.3", 0.3f);
 }
 
-// Many short ranges and many columns per block (150 ranges of 1-20 keys, 200 columns): most tiles
-// are partial, ranges overlap and columns fall inside ranges.
-SparseIndex many_short(const Shape& sh, int n_index_head, std::mt19937_64& g) {
-  std::uniform_int_distribution<int32_t> key(0, int32_t(sh.n_kv) - 1), len(1, 20);
-  SparseIndex idx;
-  idx.n_q = sh.n_q;
-  idx.heads.resize(size_t(n_index_head));
-  for (auto& hi : idx.heads)
-    for (int64_t b = 0; b < n_query_blocks(sh.n_q); ++b) {
-      std::vector<KeyRange> rs;
-      for (int i = 0; i < 150; ++i) {
-        const int32_t s0 = key(g);
-        rs.push_back({s0, s0 + len(g)});
-      }
-      std::sort(rs.begin(), rs.end(), [](auto& a, auto& c) { return a.start < c.start; });
-      for (auto& r : rs) hi.ranges.push_back(r);
-      std::vector<int32_t> cs;
-      for (int i = 0; i < 200; ++i) cs.push_back(key(g));
-      std::sort(cs.begin(), cs.end());
-      for (int32_t c : cs) hi.cols.push_back(c);
-      hi.end_block();
-    }
-  return idx;
-}
 
 TEST(SparseGeneric, ManyShortRangesAndColumns) {
   LC_REQUIRE_SM80();

@@ -26,16 +26,8 @@
 namespace longctx {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using test::contains;
+using test::error_of;
 
 std::string tiny_path(const std::string& name) {
   static std::map<std::string, std::string> made;

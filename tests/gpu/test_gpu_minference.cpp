@@ -35,20 +35,13 @@
 namespace longctx {
 namespace {
 
+using test::contains;
+using test::error_of;
+
 using test::random_ids;
 
 using test::compare_row;
 using test::LogitDiff;
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 constexpr int kLayers = 3, kHeads = 4;
 
@@ -442,7 +435,7 @@ TEST_F(GpuMInference, HeadDim64EngineMatchesCpuEngine) {
   c.layers = {{vs(30, 100), vs(30, 100), vs(30, 100), vs(30, 100)}, {bs(2), bs(2), bs(2), bs(2)}};
   const std::string cfg64 = (dir / "cfg.json").string();
   c.save(cfg64);
-  for (const std::string spec : {"minference=" + cfg64, std::string("a_shape=32,128")}) {
+  for (const std::string& spec : {"minference=" + cfg64, std::string("a_shape=32,128")}) {
     auto cpu = Engine::load({.model_path = m64, .n_threads = 4, .attn = spec, .prefill_chunk = 256});
     auto gpu = Engine::load({.model_path = m64, .attn = spec, .device = "cuda", .gpu_chunk = 256});
     auto dense = Engine::load({.model_path = m64, .attn = "dense", .device = "cuda", .gpu_chunk = 256});

@@ -8,9 +8,12 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
+
+#include "util/error.h"
 
 #ifdef LONGCTX_WITH_GPU
 #include "gpu/device_probe.h"
@@ -32,6 +35,18 @@ inline std::vector<int32_t> random_ids(int64_t n, int32_t vocab, uint32_t seed) 
   std::vector<int32_t> ids(static_cast<size_t>(n));
   for (auto& id : ids) id = d(rng);
   return ids;
+}
+
+inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// The message of the longctx::Error that f throws ("" when it throws none).
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 inline bool have_usable_gpu() {

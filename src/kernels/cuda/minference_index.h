@@ -28,7 +28,7 @@
 //   MinferenceIndexBuilder b({.n_head=32, .n_kv_head=8, .max_q=chunk, .max_kv=capacity});
 //   DeviceSparseIndex idx = b.build(params, stream);   // valid until the next build()
 //   sparse.index = idx; sparse.workspace = b.attention_workspace(); ... sparse_attention(sparse, s);
-// head_dim 64 and 128 are supported by the builders (sparse_attention() itself is 128-only).
+// head_dim 64 and 128 are supported by the builders and by sparse_attention().
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -50,7 +50,7 @@ struct SparseAttnParams {
   int64_t n_kv = 0;
   int n_head = 0;
   int n_kv_head = 0;
-  int head_dim = 128;       // 128 only
+  int head_dim = 128;       // 128 (Hopper kernel) or 64 (generic kernel, via sparse_attention())
   int64_t q_pos0 = 0;       // query i sits at position q_pos0 + i
   float scale = 0.f;        // 0 = 1/sqrt(head_dim)
   bool causal = true;
@@ -60,11 +60,13 @@ struct SparseAttnParams {
 };
 
 size_t sparse_attention_workspace_bytes(const DeviceSparseIndex& index);
-// Runs the plan kernel and the sparse kernel on stream s (asynchronous). Throws Error naming the
-// problem on unsupported shapes (head_dim != 128, non-Hopper, inconsistent index sizes).
+// Runs the plan kernel and the sparse kernel on stream s (asynchronous): the Hopper kernel for
+// head_dim 128 on sm_90, else the generic mma.sync kernel (sparse_attention_generic.h: head_dim
+// 64 or 128, sm_80+; same workspace). Throws Error naming the problem on unsupported shapes or
+// inconsistent index sizes.
 void sparse_attention(const SparseAttnParams& p, Stream s = nullptr);
-// The two halves, for benchmarks: plan once, attend many times (the plan depends only on the
-// index and the shape).
+// The Hopper kernel's two halves, for benchmarks: plan once, attend many times (the plan
+// depends only on the index and the shape). head_dim 128 on sm_90 only.
 void sparse_attention_plan(const SparseAttnParams& p, Stream s = nullptr);
 void sparse_attention_run(const SparseAttnParams& p, Stream s = nullptr);
 

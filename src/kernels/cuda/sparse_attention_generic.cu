@@ -33,7 +33,6 @@ namespace {
 using bf16 = __nv_bfloat16;
 using namespace mma;
 
-constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kBQ = kSparseQBlock;  // 64 query rows per CTA
 constexpr int kBK = 64;             // keys per tile
 
@@ -51,23 +50,7 @@ struct GTile {
 };
 
 // ---- attention kernel --------------------------------------------------------------------------
-struct MainArgs {
-  const bf16* q;
-  const bf16* k;
-  const bf16* v;
-  bf16* o;
-  float* lse;
-  const int64_t* range_ptr;
-  const int64_t* col_ptr;
-  const int32_t* ranges;  // canonical (plan output)
-  const int32_t* cols;
-  const int32_t* n_r;
-  const int32_t* n_c;
-  int64_t n_q, n_kv, q_pos0, n_qblk;
-  int n_head, n_kv_head, group, heads_per_index;
-  float scale_log2;
-  bool causal;
-};
+using MainArgs = SparseKernelArgs;
 
 // The CTA's walk over its tiles: merged ranges first (each cut into 64-key tiles from its own
 // start), then the columns 64 at a time. Every thread holds the same cursor.
@@ -225,38 +208,14 @@ __global__ void __launch_bounds__(GTile<D>::kThreads, GTile<D>::kMinBlocks) spar
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 void check_params(const SparseAttnParams& p) {
-  static const int sm = [] {
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-    return major * 10 + minor;
-  }();
+  const int sm = current_sm();
   LC_REQUIRE(sm >= 80, "sparse_attention_generic: needs an sm_80+ GPU (found sm_%d)", sm);
   LC_REQUIRE(p.head_dim == 64 || p.head_dim == 128, "sparse_attention_generic: head_dim %d unsupported (64 or 128)",
              p.head_dim);
   LC_REQUIRE(p.q && p.k && p.v && p.o, "sparse_attention_generic: null q/k/v/o pointer");
   LC_REQUIRE(aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && aligned16(p.o),
              "sparse_attention_generic: q/k/v/o must be 16-byte aligned");
-  LC_REQUIRE(p.n_q > 0 && p.n_kv > 0 && p.n_q <= 0x7fffffff && p.n_kv <= 0x7fffffff && p.q_pos0 >= 0,
-             "sparse_attention_generic: bad sizes n_q=%lld n_kv=%lld q_pos0=%lld", (long long)p.n_q,
-             (long long)p.n_kv, (long long)p.q_pos0);
-  LC_REQUIRE(p.n_head > 0 && p.n_kv_head > 0 && p.n_head % p.n_kv_head == 0,
-             "sparse_attention_generic: n_head %d is not a multiple of n_kv_head %d", p.n_head, p.n_kv_head);
-  LC_REQUIRE(!p.causal || p.q_pos0 + p.n_q <= p.n_kv,
-             "sparse_attention_generic: causal chunk q_pos0 %lld + n_q %lld exceeds n_kv %lld", (long long)p.q_pos0,
-             (long long)p.n_q, (long long)p.n_kv);
-  const auto& ix = p.index;
-  LC_REQUIRE(ix.n_index_head > 0 && p.n_head % ix.n_index_head == 0,
-             "sparse_attention_generic: n_head %d is not a multiple of the index's %d heads", p.n_head,
-             ix.n_index_head);
-  LC_REQUIRE(ix.n_qblk == (p.n_q + kBQ - 1) / kBQ,
-             "sparse_attention_generic: index has %lld query blocks, n_q %lld needs %lld", (long long)ix.n_qblk,
-             (long long)p.n_q, (long long)((p.n_q + kBQ - 1) / kBQ));
-  LC_REQUIRE(ix.range_ptr && ix.col_ptr && (ix.n_ranges == 0 || ix.ranges) && (ix.n_cols == 0 || ix.cols),
-             "sparse_attention_generic: index pointers missing");
-  LC_REQUIRE(p.workspace && p.workspace_bytes >= sparse_plan_layout(ix).total,
-             "sparse_attention_generic: workspace of %zu bytes, needs %zu", p.workspace_bytes, sparse_plan_layout(ix).total);
+  check_sparse_params(p, "sparse_attention_generic");
 }
 
 template <int D>
@@ -281,30 +240,7 @@ void sparse_attention_generic_plan(const SparseAttnParams& p, Stream s) {
 
 void sparse_attention_generic_run(const SparseAttnParams& p, Stream s) {
   check_params(p);
-  const SparsePlanView pv = sparse_plan_view(p);
-  MainArgs a{};
-  a.q = static_cast<const bf16*>(p.q);
-  a.k = static_cast<const bf16*>(p.k);
-  a.v = static_cast<const bf16*>(p.v);
-  a.o = static_cast<bf16*>(p.o);
-  a.lse = p.lse;
-  a.range_ptr = p.index.range_ptr;
-  a.col_ptr = p.index.col_ptr;
-  a.ranges = pv.ranges;
-  a.cols = pv.cols;
-  a.n_r = pv.n_r;
-  a.n_c = pv.n_c;
-  a.n_q = p.n_q;
-  a.n_kv = p.n_kv;
-  a.q_pos0 = p.q_pos0;
-  a.n_qblk = p.index.n_qblk;
-  a.n_head = p.n_head;
-  a.n_kv_head = p.n_kv_head;
-  a.group = p.n_head / p.n_kv_head;
-  a.heads_per_index = p.n_head / p.index.n_index_head;
-  const float scale = p.scale > 0.f ? p.scale : 1.f / std::sqrt(float(p.head_dim));
-  a.scale_log2 = scale * kLog2e;
-  a.causal = p.causal;
+  const MainArgs a = sparse_kernel_args(p);
   const int64_t n_cta = int64_t(p.n_head) * p.index.n_qblk;
   LC_REQUIRE(n_cta <= 0x7fffffff, "sparse_attention_generic: %lld CTAs exceed the grid limit", (long long)n_cta);
   auto stream = static_cast<cudaStream_t>(s);

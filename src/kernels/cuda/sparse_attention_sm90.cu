@@ -44,6 +44,7 @@
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/sm90.cuh"
 #include "kernels/cuda/sparse_attention.h"
+#include "kernels/cuda/sparse_attention_generic.h"
 #include "kernels/cuda/sparse_plan.h"
 
 namespace longctx::cuda {
@@ -53,7 +54,6 @@ using namespace sm90;
 
 using bf16 = __nv_bfloat16;
 
-constexpr float kLog2e = 1.4426950408889634f;
 
 constexpr int kD = 128;          // head dim handled here
 constexpr int kBQ = kSparseQBlock;  // 64 query rows per task (one consumer warpgroup: wgmma M = 64)
@@ -130,22 +130,8 @@ __device__ __forceinline__ void wgmma_rs_n64(float (&d)[32], const uint32_t (&a)
 }
 
 // ---- main kernel -----------------------------------------------------------------------------
-struct MainArgs {
-  const bf16* k;  // for column gathers
-  const bf16* v;
-  bf16* o;
-  float* lse;
-  const int64_t* range_ptr;
-  const int64_t* col_ptr;
-  const int32_t* ranges;  // canonical (plan output)
-  const int32_t* cols;
-  const int32_t* n_r;
-  const int32_t* n_c;
-  int64_t n_q, n_kv, q_pos0, n_qblk;
-  int n_head, n_kv_head, group, heads_per_index;
+struct MainArgs : SparseKernelArgs {
   int order_chunk;  // task order: 0 = block-major; C > 0 = chunks of C blocks, KV-group-major inside
-  float scale_log2;
-  bool causal;
 };
 
 // CTA i -> (head pair, query block b). Heaviest blocks first either way (causal work grows with b).
@@ -450,32 +436,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // ---- host side ---------------------------------------------------------------------------------
+bool is_hopper() { return current_sm() == 90; }
+
 void check_params(const SparseAttnParams& p) {
-  static const bool hopper = [] {
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return false;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-    return major == 9 && minor == 0;
-  }();
-  LC_REQUIRE(hopper, "sparse_attention: needs an sm_90 (Hopper) GPU");
+  LC_REQUIRE(is_hopper(), "sparse_attention: needs an sm_90 (Hopper) GPU");
   LC_REQUIRE(p.head_dim == kD, "sparse_attention: head_dim %d unsupported (128 only)", p.head_dim);
-  LC_REQUIRE(p.n_q > 0 && p.n_kv > 0 && p.n_q <= 0x7fffffff && p.n_kv <= 0x7fffffff,
-             "sparse_attention: bad sizes n_q=%lld n_kv=%lld", (long long)p.n_q, (long long)p.n_kv);
-  LC_REQUIRE(p.n_head > 0 && p.n_kv_head > 0 && p.n_head % p.n_kv_head == 0,
-             "sparse_attention: n_head %d is not a multiple of n_kv_head %d", p.n_head, p.n_kv_head);
-  LC_REQUIRE(!p.causal || p.q_pos0 + p.n_q <= p.n_kv,
-             "sparse_attention: causal chunk q_pos0 %lld + n_q %lld exceeds n_kv %lld", (long long)p.q_pos0,
-             (long long)p.n_q, (long long)p.n_kv);
-  const auto& ix = p.index;
-  LC_REQUIRE(ix.n_index_head > 0 && p.n_head % ix.n_index_head == 0,
-             "sparse_attention: n_head %d is not a multiple of the index's %d heads", p.n_head, ix.n_index_head);
-  LC_REQUIRE(ix.n_qblk == (p.n_q + kBQ - 1) / kBQ, "sparse_attention: index has %lld query blocks, n_q %lld needs %lld",
-             (long long)ix.n_qblk, (long long)p.n_q, (long long)((p.n_q + kBQ - 1) / kBQ));
-  LC_REQUIRE(ix.range_ptr && ix.col_ptr && (ix.n_ranges == 0 || ix.ranges) && (ix.n_cols == 0 || ix.cols),
-             "sparse_attention: index pointers missing");
-  LC_REQUIRE(p.workspace && p.workspace_bytes >= sparse_plan_layout(ix).total,
-             "sparse_attention: workspace of %zu bytes, needs %zu", p.workspace_bytes, sparse_plan_layout(ix).total);
+  check_sparse_params(p, "sparse_attention");
 }
 
 }  // namespace
@@ -492,29 +458,8 @@ void sparse_attention_run(const SparseAttnParams& p, Stream s) {
   static const cudaError_t err =
       cudaFuncSetAttribute(sparse_attn_sm90_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
   LC_CUDA_CHECK(err, "sparse_attn_sm90_kernel: raising dynamic shared memory to %d bytes", kSmemBytes);
-  const SparsePlanView pv = sparse_plan_view(p);
   MainArgs a{};
-  a.k = static_cast<const bf16*>(p.k);
-  a.v = static_cast<const bf16*>(p.v);
-  a.o = static_cast<bf16*>(p.o);
-  a.lse = p.lse;
-  a.range_ptr = p.index.range_ptr;
-  a.col_ptr = p.index.col_ptr;
-  a.ranges = pv.ranges;
-  a.cols = pv.cols;
-  a.n_r = pv.n_r;
-  a.n_c = pv.n_c;
-  a.n_q = p.n_q;
-  a.n_kv = p.n_kv;
-  a.q_pos0 = p.q_pos0;
-  a.n_qblk = p.index.n_qblk;
-  a.n_head = p.n_head;
-  a.n_kv_head = p.n_kv_head;
-  a.group = p.n_head / p.n_kv_head;
-  a.heads_per_index = p.n_head / p.index.n_index_head;
-  const float scale = p.scale > 0.f ? p.scale : 1.f / std::sqrt(float(kD));
-  a.scale_log2 = scale * kLog2e;
-  a.causal = p.causal;
+  static_cast<SparseKernelArgs&>(a) = sparse_kernel_args(p);
   const CUtensorMap tq = make_map(p.q, p.n_q, p.n_head, kBQ, "sparse_attention: q");
   const CUtensorMap tk = make_map(p.k, p.n_kv, p.n_kv_head, kBK, "sparse_attention: k");
   const CUtensorMap tv = make_map(p.v, p.n_kv, p.n_kv_head, kBK, "sparse_attention: v");
@@ -528,6 +473,7 @@ void sparse_attention_run(const SparseAttnParams& p, Stream s) {
 }
 
 void sparse_attention(const SparseAttnParams& p, Stream s) {
+  if (p.head_dim != kD || !is_hopper()) return sparse_attention_generic(p, s);
   sparse_attention_plan(p, s);
   sparse_attention_run(p, s);
 }

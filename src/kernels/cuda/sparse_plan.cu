@@ -1,7 +1,10 @@
 // sparse_plan.cu (cuda): the plan kernel of sparse_plan.h.
 #include "kernels/cuda/sparse_plan.h"
 
+#include <cuda_runtime.h>
+
 #include <climits>
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/cuda/check.h"
@@ -103,6 +106,66 @@ __global__ void plan_kernel(const PlanArgs a) {
 }
 
 }  // namespace
+
+int current_sm() {
+  static const int sm = [] {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    return major * 10 + minor;
+  }();
+  return sm;
+}
+
+void check_sparse_params(const SparseAttnParams& p, const char* who) {
+  constexpr int64_t kBQ = kSparseQBlock;
+  LC_REQUIRE(p.n_q > 0 && p.n_kv > 0 && p.n_q <= 0x7fffffff && p.n_kv <= 0x7fffffff && p.q_pos0 >= 0,
+             "%s: bad sizes n_q=%lld n_kv=%lld q_pos0=%lld", who, (long long)p.n_q, (long long)p.n_kv,
+             (long long)p.q_pos0);
+  LC_REQUIRE(p.n_head > 0 && p.n_kv_head > 0 && p.n_head % p.n_kv_head == 0,
+             "%s: n_head %d is not a multiple of n_kv_head %d", who, p.n_head, p.n_kv_head);
+  LC_REQUIRE(!p.causal || p.q_pos0 + p.n_q <= p.n_kv, "%s: causal chunk q_pos0 %lld + n_q %lld exceeds n_kv %lld",
+             who, (long long)p.q_pos0, (long long)p.n_q, (long long)p.n_kv);
+  const auto& ix = p.index;
+  LC_REQUIRE(ix.n_index_head > 0 && p.n_head % ix.n_index_head == 0,
+             "%s: n_head %d is not a multiple of the index's %d heads", who, p.n_head, ix.n_index_head);
+  LC_REQUIRE(ix.n_qblk == (p.n_q + kBQ - 1) / kBQ, "%s: index has %lld query blocks, n_q %lld needs %lld", who,
+             (long long)ix.n_qblk, (long long)p.n_q, (long long)((p.n_q + kBQ - 1) / kBQ));
+  LC_REQUIRE(ix.range_ptr && ix.col_ptr && (ix.n_ranges == 0 || ix.ranges) && (ix.n_cols == 0 || ix.cols),
+             "%s: index pointers missing", who);
+  LC_REQUIRE(p.workspace && p.workspace_bytes >= sparse_plan_layout(ix).total, "%s: workspace of %zu bytes, needs %zu",
+             who, p.workspace_bytes, sparse_plan_layout(ix).total);
+}
+
+SparseKernelArgs sparse_kernel_args(const SparseAttnParams& p) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  const SparsePlanView pv = sparse_plan_view(p);
+  SparseKernelArgs a{};
+  a.q = static_cast<const __nv_bfloat16*>(p.q);
+  a.k = static_cast<const __nv_bfloat16*>(p.k);
+  a.v = static_cast<const __nv_bfloat16*>(p.v);
+  a.o = static_cast<__nv_bfloat16*>(p.o);
+  a.lse = p.lse;
+  a.range_ptr = p.index.range_ptr;
+  a.col_ptr = p.index.col_ptr;
+  a.ranges = pv.ranges;
+  a.cols = pv.cols;
+  a.n_r = pv.n_r;
+  a.n_c = pv.n_c;
+  a.n_q = p.n_q;
+  a.n_kv = p.n_kv;
+  a.q_pos0 = p.q_pos0;
+  a.n_qblk = p.index.n_qblk;
+  a.n_head = p.n_head;
+  a.n_kv_head = p.n_kv_head;
+  a.group = p.n_head / p.n_kv_head;
+  a.heads_per_index = p.n_head / p.index.n_index_head;
+  const float scale = p.scale > 0.f ? p.scale : 1.f / std::sqrt(float(p.head_dim));
+  a.scale_log2 = scale * kLog2e;
+  a.causal = p.causal;
+  return a;
+}
 
 SparsePlanLayout sparse_plan_layout(const DeviceSparseIndex& ix) {
   auto up = [](size_t x) { return (x + 255) & ~size_t(255); };

@@ -1,5 +1,6 @@
-// sparse_plan.h (cuda, internal): the plan step shared by the sparse attention kernels
-// (sparse_attention_sm90.cu, sparse_attention_generic.cu).
+// sparse_plan.h (cuda, internal): what the sparse attention kernels (sparse_attention_sm90.cu,
+// sparse_attention_generic.cu) share on the host side: the parameter checks, the kernel
+// arguments common to both, and the plan step.
 //
 // What: each (index head, 64-row query block) row of a DeviceSparseIndex, made canonical in the
 // caller's workspace: its ranges clipped to [0, lim) (lim = the block's causal frontier, the
@@ -12,12 +13,22 @@
 // new merged range iff its start exceeds every earlier end; the previous one then ends at that
 // maximum), columns 32 at a time with a binary search in the merged ranges; ballots compact.
 #pragma once
+#include <cuda_bf16.h>
+
 #include <cstddef>
 #include <cstdint>
 
 #include "kernels/cuda/sparse_attention.h"
 
 namespace longctx::cuda {
+
+// Compute capability of the current device as major * 10 + minor (0 without one); cached.
+int current_sm();
+
+// Throws Error ("<who>: ...") unless p's sizes, heads, causal frontier, index and workspace
+// (sparse_plan_layout(p.index).total bytes at least) are consistent; kernel-specific limits
+// (architecture, head_dim, alignment) are the caller's.
+void check_sparse_params(const SparseAttnParams& p, const char* who);
 
 // Offsets of the canonical lists in the workspace (bytes; 256-byte aligned parts).
 struct SparsePlanLayout {
@@ -37,6 +48,27 @@ struct SparsePlanView {
   const int32_t* n_c = nullptr;
 };
 SparsePlanView sparse_plan_view(const SparseAttnParams& p);
+
+// Kernel arguments both attention kernels take (each extends them with its own); the lists are
+// the plan's canonical ones in p.workspace.
+struct SparseKernelArgs {
+  const __nv_bfloat16* q;  // the generic kernel's (the Hopper kernel reads Q by TMA)
+  const __nv_bfloat16* k;
+  const __nv_bfloat16* v;
+  __nv_bfloat16* o;
+  float* lse;
+  const int64_t* range_ptr;
+  const int64_t* col_ptr;
+  const int32_t* ranges;  // canonical (plan output)
+  const int32_t* cols;
+  const int32_t* n_r;
+  const int32_t* n_c;
+  int64_t n_q, n_kv, q_pos0, n_qblk;
+  int n_head, n_kv_head, group, heads_per_index;
+  float scale_log2;  // (p.scale, or 1/sqrt(head_dim)) * log2(e)
+  bool causal;
+};
+SparseKernelArgs sparse_kernel_args(const SparseAttnParams& p);
 
 // Launches the plan kernel on stream s. The caller has checked p (shapes, index, workspace of
 // at least sparse_plan_layout(p.index).total bytes); `who` names the caller in launch errors.
