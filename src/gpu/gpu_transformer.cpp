@@ -169,6 +169,7 @@ void GpuTransformer::reset(int64_t capacity) {
   if (capacity <= 0) fail("KV cache capacity must be positive (got {})", capacity);
   len_ = 0;
   broken_ = false;
+  reuse_lines_ = false;
   if (capacity > cap_) {
     const std::string problem = kv_fit_problem(capacity);
     if (!problem.empty()) fail("{}", problem);
@@ -294,11 +295,16 @@ void GpuTransformer::forward_layer_major(std::span<const int32_t> tokens, int64_
       kv_dequantize({kv_cache_at(l, 1), v_stage, pos0 * KV, v_scale_[size_t(l)]}, stream_);
     }
     events_used_ = 0;
+    const bool wide = prompt_wide_lines(l, pos0, T);
+    if (wide) estimate_prompt_lines(l, pos0, T, xs, k_stage, v_stage);
+    reuse_lines_ = wide;
     for (int64_t c0 = 0; c0 < T; c0 += C) {
       const int64_t n = std::min(C, T - c0);
       if (n > 1 && attn_.kind == GpuAttnKind::AShape) upload_a_shape_index(n, pos0 + c0);
-      layer({.l = l, .T = n, .pos0 = pos0 + c0, .x = at(xs, size_t(c0 * E)), .k_all = k_stage, .v_all = v_stage});
+      layer({.l = l, .T = n, .pos0 = pos0 + c0, .x = at(xs, size_t(c0 * E)), .k_all = k_stage, .v_all = v_stage,
+             .kv_ready = wide});
     }
+    reuse_lines_ = false;
     store_layer_kv(l, pos0, T);
     if (events_used_ > 0) read_attention_times();
     if (progress) progress(l + 1, cfg_.n_layer);
@@ -504,30 +510,9 @@ void GpuTransformer::layer(const LayerRun& r) {
   void* k_new = at(k_all, size_t(pos0 * KV));  // this chunk's rows [T, KV]
   void* v_new = at(v_all, size_t(pos0 * KV));
 
-  // Attention block.
-  cuda::rmsnorm({x, L.attn_norm, h, nullptr, nullptr, T, E, cfg_.rms_eps}, stream_);
-  gemm_->run({h, L.wq, q, T, Q, E}, stream_);
-  gemm_->run({h, L.wk, k_new, T, KV, E}, stream_);
-  gemm_->run({h, L.wv, v_new, T, KV, E}, stream_);
-  if (cfg_.qkv_bias) {
-    bias_add_rows({q, L.bq, T, Q, 0}, stream_);
-    bias_add_rows({k_new, L.bk, T, KV, 0}, stream_);
-    bias_add_rows({v_new, L.bv, T, KV, 0}, stream_);
-  }
-  cuda::RopeParams rp;
-  rp.q = q;
-  rp.k = k_new;
-  rp.n_q_heads = cfg_.n_head;
-  rp.n_k_heads = cfg_.n_kv_head;
-  rp.head_dim = int(D);
-  rp.n_tokens = T;
-  rp.pos0 = pos0;
-  rp.inv_freq = w_.inv_freq();
-  cuda::rope(rp, stream_);
-  // Benchmarks only: realistic attention structure on random weights. Prefill chunks (and eager
-  // decode steps); graph-replayed decode steps (decode_layer) keep the model's Q/K.
-  if (synthetic_qk_)
-    synthetic_qk_->fill({q, k_new, T, pos0, uint64_t(l) + 1}, stream_);
+  // Attention block (a prompt-wide MInference estimate made this layer's K/V already).
+  project({.l = l, .T = T, .pos0 = pos0, .x = x, .q = q, .k = r.kv_ready ? nullptr : k_new,
+           .v = r.kv_ready ? nullptr : v_new});
   if (T == 1) {
     cuda::DecodeParams dp;
     dp.q = q;
@@ -574,7 +559,76 @@ void GpuTransformer::layer(const LayerRun& r) {
 
 namespace longctx::gpu {
 
-void GpuTransformer::prefill_attention(int l, int64_t T, int64_t pos0, void* q, void* k_all, void* v_all, void* o) {
+void GpuTransformer::project(const Projection& r) {
+  const DeviceLayer& L = w_.layer(r.l);
+  const int64_t T = r.T, E = cfg_.n_embd, D = cfg_.head_dim;
+  const int64_t Q = int64_t(cfg_.n_head) * D, KV = int64_t(cfg_.n_kv_head) * D;
+  void* h = act(layout_.h);  // [T, E]
+  cuda::rmsnorm({r.x, L.attn_norm, h, nullptr, nullptr, T, E, cfg_.rms_eps}, stream_);
+  if (r.q) gemm_->run({h, L.wq, r.q, T, Q, E}, stream_);
+  if (r.k) gemm_->run({h, L.wk, r.k, T, KV, E}, stream_);
+  if (r.v) gemm_->run({h, L.wv, r.v, T, KV, E}, stream_);
+  if (cfg_.qkv_bias) {
+    if (r.q) bias_add_rows({r.q, L.bq, T, Q, 0}, stream_);
+    if (r.k) bias_add_rows({r.k, L.bk, T, KV, 0}, stream_);
+    if (r.v) bias_add_rows({r.v, L.bv, T, KV, 0}, stream_);
+  }
+  // RoPE on Q and/or K (the kernel's "q" operand is whichever is present, K then as its "k").
+  cuda::RopeParams rp;
+  rp.q = r.q ? r.q : r.k;
+  rp.n_q_heads = r.q ? cfg_.n_head : cfg_.n_kv_head;
+  rp.k = r.q ? r.k : nullptr;
+  rp.n_k_heads = r.q && r.k ? cfg_.n_kv_head : 0;
+  rp.head_dim = int(D);
+  rp.n_tokens = T;
+  rp.pos0 = r.pos0;
+  rp.inv_freq = w_.inv_freq();
+  if (rp.q) cuda::rope(rp, stream_);
+  // Benchmarks only: realistic attention structure on random weights. Prefill chunks (and eager
+  // decode steps); graph-replayed decode steps (decode_layer) keep the model's Q/K. A function of
+  // (layer, position, head), so Q and K made in separate calls get the same values.
+  if (synthetic_qk_) synthetic_qk_->fill({r.q, r.k, T, r.pos0, uint64_t(r.l) + 1}, stream_);
+}
+
+bool GpuTransformer::prompt_wide_lines(int l, int64_t pos0, int64_t T) const {
+  if (attn_.kind != GpuAttnKind::MInference || !builder_ || !layer_major()) return false;
+  // One chunk estimates from its own last rows anyway; the estimate's 64 query rows must fit the
+  // chunk-sized Q buffer.
+  if (T <= layout_.chunk || layout_.chunk < cuda::kSparseQBlock) return false;
+  if (!attn_.sparse_at(l, pos0 + T)) return false;
+  const auto& heads = attn_.layers[size_t(l)];
+  return std::any_of(heads.begin(), heads.end(),
+                     [](const cuda::GpuHeadPattern& h) { return h.kind == cuda::GpuPatternKind::VerticalSlash; });
+}
+
+void GpuTransformer::estimate_prompt_lines(int l, int64_t pos0, int64_t T, void* xs, void* k_stage, void* v_stage) {
+  const int64_t C = layout_.chunk, E = cfg_.n_embd, KV = int64_t(cfg_.n_kv_head) * cfg_.head_dim;
+  for (int64_t c0 = 0; c0 < T; c0 += C) {  // every chunk's K/V of this layer, into the staging
+    const int64_t n = std::min(C, T - c0), p = pos0 + c0;
+    project({.l = l, .T = n, .pos0 = p, .x = at(xs, size_t(c0 * E)), .q = nullptr, .k = at(k_stage, size_t(p * KV)),
+             .v = at(v_stage, size_t(p * KV))});
+  }
+  const int64_t R = cuda::kSparseQBlock;  // the prompt's last 64 queries (T > C >= 64)
+  void* q = act(layout_.q);               // [R, n_head * head_dim]
+  project({.l = l, .T = R, .pos0 = pos0 + T - R, .x = at(xs, size_t((T - R) * E)), .q = q, .k = nullptr,
+           .v = nullptr});
+  const AttnEvents& e = next_events();
+  const cudaStream_t s = static_cast<cudaStream_t>(stream_);
+  check_cuda(cudaEventRecord(ev(e.start), s), "cudaEventRecord");
+  cuda::MinferenceIndexParams ip;
+  ip.q = q;
+  ip.k = k_stage;
+  ip.n_q = R;
+  ip.n_kv = pos0 + T;
+  ip.q_pos0 = pos0 + T - R;
+  ip.heads = attn_.layers[size_t(l)];
+  builder_->estimate_vs(ip, stream_);
+  check_cuda(cudaEventRecord(ev(e.index_end), s), "cudaEventRecord");
+  check_cuda(cudaEventRecord(ev(e.end), s), "cudaEventRecord");
+  ++stats_.prompt_estimates;
+}
+
+GpuTransformer::AttnEvents& GpuTransformer::next_events() {
   if (events_used_ == events_.size()) {
     AttnEvents e;
     for (void** x : {&e.start, &e.index_end, &e.end}) {
@@ -584,7 +638,11 @@ void GpuTransformer::prefill_attention(int l, int64_t T, int64_t pos0, void* q, 
     }
     events_.push_back(e);
   }
-  const AttnEvents& e = events_[events_used_++];
+  return events_[events_used_++];
+}
+
+void GpuTransformer::prefill_attention(int l, int64_t T, int64_t pos0, void* q, void* k_all, void* v_all, void* o) {
+  const AttnEvents& e = next_events();
   const cudaStream_t s = static_cast<cudaStream_t>(stream_);
   const int64_t n_kv = pos0 + T;
   // The chunk's tensors and shape, the same for the dense and the sparse kernel's params.
@@ -621,6 +679,7 @@ void GpuTransformer::prefill_attention(int l, int64_t T, int64_t pos0, void* q, 
       ip.n_kv = n_kv;
       ip.q_pos0 = pos0;
       ip.heads = attn_.layers[size_t(l)];
+      ip.reuse_vs_lines = reuse_lines_;
       sp.index = builder_->build(ip, stream_);
       sp.workspace = builder_->attention_workspace();
       sp.workspace_bytes = builder_->attention_workspace_bytes();

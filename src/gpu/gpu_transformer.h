@@ -25,7 +25,11 @@
 // layer and prefill chunk, either attention_prefill (the first dense_layers layers, and chunks
 // with fewer than dense_below keys) or the GPU index builder (cuda::MinferenceIndexBuilder: the
 // chunk's post-RoPE Q against all cached K) followed by cuda::sparse_attention; "a_shape=S,W"
-// runs the sparse kernel with one static index per chunk. Decode is dense. The builder (sized
+// runs the sparse kernel with one static index per chunk. In a layer-major prefill (below) of
+// more than one chunk, vertical-slash lines are estimated once per layer from the prompt's last 64
+// queries against all its keys and reused by every chunk, as MInference's reference does for a
+// whole prompt (the layer's K/V are made for all chunks first: estimate_prompt_lines); chunk-major
+// prefill estimates per chunk from the chunk's last queries. Decode is dense. The builder (sized
 // for a chunk against the whole cache) is allocated by reset() with the KV cache and is part of
 // the same fit check. GPU times of prefill attention and index builds: last_gpu_prefill_stats().
 // KV cache in fp8 (GpuOptions::kv_cache, --kv-cache fp8: gpu/kv_fp8.h): e4m3 with one scale per
@@ -91,6 +95,7 @@ struct GpuPrefillStats {
   int64_t sparse_calls = 0;    // ... run sparse
   double attention_s = 0;      // all prefill attention: dense kernel, or index build + sparse plan + kernel
   double index_s = 0;          // of which: MInference index builds (A-shape: 0, its index is uploaded per chunk)
+  int64_t prompt_estimates = 0;  // MInference, layer-major: prompt-wide VS estimates (one per sparse layer)
   int64_t index_ranges = 0;    // ranges and columns of all sparse indices built (work indicator)
   int64_t index_cols = 0;
   size_t sparse_bytes = 0;     // device bytes of the sparse prefill (builder, or A-shape index)
@@ -151,8 +156,28 @@ class GpuTransformer {
     void* x = nullptr;
     void* k_all = nullptr;
     void* v_all = nullptr;
+    bool kv_ready = false;  // the T new K/V rows are already there (estimate_prompt_lines made them)
   };
   void layer(const LayerRun& r);
+  // Attention inputs of layer l for rows x [T, n_embd] at position pos0: RMSNorm, then whichever
+  // of q [T, n_head*head_dim] and k, v [T, n_kv_head*head_dim] (bf16) is non-null, with the bias,
+  // RoPE (q, k) and, in benchmarks, the synthetic Q/K.
+  struct Projection {
+    int l = 0;
+    int64_t T = 0, pos0 = 0;
+    const void* x = nullptr;
+    void* q = nullptr;
+    void* k = nullptr;
+    void* v = nullptr;
+  };
+  void project(const Projection& r);
+  // MInference in a layer-major prefill of T > chunk tokens: the reference's estimate, once per
+  // prompt. prompt_wide_lines says whether layer l does it (VS heads, sparse at the prompt's end);
+  // estimate_prompt_lines writes every chunk's K/V of the layer into the staging first, then
+  // selects each VS head's lines from the prompt's last 64 queries against all its keys
+  // (MinferenceIndexBuilder::estimate_vs); the layer's chunks then reuse them (reuse_lines_).
+  bool prompt_wide_lines(int l, int64_t pos0, int64_t T) const;
+  void estimate_prompt_lines(int l, int64_t pos0, int64_t T, void* xs, void* k_stage, void* v_stage);
   // Prefill attention of layer l for T > 1 queries at pos0 (dense or sparse by attn_), timed.
   void prefill_attention(int l, int64_t T, int64_t pos0, void* q, void* k_all, void* v_all, void* o);
   void upload_a_shape_index(int64_t T, int64_t pos0);  // this chunk's shared A-shape index
@@ -207,6 +232,8 @@ class GpuTransformer {
   };
   std::vector<AttnEvents> events_;
   size_t events_used_ = 0;
+  AttnEvents& next_events();  // the next unused entry (created on first use)
+  bool reuse_lines_ = false;  // this layer's chunks reuse the prompt-wide VS lines
   GpuPrefillStats stats_;
   std::unique_ptr<cuda::CudaGraph> graph_;
   int64_t graph_tiles_ = -1;  // KV tiles the captured plan was made for (-1: none valid)

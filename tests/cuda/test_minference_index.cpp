@@ -19,7 +19,8 @@
 // head; multi-chunk VS estimates (20K keys); block-sparse waves split by heads and by rows and
 // rows selected from global memory; long block-sparse rows (~600 key blocks, budgets up to 100);
 // exact block-sparse ties (zero queries, periodic keys: the selection must equal the CPU's
-// exactly); one builder reused across growing and shrinking builds.
+// exactly); one builder reused across growing and shrinking builds; prompt-wide VS lines
+// (estimate_vs) reused by later chunks.
 // Run: build-mindex/tests/cuda/test_minference_index (skips without a Hopper GPU).
 #include <gtest/gtest.h>
 
@@ -480,6 +481,65 @@ TEST(MinferenceIndex, ReusedBuilderGrowsAndShrinks) {
              &b, nullptr, &st);
   check_case({.name = "reuse_small_again", .n_q = 100, .q_pos0 = 50, .heads = llama_vs(8)}, &b, nullptr, &st);
   std::printf("  mindex reuse: %lld selections, %lld exact\n", (long long)st.selections, (long long)st.exact);
+}
+
+// MInference's reference estimate: one set of vertical-slash lines per prompt (its last 64 queries
+// against all keys), applied to every query block. estimate_vs() on the prompt's last 64 rows, then
+// build(reuse_vs_lines) per chunk, must give exactly the rows of the index built for the whole
+// prompt in one chunk (all heads: VS rows by the reused lines, BS and A-shape rows by the chunk's
+// own queries, which do not depend on the chunking). S = 1000 leaves a partial last block, so the
+// per-chunk cut lists (vs_gaps with the chunk's last-block rows) are exercised.
+TEST(MinferenceIndex, PromptWideLinesReusedPerChunk) {
+  LC_REQUIRE_GPU();
+  const int64_t S = 1000, C = 256;
+  const Case whole{.name = "prompt_wide", .n_q = S,
+                   .heads = {VS(40, 60), VS(200, 120), BS(3), VS(30, 50), AS(64, 128), VS(500, 400), BS(6), VS(64, 300)}};
+  const Inputs in = make_inputs(whole);
+  const SparseIndex want = check_case(whole, nullptr, &in);  // also checked against the CPU builders
+  DevBuf q(in.qh.size() * 2), k(in.kh.size() * 2);
+  q.upload(in.qh);
+  k.upload(in.kh);
+  MinferenceIndexBuilder b({.n_head = whole.n_head, .n_kv_head = whole.n_kv_head, .head_dim = whole.d, .max_q = C,
+                            .max_kv = S});
+  const size_t q_row = size_t(whole.n_head) * whole.d * 2;  // bytes per query row
+  MinferenceIndexParams est;
+  est.q = static_cast<char*>(q.p) + size_t(S - 64) * q_row;
+  est.k = k.p;
+  est.n_q = 64;
+  est.q_pos0 = S - 64;
+  est.n_kv = S;
+  est.heads = whole.heads;
+  MinferenceIndexParams early = est;  // reuse before any estimate
+  early.reuse_vs_lines = true;
+  early.n_q = C, early.q_pos0 = 0, early.n_kv = C, early.q = q.p;
+  EXPECT_THROW(b.build(early), Error);
+  b.estimate_vs(est);
+  for (int64_t c0 = 0; c0 < S; c0 += C) {
+    const int64_t n = std::min(C, S - c0);
+    MinferenceIndexParams mp = est;
+    mp.q = static_cast<char*>(q.p) + size_t(c0) * q_row;
+    mp.n_q = n;
+    mp.q_pos0 = c0;
+    mp.n_kv = c0 + n;
+    mp.reuse_vs_lines = true;
+    const SparseIndex got = download(b.build(mp), n);
+    for (int h = 0; h < whole.n_head; ++h) {
+      HeadIndex part;  // the whole-prompt index's rows of this chunk's query blocks
+      const HeadIndex& w = want.heads[size_t(h)];
+      for (int64_t blk = c0 / 64; blk < (c0 + n + 63) / 64; ++blk) {
+        for (const auto& r : w.block_ranges(blk)) part.ranges.push_back(r);
+        for (int32_t col : w.block_cols(blk)) part.cols.push_back(col);
+        part.end_block();
+      }
+      same_head(got.heads[size_t(h)], part, "chunk at " + std::to_string(c0) + " head " + std::to_string(h));
+    }
+  }
+  MinferenceIndexParams other = est;  // lines selected for other budgets cannot be reused
+  other.reuse_vs_lines = true;
+  other.heads[0] = VS(41, 60);
+  other.n_q = C, other.q_pos0 = 0, other.n_kv = C, other.q = q.p;
+  EXPECT_THROW(b.build(other), Error);
+  EXPECT_THROW(b.estimate_vs(early), Error);  // estimate_vs makes lines, never reuses them
 }
 
 TEST(MinferenceIndex, Errors) {

@@ -10,7 +10,9 @@
 // budgets that cover everything == dense; dense_layers / dense_below choose dense exactly where
 // the CPU does (bit-identical to the dense GPU model where everything is dense, and the
 // (layer, chunk) counts); config/model mismatches are clear errors; a head_dim-64 model (the
-// default model's size) runs through the generic sparse kernel and matches the CPU too.
+// default model's size) runs through the generic sparse kernel and matches the CPU too; a
+// layer-major prefill (fp8 cache) shares one vertical-slash estimate per layer across its chunks
+// and matches the CPU method run on the whole prompt as one chunk.
 // Parsing tests run without a GPU (CUDA builds); the rest GTEST_SKIP without one.
 //   build-gpuint/tests/gpu/test_gpu --gtest_filter='GpuMInference*'
 #ifdef LONGCTX_WITH_GPU
@@ -299,6 +301,47 @@ TEST_F(GpuMInference, MatchesCpuMInference) {
     EXPECT_EQ(gm.stats.dense_calls, 0);
     EXPECT_GT(gm.stats.index_ranges, 0);
   }
+}
+
+// A layer-major prefill (fp8 KV cache) of several chunks takes MInference's vertical-slash lines
+// from one estimate per layer, the prompt's last 64 queries against all its keys, as the reference
+// does for a whole prompt; so with GPU chunks of 256 it must match the CPU method run on the whole
+// prompt as one chunk. Prefill logits only: the prefill attends bf16 staging (decode would read
+// e4m3 and is tested in test_gpu_kv_fp8.cpp).
+TEST_F(GpuMInference, LayerMajorPrefillUsesPromptWideLines) {
+  Fixture& f = fixture();
+  const int64_t n = 1100;
+  const auto ids = random_ids(n, f.cfg.vocab_size, 6);
+  const std::string spec = "minference=" + f.mixed;
+  gpu::GpuOptions o;
+  o.chunk = 256;
+  o.attn = spec;
+  o.kv_cache = gpu::KvCacheType::fp8;
+  gpu::GpuTransformer g(f.cfg, gpu::DeviceWeights::upload(f.cfg, ModelWeights::load(*f.file, f.cfg), nullptr), o);
+  ASSERT_TRUE(g.layer_major());
+  const ModelWeights w = g.weights().download(g.stream());
+  const RunLogits gm = run_gpu(g, ids, n, {});                     // one forward: 5 chunks per layer
+  const RunLogits whole = run_cpu(spec, w, ids, n, {});            // the reference: one estimate per prompt
+  const RunLogits per_chunk = run_cpu(spec, w, ids, 256, {});      // chunk-major: one estimate per chunk
+  const RunLogits dense = run_cpu("dense", w, ids, n, {});
+  const Cmp gc = compare(whole, gm), pc = compare(whole, per_chunk), sd = compare(dense, whole);
+  std::printf("[ gpu minference ] layer-major, chunks of 256: GPU vs CPU one-chunk MInference max|diff|/tol %.3f "
+              "(rel_l2 %.2e); CPU per-chunk vs one-chunk %.3f; CPU one-chunk vs dense %.3f; %lld prompt-wide "
+              "estimates, attention %.2f ms (index %.2f ms)\n",
+              gc.worst, gc.worst_rel_l2, pc.worst, sd.worst, (long long)gm.stats.prompt_estimates,
+              1e3 * gm.stats.attention_s, 1e3 * gm.stats.index_s);
+  EXPECT_LE(gc.worst, 1.0) << "GPU layer-major MInference outside the bf16 tolerance of the CPU's one-chunk run";
+  EXPECT_EQ(gc.argmax_equal, gc.argmax_checked);
+  EXPECT_GT(sd.worst, 1.0) << "sparse and dense logits differ by less than the tolerance";
+  EXPECT_EQ(gm.stats.prompt_estimates, kLayers);  // every layer has a vertical-slash head
+  EXPECT_EQ(gm.stats.sparse_calls, kLayers * 5);
+  // One chunk: nothing to share, the chunk estimates from its own last rows as before.
+  gpu::GpuOptions o1 = o;
+  o1.chunk = 2048;
+  gpu::GpuTransformer g1(f.cfg, gpu::DeviceWeights::upload(f.cfg, w, nullptr), o1);
+  const RunLogits one = run_gpu(g1, ids, n, {});
+  EXPECT_EQ(one.stats.prompt_estimates, 0);
+  EXPECT_LE(compare(whole, one).worst, 1.0);
 }
 
 TEST_F(GpuMInference, AShapeMatchesCpu) {

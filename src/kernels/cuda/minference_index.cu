@@ -158,6 +158,11 @@ struct MinferenceIndexBuilder::Impl {
   int n_bs = 0;
   bool built = false;
   bool profiling = false;
+  // Vertical-slash lines of the last estimate (estimate_vs() or a full build()): the key count
+  // they were selected from (budget clamps, score rows) and every head's table entry, which a
+  // build() with reuse_vs_lines must reproduce. 0 = none yet.
+  int64_t vs_keys = 0;
+  std::vector<HeadInfo> vs_heads;
   cudaEvent_t ev[4] = {nullptr, nullptr, nullptr, nullptr};
   // Profiling of the BS phase: events after pooling, then after each wave's score and select
   // kernels (pool_ms = ev[1] -> wev[0], score/select summed over the waves).
@@ -260,6 +265,15 @@ GpuIndexProfile MinferenceIndexBuilder::last_profile() const {
 }
 
 DeviceSparseIndex MinferenceIndexBuilder::build(const MinferenceIndexParams& p, Stream stream) {
+  return run(p, stream, p.reuse_vs_lines ? Mode::ReuseVs : Mode::Full);
+}
+
+void MinferenceIndexBuilder::estimate_vs(const MinferenceIndexParams& p, Stream stream) {
+  LC_REQUIRE(!p.reuse_vs_lines, "minference index: estimate_vs() makes lines, it cannot reuse them");
+  run(p, stream, Mode::EstimateVs);
+}
+
+DeviceSparseIndex MinferenceIndexBuilder::run(const MinferenceIndexParams& p, Stream stream, Mode mode) {
   Impl& m = *impl_;
   const MinferenceBuilderShape& sh = m.shape;
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
@@ -297,6 +311,12 @@ DeviceSparseIndex MinferenceIndexBuilder::build(const MinferenceIndexParams& p, 
   g.scale = p.scale > 0.f ? p.scale : 1.f / std::sqrt(float(sh.head_dim));
 
   // ---- head table ----------------------------------------------------------------------------
+  LC_REQUIRE(mode != Mode::ReuseVs || m.vs_keys > 0, "minference index: reuse_vs_lines before any estimate_vs()");
+  LC_REQUIRE(mode != Mode::ReuseVs || p.n_kv <= m.vs_keys,
+             "minference index: reuse_vs_lines: the chunk sees %lld keys, the lines were selected from %lld",
+             (long long)p.n_kv, (long long)m.vs_keys);
+  // VS budgets are clamped to the keys the lines are selected from.
+  const int64_t vs_keys = mode == Mode::ReuseVs ? m.vs_keys : g.n_keys;
   const FixedLayout& L = m.L;
   HeadInfo* h_heads = reinterpret_cast<HeadInfo*>(m.stage + L.heads_off);
   VsBatch* h_batches = reinterpret_cast<VsBatch*>(m.stage + L.batches_off);
@@ -314,10 +334,16 @@ DeviceSparseIndex MinferenceIndexBuilder::build(const MinferenceIndexParams& p, 
         LC_REQUIRE(hp.vertical >= 0 && hp.slash >= 0, "minference index: head %d: negative vertical/slash budget (%lld, %lld)",
                    h, (long long)hp.vertical, (long long)hp.slash);
         hi.kind = kKindVS;
-        hi.p0 = std::min(g.n_keys, std::max(hp.vertical, kMinVertical));
-        hi.p1 = std::min(g.n_keys, std::max(hp.slash, kMinSlash));
+        hi.p0 = std::min(vs_keys, std::max(hp.vertical, kMinVertical));
+        hi.p1 = std::min(vs_keys, std::max(hp.slash, kMinSlash));
         hi.off = lines_total;
         lines_total += hi.p0 + 3 * hi.p1;
+        if (mode == Mode::ReuseVs) {
+          const HeadInfo& e = m.vs_heads[size_t(h)];
+          LC_REQUIRE(e.kind == kKindVS && e.p0 == hi.p0 && e.p1 == hi.p1 && e.off == hi.off,
+                     "minference index: reuse_vs_lines: head %d's vertical-slash pattern differs from the one "
+                     "estimate_vs() selected lines for", h);
+        }
         ++n_vs;
         break;
       case GpuPatternKind::BlockSparse:
@@ -390,9 +416,21 @@ DeviceSparseIndex MinferenceIndexBuilder::build(const MinferenceIndexParams& p, 
     a.sscore = reinterpret_cast<float*>(m.phase + L.vs_bytes / 2);
     a.stride = L.vs_stride;
     a.g = g;
-    vs_chunking(g.n_keys, n_batches, m.num_sms, a.chunk_keys, a.n_chunks);
-    vs_estimate(a, s);
-    vs_select(d_heads, a.vscore, a.sscore, a.stride, lines, m.gap_count, g, s);
+    if (mode == Mode::ReuseVs) {
+      vs_gaps(d_heads, lines, m.gap_count, g, s);  // the cut lists depend on this chunk's last block
+    } else {
+      vs_chunking(g.n_keys, n_batches, m.num_sms, a.chunk_keys, a.n_chunks);
+      vs_estimate(a, s);
+      vs_select(d_heads, a.vscore, a.sscore, a.stride, lines, m.gap_count, g, s);
+    }
+  }
+  if (mode != Mode::ReuseVs) {
+    m.vs_keys = g.n_keys;
+    m.vs_heads = m.heads;
+  }
+  if (mode == Mode::EstimateVs) {
+    m.stream = s;
+    return DeviceSparseIndex{};
   }
   if (m.profiling) LC_CUDA_CHECK(cudaEventRecord(m.ev[1], s), "minference index: profiling event");
   // ---- block-sparse ---------------------------------------------------------------------------
@@ -536,8 +574,8 @@ GpuHeadSelection MinferenceIndexBuilder::selection(int h, bool with_scores) cons
     copy_d2h(out.slash.data(), lines + hi.off + hi.p0, size_t(hi.p1) * 4);
     if (with_scores) {
       LC_REQUIRE(m.n_bs == 0, "minference index: VS scores are gone once block-sparse heads reused their memory");
-      out.vertical_score.resize(size_t(m.g.n_keys));
-      out.slash_score.resize(size_t(m.g.n_keys));
+      out.vertical_score.resize(size_t(m.vs_keys));
+      out.slash_score.resize(size_t(m.vs_keys));
       const auto* vs = reinterpret_cast<const float*>(m.phase) + int64_t(h) * m.L.vs_stride;
       const auto* ss = reinterpret_cast<const float*>(m.phase + m.L.vs_bytes / 2) + int64_t(h) * m.L.vs_stride;
       copy_d2h(out.vertical_score.data(), vs, out.vertical_score.size() * 4);

@@ -94,6 +94,10 @@ struct MinferenceIndexParams {
   int64_t q_pos0 = 0;
   float scale = 0.f;        // 0 = 1/sqrt(head_dim)
   std::vector<GpuHeadPattern> heads;  // [n_head]
+  // Vertical-slash heads keep the lines of the last estimate_vs() (or full build()) instead of
+  // estimating from this chunk's last queries; only Algorithm 4 runs for this chunk's blocks.
+  // The heads must be those of that estimate, and n_kv at most its key count.
+  bool reuse_vs_lines = false;
 };
 
 class MinferenceIndexBuilder {
@@ -120,6 +124,15 @@ class MinferenceIndexBuilder {
   // Error naming the problem on shapes outside the builder's shape or bad patterns.
   DeviceSparseIndex build(const MinferenceIndexParams& p, Stream s = nullptr);
 
+  // The vertical-slash estimate and line selection alone (no index), for build()s of later chunks
+  // with reuse_vs_lines. MInference's reference estimates once per prompt, from its last 64
+  // queries against all its keys, and applies those lines to every query block: a layer-major
+  // prefill that has every key of the layer before its first chunk's attention does the same by
+  // calling estimate_vs({q = the prompt's last 64 query rows, n_q = 64, q_pos0 = n_kv - 64,
+  // n_kv = all keys}) and then build(chunk, reuse_vs_lines = true) per chunk. Block-sparse and
+  // A-shape heads are skipped here (they depend on the chunk's own queries anyway).
+  void estimate_vs(const MinferenceIndexParams& p, Stream s = nullptr);
+
   // Workspace for sparse_attention() with the index of the last build().
   void* attention_workspace() const;
   size_t attention_workspace_bytes() const;
@@ -132,6 +145,8 @@ class MinferenceIndexBuilder {
   GpuIndexProfile last_profile() const;
 
  private:
+  enum class Mode { Full, EstimateVs, ReuseVs };
+  DeviceSparseIndex run(const MinferenceIndexParams& p, Stream s, Mode mode);
   struct Impl;
   Impl* impl_ = nullptr;
 };

@@ -163,6 +163,9 @@ inline constexpr int kVsMaxChunks = 1024;  // bounds part[]: 1024 x n_head x 64 
 // VS: top-k verticals and slashes of every VS head into lines, then the slash gap lists.
 void vs_select(const HeadInfo* heads, const float* vscore, const float* sscore, int64_t stride, int32_t* lines,
                int32_t* gap_count /* [n_head, 2] */, const Geom& g, cudaStream_t s);
+// The slash cut lists alone (vs_select's last step), for lines selected by an earlier build and
+// reused for a chunk whose last query block has g.rows_last rows.
+void vs_gaps(const HeadInfo* heads, int32_t* lines, int32_t* gap_count, const Geom& g, cudaStream_t s);
 // BS: one wave of rows [b0, b1) x BS slots [s0, s1): top-k of each row's scores in scratch.
 // Block-sparse scores are written per row (query block) with each row padded to a multiple of
 // kBsRowPad, and per group of kBsGroup consecutive key blocks their maximum (gmax, at the row's

@@ -752,6 +752,10 @@ void vs_select(const HeadInfo* heads, const float* vscore, const float* sscore, 
   vs_topk_kernel<<<dim3(unsigned(g.n_head), 2), kVsSelThreads, 0, s>>>(heads, vscore, sscore, stride, lines,
                                                                        g.n_keys);
   LC_LAUNCH_CHECK("vs_topk_kernel heads=%d n_keys=%lld", g.n_head, (long long)g.n_keys);
+  vs_gaps(heads, lines, gap_count, g, s);
+}
+
+void vs_gaps(const HeadInfo* heads, int32_t* lines, int32_t* gap_count, const Geom& g, cudaStream_t s) {
   vs_gaps_kernel<<<dim3(unsigned(g.n_head), 2), kGapThreads, 0, s>>>(heads, lines, gap_count, g.rows_last);
   LC_LAUNCH_CHECK("vs_gaps_kernel heads=%d", g.n_head);
 }
