@@ -45,6 +45,14 @@ bool GpuAttention::ever_sparse(int n_layer, int64_t capacity) const {
   return false;
 }
 
+bool GpuAttention::prompt_wide_vs(int n_layer) const {
+  if (kind != GpuAttnKind::MInference) return false;
+  for (int l = std::max(dense_layers, 0); l < n_layer && l < int(layers.size()); ++l)
+    for (const auto& h : layers[size_t(l)])
+      if (h.kind == cuda::GpuPatternKind::VerticalSlash) return true;
+  return false;
+}
+
 GpuAttention parse_gpu_attention(const std::string& spec, const ModelConfig& c) {
   // The CPU factory first: it owns the spec grammar and every error message (unknown method,
   // bad parameters, missing/malformed config, config for another model).

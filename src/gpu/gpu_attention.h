@@ -44,6 +44,9 @@ struct GpuAttention {
   // Whether any prefill chunk of a model with n_layer layers and a cache of `capacity` tokens
   // runs sparse (if not, no sparse buffers are allocated).
   bool ever_sparse(int n_layer, int64_t capacity) const;
+  // Whether a sparse layer has a vertical-slash head: MInference then estimates those heads' lines
+  // once per prompt (the prefill runs layer-major, gpu_transformer.h).
+  bool prompt_wide_vs(int n_layer) const;
 };
 
 // Parses spec for model c. Errors are the CPU method's (unknown method, bad options, missing or

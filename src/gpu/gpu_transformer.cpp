@@ -80,6 +80,7 @@ GpuTransformer::GpuTransformer(ModelConfig cfg, DeviceWeights w, const GpuOption
   attn_ = parse_gpu_attention(opts.attn, cfg_);
   if (const std::string problem = attention_problem(attn_, cfg_); !problem.empty())
     fail("{}; use --device cpu", problem);
+  layer_major_ = kv_type_ == KvCacheType::fp8 || attn_.prompt_wide_vs(cfg_.n_layer);
   stats_.attn = attn_.spec;
   layout_ = arena_layout(cfg_, opts.chunk);
   device_name_ = cuda::device_info(0).name;
@@ -162,7 +163,7 @@ std::string GpuTransformer::kv_fit_problem(int64_t capacity) const {
   return gpu::kv_fit_problem(cfg_, capacity,
                              free_b + kv_bytes_ + decode_ws_bytes_ + sparse_bytes_ + stage_layout_.total,
                              w_.bytes() + layout_.total, device_name_,
-                             sparse_prefill_bytes(attn_, cfg_, layout_.chunk, capacity), kv_type_);
+                             sparse_prefill_bytes(attn_, cfg_, layout_.chunk, capacity), kv_type_, layer_major_);
 }
 
 void GpuTransformer::reset(int64_t capacity) {
@@ -176,7 +177,7 @@ void GpuTransformer::reset(int64_t capacity) {
     free_kv();
     kv_bytes_ = kv_bytes(cfg_, capacity, kv_type_);
     kv_ = cuda::dev_malloc(kv_bytes_);
-    stage_layout_ = stage_layout(cfg_, capacity, kv_type_);
+    stage_layout_ = stage_layout(cfg_, capacity, kv_type_, layer_major_);
     if (stage_layout_.total) stage_ = cuda::dev_malloc(stage_layout_.total);
     decode_ws_bytes_ = decode_ws_bytes(cfg_, capacity);
     decode_ws_ = cuda::dev_malloc(decode_ws_bytes_);
@@ -280,8 +281,7 @@ void GpuTransformer::forward_layer_major(std::span<const int32_t> tokens, int64_
   const int64_t E = cfg_.n_embd, KV = int64_t(cfg_.n_kv_head) * cfg_.head_dim;
   char* stage = static_cast<char*>(stage_);
   void* xs = stage + stage_layout_.x;       // [T, E] residual stream of the whole prompt
-  void* k_stage = stage + stage_layout_.k;  // [pos0 + T, KV] bf16 keys of the layer being run
-  void* v_stage = stage + stage_layout_.v;  // [pos0 + T, KV] bf16 values
+  const bool fp8 = kv_type_ == KvCacheType::fp8;  // else bf16: K/V straight into the cache
   // Embeddings, a chunk of ids at a time (the ids buffer holds one chunk).
   int32_t* d_ids = static_cast<int32_t*>(act(layout_.ids));
   for (int64_t c0 = 0; c0 < T; c0 += C) {
@@ -290,7 +290,9 @@ void GpuTransformer::forward_layer_major(std::span<const int32_t> tokens, int64_
     cuda::embedding({w_.tok_embd(), d_ids, at(xs, size_t(c0 * E)), n, cfg_.vocab_size, cfg_.n_embd}, stream_);
   }
   for (int l = 0; l < cfg_.n_layer; ++l) {
-    if (pos0 > 0) {  // the rows of earlier calls, back to bf16
+    void* k_stage = fp8 ? stage + stage_layout_.k : kv_cache_at(l, 0);  // [pos0 + T, KV] bf16 keys of layer l
+    void* v_stage = fp8 ? stage + stage_layout_.v : kv_cache_at(l, 1);  // values
+    if (fp8 && pos0 > 0) {  // the rows of earlier calls, back to bf16
       kv_dequantize({kv_cache_at(l, 0), k_stage, pos0 * KV, k_scale_[size_t(l)]}, stream_);
       kv_dequantize({kv_cache_at(l, 1), v_stage, pos0 * KV, v_scale_[size_t(l)]}, stream_);
     }
@@ -305,7 +307,7 @@ void GpuTransformer::forward_layer_major(std::span<const int32_t> tokens, int64_
              .kv_ready = wide});
     }
     reuse_lines_ = false;
-    store_layer_kv(l, pos0, T);
+    if (fp8) store_layer_kv(l, pos0, T);
     if (events_used_ > 0) read_attention_times();
     if (progress) progress(l + 1, cfg_.n_layer);
   }

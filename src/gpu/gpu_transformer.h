@@ -37,7 +37,8 @@
 // prefill then runs LAYER-MAJOR: the whole prompt's residual stream [T, n_embd] stays on the
 // GPU (stage buffer), and for each layer every chunk runs against that layer's K/V held in bf16
 // (rows of earlier calls dequantized into it first), after which the layer's new rows are
-// quantized into the cache. So prefill attention reads bf16 K/V (the same kernels and the same
+// quantized into the cache. MInference with vertical-slash heads runs layer-major with the bf16
+// cache too (stage = the residual stream only; K/V are written to the cache directly). So prefill attention reads bf16 K/V (the same kernels and the same
 // numbers as the bf16 cache), only decode reads e4m3, and the bf16 staging is one layer, not 32.
 // forward() of a T-token prompt is then one call (the engine passes the whole prompt) with a
 // per-layer progress callback.
@@ -115,8 +116,10 @@ class GpuTransformer {
   const DeviceWeights& weights() const { return w_; }
   int64_t chunk() const { return layout_.chunk; }
   KvCacheType kv_cache() const { return kv_type_; }
-  // Prefill runs layer-major (fp8 cache): callers should pass the whole prompt in one forward().
-  bool layer_major() const { return kv_type_ == KvCacheType::fp8; }
+  // Prefill runs layer-major (fp8 cache, or MInference with vertical-slash heads: its one
+  // estimate per prompt needs every key of a layer before the layer's first chunk attends):
+  // callers should pass the whole prompt in one forward().
+  bool layer_major() const { return layer_major_; }
   int64_t size() const { return len_; }
   int64_t capacity() const { return cap_req_; }
   cuda::Stream stream() const { return stream_; }
@@ -207,11 +210,12 @@ class GpuTransformer {
   // kv_elem_ bytes (bf16, or e4m3 with k_scale_[l] / v_scale_[l]).
   void* kv_cache_at(int l, int which) const;  // which: 0 = K, 1 = V
   KvCacheType kv_type_ = KvCacheType::bf16;
+  bool layer_major_ = false;
   size_t kv_elem_ = 2;
   void* kv_ = nullptr;
   size_t kv_bytes_ = 0;
   std::vector<float> k_scale_, v_scale_;  // fp8: per layer; 0 = not set yet (set by the first prefill)
-  void* stage_ = nullptr;                 // fp8: stage_layout(cap_) block (bf16 K/V of one layer, x)
+  void* stage_ = nullptr;                 // layer-major: stage_layout(cap_) block (fp8: bf16 K/V of one layer; x)
   StageLayout stage_layout_;
   float* amax_ = nullptr;                 // fp8: device float [2], max |K| and |V| of a layer's new rows
   void* decode_ws_ = nullptr;  // split-KV decode workspace for `cap_` keys

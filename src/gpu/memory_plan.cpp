@@ -70,11 +70,11 @@ size_t kv_bytes(const ModelConfig& c, int64_t capacity, KvCacheType t) {
   return kv_bytes_per_token(c, t) * size_t(capacity);
 }
 
-StageLayout stage_layout(const ModelConfig& c, int64_t capacity, KvCacheType t) {
+StageLayout stage_layout(const ModelConfig& c, int64_t capacity, KvCacheType t, bool layer_major) {
   StageLayout s;
-  if (t != KvCacheType::fp8) return s;
+  if (t != KvCacheType::fp8 && !layer_major) return s;
   const size_t rows = size_t(std::max<int64_t>(capacity, 1));
-  const size_t kv = rows * size_t(c.n_kv_head) * size_t(c.head_dim) * kBf16;
+  const size_t kv = t == KvCacheType::fp8 ? rows * size_t(c.n_kv_head) * size_t(c.head_dim) * kBf16 : 0;
   s.k = 0;
   s.v = align_up(kv);
   s.x = s.v + align_up(kv);
@@ -89,8 +89,9 @@ size_t decode_ws_bytes(const ModelConfig& c, int64_t capacity) {
 std::string gib(size_t bytes) { return fmt::format("{:.2f} GiB", double(bytes) / double(1ull << 30)); }
 
 std::string kv_fit_problem(const ModelConfig& c, int64_t capacity, size_t free_bytes, size_t held_bytes,
-                           const std::string& device_name, size_t sparse_bytes, KvCacheType t) {
-  const size_t stage = stage_layout(c, capacity, t).total;
+                           const std::string& device_name, size_t sparse_bytes, KvCacheType t,
+                           bool layer_major) {
+  const size_t stage = stage_layout(c, capacity, t, layer_major).total;
   const size_t need = kv_bytes(c, capacity, t) + decode_ws_bytes(c, capacity) + stage + sparse_bytes;
   const size_t usable = free_bytes > kReserveBytes ? free_bytes - kReserveBytes : 0;
   if (need <= usable) return "";
@@ -102,8 +103,8 @@ std::string kv_fit_problem(const ModelConfig& c, int64_t capacity, size_t free_b
   const std::string sparse =
       sparse_bytes ? fmt::format(" and {} for the sparse prefill's index and workspace", gib(sparse_bytes)) : "";
   const std::string staged =
-      stage ? fmt::format(", {} for the layer-major prefill (one layer's K/V in bf16, the prompt's residual stream)",
-                          gib(stage))
+      stage ? fmt::format(", {} for the layer-major prefill ({}the prompt's residual stream)", gib(stage),
+                          t == KvCacheType::fp8 ? "one layer's K/V in bf16, " : "")
             : "";
   const std::string fp8_hint = t == KvCacheType::bf16 ? ", an fp8 KV cache (--kv-cache fp8: half the bytes)" : "";
   return fmt::format(

@@ -64,22 +64,24 @@ ArenaLayout arena_layout(const ModelConfig& c, int64_t chunk);
 size_t weight_bytes(const ModelConfig& c);
 size_t kv_bytes_per_token(const ModelConfig& c, KvCacheType t = KvCacheType::bf16);  // all layers, K and V
 size_t kv_bytes(const ModelConfig& c, int64_t capacity, KvCacheType t = KvCacheType::bf16);
-// Layer-major prefill (fp8 cache; 0 for bf16): one layer's K and V in bf16 [capacity, KV] each,
-// plus the residual stream of `capacity` tokens, bf16 [capacity, n_embd].
+// Layer-major prefill buffers (0 for a chunk-major prefill). With the fp8 cache (always
+// layer-major): one layer's K and V in bf16 [capacity, KV] each, plus the residual stream of
+// `capacity` tokens, bf16 [capacity, n_embd]. With the bf16 cache and layer_major (MInference's
+// prompt-wide estimate, gpu_transformer.h): the residual stream only (K/V go straight to the cache).
 struct StageLayout {
   size_t k = 0, v = 0, x = 0, total = 0;  // offsets in one block
 };
-StageLayout stage_layout(const ModelConfig& c, int64_t capacity, KvCacheType t);
+StageLayout stage_layout(const ModelConfig& c, int64_t capacity, KvCacheType t, bool layer_major = false);
 // The split-KV decode workspace for a cache of `capacity` tokens.
 size_t decode_ws_bytes(const ModelConfig& c, int64_t capacity);
 
 // "" when the KV cache of `capacity` tokens, its decode workspace, the layer-major staging
-// (fp8) and `sparse_bytes` (the sparse prefill's buffers for that capacity: gpu_attention.h
+// (stage_layout) and `sparse_bytes` (the sparse prefill's buffers for that capacity: gpu_attention.h
 // sparse_prefill_bytes) fit in `free_bytes` (less the reserve); else a message saying what is
 // needed and what is free, and what to do (shorter context, --kv-cache fp8, or the CPU path).
 std::string kv_fit_problem(const ModelConfig& c, int64_t capacity, size_t free_bytes, size_t held_bytes,
                            const std::string& device_name, size_t sparse_bytes = 0,
-                           KvCacheType t = KvCacheType::bf16);
+                           KvCacheType t = KvCacheType::bf16, bool layer_major = false);
 std::string gib(size_t bytes);  // "12.34 GiB"
 
 }  // namespace longctx::gpu

@@ -145,6 +145,8 @@ TEST(KvFp8, MemoryPlanHalvesTheCacheAndSaysSo) {
   const gpu::StageLayout st = gpu::stage_layout(c, cap, gpu::KvCacheType::fp8);
   EXPECT_GE(st.total, (size_t(4) << 30) + (size_t(8) << 30));  // K/V of one layer + [1M, 4096] bf16
   EXPECT_EQ(gpu::stage_layout(c, cap, gpu::KvCacheType::bf16).total, 0u);
+  // bf16 and layer-major (MInference's prompt-wide estimate): the residual stream only.
+  EXPECT_EQ(gpu::stage_layout(c, cap, gpu::KvCacheType::bf16, true).total, size_t(cap) * size_t(c.n_embd) * 2);
   const size_t free_b = size_t(40) << 30;
   const std::string bf = gpu::kv_fit_problem(c, cap, free_b, 0, "GPU", 0, gpu::KvCacheType::bf16);
   EXPECT_NE(bf.find("x bf16"), std::string::npos) << bf;

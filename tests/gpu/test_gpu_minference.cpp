@@ -11,8 +11,9 @@
 // the CPU does (bit-identical to the dense GPU model where everything is dense, and the
 // (layer, chunk) counts); config/model mismatches are clear errors; a head_dim-64 model (the
 // default model's size) runs through the generic sparse kernel and matches the CPU too; a
-// layer-major prefill (fp8 cache) shares one vertical-slash estimate per layer across its chunks
-// and matches the CPU method run on the whole prompt as one chunk.
+// layer-major prefill (MInference with vertical-slash heads, bf16 or fp8 cache) shares one
+// vertical-slash estimate per layer across its chunks and matches the CPU method run on the whole
+// prompt as one chunk.
 // Parsing tests run without a GPU (CUDA builds); the rest GTEST_SKIP without one.
 //   build-gpuint/tests/gpu/test_gpu --gtest_filter='GpuMInference*'
 #ifdef LONGCTX_WITH_GPU
@@ -220,6 +221,15 @@ TEST(GpuMInferenceParse, SpecsAsOnTheCpu) {
   EXPECT_FALSE(m.sparse_at(1, 599));   // below dense_below
   EXPECT_TRUE(m.sparse_at(1, 600));
   EXPECT_TRUE(m.ever_sparse(kLayers, 600));
+  EXPECT_TRUE(m.prompt_wide_vs(kLayers));  // vertical-slash heads in sparse layers
+  MInferenceConfig no_vs = mixed_config();
+  for (auto& layer : no_vs.layers)
+    for (auto& h : layer)
+      if (h.kind == PatternKind::VerticalSlash) h = bs(3);
+  const std::string no_vs_path = (f.dir / "no_vs.json").string();
+  no_vs.save(no_vs_path);
+  EXPECT_FALSE(gpu::parse_gpu_attention("minference=" + no_vs_path, f.cfg).prompt_wide_vs(kLayers));
+  EXPECT_FALSE(gpu::parse_gpu_attention("minference=" + f.mixed + ":dense_layers=3", f.cfg).prompt_wide_vs(kLayers));
   EXPECT_FALSE(m.ever_sparse(kLayers, 599));  // no chunk reaches dense_below: nothing to allocate
   EXPECT_FALSE(gpu::parse_gpu_attention("minference=" + f.mixed + ":dense_layers=3", f.cfg).ever_sparse(kLayers, 1 << 20));
   EXPECT_EQ(gpu::attention_problem(m, f.cfg), "");
@@ -303,45 +313,52 @@ TEST_F(GpuMInference, MatchesCpuMInference) {
   }
 }
 
-// A layer-major prefill (fp8 KV cache) of several chunks takes MInference's vertical-slash lines
-// from one estimate per layer, the prompt's last 64 queries against all its keys, as the reference
-// does for a whole prompt; so with GPU chunks of 256 it must match the CPU method run on the whole
-// prompt as one chunk. Prefill logits only: the prefill attends bf16 staging (decode would read
-// e4m3 and is tested in test_gpu_kv_fp8.cpp).
+// A layer-major prefill of several chunks (MInference with vertical-slash heads, bf16 or fp8
+// cache) takes the vertical-slash lines from one estimate per layer, the prompt's last 64 queries
+// against all its keys, as the reference does for a whole prompt; so with GPU chunks of 256 it
+// must match the CPU method run on the whole prompt as one chunk. Prefill logits only (the fp8
+// prefill attends bf16 staging; fp8 decode is tested in test_gpu_kv_fp8.cpp).
 TEST_F(GpuMInference, LayerMajorPrefillUsesPromptWideLines) {
   Fixture& f = fixture();
   const int64_t n = 1100;
   const auto ids = random_ids(n, f.cfg.vocab_size, 6);
   const std::string spec = "minference=" + f.mixed;
-  gpu::GpuOptions o;
-  o.chunk = 256;
-  o.attn = spec;
-  o.kv_cache = gpu::KvCacheType::fp8;
-  gpu::GpuTransformer g(f.cfg, gpu::DeviceWeights::upload(f.cfg, ModelWeights::load(*f.file, f.cfg), nullptr), o);
-  ASSERT_TRUE(g.layer_major());
-  const ModelWeights w = g.weights().download(g.stream());
-  const RunLogits gm = run_gpu(g, ids, n, {});                     // one forward: 5 chunks per layer
-  const RunLogits whole = run_cpu(spec, w, ids, n, {});            // the reference: one estimate per prompt
-  const RunLogits per_chunk = run_cpu(spec, w, ids, 256, {});      // chunk-major: one estimate per chunk
-  const RunLogits dense = run_cpu("dense", w, ids, n, {});
-  const Cmp gc = compare(whole, gm), pc = compare(whole, per_chunk), sd = compare(dense, whole);
-  std::printf("[ gpu minference ] layer-major, chunks of 256: GPU vs CPU one-chunk MInference max|diff|/tol %.3f "
-              "(rel_l2 %.2e); CPU per-chunk vs one-chunk %.3f; CPU one-chunk vs dense %.3f; %lld prompt-wide "
-              "estimates, attention %.2f ms (index %.2f ms)\n",
-              gc.worst, gc.worst_rel_l2, pc.worst, sd.worst, (long long)gm.stats.prompt_estimates,
-              1e3 * gm.stats.attention_s, 1e3 * gm.stats.index_s);
-  EXPECT_LE(gc.worst, 1.0) << "GPU layer-major MInference outside the bf16 tolerance of the CPU's one-chunk run";
-  EXPECT_EQ(gc.argmax_equal, gc.argmax_checked);
-  EXPECT_GT(sd.worst, 1.0) << "sparse and dense logits differ by less than the tolerance";
-  EXPECT_EQ(gm.stats.prompt_estimates, kLayers);  // every layer has a vertical-slash head
-  EXPECT_EQ(gm.stats.sparse_calls, kLayers * 5);
-  // One chunk: nothing to share, the chunk estimates from its own last rows as before.
-  gpu::GpuOptions o1 = o;
-  o1.chunk = 2048;
-  gpu::GpuTransformer g1(f.cfg, gpu::DeviceWeights::upload(f.cfg, w, nullptr), o1);
-  const RunLogits one = run_gpu(g1, ids, n, {});
-  EXPECT_EQ(one.stats.prompt_estimates, 0);
-  EXPECT_LE(compare(whole, one).worst, 1.0);
+  const ModelWeights w0 = ModelWeights::load(*f.file, f.cfg);
+  for (gpu::KvCacheType kv : {gpu::KvCacheType::bf16, gpu::KvCacheType::fp8}) {
+    gpu::GpuOptions o;
+    o.chunk = 256;
+    o.attn = spec;
+    o.kv_cache = kv;
+    gpu::GpuTransformer g(f.cfg, gpu::DeviceWeights::upload(f.cfg, w0, nullptr), o);
+    ASSERT_TRUE(g.layer_major());
+    const ModelWeights w = g.weights().download(g.stream());
+    const RunLogits gm = run_gpu(g, ids, n, {});                 // one forward: 5 chunks per layer
+    const RunLogits whole = run_cpu(spec, w, ids, n, {});        // the reference: one estimate per prompt
+    const RunLogits per_chunk = run_cpu(spec, w, ids, 256, {});  // chunk-major: one estimate per chunk
+    const RunLogits dense = run_cpu("dense", w, ids, n, {});
+    const Cmp gc = compare(whole, gm), pc = compare(whole, per_chunk), sd = compare(dense, whole);
+    std::printf("[ gpu minference ] layer-major (%s cache), chunks of 256: GPU vs CPU one-chunk MInference "
+                "max|diff|/tol %.3f (rel_l2 %.2e); CPU per-chunk vs one-chunk %.3f; CPU one-chunk vs dense %.3f; "
+                "%lld prompt-wide estimates, attention %.2f ms (index %.2f ms)\n",
+                gpu::kv_cache_name(kv), gc.worst, gc.worst_rel_l2, pc.worst, sd.worst,
+                (long long)gm.stats.prompt_estimates, 1e3 * gm.stats.attention_s, 1e3 * gm.stats.index_s);
+    EXPECT_LE(gc.worst, 1.0) << "GPU layer-major MInference outside the bf16 tolerance of the CPU's one-chunk run";
+    EXPECT_EQ(gc.argmax_equal, gc.argmax_checked);
+    EXPECT_GT(sd.worst, 1.0) << "sparse and dense logits differ by less than the tolerance";
+    EXPECT_EQ(gm.stats.prompt_estimates, kLayers);  // every layer has a vertical-slash head
+    EXPECT_EQ(gm.stats.sparse_calls, kLayers * 5);
+    // One chunk: nothing to share, the chunk estimates from its own last rows as before.
+    gpu::GpuOptions o1 = o;
+    o1.chunk = 2048;
+    gpu::GpuTransformer g1(f.cfg, gpu::DeviceWeights::upload(f.cfg, w, nullptr), o1);
+    const RunLogits one = run_gpu(g1, ids, n, {});
+    EXPECT_EQ(one.stats.prompt_estimates, 0);
+    EXPECT_LE(compare(whole, one).worst, 1.0);
+  }
+  // Without vertical-slash heads (or with the bf16 cache and dense / A-shape) the prefill stays
+  // chunk-major.
+  EXPECT_FALSE(make_gpu("a_shape=64,256", 256).layer_major());
+  EXPECT_FALSE(make_gpu("dense", 256).layer_major());
 }
 
 TEST_F(GpuMInference, AShapeMatchesCpu) {
@@ -426,11 +443,12 @@ TEST_F(GpuMInference, DenseLayersAndDenseBelow) {
 }
 
 // Through the Engine (what --attn minference=CFG --device cuda runs): logits and greedy tokens
-// of the GPU engine vs the CPU engine with the same spec and the same prefill chunk.
+// of the GPU engine (chunks of 512, layer-major: one vertical-slash estimate per prompt) vs the
+// CPU engine with the same spec on the whole prompt as one chunk (the same single estimate).
 TEST_F(GpuMInference, EngineOnCudaMatchesCpuEngine) {
   Fixture& f = fixture();
   const std::string spec = "minference=" + f.mixed + ":dense_layers=1";
-  auto cpu = Engine::load({.model_path = f.model, .n_threads = 4, .attn = spec, .prefill_chunk = 512});
+  auto cpu = Engine::load({.model_path = f.model, .n_threads = 4, .attn = spec, .prefill_chunk = 2048});
   auto gpu = Engine::load({.model_path = f.model, .attn = spec, .device = "cuda", .gpu_chunk = 512});
   const int64_t V = cpu->config().vocab_size;
   const auto ids = random_ids(1300, int32_t(V), 8);
@@ -446,6 +464,7 @@ TEST_F(GpuMInference, EngineOnCudaMatchesCpuEngine) {
               worst, (long long)st.dense_calls, (long long)st.sparse_calls);
   EXPECT_LE(worst, 1.0);
   EXPECT_EQ(st.sparse_calls, 2 * 3);  // layers 1, 2 x chunks of 512, 512, 276
+  EXPECT_EQ(st.prompt_estimates, 2);  // layers 1, 2: one estimate each
   SamplingParams sp;
   sp.max_tokens = 6;
   sp.stop_at_eos = false;
@@ -463,7 +482,8 @@ TEST_F(GpuMInference, EngineErrors) {
 }
 
 // head_dim 64 (SmolLM2's, the default model's): MInference on the GPU runs the generic sparse
-// kernel; the engine's logits match the CPU engine with the same spec and chunks.
+// kernel; the engine's logits (chunks of 256) match the CPU engine's (one chunk, as the GPU's
+// layer-major MInference makes one estimate per prompt; A-shape does not depend on chunks).
 TEST_F(GpuMInference, HeadDim64EngineMatchesCpuEngine) {
   const auto dir = test::temp_dir("minference-d64");
   TinyModelSpec s;
@@ -479,7 +499,7 @@ TEST_F(GpuMInference, HeadDim64EngineMatchesCpuEngine) {
   const std::string cfg64 = (dir / "cfg.json").string();
   c.save(cfg64);
   for (const std::string& spec : {"minference=" + cfg64, std::string("a_shape=32,128")}) {
-    auto cpu = Engine::load({.model_path = m64, .n_threads = 4, .attn = spec, .prefill_chunk = 256});
+    auto cpu = Engine::load({.model_path = m64, .n_threads = 4, .attn = spec, .prefill_chunk = 1024});
     auto gpu = Engine::load({.model_path = m64, .attn = spec, .device = "cuda", .gpu_chunk = 256});
     auto dense = Engine::load({.model_path = m64, .attn = "dense", .device = "cuda", .gpu_chunk = 256});
     const int64_t V = cpu->config().vocab_size;
