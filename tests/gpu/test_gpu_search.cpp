@@ -11,9 +11,9 @@
 //    within kErrAbs + kErrRel * e_cpu, identical work, the same choice on the decisive heads;
 //  - search: (a) the GPU search (GPU capture + GpuScorer) vs the CPU search on the same captured
 //    data (recorded and replayed to a CpuScorer): identical budgets (plans are CPU-made from the
-//    same data), errors within tolerance, the same best pattern wherever the CPU's best beats its runner-up
-//    by more than both errors' tolerances (then no bf16 difference within tolerance can swap
-//    them); (b) the GPU engine vs the CPU engine end to end (each capturing its own Q/K/V) with
+//    same data), errors within tolerance, the same best pattern wherever the CPU's best beats its
+//    runner-up by more than both errors' tolerances (then no bf16 difference within tolerance can
+//    swap them); (b) the GPU engine vs the CPU engine end to end (each capturing its own Q/K/V) with
 //    fixed budgets (--no-match-flops: FLOPs matching reads the captured data, and bf16 Q/K may
 //    flip a near-tied VS line and so a matched budget), same checks.
 // Tolerance of an error e (relative L2 of a head's output): the GPU rounds Q/K/V and both
