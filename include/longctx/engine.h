@@ -98,9 +98,15 @@ class Engine {
   // Logits [n_last, vocab] of the last n_last positions after a fresh prefill of tokens.
   virtual std::vector<float> logits(std::span<const int32_t> tokens, int64_t n_last = 1) = 0;
 
-  // Runs a fresh single-chunk prefill of tokens with dense attention and calls observer for
-  // every layer with its Q, K, V (for attention-fidelity evaluation and pattern search).
+  // Runs a fresh prefill of tokens from position 0 and calls observer once per layer with its
+  // post-RoPE Q, K, V of all tokens as fp32 (for attention-fidelity evaluation and pattern
+  // search). On the CPU: one chunk, through the loaded --attn method (load with "dense" for a
+  // dense capture, as search-patterns does). On the GPU: a layer-major prefill, always dense,
+  // with bf16 activations (the KV cache is freed; the next call resets it).
   virtual void capture_attention(std::span<const int32_t> tokens, const AttnObserver& observer) = 0;
+
+  // Where the model runs: "cpu" or "cuda" (after --device auto's choice).
+  virtual std::string device() const { return "cpu"; }
 };
 
 // The default model's path in the model cache ($LONGCTX_CACHE or ~/.cache/longctx).

@@ -61,6 +61,7 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/runtime.h"
 #include "kernels/cuda/structured_qk.h"
+#include "longctx/engine.h"
 #include "model/config.h"
 
 namespace longctx::gpu {
@@ -139,6 +140,13 @@ class GpuTransformer {
   // `progress` is called per layer by a layer-major prefill (fp8 cache), else never.
   void forward(std::span<const int32_t> tokens, int64_t n_logits, std::vector<float>* logits,
                const LayerProgressFn& progress = {});
+  // Engine::capture_attention on the GPU (gpu_capture.cpp): a dense layer-major prefill of
+  // tokens from position 0 that calls observer once per layer with that layer's post-RoPE Q,
+  // K and V of all tokens as host fp32 (the AttnCapture contract), whatever GpuOptions::attn
+  // is. Frees the KV cache first (its memory goes to the capture's buffers: the residual stream
+  // [T, n_embd] and one layer's K/V [T, n_kv_head*head_dim], bf16), so reset() must precede the
+  // next forward(). Throws Error (bytes needed vs free) when those buffers do not fit.
+  void capture_attention(std::span<const int32_t> tokens, const AttnObserver& observer);
 
  private:
   // Tokens ids[0..T) at position size(); logits of rows first_row..T-1 go to

@@ -89,6 +89,7 @@ class CpuEngine final : public Engine {
   const ModelConfig& config() const override { return cfg_; }
   const Tokenizer& tokenizer() const override { return *tok_; }
   int64_t max_context() const override { return max_ctx_; }
+  std::string device() const override { return on_gpu_ ? "cuda" : "cpu"; }
 
   GenerateResult generate(std::span<const int32_t> prompt, const SamplingParams& sp, const ProgressFn& progress,
                           const TokenFn& on_token) override {
@@ -190,7 +191,9 @@ class CpuEngine final : public Engine {
     const int64_t n = int64_t(tokens.size());
     if (n == 0) fail("capture_attention: no tokens");
     if (n > max_ctx_) fail("the input has {} tokens, more than the model's context of {} tokens", n, max_ctx_);
-    if (on_gpu_) fail("capturing attention runs on the CPU only (load with --device cpu)");
+#ifdef LONGCTX_WITH_GPU
+    if (on_gpu_) return gpu_->capture_attention(tokens, observer);  // dense, layer-major (gpu_capture.cpp)
+#endif
     model_->reset(n);
     model_->forward(tokens, 0, nullptr, &observer);
   }

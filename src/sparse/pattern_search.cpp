@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "kernels/ref/attention.h"
+#include "kernels/ref/head_error.h"
 #include "sparse/a_shape_index.h"
 #include "sparse/block_sparse_index.h"
 #include "sparse/minference_index.h"
@@ -123,28 +124,45 @@ std::vector<std::vector<HeadPattern>> plan_layer(const AttnParams& p, const Sear
   return plans;
 }
 
-std::vector<std::vector<CandidateResult>> score_layer(const AttnParams& p_in,
+void CpuScorer::begin_layer(const AttnParams& p) {
+  check_layer(p);
+  p_ = p;
+  const size_t n = size_t(p.n_q * p.n_head * p.head_dim);
+  y_.assign(n, 0.f);
+  yc_.assign(n, 0.f);
+  AttnParams pd = p;
+  pd.o = y_.data();
+  pd.lse = nullptr;
+  attention_dense_ref(pd, pool_);
+}
+
+std::vector<double> CpuScorer::errors(const SparseIndex& idx) {
+  if (y_.empty()) fail("internal: CpuScorer::errors before begin_layer");
+  AttnParams ps = p_;
+  ps.o = yc_.data();
+  ps.lse = nullptr;
+  sparse_attention_ref(ps, idx, pool_);
+  const HeadErrorSums s = head_error_sums_ref({yc_.data(), y_.data(), p_.n_q, p_.n_head, p_.head_dim});
+  std::vector<double> e(size_t(p_.n_head));
+  for (size_t h = 0; h < e.size(); ++h) e[h] = rel_l2_error(s.diff2[h], s.norm2[h]);
+  return e;
+}
+
+std::vector<std::vector<CandidateResult>> score_layer(const AttnParams& p,
                                                       const std::vector<std::vector<HeadPattern>>& plans,
-                                                      ThreadPool& pool) {
-  check_layer(p_in);
-  const int64_t S = p_in.n_q;
-  const int H = p_in.n_head, d = p_in.head_dim;
-  const int64_t ldo = int64_t(H) * d;
+                                                      ThreadPool& pool, CandidateScorer* scorer) {
+  check_layer(p);
+  const int64_t S = p.n_q;
+  const int H = p.n_head;
   if (int64_t(plans.size()) != H) fail("search_patterns: {} head plans for a layer with {} heads", plans.size(), H);
   const size_t n_cand = plans[0].size();
   for (const auto& hp : plans)
     if (hp.size() != n_cand) fail("search_patterns: every head needs the same number of candidates");
 
   // 1. Dense outputs of every head.
-  std::vector<float> y(size_t(S * ldo)), yc(size_t(S * ldo));
-  AttnParams p = p_in;
-  p.o = y.data();
-  p.lse = nullptr;
-  attention_dense_ref(p, pool);
-  std::vector<double> norm2(static_cast<size_t>(H), 0.0);
-  for (int64_t i = 0; i < S; ++i)
-    for (int h = 0; h < H; ++h)
-      for (int t = 0; t < d; ++t) norm2[size_t(h)] += double(y[size_t(i * ldo + h * d + t)]) * y[size_t(i * ldo + h * d + t)];
+  std::unique_ptr<CpuScorer> cpu;
+  if (!scorer) scorer = (cpu = std::make_unique<CpuScorer>(pool)).get();
+  scorer->begin_layer(p);
   const double dense_work = double(dense_causal_pairs(S, 0, 1));
 
   std::vector<std::vector<CandidateResult>> res(static_cast<size_t>(H));
@@ -157,19 +175,12 @@ std::vector<std::vector<CandidateResult>> score_layer(const AttnParams& p_in,
       for (int64_t h = h0; h < h1; ++h) build_head_index(p, int(h), plans[size_t(h)][c], idx.heads[size_t(h)]);
     });
     // 4. Sparse outputs and per-head errors.
-    AttnParams ps = p;
-    ps.o = yc.data();
-    sparse_attention_ref(ps, idx, pool);
+    const std::vector<double> err = scorer->errors(idx);
+    if (int64_t(err.size()) != H) fail("internal: the {} scorer gave {} errors for {} heads", scorer->device(), err.size(), H);
     for (int h = 0; h < H; ++h) {
-      double e2 = 0;
-      for (int64_t i = 0; i < S; ++i)
-        for (int t = 0; t < d; ++t) {
-          const double diff = double(yc[size_t(i * ldo + h * d + t)]) - y[size_t(i * ldo + h * d + t)];
-          e2 += diff * diff;
-        }
       CandidateResult cr;
       cr.pattern = plans[size_t(h)][c];
-      cr.pattern.score = norm2[size_t(h)] > 0 ? std::sqrt(e2 / norm2[size_t(h)]) : std::sqrt(e2);
+      cr.pattern.score = err[size_t(h)];
       cr.work = double(head_kernel_pairs(idx.heads[size_t(h)], S, 0, S)) / dense_work;
       cr.sample_errors = {cr.pattern.score};
       res[size_t(h)].push_back(std::move(cr));
@@ -201,7 +212,7 @@ HeadSearchResult choose_best(std::vector<CandidateResult> candidates, const Sear
 }
 
 std::vector<HeadSearchResult> search_layer(const AttnParams& p, const SearchOptions& opt, ThreadPool& pool) {
-  auto scores = score_layer(p, plan_layer(p, opt, pool), pool);
+  auto scores = score_layer(p, plan_layer(p, opt, pool), pool, opt.scorer);
   const int64_t window = opt.dense_window > 0 ? opt.dense_window : p.n_kv;
   std::vector<HeadSearchResult> res;
   for (auto& s : scores) res.push_back(choose_best(std::move(s), opt, window));
@@ -269,7 +280,7 @@ nlohmann::json search_patterns(Engine& engine, std::span<const std::vector<int32
       const size_t l = size_t(c.layer);
       seen[l] = true;
       if (si == 0) plans[l] = plan_layer(p, opt, global_pool());
-      auto res = score_layer(p, plans[l], global_pool());
+      auto res = score_layer(p, plans[l], global_pool(), opt.scorer);
       if (si == 0) {
         scored[l] = std::move(res);
       } else {

@@ -26,12 +26,16 @@
 //      wins; ties go to the earlier candidate.
 // Several samples: the first sample fixes every candidate's budgets (steps 2-3, scaled by the
 // first sample's length); every sample scores them (step 4); a head's error is the mean over
-// the samples. Optional fallback: a head whose best mean error is above dense_above is written
+// the samples. Step 4 (dense output, each candidate's sparse output, the errors) is pluggable
+// (CandidateScorer): the CPU (CpuScorer, the default) or the GPU (gpu/gpu_search.h GpuScorer);
+// steps 2-3 and every candidate's index stay on the CPU, so both score identical candidates.
+// Optional fallback: a head whose best mean error is above dense_above is written
 // dense, as a `stream_llm` head whose window covers the model's context (dense_window), a form
 // the reference loads and runs unchanged.
 // The budgets written are the ones evaluated (scaled and matched) at the first sample's length.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -40,6 +44,7 @@
 #include "kernels/params/attention.h"
 #include "longctx/engine.h"
 #include "sparse/minference_config.h"
+#include "sparse/sparse_index.h"
 
 namespace longctx {
 
@@ -52,6 +57,35 @@ struct SearchCandidate {
   PatternKind kind = PatternKind::VerticalSlash;
   int64_t vertical = 0;  // VS k_v, A-shape sink, BS k_b
   int64_t slash = 0;     // VS k_s, A-shape window
+};
+
+// Step 4's numbers for one layer: the dense output of every head, then per candidate index the
+// relative L2 error ||y_c - y|| / ||y|| of each query head's output over all rows
+// (kernels/ref/head_error.h). score_layer calls begin_layer once per layer, then errors() once
+// per candidate with the index build_head_index made for every head.
+class CandidateScorer {
+ public:
+  virtual ~CandidateScorer() = default;
+  virtual const char* device() const = 0;  // "cpu" or "cuda" (progress lines)
+  // p: the layer's Q/K/V as plan_layer takes them (causal, q_pos0 = 0, n_q = n_kv = S); the
+  // scorer keeps what it needs (the pointers stay valid until the layer's last errors()).
+  virtual void begin_layer(const AttnParams& p) = 0;
+  // idx: one index head per query head (n_q = S). Returns the error of each query head [n_head].
+  virtual std::vector<double> errors(const SparseIndex& idx) = 0;
+};
+
+// The CPU scorer: kernels/ref dense attention and sparse/sparse_attention.h, fp32, on pool.
+class CpuScorer final : public CandidateScorer {
+ public:
+  explicit CpuScorer(ThreadPool& pool) : pool_(pool) {}
+  const char* device() const override { return "cpu"; }
+  void begin_layer(const AttnParams& p) override;
+  std::vector<double> errors(const SparseIndex& idx) override;
+
+ private:
+  ThreadPool& pool_;
+  AttnParams p_;
+  std::vector<float> y_, yc_;  // [S, n_head * head_dim] dense and candidate outputs
 };
 
 // Table 4: A-shape (1024, 4096); VS (30, 2048), (100, 1800), (500, 1500), (3000, 200); BS 100.
@@ -68,6 +102,8 @@ struct SearchOptions {
   // Window of a dense head's stream_llm pattern; 0 = the engine's context (search_patterns) or
   // the sample length (search_layer).
   int64_t dense_window = 0;
+  // Step 4 (not owned); null = a CpuScorer on the search's thread pool.
+  CandidateScorer* scorer = nullptr;
 };
 
 // Every candidate's result for one head, for reports.
@@ -90,10 +126,11 @@ struct HeadSearchResult {
 std::vector<std::vector<HeadPattern>> plan_layer(const AttnParams& p, const SearchOptions& opt, ThreadPool& pool);
 
 // Step 4: the relative L2 error and work of every head's given candidates on this layer's
-// sample ([head][candidate]; pattern.score = the error, sample_errors = {error}).
+// sample ([head][candidate]; pattern.score = the error, sample_errors = {error}). The indices
+// are built on pool; scorer computes the outputs and errors (null = a CpuScorer on pool).
 std::vector<std::vector<CandidateResult>> score_layer(const AttnParams& p,
                                                       const std::vector<std::vector<HeadPattern>>& plans,
-                                                      ThreadPool& pool);
+                                                      ThreadPool& pool, CandidateScorer* scorer = nullptr);
 
 // Picks each head's best candidate (lowest pattern.score, ties to the earlier) and applies the
 // dense fallback (opt.dense_above) with a stream_llm window of dense_window.

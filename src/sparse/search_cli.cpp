@@ -15,6 +15,11 @@
 #include "longctx/engine.h"
 #include "sparse/pattern_search.h"
 #include "util/error.h"
+#include "util/thread_pool.h"
+
+#ifdef LONGCTX_WITH_GPU
+#include "gpu/gpu_search.h"
+#endif
 
 namespace longctx {
 
@@ -23,6 +28,7 @@ namespace {
 struct SearchArgs {
   std::vector<std::string> samples;
   std::string model, output, report;
+  std::string device = "cpu";  // as generate: cpu, cuda or auto
   int threads = 0;
   int64_t max_tokens = 0;
   int64_t reference_len = kSearchReferenceLen;
@@ -40,6 +46,18 @@ std::string read_sample(const std::string& path) {
   return text;
 }
 
+// The scorer for a model on `device` ("cpu" or "cuda", Engine::device()).
+std::unique_ptr<CandidateScorer> make_scorer(const std::string& device) {
+  if (device == "cuda") {
+#ifdef LONGCTX_WITH_GPU
+    return std::make_unique<gpu::GpuScorer>(global_pool());
+#else
+    fail("search-patterns: the model runs on the GPU but this longctx was built without CUDA");
+#endif
+  }
+  return std::make_unique<CpuScorer>(global_pool());
+}
+
 void run_search(const SearchArgs& a) {
   std::vector<std::string> texts;
   for (const auto& s : a.samples) texts.push_back(read_sample(s));
@@ -50,7 +68,8 @@ void run_search(const SearchArgs& a) {
   lo.model_path = a.model;
   lo.n_threads = a.threads;
   lo.attn = "dense";
-  auto engine = Engine::load(lo);
+  lo.device = a.device;
+  auto engine = Engine::load(lo);  // --device cuda without CUDA or a usable GPU fails here, clearly
   const auto& tok = engine->tokenizer();
   std::vector<std::vector<int32_t>> samples;
   std::string lengths;
@@ -70,14 +89,19 @@ void run_search(const SearchArgs& a) {
   opt.match_flops = !a.no_match_flops;
   opt.reference_len = a.reference_len;
   opt.dense_above = a.dense_above;
-  std::fprintf(stderr, "search-patterns: %s, %d layers x %d heads, %zu sample(s) of %s tokens\n",
+  // Scoring (step 4) runs where the model runs: capture and scoring both on the GPU, or both on
+  // the CPU (--device auto may have fallen back).
+  std::unique_ptr<CandidateScorer> scorer = make_scorer(engine->device());
+  opt.scorer = scorer.get();
+  std::fprintf(stderr, "search-patterns: %s, %d layers x %d heads, %zu sample(s) of %s tokens, on %s\n",
                engine->config().name.c_str(), engine->config().n_layer, engine->config().n_head, samples.size(),
-               lengths.c_str());
+               lengths.c_str(), engine->device().c_str());
   SearchReport report;
-  const auto j = search_patterns(*engine, std::span<const std::vector<int32_t>>(samples), opt, [](const Progress& p) {
+  const std::string where = engine->device();
+  const auto j = search_patterns(*engine, std::span<const std::vector<int32_t>>(samples), opt, [&](const Progress& p) {
     const double eta = p.done > 0 ? p.elapsed_s / double(p.done) * double(p.total - p.done) : 0;
-      std::fprintf(stderr, "search-patterns: layer %lld/%lld, elapsed %.1fs, ETA %.1fs\n", (long long)p.done,
-                 (long long)p.total, p.elapsed_s, eta);
+    std::fprintf(stderr, "search-patterns: layer %lld/%lld (%s), elapsed %.1fs, ETA %.1fs\n", (long long)p.done,
+                 (long long)p.total, where.c_str(), p.elapsed_s, eta);
   }, &report);
 
   std::ofstream out(a.output);
@@ -111,6 +135,8 @@ void register_search_patterns_command(CLI::App& app) {
       ->required();
   cmd->add_option("-o,--output", args->output, "config to write (published MInference JSON format)")->required();
   cmd->add_option("--threads", args->threads, "CPU threads (0 = all cores)");
+  cmd->add_option("--device", args->device,
+                  "cpu, cuda (the GPU: capture and scoring; fails if unusable) or auto (GPU when usable, else CPU)");
   cmd->add_option("--max-tokens", args->max_tokens, "use at most this many sample tokens (0 = all)");
   cmd->add_option("--report", args->report, "also write every head's candidate errors and FLOPs to this JSON file");
   cmd->add_option("--reference-len", args->reference_len,

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <random>
 
+#include "kernels/ref/head_error.h"
 #include "sparse/minference_config.h"
 #include "sparse/minference_index.h"
 #include "sparse/pattern_search.h"
@@ -379,6 +380,85 @@ TEST(PatternSearch, RejectsTinySamples) {
   FakeEngine eng(1, 1 << 20);
   std::vector<int32_t> tokens(10, 1);
   EXPECT_THROW(search_patterns(eng, tokens, {}, {}), Error);
+}
+
+// The scorer hook (SearchOptions::scorer): a scorer that wraps the CPU one and counts its calls
+// gets begin_layer once per layer and errors() once per candidate, with one index head per
+// query head, and the search's output is the default (CPU) search's, number for number.
+class CountingScorer final : public CandidateScorer {
+ public:
+  explicit CountingScorer(ThreadPool& pool) : inner_(pool) {}
+  const char* device() const override { return "counting"; }
+  void begin_layer(const AttnParams& p) override {
+    ++layers;
+    heads = p.n_head;
+    inner_.begin_layer(p);
+  }
+  std::vector<double> errors(const SparseIndex& idx) override {
+    ++candidates;
+    EXPECT_EQ(int(idx.heads.size()), heads);
+    return inner_.errors(idx);
+  }
+  int layers = 0, candidates = 0, heads = 0;
+
+ private:
+  CpuScorer inner_;
+};
+
+TEST(PatternSearch, ScorerHookIsUsedAndCpuScorerIsTheDefault) {
+  FakeEngine eng(2, 1 << 20);
+  std::vector<int32_t> tokens(1024, 7);
+  SearchReport r_default, r_hook;
+  const auto j_default = search_patterns(eng, tokens, {}, {}, &r_default);
+  CountingScorer scorer(global_pool());
+  SearchOptions opt;
+  opt.scorer = &scorer;
+  const auto j_hook = search_patterns(eng, tokens, opt, {}, &r_hook);
+  EXPECT_EQ(scorer.layers, 2);
+  EXPECT_EQ(scorer.candidates, 2 * int(opt.candidates.size()));
+  EXPECT_EQ(j_hook, j_default);
+  EXPECT_EQ(r_hook.to_json(), r_default.to_json());
+  // A scorer that returns the wrong number of errors is a clear error, not a crash.
+  class Short final : public CandidateScorer {
+   public:
+    const char* device() const override { return "short"; }
+    void begin_layer(const AttnParams&) override {}
+    std::vector<double> errors(const SparseIndex&) override { return {0.5}; }
+  } short_scorer;
+  opt.scorer = &short_scorer;
+  try {
+    search_patterns(eng, tokens, opt, {});
+    ADD_FAILURE() << "no error for a scorer with too few errors";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("short scorer gave 1 errors"), std::string::npos) << e.what();
+  }
+}
+
+// kernels/ref/head_error.h (the CPU scorer's sums) against a direct fp64 sum on fresh random
+// data, and rel_l2_error's definition.
+TEST(PatternSearch, HeadErrorSumsMatchFp64) {
+  std::mt19937_64 rng(std::random_device{}());
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const int64_t n = 37;
+  const int H = 3, d = 20;
+  std::vector<float> a(size_t(n * H * d)), b(a.size());
+  for (auto& x : a) x = nd(rng);
+  for (auto& x : b) x = nd(rng);
+  const HeadErrorSums s = head_error_sums_ref({a.data(), b.data(), n, H, d});
+  for (int h = 0; h < H; ++h) {
+    double d2 = 0, n2 = 0;
+    for (int64_t i = 0; i < n; ++i)
+      for (int t = 0; t < d; ++t) {
+        const size_t at = size_t((i * H + h) * d + t);
+        d2 += (double(a[at]) - b[at]) * (double(a[at]) - b[at]);
+        n2 += double(b[at]) * b[at];
+      }
+    EXPECT_NEAR(s.diff2[size_t(h)], d2, 1e-12 * d2);
+    EXPECT_NEAR(s.norm2[size_t(h)], n2, 1e-12 * n2);
+  }
+  EXPECT_DOUBLE_EQ(rel_l2_error(4.0, 16.0), 0.5);
+  EXPECT_DOUBLE_EQ(rel_l2_error(9.0, 0.0), 3.0);
+  EXPECT_THROW(head_error_sums_ref({a.data(), b.data(), n, 0, d}), Error);
 }
 
 }  // namespace
