@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -34,7 +35,16 @@ struct SearchArgs {
   int64_t reference_len = kSearchReferenceLen;
   double dense_above = 0;
   bool no_match_flops = false;
+  // Timing on large geometries (benchmarks only, as `bench model`): random weights of a named
+  // geometry on the GPU, a sample of random token ids (such a model has no tokenizer), and
+  // optionally structured synthetic Q/K so the candidates see realistic attention structure.
+  std::string random_weights;
+  int64_t random_tokens = 0;
+  bool synthetic_qk = false;
 };
+
+// Seed of --random-tokens' ids (fixed: a rerun searches the same sample).
+constexpr uint32_t kRandomSampleSeed = 1234;
 
 std::string read_sample(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -59,6 +69,12 @@ std::unique_ptr<CandidateScorer> make_scorer(const std::string& device) {
 }
 
 void run_search(const SearchArgs& a) {
+  const bool random = !a.random_weights.empty();
+  if (random && (a.random_tokens <= 0 || !a.samples.empty()))
+    fail("search-patterns: --random-weights takes --random-tokens N (the model has no tokenizer), not --sample");
+  if (!random && (a.random_tokens > 0 || a.synthetic_qk))
+    fail("search-patterns: --random-tokens and --synthetic-qk are for --random-weights (timing on large geometries)");
+  if (!random && a.samples.empty()) fail("search-patterns: give a sample prompt with --sample FILE");
   std::vector<std::string> texts;
   for (const auto& s : a.samples) texts.push_back(read_sample(s));
   if (a.reference_len < 0) fail("search-patterns: --reference-len must be >= 0 (0 = Table 4 as printed)");
@@ -69,10 +85,20 @@ void run_search(const SearchArgs& a) {
   lo.n_threads = a.threads;
   lo.attn = "dense";
   lo.device = a.device;
+  lo.random_weights = a.random_weights;
+  lo.synthetic_qk = a.synthetic_qk;
   auto engine = Engine::load(lo);  // --device cuda without CUDA or a usable GPU fails here, clearly
   const auto& tok = engine->tokenizer();
   std::vector<std::vector<int32_t>> samples;
   std::string lengths;
+  if (random) {
+    std::mt19937 rng(kRandomSampleSeed);
+    std::uniform_int_distribution<int32_t> id(0, engine->config().vocab_size - 1);
+    std::vector<int32_t> ids(size_t(std::min(a.random_tokens, engine->max_context())));
+    for (auto& t : ids) t = id(rng);
+    lengths = std::to_string(ids.size()) + " random";
+    samples.push_back(std::move(ids));
+  }
   for (size_t i = 0; i < texts.size(); ++i) {
     std::vector<int32_t> ids = tok.encode(texts[i], tok.adds_bos(), false);
     if (int64_t(ids.size()) > engine->max_context()) {
@@ -131,8 +157,7 @@ void register_search_patterns_command(CLI::App& app) {
   cmd->add_option("-m,--model", args->model, "model file (.gguf) or HF directory (default: the default model)");
   cmd->add_option("--sample", args->samples,
                   "sample prompt text file (the paper uses one ~30K-token KV-retrieval prompt); repeat for several "
-                  "samples: the first fixes the budgets, the errors are averaged over all")
-      ->required();
+                  "samples: the first fixes the budgets, the errors are averaged over all");
   cmd->add_option("-o,--output", args->output, "config to write (published MInference JSON format)")->required();
   cmd->add_option("--threads", args->threads, "CPU threads (0 = all cores)");
   cmd->add_option("--device", args->device,
@@ -146,6 +171,12 @@ void register_search_patterns_command(CLI::App& app) {
                   "write heads whose best mean relative error is above this dense (stream_llm with a window of the "
                   "model's context; default 0 = never)");
   cmd->add_flag("--no-match-flops", args->no_match_flops, "use the candidate budgets as given (no FLOPs matching)");
+  cmd->add_option("--random-weights", args->random_weights,
+                  "timing only: random weights of a named geometry (llama3-8b, llama3.1-8b, qwen2.5-7b, smollm2-135m; "
+                  "NAME:N keeps N layers) instead of -m; GPU only; the sample is --random-tokens ids");
+  cmd->add_option("--random-tokens", args->random_tokens, "with --random-weights: a sample of N random token ids");
+  cmd->add_flag("--synthetic-qk", args->synthetic_qk,
+                "with --random-weights: structured synthetic Q/K after RoPE (realistic attention structure)");
   cmd->callback([args] { run_search(*args); });
 }
 

@@ -44,6 +44,9 @@ expect_fail junk_model "junk.bin" "$BIN" inspect "$TMP/junk.bin"
 expect_fail unknown_attn "unknown attention method 'bogus'" "$BIN" generate -m "$M" -p hi --attn bogus
 expect_fail bad_top_p "top-p" "$BIN" generate -m "$M" -p hi --top-p 2
 expect_fail negative_n "max-tokens" "$BIN" generate -m "$M" -p hi -n -3
+expect_fail search_no_sample "give a sample prompt with --sample FILE" "$BIN" search-patterns -m "$M" -o "$TMP/s.json"
+expect_fail search_random_no_tokens "takes --random-tokens N" "$BIN" search-patterns --random-weights llama3-8b -o "$TMP/s.json"
+expect_fail search_tokens_no_random "are for --random-weights" "$BIN" search-patterns -m "$M" --sample "$TMP/s.json" --random-tokens 5 -o "$TMP/s.json"
 expect_fail unknown_flag "--frobnicate" "$BIN" generate -m "$M" -p hi --frobnicate
 expect_fail too_long "context" "$BIN" generate -m "$M" -p "the theater the theater the theater" -c 8 -n 1
 expect_fail budget "lower -n" "$BIN" generate -m "$M" -p "the theater" -c 16 -n 100

@@ -334,8 +334,9 @@ SparseIndex check_case(const Case& c, MinferenceIndexBuilder* shared = nullptr, 
           for (int32_t cb = r.start / 64; cb <= (r.end - 1) / 64; ++cb) cpu_blocks.push_back(cb);
         const int64_t dsw = compare_selection(score, cpu_blocks, gpu_blocks, kRelTie * row_scale + 1e-12,
                                               what + " block " + std::to_string(b));
-        if (c.ties != 0)
+        if (c.ties != 0) {
           EXPECT_EQ(gpu_blocks, cpu_blocks) << what << " block " << b << ": exact ties must break toward the smaller block";
+        }
         st.selections += 1;
         st.exact += dsw == 0;
         st.swapped_lines += dsw;
