@@ -87,6 +87,7 @@ void run_search(const SearchArgs& a) {
   lo.device = a.device;
   lo.random_weights = a.random_weights;
   lo.synthetic_qk = a.synthetic_qk;
+  if (random) lo.max_context = a.random_tokens;  // no trained context to respect (as `bench model`)
   auto engine = Engine::load(lo);  // --device cuda without CUDA or a usable GPU fails here, clearly
   const auto& tok = engine->tokenizer();
   std::vector<std::vector<int32_t>> samples;
