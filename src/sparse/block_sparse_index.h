@@ -30,7 +30,20 @@ inline constexpr int64_t kBlockSparseDefaultTopK = 100;
 void pool_keys(const AttnParams& p, int hk, std::vector<float>& out);
 
 // Appends n_query_blocks(p.n_q) blocks for query head h; pooled_k from pool_keys(p, h / group).
+// = score_key_blocks + select_key_blocks.
 void build_block_sparse_index(const AttnParams& p, int h, int64_t k_b, const std::vector<float>& pooled_k,
                               HeadIndex& out);
+
+// The two halves, for callers that try several budgets on one head (the pattern search's FLOPs
+// matching): the pooled scores do not depend on k_b, so they are made once.
+struct BlockScores {
+  std::vector<int64_t> row_ptr;   // [n_qblk + 1] offsets into score
+  std::vector<float> score;       // per query block: its block-causal key blocks' scores (+inf: diagonal)
+  std::vector<int64_t> n_forced;  // [n_qblk] diagonal blocks of each query block (always kept)
+  int64_t n_keys = 0;             // keys the chunk sees (the last range's end is clipped to it)
+};
+void score_key_blocks(const AttnParams& p, int h, const std::vector<float>& pooled_k, BlockScores& out);
+// Appends one block per query block: the top max(k_b, n_forced) key blocks, adjacent ones merged.
+void select_key_blocks(const BlockScores& s, int64_t k_b, HeadIndex& out);
 
 }  // namespace longctx

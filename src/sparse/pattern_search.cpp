@@ -31,12 +31,25 @@ std::vector<SearchCandidate> table4_candidates() {
 
 namespace {
 
-// Smallest x in [lo, hi] whose work reaches target, or its predecessor if that is closer.
-// work() must be non-decreasing in x.
+// Smallest x in [lo, hi] whose work reaches target, or its predecessor if that is closer; hi when
+// even work(hi) does not exceed target. work() must be non-decreasing in x.
+// The search gallops up from lo (steps 1, 2, 4, ...) before bisecting: matched budgets sit far
+// below hi (a VS k_s of a few hundred against hi = S), and evaluating a VS budget costs time
+// proportional to it (Algorithm 4 over every query block), so probing near S/2 first, as a plain
+// bisection does, cost most of the search at 128K (same result: the same monotone function).
 int64_t match_budget(int64_t lo, int64_t hi, int64_t target, const std::function<int64_t(int64_t)>& work) {
   if (hi <= lo || work(lo) >= target) return lo;
-  if (work(hi) <= target) return hi;
-  int64_t a = lo, b = hi;  // work(a) < target <= work(b)
+  int64_t a = lo, b = hi;  // work(a) < target <= work(b) once the gallop stops
+  for (int64_t step = 1;; step *= 2) {
+    const int64_t x = std::min(hi, lo + step);
+    const int64_t w = work(x);
+    if (x == hi && w <= target) return hi;
+    if (w >= target) {
+      b = x;
+      break;
+    }
+    a = x;
+  }
   while (b - a > 1) {
     const int64_t mid = a + (b - a) / 2;
     (work(mid) < target ? a : b) = mid;
@@ -110,10 +123,11 @@ std::vector<std::vector<HeadPattern>> plan_layer(const AttnParams& p, const Sear
             return head_kernel_pairs(hi, S, 0, S);
           });
         } else if (opt.match_flops && c.kind == PatternKind::BlockSparse) {
-          const auto& pk = pooled_k[size_t(h / group)];
+          BlockScores bs;  // scored once; each tried budget only selects
+          score_key_blocks(p, int(h), pooled_k[size_t(h / group)], bs);
           pat.vertical = match_budget(1, (S + kSparseBlockQ - 1) / kSparseBlockQ, target, [&](int64_t k_b) {
             HeadIndex hi;
-            build_block_sparse_index(p, int(h), k_b, pk, hi);
+            select_key_blocks(bs, k_b, hi);
             return head_kernel_pairs(hi, S, 0, S);
           });
         }
