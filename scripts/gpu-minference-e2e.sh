@@ -22,7 +22,8 @@
 # Options: --tests FILTER (gtest filter; default all) | --skip-tests; --lengths L,L (default
 # 128k,512k; empty = no benchmark); --methods "dense minference ashape" (order run); --eval
 # (passkey, passkey --no-chat and niah at 2k/4k/8k, 5 depths, 4 samples, --device cuda; env
-# EVAL_ATTN: the --attn list, default dense; EVAL_TASKS: ';'-separated task runs);
+# EVAL_ATTN: the --attn list, default dense; EVAL_TASKS: ';'-separated task runs; EVAL_LENGTHS,
+# EVAL_SAMPLES: default 2k,4k,8k and 4);
 # --synthetic-qk (bench model replaces each layer's Q/K after RoPE by structured synthetic vectors,
 # kernels/cuda/structured_qk.h, so MInference's estimate finds realistic lines on random weights).
 # --kv-cache fp8 (e4m3 KV cache, layer-major prefill: 1M tokens fit); --layers N (the first N of
@@ -147,11 +148,11 @@ if [ $do_eval = 1 ]; then
     IFS=';' read -r -a eval_runs <<< "${EVAL_TASKS:-passkey;passkey --no-chat;niah}"
     for run in "${eval_runs[@]}"; do
       name=$(echo "$run" | tr -d ' -' )
-      echo "== eval $run --device cuda (default model, --attn ${EVAL_ATTN:-dense}, 2k/4k/8k, 5 depths, 4 samples)"
+      echo "== eval $run --device cuda (default model, --attn ${EVAL_ATTN:-dense}, ${EVAL_LENGTHS:-2k,4k,8k}, 5 depths, ${EVAL_SAMPLES:-4} samples)"
       t0=$(date +%s)
       timeout ${EVAL_TIMEOUT:-150} $BIN/longctx eval $run --device cuda --attn "${EVAL_ATTN:-dense}" \
-        --lengths 2k,4k,8k --depths 0,0.25,0.5,0.75,1 \
-        --samples 4 --quiet --json "$OUT/eval_${name}.json" > "$OUT/eval_${name}.txt" 2> "$OUT/eval_${name}.log"; rc=$?
+        --lengths "${EVAL_LENGTHS:-2k,4k,8k}" --depths 0,0.25,0.5,0.75,1 \
+        --samples "${EVAL_SAMPLES:-4}" --quiet --json "$OUT/eval_${name}.json" > "$OUT/eval_${name}.txt" 2> "$OUT/eval_${name}.log"; rc=$?
       cat "$OUT/eval_${name}.txt"; tail -3 "$OUT/eval_${name}.log"
       echo "(eval $run: rc=$rc, $(( $(date +%s) - t0 )) s)"
       [ $rc = 0 ] || { echo "EVAL FAILED ($run, rc=$rc)"; status=1; }
