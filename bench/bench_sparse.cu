@@ -15,7 +15,8 @@
 //     columns outside them), as sparse/vs_convert.cpp does.
 // For each: plan + kernel time, the kernel work (rows x attended keys, causal-clipped, summed
 // over heads: what a tile kernel must compute) and the FLOP rate on it (4 d per pair), and the
-// tile-level rate (64 x 64 tiles the kernel visits, masked slots included).
+// tile-level rate (64 x 64 tiles the kernel visits, masked slots included, range tails packed as
+// the kernel packs them: RangeTiles).
 // How: indices are built on the host (16 threads on the device machine) and uploaded; CUDA
 // events, warmup, median (METHOD.md). Inputs random (never zeros).
 // --inputs structured (the realistic case): Q/K from kernels/cuda/structured_qk.h (local/slash, sink,
@@ -66,6 +67,24 @@ constexpr int kBsBlocks = 100;  // MInference block_sparse default: 100 key bloc
 struct Vs { int kv, ks, heads; };
 constexpr Vs kVsMix[] = {{1000, 6096, 15}, {30, 800, 9}, {100, 800, 5}, {3500, 100, 2}, {500, 700, 1}};
 constexpr int kForcedCols = 30, kForcedDiags = 100;  // the reference's forced lines
+
+// The Hopper kernel's walk over one query block's merged ranges (sparse_attention_sm90.cu):
+// whole 64-key tiles while more than kSparsePackMax keys remain, the rest as 16-key segments
+// packed four to a tile. add() each range, then take() the block's tile count.
+struct RangeTiles {
+  double tiles = 0;
+  int64_t segs = 0;
+  void add(int64_t keys) {
+    for (; keys > kSparsePackMax; keys -= kB) tiles += 1;
+    if (keys > 0) segs += (keys + kSparsePackSeg - 1) / kSparsePackSeg;
+  }
+  double take() {
+    constexpr int64_t per_tile = kB / kSparsePackSeg;
+    const double t = tiles + double((segs + per_tile - 1) / per_tile);
+    tiles = 0, segs = 0;
+    return t;
+  }
+};
 
 // Per-head CSR pieces built in parallel, then concatenated.
 struct HeadPart {
@@ -124,6 +143,7 @@ HostIndex block_sparse_index(int64_t S) {
         sel.push_back(b);
       }
       int64_t nr = 0;
+      RangeTiles rt;
       const int64_t last = std::min(S, (b + 1) * kB) - 1;
       for (size_t i = 0; i < sel.size();) {
         size_t j = i;
@@ -132,9 +152,10 @@ HostIndex block_sparse_index(int64_t S) {
         p.ranges.push_back(int32_t(s));
         p.ranges.push_back(int32_t(e));
         ++nr;
-        p.tiles += double((std::min(e, last + 1) - s + kB - 1) / kB);
+        rt.add(std::min(e, last + 1) - s);
         i = j + 1;
       }
+      p.tiles += rt.take();
       // pairs: off-diagonal blocks full, the diagonal block causal
       const int64_t rows = last - b * kB + 1;
       p.pairs += double(sel.size() - 1) * kB * rows + double(rows) * (rows + 1) / 2;
@@ -174,6 +195,7 @@ HostIndex vertical_slash_index(int64_t S) {
       int64_t nr = 0, nc = 0, rs = -1, re = -1;
       size_t ci = 0;
       double keys = 0;
+      RangeTiles rt;
       auto flush = [&] {
         if (rs < 0) return;
         // columns before this range's end that it does not cover
@@ -184,7 +206,7 @@ HostIndex vertical_slash_index(int64_t S) {
         p.ranges.push_back(int32_t(rs));
         p.ranges.push_back(int32_t(re));
         ++nr;
-        p.tiles += double((re - rs + kB - 1) / kB);
+        rt.add(re - rs);
         keys += double(re - rs);
         // causal within the range: keys > first are seen by fewer rows
         if (re - 1 > first) {
@@ -200,8 +222,7 @@ HostIndex vertical_slash_index(int64_t S) {
       }
       flush();
       while (ci < cols.size() && cols[ci] <= last) p.cols.push_back(cols[ci++]), ++nc;
-      keys += 0;
-      p.tiles += double((nc + kB - 1) / kB);
+      p.tiles += rt.take() + double((nc + kB - 1) / kB);
       p.pairs += keys * double(rows) + double(nc) * double(rows);  // columns are all before the block (o = 0 kept)
       p.rcount.push_back(nr);
       p.ccount.push_back(nc);
@@ -271,8 +292,9 @@ IndexWork index_work(const DeviceSparseIndex& ix, int64_t S) {
       else mg.push_back(x);
     }
     auto pairs_of = [&](int64_t key) { return double(last - std::max(first, key) + 1); };  // rows that see key
+    RangeTiles rt;
     for (auto& x : mg) {
-      w.tiles += double((x.second - x.first + kB - 1) / kB);
+      rt.add(x.second - x.first);
       // sum over keys k in [s, e) of rows seeing k: keys <= first are seen by all rows
       const int64_t full_end = std::min(x.second, first + 1);
       if (full_end > x.first) w.pairs += double(full_end - x.first) * double(last - first + 1);
@@ -289,7 +311,7 @@ IndexWork index_work(const DeviceSparseIndex& ix, int64_t S) {
       ++nc;
       w.pairs += pairs_of(c);
     }
-    w.tiles += double((nc + kB - 1) / kB);
+    w.tiles += rt.take() + double((nc + kB - 1) / kB);
   }
   return w;
 }

@@ -2,7 +2,10 @@
 """flex_baseline.py (bench): torch baselines for bench/bench_sparse.cu (Llama-3-8B geometry).
 
 What: one layer, 32 query / 8 KV heads, d=128, bf16, causal prefill of S tokens:
-  - SDPA with the cuDNN backend (dense), at --sdpa-seqs (1M takes ~18 s: scale by S^2 instead);
+  - SDPA with the cuDNN backend (dense), at --sdpa-seqs (1M takes ~18 s: give it there, or the
+    summary scales the largest measured length by S^2);
+  - SDPA with the flash backend (FlashAttention-2, the baseline of MInference's kernel figures
+    and end-to-end speedups), at --flash-seqs (1M takes ~30 s);
   - FlexAttention (torch.compile'd flex_attention, enable_gqa) with the block-sparse mask of
     bench_sparse.cu: per (head, 64-row query block) the diagonal block (causal mask_mod) plus 99
     earlier 64-key blocks, one at random per equal segment of the history (blocks < 100: all),
@@ -14,7 +17,7 @@ What: one layer, 32 query / 8 KV heads, d=128, bf16, causal prefill of S tokens:
     causal), i.e. exactly the blocks our kernel visits (kernel time does not depend on values).
 How: CUDA events, warmup (compilation) first, median of N. Inputs random normal.
 Run (device): python3 bench/flex_baseline.py [--seqs 131072,524288,1048576]
-              [--sdpa-seqs 131072,524288] [--mask-dir DIR] [--json out.json]
+              [--sdpa-seqs 131072,524288] [--flash-seqs S,..] [--mask-dir DIR] [--json out.json]
 """
 import argparse
 import inspect
@@ -95,6 +98,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seqs", default="131072,524288,1048576")
     ap.add_argument("--sdpa-seqs", default="131072,524288")
+    ap.add_argument("--flash-seqs", default="")
     ap.add_argument("--mask-dir")
     ap.add_argument("--json")
     args = ap.parse_args()
@@ -105,6 +109,7 @@ def main():
     gen = torch.Generator(device="cuda")
     gen.manual_seed(7)
     sdpa = {int(x) for x in args.sdpa_seqs.split(",") if x}
+    flash = {int(x) for x in args.flash_seqs.split(",") if x}
     for S in [int(x) for x in args.seqs.split(",") if x]:
         q = torch.randn(1, H, S, D, device="cuda", dtype=torch.bfloat16)
         k = torch.randn(1, HKV, S, D, device="cuda", dtype=torch.bfloat16)
@@ -116,6 +121,16 @@ def main():
                 ms = time_ms(fn, 1, 3 if S <= 131072 else 1)
             res["runs"].append({"seq": S, "kernel": "sdpa_cudnn", "ms": ms, "tflops": dense_flops / ms / 1e9})
             print(f"S={S} sdpa cudnn: {ms:.2f} ms {dense_flops / ms / 1e9:.1f} TFLOP/s", file=sys.stderr)
+        if S in flash:
+            try:
+                with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+                    fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+                    ms = time_ms(fn, 1, 3 if S <= 131072 else 1)
+                res["runs"].append({"seq": S, "kernel": "sdpa_flash", "ms": ms, "tflops": dense_flops / ms / 1e9})
+                print(f"S={S} sdpa flash (FA2): {ms:.2f} ms {dense_flops / ms / 1e9:.1f} TFLOP/s", file=sys.stderr)
+            except Exception as e:  # record and go on with the other baselines
+                res["runs"].append({"seq": S, "kernel": "sdpa_flash", "error": str(e)[:400]})
+                print(f"S={S} sdpa flash: error {str(e)[:400]}", file=sys.stderr)
         mpath = f"{args.mask_dir}/bs_mask_{S}.bin" if args.mask_dir else None
         if mpath:
             try:

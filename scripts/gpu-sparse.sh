@@ -10,20 +10,29 @@
 #   cmake -S . -B build-gpusparse -G Ninja -DLONGCTX_CUDA=ON -DLONGCTX_BENCH=ON -DLONGCTX_TESTS=ON
 #   ninja -C build-gpusparse -j2 test_cuda longctx_bench_sparse
 # Run on the device (carry build-gpusparse/tests/cuda/test_cuda, build-gpusparse/bench/longctx_bench_sparse):
-#   OUT=/tmp/out scripts/gpu-sparse.sh [--skip-tests] [--skip-torch] [--seqs 131072,...]
+#   OUT=/tmp/out scripts/gpu-sparse.sh [--skip-tests] [--skip-bench] [--skip-torch] [--seqs 131072,...]
+#     [--dense-seqs S,..] (our dense kernel; default 128K,512K) [--sdpa-seqs S,..] (cuDNN; default
+#     = --dense-seqs) [--flash-seqs S,..] (SDPA flash = FlashAttention-2; default none)
+#     [--ncu S] (hardware counters of one block-sparse and one vertical-slash kernel launch at
+#     length S, structured inputs: DRAM / L2 / SM / tensor-pipe throughput, to ncu.csv)
 #     [--inputs random|structured]   (structured: Q/K with planted structure, indices estimated on
 #     the GPU by MinferenceIndexBuilder, index time included; FlexAttention gets the same blocks)
 set -uo pipefail
 OUT=${OUT:-out}
 BUILD=${BUILD:-build-gpusparse}
 mkdir -p "$OUT"
-skip_tests=0; skip_torch=0; inputs=random; seqs=131072,524288,1048576; dense_seqs=131072,524288
+skip_tests=0; skip_bench=0; skip_torch=0; inputs=random; seqs=131072,524288,1048576; dense_seqs=131072,524288
+sdpa_seqs=""; flash_seqs=""; ncu_seq=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --skip-tests) skip_tests=1 ;;
+    --skip-bench) skip_bench=1 ;;
     --skip-torch) skip_torch=1 ;;
     --seqs) seqs="$2"; shift ;;
     --dense-seqs) dense_seqs="$2"; shift ;;
+    --sdpa-seqs) sdpa_seqs="$2"; shift ;;
+    --flash-seqs) flash_seqs="$2"; shift ;;
+    --ncu) ncu_seq="$2"; shift ;;
     --inputs) inputs="$2"; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
@@ -46,18 +55,42 @@ if [ $skip_tests = 0 ]; then
   tail -3 "$OUT/memcheck.log"
   [ $rc = 0 ] || { echo "MEMCHECK FAILED (rc=$rc)"; grep -m5 -A8 "=====" "$OUT/memcheck.log"; status=1; }
 fi
-echo "== longctx_bench_sparse"
+if [ -n "$ncu_seq" ]; then
+  # bench_sparse --inputs structured launches the sparse kernel 1 + reps times per pattern,
+  # block-sparse first (reps 10 / 5 / 3 for S <= 128K / 512K / larger): the launches profiled are
+  # the last block-sparse one and the first vertical-slash one.
+  reps=$(( ncu_seq <= 131072 ? 10 : ncu_seq <= 524288 ? 5 : 3 ))
+  echo "== ncu: sparse_attn_sm90_kernel at S=$ncu_seq (launches $reps and $((reps + 1)): block-sparse, vertical-slash)"
+  timeout ${NCU_TIMEOUT:-300} ncu --clock-control none --kernel-name sparse_attn_sm90_kernel \
+    --launch-skip "$reps" --launch-count 2 --csv --page raw \
+    --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,lts__t_sector_hit_rate.pct,lts__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_bytes.sum,l1tex__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_elapsed,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_elapsed \
+    "$BUILD/bench/longctx_bench_sparse" --seqs "$ncu_seq" --dense-seqs 0 --inputs structured \
+    > "$OUT/ncu.csv" 2> "$OUT/ncu.log"; rc=$?
+  python3 - "$OUT/ncu.csv" <<'PY' || tail -20 "$OUT/ncu.log"
+import csv, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if r]
+head = next(i for i, r in enumerate(rows) if "Kernel Name" in r)
+names, data = rows[head], [r for r in rows[head + 2:] if len(r) == len(rows[head])]
+for r, kind in zip(data, ("block-sparse", "vertical-slash")):
+    print(kind + ": " + ", ".join(f"{n}={v}" for n, v in zip(names, r) if "__" in n))
+PY
+  [ $rc = 0 ] || { echo "NCU FAILED (rc=$rc)"; tail -5 "$OUT/ncu.log"; status=1; }
+fi
 MASKS=${MASKS:-/tmp/longctx-masks}  # block lists for FlexAttention (large: not under $OUT)
 mkdir -p "$MASKS"
 mask_args=()
 [ "$inputs" = structured ] && mask_args=(--mask-dir "$MASKS")
-timeout ${BENCH_TIMEOUT:-200} "$BUILD/bench/longctx_bench_sparse" --seqs "$seqs" --dense-seqs "$dense_seqs" \
-  --inputs "$inputs" "${mask_args[@]}" --json "$OUT/bench_sparse.json" > /dev/null 2> "$OUT/bench.log"; rc=$?
-cat "$OUT/bench.log"
-[ $rc = 0 ] || { echo "BENCH FAILED (rc=$rc)"; status=1; }
+if [ $skip_bench = 0 ]; then
+  echo "== longctx_bench_sparse"
+  timeout ${BENCH_TIMEOUT:-200} "$BUILD/bench/longctx_bench_sparse" --seqs "$seqs" --dense-seqs "$dense_seqs" \
+    --inputs "$inputs" "${mask_args[@]}" --json "$OUT/bench_sparse.json" > /dev/null 2> "$OUT/bench.log"; rc=$?
+  cat "$OUT/bench.log"
+  [ $rc = 0 ] || { echo "BENCH FAILED (rc=$rc)"; status=1; }
+fi
 if [ $skip_torch = 0 ]; then
   echo "== torch SDPA cuDNN + FlexAttention"
-  timeout ${TORCH_TIMEOUT:-240} python3 bench/flex_baseline.py --seqs "$seqs" --sdpa-seqs "$dense_seqs" "${mask_args[@]}" \
+  timeout ${TORCH_TIMEOUT:-240} python3 bench/flex_baseline.py --seqs "$seqs" --sdpa-seqs "${sdpa_seqs:-$dense_seqs}" \
+    --flash-seqs "$flash_seqs" "${mask_args[@]}" \
     --json "$OUT/bench_torch.json" > /dev/null 2> "$OUT/torch.log"; rc=$?
   grep -v Warning "$OUT/torch.log" | tail -20
   [ $rc = 0 ] || { echo "TORCH BASELINE FAILED (rc=$rc)"; status=1; }
@@ -81,14 +114,16 @@ def dense(kind, S):  # measured, or scaled by S^2 from the largest measured leng
     s0 = max(m); return by[s0][kind]["ms"] * (S / s0) ** 2, True
 print(f"commit {commit}")
 for S in sorted(by):
-    cu, cx = dense("sdpa_cudnn", S); de, dx = dense("dense_sm90", S)
-    print(f"S={S}: cuDNN {cu and round(cu,1)} ms{' (S^2-scaled)' if cx else ''}, ours dense {de and round(de,1)} ms{' (S^2-scaled)' if dx else ''}")
+    cu, cx = dense("sdpa_cudnn", S); de, dx = dense("dense_sm90", S); fa, fx = dense("sdpa_flash", S)
+    print(f"S={S}: cuDNN {cu and round(cu,1)} ms{' (S^2-scaled)' if cx else ''}, ours dense {de and round(de,1)} ms{' (S^2-scaled)' if dx else ''}"
+          f", FA2 {fa and round(fa,1)} ms{' (S^2-scaled)' if fx else ''}")
     for k, r in sorted(by[S].items()):
-        if k in ("sdpa_cudnn", "dense_sm90"): continue
+        if k in ("sdpa_cudnn", "dense_sm90", "sdpa_flash"): continue
         if "error" in r:
             print(f"  {k}: ERROR {r['error'][:200]}"); continue
         line = f"  {k}: {r['ms']:.2f} ms"
         if cu: line += f", {cu / r['ms']:.1f}x vs cuDNN"
+        if fa: line += f", {fa / r['ms']:.1f}x vs FA2"
         if de: line += f", {de / r['ms']:.1f}x vs ours dense"
         if "tflops_pairs" in r: line += f", {r['tflops_pairs']:.0f} TFLOP/s on attended pairs"
         if "tflops_tiles" in r: line += f" ({r['tflops_tiles']:.0f} on visited tiles)"

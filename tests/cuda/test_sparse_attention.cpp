@@ -5,8 +5,9 @@
 // Index cases: random (overlapping ranges, ends past n_kv, duplicate columns, columns inside
 // ranges or past the causal frontier), empty blocks (O = 0, LSE = -inf), everything selected
 // (== dense), all keys as gathered columns, the last partial query block, q_pos0 > 0 chunks,
-// GQA with per-query-head / per-KV-head / shared indices, non-causal, many short ranges, odd
-// head counts and block counts over the kernel's task-order chunks.
+// GQA with per-query-head / per-KV-head / shared indices, non-causal, many short ranges, range
+// tails at the kernel's packing boundaries, odd head counts and block counts over the kernel's
+// task-order chunks.
 // Run: build-gpusparse/tests/cuda/test_cuda --gtest_filter='Sparse*' (skips without a Hopper GPU).
 #include <algorithm>
 #include <cmath>
@@ -223,6 +224,37 @@ TEST(SparseAttnSmall, ManyShortRangesAndColumns) {
   auto g = gen();
   const Shape sh{320, 2600, 2280, 4, 2};
   check(sh, many_short(sh, 4, g), "many-short-ranges");
+}
+
+// Range tails at the packing boundaries (sparse_attention_sm90.cu packs a tail of at most
+// kSparsePackMax keys as 16-key segments, four to a tile): widths 64 m + r around every segment
+// boundary, 1..16 ranges per block (the last packed tile holds 1..4 segments), ranges clipped by
+// the causal frontier, and in odd blocks one through the last key (a 16-key box past n_kv).
+TEST(SparseAttnSmall, RangeTailsPackedAtTheirBoundaries) {
+  LC_REQUIRE_GPU();
+  auto g = gen();
+  const Shape sh{320, 4000, 3680, 4, 2};
+  constexpr int32_t kWidths[] = {1, 15, 16, 17, 31, 32, 33, 47, 48, 49, 63, 64, 65, 112, 113, 130};
+  constexpr int kNw = int(sizeof kWidths / sizeof kWidths[0]);
+  std::uniform_int_distribution<int> n_ranges(1, kNw), gap(1, 40);
+  SparseIndex idx;
+  idx.n_q = sh.n_q;
+  idx.heads.resize(4);
+  for (auto& hi : idx.heads)
+    for (int64_t b = 0; b < n_query_blocks(sh.n_q); ++b) {
+      const int32_t end_range = int32_t(sh.n_kv) - 21;
+      int32_t at = gap(g);
+      const int n = n_ranges(g);
+      for (int i = 0; i < n; ++i) {
+        const int32_t w = kWidths[(i + b) % kNw];
+        if (at + w > end_range) break;
+        hi.ranges.push_back({at, at + w});
+        at += w + gap(g);
+      }
+      if (b % 2) hi.ranges.push_back({end_range, int32_t(sh.n_kv)});
+      hi.end_block();
+    }
+  check(sh, idx, "tail-packing");
 }
 
 // The kernel's task order (sparse_attention_sm90.cu task_of): more query blocks than one order

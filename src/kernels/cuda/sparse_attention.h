@@ -29,6 +29,13 @@ namespace longctx::cuda {
 // Rows per query block (= sparse/sparse_index.h kSparseBlockQ, MInference's B = 64).
 inline constexpr int kSparseQBlock = 64;
 
+// Tail packing in the Hopper kernel (bench/bench_sparse.cu models it when counting visited
+// tiles): a range's last keys, when at most kSparsePackMax of them remain after its whole
+// 64-key tiles, are loaded as kSparsePackSeg-key segments, and one 64-key tile carries the
+// segments of several ranges, instead of one mostly masked tile per range.
+inline constexpr int kSparsePackSeg = 16;
+inline constexpr int kSparsePackMax = 48;
+
 struct DeviceSparseIndex {
   int n_index_head = 0;              // index heads; n_head % n_index_head == 0
   int64_t n_qblk = 0;                // query blocks per index head = ceil(n_q / 64)

@@ -13,9 +13,12 @@
 //   3-stage ring of 64-key K/V tiles; producer warp w feeds consumer w. A range tile (64 keys
 //   from any start position: ranges need no alignment) is two TMA bulk tensor copies per
 //   operand; a column tile is gathered row by row with cp.async into the same 128-byte-swizzled
-//   layout (then fence.proxy.async, so the tensor cores see the writes). The producer writes a
-//   tile header next to the stage (range tiles: first key and count; column tiles: the key of each
-//   slot, -1 = empty; flags "needs mask", "range", "end"),
+//   layout (then fence.proxy.async, so the tensor cores see the writes). A range's tail of at
+//   most kSparsePackMax keys (after its whole tiles) goes into a packed tile instead: 16-key
+//   segments of several ranges' tails, one TMA box of 16 rows each, so a vertical-slash row of
+//   many short ranges visits few masked slots. The producer writes a tile header next to the
+//   stage (range tiles: first key and count; packed tiles: each segment's first key and count;
+//   column tiles: the key of each slot, -1 = empty; flags "needs mask", "range", "packed", "end"),
 //   so consumers never parse the index: one online softmax over range and column tiles alike.
 // - Consumer: S = Q K^T with wgmma m64n64k16, Q from registers (loaded once per task with
 //   ldmatrix: the SS form read Q and K from shared memory per instruction, ~32 FLOP/B, at the
@@ -70,8 +73,12 @@ constexpr int kWgBytes = kWgV + kStages * kTile;
 // Tile header per stage: key position of each slot (-1 = empty; column tiles only), then flags,
 // then (range tiles) the first key and the key count: a range tile's slot i is key t0 + i, so its
 // mask is two compares per element instead of a shared-memory read.
-constexpr int kHdrFlagMask = 1, kHdrFlagEnd = 2, kHdrFlagRange = 4;
+constexpr int kHdrFlagMask = 1, kHdrFlagEnd = 2, kHdrFlagRange = 4, kHdrFlagPacked = 8;
 constexpr int kHdrFlags = kBK, kHdrT0 = kBK + 1, kHdrCnt = kBK + 2;
+// Packed tiles: slots [kSeg j, kSeg (j + 1)) hold keys hdr[j] + 0.. of segment j, the first
+// hdr[kSegs + j] of them valid (0: an unused segment, loaded from a valid key and masked).
+constexpr int kSeg = kSparsePackSeg, kSegs = kBK / kSeg;
+static_assert(kBK % kSeg == 0 && kSparsePackMax < kBK && kSeg % 8 == 0, "tail packing geometry");
 constexpr int kHdrBytes = (kBK + 3) * 4;
 constexpr int kBarsPerWg = 1 + 2 * kStages;  // q_full, full[s], empty[s]
 constexpr int kSmemMeta = 2 * kWgBytes;
@@ -159,9 +166,11 @@ __device__ __forceinline__ void task_of(const MainArgs& a, int64_t i, int& pair,
   b = a.n_qblk - 1 - (c * C + u / gl);
 }
 
+// tm_k16 / tm_v16: the K / V maps with 16-key boxes (packed tiles' segments).
 __global__ void __launch_bounds__(kThreads, 1)
     sparse_attn_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
-                            const __grid_constant__ CUtensorMap tm_v, const MainArgs a) {
+                            const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_k16,
+                            const __grid_constant__ CUtensorMap tm_v16, const MainArgs a) {
   extern __shared__ uint8_t smem_raw[];
   const uint32_t base = (mma::smem_u32(smem_raw) + 1023u) & ~1023u;
   uint8_t* base_ptr = smem_raw + (base - mma::smem_u32(smem_raw));
@@ -206,11 +215,51 @@ __global__ void __launch_bounds__(kThreads, 1)
       auto acquire = [&](int s) {
         if (t >= kStages) mbar_wait(bar(w, 1 + kStages + s), ((t / kStages) & 1) ^ 1);
       };
+      // The packed tile being filled: segments [0, np), first keys ps[], counts pc[] (registers:
+      // indexed by unrolled constants only).
+      int np = 0;
+      int32_t ps[kSegs], pc[kSegs];
+      auto flush_pack = [&] {
+        const int s = t % kStages;
+        acquire(s);
+        int32_t* hd = hdr(w, s);
+        if (lane == 0) {
+          hd[kHdrFlags] = kHdrFlagPacked | kHdrFlagMask;
+#pragma unroll
+          for (int j = 0; j < kSegs; ++j) {
+            hd[j] = j < np ? ps[j] : ps[0];
+            hd[kSegs + j] = j < np ? pc[j] : 0;
+          }
+        }
+        __syncwarp();
+        if (lane == 0) {
+          const uint32_t sk = wb + kWgK + s * kTile, sv = wb + kWgV + s * kTile;
+          mbar_expect_tx(bar(w, 1 + s), 2 * kTile);
+#pragma unroll
+          for (int j = 0; j < kSegs; ++j) {
+            const int32_t k0 = j < np ? ps[j] : ps[0];
+            const uint32_t off = j * kSeg * 128;  // 16 rows of 128 bytes: 1024-byte aligned, same swizzle
+            tma_load_3d(sk + off, &tm_k16, bar(w, 1 + s), 0, kvh, k0);
+            tma_load_3d(sk + kHalf + off, &tm_k16, bar(w, 1 + s), 64, kvh, k0);
+            tma_load_3d(sv + off, &tm_v16, bar(w, 1 + s), 0, kvh, k0);
+            tma_load_3d(sv + kHalf + off, &tm_v16, bar(w, 1 + s), 64, kvh, k0);
+          }
+        }
+        ++t;
+        np = 0;
+      };
+      auto add_segment = [&](int32_t k0, int32_t cnt) {
+#pragma unroll
+        for (int j = 0; j < kSegs; ++j)
+          if (j == np) ps[j] = k0, pc[j] = cnt;
+        if (++np == kSegs) flush_pack();
+      };
       const int32_t* rg = a.ranges + 2 * a.range_ptr[row];
       const int nr = a.n_r[row];
       for (int i = 0; i < nr; ++i) {
         const int32_t rs = rg[2 * i], re = rg[2 * i + 1];
-        for (int32_t t0 = rs; t0 < re; t0 += kBK, ++t) {
+        int32_t t0 = rs;
+        for (; t0 < re && re - t0 > kSparsePackMax; t0 += kBK, ++t) {
           const int s = t % kStages;
           acquire(s);
           const int cnt = min(kBK, re - t0);
@@ -231,7 +280,9 @@ __global__ void __launch_bounds__(kThreads, 1)
             tma_load_3d(sv + kHalf, &tm_v, bar(w, 1 + s), 64, kvh, t0);
           }
         }
+        for (; t0 < re; t0 += kSeg) add_segment(t0, min(kSeg, re - t0));
       }
+      if (np > 0) flush_pack();
       const int32_t* cl = a.cols + a.col_ptr[row];
       const int nc = a.n_c[row];
       const int64_t ld = int64_t(a.n_kv_head) * kD;
@@ -328,6 +379,18 @@ __global__ void __launch_bounds__(kThreads, 1)
               const int slot = 8 * j + 2 * tq + (e & 1);
               if (slot >= cnt || slot > lim0 + (e >> 1) * 8) sc[4 * j + e] = -INFINITY;
             }
+        } else if (flags & kHdrFlagPacked) {
+          // packed tile: slot i is key hdr[i / kSeg] + i % kSeg, valid when i % kSeg < its count
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            const int seg = (8 * j) / kSeg;
+            const int32_t k0 = hd[seg], cnt = hd[kSegs + seg];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int in = (8 * j) % kSeg + 2 * tq + (e & 1);
+              if (in >= cnt || (a.causal && int64_t(k0) + in > vis0 + (e >> 1) * 8)) sc[4 * j + e] = -INFINITY;
+            }
+          }
         } else if (flags & kHdrFlagMask) {
 #pragma unroll
           for (int j = 0; j < 8; ++j)
@@ -463,11 +526,13 @@ void sparse_attention_run(const SparseAttnParams& p, Stream s) {
   const CUtensorMap tq = make_map(p.q, p.n_q, p.n_head, kBQ, "sparse_attention: q");
   const CUtensorMap tk = make_map(p.k, p.n_kv, p.n_kv_head, kBK, "sparse_attention: k");
   const CUtensorMap tv = make_map(p.v, p.n_kv, p.n_kv_head, kBK, "sparse_attention: v");
+  const CUtensorMap tk16 = make_map(p.k, p.n_kv, p.n_kv_head, kSeg, "sparse_attention: k (segments)");
+  const CUtensorMap tv16 = make_map(p.v, p.n_kv, p.n_kv_head, kSeg, "sparse_attention: v (segments)");
   a.order_chunk = kOrderChunk;
   const int64_t n_cta = int64_t((p.n_head + 1) / 2) * p.index.n_qblk;
   LC_REQUIRE(n_cta <= 0x7fffffff, "sparse_attention: %lld CTAs exceed the grid limit", (long long)n_cta);
   const dim3 grid{unsigned(n_cta)};
-  sparse_attn_sm90_kernel<<<grid, kThreads, kSmemBytes, static_cast<cudaStream_t>(s)>>>(tq, tk, tv, a);
+  sparse_attn_sm90_kernel<<<grid, kThreads, kSmemBytes, static_cast<cudaStream_t>(s)>>>(tq, tk, tv, tk16, tv16, a);
   LC_LAUNCH_CHECK("sparse_attn_sm90_kernel n_q=%lld n_kv=%lld q_pos0=%lld heads=%d/%d grid=%d", (long long)p.n_q,
                   (long long)p.n_kv, (long long)p.q_pos0, p.n_head, p.n_kv_head, grid.x);
 }
