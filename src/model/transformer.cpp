@@ -1,10 +1,12 @@
 // transformer.cpp: see transformer.h.
 #include "model/transformer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "kernels/ref/ops.h"
+#include "sparse/vs_estimate.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 
@@ -29,84 +31,153 @@ void Transformer::reset(int64_t capacity) {
   cache_.reset(cfg_.n_layer, capacity, int64_t(cfg_.n_kv_head) * cfg_.head_dim);
 }
 
+void Transformer::embed(std::span<const int32_t> tokens, float* x) const {
+  const int64_t E = cfg_.n_embd, V = cfg_.vocab_size;
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    const int32_t id = tokens[t];
+    if (id < 0 || id >= V) fail("token id {} is outside the vocabulary (size {})", id, V);
+    std::memcpy(x + int64_t(t) * E, w_.tok_embd.data() + int64_t(id) * E, size_t(E) * sizeof(float));
+  }
+}
+
+void Transformer::project(const LayerRows& r, float* h, float* q) {
+  const LayerWeights& L = w_.layers[size_t(r.l)];
+  const int64_t E = cfg_.n_embd, D = cfg_.head_dim;
+  const int64_t Q = int64_t(cfg_.n_head) * D, KV = int64_t(cfg_.n_kv_head) * D;
+  float* kc = cache_.k(r.l) + r.pos0 * KV;  // these rows in the cache: [T, KV]
+  float* vc = cache_.v(r.l) + r.pos0 * KV;
+  auto bias = [](const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); };
+  rmsnorm_ref(r.x, L.attn_norm.data(), h, r.T, E, cfg_.rms_eps, pool_);
+  matmul_ref({h, L.wq.data(), bias(L.bq), q, r.T, E, Q}, pool_);
+  matmul_ref({h, L.wk.data(), bias(L.bk), kc, r.T, E, KV}, pool_);
+  matmul_ref({h, L.wv.data(), bias(L.bv), vc, r.T, E, KV}, pool_);
+  rope_apply_ref(q, r.T, cfg_.n_head, int(D), r.pos0, inv_freq_.data(), pool_);
+  rope_apply_ref(kc, r.T, cfg_.n_kv_head, int(D), r.pos0, inv_freq_.data(), pool_);
+}
+
+AttnParams Transformer::attn_params(int l, int64_t T, int64_t pos0, const float* q, float* o) {
+  AttnParams ap;
+  ap.q = q;
+  ap.k = cache_.k(l);
+  ap.v = cache_.v(l);
+  ap.o = o;
+  ap.n_q = T;
+  ap.n_kv = pos0 + T;
+  ap.n_head = cfg_.n_head;
+  ap.n_kv_head = cfg_.n_kv_head;
+  ap.head_dim = cfg_.head_dim;
+  ap.q_pos0 = pos0;
+  ap.scale = float(1.0 / std::sqrt(double(cfg_.head_dim)));
+  ap.causal = true;
+  ap.layer = l;
+  return ap;
+}
+
+void Transformer::attend_and_mlp(const LayerRows& r, const float* q, Scratch& s) {
+  const LayerWeights& L = w_.layers[size_t(r.l)];
+  const int64_t E = cfg_.n_embd, Q = int64_t(cfg_.n_head) * cfg_.head_dim, F = cfg_.n_ff;
+  const AttnParams ap = attn_params(r.l, r.T, r.pos0, q, s.o.data());
+  if (r.T == 1)
+    method_->decode(ap, pool_);
+  else
+    method_->prefill(ap, pool_);
+  matmul_ref({s.o.data(), L.wo.data(), nullptr, s.h.data(), r.T, Q, E}, pool_);
+  add_ref(r.x, s.h.data(), r.T * E);
+  rmsnorm_ref(r.x, L.ffn_norm.data(), s.h.data(), r.T, E, cfg_.rms_eps, pool_);
+  matmul_ref({s.h.data(), L.w_gate.data(), nullptr, s.g.data(), r.T, E, F}, pool_);
+  matmul_ref({s.h.data(), L.w_up.data(), nullptr, s.u.data(), r.T, E, F}, pool_);
+  silu_mul_ref(s.g.data(), s.u.data(), r.T * F, pool_);
+  matmul_ref({s.g.data(), L.w_down.data(), nullptr, s.h.data(), r.T, F, E}, pool_);
+  add_ref(r.x, s.h.data(), r.T * E);
+}
+
+Transformer::Scratch Transformer::scratch(int64_t T) const {
+  const int64_t E = cfg_.n_embd, Q = int64_t(cfg_.n_head) * cfg_.head_dim, F = cfg_.n_ff;
+  Scratch s;
+  s.h.resize(size_t(T * E));
+  s.o.resize(size_t(T * Q));
+  s.g.resize(size_t(T * F));
+  s.u.resize(size_t(T * F));
+  return s;
+}
+
+void Transformer::lm_head(const float* x, int64_t T, int64_t n_logits, std::vector<float>* logits) {
+  if (n_logits <= 0 || !logits) return;
+  const int64_t E = cfg_.n_embd, V = cfg_.vocab_size;
+  n_logits = std::min(n_logits, T);
+  const float* xl = x + (T - n_logits) * E;
+  std::vector<float> h(size_t(n_logits * E));  // [n_logits, E]
+  rmsnorm_ref(xl, w_.out_norm.data(), h.data(), n_logits, E, cfg_.rms_eps, pool_);
+  logits->resize(size_t(n_logits * V));
+  matmul_ref({h.data(), w_.output().data(), nullptr, logits->data(), n_logits, E, V}, pool_);
+}
+
+void Transformer::check_room(int64_t pos0, int64_t T) const {
+  if (pos0 + T > cache_.capacity())
+    fail("KV cache holds {} tokens; {} more at position {} do not fit", cache_.capacity(), T, pos0);
+}
+
 void Transformer::forward(std::span<const int32_t> tokens, int64_t n_logits, std::vector<float>* logits,
                           const AttnObserver* observer) {
   const int64_t T = int64_t(tokens.size());
   if (T == 0) return;
   const int64_t pos0 = cache_.size();
-  if (pos0 + T > cache_.capacity())
-    fail("KV cache holds {} tokens; {} more at position {} do not fit", cache_.capacity(), T, pos0);
-  const int64_t E = cfg_.n_embd, D = cfg_.head_dim;
-  const int64_t Q = int64_t(cfg_.n_head) * D, KV = int64_t(cfg_.n_kv_head) * D, F = cfg_.n_ff;
-  const int64_t V = cfg_.vocab_size;
+  check_room(pos0, T);
+  const int64_t E = cfg_.n_embd, Q = int64_t(cfg_.n_head) * cfg_.head_dim;
 
   // Activations for this chunk (T bounded by the caller's prefill chunk size).
-  std::vector<float> x(size_t(T * E)), h(size_t(T * E));          // [T, E]
-  std::vector<float> q(size_t(T * Q)), o(size_t(T * Q));          // [T, n_head*D]
-  std::vector<float> g(size_t(T * F)), u(size_t(T * F));          // [T, F]
-
-  for (int64_t t = 0; t < T; ++t) {
-    const int32_t id = tokens[size_t(t)];
-    if (id < 0 || id >= V) fail("token id {} is outside the vocabulary (size {})", id, V);
-    std::memcpy(x.data() + t * E, w_.tok_embd.data() + int64_t(id) * E, size_t(E) * sizeof(float));
-  }
-
+  std::vector<float> x(size_t(T * E));  // [T, E] residual stream
+  std::vector<float> q(size_t(T * Q));  // [T, n_head*D]
+  Scratch s = scratch(T);
+  embed(tokens, x.data());
   for (int l = 0; l < cfg_.n_layer; ++l) {
-    const LayerWeights& L = w_.layers[size_t(l)];
-    float* kc = cache_.k(l) + pos0 * KV;  // this chunk's rows in the cache: [T, KV]
-    float* vc = cache_.v(l) + pos0 * KV;
-
-    rmsnorm_ref(x.data(), L.attn_norm.data(), h.data(), T, E, cfg_.rms_eps, pool_);
-    auto bias = [](const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); };
-    matmul_ref({h.data(), L.wq.data(), bias(L.bq), q.data(), T, E, Q}, pool_);
-    matmul_ref({h.data(), L.wk.data(), bias(L.bk), kc, T, E, KV}, pool_);
-    matmul_ref({h.data(), L.wv.data(), bias(L.bv), vc, T, E, KV}, pool_);
-    rope_apply_ref(q.data(), T, cfg_.n_head, int(D), pos0, inv_freq_.data(), pool_);
-    rope_apply_ref(kc, T, cfg_.n_kv_head, int(D), pos0, inv_freq_.data(), pool_);
-
+    const LayerRows r{l, T, pos0, x.data()};
+    project(r, s.h.data(), q.data());
     if (observer && *observer) {
-      AttnCapture cap{l, T, cfg_.n_head, cfg_.n_kv_head, int(D), q.data(), cache_.k(l), cache_.v(l)};
+      AttnCapture cap{l, T, cfg_.n_head, cfg_.n_kv_head, cfg_.head_dim, q.data(), cache_.k(l), cache_.v(l)};
       (*observer)(cap);
     }
-
-    AttnParams ap;
-    ap.q = q.data();
-    ap.k = cache_.k(l);
-    ap.v = cache_.v(l);
-    ap.o = o.data();
-    ap.n_q = T;
-    ap.n_kv = pos0 + T;
-    ap.n_head = cfg_.n_head;
-    ap.n_kv_head = cfg_.n_kv_head;
-    ap.head_dim = int(D);
-    ap.q_pos0 = pos0;
-    ap.scale = float(1.0 / std::sqrt(double(D)));
-    ap.causal = true;
-    ap.layer = l;
-    if (T == 1)
-      method_->decode(ap, pool_);
-    else
-      method_->prefill(ap, pool_);
-
-    matmul_ref({o.data(), L.wo.data(), nullptr, h.data(), T, Q, E}, pool_);
-    add_ref(x.data(), h.data(), T * E);
-
-    rmsnorm_ref(x.data(), L.ffn_norm.data(), h.data(), T, E, cfg_.rms_eps, pool_);
-    matmul_ref({h.data(), L.w_gate.data(), nullptr, g.data(), T, E, F}, pool_);
-    matmul_ref({h.data(), L.w_up.data(), nullptr, u.data(), T, E, F}, pool_);
-    silu_mul_ref(g.data(), u.data(), T * F, pool_);
-    matmul_ref({g.data(), L.w_down.data(), nullptr, h.data(), T, F, E}, pool_);
-    add_ref(x.data(), h.data(), T * E);
+    attend_and_mlp(r, q.data(), s);
   }
   cache_.set_size(pos0 + T);
+  lm_head(x.data(), T, n_logits, logits);
+}
 
-  if (n_logits > 0 && logits) {
-    n_logits = std::min(n_logits, T);
-    const float* xl = x.data() + (T - n_logits) * E;
-    rmsnorm_ref(xl, w_.out_norm.data(), h.data(), n_logits, E, cfg_.rms_eps, pool_);
-    logits->resize(size_t(n_logits * V));
-    matmul_ref({h.data(), w_.output().data(), nullptr, logits->data(), n_logits, E, V}, pool_);
+bool Transformer::prompt_wide(int64_t n_tokens, int64_t chunk) const {
+  if (n_tokens <= chunk) return false;  // one chunk estimates from the prompt's last queries anyway
+  const int64_t n_kv = cache_.size() + n_tokens;
+  for (int l = 0; l < cfg_.n_layer; ++l)
+    if (method_->estimates_per_prompt(l, n_kv)) return true;
+  return false;
+}
+
+void Transformer::forward_prompt(std::span<const int32_t> tokens, int64_t chunk, int64_t n_logits,
+                                 std::vector<float>* logits, const LayerProgressFn& progress) {
+  const int64_t T = int64_t(tokens.size());
+  if (T == 0) return;
+  if (chunk <= 0) fail("prefill chunk must be positive (got {})", chunk);
+  const int64_t pos0 = cache_.size();
+  check_room(pos0, T);
+  const int64_t E = cfg_.n_embd, Q = int64_t(cfg_.n_head) * cfg_.head_dim;
+  const int64_t C = std::min(chunk, T);
+
+  std::vector<float> x(size_t(T * E));  // [T, E] the whole prompt's residual stream
+  std::vector<float> q(size_t(T * Q));  // [T, n_head*D] one layer's queries, all chunks
+  Scratch s = scratch(C);
+  embed(tokens, x.data());
+  for (int l = 0; l < cfg_.n_layer; ++l) {
+    auto rows = [&](int64_t c0) { return LayerRows{l, std::min(C, T - c0), pos0 + c0, x.data() + c0 * E}; };
+    for (int64_t c0 = 0; c0 < T; c0 += C) project(rows(c0), s.h.data(), q.data() + c0 * Q);  // all K/V first
+    if (method_->estimates_per_prompt(l, pos0 + T)) {
+      const int64_t R = std::min<int64_t>(kLastQ, T);  // the prompt's last queries
+      method_->prepare_prompt(attn_params(l, R, pos0 + T - R, q.data() + (T - R) * Q, nullptr), pool_);
+    }
+    for (int64_t c0 = 0; c0 < T; c0 += C) attend_and_mlp(rows(c0), q.data() + c0 * Q, s);
+    method_->end_prompt();
+    if (progress) progress(l + 1, cfg_.n_layer);
   }
+  cache_.set_size(pos0 + T);
+  lm_head(x.data(), T, n_logits, logits);
 }
 
 }  // namespace longctx

@@ -7,6 +7,7 @@
 // only for the positions the caller asks for, so a long prefill never holds [T, vocab] logits.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -38,7 +39,37 @@ class Transformer {
   void forward(std::span<const int32_t> tokens, int64_t n_logits, std::vector<float>* logits,
                const AttnObserver* observer = nullptr);
 
+  // Whether a prompt of n_tokens in chunks of `chunk` should run forward_prompt: it spans more
+  // than one chunk and the attention method estimates per prompt at some layer.
+  bool prompt_wide(int64_t n_tokens, int64_t chunk) const;
+  // Layer-major prefill of a whole prompt (same result as forward() chunk by chunk, except that
+  // the method sees the prompt's last queries first: AttentionMethod::prepare_prompt): per layer
+  // every chunk's Q/K/V, then the method's prompt-wide estimate, then attention and MLP chunk by
+  // chunk. Holds the prompt's residual stream and one layer's Q ([T, n_embd + n_head*head_dim]
+  // floats). progress(done, n_layer) after each layer.
+  using LayerProgressFn = std::function<void(int, int)>;
+  void forward_prompt(std::span<const int32_t> tokens, int64_t chunk, int64_t n_logits, std::vector<float>* logits,
+                      const LayerProgressFn& progress = {});
+
  private:
+  struct LayerRows {  // rows [pos0, pos0 + T) of layer l; x: their residual stream [T, n_embd]
+    int l;
+    int64_t T, pos0;
+    float* x;
+  };
+  struct Scratch {  // per-chunk activations
+    std::vector<float> h, o, g, u;  // [T, n_embd], [T, n_head*D], [T, n_ff] x 2
+  };
+  Scratch scratch(int64_t T) const;
+  void embed(std::span<const int32_t> tokens, float* x) const;
+  void check_room(int64_t pos0, int64_t T) const;
+  // rmsnorm, Q into q [T, n_head*D], K/V into the cache rows, RoPE on Q and K.
+  void project(const LayerRows& r, float* h, float* q);
+  AttnParams attn_params(int l, int64_t T, int64_t pos0, const float* q, float* o);
+  // Attention through the method (decode for one row), output projection, MLP, residuals.
+  void attend_and_mlp(const LayerRows& r, const float* q, Scratch& s);
+  void lm_head(const float* x, int64_t T, int64_t n_logits, std::vector<float>* logits);  // last n_logits rows
+
   ModelConfig cfg_;
   ModelWeights w_;
   std::unique_ptr<AttentionMethod> method_;

@@ -178,6 +178,10 @@ class CpuEngine final : public Engine {
     reset_model(n);
     std::vector<float> all, chunk;
     const int64_t step = chunk_size();
+    if (!on_gpu_ && model_->prompt_wide(n, step)) {  // as prefill(): one estimate per prompt
+      model_->forward_prompt(tokens, step, n_last, &all);
+      return all;
+    }
     for (int64_t c0 = 0; c0 < n; c0 += step) {
       const int64_t c1 = std::min(n, c0 + step);
       const int64_t want = std::max<int64_t>(0, c1 - std::max(c0, n - n_last));
@@ -212,6 +216,12 @@ class CpuEngine final : public Engine {
     }
 #endif
     const int64_t step = chunk_size();
+    if (!on_gpu_ && model_->prompt_wide(n, step)) {  // MInference: one estimate per prompt, layer-major
+      Transformer::LayerProgressFn lp;
+      if (progress) lp = [&](int done, int n_layer) { progress({n * done / n_layer, n, seconds_since(t0)}); };
+      model_->forward_prompt(prompt, step, n_logits, logits, lp);
+      return;
+    }
     for (int64_t c0 = 0; c0 < n; c0 += step) {
       const int64_t c1 = std::min(n, c0 + step);
       forward_model(prompt.subspan(size_t(c0), size_t(c1 - c0)), c1 == n ? n_logits : 0, logits);

@@ -31,6 +31,16 @@ class AttentionMethod {
   virtual void prefill(const AttnParams& p, ThreadPool& pool) = 0;
   // Decode: one query per call (p.n_q == 1). Dense unless the method sparsifies decode.
   virtual void decode(const AttnParams& p, ThreadPool& pool) = 0;
+
+  // Prompt-wide estimation (layer-major prefill, Transformer::forward_prompt). A method that
+  // estimates from the whole prompt at `layer` (MInference's vertical-slash lines, from the
+  // prompt's last 64 queries as in the paper's reference) says so here; the model then computes
+  // every chunk's K/V of the layer first and calls prepare_prompt with the prompt's last queries
+  // (p.n_q rows at p.q_pos0) against all its keys (p.n_kv), then prefill() per chunk, then
+  // end_prompt(). Default: no prompt-wide estimate (every chunk stands alone).
+  virtual bool estimates_per_prompt(int /*layer*/, int64_t /*n_kv*/) const { return false; }
+  virtual void prepare_prompt(const AttnParams& /*p*/, ThreadPool& /*pool*/) {}
+  virtual void end_prompt() {}
 };
 
 // Parses the --attn spec; throws Error naming the unknown method or bad parameter.

@@ -1,7 +1,10 @@
 // minference_method.cpp: see minference_method.h.
 #include "sparse/minference_method.h"
 
+#include <algorithm>
 #include <charconv>
+#include <span>
+#include <vector>
 #include <fmt/format.h>
 
 #include "kernels/ref/attention.h"
@@ -31,15 +34,39 @@ class MInferenceMethod final : public AttentionMethod {
       attention_dense_ref(p, pool);
       return;
     }
-    const SparseIndex idx = build_minference_index(p, cfg_.layers[size_t(p.layer)], pool, opt_.ratio);
+    const bool prompt_wide = prompt_layer_ == p.layer;
+    const SparseIndex idx = build_minference_index(p, cfg_.layers[size_t(p.layer)], pool, opt_.ratio,
+                                                   prompt_wide ? std::span<const VsLines>(prompt_lines_)
+                                                               : std::span<const VsLines>());
     sparse_attention_ref(p, idx, pool);
   }
 
   void decode(const AttnParams& p, ThreadPool& pool) override { attention_dense_ref(p, pool); }
 
+  bool estimates_per_prompt(int layer, int64_t n_kv) const override {
+    if (layer < opt_.dense_layers || n_kv < opt_.dense_below || layer >= int(cfg_.layers.size())) return false;
+    const auto& heads = cfg_.layers[size_t(layer)];
+    return std::any_of(heads.begin(), heads.end(),
+                       [](const HeadPattern& h) { return h.kind == PatternKind::VerticalSlash; });
+  }
+
+  void prepare_prompt(const AttnParams& p, ThreadPool& pool) override {
+    if (p.layer < 0 || p.layer >= int(cfg_.layers.size()))
+      fail("minference: layer {} is outside the config's {} layers", p.layer, cfg_.layers.size());
+    prompt_lines_ = estimate_prompt_lines(p, cfg_.layers[size_t(p.layer)], pool, opt_.ratio);
+    prompt_layer_ = p.layer;
+  }
+
+  void end_prompt() override {
+    prompt_layer_ = -1;
+    prompt_lines_.clear();
+  }
+
  private:
   MInferenceConfig cfg_;
   MInferenceOptions opt_;
+  int prompt_layer_ = -1;              // the layer prompt_lines_ belong to (-1: none)
+  std::vector<VsLines> prompt_lines_;  // [n_head] prompt-wide VS lines (empty for other heads)
 };
 
 }  // namespace

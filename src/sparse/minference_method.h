@@ -9,8 +9,11 @@
 //                   (short prompts gain nothing and pay the index cost; default 0 = never)
 //   dense_layers=N  the first N layers stay dense (default 0)
 //   ratio=R         scales every VS budget (k_v, k_s), like the reference's minference_ratio
-// Chunked prefill: a chunk (q_pos0 > 0) builds its index from its own last 64 queries against
-// all cached keys; each chunk's index is fresh (nothing is carried between chunks).
+// Chunked prefill: the engine's CPU prefill runs layer-major when a layer has vertical-slash
+// heads (Transformer::forward_prompt): one estimate of each VS head's lines per layer from the
+// prompt's last 64 queries (prepare_prompt), converted by every chunk for its own query blocks,
+// as in the reference and on the GPU. Called chunk by chunk (Transformer::forward), a chunk
+// estimates from its own last 64 queries against all cached keys instead.
 // Without a config: an error telling the user to run `longctx search-patterns`.
 #pragma once
 #include <memory>

@@ -141,6 +141,55 @@ TEST(MInferenceMethod, ChunkedPrefillUsesEachChunksIndex) {
   }
 }
 
+TEST(MInferenceMethod, PromptWideLinesServeEveryChunk) {
+  // Layer-major prefill: prepare_prompt with the prompt's last 64 queries, then three chunks; each
+  // chunk's output is exact attention over the index its VS heads convert from those lines (BS
+  // and A-shape heads as usual); after end_prompt a chunk estimates from its own queries again.
+  const auto cfg = mixed_config();
+  auto m = make_minference_method(cfg, {}, ctx(2, 4, 2, 32));
+  auto full = test::make_problem(700, 0, 4, 2, 32, 77, /*q_sigma=*/2.f);
+  auto chunk = [&](int64_t q0, int64_t n, std::vector<float>& lse) {
+    AttnParams p = full.p;
+    p.layer = 1;
+    p.q = full.q.data() + q0 * 4 * 32;
+    p.o = full.o.data() + q0 * 4 * 32;
+    lse.resize(size_t(n * 4));
+    p.lse = lse.data();
+    p.n_q = n;
+    p.q_pos0 = q0;
+    p.n_kv = q0 + n;
+    return p;
+  };
+  std::vector<float> lse;
+  AttnParams last = chunk(700 - kLastQ, kLastQ, lse);
+  last.o = nullptr;
+  last.lse = nullptr;
+  EXPECT_TRUE(m->estimates_per_prompt(1, 700));
+  m->prepare_prompt(last, pool());
+  const std::vector<VsLines> lines = estimate_prompt_lines(last, cfg.layers[1], pool());
+  EXPECT_TRUE(lines[0].slash.empty()) << "block-sparse head: no lines";
+  EXPECT_FALSE(lines[1].slash.empty());
+  for (const auto& [q0, n] : {std::pair<int64_t, int64_t>{0, 250}, {250, 200}, {450, 250}}) {
+    const AttnParams p = chunk(q0, n, lse);
+    m->prefill(p, pool());
+    const SparseIndex idx = build_minference_index(p, cfg.layers[1], pool(), 1.0, lines);
+    const std::vector<float> o(p.o, p.o + n * 4 * 32);
+    const auto e = test::compare(o, lse, test::oracle_attention(p, test::index_mask(idx, 4)));
+    EXPECT_LT(e.o, test::kTolO) << "chunk at " << q0;
+    EXPECT_LT(e.lse, test::kTolLse) << "chunk at " << q0;
+    if (q0 == 0) {  // an early chunk: the prompt's lines are not the chunk's own
+      const SparseIndex own = build_minference_index(p, cfg.layers[1], pool());
+      EXPECT_NE(own.heads[1].cols, idx.heads[1].cols);
+    }
+  }
+  m->end_prompt();
+  const AttnParams p = chunk(250, 200, lse);
+  m->prefill(p, pool());
+  const std::vector<float> o(p.o, p.o + 200 * 4 * 32);
+  const auto e = test::compare(o, lse, test::oracle_attention(p, test::index_mask(build_minference_index(p, cfg.layers[1], pool()), 4)));
+  EXPECT_LT(e.o, test::kTolO) << "after end_prompt";
+}
+
 TEST(MInferenceMethod, HugeBudgetsAreClampedToDense) {
   MInferenceConfig cfg;
   cfg.layers = {{{PatternKind::VerticalSlash, 1000000, 1000000, 0}, {PatternKind::BlockSparse, 100000, 0, 0}}};
