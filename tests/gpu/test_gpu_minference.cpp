@@ -31,6 +31,7 @@
 #include "model/transformer.h"
 #include "sparse/attention_method.h"
 #include "sparse/minference_config.h"
+#include "../common/minference_test_configs.h"
 #include "test_util.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
@@ -60,19 +61,10 @@ TinyModelSpec tiny_d128() {
   return s;
 }
 
-HeadPattern vs(int64_t v, int64_t s) { return {PatternKind::VerticalSlash, v, s, 0}; }
-HeadPattern bs(int64_t k) { return {PatternKind::BlockSparse, k, 0, 0}; }
-HeadPattern ash(int64_t sink, int64_t window) { return {PatternKind::AShape, sink, window, 0}; }
-
-// Every pattern, budgets well below ~1.1K keys: VS keeps the 30 forced columns + 10 more and the
-// 100 forced diagonals + 50 more; block-sparse 3-4 of up to 18 key blocks; A-shape 64 + 256.
-MInferenceConfig mixed_config() {
-  MInferenceConfig c;
-  c.layers = {{vs(40, 150), bs(3), ash(64, 256), vs(100, 200)},
-              {bs(4), vs(40, 150), vs(60, 120), ash(32, 192)},
-              {vs(30, 160), ash(64, 128), bs(3), vs(50, 150)}};
-  return c;
-}
+using test::ash;
+using test::bs;
+using test::mixed_config;  // every pattern, budgets well below ~1.1K keys
+using test::vs;
 
 // Budgets past any prompt here: every pattern covers all causal keys.
 MInferenceConfig full_config() {

@@ -18,14 +18,15 @@
 #include <cstdio>
 #include <filesystem>
 #include <random>
-#include <unistd.h>
 
+#include "../common/minference_test_configs.h"
 #include "loader/model_file.h"
 #include "longctx/engine.h"
 #include "model/config.h"
 #include "model/tiny_model.h"
 #include "model/transformer.h"
 #include "model/weights.h"
+#include "model_test_util.h"
 #include "sparse/minference_config.h"
 #include "sparse/minference_method.h"
 #include "util/thread_pool.h"
@@ -37,18 +38,9 @@ namespace fs = std::filesystem;
 
 constexpr int64_t kPrompt = 1100, kChunk = 256, kRows = 4;
 
-HeadPattern vs(int64_t v, int64_t s) { return {PatternKind::VerticalSlash, v, s, 0}; }
-HeadPattern bs(int64_t k) { return {PatternKind::BlockSparse, k, 0, 0}; }
-HeadPattern ash(int64_t sink, int64_t window) { return {PatternKind::AShape, sink, window, 0}; }
-
-// Budgets well below the prompt: VS keeps the forced lines and a few more, BS 3-4 of 18 blocks.
-MInferenceConfig mixed_config() {
-  MInferenceConfig c;
-  c.layers = {{vs(40, 150), bs(3), ash(64, 256), vs(100, 200)},
-              {bs(4), vs(40, 150), vs(60, 120), ash(32, 192)},
-              {vs(30, 160), ash(64, 128), bs(3), vs(50, 150)}};
-  return c;
-}
+using test::ash;
+using test::bs;
+using test::mixed_config;  // 3 layers x 4 heads, every pattern, budgets well below the prompt
 
 struct Fixture {
   fs::path dir;
@@ -61,9 +53,7 @@ struct Fixture {
 Fixture& fixture() {
   static Fixture* f = [] {
     auto* x = new Fixture;
-    x->dir = fs::temp_directory_path() / ("longctx-test-prompt-wide-" + std::to_string(::getpid()));
-    fs::remove_all(x->dir);
-    fs::create_directories(x->dir);
+    x->dir = test::temp_dir("prompt-wide");
     TinyModelSpec spec;
     spec.n_layer = 3;
     spec.n_embd = 128;
@@ -112,12 +102,7 @@ std::vector<float> layer_major(Transformer& t, int64_t chunk, int* layers_done =
   return lg;
 }
 
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double m = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) m = std::max(m, double(std::abs(a[i] - b[i])));
-  return m;
-}
+using test::max_abs_diff;
 
 double max_abs(const std::vector<float>& a) {
   double m = 0;

@@ -10,6 +10,7 @@
 
 #include "longctx/engine.h"
 #include "model/tiny_model.h"
+#include "model_test_util.h"
 #include "util/error.h"
 
 namespace longctx {
@@ -17,19 +18,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-fs::path temp_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("longctx-test-" + name + "-" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
-}
-
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double m = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) m = std::max(m, double(std::abs(a[i] - b[i])));
-  return m;
-}
+using test::max_abs_diff;
+using test::temp_dir;
 
 struct Variant {
   const char* name;
