@@ -72,7 +72,8 @@ rows = [r for r in csv.reader(open(sys.argv[1])) if r]
 head = next(i for i, r in enumerate(rows) if "Kernel Name" in r)
 names, data = rows[head], [r for r in rows[head + 2:] if len(r) == len(rows[head])]
 for r, kind in zip(data, ("block-sparse", "vertical-slash")):
-    print(kind + ": " + ", ".join(f"{n}={v}" for n, v in zip(names, r) if "__" in n))
+    print(kind + ": " + ", ".join(f"{n}={v}" for n, v in zip(names, r)
+                                 if n.split("__")[0] in ("gpu", "dram", "lts", "l1tex", "sm")))
 PY
   [ $rc = 0 ] || { echo "NCU FAILED (rc=$rc)"; tail -5 "$OUT/ncu.log"; status=1; }
 fi

@@ -23,6 +23,11 @@ VsLines estimate_head_lines(const AttnParams& p, int h, const HeadPattern& hp, d
   return lines;
 }
 
+void check_head_count(const AttnParams& p, std::span<const HeadPattern> heads) {
+  if (int64_t(heads.size()) != p.n_head)
+    fail("minference: {} head patterns for a layer with {} query heads", heads.size(), p.n_head);
+}
+
 }  // namespace
 
 void build_head_index(const AttnParams& p, int h, const HeadPattern& hp, HeadIndex& out, double ratio,
@@ -52,8 +57,7 @@ void build_head_index(const AttnParams& p, int h, const HeadPattern& hp, HeadInd
 
 SparseIndex build_minference_index(const AttnParams& p, std::span<const HeadPattern> heads, ThreadPool& pool,
                                    double ratio, std::span<const VsLines> prompt_lines) {
-  if (int64_t(heads.size()) != p.n_head)
-    fail("minference: {} head patterns for a layer with {} query heads", heads.size(), p.n_head);
+  check_head_count(p, heads);
   if (!prompt_lines.empty() && prompt_lines.size() != heads.size())
     fail("internal: {} prompt-wide line sets for {} heads", prompt_lines.size(), heads.size());
   SparseIndex idx;
@@ -69,8 +73,7 @@ SparseIndex build_minference_index(const AttnParams& p, std::span<const HeadPatt
 
 std::vector<VsLines> estimate_prompt_lines(const AttnParams& p, std::span<const HeadPattern> heads, ThreadPool& pool,
                                            double ratio) {
-  if (int64_t(heads.size()) != p.n_head)
-    fail("minference: {} head patterns for a layer with {} query heads", heads.size(), p.n_head);
+  check_head_count(p, heads);
   std::vector<VsLines> lines(heads.size());
   pool.parallel_for(p.n_head, [&](int64_t h0, int64_t h1) {
     for (int64_t h = h0; h < h1; ++h)

@@ -222,22 +222,19 @@ __global__ void __launch_bounds__(kThreads, 1)
       auto flush_pack = [&] {
         const int s = t % kStages;
         acquire(s);
-        int32_t* hd = hdr(w, s);
-        if (lane == 0) {
+        if (lane == 0) {  // the header first: the arrive in mbar_expect_tx publishes it
+          int32_t* hd = hdr(w, s);
           hd[kHdrFlags] = kHdrFlagPacked | kHdrFlagMask;
 #pragma unroll
           for (int j = 0; j < kSegs; ++j) {
             hd[j] = j < np ? ps[j] : ps[0];
             hd[kSegs + j] = j < np ? pc[j] : 0;
           }
-        }
-        __syncwarp();
-        if (lane == 0) {
           const uint32_t sk = wb + kWgK + s * kTile, sv = wb + kWgV + s * kTile;
           mbar_expect_tx(bar(w, 1 + s), 2 * kTile);
 #pragma unroll
           for (int j = 0; j < kSegs; ++j) {
-            const int32_t k0 = j < np ? ps[j] : ps[0];
+            const int32_t k0 = hd[j];
             const uint32_t off = j * kSeg * 128;  // 16 rows of 128 bytes: 1024-byte aligned, same swizzle
             tma_load_3d(sk + off, &tm_k16, bar(w, 1 + s), 0, kvh, k0);
             tma_load_3d(sk + kHalf + off, &tm_k16, bar(w, 1 + s), 64, kvh, k0);

@@ -75,8 +75,8 @@ struct Args {
 
 // One warp per row (token, head): lane f owns positional pair f (dims f and f + 64) and the
 // semantic dims 32 + f and 96 + f, so each of the warp's four stores writes 64 contiguous bytes
-// (one thread per row wrote 2-byte pieces 256 bytes apart: ~10 ms per layer and 16K chunk of
-// Llama-3-8B geometry, benchmark overhead inside every `bench model --synthetic-qk` prefill).
+// (one thread per row wrote 2-byte pieces 256 bytes apart; the fill is benchmark overhead
+// inside every `bench model --synthetic-qk` prefill).
 __global__ void structured_kernel(Args a) {
   const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = int(threadIdx.x % 32);
@@ -123,6 +123,7 @@ __global__ void structured_kernel(Args a) {
   }
 }
 
+// Host: the constant table (positional components N(0,1); directions normalised to unit length).
 std::vector<float> make_table(int n_kv_head, uint64_t seed) {
   std::vector<float> t(size_t(n_kv_head) * kTabPerHead);
   std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + 17);
