@@ -92,7 +92,8 @@ class Engine {
   virtual GenerateResult generate(std::span<const int32_t> prompt, const SamplingParams& sp,
                                   const ProgressFn& progress = {}, const TokenFn& on_token = {}) = 0;
 
-  // Teacher-forced log-probabilities: out[i] = log p(tokens[i+1] | tokens[0..i]), size n-1.
+  // Teacher-forced log-probabilities: out[i] = log p(tokens[i+1] | tokens[0..i]), size n-1. The
+  // text is prefilled as one prompt (generate's chunks; MInference: its one estimate per prompt).
   virtual std::vector<float> score(std::span<const int32_t> tokens, const ProgressFn& progress = {}) = 0;
 
   // Logits [n_last, vocab] of the last n_last positions after a fresh prefill of tokens.

@@ -218,6 +218,21 @@ void* GpuTransformer::kv_cache_at(int l, int which) const {
 
 void GpuTransformer::forward(std::span<const int32_t> tokens, int64_t n_logits, std::vector<float>* logits,
                              const LayerProgressFn& progress) {
+  const int64_t T = int64_t(tokens.size()), V = cfg_.vocab_size;
+  if (T == 0) return;
+  const int64_t n = logits ? std::clamp<int64_t>(n_logits, 0, T) : 0;
+  LogitsSink sink;
+  if (logits) {
+    logits->resize(size_t(n * V));
+    sink = [dst = logits->data(), first = T - n, V](int64_t row, int64_t rows, const float* lg) {
+      std::copy(lg, lg + rows * V, dst + (row - first) * V);
+    };
+  }
+  forward(tokens, n, sink, progress);
+}
+
+void GpuTransformer::forward(std::span<const int32_t> tokens, int64_t n_logits, const LogitsSink& sink,
+                             const LayerProgressFn& progress) {
   const int64_t T = int64_t(tokens.size());
   if (T == 0) return;
   if (broken_) fail("the GPU model was interrupted by an earlier error; reset() it before the next forward");
@@ -226,34 +241,34 @@ void GpuTransformer::forward(std::span<const int32_t> tokens, int64_t n_logits, 
   const int64_t V = cfg_.vocab_size;
   for (int32_t id : tokens)
     if (id < 0 || id >= V) fail("token id {} is outside the vocabulary (size {})", id, V);
-  n_logits = logits ? std::clamp<int64_t>(n_logits, 0, T) : 0;
-  if (logits) logits->resize(size_t(n_logits * V));
+  n_logits = sink ? std::clamp<int64_t>(n_logits, 0, T) : 0;
   broken_ = true;
   const int64_t first = T - n_logits;  // first token (index in `tokens`) whose logits are wanted
   // fp8: a step before any prefill (scales unset) runs as a 1-token layer-major prefill
   const bool scales_set = kv_type_ != KvCacheType::fp8 || k_scale_[0] > 0.f;
   if (T == 1 && scales_set) {
-    decode_token(tokens[0], n_logits ? logits->data() : nullptr);
+    if (n_logits) logit_host_.resize(size_t(V));
+    decode_token(tokens[0], n_logits ? logit_host_.data() : nullptr);
+    if (n_logits) sink(0, 1, logit_host_.data());
     broken_ = false;
     return;
   }
   if (layer_major()) {
-    forward_layer_major(tokens, first, logits ? logits->data() : nullptr, progress);
+    forward_layer_major(tokens, first, sink, progress);
     broken_ = false;
     note_memory();
     return;
   }
   for (int64_t c0 = 0; c0 < T; c0 += layout_.chunk) {
     const int64_t c1 = std::min(T, c0 + layout_.chunk);
-    forward_chunk(tokens.data() + c0, c1 - c0, std::max<int64_t>(first - c0, 0),
-                  logits ? logits->data() : nullptr, std::max<int64_t>(c0 - first, 0));
+    forward_chunk(tokens.data() + c0, c1 - c0, std::max<int64_t>(first - c0, 0), c0, sink);
   }
   broken_ = false;
   if (T > 1) note_memory();
 }
 
-void GpuTransformer::forward_chunk(const int32_t* ids, int64_t T, int64_t first_row, float* logits,
-                                   int64_t out_row0) {
+void GpuTransformer::forward_chunk(const int32_t* ids, int64_t T, int64_t first_row, int64_t row0,
+                                   const LogitsSink& sink) {
   const int64_t pos0 = len_;
   int32_t* d_ids = static_cast<int32_t*>(act(layout_.ids));
   cuda::copy_h2d(d_ids, ids, size_t(T) * sizeof(int32_t), stream_);
@@ -264,17 +279,23 @@ void GpuTransformer::forward_chunk(const int32_t* ids, int64_t T, int64_t first_
     layer({.l = l, .T = T, .pos0 = pos0, .x = act(layout_.x), .k_all = kv_cache_at(l, 0), .v_all = kv_cache_at(l, 1)});
   if (events_used_ > 0) read_attention_times();
   len_ = pos0 + T;
-  if (logits && first_row < T) {
-    // Final norm and LM head for rows first_row..T-1 only, kLogitRows at a time.
+  if (sink && first_row < T) {
+    // Final norm and LM head for rows first_row..T-1 only, logit_rows at a time.
     const int64_t E = cfg_.n_embd;
     for (int64_t r0 = first_row; r0 < T; r0 += layout_.logit_rows) {
       const int64_t m = std::min(layout_.logit_rows, T - r0);
-      lm_head(at(act(layout_.x), size_t(r0 * E)), m, logits + (out_row0 + (r0 - first_row)) * int64_t(cfg_.vocab_size));
+      emit_logits(at(act(layout_.x), size_t(r0 * E)), m, row0 + r0, sink);
     }
   }
 }
 
-void GpuTransformer::forward_layer_major(std::span<const int32_t> tokens, int64_t first_row, float* logits,
+void GpuTransformer::emit_logits(const void* x_rows, int64_t m, int64_t row, const LogitsSink& sink) {
+  logit_host_.resize(size_t(m * cfg_.vocab_size));
+  lm_head(x_rows, m, logit_host_.data());
+  sink(row, m, logit_host_.data());
+}
+
+void GpuTransformer::forward_layer_major(std::span<const int32_t> tokens, int64_t first_row, const LogitsSink& sink,
                                          const LayerProgressFn& progress) {
   if (!stage_) fail("internal: layer-major prefill with no staging buffer");
   const int64_t pos0 = len_, T = int64_t(tokens.size()), C = layout_.chunk;
@@ -312,9 +333,9 @@ void GpuTransformer::forward_layer_major(std::span<const int32_t> tokens, int64_
     if (progress) progress(l + 1, cfg_.n_layer);
   }
   len_ = pos0 + T;
-  for (int64_t r0 = first_row; logits && r0 < T; r0 += layout_.logit_rows) {
+  for (int64_t r0 = first_row; sink && r0 < T; r0 += layout_.logit_rows) {
     const int64_t m = std::min(layout_.logit_rows, T - r0);
-    lm_head(at(xs, size_t(r0 * E)), m, logits + (r0 - first_row) * int64_t(cfg_.vocab_size));
+    emit_logits(at(xs, size_t(r0 * E)), m, r0, sink);
   }
   cuda::stream_sync(stream_);
   cuda::check_last_error("GPU layer-major prefill");

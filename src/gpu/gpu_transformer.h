@@ -63,6 +63,7 @@
 #include "kernels/cuda/structured_qk.h"
 #include "longctx/engine.h"
 #include "model/config.h"
+#include "model/logits_sink.h"
 
 namespace longctx::gpu {
 
@@ -140,6 +141,10 @@ class GpuTransformer {
   // `progress` is called per layer by a layer-major prefill (fp8 cache), else never.
   void forward(std::span<const int32_t> tokens, int64_t n_logits, std::vector<float>* logits,
                const LayerProgressFn& progress = {});
+  // The same, the logits of the last n_logits positions handed to sink a few rows at a time
+  // (model/logits_sink.h; at most the arena's logit rows per call: scoring long texts).
+  void forward(std::span<const int32_t> tokens, int64_t n_logits, const LogitsSink& sink,
+               const LayerProgressFn& progress = {});
   // Engine::capture_attention on the GPU (gpu_capture.cpp): a dense layer-major prefill of
   // tokens from position 0 that calls observer once per layer with that layer's post-RoPE Q,
   // K and V of all tokens as host fp32 (the AttnCapture contract), whatever GpuOptions::attn
@@ -149,12 +154,14 @@ class GpuTransformer {
   void capture_attention(std::span<const int32_t> tokens, const AttnObserver& observer);
 
  private:
-  // Tokens ids[0..T) at position size(); logits of rows first_row..T-1 go to
-  // logits + out_row0 * vocab onwards.
-  void forward_chunk(const int32_t* ids, int64_t T, int64_t first_row, float* logits, int64_t out_row0);
-  // fp8 cache: all T tokens layer by layer (see above); logits of rows first_row..T-1 to logits.
-  void forward_layer_major(std::span<const int32_t> tokens, int64_t first_row, float* logits,
+  // Tokens ids[0..T) at position size(); logits of rows first_row..T-1 go to sink as rows
+  // row0 + first_row.. (row0: the chunk's first row in the forward() call).
+  void forward_chunk(const int32_t* ids, int64_t T, int64_t first_row, int64_t row0, const LogitsSink& sink);
+  // fp8 cache: all T tokens layer by layer (see above); logits of rows first_row..T-1 to sink.
+  void forward_layer_major(std::span<const int32_t> tokens, int64_t first_row, const LogitsSink& sink,
                            const LayerProgressFn& progress);
+  // Final norm + LM head of m <= logit_rows rows x_rows [m, E] (device), handed to sink as rows row..
+  void emit_logits(const void* x_rows, int64_t m, int64_t row, const LogitsSink& sink);
   // Ends layer l of a layer-major prefill: sets the layer's scales (first prefill) and
   // quantizes the staged rows [pos0, pos0+T) into the cache.
   void store_layer_kv(int l, int64_t pos0, int64_t T);
@@ -223,6 +230,7 @@ class GpuTransformer {
   void* kv_ = nullptr;
   size_t kv_bytes_ = 0;
   std::vector<float> k_scale_, v_scale_;  // fp8: per layer; 0 = not set yet (set by the first prefill)
+  std::vector<float> logit_host_;  // [<= logit_rows, vocab] logits on their way to a sink
   void* stage_ = nullptr;                 // layer-major: stage_layout(cap_) block (fp8: bf16 K/V of one layer; x)
   StageLayout stage_layout_;
   float* amax_ = nullptr;                 // fp8: device float [2], max |K| and |V| of a layer's new rows

@@ -103,13 +103,16 @@ Transformer::Scratch Transformer::scratch(int64_t T) const {
 
 void Transformer::lm_head(const float* x, int64_t T, int64_t n_logits, std::vector<float>* logits) {
   if (n_logits <= 0 || !logits) return;
-  const int64_t E = cfg_.n_embd, V = cfg_.vocab_size;
   n_logits = std::min(n_logits, T);
-  const float* xl = x + (T - n_logits) * E;
-  std::vector<float> h(size_t(n_logits * E));  // [n_logits, E]
-  rmsnorm_ref(xl, w_.out_norm.data(), h.data(), n_logits, E, cfg_.rms_eps, pool_);
-  logits->resize(size_t(n_logits * V));
-  matmul_ref({h.data(), w_.output().data(), nullptr, logits->data(), n_logits, E, V}, pool_);
+  head_rows(x + (T - n_logits) * cfg_.n_embd, n_logits, *logits);
+}
+
+void Transformer::head_rows(const float* x, int64_t rows, std::vector<float>& logits) {
+  const int64_t E = cfg_.n_embd, V = cfg_.vocab_size;
+  std::vector<float> h(size_t(rows * E));  // [rows, E]
+  rmsnorm_ref(x, w_.out_norm.data(), h.data(), rows, E, cfg_.rms_eps, pool_);
+  logits.resize(size_t(rows * V));
+  matmul_ref({h.data(), w_.output().data(), nullptr, logits.data(), rows, E, V}, pool_);
 }
 
 void Transformer::check_room(int64_t pos0, int64_t T) const {
@@ -153,8 +156,28 @@ bool Transformer::prompt_wide(int64_t n_tokens, int64_t chunk) const {
 
 void Transformer::forward_prompt(std::span<const int32_t> tokens, int64_t chunk, int64_t n_logits,
                                  std::vector<float>* logits, const LayerProgressFn& progress) {
+  if (tokens.empty()) return;
+  std::vector<float> x = prompt_layers(tokens, chunk, progress);
+  lm_head(x.data(), int64_t(tokens.size()), n_logits, logits);
+}
+
+void Transformer::forward_prompt(std::span<const int32_t> tokens, int64_t chunk, int64_t n_logits,
+                                 const LogitsSink& sink, const LayerProgressFn& progress) {
+  const int64_t T = int64_t(tokens.size()), E = cfg_.n_embd;
+  std::vector<float> x = prompt_layers(tokens, chunk, progress);
+  if (!sink || T == 0) return;
+  std::vector<float> lg;
+  for (int64_t r0 = T - std::clamp<int64_t>(n_logits, 0, T); r0 < T; r0 += chunk) {
+    const int64_t rows = std::min(chunk, T - r0);
+    head_rows(x.data() + r0 * E, rows, lg);
+    sink(r0, rows, lg.data());
+  }
+}
+
+std::vector<float> Transformer::prompt_layers(std::span<const int32_t> tokens, int64_t chunk,
+                                              const LayerProgressFn& progress) {
   const int64_t T = int64_t(tokens.size());
-  if (T == 0) return;
+  if (T == 0) return {};
   if (chunk <= 0) fail("prefill chunk must be positive (got {})", chunk);
   const int64_t pos0 = cache_.size();
   check_room(pos0, T);
@@ -177,7 +200,7 @@ void Transformer::forward_prompt(std::span<const int32_t> tokens, int64_t chunk,
     if (progress) progress(l + 1, cfg_.n_layer);
   }
   cache_.set_size(pos0 + T);
-  lm_head(x.data(), T, n_logits, logits);
+  return x;
 }
 
 }  // namespace longctx

@@ -15,6 +15,7 @@
 #include "longctx/engine.h"
 #include "model/config.h"
 #include "model/kv_cache.h"
+#include "model/logits_sink.h"
 #include "model/weights.h"
 #include "sparse/attention_method.h"
 
@@ -50,6 +51,10 @@ class Transformer {
   using LayerProgressFn = std::function<void(int, int)>;
   void forward_prompt(std::span<const int32_t> tokens, int64_t chunk, int64_t n_logits, std::vector<float>* logits,
                       const LayerProgressFn& progress = {});
+  // The same, the logits of the last n_logits rows handed to sink `chunk` rows at a time
+  // (model/logits_sink.h: scoring every position of a long text in bounded memory).
+  void forward_prompt(std::span<const int32_t> tokens, int64_t chunk, int64_t n_logits, const LogitsSink& sink,
+                      const LayerProgressFn& progress = {});
 
  private:
   struct LayerRows {  // rows [pos0, pos0 + T) of layer l; x: their residual stream [T, n_embd]
@@ -69,6 +74,10 @@ class Transformer {
   // Attention through the method (decode for one row), output projection, MLP, residuals.
   void attend_and_mlp(const LayerRows& r, const float* q, Scratch& s);
   void lm_head(const float* x, int64_t T, int64_t n_logits, std::vector<float>* logits);  // last n_logits rows
+  void head_rows(const float* x, int64_t rows, std::vector<float>& logits);  // x [rows, E] -> [rows, vocab]
+  // forward_prompt's layers: the prompt's residual stream [T, E] after the last layer; the cache
+  // then holds the prompt.
+  std::vector<float> prompt_layers(std::span<const int32_t> tokens, int64_t chunk, const LayerProgressFn& progress);
 
   ModelConfig cfg_;
   ModelWeights w_;

@@ -40,8 +40,14 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Tokens per chunk when scoring: logits of every position are needed, [chunk, vocab] floats.
-constexpr int64_t kScoreChunk = 256;
+// log p(token `next` | row) from one row of logits [V], in double (stable log-sum-exp).
+float log_prob(const float* row, int64_t V, int32_t next) {
+  float mx = row[0];
+  for (int64_t j = 1; j < V; ++j) mx = std::max(mx, row[j]);
+  double sum = 0;
+  for (int64_t j = 0; j < V; ++j) sum += std::exp(double(row[j] - mx));
+  return float(row[next] - mx - std::log(sum));
+}
 // Seed of --random-weights models: fixed, so benchmark runs are repeatable.
 constexpr uint64_t kRandomWeightsSeed = 1;
 
@@ -149,22 +155,37 @@ class CpuEngine final : public Engine {
     if (n < 2) fail("scoring needs at least 2 tokens (got {})", n);
     if (n > max_ctx_) fail("the text has {} tokens, more than the model's context of {} tokens", n, max_ctx_);
     reset_model(n);
-    std::vector<float> out;
-    out.reserve(size_t(n - 1));
-    std::vector<float> logits;
+    // The text runs as one prompt (the same chunks and, for MInference, the same one estimate per
+    // text as generate's prefill); its logits arrive a few rows at a time and become log-probs
+    // at once, so memory stays at [chunk, vocab] floats whatever the length.
+    std::vector<float> out(size_t(n - 1));
     const int64_t V = cfg_.vocab_size;
+    const LogitsSink take = [&](int64_t row, int64_t rows, const float* lg) {
+      for (int64_t t = row; t < row + rows && t + 1 < n; ++t)
+        out[size_t(t)] = log_prob(lg + (t - row) * V, V, tokens[size_t(t + 1)]);
+    };
     const auto t0 = Clock::now();
-    for (int64_t c0 = 0; c0 < n; c0 += kScoreChunk) {
-      const int64_t c1 = std::min(n, c0 + kScoreChunk);
-      forward_model(tokens.subspan(size_t(c0), size_t(c1 - c0)), c1 - c0, &logits);
-      for (int64_t t = c0; t < c1 && t + 1 < n; ++t) {
-        const float* row = logits.data() + (t - c0) * V;
-        float mx = row[0];
-        for (int64_t j = 1; j < V; ++j) mx = std::max(mx, row[j]);
-        double sum = 0;
-        for (int64_t j = 0; j < V; ++j) sum += std::exp(double(row[j] - mx));
-        out.push_back(float(row[tokens[size_t(t + 1)]] - mx - std::log(sum)));
-      }
+#ifdef LONGCTX_WITH_GPU
+    if (on_gpu_) {  // chunks or layer-major, as prefill; progress per layer when layer-major
+      gpu::LayerProgressFn lp;
+      if (progress) lp = [&](int done, int n_layer) { progress({n * done / n_layer, n, seconds_since(t0)}); };
+      gpu_->forward(tokens, n, take, lp);
+      if (progress) progress({n, n, seconds_since(t0)});
+      return out;
+    }
+#endif
+    const int64_t step = chunk_size();
+    if (model_->prompt_wide(n, step)) {  // MInference: one estimate per text, layer-major
+      Transformer::LayerProgressFn lp;
+      if (progress) lp = [&](int done, int n_layer) { progress({n * done / n_layer, n, seconds_since(t0)}); };
+      model_->forward_prompt(tokens, step, n, take, lp);
+      return out;
+    }
+    std::vector<float> logits;
+    for (int64_t c0 = 0; c0 < n; c0 += step) {
+      const int64_t c1 = std::min(n, c0 + step);
+      model_->forward(tokens.subspan(size_t(c0), size_t(c1 - c0)), c1 - c0, &logits);
+      take(c0, c1 - c0, logits.data());
       if (progress) progress({c1, n, seconds_since(t0)});
     }
     return out;

@@ -436,7 +436,8 @@ TEST_F(GpuMInference, DenseLayersAndDenseBelow) {
 
 // Through the Engine (what --attn minference=CFG --device cuda runs): logits and greedy tokens
 // of the GPU engine (chunks of 512, layer-major: one vertical-slash estimate per prompt) vs the
-// CPU engine with the same spec on the whole prompt as one chunk (the same single estimate).
+// CPU engine with the same spec on the whole prompt as one chunk (the same single estimate); the
+// same for score() (perplexity).
 TEST_F(GpuMInference, EngineOnCudaMatchesCpuEngine) {
   Fixture& f = fixture();
   const std::string spec = "minference=" + f.mixed + ":dense_layers=1";
@@ -457,6 +458,17 @@ TEST_F(GpuMInference, EngineOnCudaMatchesCpuEngine) {
   EXPECT_LE(worst, 1.0);
   EXPECT_EQ(st.sparse_calls, 2 * 3);  // layers 1, 2 x chunks of 512, 512, 276
   EXPECT_EQ(st.prompt_estimates, 2);  // layers 1, 2: one estimate each
+  // Perplexity scoring prefills the text as one prompt too (one estimate per layer, logits of
+  // every row streamed out); a log-softmax moves by at most twice the largest logit difference.
+  double tol = 0;
+  for (int r = 0; r < 2; ++r) tol = std::max(tol, compare_row(lc.data() + r * V, lg.data() + r * V, V).tol());
+  const auto sc = cpu->score(ids), sg = gpu->score(ids);
+  EXPECT_EQ(gpu::last_gpu_prefill_stats().prompt_estimates, 2);
+  ASSERT_EQ(sc.size(), sg.size());
+  double worst_lp = 0;
+  for (size_t i = 0; i < sc.size(); ++i) worst_lp = std::max(worst_lp, double(std::abs(sc[i] - sg[i])));
+  std::printf("[ engine gpu minference ] score: max |log-prob diff| %.3f (bound %.3f)\n", worst_lp, 2 * tol);
+  EXPECT_LT(worst_lp, 2 * tol);
   SamplingParams sp;
   sp.max_tokens = 6;
   sp.stop_at_eos = false;

@@ -8,7 +8,7 @@
 //     the layer-major prefill equals one chunk of the whole prompt (both estimate from its last
 //     64 queries) to fp32 rounding, while forward() chunk by chunk (an estimate per chunk) is
 //     measurably further away: the test would see a prefill that ignored the prompt-wide lines;
-//   - the Engine takes this path on the CPU, for generate's prefill and for logits();
+//   - the Engine takes this path on the CPU, for generate's prefill, logits() and score();
 //   - estimates_per_prompt respects dense_layers / dense_below and configs without VS heads.
 // Run: build/tests/model/test_model --gtest_filter='PromptWide*'
 #include <gtest/gtest.h>
@@ -156,6 +156,63 @@ TEST(PromptWide, EngineUsesItOnTheCpu) {
   eng->generate(f.ids, sp, [&](const Progress& p) { seen.push_back(p.done); });
   ASSERT_GE(int64_t(seen.size()), int64_t(f.cfg.n_layer));
   for (int l = 0; l < f.cfg.n_layer; ++l) EXPECT_EQ(seen[size_t(l)], kPrompt * (l + 1) / f.cfg.n_layer) << l;
+}
+
+// Log-probs of the fixture's prompt from logits [kPrompt, vocab] (row t predicts token t + 1).
+std::vector<double> log_probs(const std::vector<float>& lg) {
+  const auto& ids = fixture().ids;
+  const int64_t V = fixture().cfg.vocab_size;
+  std::vector<double> out;
+  for (int64_t t = 0; t + 1 < kPrompt; ++t) {
+    const float* row = lg.data() + t * V;
+    double mx = row[0], sum = 0;
+    for (int64_t j = 1; j < V; ++j) mx = std::max(mx, double(row[j]));
+    for (int64_t j = 0; j < V; ++j) sum += std::exp(double(row[j]) - mx);
+    out.push_back(double(row[ids[size_t(t + 1)]]) - mx - std::log(sum));
+  }
+  return out;
+}
+
+// Perplexity scoring (Engine::score) prefills the text as one prompt: in chunks of 256 it matches
+// one chunk of the whole text (one estimate each) and not the estimate-per-chunk scheme it used
+// before; progress comes per layer.
+TEST(PromptWide, ScoreUsesOneEstimatePerText) {
+  const Fixture& f = fixture();
+  auto chunked =
+      Engine::load({.model_path = f.model, .n_threads = 2, .attn = minference_spec(), .prefill_chunk = kChunk});
+  auto one = Engine::load({.model_path = f.model, .n_threads = 2, .attn = minference_spec(), .prefill_chunk = 2048});
+  std::vector<int64_t> seen;
+  const auto sc = chunked->score(f.ids, [&](const Progress& p) { seen.push_back(p.done); });
+  const auto so = one->score(f.ids);
+  ASSERT_EQ(sc.size(), size_t(kPrompt - 1));
+  ASSERT_EQ(so.size(), sc.size());
+  // The per-chunk scheme: every chunk's logits from forward() with its own estimate.
+  auto per = transformer(minference_spec());
+  std::vector<float> all, lg;
+  for (int64_t c0 = 0; c0 < kPrompt; c0 += kChunk) {
+    const int64_t c1 = std::min(kPrompt, c0 + kChunk);
+    per->forward(std::span(f.ids).subspan(size_t(c0), size_t(c1 - c0)), c1 - c0, &lg);
+    all.insert(all.end(), lg.begin(), lg.end());
+  }
+  const auto sp = log_probs(all);
+  double d_one = 0, d_per = 0;
+  for (size_t i = 0; i < sc.size(); ++i) {
+    d_one = std::max(d_one, std::abs(double(sc[i]) - so[i]));
+    d_per = std::max(d_per, std::abs(sp[i] - so[i]));
+  }
+  std::printf("[ prompt-wide ] score in chunks of %lld vs one chunk: max |log-prob diff| %.2e; per-chunk "
+              "estimates %.2e\n", (long long)kChunk, d_one, d_per);
+  EXPECT_LE(d_one, 1e-4) << "scoring should make one estimate per text";
+  EXPECT_GE(d_per, 20 * std::max(d_one, 1e-5)) << "the per-chunk scheme should be measurably different";
+  ASSERT_GE(int64_t(seen.size()), int64_t(f.cfg.n_layer));
+  for (int l = 0; l < f.cfg.n_layer; ++l) EXPECT_EQ(seen[size_t(l)], kPrompt * (l + 1) / f.cfg.n_layer) << l;
+  // Dense scoring keeps its chunk-by-chunk path and equals the logits of one prefill.
+  auto dense = Engine::load({.model_path = f.model, .n_threads = 2, .prefill_chunk = kChunk});
+  const auto sd = dense->score(f.ids);
+  const auto ld = log_probs(dense->logits(f.ids, kPrompt));
+  double d_dense = 0;
+  for (size_t i = 0; i < sd.size(); ++i) d_dense = std::max(d_dense, std::abs(double(sd[i]) - ld[i]));
+  EXPECT_LE(d_dense, 1e-4);
 }
 
 TEST(PromptWide, WhichLayersEstimatePerPrompt) {
