@@ -147,7 +147,7 @@ if [ $do_eval = 1 ]; then
   else
     IFS=';' read -r -a eval_runs <<< "${EVAL_TASKS:-passkey;passkey --no-chat;niah}"
     for run in "${eval_runs[@]}"; do
-      name=$(echo "$run" | tr -d ' -' )
+      name=$(echo "$run" | tr -cd '[:alnum:]' | cut -c1-40)  # a file name: the run's letters and digits
       echo "== eval $run --device cuda (default model, --attn ${EVAL_ATTN:-dense}, ${EVAL_LENGTHS:-2k,4k,8k}, 5 depths, ${EVAL_SAMPLES:-4} samples)"
       t0=$(date +%s)
       timeout ${EVAL_TIMEOUT:-150} $BIN/longctx eval $run --device cuda --attn "${EVAL_ATTN:-dense}" \
