@@ -63,12 +63,14 @@ struct Sm90Smem {
   static_assert(kBytes <= 227 * 1024, "shared memory per block");
 };
 constexpr int kConsumerThreads = 256;
-// Register split by setmaxnreg: 128 x 24 (producer) + 256 x 240 (consumers) <= 64K. The consumer
+// Register split by setmaxnreg: 128 x 24 (producer) + 256 x 240 (consumers) = 384 x 168, what the
+// CTA holds at launch (sm90::setmaxnreg_split_fits). The consumer
 // loop needs ~200 (O 64 + S 64 + P 32 + addressing); ptxas allocates per branch only when the
 // producer/consumer roles are the two arms of one if/else with setmaxnreg at the top of each
 // (an early-return producer in warpgroup 0 left everything at 168 registers and spilling).
 // A kernel of 288 threads is not an alternative: ptxas rounds wgmma kernels to warpgroups.
 constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+static_assert(setmaxnreg_split_fits(kThreads, 128, kProducerRegs, kConsumerRegs), "register split");
 
 struct Sm90Args {
   bf16* o;

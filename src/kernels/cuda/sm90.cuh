@@ -19,6 +19,15 @@
 
 namespace longctx::cuda::sm90 {
 
+// setmaxnreg: a CTA of `threads` threads (__launch_bounds__(threads, 1)) starts with threads x R
+// registers, R = 65536 / threads rounded down to 8; the consumers' setmaxnreg.inc waits until the
+// producers' .dec has freed enough, so a split that takes more than it frees hangs the kernel
+// (seen on an H100, 2026-11-24: 128 x 80 + 256 x 216 = 65536 > 384 x 168).
+constexpr bool setmaxnreg_split_fits(int threads, int producer_threads, int producer_regs, int consumer_regs) {
+  return producer_threads * producer_regs + (threads - producer_threads) * consumer_regs <=
+         threads * (65536 / threads / 8 * 8);
+}
+
 // ---- mbarrier and TMA ------------------------------------------------------------------------
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));

@@ -84,9 +84,11 @@ constexpr int kBarsPerWg = 1 + 2 * kStages;  // q_full, full[s], empty[s]
 constexpr int kSmemMeta = 2 * kWgBytes;
 constexpr int kSmemBytes = kSmemMeta + 2 * kBarsPerWg * 8 + 2 * kStages * kHdrBytes + 1024;  // + align slack
 static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
-// setmaxnreg split: 128 x 40 + 256 x 232 <= 64K. The producers gather columns (64-bit addressing):
+// setmaxnreg split: 128 x 40 + 256 x 232 = 384 x 168, what the CTA holds at launch
+// (sm90::setmaxnreg_split_fits). The producers gather columns (64-bit addressing):
 // 24 registers (the dense kernel's TMA-only producer) spilled.
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+static_assert(setmaxnreg_split_fits(kThreads, 128, kProducerRegs, kConsumerRegs), "register split");
 // S = Q K^T with Q in registers (wgmma RS, 32 registers per thread) instead of shared memory.
 // H200, structured inputs: block-sparse +0% / +3% / +5% at 128K / 512K / 1M, vertical-slash +0-1%
 // (shared-memory reads were not the main limit: L2 -> SM traffic is, see task_of).
