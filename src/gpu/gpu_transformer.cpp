@@ -218,21 +218,20 @@ void* GpuTransformer::kv_cache_at(int l, int which) const {
 
 void GpuTransformer::forward(std::span<const int32_t> tokens, int64_t n_logits, std::vector<float>* logits,
                              const LayerProgressFn& progress) {
-  const int64_t T = int64_t(tokens.size()), V = cfg_.vocab_size;
+  const int64_t T = int64_t(tokens.size());
   if (T == 0) return;
   const int64_t n = logits ? std::clamp<int64_t>(n_logits, 0, T) : 0;
-  LogitsSink sink;
-  if (logits) {
-    logits->resize(size_t(n * V));
-    sink = [dst = logits->data(), first = T - n, V](int64_t row, int64_t rows, const float* lg) {
-      std::copy(lg, lg + rows * V, dst + (row - first) * V);
-    };
-  }
-  forward(tokens, n, sink, progress);
+  if (logits) logits->resize(size_t(n * cfg_.vocab_size));
+  forward_to(tokens, n, {.dst = logits && n ? logits->data() : nullptr, .first = T - n}, progress);
 }
 
 void GpuTransformer::forward(std::span<const int32_t> tokens, int64_t n_logits, const LogitsSink& sink,
                              const LayerProgressFn& progress) {
+  forward_to(tokens, n_logits, {.sink = &sink}, progress);
+}
+
+void GpuTransformer::forward_to(std::span<const int32_t> tokens, int64_t n_logits, const LogitsOut& out,
+                                const LayerProgressFn& progress) {
   const int64_t T = int64_t(tokens.size());
   if (T == 0) return;
   if (broken_) fail("the GPU model was interrupted by an earlier error; reset() it before the next forward");
@@ -241,34 +240,34 @@ void GpuTransformer::forward(std::span<const int32_t> tokens, int64_t n_logits, 
   const int64_t V = cfg_.vocab_size;
   for (int32_t id : tokens)
     if (id < 0 || id >= V) fail("token id {} is outside the vocabulary (size {})", id, V);
-  n_logits = sink ? std::clamp<int64_t>(n_logits, 0, T) : 0;
+  n_logits = out.wanted() ? std::clamp<int64_t>(n_logits, 0, T) : 0;
   broken_ = true;
   const int64_t first = T - n_logits;  // first token (index in `tokens`) whose logits are wanted
   // fp8: a step before any prefill (scales unset) runs as a 1-token layer-major prefill
   const bool scales_set = kv_type_ != KvCacheType::fp8 || k_scale_[0] > 0.f;
   if (T == 1 && scales_set) {
-    if (n_logits) logit_host_.resize(size_t(V));
-    decode_token(tokens[0], n_logits ? logit_host_.data() : nullptr);
-    if (n_logits) sink(0, 1, logit_host_.data());
+    float* dst = n_logits ? logits_target(out, 0, 1) : nullptr;
+    decode_token(tokens[0], dst);
+    if (dst) deliver_logits(out, 0, 1, dst);
     broken_ = false;
     return;
   }
   if (layer_major()) {
-    forward_layer_major(tokens, first, sink, progress);
+    forward_layer_major(tokens, first, out, progress);
     broken_ = false;
     note_memory();
     return;
   }
   for (int64_t c0 = 0; c0 < T; c0 += layout_.chunk) {
     const int64_t c1 = std::min(T, c0 + layout_.chunk);
-    forward_chunk(tokens.data() + c0, c1 - c0, std::max<int64_t>(first - c0, 0), c0, sink);
+    forward_chunk(tokens.data() + c0, c1 - c0, std::max<int64_t>(first - c0, 0), c0, out);
   }
   broken_ = false;
   if (T > 1) note_memory();
 }
 
 void GpuTransformer::forward_chunk(const int32_t* ids, int64_t T, int64_t first_row, int64_t row0,
-                                   const LogitsSink& sink) {
+                                   const LogitsOut& out) {
   const int64_t pos0 = len_;
   int32_t* d_ids = static_cast<int32_t*>(act(layout_.ids));
   cuda::copy_h2d(d_ids, ids, size_t(T) * sizeof(int32_t), stream_);
@@ -279,23 +278,33 @@ void GpuTransformer::forward_chunk(const int32_t* ids, int64_t T, int64_t first_
     layer({.l = l, .T = T, .pos0 = pos0, .x = act(layout_.x), .k_all = kv_cache_at(l, 0), .v_all = kv_cache_at(l, 1)});
   if (events_used_ > 0) read_attention_times();
   len_ = pos0 + T;
-  if (sink && first_row < T) {
+  if (out.wanted() && first_row < T) {
     // Final norm and LM head for rows first_row..T-1 only, logit_rows at a time.
     const int64_t E = cfg_.n_embd;
     for (int64_t r0 = first_row; r0 < T; r0 += layout_.logit_rows) {
       const int64_t m = std::min(layout_.logit_rows, T - r0);
-      emit_logits(at(act(layout_.x), size_t(r0 * E)), m, row0 + r0, sink);
+      emit_logits(at(act(layout_.x), size_t(r0 * E)), m, row0 + r0, out);
     }
   }
 }
 
-void GpuTransformer::emit_logits(const void* x_rows, int64_t m, int64_t row, const LogitsSink& sink) {
+float* GpuTransformer::logits_target(const LogitsOut& out, int64_t row, int64_t m) {
+  if (out.dst) return out.dst + (row - out.first) * int64_t(cfg_.vocab_size);
   logit_host_.resize(size_t(m * cfg_.vocab_size));
-  lm_head(x_rows, m, logit_host_.data());
-  sink(row, m, logit_host_.data());
+  return logit_host_.data();
 }
 
-void GpuTransformer::forward_layer_major(std::span<const int32_t> tokens, int64_t first_row, const LogitsSink& sink,
+void GpuTransformer::deliver_logits(const LogitsOut& out, int64_t row, int64_t m, const float* rows) {
+  if (!out.dst) (*out.sink)(row, m, rows);
+}
+
+void GpuTransformer::emit_logits(const void* x_rows, int64_t m, int64_t row, const LogitsOut& out) {
+  float* dst = logits_target(out, row, m);
+  lm_head(x_rows, m, dst);
+  deliver_logits(out, row, m, dst);
+}
+
+void GpuTransformer::forward_layer_major(std::span<const int32_t> tokens, int64_t first_row, const LogitsOut& out,
                                          const LayerProgressFn& progress) {
   if (!stage_) fail("internal: layer-major prefill with no staging buffer");
   const int64_t pos0 = len_, T = int64_t(tokens.size()), C = layout_.chunk;
@@ -333,9 +342,9 @@ void GpuTransformer::forward_layer_major(std::span<const int32_t> tokens, int64_
     if (progress) progress(l + 1, cfg_.n_layer);
   }
   len_ = pos0 + T;
-  for (int64_t r0 = first_row; sink && r0 < T; r0 += layout_.logit_rows) {
+  for (int64_t r0 = first_row; out.wanted() && r0 < T; r0 += layout_.logit_rows) {
     const int64_t m = std::min(layout_.logit_rows, T - r0);
-    emit_logits(at(xs, size_t(r0 * E)), m, r0, sink);
+    emit_logits(at(xs, size_t(r0 * E)), m, r0, out);
   }
   cuda::stream_sync(stream_);
   cuda::check_last_error("GPU layer-major prefill");

@@ -154,14 +154,29 @@ class GpuTransformer {
   void capture_attention(std::span<const int32_t> tokens, const AttnObserver& observer);
 
  private:
-  // Tokens ids[0..T) at position size(); logits of rows first_row..T-1 go to sink as rows
-  // row0 + first_row.. (row0: the chunk's first row in the forward() call).
-  void forward_chunk(const int32_t* ids, int64_t T, int64_t first_row, int64_t row0, const LogitsSink& sink);
-  // fp8 cache: all T tokens layer by layer (see above); logits of rows first_row..T-1 to sink.
-  void forward_layer_major(std::span<const int32_t> tokens, int64_t first_row, const LogitsSink& sink,
+  // Where a forward's logits go: row r of the call (r >= first) straight to dst + (r - first) *
+  // vocab (the vector forward: no copy, decode steps included), or, without dst, through
+  // logit_host_ to *sink.
+  struct LogitsOut {
+    float* dst = nullptr;
+    int64_t first = 0;
+    const LogitsSink* sink = nullptr;
+    bool wanted() const { return dst || (sink && *sink); }
+  };
+  void forward_to(std::span<const int32_t> tokens, int64_t n_logits, const LogitsOut& out,
+                  const LayerProgressFn& progress);
+  // Tokens ids[0..T) at position size(); logits of rows first_row..T-1 go out as rows
+  // row0 + first_row.. of the call (row0: the chunk's first row in it).
+  void forward_chunk(const int32_t* ids, int64_t T, int64_t first_row, int64_t row0, const LogitsOut& out);
+  // fp8 cache: all T tokens layer by layer (see above); logits of rows first_row..T-1 go out.
+  void forward_layer_major(std::span<const int32_t> tokens, int64_t first_row, const LogitsOut& out,
                            const LayerProgressFn& progress);
-  // Final norm + LM head of m <= logit_rows rows x_rows [m, E] (device), handed to sink as rows row..
-  void emit_logits(const void* x_rows, int64_t m, int64_t row, const LogitsSink& sink);
+  // Host memory for m logit rows starting at row `row` of the call, and their hand-over once
+  // written (a no-op when they were written to out.dst).
+  float* logits_target(const LogitsOut& out, int64_t row, int64_t m);
+  void deliver_logits(const LogitsOut& out, int64_t row, int64_t m, const float* rows);
+  // Final norm + LM head of m <= logit_rows rows x_rows [m, E] (device), out as rows row..
+  void emit_logits(const void* x_rows, int64_t m, int64_t row, const LogitsOut& out);
   // Ends layer l of a layer-major prefill: sets the layer's scales (first prefill) and
   // quantizes the staged rows [pos0, pos0+T) into the cache.
   void store_layer_kv(int l, int64_t pos0, int64_t T);
