@@ -18,7 +18,7 @@
 #include "eval/eval_cli.h"
 #endif
 #ifdef LONGCTX_WITH_SEARCH
-#include "sparse/search_cli.h"
+#include "methods/minference/search_cli.h"
 #endif
 
 int main(int argc, char** argv) {

@@ -6,9 +6,8 @@
 // kBlockQ = 64 query rows, sorted key ranges [begin, end) plus single key columns; the kept set
 // of a row is their union intersected with the causal mask (key <= row). Query head h uses index
 // head h / (n_head / n_index_head): per query head, per KV head or shared by all heads.
-// Built-in methods: "dense" (everything), "a_shape[=SINK,WINDOW]" (sinks + local window at
-// block granularity, as in the engine's A-shape) and "minference=CFG.json" (the engine's
-// MInference index). Others register with register_mask_method().
+// Methods: every method of the engine's one registry (methods/registry.h), built by the
+// method's own CPU index builder: adding a method to the engine adds it here.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -17,6 +16,7 @@
 #include <vector>
 
 #include "longctx/engine.h"
+#include "methods/method.h"
 
 namespace longctx::eval {
 
@@ -45,19 +45,12 @@ class MaskMethod {
   virtual LayerMask build(const AttnCapture& layer) const = 0;
 };
 
-// arg: the text after "name=" ("" if none).
-using MaskMethodFactory = std::function<std::unique_ptr<MaskMethod>(const std::string& spec, const std::string& arg)>;
-
-// Adds (or replaces) a method; built-ins are registered on first use.
-void register_mask_method(const std::string& name, MaskMethodFactory factory);
-std::vector<std::string> mask_method_names();
-// minference=CFG.json: the engine's MInference index builders with a per-head config
-// (mask_minference.cpp).
-std::unique_ptr<MaskMethod> make_minference_mask(const std::string& spec, const std::string& arg);
-// "a_shape=64,512" -> the a_shape method with that arg; throws Error listing valid names.
-std::unique_ptr<MaskMethod> make_mask_method(const std::string& spec);
-
-// The A-shape keys for one block of rows [q0, q1): [0, sink) and [q0 - window + 1, q1).
-BlockKeys a_shape_block(int64_t sink, int64_t window, int64_t q0, int64_t q1);
+// Checks a spec's syntax and method names (methods/spec.h) without a model: errors before work.
+void check_mask_spec(const std::string& spec);
+// Any --attn spec of the engine's registry (methods/registry.h), for model ctx: each captured
+// layer is one prefill chunk of the whole prompt; the method's route() and CPU index builder
+// decide the kept keys exactly as the engine's prefill of a single-chunk prompt does (a dense
+// route keeps every causal key). Throws Error for unknown methods or bad parameters.
+std::unique_ptr<MaskMethod> make_mask_method(const std::string& spec, const MethodContext& ctx);
 
 }  // namespace longctx::eval

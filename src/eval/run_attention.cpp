@@ -49,8 +49,7 @@ Image draw_head(const AttnCapture& c, const LayerMask& m, int head, int size, co
 }  // namespace
 
 nlohmann::json run_attention(const EvalOptions& o, const EngineFactory& factory, std::ostream& table_out) {
-  std::vector<std::unique_ptr<MaskMethod>> methods;
-  for (const auto& m : o.methods) methods.push_back(make_mask_method(m));
+  for (const auto& m : o.methods) check_mask_spec(m);  // bad specs fail before the model loads
   std::shared_ptr<const BookText> book;
   if (!o.text_path.empty()) book = BookText::load(o.text_path);
   // Capture is always dense; the methods are evaluated as masks over the captured Q/K/V.
@@ -58,6 +57,9 @@ nlohmann::json run_attention(const EvalOptions& o, const EngineFactory& factory,
   if (!engine) fail("could not load the model");
   check_lengths(o, *engine);
   const ModelConfig& cfg = engine->config();
+  const MethodContext mc{cfg.n_layer, cfg.n_head, cfg.n_kv_head, cfg.head_dim, cfg.name};
+  std::vector<std::unique_ptr<MaskMethod>> methods;
+  for (const auto& m : o.methods) methods.push_back(make_mask_method(m, mc));
   if (o.attn_layer >= cfg.n_layer) fail("--layer {} is out of range: the model has {} layers", o.attn_layer, cfg.n_layer);
   if (o.attn_head >= cfg.n_head) fail("--head {} is out of range: the model has {} heads", o.attn_head, cfg.n_head);
   ThreadPool pool(o.threads);

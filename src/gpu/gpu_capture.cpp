@@ -1,5 +1,5 @@
 // gpu_capture.cpp: GpuTransformer::capture_attention (declared in gpu_transformer.h), the GPU
-// side of Engine::capture_attention, which the MInference pattern search (sparse/pattern_search.h)
+// side of Engine::capture_attention, which the MInference pattern search (methods/minference/pattern_search.h)
 // and attention-fidelity evaluation read each layer's Q/K/V from.
 //
 // How: a layer-major dense prefill, like the fp8 cache's forward_layer_major: the whole sample's
@@ -9,11 +9,11 @@
 // layer) go to the host; after the layer's last chunk its K and V follow, and the observer gets
 // all three as fp32 (the CPU capture's contract: one call per layer, all T rows). The
 // attention is dense whatever GpuOptions::attn says (the engine's capture is a dense prefill),
-// by switching attn_ to dense for the call. The buffers are StageLayout's (memory_plan.h: the
+// by switching method_ to dense for the call. The buffers are StageLayout's (memory_plan.h: the
 // same K, V and x blocks the layer-major prefill uses), sized for T and checked against the
 // free memory (after freeing the KV cache) before anything runs; so is the decode workspace a
 // last 1-token chunk needs (layer() runs the decode kernel for a single query row).
-// Run: longctx search-patterns --device cuda ... (sparse/search_cli.cpp), or test_gpu
+// Run: longctx search-patterns --device cuda ... (methods/minference/search_cli.cpp), or test_gpu
 // --gtest_filter='*Capture*' (tests/gpu/test_gpu_search.cpp).
 #include <cuda_runtime.h>
 
@@ -82,11 +82,11 @@ void GpuTransformer::capture_attention(std::span<const int32_t> tokens, const At
 
   // Dense attention for the capture, the method restored afterwards (also on an error).
   struct RestoreAttn {
-    GpuAttention& attn;
-    GpuAttention saved;
-    ~RestoreAttn() { attn = std::move(saved); }
-  } restore{attn_, attn_};
-  attn_ = parse_gpu_attention("dense", cfg_);
+    std::shared_ptr<const AttentionMethod>& method;
+    std::shared_ptr<const AttentionMethod> saved;
+    ~RestoreAttn() { method = std::move(saved); }
+  } restore{method_, method_};
+  method_ = make_attention_method("dense", method_ctx_);
 
   // Host fp32 copies handed to the observer, and the bf16 staging of one download.
   std::vector<float> q_host(size_t(T * Q)), k_host(size_t(T * KV)), v_host(size_t(T * KV));

@@ -1,4 +1,4 @@
-// gpu_search.h: step 4 of the MInference pattern search (sparse/pattern_search.h) on the GPU.
+// gpu_search.h: step 4 of the MInference pattern search (methods/minference/pattern_search.h) on the GPU.
 //
 // What: GpuScorer, a CandidateScorer that computes a layer's dense output and every candidate's
 // sparse output with the engine's GPU kernels and returns each head's relative L2 error.
@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "kernels/cuda/runtime.h"
-#include "sparse/pattern_search.h"
+#include "methods/minference/pattern_search.h"
 
 namespace longctx::gpu {
 

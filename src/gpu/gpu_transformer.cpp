@@ -13,7 +13,6 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/sparse_attention.h"
-#include "sparse/a_shape_index.h"
 #include "util/error.h"
 
 namespace longctx::gpu {
@@ -77,11 +76,12 @@ GpuTransformer::GpuTransformer(ModelConfig cfg, DeviceWeights w, const GpuOption
   if (opts.chunk <= 0) fail("GPU prefill chunk must be positive (got {})", opts.chunk);
   kv_type_ = opts.kv_cache;
   kv_elem_ = kv_type_ == KvCacheType::fp8 ? 1 : kBf16;
-  attn_ = parse_gpu_attention(opts.attn, cfg_);
-  if (const std::string problem = attention_problem(attn_, cfg_); !problem.empty())
-    fail("{}; use --device cpu", problem);
-  layer_major_ = kv_type_ == KvCacheType::fp8 || attn_.prompt_wide_vs(cfg_.n_layer);
-  stats_.attn = attn_.spec;
+  method_ctx_ = MethodContext{cfg_.n_layer, cfg_.n_head, cfg_.n_kv_head, cfg_.head_dim, cfg_.name};
+  method_ = make_attention_method(opts.attn, method_ctx_);
+  gpu_method_ = make_gpu_method(*method_, method_ctx_);
+  attn_spec_ = opts.attn;
+  layer_major_ = kv_type_ == KvCacheType::fp8 || prompt_wide_method();
+  stats_.attn = attn_spec_;
   layout_ = arena_layout(cfg_, opts.chunk);
   device_name_ = cuda::device_info(0).name;
   stream_ = cuda::stream_create();
@@ -123,9 +123,7 @@ GpuTransformer::~GpuTransformer() {
 }
 
 void GpuTransformer::free_kv() {
-  builder_.reset();
-  cuda::dev_free(a_shape_buf_);
-  a_shape_buf_ = nullptr;
+  if (gpu_method_) gpu_method_->release();
   sparse_bytes_ = 0;
   cuda::dev_free(kv_);
   cuda::dev_free(decode_ws_);
@@ -163,14 +161,13 @@ std::string GpuTransformer::kv_fit_problem(int64_t capacity) const {
   return gpu::kv_fit_problem(cfg_, capacity,
                              free_b + kv_bytes_ + decode_ws_bytes_ + sparse_bytes_ + stage_layout_.total,
                              w_.bytes() + layout_.total, device_name_,
-                             sparse_prefill_bytes(attn_, cfg_, layout_.chunk, capacity), kv_type_, layer_major_);
+                             sparse_bytes(capacity), kv_type_, layer_major_);
 }
 
 void GpuTransformer::reset(int64_t capacity) {
   if (capacity <= 0) fail("KV cache capacity must be positive (got {})", capacity);
   len_ = 0;
   broken_ = false;
-  reuse_lines_ = false;
   if (capacity > cap_) {
     const std::string problem = kv_fit_problem(capacity);
     if (!problem.empty()) fail("{}", problem);
@@ -183,18 +180,14 @@ void GpuTransformer::reset(int64_t capacity) {
     decode_ws_ = cuda::dev_malloc(decode_ws_bytes_);
     cuda::decode_workspace_init(decode_ws_, decode_ws_bytes_, stream_);
     cap_ = capacity;
-    if (attn_.ever_sparse(cfg_.n_layer, capacity)) {
+    if (const size_t sb = sparse_bytes(capacity); sb > 0) {
       try {
-        if (attn_.kind == GpuAttnKind::MInference) {
-          builder_ = std::make_unique<cuda::MinferenceIndexBuilder>(builder_shape(cfg_, layout_.chunk, capacity));
-        } else if (attn_.kind == GpuAttnKind::AShape) {
-          a_shape_buf_ = cuda::dev_malloc(a_shape_layout(layout_.chunk).total);
-        }
+        gpu_method_->allocate(method_shape(capacity));
       } catch (...) {
         free_kv();  // all or nothing: no cache without the sparse buffers it needs
         throw;
       }
-      sparse_bytes_ = sparse_prefill_bytes(attn_, cfg_, layout_.chunk, capacity);
+      sparse_bytes_ = sb;
     }
   }
   cap_req_ = capacity;
@@ -202,7 +195,7 @@ void GpuTransformer::reset(int64_t capacity) {
   v_scale_.assign(size_t(cfg_.n_layer), 0.f);
   graph_tiles_ = -1;  // a captured decode step holds the old scales
   stats_ = {};
-  stats_.attn = attn_.spec;
+  stats_.attn = attn_spec_;
   stats_.sparse_bytes = sparse_bytes_;
   {
     std::lock_guard<std::mutex> lk(g_stats_mu);
@@ -272,7 +265,6 @@ void GpuTransformer::forward_chunk(const int32_t* ids, int64_t T, int64_t first_
   int32_t* d_ids = static_cast<int32_t*>(act(layout_.ids));
   cuda::copy_h2d(d_ids, ids, size_t(T) * sizeof(int32_t), stream_);
   cuda::embedding({w_.tok_embd(), d_ids, act(layout_.x), T, cfg_.vocab_size, cfg_.n_embd}, stream_);
-  if (T > 1 && attn_.kind == GpuAttnKind::AShape) upload_a_shape_index(T, pos0);
   events_used_ = 0;
   for (int l = 0; l < cfg_.n_layer; ++l)
     layer({.l = l, .T = T, .pos0 = pos0, .x = act(layout_.x), .k_all = kv_cache_at(l, 0), .v_all = kv_cache_at(l, 1)});
@@ -329,14 +321,12 @@ void GpuTransformer::forward_layer_major(std::span<const int32_t> tokens, int64_
     events_used_ = 0;
     const bool wide = prompt_wide_lines(l, pos0, T);
     if (wide) estimate_prompt_lines(l, pos0, T, xs, k_stage, v_stage);
-    reuse_lines_ = wide;
     for (int64_t c0 = 0; c0 < T; c0 += C) {
       const int64_t n = std::min(C, T - c0);
-      if (n > 1 && attn_.kind == GpuAttnKind::AShape) upload_a_shape_index(n, pos0 + c0);
       layer({.l = l, .T = n, .pos0 = pos0 + c0, .x = at(xs, size_t(c0 * E)), .k_all = k_stage, .v_all = v_stage,
              .kv_ready = wide});
     }
-    reuse_lines_ = false;
+    if (wide) gpu_method_->end_prompt();
     if (fp8) store_layer_kv(l, pos0, T);
     if (events_used_ > 0) read_attention_times();
     if (progress) progress(l + 1, cfg_.n_layer);
@@ -622,15 +612,27 @@ void GpuTransformer::project(const Projection& r) {
   if (synthetic_qk_) synthetic_qk_->fill({r.q, r.k, T, r.pos0, uint64_t(r.l) + 1}, stream_);
 }
 
+bool GpuTransformer::prompt_wide_method() const {
+  constexpr int64_t kAnyLength = int64_t(1) << 40;  // thresholds (dense_below) never exceed it
+  for (int l = 0; l < cfg_.n_layer; ++l)
+    if (method_->estimates_per_prompt(l, kAnyLength)) return true;
+  return false;
+}
+
+size_t GpuTransformer::sparse_bytes(int64_t capacity) const {
+  return gpu_method_ ? gpu_method_->device_bytes(method_shape(capacity)) : 0;
+}
+
+GpuShape GpuTransformer::method_shape(int64_t capacity) const {
+  return {.model = method_ctx_, .chunk = layout_.chunk, .capacity = capacity};
+}
+
 bool GpuTransformer::prompt_wide_lines(int l, int64_t pos0, int64_t T) const {
-  if (attn_.kind != GpuAttnKind::MInference || !builder_ || !layer_major()) return false;
+  if (!gpu_method_ || !sparse_bytes_ || !layer_major()) return false;
   // One chunk estimates from its own last rows anyway; the estimate's 64 query rows must fit the
   // chunk-sized Q buffer.
   if (T <= layout_.chunk || layout_.chunk < cuda::kSparseQBlock) return false;
-  if (!attn_.sparse_at(l, pos0 + T)) return false;
-  const auto& heads = attn_.layers[size_t(l)];
-  return std::any_of(heads.begin(), heads.end(),
-                     [](const cuda::GpuHeadPattern& h) { return h.kind == cuda::GpuPatternKind::VerticalSlash; });
+  return method_->estimates_per_prompt(l, pos0 + T);
 }
 
 void GpuTransformer::estimate_prompt_lines(int l, int64_t pos0, int64_t T, void* xs, void* k_stage, void* v_stage) {
@@ -647,14 +649,8 @@ void GpuTransformer::estimate_prompt_lines(int l, int64_t pos0, int64_t T, void*
   const AttnEvents& e = next_events();
   const cudaStream_t s = static_cast<cudaStream_t>(stream_);
   check_cuda(cudaEventRecord(ev(e.start), s), "cudaEventRecord");
-  cuda::MinferenceIndexParams ip;
-  ip.q = q;
-  ip.k = k_stage;
-  ip.n_q = R;
-  ip.n_kv = pos0 + T;
-  ip.q_pos0 = pos0 + T - R;
-  ip.heads = attn_.layers[size_t(l)];
-  builder_->estimate_vs(ip, stream_);
+  gpu_method_->prepare_prompt({.layer = l, .q = q, .k = k_stage, .n_q = R, .q_pos0 = pos0 + T - R, .n_kv = pos0 + T},
+                              stream_);
   check_cuda(cudaEventRecord(ev(e.index_end), s), "cudaEventRecord");
   check_cuda(cudaEventRecord(ev(e.end), s), "cudaEventRecord");
   ++stats_.prompt_estimates;
@@ -692,7 +688,8 @@ void GpuTransformer::prefill_attention(int l, int64_t T, int64_t pos0, void* q, 
     p.causal = true;
   };
   check_cuda(cudaEventRecord(ev(e.start), s), "cudaEventRecord");
-  if (!attn_.sparse_at(l, n_kv)) {
+  const AttnStep step{.layer = l, .phase = Phase::prefill, .n_q = T, .q_pos0 = pos0, .n_kv = n_kv};
+  if (!gpu_method_ || method_->route(step) == Route::dense) {
     ++stats_.dense_calls;
     check_cuda(cudaEventRecord(ev(e.index_end), s), "cudaEventRecord");
     cuda::PrefillParams pp;
@@ -702,56 +699,17 @@ void GpuTransformer::prefill_attention(int l, int64_t T, int64_t pos0, void* q, 
     ++stats_.sparse_calls;
     cuda::SparseAttnParams sp;
     set_shape(sp);
-    if (attn_.kind == GpuAttnKind::MInference) {
-      if (!builder_) fail("internal: MInference prefill at layer {} with no index builder", l);
-      cuda::MinferenceIndexParams ip;
-      ip.q = q;
-      ip.k = k_all;
-      ip.n_q = T;
-      ip.n_kv = n_kv;
-      ip.q_pos0 = pos0;
-      ip.heads = attn_.layers[size_t(l)];
-      ip.reuse_vs_lines = reuse_lines_;
-      sp.index = builder_->build(ip, stream_);
-      sp.workspace = builder_->attention_workspace();
-      sp.workspace_bytes = builder_->attention_workspace_bytes();
-    } else {
-      sp.index = a_shape_index_;
-      const AShapeLayout al = a_shape_layout(layout_.chunk);
-      sp.workspace = static_cast<char*>(a_shape_buf_) + al.workspace;
-      sp.workspace_bytes = al.workspace_bytes;
-    }
+    const GpuIndex gi = gpu_method_->build_prefill({.layer = l, .q = q, .k = k_all, .n_q = T, .q_pos0 = pos0, .n_kv = n_kv},
+                                                   stream_);
+    sp.index = gi.index;
+    sp.workspace = gi.workspace;
+    sp.workspace_bytes = gi.workspace_bytes;
     stats_.index_ranges += sp.index.n_ranges;
     stats_.index_cols += sp.index.n_cols;
     check_cuda(cudaEventRecord(ev(e.index_end), s), "cudaEventRecord");
     cuda::sparse_attention(sp, stream_);  // the Hopper kernel for head_dim 128, else the generic one
   }
   check_cuda(cudaEventRecord(ev(e.end), s), "cudaEventRecord");
-}
-
-void GpuTransformer::upload_a_shape_index(int64_t T, int64_t pos0) {
-  static_assert(sizeof(KeyRange) == 2 * sizeof(int32_t), "KeyRange is an int32 (start, end) pair");
-  if (!a_shape_buf_) fail("internal: A-shape prefill with no index buffer");
-  const AShapeLayout al = a_shape_layout(layout_.chunk);
-  HeadIndex hi;  // the CPU method's index, exactly
-  build_a_shape_index({.sink = attn_.sink, .window = attn_.window}, T, pos0, pos0 + T, hi);
-  if (hi.n_blocks() > al.max_blocks || int64_t(hi.ranges.size()) > 2 * al.max_blocks || !hi.cols.empty())
-    fail("internal: A-shape index of {} blocks, {} ranges, {} columns exceeds its buffer", hi.n_blocks(),
-         hi.ranges.size(), hi.cols.size());
-  char* base = static_cast<char*>(a_shape_buf_);
-  cuda::copy_h2d(base + al.range_ptr, hi.range_ptr.data(), hi.range_ptr.size() * sizeof(int64_t), stream_);
-  if (!hi.ranges.empty())
-    cuda::copy_h2d(base + al.ranges, hi.ranges.data(), hi.ranges.size() * sizeof(KeyRange), stream_);
-  cuda::copy_h2d(base + al.col_ptr, hi.col_ptr.data(), hi.col_ptr.size() * sizeof(int64_t), stream_);
-  a_shape_index_ = {};
-  a_shape_index_.n_index_head = 1;
-  a_shape_index_.n_qblk = hi.n_blocks();
-  a_shape_index_.range_ptr = reinterpret_cast<const int64_t*>(base + al.range_ptr);
-  a_shape_index_.ranges = reinterpret_cast<const int32_t*>(base + al.ranges);
-  a_shape_index_.col_ptr = reinterpret_cast<const int64_t*>(base + al.col_ptr);
-  a_shape_index_.cols = nullptr;
-  a_shape_index_.n_ranges = int64_t(hi.ranges.size());
-  a_shape_index_.n_cols = 0;
 }
 
 void GpuTransformer::read_attention_times() {

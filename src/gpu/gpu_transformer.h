@@ -20,18 +20,17 @@
 // re-captured (updated in place) when that tile count changes: the same plan as the eager path
 // (bit-identical logits), one capture per 64 tokens. GpuOptions::cuda_graph = false or
 // LONGCTX_NO_CUDA_GRAPH=1 issues the same kernels eagerly; a capture failure falls back to eager.
-// Attention (GpuOptions::attn, gpu_attention.h): dense, or a sparse prefill method with the
-// CPU's spec: "minference=CONFIG.json[:dense_below=N][:dense_layers=N][:ratio=R]" runs, per
-// layer and prefill chunk, either attention_prefill (the first dense_layers layers, and chunks
-// with fewer than dense_below keys) or the GPU index builder (cuda::MinferenceIndexBuilder: the
-// chunk's post-RoPE Q against all cached K) followed by cuda::sparse_attention; "a_shape=S,W"
-// runs the sparse kernel with one static index per chunk. In a layer-major prefill (below) of
-// more than one chunk, vertical-slash lines are estimated once per layer from the prompt's last 64
-// queries against all its keys and reused by every chunk, as MInference's reference does for a
-// whole prompt (the layer's K/V are made for all chunks first: estimate_prompt_lines); chunk-major
-// prefill estimates per chunk from the chunk's last queries. Decode is dense. The builder (sized
-// for a chunk against the whole cache) is allocated by reset() with the KV cache and is part of
-// the same fit check. GPU times of prefill attention and index builds: last_gpu_prefill_stats().
+// Attention (GpuOptions::attn, the CPU's spec, methods/spec.h): per layer and step the parsed
+// AttentionMethod routes dense (attention_prefill / the split-KV decode kernel) or sparse: the
+// method's GPU builder (methods/gpu_method.h, e.g. MInference's cuda::MinferenceIndexBuilder on
+// the chunk's post-RoPE Q against all cached K, A-shape's static index) makes the index and
+// cuda::sparse_attention runs it. In a layer-major prefill (below) of more than one chunk, a
+// method that estimates per prompt (MInference's vertical-slash lines) does so once per layer from
+// the prompt's last 64 queries against all its keys (the layer's K/V are made for all chunks
+// first: estimate_prompt_lines), and every chunk reuses it; chunk-major prefill estimates per
+// chunk. Decode is dense. The builder's buffers (bounded by GpuMethod::device_bytes) are
+// allocated by reset() with the KV cache and are part of the same fit check. GPU times of
+// prefill attention and index builds: last_gpu_prefill_stats().
 // KV cache in fp8 (GpuOptions::kv_cache, --kv-cache fp8: gpu/kv_fp8.h): e4m3 with one scale per
 // layer for K and one for V, set from the first prefill's max |K| and |V| after reset(). The
 // prefill then runs LAYER-MAJOR: the whole prompt's residual stream [T, n_embd] stays on the
@@ -56,12 +55,13 @@
 #include <vector>
 
 #include "gpu/device_weights.h"
-#include "gpu/gpu_attention.h"
 #include "gpu/memory_plan.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/runtime.h"
 #include "kernels/cuda/structured_qk.h"
 #include "longctx/engine.h"
+#include "methods/gpu_method.h"
+#include "methods/method.h"
 #include "model/config.h"
 #include "model/logits_sink.h"
 
@@ -70,7 +70,7 @@ namespace longctx::gpu {
 struct GpuOptions {
   int64_t chunk = kDefaultChunk;  // tokens per prefill chunk (activation arena is sized by it)
   bool cuda_graph = true;         // decode by CUDA graph replay (env LONGCTX_NO_CUDA_GRAPH=1: off)
-  std::string attn = "dense";     // --attn spec (gpu_attention.h): dense, minference=..., a_shape=...
+  std::string attn = "dense";     // --attn spec (methods/spec.h): dense, minference=..., a_shape=...
   bool synthetic_qk = false;      // benchmarks only: prefill Q/K replaced after RoPE (kernels/cuda/structured_qk.h)
   KvCacheType kv_cache = KvCacheType::bf16;  // fp8: e4m3 cache, layer-major prefill (see above)
 };
@@ -114,7 +114,9 @@ class GpuTransformer {
   GpuTransformer& operator=(const GpuTransformer&) = delete;
 
   const ModelConfig& config() const { return cfg_; }
-  const GpuAttention& attention() const { return attn_; }
+  const AttentionMethod& attention() const { return *method_; }
+  // Device bytes of the method's GPU builder for a cache of `capacity` tokens (0: none).
+  size_t sparse_bytes(int64_t capacity) const;
   const DeviceWeights& weights() const { return w_; }
   int64_t chunk() const { return layout_.chunk; }
   KvCacheType kv_cache() const { return kv_type_; }
@@ -208,12 +210,13 @@ class GpuTransformer {
   // prompt. prompt_wide_lines says whether layer l does it (VS heads, sparse at the prompt's end);
   // estimate_prompt_lines writes every chunk's K/V of the layer into the staging first, then
   // selects each VS head's lines from the prompt's last 64 queries against all its keys
-  // (MinferenceIndexBuilder::estimate_vs); the layer's chunks then reuse them (reuse_lines_).
+  // (MinferenceIndexBuilder::estimate_vs); the layer's chunks then reuse them (GpuMethod::prepare_prompt).
   bool prompt_wide_lines(int l, int64_t pos0, int64_t T) const;
   void estimate_prompt_lines(int l, int64_t pos0, int64_t T, void* xs, void* k_stage, void* v_stage);
-  // Prefill attention of layer l for T > 1 queries at pos0 (dense or sparse by attn_), timed.
+  // Prefill attention of layer l for T > 1 queries at pos0 (route: dense, or sparse through gpu_method_), timed.
   void prefill_attention(int l, int64_t T, int64_t pos0, void* q, void* k_all, void* v_all, void* o);
-  void upload_a_shape_index(int64_t T, int64_t pos0);  // this chunk's shared A-shape index
+  bool prompt_wide_method() const;  // whether some layer estimates per prompt (layer-major prefill)
+  GpuShape method_shape(int64_t capacity) const;
   void read_attention_times();                         // sums the chunk's events into stats_
   // Final norm + LM head of x rows [n_rows, n_embd] (n_rows <= logit_rows) into layout_.logits.
   void lm_head(const void* x_rows, int64_t n_rows, float* out);
@@ -228,7 +231,12 @@ class GpuTransformer {
   void* act(size_t off) const { return static_cast<char*>(arena_->base()) + off; }
 
   ModelConfig cfg_;
-  GpuAttention attn_;
+  // Attention (methods/method.h): the parsed method routes every step; its GPU builder
+  // (gpu_method_, null when no step is ever sparse) makes the sparse steps' indices.
+  MethodContext method_ctx_;
+  std::shared_ptr<const AttentionMethod> method_;
+  std::unique_ptr<GpuMethod> gpu_method_;
+  std::string attn_spec_;  // as given (stats, messages)
   DeviceWeights w_;
   ArenaLayout layout_;
   cuda::Stream stream_ = nullptr;
@@ -254,11 +262,7 @@ class GpuTransformer {
   // Decode step: device int32 [kStepInts] {token id, position, KV length} and the new K and V
   // rows bf16 [n_kv_head*head_dim] each, at the offsets in gpu_transformer.cpp.
   void* step_buf_ = nullptr;
-  // Sparse prefill (allocated by reset() with the KV cache, when attn_ is ever sparse).
-  std::unique_ptr<cuda::MinferenceIndexBuilder> builder_;
-  void* a_shape_buf_ = nullptr;  // A-shape: a_shape_layout(chunk) on the device
-  cuda::DeviceSparseIndex a_shape_index_;
-  size_t sparse_bytes_ = 0;
+  size_t sparse_bytes_ = 0;  // gpu_method_'s buffers (allocated by reset() with the KV cache)
   // Per chunk: one CUDA event pair around each layer's prefill attention (and its index build).
   struct AttnEvents {
     void* start = nullptr;
@@ -268,7 +272,6 @@ class GpuTransformer {
   std::vector<AttnEvents> events_;
   size_t events_used_ = 0;
   AttnEvents& next_events();  // the next unused entry (created on first use)
-  bool reuse_lines_ = false;  // this layer's chunks reuse the prompt-wide VS lines
   GpuPrefillStats stats_;
   std::unique_ptr<cuda::CudaGraph> graph_;
   int64_t graph_tiles_ = -1;  // KV tiles the captured plan was made for (-1: none valid)

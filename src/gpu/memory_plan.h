@@ -76,8 +76,8 @@ StageLayout stage_layout(const ModelConfig& c, int64_t capacity, KvCacheType t, 
 size_t decode_ws_bytes(const ModelConfig& c, int64_t capacity);
 
 // "" when the KV cache of `capacity` tokens, its decode workspace, the layer-major staging
-// (stage_layout) and `sparse_bytes` (the sparse prefill's buffers for that capacity: gpu_attention.h
-// sparse_prefill_bytes) fit in `free_bytes` (less the reserve); else a message saying what is
+// (stage_layout) and `sparse_bytes` (the method builder's buffers for that capacity: GpuMethod::device_bytes,
+// methods/gpu_method.h) fit in `free_bytes` (less the reserve); else a message saying what is
 // needed and what is free, and what to do (shorter context, --kv-cache fp8, or the CPU path).
 std::string kv_fit_problem(const ModelConfig& c, int64_t capacity, size_t free_bytes, size_t held_bytes,
                            const std::string& device_name, size_t sparse_bytes = 0,

@@ -6,14 +6,15 @@
 #include <cstring>
 
 #include "kernels/ref/ops.h"
-#include "sparse/vs_estimate.h"
+#include "methods/minference/vs_estimate.h"
+#include "methods/run_cpu.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 
 namespace longctx {
 
-Transformer::Transformer(ModelConfig cfg, ModelWeights w, std::unique_ptr<AttentionMethod> method, ThreadPool& pool)
-    : cfg_(std::move(cfg)), w_(std::move(w)), method_(std::move(method)), pool_(pool) {
+Transformer::Transformer(ModelConfig cfg, ModelWeights w, std::shared_ptr<const AttentionMethod> method, ThreadPool& pool)
+    : cfg_(std::move(cfg)), w_(std::move(w)), method_(std::move(method)), state_(method_->start_sequence()), pool_(pool) {
   RopeParams rp;
   rp.head_dim = cfg_.head_dim;
   rp.theta = cfg_.rope_theta;
@@ -29,6 +30,7 @@ Transformer::Transformer(ModelConfig cfg, ModelWeights w, std::unique_ptr<Attent
 
 void Transformer::reset(int64_t capacity) {
   cache_.reset(cfg_.n_layer, capacity, int64_t(cfg_.n_kv_head) * cfg_.head_dim);
+  state_ = method_->start_sequence();  // a new sequence
 }
 
 void Transformer::embed(std::span<const int32_t> tokens, float* x) const {
@@ -77,10 +79,7 @@ void Transformer::attend_and_mlp(const LayerRows& r, const float* q, Scratch& s)
   const LayerWeights& L = w_.layers[size_t(r.l)];
   const int64_t E = cfg_.n_embd, Q = int64_t(cfg_.n_head) * cfg_.head_dim, F = cfg_.n_ff;
   const AttnParams ap = attn_params(r.l, r.T, r.pos0, q, s.o.data());
-  if (r.T == 1)
-    method_->decode(ap, pool_);
-  else
-    method_->prefill(ap, pool_);
+  attend_cpu({.method = *method_, .state = *state_, .phase = r.T == 1 ? Phase::decode : Phase::prefill}, ap, pool_);
   matmul_ref({s.o.data(), L.wo.data(), nullptr, s.h.data(), r.T, Q, E}, pool_);
   add_ref(r.x, s.h.data(), r.T * E);
   rmsnorm_ref(r.x, L.ffn_norm.data(), s.h.data(), r.T, E, cfg_.rms_eps, pool_);
@@ -193,10 +192,10 @@ std::vector<float> Transformer::prompt_layers(std::span<const int32_t> tokens, i
     for (int64_t c0 = 0; c0 < T; c0 += C) project(rows(c0), s.h.data(), q.data() + c0 * Q);  // all K/V first
     if (method_->estimates_per_prompt(l, pos0 + T)) {
       const int64_t R = std::min<int64_t>(kLastQ, T);  // the prompt's last queries
-      method_->prepare_prompt(attn_params(l, R, pos0 + T - R, q.data() + (T - R) * Q, nullptr), pool_);
+      method_->prepare_prompt(attn_params(l, R, pos0 + T - R, q.data() + (T - R) * Q, nullptr), *state_, pool_);
     }
     for (int64_t c0 = 0; c0 < T; c0 += C) attend_and_mlp(rows(c0), q.data() + c0 * Q, s);
-    method_->end_prompt();
+    method_->end_prompt(*state_);
     if (progress) progress(l + 1, cfg_.n_layer);
   }
   cache_.set_size(pos0 + T);

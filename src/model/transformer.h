@@ -3,7 +3,8 @@
 //
 // Per layer: x += Wo * attn(rope(Wq h), rope(Wk h), Wv h) with h = rmsnorm(x);
 //            x += Wdown (silu(Wgate h) * Wup h)          with h = rmsnorm(x).
-// Attention goes through an AttentionMethod (dense, a_shape, minference, ...); the LM head runs
+// Attention goes through an AttentionMethod (methods/method.h: dense, a_shape, minference, ...:
+// route, index, shared kernel, via methods/run_cpu.h) with this sequence's MethodState; the LM head runs
 // only for the positions the caller asks for, so a long prefill never holds [T, vocab] logits.
 #pragma once
 #include <cstdint>
@@ -17,7 +18,7 @@
 #include "model/kv_cache.h"
 #include "model/logits_sink.h"
 #include "model/weights.h"
-#include "sparse/attention_method.h"
+#include "methods/method.h"
 
 namespace longctx {
 
@@ -25,11 +26,15 @@ class ThreadPool;
 
 class Transformer {
  public:
-  Transformer(ModelConfig cfg, ModelWeights w, std::unique_ptr<AttentionMethod> method, ThreadPool& pool);
+  Transformer(ModelConfig cfg, ModelWeights w, std::shared_ptr<const AttentionMethod> method, ThreadPool& pool);
 
   const ModelConfig& config() const { return cfg_; }
   KvCache& cache() { return cache_; }
-  void set_method(std::unique_ptr<AttentionMethod> m) { method_ = std::move(m); }
+  // A new method starts a new method state (the cache is kept).
+  void set_method(std::shared_ptr<const AttentionMethod> m) {
+    method_ = std::move(m);
+    state_ = method_->start_sequence();
+  }
 
   // Clears the cache and reserves room for `capacity` tokens.
   void reset(int64_t capacity);
@@ -81,7 +86,8 @@ class Transformer {
 
   ModelConfig cfg_;
   ModelWeights w_;
-  std::unique_ptr<AttentionMethod> method_;
+  std::shared_ptr<const AttentionMethod> method_;  // shared, immutable
+  std::unique_ptr<MethodState> state_;             // this sequence's (method_->start_sequence())
   ThreadPool& pool_;
   KvCache cache_;
   std::vector<float> inv_freq_;  // [head_dim/2]

@@ -5,7 +5,7 @@
 // (LONGCTX_WITH_GPU) with LoadOptions::device "cuda"/"auto", on the GPU (gpu/GpuTransformer,
 // bf16). --device auto falls back to the CPU, with a one-line note on stderr, when there is no
 // usable GPU, the model does not fit, or a prompt's KV cache does not fit. The --attn method runs
-// on either: the GPU model takes the same spec (gpu/gpu_attention.h: dense, minference, a_shape;
+// on either: the GPU model takes the same spec (methods/: dense, minference, a_shape;
 // sparse prefill needs head_dim 128 there, else --device cuda fails and auto runs on the CPU).
 #include "longctx/engine.h"
 
@@ -27,7 +27,7 @@
 #include "gpu/device_probe.h"
 #include "gpu/device_weights.h"
 #include "gpu/geometry.h"
-#include "gpu/gpu_attention.h"
+#include "methods/gpu_method.h"
 #include "gpu/gpu_transformer.h"
 #include "gpu/memory_plan.h"
 #include "gpu/null_tokenizer.h"
@@ -309,7 +309,8 @@ class CpuEngine final : public Engine {
     } else {
       // A bad spec or config throws here, with the CPU method's message; a method the GPU
       // cannot run on this model (head_dim) is a reason to stay on the CPU.
-      why = gpu::attention_problem(gpu::parse_gpu_attention(opts_.attn, cfg_), cfg_);
+      const MethodContext mc{cfg_.n_layer, cfg_.n_head, cfg_.n_kv_head, cfg_.head_dim, cfg_.name};
+      why = gpu_method_problem(*make_attention_method(opts_.attn, mc), mc);
     }
     if (why.empty()) {
       const size_t w = gpu::weight_bytes(cfg_), a = gpu::arena_layout(cfg_, chunk).total;

@@ -5,7 +5,7 @@
 #pragma once
 #include <cstdint>
 
-#include "sparse/minference_config.h"
+#include "methods/minference/minference_config.h"
 
 namespace longctx::test {
 

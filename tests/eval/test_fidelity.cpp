@@ -13,6 +13,10 @@ using namespace longctx::eval;
 
 namespace {
 
+MethodContext ctx_of(const AttnCapture& c) {
+  return {.n_layer = c.layer + 1, .n_head = c.n_head, .n_kv_head = c.n_kv_head, .head_dim = c.head_dim, .model_name = "test"};
+}
+
 // 3 tokens, 1 head, head_dim 1: q = [0, 0, ln 3 * ... ] chosen so row 2 has known probabilities.
 struct Tiny {
   std::vector<float> q, k, v;
@@ -45,7 +49,7 @@ LayerMask single_block(std::vector<KeySpan> ranges, std::vector<int64_t> cols = 
 TEST(Fidelity, DenseMaskHasZeroErrorAndFullRecall) {
   Tiny t;
   ThreadPool pool(1);
-  const LayerMask m = make_mask_method("dense")->build(t.c);
+  const LayerMask m = make_mask_method("dense", ctx_of(t.c))->build(t.c);
   auto hf = layer_fidelity(t.c, m, FidelityParams{}, pool);
   ASSERT_EQ(hf.size(), 1u);
   EXPECT_NEAR(hf[0].rel_err, 0.0, 1e-12);
@@ -88,22 +92,12 @@ TEST(Fidelity, RowsAreEvenlySpacedAndIncludeTheLast) {
   EXPECT_EQ(r.back(), 999);
 }
 
-TEST(Fidelity, AShapeBlocksAndKeptKeys) {
-  BlockKeys b = a_shape_block(4, 16, 64, 128);
-  ASSERT_EQ(b.ranges.size(), 2u);
-  EXPECT_EQ(b.ranges[0].begin, 0);
-  EXPECT_EQ(b.ranges[0].end, 4);
-  EXPECT_EQ(b.ranges[1].begin, 49);
-  EXPECT_EQ(b.ranges[1].end, 128);
-  b = a_shape_block(64, 64, 64, 128);  // sinks touch the window: one range
-  ASSERT_EQ(b.ranges.size(), 1u);
-  EXPECT_EQ(b.ranges[0].end, 128);
-
+TEST(Fidelity, AShapeMaskIsTheEnginesIndex) {
   AttnCapture c;
   c.n_tokens = 200;
   c.n_head = 2;
   c.n_kv_head = 1;
-  const LayerMask m = make_mask_method("a_shape=4,16")->build(c);
+  const LayerMask m = make_mask_method("a_shape=4,16", ctx_of(c))->build(c);
   EXPECT_EQ(m.heads.size(), 1u);
   EXPECT_EQ(m.n_blocks(), 4);
   std::vector<uint8_t> kept;
@@ -112,36 +106,25 @@ TEST(Fidelity, AShapeBlocksAndKeptKeys) {
   EXPECT_TRUE(kept[0] && kept[3] && !kept[4] && !kept[112] && kept[113] && kept[150]);
 }
 
-TEST(Fidelity, MaskRegistryErrorsAndPlugins) {
+TEST(Fidelity, MaskSpecsComeFromTheEnginesRegistry) {
   try {
-    make_mask_method("hip");
+    check_mask_spec("nosuch");
     FAIL();
   } catch (const Error& e) {
     const std::string m = e.what();
-    EXPECT_NE(m.find("'hip'"), std::string::npos) << m;
+    EXPECT_NE(m.find("'nosuch'"), std::string::npos) << m;
     EXPECT_NE(m.find("a_shape"), std::string::npos) << m;
     EXPECT_NE(m.find("dense"), std::string::npos) << m;
   }
-  EXPECT_THROW(make_mask_method("a_shape=12"), Error);
-  EXPECT_THROW(make_mask_method("a_shape=x,4"), Error);
-  EXPECT_THROW(make_mask_method("dense=3"), Error);
-  register_mask_method("first_only", [](const std::string& spec, const std::string&) -> std::unique_ptr<MaskMethod> {
-    struct FirstOnly : MaskMethod {
-      std::string spec;
-      std::string name() const override { return spec; }
-      LayerMask build(const AttnCapture& c) const override {
-        LayerMask m;
-        m.n_tokens = c.n_tokens;
-        m.heads.assign(1, std::vector<BlockKeys>(size_t(m.n_blocks()), BlockKeys{{{0, 1}}, {}}));
-        return m;
-      }
-    };
-    auto f = std::make_unique<FirstOnly>();
-    f->spec = spec;
-    return f;
-  });
   Tiny t;
+  EXPECT_THROW(make_mask_method("a_shape=12", ctx_of(t.c)), Error);
+  EXPECT_THROW(make_mask_method("a_shape=x,4", ctx_of(t.c)), Error);
+  EXPECT_THROW(make_mask_method("dense=3", ctx_of(t.c)), Error);
+  // A hand-made mask (row 0's key only): recall is each row's probability mass on key 0.
+  LayerMask first;
+  first.n_tokens = t.c.n_tokens;
+  first.heads.assign(1, std::vector<BlockKeys>(size_t(first.n_blocks()), BlockKeys{{{0, 1}}, {}}));
   ThreadPool pool(1);
-  auto hf = layer_fidelity(t.c, make_mask_method("first_only")->build(t.c), FidelityParams{}, pool);
+  auto hf = layer_fidelity(t.c, first, FidelityParams{}, pool);
   EXPECT_NEAR(hf[0].recall, (1 + 0.5 + 0.25) / 3, 1e-9);
 }

@@ -13,6 +13,10 @@
 namespace longctx::eval {
 namespace {
 
+MethodContext ctx_of(const AttnCapture& c, int n_layer = 1) {
+  return {.n_layer = n_layer, .n_head = c.n_head, .n_kv_head = c.n_kv_head, .head_dim = c.head_dim, .model_name = "test"};
+}
+
 namespace fs = std::filesystem;
 
 // A published-format config: one layer, `n_head` heads, every head A-shape(sink 4, window 64)
@@ -45,7 +49,7 @@ TEST(MaskMInference, BuildsTheEnginesIndexForEveryHead) {
   c.k = k.data();
   c.v = v.data();
   const std::string cfg = write_config(n_head);
-  const LayerMask m = make_mask_method("minference=" + cfg)->build(c);
+  const LayerMask m = make_mask_method("minference=" + cfg, ctx_of(c))->build(c);
   ASSERT_EQ(m.heads.size(), size_t(n_head));  // one index head per query head
   ASSERT_EQ(m.n_blocks(), 5);
   for (int h = 0; h < n_head; ++h) {
@@ -60,16 +64,15 @@ TEST(MaskMInference, BuildsTheEnginesIndexForEveryHead) {
   }
   // Wrong shapes are errors naming the mismatch.
   c.n_head = 3;
-  EXPECT_THROW(make_mask_method("minference=" + cfg)->build(c), Error);
+  EXPECT_THROW(make_mask_method("minference=" + cfg, ctx_of(c)), Error);  // config made for 4 heads
   c.n_head = n_head;
-  c.layer = 1;
-  EXPECT_THROW(make_mask_method("minference=" + cfg)->build(c), Error);
+  EXPECT_THROW(make_mask_method("minference=" + cfg, ctx_of(c, 2)), Error);  // ... and for 1 layer
   std::remove(cfg.c_str());
 }
 
 TEST(MaskMInference, NeedsAConfig) {
   try {
-    make_mask_method("minference");
+    make_mask_method("minference", MethodContext{1, 4, 2, 16, "test"});
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("search-patterns"), std::string::npos) << e.what();

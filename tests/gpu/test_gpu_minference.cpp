@@ -24,13 +24,15 @@
 
 #include "gpu/device_weights.h"
 #include "gpu/geometry.h"
-#include "gpu/gpu_attention.h"
+#include "methods/gpu_method.h"
+#include "methods/minference/minference_gpu.h"
+#include "methods/phase_method.h"
 #include "gpu/gpu_transformer.h"
 #include "longctx/engine.h"
 #include "model/tiny_model.h"
 #include "model/transformer.h"
-#include "sparse/attention_method.h"
-#include "sparse/minference_config.h"
+#include "methods/method.h"
+#include "methods/minference/minference_config.h"
 #include "../common/minference_test_configs.h"
 #include "test_util.h"
 #include "util/error.h"
@@ -186,83 +188,97 @@ gpu::GpuTransformer make_gpu(const std::string& spec, int64_t chunk) {
 
 // ---- parsing (no GPU needed) -------------------------------------------------------------
 
+MethodContext ctx_of(const ModelConfig& c) { return {c.n_layer, c.n_head, c.n_kv_head, c.head_dim, c.name}; }
+
+// The route of a prefill chunk of 64 queries ending at n_kv keys.
+Route prefill_route(const AttentionMethod& m, int layer, int64_t n_kv) {
+  return m.route({.layer = layer, .phase = Phase::prefill, .n_q = 64, .q_pos0 = n_kv - 64, .n_kv = n_kv});
+}
+
 TEST(GpuMInferenceParse, SpecsAsOnTheCpu) {
   Fixture& f = fixture();
-  const gpu::GpuAttention d = gpu::parse_gpu_attention("dense", f.cfg);
-  EXPECT_TRUE(d.dense());
-  EXPECT_FALSE(d.sparse_at(0, 1 << 20));
-  EXPECT_EQ(gpu::sparse_prefill_bytes(d, f.cfg, 256, 4096), 0u);
+  const MethodContext mc = ctx_of(f.cfg);
+  const GpuShape shape{.model = mc, .chunk = 256, .capacity = 4096};
+  const auto d = make_attention_method("dense", mc);
+  EXPECT_EQ(prefill_route(*d, 0, 1 << 20), Route::dense);
+  EXPECT_EQ(make_gpu_method(*d, mc), nullptr);  // never sparse: no GPU builder, no memory
 
-  const gpu::GpuAttention m =
-      gpu::parse_gpu_attention("minference=" + f.mixed + ":dense_below=600:dense_layers=1:ratio=2", f.cfg);
-  EXPECT_EQ(m.kind, gpu::GpuAttnKind::MInference);
-  EXPECT_EQ(m.dense_below, 600);
-  EXPECT_EQ(m.dense_layers, 1);
-  ASSERT_EQ(m.layers.size(), size_t(kLayers));
-  ASSERT_EQ(m.layers[0].size(), size_t(kHeads));
-  // VS budgets scaled by ratio (as sparse/minference_index.cpp), block-sparse and A-shape not.
-  EXPECT_EQ(m.layers[0][0].kind, cuda::GpuPatternKind::VerticalSlash);
-  EXPECT_EQ(m.layers[0][0].vertical, 80);
-  EXPECT_EQ(m.layers[0][0].slash, 300);
-  EXPECT_EQ(m.layers[0][1].kind, cuda::GpuPatternKind::BlockSparse);
-  EXPECT_EQ(m.layers[0][1].vertical, 3);
-  EXPECT_EQ(m.layers[0][2].kind, cuda::GpuPatternKind::AShape);
-  EXPECT_EQ(m.layers[0][2].vertical, 64);
-  EXPECT_EQ(m.layers[0][2].slash, 256);
-  EXPECT_FALSE(m.sparse_at(0, 5000));  // dense layer
-  EXPECT_FALSE(m.sparse_at(1, 599));   // below dense_below
-  EXPECT_TRUE(m.sparse_at(1, 600));
-  EXPECT_TRUE(m.ever_sparse(kLayers, 600));
-  EXPECT_TRUE(m.prompt_wide_vs(kLayers));  // vertical-slash heads in sparse layers
+  const auto m = make_attention_method("minference=" + f.mixed + ":dense_below=600:dense_layers=1:ratio=2", mc);
+  const auto* mm = dynamic_cast<const MInferenceMethod*>(
+      static_cast<const PhaseMethod&>(*m).side(Phase::prefill));  // a prefill method: decode dense
+  ASSERT_NE(mm, nullptr);
+  const auto layers = gpu_patterns(*mm);
+  ASSERT_EQ(layers.size(), size_t(kLayers));
+  ASSERT_EQ(layers[0].size(), size_t(kHeads));
+  // VS budgets scaled by ratio (as methods/minference/minference_index.cpp), block-sparse and A-shape not.
+  EXPECT_EQ(layers[0][0].kind, cuda::GpuPatternKind::VerticalSlash);
+  EXPECT_EQ(layers[0][0].vertical, 80);
+  EXPECT_EQ(layers[0][0].slash, 300);
+  EXPECT_EQ(layers[0][1].kind, cuda::GpuPatternKind::BlockSparse);
+  EXPECT_EQ(layers[0][1].vertical, 3);
+  EXPECT_EQ(layers[0][2].kind, cuda::GpuPatternKind::AShape);
+  EXPECT_EQ(layers[0][2].vertical, 64);
+  EXPECT_EQ(layers[0][2].slash, 256);
+  EXPECT_EQ(prefill_route(*m, 0, 5000), Route::dense);  // dense layer
+  EXPECT_EQ(prefill_route(*m, 1, 599), Route::dense);   // below dense_below
+  EXPECT_EQ(prefill_route(*m, 1, 600), Route::sparse);
+  EXPECT_EQ(m->route({.layer = 1, .phase = Phase::decode, .n_q = 1, .q_pos0 = 5000, .n_kv = 5001}), Route::dense);
+  EXPECT_TRUE(m->estimates_per_prompt(1, 600));  // vertical-slash heads in sparse layers
   MInferenceConfig no_vs = mixed_config();
   for (auto& layer : no_vs.layers)
     for (auto& h : layer)
       if (h.kind == PatternKind::VerticalSlash) h = bs(3);
   const std::string no_vs_path = (f.dir / "no_vs.json").string();
   no_vs.save(no_vs_path);
-  EXPECT_FALSE(gpu::parse_gpu_attention("minference=" + no_vs_path, f.cfg).prompt_wide_vs(kLayers));
-  EXPECT_FALSE(gpu::parse_gpu_attention("minference=" + f.mixed + ":dense_layers=3", f.cfg).prompt_wide_vs(kLayers));
-  EXPECT_FALSE(m.ever_sparse(kLayers, 599));  // no chunk reaches dense_below: nothing to allocate
-  EXPECT_FALSE(gpu::parse_gpu_attention("minference=" + f.mixed + ":dense_layers=3", f.cfg).ever_sparse(kLayers, 1 << 20));
-  EXPECT_EQ(gpu::attention_problem(m, f.cfg), "");
+  EXPECT_FALSE(make_attention_method("minference=" + no_vs_path, mc)->estimates_per_prompt(1, 1 << 20));
+  const auto all_dense = make_attention_method("minference=" + f.mixed + ":dense_layers=3", mc);
+  for (int l = 0; l < kLayers; ++l) EXPECT_FALSE(all_dense->estimates_per_prompt(l, 1 << 20));
+  EXPECT_EQ(make_gpu_method(*all_dense, mc), nullptr);  // never sparse: nothing to allocate
+  const auto g = make_gpu_method(*m, mc);
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(g->device_bytes({.model = mc, .chunk = 256, .capacity = 599}), 0u);  // no chunk reaches dense_below
+  EXPECT_GT(g->device_bytes(shape), 0u);
+  EXPECT_EQ(gpu_method_problem(*m, mc), "");
 
-  const gpu::GpuAttention a = gpu::parse_gpu_attention("a_shape", f.cfg);
-  EXPECT_EQ(a.kind, gpu::GpuAttnKind::AShape);
-  EXPECT_EQ(a.sink, 1024);
-  EXPECT_EQ(a.window, 4096);
-  const gpu::GpuAttention a2 = gpu::parse_gpu_attention("a_shape=64,256", f.cfg);
-  EXPECT_EQ(a2.sink, 64);
-  EXPECT_EQ(a2.window, 256);
-  EXPECT_GT(gpu::sparse_prefill_bytes(a2, f.cfg, 256, 4096), 0u);
+  const auto a = make_attention_method("a_shape", mc);
+  EXPECT_EQ(a->name(), "a_shape=1024,4096");
+  const auto a2 = make_attention_method("a_shape=64,256", mc);
+  EXPECT_EQ(a2->name(), "a_shape=64,256");
+  EXPECT_EQ(prefill_route(*a2, 0, 64), Route::sparse);
+  EXPECT_GT(make_gpu_method(*a2, mc)->device_bytes(shape), 0u);
 }
 
 TEST(GpuMInferenceParse, ErrorsAreTheCpuMethodsAndNameTheHeadDimLimit) {
   Fixture& f = fixture();
-  std::string e = error_of([&] { gpu::parse_gpu_attention("minference=" + f.wrong, f.cfg); });
+  const MethodContext mc = ctx_of(f.cfg);
+  std::string e = error_of([&] { make_attention_method("minference=" + f.wrong, mc); });
   EXPECT_TRUE(contains(e, "2 layers") && contains(e, "made for another model")) << e;
-  e = error_of([&] { gpu::parse_gpu_attention("minference", f.cfg); });
+  e = error_of([&] { make_attention_method("minference", mc); });
   EXPECT_TRUE(contains(e, "search-patterns")) << e;
-  e = error_of([&] { gpu::parse_gpu_attention("minference=" + f.mixed + ":dense_abov=3", f.cfg); });
+  e = error_of([&] { make_attention_method("minference=" + f.mixed + ":dense_abov=3", mc); });
   EXPECT_TRUE(contains(e, "unknown option 'dense_abov'")) << e;
-  e = error_of([&] { gpu::parse_gpu_attention("minference=/nonexistent/cfg.json", f.cfg); });
+  e = error_of([&] { make_attention_method("minference=/nonexistent/cfg.json", mc); });
   EXPECT_TRUE(contains(e, "/nonexistent/cfg.json")) << e;
-  e = error_of([&] { gpu::parse_gpu_attention("hip", f.cfg); });
+  e = error_of([&] { make_attention_method("hip", mc); });
   EXPECT_TRUE(contains(e, "unknown attention method 'hip'")) << e;
-  e = error_of([&] { gpu::parse_gpu_attention("a_shape=1", f.cfg); });
+  e = error_of([&] { make_attention_method("a_shape=1", mc); });
   EXPECT_TRUE(contains(e, "a_shape=SINK,WINDOW")) << e;
+  // Sparse decode on the GPU is refused up front, with the way out.
+  e = error_of([&] { make_gpu_method(*make_attention_method("decode:a_shape=16,64", mc), mc); });
+  EXPECT_TRUE(contains(e, "sparse decode") && contains(e, "--device cpu")) << e;
 
   // head_dim 64 (the default model's) runs (generic kernel); other sizes are named.
-  ModelConfig c64 = f.cfg;
+  MethodContext c64 = mc;
   c64.head_dim = 64;
-  c64.name = "tiny-d64";
-  EXPECT_EQ(gpu::attention_problem(gpu::parse_gpu_attention("minference=" + f.mixed, f.cfg), c64), "");
-  EXPECT_EQ(gpu::attention_problem(gpu::parse_gpu_attention("a_shape", c64), c64), "");
-  ModelConfig c96 = c64;
+  c64.model_name = "tiny-d64";
+  EXPECT_EQ(gpu_method_problem(*make_attention_method("minference=" + f.mixed, mc), c64), "");
+  EXPECT_EQ(gpu_method_problem(*make_attention_method("a_shape", c64), c64), "");
+  MethodContext c96 = c64;
   c96.head_dim = 96;
-  c96.name = "tiny-d96";
-  const std::string p = gpu::attention_problem(gpu::parse_gpu_attention("a_shape", c96), c96);
+  c96.model_name = "tiny-d96";
+  const std::string p = gpu_method_problem(*make_attention_method("a_shape", c96), c96);
   EXPECT_TRUE(contains(p, "head_dim 64 or 128") && contains(p, "tiny-d96 has head_dim 96")) << p;
-  EXPECT_EQ(gpu::attention_problem(gpu::parse_gpu_attention("dense", c96), c96), "");
+  EXPECT_EQ(gpu_method_problem(*make_attention_method("dense", c96), c96), "");
 }
 
 // ---- on the GPU ----------------------------------------------------------------------------
@@ -535,9 +551,11 @@ TEST_F(GpuMInference, MemoryPlanCountsTheIndexBuilder) {
   const std::string e = error_of([&] { g.reset(int64_t(1) << 30); });
   EXPECT_TRUE(contains(e, "sparse prefill's index and workspace") && contains(e, "tokens would fit")) << e;
   std::printf("[ message ] %s\n", e.c_str());
-  const size_t want = gpu::sparse_prefill_bytes(g.attention(), f.cfg, 256, 2048);
-  EXPECT_EQ(want, gpu::align_up(cuda::MinferenceIndexBuilder::device_bytes(gpu::builder_shape(f.cfg, 256, 2048))) +
-                      gpu::minference_index_bound(g.attention(), f.cfg, 256, 2048));
+  const size_t want = g.sparse_bytes(2048);
+  const auto& mm = dynamic_cast<const MInferenceMethod&>(*static_cast<const PhaseMethod&>(g.attention()).side(Phase::prefill));
+  const GpuShape shape{.model = ctx_of(f.cfg), .chunk = 256, .capacity = 2048};
+  EXPECT_EQ(want, gpu::align_up(cuda::MinferenceIndexBuilder::device_bytes(builder_shape(shape.model, 256, 2048))) +
+                      minference_index_bound(mm, shape));
   g.reset(2048);
   EXPECT_EQ(gpu::last_gpu_prefill_stats().sparse_bytes, want);
 }

@@ -17,7 +17,7 @@
 #include "longctx/engine.h"
 #include "model/tiny_model.h"
 #include "model/transformer.h"
-#include "sparse/attention_method.h"
+#include "methods/method.h"
 #include "test_util.h"
 #include "util/thread_pool.h"
 

@@ -35,7 +35,7 @@
 #include "kernels/params/attention.h"
 #include "longctx/engine.h"
 #include "model/tiny_model.h"
-#include "sparse/pattern_search.h"
+#include "methods/minference/pattern_search.h"
 #include "test_util.h"
 #include "util/thread_pool.h"
 

@@ -27,8 +27,8 @@
 #include "model/transformer.h"
 #include "model/weights.h"
 #include "model_test_util.h"
-#include "sparse/minference_config.h"
-#include "sparse/minference_method.h"
+#include "methods/minference/minference_config.h"
+#include "methods/minference/minference_method.h"
 #include "util/thread_pool.h"
 
 namespace longctx {

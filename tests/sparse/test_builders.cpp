@@ -7,10 +7,10 @@
 #include <random>
 #include <set>
 
-#include "sparse/a_shape_index.h"
-#include "sparse/block_sparse_index.h"
-#include "sparse/vs_convert.h"
-#include "sparse/vs_estimate.h"
+#include "methods/a_shape/a_shape_index.h"
+#include "methods/minference/block_sparse_index.h"
+#include "methods/minference/vs_convert.h"
+#include "methods/minference/vs_estimate.h"
 #include "test_util.h"
 #include "util/error.h"
 

@@ -6,10 +6,11 @@
 #include <filesystem>
 
 #include "kernels/ref/attention.h"
-#include "sparse/a_shape_index.h"
-#include "sparse/attention_method.h"
-#include "sparse/minference_index.h"
-#include "sparse/minference_method.h"
+#include "methods/a_shape/a_shape_index.h"
+#include "methods/method.h"
+#include "methods/minference/minference_index.h"
+#include "methods/minference/minference_method.h"
+#include "methods/run_cpu.h"
 #include "test_util.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
@@ -33,6 +34,18 @@ std::string error_of(F&& f) {
   }
   return "";
 }
+
+// One sequence running a method, as the model runs it: the method's state + attend_cpu.
+struct Seq {
+  std::unique_ptr<AttentionMethod> m;
+  std::unique_ptr<MethodState> st;
+  Seq(std::unique_ptr<AttentionMethod> method) : m(std::move(method)), st(m->start_sequence()) {}
+  void prefill(const AttnParams& p) { attend_cpu({.method = *m, .state = *st, .phase = Phase::prefill}, p, pool()); }
+  void decode(const AttnParams& p) { attend_cpu({.method = *m, .state = *st, .phase = Phase::decode}, p, pool()); }
+  void prepare_prompt(const AttnParams& p) { m->prepare_prompt(p, *st, pool()); }
+  void end_prompt() { m->end_prompt(*st); }
+  const AttentionMethod* operator->() const { return m.get(); }
+};
 
 MethodContext ctx(int n_layer, int n_head, int n_kv_head, int d) {
   return {.n_layer = n_layer, .n_head = n_head, .n_kv_head = n_kv_head, .head_dim = d, .model_name = "tiny-test"};
@@ -64,18 +77,18 @@ TEST(AShapeMethod, SpecsAndErrors) {
 
 TEST(AShapeMethod, WindowCoveringEverythingIsDense) {
   auto pr = test::make_problem(300, 0, 4, 2, 32, 3);
-  auto m = make_attention_method("a_shape=0,300", ctx(1, 4, 2, 32));
-  m->prefill(pr.p, pool());
+  Seq m = make_attention_method("a_shape=0,300", ctx(1, 4, 2, 32));
+  m.prefill(pr.p);
   EXPECT_LT(max_diff(pr.o, dense_out(pr.p)), 2e-5);
-  auto m2 = make_attention_method("a_shape=300,1", ctx(1, 4, 2, 32));  // sinks cover everything
-  m2->prefill(pr.p, pool());
+  Seq m2 = make_attention_method("a_shape=300,1", ctx(1, 4, 2, 32));  // sinks cover everything
+  m2.prefill(pr.p);
   EXPECT_LT(max_diff(pr.o, dense_out(pr.p)), 2e-5);
 }
 
 TEST(AShapeMethod, MatchesOracleWithBlockMask) {
   auto pr = test::make_problem(150, 90, 4, 2, 32, 5);
-  auto m = make_attention_method("a_shape=8,40", ctx(1, 4, 2, 32));
-  m->prefill(pr.p, pool());
+  Seq m = make_attention_method("a_shape=8,40", ctx(1, 4, 2, 32));
+  m.prefill(pr.p);
   const auto ref = test::oracle_attention(pr.p, [&](int, int64_t i, int64_t j) {
     const int64_t first = pr.p.q_pos0 + (i / 64) * 64;
     return j < 8 || j >= first - 40 + 1;
@@ -101,11 +114,11 @@ MInferenceConfig mixed_config() {
 
 TEST(MInferenceMethod, PrefillMatchesOracleWithItsIndex) {
   const auto cfg = mixed_config();
-  auto m = make_minference_method(cfg, {}, ctx(2, 4, 2, 32));
+  Seq m = make_minference_method(cfg, {}, ctx(2, 4, 2, 32));
   for (int layer = 0; layer < 2; ++layer) {
     auto pr = test::make_problem(600, 0, 4, 2, 32, 40 + layer, /*q_sigma=*/2.f);
     pr.p.layer = layer;
-    m->prefill(pr.p, pool());
+    m.prefill(pr.p);
     const SparseIndex idx = build_minference_index(pr.p, cfg.layers[size_t(layer)], pool());
     // The index is really sparse here (else this test would not test much).
     EXPECT_LT(index_kernel_pairs(idx, 600, 0, 600, 4), dense_causal_pairs(600, 0, 4) * 9 / 10);
@@ -119,7 +132,7 @@ TEST(MInferenceMethod, ChunkedPrefillUsesEachChunksIndex) {
   // Three chunks of one prompt; each chunk's output is exact attention over its own index,
   // built from the chunk's last 64 queries against all cached keys.
   const auto cfg = mixed_config();
-  auto m = make_minference_method(cfg, {}, ctx(2, 4, 2, 32));
+  Seq m = make_minference_method(cfg, {}, ctx(2, 4, 2, 32));
   auto full = test::make_problem(700, 0, 4, 2, 32, 99);
   for (const auto& [q0, n] : {std::pair<int64_t, int64_t>{0, 250}, {250, 200}, {450, 250}}) {
     AttnParams p = full.p;
@@ -131,7 +144,7 @@ TEST(MInferenceMethod, ChunkedPrefillUsesEachChunksIndex) {
     p.n_q = n;
     p.q_pos0 = q0;
     p.n_kv = q0 + n;  // the cache holds this chunk and everything before
-    m->prefill(p, pool());
+    m.prefill(p);
     const SparseIndex idx = build_minference_index(p, cfg.layers[1], pool());
     const auto ref = test::oracle_attention(p, test::index_mask(idx, 4));
     const std::vector<float> o(p.o, p.o + n * 4 * 32);
@@ -146,7 +159,7 @@ TEST(MInferenceMethod, PromptWideLinesServeEveryChunk) {
   // chunk's output is exact attention over the index its VS heads convert from those lines (BS
   // and A-shape heads as usual); after end_prompt a chunk estimates from its own queries again.
   const auto cfg = mixed_config();
-  auto m = make_minference_method(cfg, {}, ctx(2, 4, 2, 32));
+  Seq m = make_minference_method(cfg, {}, ctx(2, 4, 2, 32));
   auto full = test::make_problem(700, 0, 4, 2, 32, 77, /*q_sigma=*/2.f);
   auto chunk = [&](int64_t q0, int64_t n, std::vector<float>& lse) {
     AttnParams p = full.p;
@@ -165,13 +178,13 @@ TEST(MInferenceMethod, PromptWideLinesServeEveryChunk) {
   last.o = nullptr;
   last.lse = nullptr;
   EXPECT_TRUE(m->estimates_per_prompt(1, 700));
-  m->prepare_prompt(last, pool());
+  m.prepare_prompt(last);
   const std::vector<VsLines> lines = estimate_prompt_lines(last, cfg.layers[1], pool());
   EXPECT_TRUE(lines[0].slash.empty()) << "block-sparse head: no lines";
   EXPECT_FALSE(lines[1].slash.empty());
   for (const auto& [q0, n] : {std::pair<int64_t, int64_t>{0, 250}, {250, 200}, {450, 250}}) {
     const AttnParams p = chunk(q0, n, lse);
-    m->prefill(p, pool());
+    m.prefill(p);
     const SparseIndex idx = build_minference_index(p, cfg.layers[1], pool(), 1.0, lines);
     const std::vector<float> o(p.o, p.o + n * 4 * 32);
     const auto e = test::compare(o, lse, test::oracle_attention(p, test::index_mask(idx, 4)));
@@ -182,9 +195,9 @@ TEST(MInferenceMethod, PromptWideLinesServeEveryChunk) {
       EXPECT_NE(own.heads[1].cols, idx.heads[1].cols);
     }
   }
-  m->end_prompt();
+  m.end_prompt();
   const AttnParams p = chunk(250, 200, lse);
-  m->prefill(p, pool());
+  m.prefill(p);
   const std::vector<float> o(p.o, p.o + 200 * 4 * 32);
   const auto e = test::compare(o, lse, test::oracle_attention(p, test::index_mask(build_minference_index(p, cfg.layers[1], pool()), 4)));
   EXPECT_LT(e.o, test::kTolO) << "after end_prompt";
@@ -193,10 +206,10 @@ TEST(MInferenceMethod, PromptWideLinesServeEveryChunk) {
 TEST(MInferenceMethod, HugeBudgetsAreClampedToDense) {
   MInferenceConfig cfg;
   cfg.layers = {{{PatternKind::VerticalSlash, 1000000, 1000000, 0}, {PatternKind::BlockSparse, 100000, 0, 0}}};
-  auto m = make_minference_method(cfg, {}, ctx(1, 2, 1, 16));
+  Seq m = make_minference_method(cfg, {}, ctx(1, 2, 1, 16));
   auto pr = test::make_problem(333, 0, 2, 1, 16, 8);
   pr.p.layer = 0;
-  m->prefill(pr.p, pool());
+  m.prefill(pr.p);
   EXPECT_LT(max_diff(pr.o, dense_out(pr.p)), 2e-5);
 }
 
@@ -205,22 +218,22 @@ TEST(MInferenceMethod, DenseFallbacksAndDecode) {
   auto pr = test::make_problem(600, 0, 4, 2, 32, 12, 2.f);
   const auto dense = dense_out(pr.p);
   {  // dense_below: 600 keys < 1000 -> dense
-    auto m = make_minference_method(cfg, parse_minference_options(":dense_below=1000"), ctx(2, 4, 2, 32));
+    Seq m = make_minference_method(cfg, parse_minference_options(":dense_below=1000"), ctx(2, 4, 2, 32));
     pr.p.layer = 0;
-    m->prefill(pr.p, pool());
+    m.prefill(pr.p);
     EXPECT_LT(max_diff(pr.o, dense), 1e-6);
   }
   {  // dense_layers=1: layer 0 dense, layer 1 sparse (differs from dense)
-    auto m = make_minference_method(cfg, parse_minference_options("dense_layers=1"), ctx(2, 4, 2, 32));
+    Seq m = make_minference_method(cfg, parse_minference_options("dense_layers=1"), ctx(2, 4, 2, 32));
     pr.p.layer = 0;
-    m->prefill(pr.p, pool());
+    m.prefill(pr.p);
     EXPECT_LT(max_diff(pr.o, dense), 1e-6);
     pr.p.layer = 1;
-    m->prefill(pr.p, pool());
+    m.prefill(pr.p);
     EXPECT_GT(max_diff(pr.o, dense), 1e-3);
   }
   {  // decode is dense: one query at the end of the cache
-    auto m = make_minference_method(cfg, {}, ctx(2, 4, 2, 32));
+    Seq m = make_minference_method(cfg, {}, ctx(2, 4, 2, 32));
     AttnParams p = pr.p;
     p.layer = 1;
     p.n_q = 1;
@@ -229,7 +242,7 @@ TEST(MInferenceMethod, DenseFallbacksAndDecode) {
     std::vector<float> o(4 * 32), od(4 * 32);
     p.o = o.data();
     p.lse = nullptr;
-    m->decode(p, pool());
+    m.decode(p);
     p.o = od.data();
     attention_dense_ref(p, pool());
     EXPECT_EQ(o, od);
@@ -260,10 +273,10 @@ TEST(MInferenceMethod, PublishedConfigThroughRegistry) {
   // The published Qwen2.5-7B config, as shipped (configs/minference, byte-identical copy).
   const auto path = fs::path(LONGCTX_SOURCE_DIR) / "configs" / "minference" / "Qwen2.5-7B-Instruct-128k.json";
   // Qwen2.5-7B geometry (28 layers, 28 query heads, 4 KV heads) with a small head_dim for speed.
-  auto m = make_attention_method("minference=" + path.string() + ":dense_below=100", ctx(28, 28, 4, 16));
+  Seq m = make_attention_method("minference=" + path.string() + ":dense_below=100", ctx(28, 28, 4, 16));
   auto pr = test::make_problem(300, 0, 28, 4, 16, 1);
   pr.p.layer = 27;
-  m->prefill(pr.p, pool());  // 300 keys: VS budgets (k_v >= 30, k_s >= 100) partly clamped
+  m.prefill(pr.p);  // 300 keys: VS budgets (k_v >= 30, k_s >= 100) partly clamped
   const auto cfg = MInferenceConfig::load(path.string());
   const SparseIndex idx = build_minference_index(pr.p, cfg.layers[27], pool());
   const auto e = test::compare(pr.o, pr.lse, test::oracle_attention(pr.p, test::index_mask(idx, 28)));
@@ -272,6 +285,64 @@ TEST(MInferenceMethod, PublishedConfigThroughRegistry) {
   for (float x : pr.lse) EXPECT_TRUE(std::isfinite(x));  // the forced diagonal: no empty row
   EXPECT_NE(error_of([&] { make_attention_method("minference=" + path.string(), ctx(32, 32, 8, 16)); }).find("28 layers"),
             std::string::npos);
+}
+
+}  // namespace
+}  // namespace longctx
+
+namespace longctx {
+namespace {
+
+// ---- the one spec syntax: phases and composition (methods/spec.h) ----
+
+TEST(MethodSpec, PhasesAndCanonicalNames) {
+  const MethodContext c = ctx(2, 4, 2, 32);
+  EXPECT_EQ(make_attention_method("dense", c)->name(), "dense");
+  EXPECT_EQ(make_attention_method("a_shape=8,40", c)->name(), "a_shape=8,40");
+  const auto both = make_attention_method("prefill:a_shape=8,40;decode:a_shape=4,16", c);
+  EXPECT_EQ(both->name(), "prefill:a_shape=8,40;decode:a_shape=4,16");
+  EXPECT_EQ(make_attention_method(both->name(), c)->name(), both->name()) << "the name parses back";
+  // A bare prefill method leaves decode dense; a decode clause makes it sparse.
+  const AttnStep dec{.layer = 0, .phase = Phase::decode, .n_q = 1, .q_pos0 = 500, .n_kv = 501};
+  const AttnStep pre{.layer = 0, .phase = Phase::prefill, .n_q = 100, .q_pos0 = 400, .n_kv = 500};
+  EXPECT_EQ(make_attention_method("a_shape=8,40", c)->route(dec), Route::dense);
+  EXPECT_EQ(make_attention_method("a_shape=8,40", c)->route(pre), Route::sparse);
+  EXPECT_EQ(make_attention_method("decode:a_shape=8,40", c)->route(dec), Route::sparse);
+  EXPECT_EQ(make_attention_method("decode:a_shape=8,40", c)->route(pre), Route::dense);
+  EXPECT_EQ(make_attention_method("prefill:dense;decode:a_shape=8,40", c)->route(dec), Route::sparse);
+}
+
+TEST(MethodSpec, ErrorsNameTheProblem) {
+  const MethodContext c = ctx(2, 4, 2, 32);
+  EXPECT_NE(error_of([&] { make_attention_method("nosuch", c); }).find("unknown attention method 'nosuch'"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { make_attention_method("a_shape;decode:a_shape=4,16;prefill:dense", c); }).find("prefill phase is given twice"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { make_attention_method("decode:dense;decode:a_shape=4,16", c); }).find("decode phase is given twice"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { make_attention_method("prefil:a_shape", c); }).find("unknown phase 'prefil'"), std::string::npos);
+  EXPECT_NE(error_of([&] { make_attention_method("", c); }).find("empty attention spec"), std::string::npos);
+  EXPECT_NE(error_of([&] { make_attention_method("decode:a_shape=4", c); }).find("SINK,WINDOW"), std::string::npos);
+}
+
+// Sparse decode on the CPU: "decode:a_shape" attends the sinks and the window only (the oracle:
+// dense attention with that mask), and the composed method's state serves both phases.
+TEST(MethodSpec, AShapeDecodeIsSinksPlusWindow) {
+  auto pr = test::make_problem(1, 600, 4, 2, 32, 31, /*q_sigma=*/2.f);  // one query at position 600
+  Seq m = make_attention_method("prefill:a_shape=8,40;decode:a_shape=16,64", ctx(1, 4, 2, 32));
+  pr.p.layer = 0;
+  m.decode(pr.p);
+  SparseIndex want;
+  want.n_q = 1;
+  want.heads.resize(1);
+  build_a_shape_index({.sink = 16, .window = 64}, 1, 600, 601, want.heads[0]);
+  ASSERT_EQ(want.heads[0].ranges.size(), 2u);
+  EXPECT_EQ(want.heads[0].ranges[0].end, 16);
+  EXPECT_EQ(want.heads[0].ranges[1].start, 601 - 64);
+  const auto e = test::compare(pr.o, pr.lse, test::oracle_attention(pr.p, test::index_mask(want, 4)));
+  EXPECT_LT(e.o, test::kTolO);
+  EXPECT_LT(e.lse, test::kTolLse);
+  EXPECT_GT(max_diff(pr.o, dense_out(pr.p)), 1e-3) << "the window leaves keys out";
 }
 
 }  // namespace

@@ -7,7 +7,7 @@
 #include <iterator>
 #include <string>
 
-#include "sparse/minference_config.h"
+#include "methods/minference/minference_config.h"
 #include "util/error.h"
 
 namespace longctx {

@@ -8,9 +8,9 @@
 #include <random>
 
 #include "kernels/ref/head_error.h"
-#include "sparse/minference_config.h"
-#include "sparse/minference_index.h"
-#include "sparse/pattern_search.h"
+#include "methods/minference/minference_config.h"
+#include "methods/minference/minference_index.h"
+#include "methods/minference/pattern_search.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 #include "test_util.h"

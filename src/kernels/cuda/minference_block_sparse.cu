@@ -1,6 +1,6 @@
 // minference_block_sparse.cu (cuda): MInference's block-sparse estimate on the GPU: 64-token mean
 // pooling and the pooled scores, the twin of pool_keys() / build_block_sparse_index() in
-// sparse/block_sparse_index.cpp (the top-k is minference_select.cu).
+// methods/minference/block_sparse_index.cpp (the top-k is minference_select.cu).
 //
 // What:
 //   pk[hk][c][t]   = mean over keys j in [64c, min(64c + 64, n_keys)) of K[j][hk][t]

@@ -5,7 +5,7 @@
 //
 // Rules, exactly those of the CPU builders (each is checked against them in
 // tests/cuda/test_minference_index.cpp):
-//   vertical-slash: convert_vs_index (sparse/vs_convert.cpp, paper Algorithm 4). Block [first,
+//   vertical-slash: convert_vs_index (methods/minference/vs_convert.cpp, paper Algorithm 4). Block [first,
 //     end_m) (end_m = last + 1); slash o covers [max(first - o, 0), end_m - o) when o < end_m;
 //     visited by decreasing o and merged when a start does not exceed the running end; verticals
 //     < end_m outside every range become columns.

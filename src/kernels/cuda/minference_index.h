@@ -1,5 +1,5 @@
 // minference_index.h (cuda): MInference's online index builders on the GPU (the twin of
-// sparse/minference_index.h), writing the DeviceSparseIndex that sparse_attention() consumes.
+// methods/minference/minference_index.h), writing the DeviceSparseIndex that sparse_attention() consumes.
 //
 // What: for one layer and one prefill chunk (n_q queries at positions q_pos0.., against the
 // n_kv = q_pos0 + n_q cached keys), every query head's index by its pattern:

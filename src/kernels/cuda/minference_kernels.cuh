@@ -18,14 +18,14 @@
 #include <cstdint>
 
 #include "kernels/cuda/sparse_attention.h"
-#include "sparse/vs_estimate.h"
+#include "methods/minference/vs_estimate.h"
 
 namespace longctx::cuda::mindex {
 
 // Rows per query block, keys per pooled key block, estimating queries: all MInference's B = 64.
 inline constexpr int kBlk = kSparseQBlock;
 static_assert(kBlk == 64 && longctx::kLastQ == 64, "the builders assume 64-row blocks and 64 estimating queries");
-// The reference's forced lines and budget floors (sparse/vs_estimate.h).
+// The reference's forced lines and budget floors (methods/minference/vs_estimate.h).
 inline constexpr int64_t kForcedCols = longctx::kForcedSinkColumns;     // 30 sink columns
 inline constexpr int64_t kForcedDiags = longctx::kForcedLocalDiagonals;  // offsets 0..99
 inline constexpr int64_t kMinVertical = longctx::kMinVertical;           // k_v floor 30

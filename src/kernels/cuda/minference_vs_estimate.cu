@@ -1,5 +1,5 @@
 // minference_vs_estimate.cu (cuda): MInference's vertical-slash estimate on the GPU, the twin of
-// estimate_vs_scores() in sparse/vs_estimate.cpp.
+// estimate_vs_scores() in methods/minference/vs_estimate.cpp.
 //
 // What: for every vertical-slash query head h, with the chunk's last R = min(64, n_q) queries
 // (absolute positions P0 .. P0 + R - 1, P0 = q_pos0 + n_q - R) against the n_keys = q_pos0 + n_q

@@ -1,5 +1,5 @@
 // block_sparse_index.cpp: see block_sparse_index.h.
-#include "sparse/block_sparse_index.h"
+#include "methods/minference/block_sparse_index.h"
 
 #include <algorithm>
 #include <limits>

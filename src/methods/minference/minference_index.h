@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "kernels/params/attention.h"
-#include "sparse/minference_config.h"
+#include "methods/minference/minference_config.h"
 #include "sparse/sparse_index.h"
-#include "sparse/vs_estimate.h"
+#include "methods/minference/vs_estimate.h"
 
 namespace longctx {
 

@@ -1,5 +1,5 @@
 // a_shape_index.cpp: see a_shape_index.h.
-#include "sparse/a_shape_index.h"
+#include "methods/a_shape/a_shape_index.h"
 
 #include <algorithm>
 

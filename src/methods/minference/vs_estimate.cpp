@@ -1,5 +1,5 @@
 // vs_estimate.cpp: see vs_estimate.h.
-#include "sparse/vs_estimate.h"
+#include "methods/minference/vs_estimate.h"
 
 #include <cblas.h>
 

@@ -1,5 +1,5 @@
 // pattern_search.cpp: see pattern_search.h.
-#include "sparse/pattern_search.h"
+#include "methods/minference/pattern_search.h"
 
 #include <algorithm>
 #include <chrono>
@@ -8,13 +8,13 @@
 
 #include "kernels/ref/attention.h"
 #include "kernels/ref/head_error.h"
-#include "sparse/a_shape_index.h"
-#include "sparse/block_sparse_index.h"
-#include "sparse/minference_index.h"
+#include "methods/a_shape/a_shape_index.h"
+#include "methods/minference/block_sparse_index.h"
+#include "methods/minference/minference_index.h"
 #include "sparse/sparse_attention.h"
 #include "sparse/sparse_index.h"
-#include "sparse/vs_convert.h"
-#include "sparse/vs_estimate.h"
+#include "methods/minference/vs_convert.h"
+#include "methods/minference/vs_estimate.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 

@@ -43,7 +43,7 @@
 
 #include "kernels/params/attention.h"
 #include "longctx/engine.h"
-#include "sparse/minference_config.h"
+#include "methods/minference/minference_config.h"
 #include "sparse/sparse_index.h"
 
 namespace longctx {

@@ -1,12 +1,12 @@
 // minference_index.cpp: see minference_index.h.
-#include "sparse/minference_index.h"
+#include "methods/minference/minference_index.h"
 
 #include <algorithm>
 
-#include "sparse/a_shape_index.h"
-#include "sparse/block_sparse_index.h"
-#include "sparse/vs_convert.h"
-#include "sparse/vs_estimate.h"
+#include "methods/a_shape/a_shape_index.h"
+#include "methods/minference/block_sparse_index.h"
+#include "methods/minference/vs_convert.h"
+#include "methods/minference/vs_estimate.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 

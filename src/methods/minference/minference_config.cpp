@@ -1,5 +1,5 @@
 // minference_config.cpp: see minference_config.h.
-#include "sparse/minference_config.h"
+#include "methods/minference/minference_config.h"
 
 #include <fstream>
 #include <map>

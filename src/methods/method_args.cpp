@@ -1,5 +1,5 @@
 // method_args.cpp: see method_args.h.
-#include "sparse/method_args.h"
+#include "methods/method_args.h"
 
 #include <charconv>
 

@@ -1,5 +1,5 @@
 // search_cli.cpp: see search_cli.h.
-#include "sparse/search_cli.h"
+#include "methods/minference/search_cli.h"
 
 #include <CLI/CLI.hpp>
 
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "longctx/engine.h"
-#include "sparse/pattern_search.h"
+#include "methods/minference/pattern_search.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 

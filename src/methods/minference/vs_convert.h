@@ -16,7 +16,7 @@
 #include <cstdint>
 
 #include "sparse/sparse_index.h"
-#include "sparse/vs_estimate.h"
+#include "methods/minference/vs_estimate.h"
 
 namespace longctx {
 

@@ -19,8 +19,8 @@
 #include <memory>
 #include <string>
 
-#include "sparse/attention_method.h"
-#include "sparse/minference_config.h"
+#include "methods/method.h"
+#include "methods/minference/minference_config.h"
 
 namespace longctx {
 
@@ -33,6 +33,26 @@ struct MInferenceOptions {
 
 // Parses the text after "minference=" (throws Error naming a bad or unknown option).
 MInferenceOptions parse_minference_options(const std::string& arg);
+
+// The method: routes by dense_layers / dense_below; per-request state = the prompt-wide lines.
+class MInferenceMethod final : public AttentionMethod {
+ public:
+  MInferenceMethod(MInferenceConfig cfg, MInferenceOptions opt) : cfg_(std::move(cfg)), opt_(std::move(opt)) {}
+  std::string name() const override;
+  Route route(const AttnStep& s) const override;
+  std::unique_ptr<MethodState> start_sequence() const override;
+  SparseIndex build_index(const AttnParams& p, Phase phase, MethodState& state, ThreadPool& pool) const override;
+  bool estimates_per_prompt(int layer, int64_t n_kv) const override;
+  void prepare_prompt(const AttnParams& p, MethodState& state, ThreadPool& pool) const override;
+  void end_prompt(MethodState& state) const override;
+  const MInferenceConfig& config() const { return cfg_; }
+  const MInferenceOptions& options() const { return opt_; }
+
+ private:
+  void check_layer(int layer) const;
+  MInferenceConfig cfg_;
+  MInferenceOptions opt_;
+};
 
 // From a parsed config (tests, search): validates it against ctx.
 std::unique_ptr<AttentionMethod> make_minference_method(MInferenceConfig cfg, const MInferenceOptions& opt,

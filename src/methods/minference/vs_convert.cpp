@@ -1,5 +1,5 @@
 // vs_convert.cpp: see vs_convert.h.
-#include "sparse/vs_convert.h"
+#include "methods/minference/vs_convert.h"
 
 #include <algorithm>
 

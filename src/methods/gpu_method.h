@@ -1,0 +1,76 @@
+// gpu_method.h: a method's GPU side: the device index builder of its sparse steps, with the
+// device memory it needs bounded up front.
+//
+// What: one GpuMethod per (AttentionMethod, GPU model), made by make_gpu_method (registry_gpu.cpp,
+// one line per method; the implementation sits in the method's folder as <method>_gpu.cpp). The
+// GPU model (gpu/gpu_transformer.cpp) asks the AttentionMethod for the route of every step, as the
+// CPU model does, and for a sparse prefill step asks its GpuMethod for the index, then runs the
+// shared kernel (cuda::sparse_attention) on it. Every builder is tested equal to the method's
+// CPU builder (AttentionMethod::build_index).
+// Memory: device_bytes(shape) is the most the builder will hold for chunks of shape.chunk queries
+// against shape.capacity keys (fixed buffers + a bound of what depends on the data); the model adds
+// it to the KV cache's fit check (memory_plan.h) before allocate(shape) runs, so a prompt that
+// cannot fit fails before any work.
+// Tensors (bf16, device, after RoPE): q [n_q, n_head, head_dim], k/v [n_kv, n_kv_head, head_dim]
+// (the layer's keys 0..n_kv-1, contiguous).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kernels/cuda/runtime.h"
+#include "kernels/cuda/sparse_attention.h"
+#include "methods/method.h"
+
+namespace longctx {
+
+struct GpuShape {
+  MethodContext model;
+  int64_t chunk = 0;     // most queries of one prefill step
+  int64_t capacity = 0;  // most keys of one step (the KV cache's tokens)
+};
+
+struct GpuPrefillStep {
+  int layer = 0;
+  const void* q = nullptr;  // bf16 [n_q, n_head, head_dim]
+  const void* k = nullptr;  // bf16 [n_kv, n_kv_head, head_dim]
+  int64_t n_q = 0;
+  int64_t q_pos0 = 0;
+  int64_t n_kv = 0;
+};
+
+// A sparse step's index on the device and the sparse kernel's workspace for it (pointers into the
+// builder's buffers, valid until its next build).
+struct GpuIndex {
+  cuda::DeviceSparseIndex index;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+class GpuMethod {
+ public:
+  virtual ~GpuMethod() = default;
+  // Bytes allocate(shape) and the builds after it may hold at most (0: nothing, e.g. a method
+  // whose steps are all dense at this capacity).
+  virtual size_t device_bytes(const GpuShape& shape) const = 0;
+  // Allocates for shape (after the fit check); frees what an earlier allocate() held.
+  virtual void allocate(const GpuShape& shape) = 0;
+  virtual void release() = 0;
+  // The index of a prefill step whose route is sparse, built on stream s.
+  virtual GpuIndex build_prefill(const GpuPrefillStep& step, cuda::Stream s) = 0;
+  // Prompt-wide estimation (AttentionMethod::estimates_per_prompt): step holds the prompt's last
+  // queries against all its keys; the layer's chunks that follow use it until end_prompt().
+  virtual void prepare_prompt(const GpuPrefillStep& /*step*/, cuda::Stream /*s*/) {}
+  virtual void end_prompt() {}
+};
+
+// The GPU side of method m for the model in shape (nullptr when m never routes a step sparse).
+// Throws Error when m (or one phase of it) has no GPU builder or cannot run this model's shape
+// ("... use --device cpu").
+std::unique_ptr<GpuMethod> make_gpu_method(const AttentionMethod& m, const MethodContext& model);
+
+// "" when make_gpu_method would succeed for m on model; else why not (for --device auto).
+std::string gpu_method_problem(const AttentionMethod& m, const MethodContext& model);
+
+}  // namespace longctx

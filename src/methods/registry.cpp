@@ -1,0 +1,37 @@
+// registry.cpp: the methods --attn accepts.
+#include "methods/registry.h"
+
+#include "methods/a_shape/a_shape_method.h"
+#include "methods/minference/minference_method.h"
+#include "util/error.h"
+
+namespace longctx {
+
+const std::vector<MethodEntry>& method_registry() {
+  static const std::vector<MethodEntry> entries = {
+      {"dense", "dense", {.prefill = true, .decode = true},
+       [](const std::string& arg, const MethodContext&) {
+         if (!arg.empty()) fail("attention method 'dense' takes no parameters (got '{}')", arg);
+         return make_dense_method();
+       }},
+      {"a_shape", "a_shape[=SINK,WINDOW]", {.prefill = true, .decode = false}, make_a_shape_method},
+      {"minference", "minference=CONFIG.json[:dense_below=N][:dense_layers=N][:ratio=R]",
+       {.prefill = true, .decode = false},
+       [](const std::string& arg, const MethodContext& ctx) { return make_minference_method(arg, ctx); }},
+  };
+  return entries;
+}
+
+const MethodEntry* find_method(const std::string& name) {
+  for (const auto& e : method_registry())
+    if (name == e.name) return &e;
+  return nullptr;
+}
+
+std::string known_methods() {
+  std::string known;
+  for (const auto& e : method_registry()) known += std::string(known.empty() ? "" : ", ") + e.usage;
+  return known;
+}
+
+}  // namespace longctx
