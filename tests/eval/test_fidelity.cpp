@@ -40,7 +40,7 @@ struct Tiny {
 LayerMask single_block(std::vector<KeySpan> ranges, std::vector<int64_t> cols = {}) {
   LayerMask m;
   m.n_tokens = 3;
-  m.heads = {{BlockKeys{std::move(ranges), std::move(cols)}}};
+  m.heads = {{eval::BlockKeys{std::move(ranges), std::move(cols)}}};
   return m;
 }
 
@@ -123,7 +123,7 @@ TEST(Fidelity, MaskSpecsComeFromTheEnginesRegistry) {
   // A hand-made mask (row 0's key only): recall is each row's probability mass on key 0.
   LayerMask first;
   first.n_tokens = t.c.n_tokens;
-  first.heads.assign(1, std::vector<BlockKeys>(size_t(first.n_blocks()), BlockKeys{{{0, 1}}, {}}));
+  first.heads.assign(1, std::vector<eval::BlockKeys>(size_t(first.n_blocks()), eval::BlockKeys{{{0, 1}}, {}}));
   ThreadPool pool(1);
   auto hf = layer_fidelity(t.c, first, FidelityParams{}, pool);
   EXPECT_NEAR(hf[0].recall, (1 + 0.5 + 0.25) / 3, 1e-9);
