@@ -2,11 +2,14 @@
 // decode, one layer of Llama-3-8B geometry (32 query / 8 KV heads, d = 128), bf16 and fp8 KV.
 //
 // What, for each KV dtype:
-//   - batch 1 at each --lens length (default 128K and 1M keys): dense cuda::attention_decode vs
+//   - batch 1 at each --lens length (default 4224 = sinks + window, 128K and 1M keys): dense
+//     cuda::attention_decode vs
 //     the step "build_sink_window_index + cuda::sparse_decode" over the same paged cache, both as
 //     a replayed CUDA graph (how the engine runs a decode step) and eagerly; the sparse step with
 //     the A-shape's own bound max_keys_per_row = sinks + window ("tight") and with no bound
-//     (0 = the block table's capacity, "loose": more splits planned, a longer key list);
+//     (0 = the block table's capacity, "loose": more splits planned, a longer key list); and, to
+//     see where a short step's time goes, the step on an index with no keys and with explicit
+//     split counts;
 //   - a batch of --batch sequences (default 32) of mixed lengths (8K .. 128K, fixed seed), one
 //     launch each for dense (kv_lens) and sparse.
 // The pool is paged (page_size 64: dense decode needs a multiple of 64) with a shuffled,
@@ -113,12 +116,12 @@ struct Problem {
     for (int32_t len : lens) n += std::min<int64_t>(len, kSinks + kWindow);
     return n;
   }
-  SinkWindowIndexParams index_params() const {
+  SinkWindowIndexParams index_params(int sinks = kSinks, int window = kWindow) const {
     SinkWindowIndexParams ip;
     ip.seq_lens = d_lens;
     ip.n_seq = n_seq();
-    ip.sinks = kSinks;
-    ip.window = kWindow;
+    ip.sinks = sinks;
+    ip.window = window;
     ip.range_ptr = range_ptr;
     ip.ranges = ranges;
     ip.col_ptr = col_ptr;
@@ -196,23 +199,47 @@ std::string run_problem(const char* label, Problem& pb, double reps_scale) {
   sp.n_head = kHeads;
   sp.kv = pb.view();
   sp.index = sink_window_index_view(ip);
-  Timing sparse[2];
-  int splits[2];
-  for (int loose = 0; loose < 2; ++loose) {
-    sp.max_keys_per_row = loose ? 0 : kSinks + kWindow;
+  const int sparse_reps = std::max(10, int(reps_scale * 300));
+  auto time_sparse = [&](const SinkWindowIndexParams& ixp, int64_t max_keys, int n_splits, int* splits_used) {
+    sp.max_keys_per_row = max_keys;
+    sp.n_splits = n_splits;
     const size_t ws_bytes = sparse_decode_workspace_bytes(sparse_decode_bounds(sp));
     void* ws = dev_malloc(ws_bytes);
     sparse_decode_workspace_init(ws, ws_bytes);
     sp.workspace = ws;
     sp.workspace_bytes = ws_bytes;
-    splits[loose] = sparse_decode_num_splits(sp);
-    sparse[loose] = time_step(
+    *splits_used = sparse_decode_num_splits(sp);
+    const Timing t = time_step(
         [&](Stream s) {
-          build_sink_window_index(ip, s);
+          build_sink_window_index(ixp, s);
           sparse_decode(sp, s);
         },
-        std::max(10, int(reps_scale * 300)));
+        sparse_reps);
     dev_free(ws);
+    return t;
+  };
+  Timing sparse[2];
+  int splits[2];
+  for (int loose = 0; loose < 2; ++loose) sparse[loose] = time_sparse(ip, loose ? 0 : kSinks + kWindow, 0, &splits[loose]);
+  // Batch 1 only: where the time of a short step goes. An index with no keys (the launches and
+  // merges alone), and explicit split counts for the A-shape row (66 tiles).
+  std::string probes;
+  if (n_seq == 1) {
+    int used = 0;
+    char b[160];
+    const Timing empty = time_sparse(pb.index_params(0, 0), kSinks + kWindow, 0, &used);
+    std::snprintf(b, sizeof b, ", \"sparse_empty_index_ms_graph\": %.5f, \"split_sweep\": [", empty.graph_ms);
+    probes = b;
+    std::fprintf(stderr, "  empty index: %.4f ms graph; explicit splits:", empty.graph_ms);
+    const int caps[] = {4, 8, 17, 33, 66};
+    for (int i = 0; i < 5; ++i) {
+      const Timing t = time_sparse(ip, kSinks + kWindow, caps[i], &used);
+      std::snprintf(b, sizeof b, "%s{\"n_splits\": %d, \"ms_graph\": %.5f}", i ? ", " : "", used, t.graph_ms);
+      probes += b;
+      std::fprintf(stderr, " %d: %.4f ms", used, t.graph_ms);
+    }
+    probes += "]";
+    std::fprintf(stderr, "\n");
   }
   dev_free(dws);
   device_sync();
@@ -225,26 +252,27 @@ std::string run_problem(const char* label, Problem& pb, double reps_scale) {
                label, pb.fp8 ? "fp8" : "bf16", n_seq, (long long)pb.max_len(), dense.graph_ms, dense.eager_ms,
                dense_gb / (dense.graph_ms * 1e-3), sparse[0].graph_ms, sparse[0].eager_ms, splits[0],
                sparse[1].graph_ms, splits[1], dense.graph_ms / sparse[0].graph_ms);
-  char buf[1024];
+  char buf[2048];
   std::snprintf(buf, sizeof buf,
                 "{\"case\": \"%s\", \"kv\": \"%s\", \"n_seq\": %d, \"max_len\": %lld, \"total_keys\": %lld, "
                 "\"sparse_keys\": %lld, \"dense_ms_graph\": %.5f, \"dense_ms_eager\": %.5f, \"dense_GBps\": %.1f, "
                 "\"sparse_tight_ms_graph\": %.5f, \"sparse_tight_ms_eager\": %.5f, \"sparse_tight_splits\": %d, "
                 "\"sparse_tight_GBps\": %.1f, \"sparse_loose_ms_graph\": %.5f, \"sparse_loose_ms_eager\": %.5f, "
                 "\"sparse_loose_splits\": %d, \"ratio_dense_over_sparse_tight_graph\": %.2f, "
-                "\"ratio_dense_over_sparse_loose_graph\": %.2f}",
+                "\"ratio_dense_over_sparse_loose_graph\": %.2f%s}",
                 label, pb.fp8 ? "fp8_e4m3" : "bf16", n_seq, (long long)pb.max_len(), (long long)pb.dense_keys(),
                 (long long)pb.sparse_keys(), dense.graph_ms, dense.eager_ms, dense_gb / (dense.graph_ms * 1e-3),
                 sparse[0].graph_ms, sparse[0].eager_ms, splits[0], sparse_gb / (sparse[0].graph_ms * 1e-3),
                 sparse[1].graph_ms, sparse[1].eager_ms, splits[1], dense.graph_ms / sparse[0].graph_ms,
-                dense.graph_ms / sparse[1].graph_ms);
+                dense.graph_ms / sparse[1].graph_ms, probes.c_str());
   return buf;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<int64_t> lens = {131072, 1048576};
+  // 4224 = sinks + window: dense decode of exactly the keys the A-shape row attends.
+  std::vector<int64_t> lens = {4224, 131072, 1048576};
   int batch = 32;
   double reps_scale = 1.0;
   const char* json_path = nullptr;

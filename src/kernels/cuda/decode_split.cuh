@@ -73,7 +73,7 @@ struct DecodeArgs {
 
 // Keys: where the attended keys of a CTA's rows come from. A key source is a plain struct with
 //   int64_t n_keys(int b, int h0)            keys attended by sequence b's query heads h0.. (the CTA's)
-//   int split_tiles(int64_t n_tiles, int n_splits)   64-key tiles per split
+//   int split_tiles(int64_t n_tiles, int n_splits)   64-key tiles per split (>= 1)
 //   Tile tile(int b, int h0, int64_t n0)     the 64-key tile starting at key n0 (in the source's
 //                                            order), with int64_t Tile::elem(int r): the element
 //                                            offset of key n0 + r's pool row (before the KV head
@@ -99,6 +99,11 @@ __global__ void __launch_bounds__(DecodeTile<D, kFp8>::kThreads)
   const int64_t n_kv = keys.n_keys(b, h0);  // keys of this CTA's rows
   const int64_t n_tiles_total = (n_kv + T::kBlockN - 1) / T::kBlockN;
   const int tiles_per_split = keys.split_tiles(n_tiles_total, a.n_splits);
+  // Splits that hold tiles of this row: the others leave at once, and the merge reads only these.
+  // At least one, so that a row without keys is still written (O = 0, LSE = -inf).
+  const int n_active =
+      max(1, int(min(int64_t(a.n_splits), (n_tiles_total + tiles_per_split - 1) / tiles_per_split)));
+  if (split >= n_active) return;
   const int64_t t_begin = int64_t(split) * tiles_per_split;
   const int64_t t_end = min(n_tiles_total, t_begin + tiles_per_split);
   const int n_tiles = t_end > t_begin ? int(t_end - t_begin) : 0;
@@ -304,13 +309,13 @@ __global__ void __launch_bounds__(DecodeTile<D, kFp8>::kThreads)
 
   // Fused merge: the last CTA of this (sequence, unit) to finish combines all splits, so a
   // decode step is one launch. Classic threadfence reduction: publish the partials, count, and
-  // the CTA that brings the counter to n_splits resets it and reads everyone's partials.
+  // the CTA that brings the counter to n_active resets it and reads everyone's partials.
   __shared__ int s_last;
   __threadfence();
   __syncthreads();
   if (tid == 0) {
     int* ctr = a.counters + int64_t(b) * gridDim.y + unit;
-    s_last = atomicAdd(ctr, 1) == a.n_splits - 1;
+    s_last = atomicAdd(ctr, 1) == n_active - 1;
     if (s_last) atomicExch(ctr, 0);  // every other split has counted: safe to reset for the next call
   }
   __syncthreads();
@@ -324,11 +329,11 @@ __global__ void __launch_bounds__(DecodeTile<D, kFp8>::kThreads)
     const int64_t row = int64_t(b) * a.n_head + h0 + r;
     const float* lp = a.lse_part + row * a.n_splits;
     float M = -INFINITY;
-    for (int j = lane; j < a.n_splits; j += 32) M = fmaxf(M, __ldcg(lp + j));
+    for (int j = lane; j < n_active; j += 32) M = fmaxf(M, __ldcg(lp + j));
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
     float L = 0.f;
-    for (int j = lane; j < a.n_splits; j += 32) {
+    for (int j = lane; j < n_active; j += 32) {
       const float w = M == -INFINITY ? 0.f : __expf(__ldcg(lp + j) - M);
       sW[r * a.n_splits + j] = w;
       L += w;
@@ -346,7 +351,9 @@ __global__ void __launch_bounds__(DecodeTile<D, kFp8>::kThreads)
     const int64_t row = int64_t(b) * a.n_head + h0 + r;
     const float* op = a.o_part + row * a.n_splits * D + d;
     float acc = 0.f;
-    for (int j = 0; j < a.n_splits; ++j) acc += sW[r * a.n_splits + j] * __ldcg(op + int64_t(j) * D);
+    // Unrolled so that several splits' loads are in flight (the merge is latency-bound).
+#pragma unroll 8
+    for (int j = 0; j < n_active; ++j) acc += sW[r * a.n_splits + j] * __ldcg(op + int64_t(j) * D);
     a.o[row * D + d] = __float2bfloat16_rn(acc * sInvL[r]);
     if (d == 0 && a.lse) a.lse[row] = sLse[r];
   }

@@ -33,6 +33,10 @@ using namespace decode_split;
 
 constexpr int kPlanThreads = 256;
 constexpr int kExpandThreads = 256;
+// Automatic splits give each at least this many 64-key tiles: a split's fixed cost (start-up,
+// partial write, its share of the merge) outweighs streaming a few tiles, and sparse rows are
+// often short (A-shape: 4224 keys = 66 tiles).
+constexpr int kMinTilesPerSplit = 4;
 
 struct PlanArgs {
   DecodeIndex idx;
@@ -191,8 +195,11 @@ struct GatherKeys {
 
   __device__ int64_t row(int b, int h0) const { return int64_t(b) * n_index_head + h0 / heads_per_index; }
   __device__ int64_t n_keys(int b, int h0) const { return row_keys[row(b, h0)]; }
-  // The row's real key count spread over all splits.
-  __device__ int split_tiles(int64_t n_tiles, int n_splits) const { return int((n_tiles + n_splits - 1) / n_splits); }
+  int min_tiles_per_split;
+  // The row's real key count spread over the splits, at least min_tiles_per_split tiles each.
+  __device__ int split_tiles(int64_t n_tiles, int n_splits) const {
+    return max(min_tiles_per_split, int((n_tiles + n_splits - 1) / n_splits));
+  }
   struct Tile {
     const int32_t* rows;  // pool rows of the tile's keys
     int64_t ld_row;
@@ -209,6 +216,20 @@ int64_t resolved_max_keys(const SparseDecodeParams& p) {
 // Query heads per CTA: those sharing one KV head and one index row.
 int cta_heads(int n_head, int n_kv_head, int n_index_head) {
   return std::min(n_head / n_kv_head, n_head / n_index_head);
+}
+
+// Splits for the longest row (max_keys_per_row): dense decode's one-wave plan, then at most one
+// split per kMinTilesPerSplit tiles; an explicit n_splits is taken as is (up to one per tile).
+SplitPlan plan_gather(const SparseDecodeParams& p) {
+  const int units = p.n_head / cta_heads(p.n_head, p.kv.n_kv_head, p.index.n_index_head);
+  const int64_t max_keys = resolved_max_keys(p);
+  SplitPlan plan = plan_splits<GatherKeys>(int64_t(p.kv.n_seq) * units, p.kv.head_dim, p.kv.elem == KvElem::fp8_e4m3,
+                                           max_keys, p.n_splits);
+  if (p.n_splits <= 0) {
+    const int64_t n_tiles = std::max<int64_t>(1, (max_keys + kBlockN - 1) / kBlockN);
+    plan.n_splits = int(std::min<int64_t>(plan.n_splits, (n_tiles + kMinTilesPerSplit - 1) / kMinTilesPerSplit));
+  }
+  return plan;
 }
 
 struct WorkspaceLayout {
@@ -300,10 +321,7 @@ void sparse_decode_workspace_init(void* workspace, size_t workspace_bytes, Strea
 
 int sparse_decode_num_splits(const SparseDecodeParams& p) {
   check_sparse_decode(p);
-  const int units = p.n_head / cta_heads(p.n_head, p.kv.n_kv_head, p.index.n_index_head);
-  return plan_splits<GatherKeys>(int64_t(p.kv.n_seq) * units, p.kv.head_dim, p.kv.elem == KvElem::fp8_e4m3,
-                                 resolved_max_keys(p), p.n_splits)
-      .n_splits;
+  return plan_gather(p).n_splits;
 }
 
 void sparse_decode(const SparseDecodeParams& p, Stream s) {
@@ -337,7 +355,7 @@ void sparse_decode(const SparseDecodeParams& p, Stream s) {
   const bool fp8 = kv.elem == KvElem::fp8_e4m3;
   const int heads = cta_heads(p.n_head, kv.n_kv_head, p.index.n_index_head);
   const int units = p.n_head / heads;
-  const SplitPlan plan = plan_splits<GatherKeys>(int64_t(kv.n_seq) * units, kv.head_dim, fp8, max_keys, p.n_splits);
+  const SplitPlan plan = plan_gather(p);
   DecodeArgs a{};
   a.q = static_cast<const bf16*>(p.q);
   a.k = kv.k_pool;
@@ -354,8 +372,8 @@ void sparse_decode(const SparseDecodeParams& p, Stream s) {
   const float scale = p.scale > 0.f ? p.scale : 1.f / std::sqrt(float(kv.head_dim));
   a.scale_log2 = scale * kLog2e * (fp8 ? kv.k_scale : 1.f);
   a.v_scale = fp8 ? kv.v_scale : 1.f;
-  GatherKeys keys{row_keys, key_rows, max_keys, p.index.n_index_head, p.n_head / p.index.n_index_head,
-                  kv.row_elems()};
+  GatherKeys keys{row_keys,       key_rows,       max_keys, p.index.n_index_head, p.n_head / p.index.n_index_head,
+                  kv.row_elems(), p.n_splits > 0 ? 1 : kMinTilesPerSplit};
   launch_split_kernel(a, keys, kv.head_dim, fp8, units, kv.n_seq, stream);
   LC_LAUNCH_CHECK("sparse_decode split kernel d=%d fp8=%d n_seq=%d heads=%d/%d index heads=%d splits=%d",
                   kv.head_dim, int(fp8), kv.n_seq, p.n_head, kv.n_kv_head, p.index.n_index_head, plan.n_splits);

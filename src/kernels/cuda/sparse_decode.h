@@ -44,7 +44,9 @@ struct SparseDecodeParams {
   // kv.max_pages_per_seq * kv.page_size, which always suffices. A row attending more keys than
   // this is cut to its first max_keys_per_row keys in the normalised order (ranges, then columns).
   int64_t max_keys_per_row = 0;
-  int n_splits = 0;  // splits per row: 0 = fill the GPU in about one wave; otherwise a cap
+  // Splits of the longest row: 0 = automatic (about one wave of CTAs, at least 4 tiles of 64 keys
+  // per split); otherwise this many at most. Every row spreads its keys evenly over them.
+  int n_splits = 0;
   void* workspace = nullptr;  // device memory of sparse_decode_workspace_bytes(...)
   size_t workspace_bytes = 0;
 };
