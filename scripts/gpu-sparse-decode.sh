@@ -38,12 +38,13 @@ timeout ${BENCH_TIMEOUT:-120} "$BIN/bench_sparse_decode" --json "$OUT/bench_spar
 cat "$OUT/bench_sparse_decode.log"
 [ $rc = 0 ] || { echo "SPARSE DECODE BENCH FAILED (rc=$rc)"; status=1; }
 
-echo "== dense decode, base commit vs this commit"
-for which in old new; do
+echo "== dense decode, base commit vs this commit (alternating, twice each)"
+for run in old.1 new.1 old.2 new.2; do
+  which=${run%.*}
   timeout ${DENSE_TIMEOUT:-45} "$BIN/bench_cuda_$which" --prefill 8192 --decode 131072,1048576 --no-ops \
-    --json "$OUT/bench_cuda_$which.json" > /dev/null 2> "$OUT/bench_cuda_$which.log"; rc=$?
-  echo "-- $which"; grep -E "^(decode|batched)" "$OUT/bench_cuda_$which.log" | grep -v "splits=[0-9]*:" 
-  grep -E "splits=" "$OUT/bench_cuda_$which.log" | head -3
-  [ $rc = 0 ] || { echo "DENSE BENCH $which FAILED (rc=$rc)"; status=1; }
+    --json "$OUT/bench_cuda_$run.json" > /dev/null 2> "$OUT/bench_cuda_$run.log"; rc=$?
+  echo "-- $run"; grep -E "^(decode|batched)" "$OUT/bench_cuda_$run.log" | grep -v "splits=[0-9]*:"
+  grep -E "splits=" "$OUT/bench_cuda_$run.log" | head -4
+  [ $rc = 0 ] || { echo "DENSE BENCH $run FAILED (rc=$rc)"; status=1; }
 done
 exit $status

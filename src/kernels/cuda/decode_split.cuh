@@ -351,8 +351,6 @@ __global__ void __launch_bounds__(DecodeTile<D, kFp8>::kThreads)
     const int64_t row = int64_t(b) * a.n_head + h0 + r;
     const float* op = a.o_part + row * a.n_splits * D + d;
     float acc = 0.f;
-    // Unrolled so that several splits' loads are in flight (the merge is latency-bound).
-#pragma unroll 8
     for (int j = 0; j < n_active; ++j) acc += sW[r * a.n_splits + j] * __ldcg(op + int64_t(j) * D);
     a.o[row * D + d] = __float2bfloat16_rn(acc * sInvL[r]);
     if (d == 0 && a.lse) a.lse[row] = sLse[r];
