@@ -77,7 +77,7 @@ struct GpuCase {
   }
 };
 
-// Checks O and LSE against the oracle; returns the split count used.
+// Checks O and LSE against the oracle; empty rows must be exactly O = +0, LSE = -inf.
 void expect_matches_oracle(const DecodeCase& c, const std::vector<uint16_t>& o_bits, const std::vector<float>& lse_f,
                            const char* what) {
   std::vector<double> o_ref, lse_ref;

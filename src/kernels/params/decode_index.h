@@ -38,7 +38,7 @@ struct DecodeIndex {
   int n_seq = 0;
   int n_index_head = 0;
   const int32_t* range_ptr = nullptr;  // [n_seq * n_index_head + 1]
-  const int32_t* ranges = nullptr;     // [range_capacity][2]: (start, end)
+  const int32_t* ranges = nullptr;     // [range_capacity][2]: (start, end); 8-byte aligned
   const int32_t* col_ptr = nullptr;    // [n_seq * n_index_head + 1]
   const int32_t* cols = nullptr;       // [col_capacity]
   int64_t range_capacity = 0;
