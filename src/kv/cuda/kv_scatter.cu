@@ -1,5 +1,6 @@
-// kv_scatter.cu: kernels of kv_scatter.h (argument checks in kv_scatter.cpp: no fmt under nvcc). Memory-bound grid-stride loops over 8-element vectors
-// (16 bytes of bf16, 8 bytes of e4m3), 256 threads a block.
+// kv_scatter.cu: kernels of kv_scatter.h (argument checks in kv_scatter.cpp, so no fmt under
+// nvcc). Memory-bound grid-stride loops over 8-element vectors (16 bytes of bf16, 8 of e4m3),
+// 256 threads a block.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
