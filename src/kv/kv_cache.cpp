@@ -10,11 +10,19 @@
 namespace longctx::kv {
 
 KvCache::KvCache(const KvSpec& spec) : spec_(spec), sizes_(kv_sizes(spec)) {
-  free_.resize(size_t(spec_.n_pages));
-  for (int64_t i = 0; i < spec_.n_pages; ++i) free_[size_t(i)] = int32_t(spec_.n_pages - 1 - i);  // back() = page 0
   table_.assign(size_t(int64_t(spec_.max_batch) * sizes_.max_pages_per_seq), 0);
   lens_.assign(size_t(spec_.max_batch), 0);
   dirty_.assign(size_t(spec_.max_batch), DirtyRange{});
+  clear();
+}
+
+void KvCache::clear() {
+  for (SeqId s : batch_) seqs_.at(s).row = -1;
+  batch_.clear();
+  std::fill(lens_.begin(), lens_.end(), 0);
+  seqs_.clear();
+  free_.resize(size_t(spec_.n_pages));
+  for (int64_t i = 0; i < spec_.n_pages; ++i) free_[size_t(i)] = int32_t(spec_.n_pages - 1 - i);  // back() = page 0
   const float unset = spec_.elem == KvElem::fp8_e4m3 ? 0.f : 1.f;
   k_scale_.assign(size_t(spec_.n_layer), unset);
   v_scale_.assign(size_t(spec_.n_layer), unset);

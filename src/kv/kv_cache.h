@@ -77,6 +77,9 @@ class KvCache {
   void reserve(SeqId s, int64_t tokens);  // claim pages for `tokens` tokens in total now (length unchanged)
   void append(SeqId s, int64_t n);   // length += n; reserved pages first, then the free list
   void truncate(SeqId s, int64_t len);    // length = len (<= length); pages past it are freed
+  // Frees every sequence, empties the batch and unsets fp8 scales: the state of a fresh cache
+  // (pages handed out in order again), without touching the pool's memory. Ids are not reused.
+  void clear();
   int64_t length(SeqId s) const;
   int64_t capacity(SeqId s) const;   // tokens its pages hold (>= length)
   std::span<const int32_t> pages(SeqId s) const;  // its block table
@@ -94,7 +97,10 @@ class KvCache {
   const int32_t* batch_seq_lens() const { return lens_.data(); }       // host [max_batch]
 
   // --- fp8 scales (real = stored * scale), one K and one V scale per layer ---
-  void set_scales(int layer, float k_scale, float v_scale);  // fp8 pools only; scales > 0 and finite
+  // fp8 pools only; scales > 0 and finite. Rows already stored keep the bytes they were quantized
+  // to, so set a layer's scales before its first write (the engine: from the first prefill's
+  // max |K|, |V|) and change them only after clear().
+  void set_scales(int layer, float k_scale, float v_scale);
   float k_scale(int layer) const;
   float v_scale(int layer) const;
   bool scales_set(int layer) const { return k_scale(layer) > 0.f; }

@@ -125,6 +125,30 @@ TEST(KvCache, FreshPoolHandsOutPagesInOrder) {
   EXPECT_EQ(std::vector<int32_t>(c.pages(d).begin(), c.pages(d).end()), (std::vector<int32_t>{7, 8}));
 }
 
+TEST(KvCache, ClearRestoresAFreshCache) {
+  KvSpec s = small_spec(8, 32, 2, 256);
+  s.elem = KvElem::fp8_e4m3;
+  KvCache c(s);
+  const SeqId a = c.create_sequence(), b = c.create_sequence();
+  c.append(a, 20);
+  c.append(b, 9);
+  c.append(a, 30);  // a's pages are no longer consecutive
+  c.set_scales(1, 0.5f, 0.25f);
+  const SeqId ab[] = {a, b};
+  c.set_batch(ab);
+  c.clear();
+  EXPECT_EQ(c.n_sequences(), 0);
+  EXPECT_EQ(c.free_pages(), 32);
+  EXPECT_TRUE(c.batch().empty());
+  EXPECT_EQ(c.batch_seq_lens()[0], 0);
+  EXPECT_FALSE(c.scales_set(1));
+  EXPECT_FALSE(c.contains(a));
+  const SeqId d = c.create_sequence();
+  EXPECT_GT(d, b);  // ids are not reused
+  c.reserve(d, 256);
+  EXPECT_EQ(c.contiguous_base_row(d), 0);  // pages in order again
+}
+
 TEST(KvCache, ErrorMessages) {
   KvCache c(small_spec(16, 4, 2, 100));
   const SeqId a = c.create_sequence();  // 0
