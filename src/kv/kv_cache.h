@@ -30,7 +30,7 @@
 //   kv.set_batch({s});
 //   kv.append(s, T);                                       // length += T (pages as needed)
 //   kv.sync_tables(stream);                                // device only: tables -> GPU
-//   per layer: write K/V (HostKvCache::write_rows / kv_scatter), attend through kv.view(l)
+//   per layer: write K/V (HostKvCache::write_rows / DeviceKvCache::scatter), attend through kv.view(l)
 //   kv.free_sequence(s) when done (after set_batch without it).
 // Classes: KvCache (this file) is the device-independent bookkeeping (pages, sequences, batch
 // tables on the host, scales); HostKvCache (host_kv_cache.h) adds host storage, DeviceKvCache
@@ -50,6 +50,7 @@
 // unknown sequence, a length past the tables' row capacity, ...); a failed call changes nothing.
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -91,6 +92,7 @@ class KvCache {
 
   // --- batch: the sequences a view covers; row b of the view's tables is batch[b] ---
   void set_batch(std::span<const SeqId> ids);  // Error: unknown id, duplicate, more than max_batch
+  void set_batch(std::initializer_list<SeqId> ids) { set_batch(std::span<const SeqId>(ids.begin(), ids.size())); }
   std::span<const SeqId> batch() const { return batch_; }
   int batch_row(SeqId s) const;                  // -1 when not in the batch
   const int32_t* batch_block_table() const { return table_.data(); }  // host [max_batch, max_pages_per_seq]

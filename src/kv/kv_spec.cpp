@@ -62,7 +62,8 @@ KvSizes kv_sizes(const KvSpec& s) {
   z.pool_bytes = mul(mul(2, s.n_layer, "layers"), z.layer_pool_bytes, "the pool in bytes (2 x n_layer x layer pool)");
   const int64_t mpps = pages_for_tokens(s.max_seq_tokens, s.page_size);
   if (mpps * s.page_size > INT32_MAX)
-    fail("KV cache spec: sequences of up to {} tokens (max_seq_tokens {} in pages of {}) exceed int32 (seq_lens are int32)",
+    fail("KV cache spec: sequences of up to {} tokens (max_seq_tokens {} in pages of {}) exceed int32 "
+         "(seq_lens are int32)",
          mpps * s.page_size, s.max_seq_tokens, s.page_size);
   z.max_pages_per_seq = int(mpps);
   const int64_t table = mul(mul(s.max_batch, mpps, "the block table's entries"), 4, "the block table in bytes");

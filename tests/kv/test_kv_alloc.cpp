@@ -147,6 +147,8 @@ TEST(KvCache, ClearRestoresAFreshCache) {
   EXPECT_GT(d, b);  // ids are not reused
   c.reserve(d, 256);
   EXPECT_EQ(c.contiguous_base_row(d), 0);  // pages in order again
+  c.set_batch({d});
+  EXPECT_EQ(c.batch_row(d), 0);
 }
 
 TEST(KvCache, ErrorMessages) {

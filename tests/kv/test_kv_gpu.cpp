@@ -228,8 +228,10 @@ TEST_P(DevicePool, ScatterMatchesHostWrites) {
       ok(cudaMemcpyAsync(v_new.p, vb.data(), vb.size() * 2, cudaMemcpyHostToDevice, st), "h2d");
       dev.scatter(l, {k_new.p, v_new.p, 0, 4, 1}, st);
       ok(cudaStreamSynchronize(st), "sync");
-      for (int b = 0; b < 4; ++b)
-        host.write_rows(order[size_t(b)], l, host.length(order[size_t(b)]) - 1, 1, kf.data() + b * re, vf.data() + b * re);
+      for (int b = 0; b < 4; ++b) {
+        const SeqId s = order[size_t(b)];
+        host.write_rows(s, l, host.length(s) - 1, 1, kf.data() + b * re, vf.data() + b * re);
+      }
     }
   }
   ASSERT_NO_FATAL_FAILURE(expect_same_pools(dev, host, st));

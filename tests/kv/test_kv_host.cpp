@@ -109,7 +109,10 @@ TEST_P(HostPoolF32, ViewAddressing) {
   const int64_t re = c.sizes().row_elems;
   std::vector<SeqId> ids;
   for (int i = 0; i < 4; ++i) ids.push_back(c.create_sequence());
-  auto code = [&](int i, int l, int which, int64_t t, int64_t e) { return float(((i * 4 + l) * 2 + which) * 4096 + t) + float(e) / 64.f; };
+  // exact in fp32: < 2^17 with steps of 1/64
+  auto code = [&](int i, int l, int which, int64_t t, int64_t e) {
+    return float(((i * 4 + l) * 2 + which) * 4096 + t) + float(e) / 64.f;
+  };
   for (int round = 0; round < 5; ++round)
     for (int i = 0; i < 4; ++i) {
       const SeqId id = ids[size_t(i)];
@@ -167,7 +170,8 @@ TEST_P(HostPool, WriteErrors) {
   };
   EXPECT_EQ(msg([&] { c.write_rows(a, 0, 5, 6, x.data(), x.data()); }),
             "KV cache write_rows: tokens [5, 11) of sequence 0 are outside its length 10 (append them first)");
-  EXPECT_EQ(msg([&] { c.write_rows(a, 3, 0, 1, x.data(), x.data()); }), "KV cache write_rows: layer 3 (the cache has 3)");
+  EXPECT_EQ(msg([&] { c.write_rows(a, 3, 0, 1, x.data(), x.data()); }),
+            "KV cache write_rows: layer 3 (the cache has 3)");
   if (elem == KvElem::fp8_e4m3) {
     EXPECT_EQ(msg([&] { c.write_rows(a, 1, 0, 1, x.data(), x.data()); }),
               "KV cache write_rows: the fp8 scales of layer 1 are not set (set_scales first)");

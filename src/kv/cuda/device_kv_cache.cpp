@@ -53,7 +53,9 @@ void* DeviceKvCache::v_pool(int layer) const {
   return block_ + (2 * int64_t(layer) + 1) * sizes().layer_pool_bytes;
 }
 
-KvView DeviceKvCache::view(int layer) const { return make_view(layer, k_pool(layer), v_pool(layer), d_table_, d_lens_, true); }
+KvView DeviceKvCache::view(int layer) const {
+  return make_view(layer, k_pool(layer), v_pool(layer), d_table_, d_lens_, true);
+}
 
 void DeviceKvCache::sync_tables(cuda::Stream s) {
   const auto stream = static_cast<cudaStream_t>(s);
