@@ -13,6 +13,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/sparse_attention.h"
+#include "kernels/cuda/sparse_decode.h"
 #include "util/error.h"
 
 namespace longctx::gpu {
@@ -26,6 +27,7 @@ constexpr int kMaxDecodeGroup = 16;  // attention_decode: one mma row tile holds
 // Decode step buffer: int32 {token id, position, KV length, unused}, then the K and V rows.
 constexpr int kStepInts = 4;
 constexpr int kStepId = 0, kStepPos = 1, kStepKvLen = 2;
+constexpr int kStepZero = 3;  // always 0: the block table {0} of the sparse decode's one-page view
 // Keys per tile of the split-KV decode kernel: its split plan depends on the KV length only in
 // whole tiles, so a captured step stays exact (same plan as eager) within one tile.
 constexpr int64_t kDecodePlanKeys = 64;
@@ -182,7 +184,7 @@ void GpuTransformer::reset(int64_t capacity) {
     cap_ = capacity;
     if (const size_t sb = sparse_bytes(capacity); sb > 0) {
       try {
-        gpu_method_->allocate(method_shape(capacity));
+        gpu_method_->allocate(method_shape(capacity), stream_);
       } catch (...) {
         free_kv();  // all or nothing: no cache without the sparse buffers it needs
         throw;
@@ -445,7 +447,6 @@ void GpuTransformer::decode_layer(int l, int64_t plan_kv) {
   const int64_t E = cfg_.n_embd, D = cfg_.head_dim, F = cfg_.n_ff;
   const int64_t Q = int64_t(cfg_.n_head) * D, KV = int64_t(cfg_.n_kv_head) * D;
   const int32_t* d_pos = static_cast<const int32_t*>(step_buf_) + kStepPos;
-  const int32_t* d_kv_len = static_cast<const int32_t*>(step_buf_) + kStepKvLen;
   void* x = act(layout_.x);  // [1, E]
   void* h = act(layout_.h);  // [1, E]
   void* q = act(layout_.q);  // [1, Q]
@@ -479,25 +480,13 @@ void GpuTransformer::decode_layer(int l, int64_t plan_kv) {
     kv_append_fp8({k_row, v_row, k_all, v_all, d_pos, KV, cap_}, k_scale_[size_t(l)], v_scale_[size_t(l)], stream_);
   else
     kv_append({k_row, v_row, k_all, v_all, d_pos, KV, cap_}, stream_);
-  cuda::DecodeParams dp;
-  dp.q = q;
-  dp.k = k_all;
-  dp.v = v_all;
-  dp.o = o;
-  dp.n_seq = 1;
-  dp.n_kv = plan_kv;  // sizes the split plan; the keys attended are kv_lens[0]
-  dp.kv_lens = d_kv_len;
-  dp.n_head = cfg_.n_head;
-  dp.n_kv_head = cfg_.n_kv_head;
-  dp.head_dim = int(D);
-  dp.workspace = decode_ws_;
-  dp.workspace_bytes = decode_ws_bytes_;
-  if (fp8) {
-    dp.kv_dtype = cuda::KvDtype::fp8_e4m3;
-    dp.k_scale = k_scale_[size_t(l)];
-    dp.v_scale = v_scale_[size_t(l)];
+  const int64_t n_kv = plan_kv;  // the route's key count: the captured step serves up to plan_kv keys
+  if (gpu_method_ &&
+      method_->route({.layer = l, .phase = Phase::decode, .n_q = 1, .q_pos0 = n_kv - 1, .n_kv = n_kv}) == Route::sparse) {
+    sparse_decode_attention(l, q, o, k_all, v_all);
+  } else {
+    dense_decode_attention(l, plan_kv, q, o, k_all, v_all);
   }
-  cuda::attention_decode(dp, stream_);
   gemm_->run({o, L.wo, x, 1, E, Q, 1.f, 1.f}, stream_);  // x += o Wo^T
 
   void* gu = act(layout_.gu);  // [1, 2F]
@@ -515,6 +504,64 @@ void GpuTransformer::decode_layer(int l, int64_t plan_kv) {
   sp.out_stride = F;
   cuda::swiglu(sp, stream_);
   gemm_->run({a, L.w_down, x, 1, E, F, 1.f, 1.f}, stream_);  // x += act Wdown^T
+}
+
+void GpuTransformer::dense_decode_attention(int l, int64_t plan_kv, const void* q, void* o, void* k_all, void* v_all) {
+  const int32_t* d_kv_len = static_cast<const int32_t*>(step_buf_) + kStepKvLen;
+  const bool fp8 = kv_type_ == KvCacheType::fp8;
+  cuda::DecodeParams dp;
+  dp.q = q;
+  dp.k = k_all;
+  dp.v = v_all;
+  dp.o = o;
+  dp.n_seq = 1;
+  dp.n_kv = plan_kv;  // sizes the split plan; the keys attended are kv_lens[0]
+  dp.kv_lens = d_kv_len;
+  dp.n_head = cfg_.n_head;
+  dp.n_kv_head = cfg_.n_kv_head;
+  dp.head_dim = cfg_.head_dim;
+  dp.workspace = decode_ws_;
+  dp.workspace_bytes = decode_ws_bytes_;
+  if (fp8) {
+    dp.kv_dtype = cuda::KvDtype::fp8_e4m3;
+    dp.k_scale = k_scale_[size_t(l)];
+    dp.v_scale = v_scale_[size_t(l)];
+  }
+  cuda::attention_decode(dp, stream_);
+}
+
+void GpuTransformer::sparse_decode_attention(int l, const void* q, void* o, void* k_all, void* v_all) {
+  // The contiguous cache as a paged view of one page of cap_ tokens: block table {0} (the step
+  // buffer's zero slot), length = the step's KV length (device memory: the graph replays it).
+  const bool fp8 = kv_type_ == KvCacheType::fp8;
+  KvView kv;
+  kv.k_pool = k_all;
+  kv.v_pool = v_all;
+  kv.elem = fp8 ? KvElem::fp8_e4m3 : KvElem::bf16;
+  if (fp8) {
+    kv.k_scale = k_scale_[size_t(l)];
+    kv.v_scale = v_scale_[size_t(l)];
+  }
+  kv.block_table = static_cast<const int32_t*>(step_buf_) + kStepZero;
+  kv.seq_lens = static_cast<const int32_t*>(step_buf_) + kStepKvLen;
+  kv.n_seq = 1;
+  kv.max_pages_per_seq = 1;
+  kv.page_size = int(cap_);
+  kv.n_pages = 1;
+  kv.n_kv_head = cfg_.n_kv_head;
+  kv.head_dim = cfg_.head_dim;
+  kv.on_device = true;
+  const GpuDecodeIndex gi = gpu_method_->build_decode({.layer = l, .kv = kv}, stream_);
+  cuda::SparseDecodeParams sp;
+  sp.q = q;
+  sp.o = o;
+  sp.n_head = cfg_.n_head;
+  sp.kv = kv;
+  sp.index = gi.index;
+  sp.max_keys_per_row = gi.max_keys_per_row;
+  sp.workspace = gi.workspace;
+  sp.workspace_bytes = gi.workspace_bytes;
+  cuda::sparse_decode(sp, stream_);
 }
 
 void GpuTransformer::layer(const LayerRun& r) {

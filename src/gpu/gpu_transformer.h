@@ -28,7 +28,10 @@
 // method that estimates per prompt (MInference's vertical-slash lines) does so once per layer from
 // the prompt's last 64 queries against all its keys (the layer's K/V are made for all chunks
 // first: estimate_prompt_lines), and every chunk reuses it; chunk-major prefill estimates per
-// chunk. Decode is dense. The builder's buffers (bounded by GpuMethod::device_bytes) are
+// chunk. Decode steps route the same way: sparse decode (e.g. "decode:a_shape=128,4096") runs the
+// method's device-built decode index through cuda::sparse_decode inside the captured graph (a
+// route that depends on the KV length is re-evaluated at each capture, i.e. every 64 keys). The
+// builder's buffers (bounded by GpuMethod::device_bytes) are
 // allocated by reset() with the KV cache and are part of the same fit check. GPU times of
 // prefill attention and index builds: last_gpu_prefill_stats().
 // KV cache in fp8 (GpuOptions::kv_cache, --kv-cache fp8: gpu/kv_fp8.h): e4m3 with one scale per
@@ -226,6 +229,11 @@ class GpuTransformer {
   void decode_token(int32_t id, float* logits);
   void decode_kernels(int64_t plan_kv, bool with_logits);  // the step's launches (captured or not)
   void decode_layer(int l, int64_t plan_kv);
+  // Decode attention of layer l for the step's one query q [n_head*head_dim] into o, over the
+  // layer's cache k_all / v_all: dense (split-KV over the KV length), or sparse (the method's
+  // decode index, cuda::sparse_decode). Both read the step's length from device memory.
+  void dense_decode_attention(int l, int64_t plan_kv, const void* q, void* o, void* k_all, void* v_all);
+  void sparse_decode_attention(int l, const void* q, void* o, void* k_all, void* v_all);
   void free_kv();
   void note_memory();
   void* act(size_t off) const { return static_cast<char*>(arena_->base()) + off; }

@@ -3,7 +3,7 @@
 
 #include <cstring>
 
-#include "kv/fp8_e4m3.h"
+#include "kernels/ref/fp8_e4m3.h"
 #include "util/error.h"
 #include "util/half.h"
 

@@ -7,6 +7,9 @@
 // CPU model does, and for a sparse prefill step asks its GpuMethod for the index, then runs the
 // shared kernel (cuda::sparse_attention) on it. Every builder is tested equal to the method's
 // CPU builder (AttentionMethod::build_index).
+// Decode: build_decode gives a sparse decode step's index (cuda::sparse_decode runs it), made on
+// the device from device data so the step stays graph-replayable. Methods without a GPU decode
+// builder are refused for sparse decode by make_gpu_method, before any work.
 // Memory: device_bytes(shape) is the most the builder will hold for chunks of shape.chunk queries
 // against shape.capacity keys (fixed buffers + a bound of what depends on the data); the model adds
 // it to the KV cache's fit check (memory_plan.h) before allocate(shape) runs, so a prompt that
@@ -21,6 +24,8 @@
 
 #include "kernels/cuda/runtime.h"
 #include "kernels/cuda/sparse_attention.h"
+#include "kernels/params/decode_index.h"
+#include "kernels/params/kv_view.h"
 #include "methods/method.h"
 
 namespace longctx {
@@ -29,6 +34,24 @@ struct GpuShape {
   MethodContext model;
   int64_t chunk = 0;     // most queries of one prefill step
   int64_t capacity = 0;  // most keys of one step (the KV cache's tokens)
+  int n_seq = 1;         // sequences of one decode step
+};
+
+// One decode step of a layer: kv is the layer's device view (kv.n_seq sequences, their lengths
+// in device memory: kv.seq_lens, which a replayed CUDA graph sees change).
+struct GpuDecodeStep {
+  int layer = 0;
+  KvView kv;
+};
+
+// A sparse decode step's index on the device, built from device data only (graph-safe), with the
+// sparse decode kernel's bound and workspace (cuda::sparse_decode; pointers into the builder's
+// buffers).
+struct GpuDecodeIndex {
+  DecodeIndex index;
+  int64_t max_keys_per_row = 0;  // most keys any row attends (sizes the kernel's split plan)
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
 };
 
 struct GpuPrefillStep {
@@ -54,8 +77,9 @@ class GpuMethod {
   // Bytes allocate(shape) and the builds after it may hold at most (0: nothing, e.g. a method
   // whose steps are all dense at this capacity).
   virtual size_t device_bytes(const GpuShape& shape) const = 0;
-  // Allocates for shape (after the fit check); frees what an earlier allocate() held.
-  virtual void allocate(const GpuShape& shape) = 0;
+  // Allocates for shape (after the fit check; initialisation runs on stream s); frees what an
+  // earlier allocate() held.
+  virtual void allocate(const GpuShape& shape, cuda::Stream s) = 0;
   virtual void release() = 0;
   // The index of a prefill step whose route is sparse, built on stream s.
   virtual GpuIndex build_prefill(const GpuPrefillStep& step, cuda::Stream s) = 0;
@@ -63,6 +87,10 @@ class GpuMethod {
   // queries against all its keys; the layer's chunks that follow use it until end_prompt().
   virtual void prepare_prompt(const GpuPrefillStep& /*step*/, cuda::Stream /*s*/) {}
   virtual void end_prompt() {}
+  // The index of a decode step whose route is sparse, built on stream s with no host sync, so the
+  // step can be captured in a CUDA graph and replayed (the index follows step.kv.seq_lens).
+  virtual GpuDecodeIndex build_decode(const GpuDecodeStep& step, cuda::Stream s);
+  virtual bool decodes() const { return false; }  // whether build_decode is implemented
 };
 
 // The GPU side of method m for the model in shape (nullptr when m never routes a step sparse).

@@ -10,6 +10,10 @@
 
 namespace longctx {
 
+GpuDecodeIndex GpuMethod::build_decode(const GpuDecodeStep&, cuda::Stream) {
+  fail("internal: this method has no GPU decode builder");
+}
+
 namespace {
 
 using GpuFactory = std::unique_ptr<GpuMethod> (*)(const AttentionMethod&, const MethodContext&);
@@ -29,8 +33,8 @@ const std::vector<GpuFactory>& gpu_builders() {
   return v;
 }
 
-// Whether m routes any step sparse: probes the largest step of every layer (methods route
-// dense below thresholds, never above them).
+// Whether m routes any step of phase ph sparse: probes the largest step of every layer (methods
+// route dense below thresholds, never above them).
 bool ever_sparse(const AttentionMethod& m, const MethodContext& ctx, Phase ph) {
   constexpr int64_t kHuge = int64_t(1) << 40;
   for (int l = 0; l < ctx.n_layer; ++l)
@@ -40,42 +44,100 @@ bool ever_sparse(const AttentionMethod& m, const MethodContext& ctx, Phase ph) {
   return false;
 }
 
-std::string problem_of(const AttentionMethod& m, const MethodContext& ctx, const AttentionMethod** prefill_side) {
-  const AttentionMethod* pre = &m;
-  if (const auto* ph = dynamic_cast<const PhaseMethod*>(&m)) {
-    pre = ph->side(Phase::prefill);
-    if (const AttentionMethod* dec = ph->side(Phase::decode); dec && ever_sparse(*dec, ctx, Phase::decode))
-      return fmt::format("sparse decode ('{}') is not built on the GPU yet", m.name());
-  } else if (ever_sparse(m, ctx, Phase::decode)) {
-    return fmt::format("sparse decode ('{}') is not built on the GPU yet", m.name());
+// The two sides of a per-phase composition, each with its own builder and buffers.
+class GpuPhaseMethod final : public GpuMethod {
+ public:
+  GpuPhaseMethod(std::unique_ptr<GpuMethod> prefill, std::unique_ptr<GpuMethod> decode)
+      : prefill_(std::move(prefill)), decode_(std::move(decode)) {}
+  size_t device_bytes(const GpuShape& shape) const override {
+    return (prefill_ ? prefill_->device_bytes(shape) : 0) + (decode_ ? decode_->device_bytes(shape) : 0);
   }
-  *prefill_side = pre && ever_sparse(*pre, ctx, Phase::prefill) ? pre : nullptr;
-  if (!*prefill_side) return "";
-  // cuda::sparse_attention runs head_dim 128 on the Hopper kernel, 64 on the generic one.
-  if (ctx.head_dim != 128 && ctx.head_dim != 64)
-    return fmt::format("attention method '{}' on the GPU needs head_dim 64 or 128, but {} has head_dim {}", m.name(),
-                       ctx.model_name, ctx.head_dim);
-  return "";
+  void allocate(const GpuShape& shape, cuda::Stream s) override {
+    if (prefill_) prefill_->allocate(shape, s);
+    if (decode_) decode_->allocate(shape, s);
+  }
+  void release() override {
+    if (prefill_) prefill_->release();
+    if (decode_) decode_->release();
+  }
+  GpuIndex build_prefill(const GpuPrefillStep& step, cuda::Stream s) override {
+    if (!prefill_) fail("internal: sparse prefill step with no prefill builder");
+    return prefill_->build_prefill(step, s);
+  }
+  void prepare_prompt(const GpuPrefillStep& step, cuda::Stream s) override {
+    if (prefill_) prefill_->prepare_prompt(step, s);
+  }
+  void end_prompt() override {
+    if (prefill_) prefill_->end_prompt();
+  }
+  GpuDecodeIndex build_decode(const GpuDecodeStep& step, cuda::Stream s) override {
+    if (!decode_) fail("internal: sparse decode step with no decode builder");
+    return decode_->build_decode(step, s);
+  }
+  bool decodes() const override { return decode_ != nullptr; }
+
+ private:
+  std::unique_ptr<GpuMethod> prefill_, decode_;
+};
+
+struct Sides {
+  const AttentionMethod* prefill = nullptr;  // null: every prefill step is dense
+  const AttentionMethod* decode = nullptr;   // null: every decode step is dense
+};
+
+Sides sparse_sides(const AttentionMethod& m, const MethodContext& ctx) {
+  Sides s{&m, &m};
+  if (const auto* ph = dynamic_cast<const PhaseMethod*>(&m)) s = {ph->side(Phase::prefill), ph->side(Phase::decode)};
+  if (s.prefill && !ever_sparse(*s.prefill, ctx, Phase::prefill)) s.prefill = nullptr;
+  if (s.decode && !ever_sparse(*s.decode, ctx, Phase::decode)) s.decode = nullptr;
+  return s;
+}
+
+std::unique_ptr<GpuMethod> builder_of(const AttentionMethod& m, const MethodContext& ctx) {
+  for (GpuFactory f : gpu_builders())
+    if (auto g = f(m, ctx)) return g;
+  return nullptr;
+}
+
+// The GPU side, or why there is none ("" and a null builder: every step is dense).
+std::unique_ptr<GpuMethod> try_make(const AttentionMethod& m, const MethodContext& ctx, std::string& why) {
+  const Sides s = sparse_sides(m, ctx);
+  if (!s.prefill && !s.decode) return nullptr;
+  // The sparse kernels run head_dim 128 (Hopper prefill kernel) and 64 (generic one).
+  if (ctx.head_dim != 128 && ctx.head_dim != 64) {
+    why = fmt::format("attention method '{}' on the GPU needs head_dim 64 or 128, but {} has head_dim {}", m.name(),
+                      ctx.model_name, ctx.head_dim);
+    return nullptr;
+  }
+  std::unique_ptr<GpuMethod> pre, dec;
+  if (s.prefill && !(pre = builder_of(*s.prefill, ctx))) {
+    why = fmt::format("attention method '{}' is not implemented on the GPU", s.prefill->name());
+    return nullptr;
+  }
+  if (s.decode == s.prefill && pre) {  // one method for both phases: one builder serves both
+    if (!pre->decodes()) why = fmt::format("sparse decode ('{}') is not implemented on the GPU", s.decode->name());
+    return why.empty() ? std::move(pre) : nullptr;
+  }
+  if (s.decode && (!(dec = builder_of(*s.decode, ctx)) || !dec->decodes())) {
+    why = fmt::format("sparse decode ('{}') is not implemented on the GPU", s.decode->name());
+    return nullptr;
+  }
+  return std::make_unique<GpuPhaseMethod>(std::move(pre), std::move(dec));
 }
 
 }  // namespace
 
 std::string gpu_method_problem(const AttentionMethod& m, const MethodContext& ctx) {
-  const AttentionMethod* pre = nullptr;
-  std::string p = problem_of(m, ctx, &pre);
-  if (!p.empty() || !pre) return p;
-  for (GpuFactory f : gpu_builders())
-    if (f(*pre, ctx)) return "";
-  return fmt::format("attention method '{}' is not implemented on the GPU", pre->name());
+  std::string why;
+  (void)try_make(m, ctx, why);
+  return why;
 }
 
 std::unique_ptr<GpuMethod> make_gpu_method(const AttentionMethod& m, const MethodContext& ctx) {
-  const AttentionMethod* pre = nullptr;
-  if (const std::string p = problem_of(m, ctx, &pre); !p.empty()) fail("{}; use --device cpu", p);
-  if (!pre) return nullptr;
-  for (GpuFactory f : gpu_builders())
-    if (auto g = f(*pre, ctx)) return g;
-  fail("attention method '{}' is not implemented on the GPU; use --device cpu", pre->name());
+  std::string why;
+  auto g = try_make(m, ctx, why);
+  if (!why.empty()) fail("{}; use --device cpu", why);
+  return g;
 }
 
 }  // namespace longctx

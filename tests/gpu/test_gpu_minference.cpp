@@ -263,9 +263,11 @@ TEST(GpuMInferenceParse, ErrorsAreTheCpuMethodsAndNameTheHeadDimLimit) {
   EXPECT_TRUE(contains(e, "unknown attention method 'hip'")) << e;
   e = error_of([&] { make_attention_method("a_shape=1", mc); });
   EXPECT_TRUE(contains(e, "a_shape=SINK,WINDOW")) << e;
-  // Sparse decode on the GPU is refused up front, with the way out.
-  e = error_of([&] { make_gpu_method(*make_attention_method("decode:a_shape=16,64", mc), mc); });
-  EXPECT_TRUE(contains(e, "sparse decode") && contains(e, "--device cpu")) << e;
+  // Sparse decode: A-shape has a GPU decode builder; the composition makes both sides.
+  const auto sd = make_gpu_method(*make_attention_method("prefill:minference=" + f.mixed + ";decode:a_shape=16,64", mc), mc);
+  ASSERT_NE(sd, nullptr);
+  EXPECT_TRUE(sd->decodes());
+  EXPECT_FALSE(make_gpu_method(*make_attention_method("minference=" + f.mixed, mc), mc)->decodes());
 
   // head_dim 64 (the default model's) runs (generic kernel); other sizes are named.
   MethodContext c64 = mc;
@@ -384,6 +386,35 @@ TEST_F(GpuMInference, AShapeMatchesCpu) {
   EXPECT_LE(gc.worst, 1.0);
   EXPECT_GT(sd.worst, 1.0);
   EXPECT_EQ(ga.stats.sparse_calls, kLayers * 4);
+}
+
+// Sparse decode (sinks + window) on the GPU: the decode steps' logits match the CPU method's, with
+// a window small enough to leave keys out; graph replay and eager launches give the same logits
+// bit for bit, and MInference prefill composes with A-shape decode.
+TEST_F(GpuMInference, AShapeDecodeMatchesCpu) {
+  Fixture& f = fixture();
+  const auto ids = random_ids(700, f.cfg.vocab_size, 9);
+  std::vector<int32_t> dec;
+  for (int i = 0; i < 70; ++i) dec.push_back(int32_t(5 + (i * 37) % 200));  // crosses a 64-key tile: a re-capture
+  for (const std::string& spec : {std::string("decode:a_shape=16,128"),
+                                 "prefill:minference=" + f.mixed + ";decode:a_shape=32,100"}) {
+    auto g = make_gpu(spec, 256);
+    const ModelWeights w = g.weights().download(g.stream());
+    const RunLogits ga = run_gpu(g, ids, 256, dec);
+    const int64_t captures = g.graph_captures();
+    g.set_cuda_graph(false);
+    const RunLogits ge = run_gpu(g, ids, 256, dec);
+    const RunLogits ca = run_cpu(spec, w, ids, 256, dec);
+    const RunLogits cd = run_cpu("dense", w, ids, 256, dec);
+    const Cmp gc = compare(ca, ga), sd = compare(cd, ca);
+    std::printf("[ gpu sparse decode ] %s: GPU vs CPU max|diff|/tol %.3f (rel_l2 %.2e); CPU sparse vs dense %.3f; "
+                "%lld graph captures\n",
+                spec.c_str(), gc.worst, gc.worst_rel_l2, sd.worst, static_cast<long long>(captures));
+    EXPECT_LE(gc.worst, 1.0) << spec;
+    EXPECT_GT(sd.worst, 1.0) << spec << ": the window should leave keys out";
+    EXPECT_GE(captures, 2) << spec;
+    EXPECT_TRUE(bit_identical(ga, ge)) << spec << ": graph replay vs eager";
+  }
 }
 
 // Budgets that cover every key: the sparse kernel computes dense attention.

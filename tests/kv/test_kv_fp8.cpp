@@ -6,7 +6,7 @@
 #include <cmath>
 #include <limits>
 
-#include "kv/fp8_e4m3.h"
+#include "kernels/ref/fp8_e4m3.h"
 #include "kv_test_util.h"
 
 namespace longctx::kv {

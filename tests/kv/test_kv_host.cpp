@@ -5,7 +5,7 @@
 
 #include <cstring>
 
-#include "kv/fp8_e4m3.h"
+#include "kernels/ref/fp8_e4m3.h"
 #include "kv/host_kv_cache.h"
 #include "kv/kv_gather.h"
 #include "kv_test_util.h"

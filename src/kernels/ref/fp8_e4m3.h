@@ -1,40 +1,59 @@
-// fp8_e4m3.h: OCP fp8 e4m3 (the "fn" variant: no infinities, 0x7f/0xff are NaN) <-> fp32 on the
-// CPU, exact decode and round-to-nearest-even encode with saturation to +-448. The CPU side of the
-// fp8 KV cache (KvElem::fp8_e4m3): references decode what the GPU kernels widen in hardware.
+// fp8_e4m3.h: fp8 e4m3 <-> fp32 on the CPU, bit-identical to the GPU's conversion
+// (cuda_fp8.h __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3)): round to nearest even,
+// saturating to +-448 (the largest finite e4m3; inf saturates too), NaN -> 0x7f | sign.
+//
+// e4m3: 1 sign, 4 exponent (bias 7), 3 mantissa bits; no infinities; 0x7f / 0xff are NaN.
+// Normal values (1 + m/8) * 2^(e-7) for e in 1..15, subnormal m/8 * 2^-6 for e = 0.
+// The host KV pool (src/kv) and the CPU references (sparse_decode) store and read fp8 through
+// these; they are the GPU kernels' host twin (tests/kv checks the encoder against a brute-force
+// nearest search and against cuda_fp8.h; tests/kernels checks every code's decode).
 #pragma once
+#include <bit>
 #include <cmath>
 #include <cstdint>
-#include <limits>
 
 namespace longctx {
 
-inline float e4m3_to_f32(uint8_t b) {
-  const int e = (b >> 3) & 15, m = b & 7;
-  if (e == 15 && m == 7) return std::numeric_limits<float>::quiet_NaN();
-  const float v = e == 0 ? std::ldexp(float(m) / 8.f, -6) : std::ldexp(1.f + float(m) / 8.f, e - 7);
-  return (b & 0x80) ? -v : v;
+inline constexpr float kFp8Max = 448.f;  // largest finite e4m3 value
+
+// Scale that maps values of largest magnitude amax onto e4m3's whole range (1 when amax is 0,
+// negative or not finite): the fp8 cache's rule (gpu/kv_fp8.h fp8_scale_for).
+inline float fp8_scale_for_amax(float amax) { return amax > 0.f && amax < 3.0e38f ? amax / kFp8Max : 1.f; }
+
+inline uint8_t f32_to_e4m3(float x) {
+  const uint32_t u = std::bit_cast<uint32_t>(x);
+  const uint8_t sign = uint8_t((u >> 24) & 0x80u);
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return sign | 0x7fu;  // NaN
+  const float f = std::bit_cast<float>(a);
+  if (f >= kFp8Max) return sign | 0x7eu;     // saturate (values in (448, 464] round to 448 anyway)
+  if (f < 0x1p-6f) {                         // subnormal: multiples of 2^-9; 8 * 2^-9 is the smallest normal (code 8)
+    const float m = std::nearbyint(f * 512.f);  // exact scaling; the default rounding mode is nearest-even
+    return sign | uint8_t(m);
+  }
+  int e = int((a >> 23) & 0xffu) - 127;      // -6..8
+  const uint32_t mant = a & 0x7fffffu;       // 23 bits, rounded to 3
+  uint32_t r = mant >> 20;
+  const uint32_t rem = mant & 0xfffffu, half = 0x80000u;
+  if (rem > half || (rem == half && (r & 1u))) ++r;
+  if (r == 8) {
+    r = 0;
+    ++e;
+  }
+  const uint32_t code = uint32_t(e + 7) << 3 | r;  // <= 0x7e since f < 448
+  return sign | uint8_t(code);
 }
 
-// Saturating (|x| > 448 -> 448), like __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3).
-inline uint8_t f32_to_e4m3(float x) {
-  const uint8_t sign = std::signbit(x) ? 0x80 : 0;
-  if (std::isnan(x)) return 0x7f;
-  const float a = std::fabs(x);
-  if (a >= 448.f) return sign | 0x7e;
-  // Quantum of a's binade (subnormals share the smallest normal binade's 2^-9).
-  int exp = 0;
-  (void)std::frexp(a, &exp);  // a = f * 2^exp, f in [0.5, 1)
-  const int e = exp - 1 < -6 ? -6 : exp - 1;  // unbiased exponent of the binade
-  const float q = std::ldexp(1.f, e - 3);     // 3 mantissa bits
-  const float r = std::nearbyint(a / q) * q;  // round half to even (default rounding mode)
-  if (r >= 448.f) return sign | 0x7e;
-  if (r == 0.f) return sign;
-  int re = 0;
-  const float f = std::frexp(r, &re);  // r = f * 2^re
-  const int ue = re - 1;
-  if (ue < -6) return sign | uint8_t(std::lround(r / std::ldexp(1.f, -9)));  // subnormal: m * 2^-9
-  const int m = int(std::lround((f * 2.f - 1.f) * 8.f));
-  return sign | uint8_t(((ue + 7) << 3) | m);
+inline float e4m3_to_f32(uint8_t b) {
+  const int e = (b >> 3) & 0xf, m = b & 7;
+  float v;
+  if (e == 0xf && m == 7)
+    v = NAN;
+  else if (e == 0)
+    v = std::ldexp(float(m), -9);
+  else
+    v = std::ldexp(float(8 + m), e - 10);
+  return (b & 0x80) ? -v : v;
 }
 
 }  // namespace longctx

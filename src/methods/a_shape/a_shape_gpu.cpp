@@ -2,10 +2,16 @@
 // uploaded into a fixed device buffer sized for a full chunk.
 // The index depends only on the chunk's shape (n_q, q_pos0, n_kv), not on the layer or the data,
 // so one upload serves every layer of a chunk: the builder keeps the shape it last uploaded.
+// Decode: the sinks + window of each sequence, made on the device from the view's lengths
+// (cuda::build_sink_window_index: graph-safe), in fixed buffers for shape.n_seq sequences; the
+// same keys as the CPU method's decode index (build_a_shape_index with one query).
 #include "methods/a_shape/a_shape_gpu.h"
+
+#include <algorithm>
 
 #include <fmt/format.h>
 
+#include "kernels/cuda/sparse_decode.h"
 #include "methods/a_shape/a_shape_index.h"
 #include "util/error.h"
 
@@ -20,16 +26,35 @@ class AShapeGpu final : public GpuMethod {
   explicit AShapeGpu(AShapeParams a) : a_(a) {}
   ~AShapeGpu() override { release(); }
 
-  size_t device_bytes(const GpuShape& shape) const override { return a_shape_layout(shape.chunk).total; }
-  void allocate(const GpuShape& shape) override {
+  size_t device_bytes(const GpuShape& shape) const override {
+    return a_shape_layout(shape.chunk).total + decode_layout(shape).total;
+  }
+  void allocate(const GpuShape& shape, cuda::Stream s) override {
     release();
     layout_ = a_shape_layout(shape.chunk);
-    buf_ = cuda::dev_malloc(layout_.total);
+    dlayout_ = decode_layout(shape);
+    buf_ = cuda::dev_malloc(layout_.total + dlayout_.total);
+    cuda::sparse_decode_workspace_init(dbase() + dlayout_.workspace, dlayout_.workspace_bytes, s);
+    n_seq_ = shape.n_seq;
   }
   void release() override {
     cuda::dev_free(buf_);
     buf_ = nullptr;
     have_ = false;
+  }
+
+  bool decodes() const override { return true; }
+  GpuDecodeIndex build_decode(const GpuDecodeStep& st, cuda::Stream s) override {
+    if (!buf_) fail("internal: A-shape decode with no index buffer");
+    if (st.kv.n_seq > n_seq_) fail("internal: A-shape decode of {} sequences in buffers for {}", st.kv.n_seq, n_seq_);
+    cuda::SinkWindowIndexParams ip = sink_window(st.kv.seq_lens, st.kv.n_seq);
+    cuda::build_sink_window_index(ip, s);
+    GpuDecodeIndex g;
+    g.index = cuda::sink_window_index_view(ip);
+    g.max_keys_per_row = max_keys();
+    g.workspace = dbase() + dlayout_.workspace;
+    g.workspace_bytes = dlayout_.workspace_bytes;
+    return g;
   }
 
   GpuIndex build_prefill(const GpuPrefillStep& st, cuda::Stream s) override {
@@ -43,6 +68,49 @@ class AShapeGpu final : public GpuMethod {
   }
 
  private:
+  // Decode buffers for shape.n_seq sequences: the sinks + window index and the kernel's workspace.
+  struct DecodeLayout {
+    size_t range_ptr = 0, ranges = 0, col_ptr = 0, workspace = 0, workspace_bytes = 0, total = 0;
+  };
+  int64_t max_keys() const { return a_.sink + a_.window; }
+  DecodeLayout decode_layout(const GpuShape& shape) const {
+    const size_t n = size_t(shape.n_seq);
+    DecodeLayout d;
+    size_t off = 0;
+    auto take = [&](size_t bytes) {
+      const size_t at = off;
+      off = align_up(off + bytes);
+      return at;
+    };
+    d.range_ptr = take((n + 1) * sizeof(int32_t));
+    d.ranges = take(2 * n * 2 * sizeof(int32_t));  // two ranges per sequence
+    d.col_ptr = take((n + 1) * sizeof(int32_t));
+    cuda::SparseDecodeBounds b;
+    b.n_seq = shape.n_seq;
+    b.n_head = shape.model.n_head;
+    b.n_index_head = 1;
+    b.head_dim = shape.model.head_dim;
+    b.max_keys_per_row = std::min<int64_t>(max_keys(), std::max<int64_t>(shape.capacity, 1));
+    b.range_capacity = 2 * int64_t(n);
+    b.col_capacity = 0;
+    d.workspace_bytes = cuda::sparse_decode_workspace_bytes(b);
+    d.workspace = take(d.workspace_bytes);
+    d.total = off;
+    return d;
+  }
+  char* dbase() const { return static_cast<char*>(buf_) + layout_.total; }
+  cuda::SinkWindowIndexParams sink_window(const int32_t* seq_lens, int n_seq) const {
+    cuda::SinkWindowIndexParams ip;
+    ip.seq_lens = seq_lens;
+    ip.n_seq = n_seq;
+    ip.sinks = int(a_.sink);
+    ip.window = int(a_.window);
+    ip.range_ptr = reinterpret_cast<int32_t*>(dbase() + dlayout_.range_ptr);
+    ip.ranges = reinterpret_cast<int32_t*>(dbase() + dlayout_.ranges);
+    ip.col_ptr = reinterpret_cast<int32_t*>(dbase() + dlayout_.col_ptr);
+    return ip;
+  }
+
   void upload(const GpuPrefillStep& st, cuda::Stream s) {
     static_assert(sizeof(KeyRange) == 2 * sizeof(int32_t), "KeyRange is an int32 (start, end) pair");
     HeadIndex hi;  // the CPU method's index, exactly
@@ -71,7 +139,9 @@ class AShapeGpu final : public GpuMethod {
   }
 
   AShapeParams a_;
-  AShapeLayout layout_;
+  AShapeLayout layout_;    // prefill: at the start of buf_
+  DecodeLayout dlayout_;   // decode: after it
+  int n_seq_ = 0;
   void* buf_ = nullptr;
   cuda::DeviceSparseIndex index_;
   bool have_ = false;  // index_ holds the chunk shape below

@@ -36,7 +36,7 @@ class MInferenceGpu final : public GpuMethod {
     return align_up(cuda::MinferenceIndexBuilder::device_bytes(builder_shape(shape.model, shape.chunk, shape.capacity))) +
            minference_index_bound(m_, shape);
   }
-  void allocate(const GpuShape& shape) override {
+  void allocate(const GpuShape& shape, cuda::Stream /*s*/) override {
     release();
     if (ever_sparse(m_, shape))
       builder_ = std::make_unique<cuda::MinferenceIndexBuilder>(builder_shape(shape.model, shape.chunk, shape.capacity));
