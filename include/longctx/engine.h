@@ -78,6 +78,10 @@ struct AttnCapture {
 };
 using AttnObserver = std::function<void(const AttnCapture&)>;
 
+// Thread-safety: an Engine runs one call at a time (calls from several threads must be serialised
+// by the caller); several sequences share it through generate_batch. Separate Engines are
+// independent (no process-wide state, except the GPU statistics read by benchmarks:
+// gpu::last_gpu_*_stats()).
 class Engine {
  public:
   static std::unique_ptr<Engine> load(const LoadOptions& opts);
@@ -91,6 +95,17 @@ class Engine {
   // max_tokens exceeds max_context().
   virtual GenerateResult generate(std::span<const int32_t> prompt, const SamplingParams& sp,
                                   const ProgressFn& progress = {}, const TokenFn& on_token = {}) = 0;
+
+  // Several prompts generated together: each prompt is prefilled on its own (chunked, with its
+  // own method state), then every unfinished sequence advances by one token per batched decode
+  // step (the projections, MLP and LM head run once for all rows; attention per sequence, each
+  // with its own length). Each result equals generate() of its prompt alone with the same
+  // sampling parameters (greedy: the same tokens). Checks every prompt before any work.
+  // On the GPU the prompts run one after another (batched GPU decode is not built yet), as they
+  // do in this default, which engines without batching keep.
+  // progress: done = prompts prefilled, total = prompts.
+  virtual std::vector<GenerateResult> generate_batch(std::span<const std::vector<int32_t>> prompts,
+                                                     const SamplingParams& sp, const ProgressFn& progress = {});
 
   // Teacher-forced log-probabilities: out[i] = log p(tokens[i+1] | tokens[0..i]), size n-1. The
   // text is prefilled as one prompt (generate's chunks; MInference: its one estimate per prompt).

@@ -31,6 +31,8 @@ class KvCache {
   void set_size(int64_t n) { len_ = n; }
   float* k(int l) { return k_[size_t(l)].data(); }
   float* v(int l) { return v_[size_t(l)].data(); }
+  const float* k(int l) const { return k_[size_t(l)].data(); }
+  const float* v(int l) const { return v_[size_t(l)].data(); }
   int64_t row_floats() const { return row_; }
 
  private:

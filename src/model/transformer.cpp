@@ -14,7 +14,8 @@
 namespace longctx {
 
 Transformer::Transformer(ModelConfig cfg, ModelWeights w, std::shared_ptr<const AttentionMethod> method, ThreadPool& pool)
-    : cfg_(std::move(cfg)), w_(std::move(w)), method_(std::move(method)), state_(method_->start_sequence()), pool_(pool) {
+    : cfg_(std::move(cfg)), w_(std::move(w)), method_(std::move(method)), pool_(pool) {
+  own_.method = method_->start_sequence();
   RopeParams rp;
   rp.head_dim = cfg_.head_dim;
   rp.theta = cfg_.rope_theta;
@@ -29,8 +30,8 @@ Transformer::Transformer(ModelConfig cfg, ModelWeights w, std::shared_ptr<const 
 }
 
 void Transformer::reset(int64_t capacity) {
-  cache_.reset(cfg_.n_layer, capacity, int64_t(cfg_.n_kv_head) * cfg_.head_dim);
-  state_ = method_->start_sequence();  // a new sequence
+  seq_->cache.reset(cfg_.n_layer, capacity, int64_t(cfg_.n_kv_head) * cfg_.head_dim);
+  seq_->method = method_->start_sequence();  // a new sequence
 }
 
 void Transformer::embed(std::span<const int32_t> tokens, float* x) const {
@@ -46,8 +47,8 @@ void Transformer::project(const LayerRows& r, float* h, float* q) {
   const LayerWeights& L = w_.layers[size_t(r.l)];
   const int64_t E = cfg_.n_embd, D = cfg_.head_dim;
   const int64_t Q = int64_t(cfg_.n_head) * D, KV = int64_t(cfg_.n_kv_head) * D;
-  float* kc = cache_.k(r.l) + r.pos0 * KV;  // these rows in the cache: [T, KV]
-  float* vc = cache_.v(r.l) + r.pos0 * KV;
+  float* kc = seq_->cache.k(r.l) + r.pos0 * KV;  // these rows in the cache: [T, KV]
+  float* vc = seq_->cache.v(r.l) + r.pos0 * KV;
   auto bias = [](const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); };
   rmsnorm_ref(r.x, L.attn_norm.data(), h, r.T, E, cfg_.rms_eps, pool_);
   matmul_ref({h, L.wq.data(), bias(L.bq), q, r.T, E, Q}, pool_);
@@ -57,11 +58,12 @@ void Transformer::project(const LayerRows& r, float* h, float* q) {
   rope_apply_ref(kc, r.T, cfg_.n_kv_head, int(D), r.pos0, inv_freq_.data(), pool_);
 }
 
-AttnParams Transformer::attn_params(int l, int64_t T, int64_t pos0, const float* q, float* o) {
+AttnParams Transformer::attn_params(const SequenceState& seq, int l, int64_t T, int64_t pos0, const float* q,
+                                    float* o) const {
   AttnParams ap;
   ap.q = q;
-  ap.k = cache_.k(l);
-  ap.v = cache_.v(l);
+  ap.k = seq.cache.k(l);
+  ap.v = seq.cache.v(l);
   ap.o = o;
   ap.n_q = T;
   ap.n_kv = pos0 + T;
@@ -76,10 +78,16 @@ AttnParams Transformer::attn_params(int l, int64_t T, int64_t pos0, const float*
 }
 
 void Transformer::attend_and_mlp(const LayerRows& r, const float* q, Scratch& s) {
-  const LayerWeights& L = w_.layers[size_t(r.l)];
+  const AttnParams ap = attn_params(*seq_, r.l, r.T, r.pos0, q, s.o.data());
+  attend_cpu({.method = *method_, .state = *seq_->method, .phase = r.T == 1 ? Phase::decode : Phase::prefill}, ap,
+             pool_);
+  out_and_mlp(r.l, r.T, r.x, s);
+}
+
+void Transformer::out_and_mlp(int l, int64_t T, float* x, Scratch& s) {
+  const LayerWeights& L = w_.layers[size_t(l)];
   const int64_t E = cfg_.n_embd, Q = int64_t(cfg_.n_head) * cfg_.head_dim, F = cfg_.n_ff;
-  const AttnParams ap = attn_params(r.l, r.T, r.pos0, q, s.o.data());
-  attend_cpu({.method = *method_, .state = *state_, .phase = r.T == 1 ? Phase::decode : Phase::prefill}, ap, pool_);
+  const LayerRows r{l, T, 0, x};  // the rows (positions are not needed past attention)
   matmul_ref({s.o.data(), L.wo.data(), nullptr, s.h.data(), r.T, Q, E}, pool_);
   add_ref(r.x, s.h.data(), r.T * E);
   rmsnorm_ref(r.x, L.ffn_norm.data(), s.h.data(), r.T, E, cfg_.rms_eps, pool_);
@@ -115,15 +123,15 @@ void Transformer::head_rows(const float* x, int64_t rows, std::vector<float>& lo
 }
 
 void Transformer::check_room(int64_t pos0, int64_t T) const {
-  if (pos0 + T > cache_.capacity())
-    fail("KV cache holds {} tokens; {} more at position {} do not fit", cache_.capacity(), T, pos0);
+  if (pos0 + T > seq_->cache.capacity())
+    fail("KV cache holds {} tokens; {} more at position {} do not fit", seq_->cache.capacity(), T, pos0);
 }
 
 void Transformer::forward(std::span<const int32_t> tokens, int64_t n_logits, std::vector<float>* logits,
                           const AttnObserver* observer) {
   const int64_t T = int64_t(tokens.size());
   if (T == 0) return;
-  const int64_t pos0 = cache_.size();
+  const int64_t pos0 = seq_->cache.size();
   check_room(pos0, T);
   const int64_t E = cfg_.n_embd, Q = int64_t(cfg_.n_head) * cfg_.head_dim;
 
@@ -136,18 +144,70 @@ void Transformer::forward(std::span<const int32_t> tokens, int64_t n_logits, std
     const LayerRows r{l, T, pos0, x.data()};
     project(r, s.h.data(), q.data());
     if (observer && *observer) {
-      AttnCapture cap{l, T, cfg_.n_head, cfg_.n_kv_head, cfg_.head_dim, q.data(), cache_.k(l), cache_.v(l)};
+      AttnCapture cap{l, T, cfg_.n_head, cfg_.n_kv_head, cfg_.head_dim, q.data(), seq_->cache.k(l), seq_->cache.v(l)};
       (*observer)(cap);
     }
     attend_and_mlp(r, q.data(), s);
   }
-  cache_.set_size(pos0 + T);
+  seq_->cache.set_size(pos0 + T);
   lm_head(x.data(), T, n_logits, logits);
+}
+
+std::unique_ptr<SequenceState> Transformer::new_sequence(int64_t capacity) const {
+  if (capacity <= 0) fail("a sequence needs room for at least one token (got capacity {})", capacity);
+  auto seq = std::make_unique<SequenceState>();
+  seq->cache.reset(cfg_.n_layer, capacity, int64_t(cfg_.n_kv_head) * cfg_.head_dim);
+  seq->method = method_->start_sequence();
+  return seq;
+}
+
+void Transformer::decode_batch(std::span<SequenceState* const> seqs, std::span<const int32_t> ids,
+                               std::vector<float>& logits) {
+  const int64_t n = int64_t(seqs.size());
+  if (n == 0) return;
+  if (int64_t(ids.size()) != n) fail("decode_batch: {} sequences but {} token ids", n, ids.size());
+  for (int64_t i = 0; i < n; ++i) {
+    if (!seqs[size_t(i)]) fail("decode_batch: sequence {} is null", i);
+    for (int64_t j = 0; j < i; ++j)
+      if (seqs[size_t(j)] == seqs[size_t(i)]) fail("decode_batch: sequence {} is given twice (rows {} and {})", j, j, i);
+    const KvCache& c = seqs[size_t(i)]->cache;
+    if (c.size() + 1 > c.capacity())
+      fail("decode_batch: sequence {} holds {} tokens, its KV cache {}: no room for one more", i, c.size(), c.capacity());
+  }
+  const int64_t E = cfg_.n_embd, D = cfg_.head_dim;
+  const int64_t Q = int64_t(cfg_.n_head) * D, KV = int64_t(cfg_.n_kv_head) * D;
+  std::vector<float> x(size_t(n * E));   // [n, E] one row per sequence
+  std::vector<float> q(size_t(n * Q));   // [n, n_head*D]
+  std::vector<float> k(size_t(n * KV)), v(size_t(n * KV));  // [n, KV] new rows before they go to the caches
+  Scratch s = scratch(n);
+  embed(ids, x.data());
+  auto bias = [](const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); };
+  for (int l = 0; l < cfg_.n_layer; ++l) {
+    const LayerWeights& L = w_.layers[size_t(l)];
+    rmsnorm_ref(x.data(), L.attn_norm.data(), s.h.data(), n, E, cfg_.rms_eps, pool_);
+    matmul_ref({s.h.data(), L.wq.data(), bias(L.bq), q.data(), n, E, Q}, pool_);
+    matmul_ref({s.h.data(), L.wk.data(), bias(L.bk), k.data(), n, E, KV}, pool_);
+    matmul_ref({s.h.data(), L.wv.data(), bias(L.bv), v.data(), n, E, KV}, pool_);
+    for (int64_t i = 0; i < n; ++i) {  // each row at its own position, into its own cache
+      SequenceState& sq = *seqs[size_t(i)];
+      const int64_t pos = sq.cache.size();
+      float* kc = sq.cache.k(l) + pos * KV;
+      std::memcpy(kc, k.data() + i * KV, size_t(KV) * sizeof(float));
+      std::memcpy(sq.cache.v(l) + pos * KV, v.data() + i * KV, size_t(KV) * sizeof(float));
+      rope_apply_ref(q.data() + i * Q, 1, cfg_.n_head, int(D), pos, inv_freq_.data(), pool_);
+      rope_apply_ref(kc, 1, cfg_.n_kv_head, int(D), pos, inv_freq_.data(), pool_);
+      const AttnParams ap = attn_params(sq, l, 1, pos, q.data() + i * Q, s.o.data() + i * Q);
+      attend_cpu({.method = *method_, .state = *sq.method, .phase = Phase::decode}, ap, pool_);
+    }
+    out_and_mlp(l, n, x.data(), s);
+  }
+  for (SequenceState* sq : seqs) sq->cache.set_size(sq->cache.size() + 1);
+  head_rows(x.data(), n, logits);
 }
 
 bool Transformer::prompt_wide(int64_t n_tokens, int64_t chunk) const {
   if (n_tokens <= chunk) return false;  // one chunk estimates from the prompt's last queries anyway
-  const int64_t n_kv = cache_.size() + n_tokens;
+  const int64_t n_kv = seq_->cache.size() + n_tokens;
   for (int l = 0; l < cfg_.n_layer; ++l)
     if (method_->estimates_per_prompt(l, n_kv)) return true;
   return false;
@@ -178,7 +238,7 @@ std::vector<float> Transformer::prompt_layers(std::span<const int32_t> tokens, i
   const int64_t T = int64_t(tokens.size());
   if (T == 0) return {};
   if (chunk <= 0) fail("prefill chunk must be positive (got {})", chunk);
-  const int64_t pos0 = cache_.size();
+  const int64_t pos0 = seq_->cache.size();
   check_room(pos0, T);
   const int64_t E = cfg_.n_embd, Q = int64_t(cfg_.n_head) * cfg_.head_dim;
   const int64_t C = std::min(chunk, T);
@@ -192,13 +252,13 @@ std::vector<float> Transformer::prompt_layers(std::span<const int32_t> tokens, i
     for (int64_t c0 = 0; c0 < T; c0 += C) project(rows(c0), s.h.data(), q.data() + c0 * Q);  // all K/V first
     if (method_->estimates_per_prompt(l, pos0 + T)) {
       const int64_t R = std::min<int64_t>(kLastQ, T);  // the prompt's last queries
-      method_->prepare_prompt(attn_params(l, R, pos0 + T - R, q.data() + (T - R) * Q, nullptr), *state_, pool_);
+      method_->prepare_prompt(attn_params(*seq_, l, R, pos0 + T - R, q.data() + (T - R) * Q, nullptr), *seq_->method, pool_);
     }
     for (int64_t c0 = 0; c0 < T; c0 += C) attend_and_mlp(rows(c0), q.data() + c0 * Q, s);
-    method_->end_prompt(*state_);
+    method_->end_prompt(*seq_->method);
     if (progress) progress(l + 1, cfg_.n_layer);
   }
-  cache_.set_size(pos0 + T);
+  seq_->cache.set_size(pos0 + T);
   return x;
 }
 

@@ -24,20 +24,38 @@ namespace longctx {
 
 class ThreadPool;
 
+// One sequence's state: its KV cache and its attention method's per-request state.
+struct SequenceState {
+  KvCache cache;
+  std::unique_ptr<MethodState> method;
+};
+
 class Transformer {
  public:
   Transformer(ModelConfig cfg, ModelWeights w, std::shared_ptr<const AttentionMethod> method, ThreadPool& pool);
 
   const ModelConfig& config() const { return cfg_; }
-  KvCache& cache() { return cache_; }
-  // A new method starts a new method state (the cache is kept).
+  KvCache& cache() { return seq_->cache; }
+  // A new method starts a new method state for the attached sequence (its cache is kept).
   void set_method(std::shared_ptr<const AttentionMethod> m) {
     method_ = std::move(m);
-    state_ = method_->start_sequence();
+    seq_->method = method_->start_sequence();
   }
 
-  // Clears the cache and reserves room for `capacity` tokens.
+  // Clears the attached sequence's cache, reserves room for `capacity` tokens and starts a new
+  // method state.
   void reset(int64_t capacity);
+
+  // Several sequences (the weights are shared): a new sequence with room for `capacity` tokens,
+  // owned by the caller. attach(s) makes forward()/forward_prompt()/reset()/cache() work on s
+  // (nullptr: the model's own sequence); s must outlive its attachment.
+  std::unique_ptr<SequenceState> new_sequence(int64_t capacity) const;
+  void attach(SequenceState* s) { seq_ = s ? s : &own_; }
+  // One decode step of several sequences at once: token ids[i] at the next position of seqs[i]
+  // (each in its own cache, with its own method state and length), its K/V appended. The
+  // projections, output projection, MLP and LM head run as one batched matmul over the n rows;
+  // attention runs per sequence (different lengths). Logits [n, vocab] into `logits`.
+  void decode_batch(std::span<SequenceState* const> seqs, std::span<const int32_t> ids, std::vector<float>& logits);
 
   // Runs tokens at positions cache.size() .. cache.size()+T-1 and appends their K/V.
   // Writes logits [n_logits, vocab] of the last n_logits positions (0 = none) into `logits`.
@@ -73,11 +91,13 @@ class Transformer {
   Scratch scratch(int64_t T) const;
   void embed(std::span<const int32_t> tokens, float* x) const;
   void check_room(int64_t pos0, int64_t T) const;
-  // rmsnorm, Q into q [T, n_head*D], K/V into the cache rows, RoPE on Q and K.
+  // rmsnorm, Q into q [T, n_head*D], K/V into the attached sequence's cache rows, RoPE on Q and K.
   void project(const LayerRows& r, float* h, float* q);
-  AttnParams attn_params(int l, int64_t T, int64_t pos0, const float* q, float* o);
+  AttnParams attn_params(const SequenceState& seq, int l, int64_t T, int64_t pos0, const float* q, float* o) const;
   // Attention through the method (decode for one row), output projection, MLP, residuals.
   void attend_and_mlp(const LayerRows& r, const float* q, Scratch& s);
+  // x [T, E] += Wo o; then the MLP block with its residual (o: [T, n_head*D] in s.o).
+  void out_and_mlp(int l, int64_t T, float* x, Scratch& s);
   void lm_head(const float* x, int64_t T, int64_t n_logits, std::vector<float>* logits);  // last n_logits rows
   void head_rows(const float* x, int64_t rows, std::vector<float>& logits);  // x [rows, E] -> [rows, vocab]
   // forward_prompt's layers: the prompt's residual stream [T, E] after the last layer; the cache
@@ -87,9 +107,9 @@ class Transformer {
   ModelConfig cfg_;
   ModelWeights w_;
   std::shared_ptr<const AttentionMethod> method_;  // shared, immutable
-  std::unique_ptr<MethodState> state_;             // this sequence's (method_->start_sequence())
   ThreadPool& pool_;
-  KvCache cache_;
+  SequenceState own_;            // the sequence forward() uses unless another is attached
+  SequenceState* seq_ = &own_;   // the attached sequence
   std::vector<float> inv_freq_;  // [head_dim/2]
 };
 

@@ -40,6 +40,44 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+// One sequence's sampling and stopping, shared by generate and generate_batch: its sampler, its
+// text stream (stop strings) and its result so far.
+struct SequenceRun {
+  SamplingParams sp;
+  Sampler sampler;
+  TextStream stream;
+  GenerateResult res;
+  bool done = false;
+
+  SequenceRun(const SamplingParams& p, int64_t prompt_tokens) : sp(p), sampler(p), stream(p.stop) {
+    res.prompt_tokens = prompt_tokens;
+    res.stop_reason = "length";
+    done = p.max_tokens <= 0;
+  }
+  // Samples the next token from logits [vocab]. False when the sequence ends without a token
+  // (EOS, or already finished); else *id is the token, and finished() says whether it was the last
+  // (it completed a stop string, or reached max_tokens).
+  bool next(const Tokenizer& tok, std::span<const float> logits, int32_t* id) {
+    if (done) return false;
+    const int32_t t = sampler.sample(logits);
+    if (sp.stop_at_eos && tok.is_end_of_generation(t)) {
+      res.stop_reason = "eos";
+      done = true;
+      return false;
+    }
+    res.tokens.push_back(t);
+    if (stream.push(tok.token_bytes(t))) {
+      res.stop_reason = "stop";
+      done = true;
+    } else if (int64_t(res.tokens.size()) >= sp.max_tokens) {
+      done = true;  // "length"
+    }
+    *id = t;
+    return true;
+  }
+  bool finished() const { return done; }
+};
+
 // log p(token `next` | row) from one row of logits [V], in double (stable log-sum-exp).
 float log_prob(const float* row, int64_t V, int32_t next) {
   float mx = row[0];
@@ -99,55 +137,101 @@ class CpuEngine final : public Engine {
 
   GenerateResult generate(std::span<const int32_t> prompt, const SamplingParams& sp, const ProgressFn& progress,
                           const TokenFn& on_token) override {
-    if (prompt.empty()) fail("the prompt is empty (no tokens)");
-    if (sp.max_tokens < 0) fail("max tokens must be >= 0 (got {})", sp.max_tokens);
+    check_prompt(prompt, sp, "");
     const int64_t n = int64_t(prompt.size());
-    if (n > max_ctx_)
-      fail("the prompt has {} tokens, more than the model's context of {} tokens", n, max_ctx_);
-    if (n + sp.max_tokens > max_ctx_)
-      fail("the prompt ({} tokens) plus {} new tokens exceeds the context of {} tokens; lower -n to at most {}", n,
-           sp.max_tokens, max_ctx_, max_ctx_ - n);
-    Sampler sampler(sp);
-    GenerateResult res;
-    res.prompt_tokens = n;
+    SequenceRun run(sp, n);
     reset_model(n + sp.max_tokens);
 
     std::vector<float> logits;
     const auto t0 = Clock::now();
     prefill(prompt, 1, &logits, progress, t0);
-    res.prefill_s = seconds_since(t0);
+    run.res.prefill_s = seconds_since(t0);
 
-    TextStream stream(sp.stop);
     const auto t1 = Clock::now();
-    res.stop_reason = "length";
-    for (int i = 0; i < sp.max_tokens; ++i) {
-      const int32_t id = sampler.sample(logits);
-      if (sp.stop_at_eos && tok_->is_end_of_generation(id)) {
-        res.stop_reason = "eos";
+    int32_t id = -1;
+    while (run.next(*tok_, logits, &id)) {
+      if (on_token && !on_token(id, run.stream.take_ready())) {
+        run.res.stop_reason = "callback";
         break;
       }
-      res.tokens.push_back(id);
-      const bool stopped = stream.push(tok_->token_bytes(id));
-      if (on_token) {
-        const std::string piece = stream.take_ready();
-        if (!on_token(id, piece)) {
-          res.stop_reason = "callback";
-          break;
-        }
-      }
-      if (stopped) {
-        res.stop_reason = "stop";
-        break;
-      }
-      if (i + 1 < sp.max_tokens) forward_model(std::span(&id, 1), 1, &logits);
+      if (run.finished()) break;
+      forward_model(std::span(&id, 1), 1, &logits);
     }
-    res.decode_s = seconds_since(t1);
-    res.text = stream.text();
+    run.res.decode_s = seconds_since(t1);
+    run.res.text = run.stream.text();
     if (on_token) {
-      const std::string rest = stream.take_rest();
+      const std::string rest = run.stream.take_rest();
       if (!rest.empty()) on_token(-1, rest);
     }
-    return res;
+    return std::move(run.res);
+  }
+
+  std::vector<GenerateResult> generate_batch(std::span<const std::vector<int32_t>> prompts, const SamplingParams& sp,
+                                             const ProgressFn& progress) override {
+    for (size_t i = 0; i < prompts.size(); ++i) check_prompt(prompts[i], sp, fmt::format("prompt {}: ", i));
+    const int64_t n_seq = int64_t(prompts.size());
+    std::vector<GenerateResult> out;
+    const auto t0 = Clock::now();
+    if (on_gpu_) return Engine::generate_batch(prompts, sp, progress);  // no batched GPU decode yet
+    std::vector<std::unique_ptr<SequenceState>> seqs;
+    std::vector<SequenceRun> runs;
+    std::vector<std::vector<float>> logits(static_cast<size_t>(n_seq));  // [n_seq][vocab] of the prefills
+    for (int64_t i = 0; i < n_seq; ++i) {  // prefill each prompt into its own sequence
+      const auto& p = prompts[size_t(i)];
+      seqs.push_back(model_->new_sequence(int64_t(p.size()) + sp.max_tokens));
+      runs.emplace_back(sp, int64_t(p.size()));
+      model_->attach(seqs.back().get());
+      const auto tp = Clock::now();
+      try {
+        prefill(p, 1, &logits[size_t(i)], {}, tp);
+      } catch (...) {
+        model_->attach(nullptr);
+        throw;
+      }
+      model_->attach(nullptr);
+      runs.back().res.prefill_s = seconds_since(tp);
+      if (progress) progress({i + 1, n_seq, seconds_since(t0)});
+    }
+    const auto t1 = Clock::now();
+    std::vector<SequenceState*> step_seqs;
+    std::vector<int32_t> step_ids;
+    std::vector<int64_t> step_rows;  // which run each row of the step belongs to
+    std::vector<float> rows;
+    const int64_t V = cfg_.vocab_size;
+    for (int64_t i = 0; i < n_seq; ++i) {  // first tokens come from the prefill logits
+      int32_t id = -1;
+      if (runs[size_t(i)].next(*tok_, logits[size_t(i)], &id) && !runs[size_t(i)].finished()) {
+        step_seqs.push_back(seqs[size_t(i)].get());
+        step_ids.push_back(id);
+        step_rows.push_back(i);
+      }
+    }
+    while (!step_seqs.empty()) {
+      model_->decode_batch(step_seqs, step_ids, rows);
+      std::vector<SequenceState*> next_seqs;
+      std::vector<int32_t> next_ids;
+      std::vector<int64_t> next_rows;
+      for (size_t r = 0; r < step_rows.size(); ++r) {
+        const int64_t i = step_rows[r];
+        const std::span<const float> row(rows.data() + int64_t(r) * V, size_t(V));
+        int32_t id = -1;
+        if (runs[size_t(i)].next(*tok_, row, &id) && !runs[size_t(i)].finished()) {
+          next_seqs.push_back(step_seqs[r]);
+          next_ids.push_back(id);
+          next_rows.push_back(i);
+        }
+      }
+      step_seqs.swap(next_seqs);
+      step_ids.swap(next_ids);
+      step_rows.swap(next_rows);
+    }
+    const double decode_s = seconds_since(t1);
+    for (SequenceRun& r : runs) {
+      r.res.decode_s = decode_s;  // the batch's decode time (shared by its sequences)
+      r.res.text = r.stream.text();
+      out.push_back(std::move(r.res));
+    }
+    return out;
   }
 
   std::vector<float> score(std::span<const int32_t> tokens, const ProgressFn& progress) override {
@@ -224,6 +308,17 @@ class CpuEngine final : public Engine {
   }
 
  private:
+  // Errors before any work (what names the prompt in a batch).
+  void check_prompt(std::span<const int32_t> prompt, const SamplingParams& sp, const std::string& what) const {
+    if (prompt.empty()) fail("{}the prompt is empty (no tokens)", what);
+    if (sp.max_tokens < 0) fail("max tokens must be >= 0 (got {})", sp.max_tokens);
+    const int64_t n = int64_t(prompt.size());
+    if (n > max_ctx_) fail("{}the prompt has {} tokens, more than the model's context of {} tokens", what, n, max_ctx_);
+    if (n + sp.max_tokens > max_ctx_)
+      fail("{}the prompt ({} tokens) plus {} new tokens exceeds the context of {} tokens; lower -n to at most {}", what,
+           n, sp.max_tokens, max_ctx_, max_ctx_ - n);
+  }
+
   void prefill(std::span<const int32_t> prompt, int64_t n_logits, std::vector<float>* logits,
                const ProgressFn& progress, Clock::time_point t0) {
     const int64_t n = int64_t(prompt.size());
@@ -351,6 +446,17 @@ class CpuEngine final : public Engine {
 }  // namespace
 
 std::unique_ptr<Engine> Engine::load(const LoadOptions& opts) { return std::make_unique<CpuEngine>(opts); }
+
+std::vector<GenerateResult> Engine::generate_batch(std::span<const std::vector<int32_t>> prompts,
+                                                   const SamplingParams& sp, const ProgressFn& progress) {
+  std::vector<GenerateResult> out;
+  const auto t0 = Clock::now();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    out.push_back(generate(prompts[i], sp));
+    if (progress) progress({int64_t(i + 1), int64_t(prompts.size()), seconds_since(t0)});
+  }
+  return out;
+}
 
 std::string default_model_path() {
   std::filesystem::path base;
