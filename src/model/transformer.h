@@ -1,8 +1,13 @@
 // transformer.h: the CPU forward pass of Llama-family decoders (Llama 2/3/3.1, Mistral,
-// SmolLM2, Qwen2/2.5), over one sequence with a KV cache, one chunk of tokens at a time.
+// SmolLM2, Qwen2/2.5, Qwen3, Gemma 3 text, Phi-3), over one sequence with a KV cache, one chunk
+// of tokens at a time.
 //
-// Per layer: x += Wo * attn(rope(Wq h), rope(Wk h), Wv h) with h = rmsnorm(x);
-//            x += Wdown (silu(Wgate h) * Wup h)          with h = rmsnorm(x).
+// Per layer: x += post(Wo * attn(rope(qn(Wq h)), rope(kn(Wk h)), Wv h)) with h = rmsnorm(x);
+//            x += post(Wdown (act(Wgate h) * Wup h))                   with h = rmsnorm(x).
+// qn/kn: RMSNorm over each head (qk_norm: Qwen3, Gemma 3); post: RMSNorm (post_norms: Gemma 3),
+// else identity; act: silu or gelu_tanh. Each layer has its own attention type (ModelConfig::
+// layer: global, or a sliding window that AttnParams::window passes to the attention call) and
+// its own RoPE frequencies (Gemma 3: local base on sliding layers, scaling on global ones).
 // Attention goes through an AttentionMethod (dense, a_shape, minference, ...); the LM head runs
 // only for the positions the caller asks for, so a long prefill never holds [T, vocab] logits.
 #pragma once
@@ -31,7 +36,9 @@ class Transformer {
   KvCache& cache() { return cache_; }
   void set_method(std::unique_ptr<AttentionMethod> m) { method_ = std::move(m); }
 
-  // Clears the cache and reserves room for `capacity` tokens.
+  // Clears the cache and reserves room for `capacity` tokens. LongRoPE models use their long
+  // factors when capacity exceeds the original context (as llama.cpp decides by context size;
+  // transformers by the current sequence length, the same for a single forward of that length).
   void reset(int64_t capacity);
 
   // Runs tokens at positions cache.size() .. cache.size()+T-1 and appends their K/V.
@@ -84,7 +91,11 @@ class Transformer {
   std::unique_ptr<AttentionMethod> method_;
   ThreadPool& pool_;
   KvCache cache_;
-  std::vector<float> inv_freq_;  // [head_dim/2]
+  // RoPE tables for a context of `context` tokens: inv_freq_ [n_layer][head_dim/2] and the
+  // cos/sin factor per layer (YaRN, LongRoPE).
+  void set_rope(int64_t context);
+  std::vector<std::vector<float>> inv_freq_;
+  std::vector<float> rope_factor_;  // [n_layer]
 };
 
 }  // namespace longctx
