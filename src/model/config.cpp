@@ -349,8 +349,9 @@ ModelConfig from_hf(const ModelFile& mf) {
 }  // namespace
 
 ModelConfig ModelConfig::from_model_file(const ModelFile& mf) {
-  ModelConfig c = mf.format() == "gguf" ? from_gguf(mf) : from_hf(mf);
-  validate(c, mf.path());
+  const bool gguf = mf.format() == "gguf";
+  ModelConfig c = gguf ? from_gguf(mf) : from_hf(mf);
+  validate(c, gguf ? mf.path() : mf.path() + "/config.json");
   return c;
 }
 
