@@ -6,6 +6,7 @@ What: for each variant below, builds a small model with HF transformers' own cla
       CPU over a few random token sequences, and writes to tests/data/arch/<variant>/:
         config.json        the config as transformers saves it (transformers' own key names)
         model.safetensors  the weights in bf16 (a few hundred KB at most)
+        model.gguf         (gemma3 only) the same weights as llama.cpp's converter writes Gemma 3
         golden.json        token ids and the logits at a set of positions of each sequence
       tests/model/test_arch_golden.cpp loads these with longctx and matches the logits.
 Why:  every architecture and RoPE-scaling variant checked against the reference implementation
@@ -94,6 +95,65 @@ def randomize(model, seed):
             p.copy_(v.to(torch.bfloat16).float())
 
 
+def write_gemma3_gguf(model, path):
+    """The tiny Gemma 3 as llama.cpp's converter writes Gemma 3 (gguf-py's names and keys): norm
+    weights with the 1 of Gemma's (1 + w) folded in, F32; matrices F16 (exact for these bf16
+    values). Keys llama.cpp hard-codes for Gemma 3 (pattern 6, local base 10000, scale by
+    head_dim) are written explicitly, as the tiny model differs from them."""
+    import gguf
+    import numpy as np
+    c = model.config
+    w = gguf.GGUFWriter(path, "gemma3")
+    w.add_name("tiny gemma3")
+    w.add_context_length(c.max_position_embeddings)
+    w.add_embedding_length(c.hidden_size)
+    w.add_block_count(c.num_hidden_layers)
+    w.add_feed_forward_length(c.intermediate_size)
+    w.add_head_count(c.num_attention_heads)
+    w.add_head_count_kv(c.num_key_value_heads)
+    w.add_key_length(c.head_dim)
+    w.add_value_length(c.head_dim)
+    w.add_layer_norm_rms_eps(c.rms_norm_eps)
+    w.add_rope_freq_base(c.rope_parameters["full_attention"]["rope_theta"])
+    w.add_rope_freq_base_swa(c.rope_parameters["sliding_attention"]["rope_theta"])
+    full = c.rope_parameters["full_attention"]
+    if full.get("rope_type") == "linear":
+        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        w.add_rope_scaling_factor(full["factor"])
+    w.add_sliding_window(c.sliding_window)
+    w.add_sliding_window_pattern([t == "sliding_attention" for t in c.layer_types])
+    w.add_attention_scale(c.query_pre_attn_scalar ** -0.5)
+    names = gguf.TENSOR_NAMES
+    T = gguf.MODEL_TENSOR
+    hf_to_gguf = {
+        "self_attn.q_proj": T.ATTN_Q, "self_attn.k_proj": T.ATTN_K, "self_attn.v_proj": T.ATTN_V,
+        "self_attn.o_proj": T.ATTN_OUT, "self_attn.q_norm": T.ATTN_Q_NORM, "self_attn.k_norm": T.ATTN_K_NORM,
+        "input_layernorm": T.ATTN_NORM, "post_attention_layernorm": T.ATTN_POST_NORM,
+        "pre_feedforward_layernorm": T.FFN_NORM, "post_feedforward_layernorm": T.FFN_POST_NORM,
+        "mlp.gate_proj": T.FFN_GATE, "mlp.up_proj": T.FFN_UP, "mlp.down_proj": T.FFN_DOWN,
+    }
+    for hf_name, t in model.state_dict().items():
+        if hf_name == "lm_head.weight":
+            continue  # tied
+        if hf_name == "model.embed_tokens.weight":
+            name = names[T.TOKEN_EMBD]
+        elif hf_name == "model.norm.weight":
+            name = names[T.OUTPUT_NORM]
+        else:
+            parts = hf_name.split(".")  # model.layers.<i>.<module...>.weight
+            name = names[hf_to_gguf[".".join(parts[3:-1])]].format(bid=int(parts[2]))
+        name += ".weight"
+        a = t.detach().float().numpy()
+        if hf_name.endswith("norm.weight"):
+            w.add_tensor(name, (a + 1.0).astype(np.float32))
+        else:
+            w.add_tensor(name, a.astype(np.float16))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="tests/data/arch")
@@ -112,6 +172,8 @@ def main():
         if model.config.tie_word_embeddings:
             sd.pop("lm_head.weight", None)
         save_file(sd, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+        if name == "gemma3":
+            write_gemma3_gguf(model, os.path.join(d, "model.gguf"))
         gen = torch.Generator().manual_seed(300 + i)
         seqs = []
         for n in lengths:

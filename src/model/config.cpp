@@ -118,10 +118,12 @@ void gemma3_from_gguf(const json& m, const std::string& p, ModelConfig& c) {
   c.post_norms = true;
   c.activation = "gelu_tanh";
   c.embed_scale = std::sqrt(float(c.n_embd));
-  // query_pre_attn_scalar is not in the file: llama.cpp uses head_dim, except for the 27B model
-  // (62 layers) whose scalar is hidden / heads.
+  // query_pre_attn_scalar is not in llama.cpp's files: it uses head_dim, except for the 27B model
+  // (62 layers) whose scalar is hidden / heads. "<arch>.attention.scale" (gguf-py's key for a
+  // score scale) overrides that where a file has it.
   constexpr int kGemma27bLayers = 62;
   c.attn_scale = 1.f / std::sqrt(float(c.n_layer == kGemma27bLayers ? c.n_embd / c.n_head : c.head_dim));
+  c.attn_scale = opt<float>(m, p + "attention.scale", c.attn_scale);
   const int64_t window = opt<int64_t>(m, p + "attention.sliding_window", 0);
   const float local_theta = opt<float>(m, p + "rope.freq_base_swa", kGemmaLocalTheta);
   const json* pattern = m.contains(p + "attention.sliding_window_pattern") ? &m[p + "attention.sliding_window_pattern"] : nullptr;

@@ -4,7 +4,8 @@
 // embedding and attention scales) and Phi-3 LongRoPE (fused projections, short and long factors).
 //
 // Data: tests/data/arch/<variant>/{config.json, model.safetensors, golden.json}, written by
-// tools/make_arch_golden.py with transformers' own model classes; no torch needed here.
+// tools/make_arch_golden.py with transformers' own model classes; no torch needed here. The
+// Gemma 3 variant also as GGUF (gguf-py's writer, llama.cpp's names and folded (1 + w) norms).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -40,9 +41,11 @@ struct Loaded {
   std::unique_ptr<Transformer> model;
 };
 
+// "<variant>" opens the safetensors directory, "<variant>:gguf" its model.gguf.
 Loaded load(const std::string& name, ThreadPool& pool) {
   Loaded m;
-  m.mf = open_model_file(arch_dir(name));
+  const size_t colon = name.find(':');
+  m.mf = open_model_file(colon == std::string::npos ? arch_dir(name) : arch_dir(name.substr(0, colon)) + "/model.gguf");
   m.cfg = ModelConfig::from_model_file(*m.mf);
   m.model = std::make_unique<Transformer>(m.cfg, ModelWeights::load(*m.mf, m.cfg), make_dense_method(), pool);
   return m;
@@ -83,7 +86,8 @@ class ArchGolden : public ::testing::TestWithParam<const char*> {};
 TEST_P(ArchGolden, LogitsMatchTransformers) {
   ThreadPool pool(2);
   Loaded m = load(GetParam(), pool);
-  const auto golden = load_golden(GetParam());
+  const std::string name = GetParam();
+  const auto golden = load_golden(name.substr(0, name.find(':')));
   double max_abs = 0;
   for (const auto& seq : golden["sequences"]) {
     const int64_t T = int64_t(seq["ids"].size());
@@ -98,7 +102,8 @@ TEST_P(ArchGolden, LogitsMatchTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, ArchGolden,
-                         ::testing::Values("llama", "qwen2", "qwen3", "qwen3_yarn", "gemma3", "phi3_longrope"));
+                         ::testing::Values("llama", "qwen2", "qwen3", "qwen3_yarn", "gemma3", "gemma3:gguf",
+                                           "phi3_longrope"));
 
 }  // namespace
 }  // namespace longctx
