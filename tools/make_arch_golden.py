@@ -6,7 +6,8 @@ What: for each variant below, builds a small model with HF transformers' own cla
       CPU over a few random token sequences, and writes to tests/data/arch/<variant>/:
         config.json        the config as transformers saves it (transformers' own key names)
         model.safetensors  the weights in bf16 (a few hundred KB at most)
-        model.gguf         (gemma3 only) the same weights as llama.cpp's converter writes Gemma 3
+        model.gguf         (gemma3, qwen3_yarn, phi3_longrope) the same weights as llama.cpp's
+                           converter writes them
         golden.json        token ids and the logits at a set of positions of each sequence
       tests/model/test_arch_golden.cpp loads these with longctx and matches the logits.
 Why:  every architecture and RoPE-scaling variant checked against the reference implementation
@@ -32,6 +33,7 @@ LOGIT_EVERY = 8  # logits stored at every 8th position and the last one
 def variants():
     """name -> (model class, config, sequence lengths). Each is a miniature of a real model."""
     from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM,
+                              MistralConfig, MistralForCausalLM,
                               Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
                               Qwen3ForCausalLM)
     common = dict(vocab_size=VOCAB, max_position_embeddings=128, rms_norm_eps=1e-6, tie_word_embeddings=False,
@@ -75,6 +77,10 @@ def variants():
         num_key_value_heads=2, rope_theta=10000.0, original_max_position_embeddings=32, sliding_window=None,
         rope_scaling={"type": "longrope", "short_factor": short, "long_factor": long}, **common),
         [SEQ_SHORT, SEQ_LONG])
+    # (Added last: each variant's seeds follow its position.) Mistral-Nemo: head_dim set apart from hidden / heads (128 with hidden 5120 and 32 heads).
+    out["mistral_nemo"] = (MistralForCausalLM, MistralConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=32, rope_theta=1e6, sliding_window=None, **common), [SEQ_LONG])
     return out
 
 
@@ -95,63 +101,99 @@ def randomize(model, seed):
             p.copy_(v.to(torch.bfloat16).float())
 
 
-def write_gemma3_gguf(model, path):
-    """The tiny Gemma 3 as llama.cpp's converter writes Gemma 3 (gguf-py's names and keys): norm
-    weights with the 1 of Gemma's (1 + w) folded in, F32; matrices F16 (exact for these bf16
-    values). Keys llama.cpp hard-codes for Gemma 3 (pattern 6, local base 10000, scale by
-    head_dim) are written explicitly, as the tiny model differs from them."""
+# HF module path inside a layer -> gguf-py tensor (Gemma 3 and Phi-3 differ from the Llama family).
+def layer_tensors(arch):
+    import gguf
+    T = gguf.MODEL_TENSOR
+    m = {
+        "self_attn.q_proj": T.ATTN_Q, "self_attn.k_proj": T.ATTN_K, "self_attn.v_proj": T.ATTN_V,
+        "self_attn.o_proj": T.ATTN_OUT, "self_attn.q_norm": T.ATTN_Q_NORM, "self_attn.k_norm": T.ATTN_K_NORM,
+        "input_layernorm": T.ATTN_NORM, "post_attention_layernorm": T.FFN_NORM,
+        "mlp.gate_proj": T.FFN_GATE, "mlp.up_proj": T.FFN_UP, "mlp.down_proj": T.FFN_DOWN,
+        # Phi-3's fused projections, as llama.cpp keeps them.
+        "self_attn.qkv_proj": T.ATTN_QKV, "mlp.gate_up_proj": T.FFN_UP,
+    }
+    if arch == "gemma3":
+        m.update({"post_attention_layernorm": T.ATTN_POST_NORM, "pre_feedforward_layernorm": T.FFN_NORM,
+                  "post_feedforward_layernorm": T.FFN_POST_NORM})
+    return m
+
+
+def write_gguf(arch, model, path):
+    """A tiny model as llama.cpp's converter writes `arch` (gguf-py's key and tensor names): F32
+    norms (Gemma: with the 1 of (1 + w) folded in), F16 matrices (exact for these bf16 values).
+    Gemma 3 keys that llama.cpp hard-codes (pattern 6, local base 10000, scale by head_dim) are
+    written explicitly, as the tiny model differs from them. Phi-3's LongRoPE factors are the
+    rope_factors_short/long tensors, its attention factor a key, as llama.cpp stores them."""
     import gguf
     import numpy as np
     c = model.config
-    w = gguf.GGUFWriter(path, "gemma3")
-    w.add_name("tiny gemma3")
+    w = gguf.GGUFWriter(path, arch)
+    w.add_name(f"tiny {arch}")
     w.add_context_length(c.max_position_embeddings)
     w.add_embedding_length(c.hidden_size)
     w.add_block_count(c.num_hidden_layers)
     w.add_feed_forward_length(c.intermediate_size)
     w.add_head_count(c.num_attention_heads)
     w.add_head_count_kv(c.num_key_value_heads)
-    w.add_key_length(c.head_dim)
-    w.add_value_length(c.head_dim)
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
     w.add_layer_norm_rms_eps(c.rms_norm_eps)
-    w.add_rope_freq_base(c.rope_parameters["full_attention"]["rope_theta"])
-    w.add_rope_freq_base_swa(c.rope_parameters["sliding_attention"]["rope_theta"])
-    full = c.rope_parameters["full_attention"]
-    if full.get("rope_type") == "linear":
-        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
-        w.add_rope_scaling_factor(full["factor"])
-    w.add_sliding_window(c.sliding_window)
-    w.add_sliding_window_pattern([t == "sliding_attention" for t in c.layer_types])
-    w.add_attention_scale(c.query_pre_attn_scalar ** -0.5)
-    names = gguf.TENSOR_NAMES
-    T = gguf.MODEL_TENSOR
-    hf_to_gguf = {
-        "self_attn.q_proj": T.ATTN_Q, "self_attn.k_proj": T.ATTN_K, "self_attn.v_proj": T.ATTN_V,
-        "self_attn.o_proj": T.ATTN_OUT, "self_attn.q_norm": T.ATTN_Q_NORM, "self_attn.k_norm": T.ATTN_K_NORM,
-        "input_layernorm": T.ATTN_NORM, "post_attention_layernorm": T.ATTN_POST_NORM,
-        "pre_feedforward_layernorm": T.FFN_NORM, "post_feedforward_layernorm": T.FFN_POST_NORM,
-        "mlp.gate_proj": T.FFN_GATE, "mlp.up_proj": T.FFN_UP, "mlp.down_proj": T.FFN_DOWN,
-    }
+    rp = c.rope_parameters
+    if arch == "gemma3":
+        w.add_rope_freq_base(rp["full_attention"]["rope_theta"])
+        w.add_rope_freq_base_swa(rp["sliding_attention"]["rope_theta"])
+        full = rp["full_attention"]
+        if full.get("rope_type") == "linear":
+            w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+            w.add_rope_scaling_factor(full["factor"])
+        w.add_sliding_window(c.sliding_window)
+        w.add_sliding_window_pattern([t == "sliding_attention" for t in c.layer_types])
+        w.add_attention_scale(c.query_pre_attn_scalar ** -0.5)
+    else:
+        w.add_rope_freq_base(rp["rope_theta"])
+        w.add_rope_dimension_count(head_dim)
+        if rp.get("rope_type") == "yarn":
+            w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+            w.add_rope_scaling_factor(rp["factor"])
+            w.add_rope_scaling_orig_ctx_len(rp["original_max_position_embeddings"])
+        if rp.get("rope_type") == "longrope":
+            orig = rp["original_max_position_embeddings"]
+            scale = c.max_position_embeddings / orig
+            w.add_rope_scaling_orig_ctx_len(orig)
+            w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(orig)))
+            w.add_tensor(gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FACTORS_LONG] + ".weight",
+                         np.array(rp["long_factor"], dtype=np.float32))
+            w.add_tensor(gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FACTORS_SHORT] + ".weight",
+                         np.array(rp["short_factor"], dtype=np.float32))
+    names, T, per_layer = gguf.TENSOR_NAMES, gguf.MODEL_TENSOR, layer_tensors(arch)
     for hf_name, t in model.state_dict().items():
         if hf_name == "lm_head.weight":
-            continue  # tied
-        if hf_name == "model.embed_tokens.weight":
+            if c.tie_word_embeddings:
+                continue
+            name = names[T.OUTPUT]
+        elif hf_name == "model.embed_tokens.weight":
             name = names[T.TOKEN_EMBD]
         elif hf_name == "model.norm.weight":
             name = names[T.OUTPUT_NORM]
         else:
             parts = hf_name.split(".")  # model.layers.<i>.<module...>.weight
-            name = names[hf_to_gguf[".".join(parts[3:-1])]].format(bid=int(parts[2]))
+            name = names[per_layer[".".join(parts[3:-1])]].format(bid=int(parts[2]))
         name += ".weight"
         a = t.detach().float().numpy()
         if hf_name.endswith("norm.weight"):
-            w.add_tensor(name, (a + 1.0).astype(np.float32))
+            w.add_tensor(name, (a + (1.0 if arch == "gemma3" else 0.0)).astype(np.float32))
         else:
             w.add_tensor(name, a.astype(np.float16))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+
+
+# Variants also written as GGUF: variant -> GGUF architecture.
+GGUF_ARCHS = {"gemma3": "gemma3", "qwen3_yarn": "qwen3", "phi3_longrope": "phi3"}
 
 
 def main():
@@ -172,8 +214,8 @@ def main():
         if model.config.tie_word_embeddings:
             sd.pop("lm_head.weight", None)
         save_file(sd, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
-        if name == "gemma3":
-            write_gemma3_gguf(model, os.path.join(d, "model.gguf"))
+        if name in GGUF_ARCHS:
+            write_gguf(GGUF_ARCHS[name], model, os.path.join(d, "model.gguf"))
         gen = torch.Generator().manual_seed(300 + i)
         seqs = []
         for n in lengths:

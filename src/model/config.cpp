@@ -22,7 +22,7 @@ struct ArchName {
   bool qkv_bias;
 };
 constexpr ArchName kGgufArchs[] = {{"llama", "llama", false}, {"mistral", "llama", false}, {"qwen2", "qwen2", true},
-                                   {"qwen3", "qwen3", false},  {"gemma3", "gemma3", false}};
+                                   {"qwen3", "qwen3", false},  {"gemma3", "gemma3", false}, {"phi3", "phi3", false}};
 constexpr ArchName kHfArchs[] = {{"llama", "llama", false}, {"mistral", "llama", false}, {"qwen2", "qwen2", true},
                                  {"qwen3", "qwen3", false},  {"gemma3_text", "gemma3", false}, {"phi3", "phi3", false}};
 
@@ -136,6 +136,28 @@ void gemma3_from_gguf(const json& m, const std::string& p, ModelConfig& c) {
   }
 }
 
+// LongRoPE as llama.cpp stores it: rope_factors_short/long.weight, the original context in
+// "<arch>.rope.scaling.original_context_length", the attention factor in
+// "<arch>.rope.scaling.attn_factor" (transformers' attention_factor; derived when absent).
+void longrope_from_gguf(const ModelFile& mf, const std::string& p, ModelConfig& c) {
+  const json& m = mf.metadata();
+  RopeScaling& r = c.rope_scaling;
+  r.type = "longrope";
+  r.original_context = opt<int64_t>(m, p + "rope.scaling.original_context_length", c.context_length);
+  if (r.original_context <= 0) fail("{}: rope scaling original context must be positive", mf.path());
+  r.factor = float(double(c.context_length) / double(r.original_context));
+  r.attention_factor = opt<float>(m, p + "rope.scaling.attn_factor", 0.f);
+  auto factors = [&](const char* name) {
+    const TensorView& t = mf.get(name);
+    if (t.shape.size() != 1) fail("{}: tensor '{}' has shape {}, expected one dimension", mf.path(), name, t.shape_str());
+    std::vector<float> v(size_t(t.numel()));
+    dequantize(t.dtype, t.data, v.data(), t.numel());
+    return v;
+  };
+  r.short_factor = factors("rope_factors_short.weight");
+  r.long_factor = factors("rope_factors_long.weight");
+}
+
 ModelConfig from_gguf(const ModelFile& mf) {
   const json& m = mf.metadata();
   const std::string where = mf.path();
@@ -182,6 +204,8 @@ ModelConfig from_gguf(const ModelFile& mf) {
   // Llama-3.1 GGUFs carry the llama3 scaling as a rope_freqs.weight tensor of per-frequency
   // divisors (applied by the model on top of plain frequencies); shown as "llama3".
   if (mf.find("rope_freqs.weight")) c.rope_scaling.type = "llama3";
+  // Phi-3 GGUFs carry LongRoPE as two tensors of per-frequency divisors (llama.cpp's names).
+  if (mf.find("rope_factors_long.weight")) longrope_from_gguf(mf, p, c);
   c.tied_embeddings = mf.find("output.weight") == nullptr;
   c.qk_norm = mf.find("blk.0.attn_q_norm.weight") != nullptr;
   c.layers = uniform_layers(c.n_layer, c.rope_theta);

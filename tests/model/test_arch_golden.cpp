@@ -1,11 +1,13 @@
 // test_arch_golden.cpp: every architecture and RoPE-scaling variant vs transformers (fp32), on
-// tiny random-weight models: Llama (control), Qwen2, Qwen3 (QK-norm), Qwen3 + YaRN, Gemma 3
+// tiny random-weight models: Llama (control), Qwen2, Qwen3 (QK-norm), Qwen3 + YaRN, Mistral-Nemo
+// (head_dim apart from hidden / heads), Gemma 3
 // (sliding-window and global layers, local RoPE base, sandwich norms, GELU-tanh, (1 + w) norms,
 // embedding and attention scales) and Phi-3 LongRoPE (fused projections, short and long factors).
 //
 // Data: tests/data/arch/<variant>/{config.json, model.safetensors, golden.json}, written by
-// tools/make_arch_golden.py with transformers' own model classes; no torch needed here. The
-// Gemma 3 variant also as GGUF (gguf-py's writer, llama.cpp's names and folded (1 + w) norms).
+// tools/make_arch_golden.py with transformers' own model classes; no torch needed here. Gemma 3,
+// Qwen3 + YaRN and Phi-3 LongRoPE also as GGUF (gguf-py's writer, llama.cpp's names and keys,
+// Gemma's folded (1 + w) norms, Phi-3's rope_factors tensors).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -102,8 +104,8 @@ TEST_P(ArchGolden, LogitsMatchTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, ArchGolden,
-                         ::testing::Values("llama", "qwen2", "qwen3", "qwen3_yarn", "gemma3", "gemma3:gguf",
-                                           "phi3_longrope"));
+                         ::testing::Values("llama", "qwen2", "qwen3", "qwen3_yarn", "qwen3_yarn:gguf", "mistral_nemo",
+                                           "gemma3", "gemma3:gguf", "phi3_longrope", "phi3_longrope:gguf"));
 
 }  // namespace
 }  // namespace longctx
