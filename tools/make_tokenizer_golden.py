@@ -8,8 +8,9 @@ Run by hand; the output is committed under tests/data/tokenizer/ (kept small, < 
   pretok_splits.json   pre-token splits of the same strings under the GPT-2, Llama-3 and Qwen2
                        regexes (Python `regex`), so the C++ splitter is tested without a vocab.
   chat_golden.json     jinja2 renderings (HF's settings: trim_blocks, lstrip_blocks) of the SmolLM2
-                       template (from the GGUF) and the published Qwen2.5, Llama-3, Llama-2-chat and
-                       Mistral-Instruct templates, over a set of conversations.
+                       template (from the GGUF) and the published Qwen2.5, Llama-3, Llama-2-chat,
+                       Mistral-Instruct and Gemma 3 templates, over a set of conversations
+                       (--chat-only writes this file alone).
   spm_tiny.json        a small SentencePiece BPE model trained here (byte fallback), written as
                        GGUF-style tokenizer.ggml.* metadata, with `sentencepiece` encodings.
   hf_bpe_tiny.json     two small byte-level BPE tokenizer.json files trained here with the
@@ -289,6 +290,49 @@ MISTRAL_TEMPLATE = ("{{ bos_token }}{% for message in messages %}{% if (message[
                     "{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}{% else %}"
                     "{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}")
 
+# The published Gemma 3 chat template (google/gemma-3-*-it tokenizer_config.json).
+GEMMA3_TEMPLATE = r"""{{ bos_token }}
+{%- if messages[0]['role'] == 'system' -%}
+    {%- if messages[0]['content'] is string -%}
+        {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}
+    {%- else -%}
+        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n\n' -%}
+    {%- endif -%}
+    {%- set loop_messages = messages[1:] -%}
+{%- else -%}
+    {%- set first_user_prefix = "" -%}
+    {%- set loop_messages = messages -%}
+{%- endif -%}
+{%- for message in loop_messages -%}
+    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}
+        {{ raise_exception("Conversation roles must alternate user/assistant/user/assistant/...") }}
+    {%- endif -%}
+    {%- if (message['role'] == 'assistant') -%}
+        {%- set role = "model" -%}
+    {%- else -%}
+        {%- set role = message['role'] -%}
+    {%- endif -%}
+    {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else "") }}
+    {%- if message['content'] is string -%}
+        {{ message['content'] | trim }}
+    {%- elif message['content'] is iterable -%}
+        {%- for item in message['content'] -%}
+            {%- if item['type'] == 'image' -%}
+                {{ '<start_of_image>' }}
+            {%- elif item['type'] == 'text' -%}
+                {{ item['text'] | trim }}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- else -%}
+        {{ raise_exception("Invalid content type") }}
+    {%- endif -%}
+    {{ '<end_of_turn>\n' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{'<start_of_turn>model\n'}}
+{%- endif -%}
+"""
+
 CONVERSATIONS = [
     [{"role": "user", "content": "Hello!"}],
     [{"role": "system", "content": "You are a pirate."}, {"role": "user", "content": "Hi"},
@@ -365,6 +409,7 @@ def make_splits():
 
 def render_all(templates):
     import jinja2
+    import jinja2.ext
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     def raise_exception(msg):
@@ -624,14 +669,19 @@ def main():
     ap.add_argument("--out", default=os.path.join(here, "..", "tests", "data", "tokenizer"))
     ap.add_argument("--nfc-tables", action="store_true",
                     help="also write src/tokenizer/nfc_tables.inc")
+    ap.add_argument("--chat-only", action="store_true", help="write chat_golden.json only (needs jinja2 only)")
     args = ap.parse_args()
     if args.nfc_tables:
         make_nfc_tables(os.path.join(here, "..", "src", "tokenizer", "nfc_tables.inc"))
     os.makedirs(args.out, exist_ok=True)
 
-    smol, smol_template = make_smollm2(args.model)
-    write(os.path.join(args.out, "smollm2_golden.json"), smol)
-    write(os.path.join(args.out, "pretok_splits.json"), make_splits())
+    if args.chat_only:  # the SmolLM2 template as the committed golden file holds it
+        with open(os.path.join(args.out, "chat_golden.json")) as f:
+            smol_template = json.load(f)["templates"]["smollm2"]["template"]
+    else:
+        smol, smol_template = make_smollm2(args.model)
+        write(os.path.join(args.out, "smollm2_golden.json"), smol)
+        write(os.path.join(args.out, "pretok_splits.json"), make_splits())
     templates = {
         "smollm2": {"template": smol_template, "bos": "<|im_start|>", "eos": "<|im_end|>"},
         "chatml": {"template": CHATML_GENERIC, "bos": "", "eos": "<|im_end|>"},
@@ -641,8 +691,11 @@ def main():
         "llama3.2": {"template": LLAMA32_TEMPLATE, "bos": "<|begin_of_text|>", "eos": "<|eot_id|>"},
         "llama2": {"template": LLAMA2_TEMPLATE, "bos": "<s>", "eos": "</s>"},
         "mistral": {"template": MISTRAL_TEMPLATE, "bos": "<s>", "eos": "</s>"},
+        "gemma3": {"template": GEMMA3_TEMPLATE, "bos": "<bos>", "eos": "<eos>"},
     }
     write(os.path.join(args.out, "chat_golden.json"), render_all(templates))
+    if args.chat_only:
+        return
     write(os.path.join(args.out, "spm_tiny.json"), make_spm())
     write(os.path.join(args.out, "hf_bpe_tiny.json"), make_hf_bpe())
     write(os.path.join(args.out, "hf_spm_tiny.json"), make_hf_spm())

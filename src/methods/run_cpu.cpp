@@ -8,7 +8,8 @@ namespace longctx {
 
 void attend_cpu(const MethodRun& run, const AttnParams& p, ThreadPool& pool) {
   if (p.n_q == 0) return;
-  if (run.method.route(step_of(p, run.phase)) == Route::dense) {
+  // A sliding-window layer's window is its sparsity: methods apply to global layers only.
+  if (p.window > 0 || run.method.route(step_of(p, run.phase)) == Route::dense) {
     attention_dense_ref(p, pool);
     return;
   }

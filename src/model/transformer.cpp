@@ -16,20 +16,39 @@ namespace longctx {
 Transformer::Transformer(ModelConfig cfg, ModelWeights w, std::shared_ptr<const AttentionMethod> method, ThreadPool& pool)
     : cfg_(std::move(cfg)), w_(std::move(w)), method_(std::move(method)), pool_(pool) {
   own_.method = method_->start_sequence();
-  RopeParams rp;
-  rp.head_dim = cfg_.head_dim;
-  rp.theta = cfg_.rope_theta;
-  // GGUF llama3 models give the scaling as divisors (rope_freqs); the config only names it.
-  rp.scaling = w_.rope_freqs.empty() ? cfg_.rope_scaling.type.c_str() : "none";
-  rp.factor = cfg_.rope_scaling.factor;
-  rp.low_freq_factor = cfg_.rope_scaling.low_freq_factor;
-  rp.high_freq_factor = cfg_.rope_scaling.high_freq_factor;
-  rp.original_context = cfg_.rope_scaling.original_context;
-  inv_freq_.resize(size_t(cfg_.head_dim / 2));
-  rope_inv_freq_ref(rp, w_.rope_freqs.empty() ? nullptr : w_.rope_freqs.data(), inv_freq_.data());
+  set_rope(0);
+}
+
+void Transformer::set_rope(int64_t context) {
+  const RopeScaling& rs = cfg_.rope_scaling;
+  inv_freq_.assign(size_t(cfg_.n_layer), std::vector<float>(size_t(cfg_.head_dim / 2)));
+  rope_factor_.assign(size_t(cfg_.n_layer), 1.f);
+  for (int l = 0; l < cfg_.n_layer; ++l) {
+    const LayerAttention la = cfg_.layer(l);
+    RopeParams rp;
+    rp.head_dim = cfg_.head_dim;
+    rp.theta = la.rope_theta;
+    // GGUF llama3 models give the scaling as divisors (rope_freqs); the config only names it.
+    rp.scaling = la.rope_scaled && w_.rope_freqs.empty() ? rs.type.c_str() : "none";
+    rp.factor = rs.factor;
+    rp.low_freq_factor = rs.low_freq_factor;
+    rp.high_freq_factor = rs.high_freq_factor;
+    rp.original_context = rs.original_context;
+    rp.beta_fast = rs.beta_fast;
+    rp.beta_slow = rs.beta_slow;
+    rp.truncate = rs.truncate;
+    rp.mscale = rs.mscale;
+    rp.mscale_all_dim = rs.mscale_all_dim;
+    rp.attention_factor = rs.attention_factor;
+    rp.longrope_ext = context > rs.original_context ? rs.long_factor.data() : rs.short_factor.data();
+    const float* divisors = la.rope_scaled && !w_.rope_freqs.empty() ? w_.rope_freqs.data() : nullptr;
+    rope_inv_freq_ref(rp, divisors, inv_freq_[size_t(l)].data());
+    rope_factor_[size_t(l)] = rope_attention_factor(rp);
+  }
 }
 
 void Transformer::reset(int64_t capacity) {
+  if (cfg_.rope_scaling.type == "longrope") set_rope(capacity);
   seq_->cache.reset(cfg_.n_layer, capacity, int64_t(cfg_.n_kv_head) * cfg_.head_dim);
   seq_->method = method_->start_sequence();  // a new sequence
 }
@@ -41,6 +60,8 @@ void Transformer::embed(std::span<const int32_t> tokens, float* x) const {
     if (id < 0 || id >= V) fail("token id {} is outside the vocabulary (size {})", id, V);
     std::memcpy(x + int64_t(t) * E, w_.tok_embd.data() + int64_t(id) * E, size_t(E) * sizeof(float));
   }
+  if (cfg_.embed_scale != 1.f)
+    for (int64_t i = 0; i < int64_t(tokens.size()) * E; ++i) x[i] *= cfg_.embed_scale;
 }
 
 void Transformer::project(const LayerRows& r, float* h, float* q) {
@@ -50,12 +71,19 @@ void Transformer::project(const LayerRows& r, float* h, float* q) {
   float* kc = seq_->cache.k(r.l) + r.pos0 * KV;  // these rows in the cache: [T, KV]
   float* vc = seq_->cache.v(r.l) + r.pos0 * KV;
   auto bias = [](const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); };
-  rmsnorm_ref(r.x, L.attn_norm.data(), h, r.T, E, cfg_.rms_eps, pool_);
+  const float off = cfg_.norm_offset;
+  rmsnorm_ref(r.x, L.attn_norm.data(), h, r.T, E, cfg_.rms_eps, pool_, off);
   matmul_ref({h, L.wq.data(), bias(L.bq), q, r.T, E, Q}, pool_);
   matmul_ref({h, L.wk.data(), bias(L.bk), kc, r.T, E, KV}, pool_);
   matmul_ref({h, L.wv.data(), bias(L.bv), vc, r.T, E, KV}, pool_);
-  rope_apply_ref(q, r.T, cfg_.n_head, int(D), r.pos0, inv_freq_.data(), pool_);
-  rope_apply_ref(kc, r.T, cfg_.n_kv_head, int(D), r.pos0, inv_freq_.data(), pool_);
+  if (cfg_.qk_norm) {  // per head: rows of head_dim
+    rmsnorm_ref(q, L.q_norm.data(), q, r.T * cfg_.n_head, D, cfg_.rms_eps, pool_, off);
+    rmsnorm_ref(kc, L.k_norm.data(), kc, r.T * cfg_.n_kv_head, D, cfg_.rms_eps, pool_, off);
+  }
+  const float* inv_freq = inv_freq_[size_t(r.l)].data();
+  const float factor = rope_factor_[size_t(r.l)];
+  rope_apply_ref(q, r.T, cfg_.n_head, int(D), r.pos0, inv_freq, pool_, factor);
+  rope_apply_ref(kc, r.T, cfg_.n_kv_head, int(D), r.pos0, inv_freq, pool_, factor);
 }
 
 AttnParams Transformer::attn_params(const SequenceState& seq, int l, int64_t T, int64_t pos0, const float* q,
@@ -71,8 +99,9 @@ AttnParams Transformer::attn_params(const SequenceState& seq, int l, int64_t T, 
   ap.n_kv_head = cfg_.n_kv_head;
   ap.head_dim = cfg_.head_dim;
   ap.q_pos0 = pos0;
-  ap.scale = float(1.0 / std::sqrt(double(cfg_.head_dim)));
+  ap.scale = cfg_.score_scale();
   ap.causal = true;
+  ap.window = cfg_.layer(l).window;
   ap.layer = l;
   return ap;
 }
@@ -88,13 +117,19 @@ void Transformer::out_and_mlp(int l, int64_t T, float* x, Scratch& s) {
   const LayerWeights& L = w_.layers[size_t(l)];
   const int64_t E = cfg_.n_embd, Q = int64_t(cfg_.n_head) * cfg_.head_dim, F = cfg_.n_ff;
   const LayerRows r{l, T, 0, x};  // the rows (positions are not needed past attention)
+  const float off = cfg_.norm_offset;
   matmul_ref({s.o.data(), L.wo.data(), nullptr, s.h.data(), r.T, Q, E}, pool_);
+  if (cfg_.post_norms) rmsnorm_ref(s.h.data(), L.attn_post_norm.data(), s.h.data(), r.T, E, cfg_.rms_eps, pool_, off);
   add_ref(r.x, s.h.data(), r.T * E);
-  rmsnorm_ref(r.x, L.ffn_norm.data(), s.h.data(), r.T, E, cfg_.rms_eps, pool_);
+  rmsnorm_ref(r.x, L.ffn_norm.data(), s.h.data(), r.T, E, cfg_.rms_eps, pool_, off);
   matmul_ref({s.h.data(), L.w_gate.data(), nullptr, s.g.data(), r.T, E, F}, pool_);
   matmul_ref({s.h.data(), L.w_up.data(), nullptr, s.u.data(), r.T, E, F}, pool_);
-  silu_mul_ref(s.g.data(), s.u.data(), r.T * F, pool_);
+  if (cfg_.activation == "gelu_tanh")
+    gelu_tanh_mul_ref(s.g.data(), s.u.data(), r.T * F, pool_);
+  else
+    silu_mul_ref(s.g.data(), s.u.data(), r.T * F, pool_);
   matmul_ref({s.g.data(), L.w_down.data(), nullptr, s.h.data(), r.T, F, E}, pool_);
+  if (cfg_.post_norms) rmsnorm_ref(s.h.data(), L.ffn_post_norm.data(), s.h.data(), r.T, E, cfg_.rms_eps, pool_, off);
   add_ref(r.x, s.h.data(), r.T * E);
 }
 
@@ -117,7 +152,7 @@ void Transformer::lm_head(const float* x, int64_t T, int64_t n_logits, std::vect
 void Transformer::head_rows(const float* x, int64_t rows, std::vector<float>& logits) {
   const int64_t E = cfg_.n_embd, V = cfg_.vocab_size;
   std::vector<float> h(size_t(rows * E));  // [rows, E]
-  rmsnorm_ref(x, w_.out_norm.data(), h.data(), rows, E, cfg_.rms_eps, pool_);
+  rmsnorm_ref(x, w_.out_norm.data(), h.data(), rows, E, cfg_.rms_eps, pool_, cfg_.norm_offset);
   logits.resize(size_t(rows * V));
   matmul_ref({h.data(), w_.output().data(), nullptr, logits.data(), rows, E, V}, pool_);
 }
@@ -182,20 +217,27 @@ void Transformer::decode_batch(std::span<SequenceState* const> seqs, std::span<c
   Scratch s = scratch(n);
   embed(ids, x.data());
   auto bias = [](const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); };
+  const float off = cfg_.norm_offset;
   for (int l = 0; l < cfg_.n_layer; ++l) {
     const LayerWeights& L = w_.layers[size_t(l)];
-    rmsnorm_ref(x.data(), L.attn_norm.data(), s.h.data(), n, E, cfg_.rms_eps, pool_);
+    rmsnorm_ref(x.data(), L.attn_norm.data(), s.h.data(), n, E, cfg_.rms_eps, pool_, off);
     matmul_ref({s.h.data(), L.wq.data(), bias(L.bq), q.data(), n, E, Q}, pool_);
     matmul_ref({s.h.data(), L.wk.data(), bias(L.bk), k.data(), n, E, KV}, pool_);
     matmul_ref({s.h.data(), L.wv.data(), bias(L.bv), v.data(), n, E, KV}, pool_);
+    if (cfg_.qk_norm) {  // per head: rows of head_dim
+      rmsnorm_ref(q.data(), L.q_norm.data(), q.data(), n * cfg_.n_head, D, cfg_.rms_eps, pool_, off);
+      rmsnorm_ref(k.data(), L.k_norm.data(), k.data(), n * cfg_.n_kv_head, D, cfg_.rms_eps, pool_, off);
+    }
+    const float* inv_freq = inv_freq_[size_t(l)].data();
+    const float factor = rope_factor_[size_t(l)];
     for (int64_t i = 0; i < n; ++i) {  // each row at its own position, into its own cache
       SequenceState& sq = *seqs[size_t(i)];
       const int64_t pos = sq.cache.size();
       float* kc = sq.cache.k(l) + pos * KV;
       std::memcpy(kc, k.data() + i * KV, size_t(KV) * sizeof(float));
       std::memcpy(sq.cache.v(l) + pos * KV, v.data() + i * KV, size_t(KV) * sizeof(float));
-      rope_apply_ref(q.data() + i * Q, 1, cfg_.n_head, int(D), pos, inv_freq_.data(), pool_);
-      rope_apply_ref(kc, 1, cfg_.n_kv_head, int(D), pos, inv_freq_.data(), pool_);
+      rope_apply_ref(q.data() + i * Q, 1, cfg_.n_head, int(D), pos, inv_freq, pool_, factor);
+      rope_apply_ref(kc, 1, cfg_.n_kv_head, int(D), pos, inv_freq, pool_, factor);
       const AttnParams ap = attn_params(sq, l, 1, pos, q.data() + i * Q, s.o.data() + i * Q);
       attend_cpu({.method = *method_, .state = *sq.method, .phase = Phase::decode}, ap, pool_);
     }
@@ -209,7 +251,7 @@ bool Transformer::prompt_wide(int64_t n_tokens, int64_t chunk) const {
   if (n_tokens <= chunk) return false;  // one chunk estimates from the prompt's last queries anyway
   const int64_t n_kv = seq_->cache.size() + n_tokens;
   for (int l = 0; l < cfg_.n_layer; ++l)
-    if (method_->estimates_per_prompt(l, n_kv)) return true;
+    if (cfg_.layer(l).window == 0 && method_->estimates_per_prompt(l, n_kv)) return true;
   return false;
 }
 
@@ -250,7 +292,7 @@ std::vector<float> Transformer::prompt_layers(std::span<const int32_t> tokens, i
   for (int l = 0; l < cfg_.n_layer; ++l) {
     auto rows = [&](int64_t c0) { return LayerRows{l, std::min(C, T - c0), pos0 + c0, x.data() + c0 * E}; };
     for (int64_t c0 = 0; c0 < T; c0 += C) project(rows(c0), s.h.data(), q.data() + c0 * Q);  // all K/V first
-    if (method_->estimates_per_prompt(l, pos0 + T)) {
+    if (cfg_.layer(l).window == 0 && method_->estimates_per_prompt(l, pos0 + T)) {
       const int64_t R = std::min<int64_t>(kLastQ, T);  // the prompt's last queries
       method_->prepare_prompt(attn_params(*seq_, l, R, pos0 + T - R, q.data() + (T - R) * Q, nullptr), *seq_->method, pool_);
     }

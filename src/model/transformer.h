@@ -1,8 +1,13 @@
 // transformer.h: the CPU forward pass of Llama-family decoders (Llama 2/3/3.1, Mistral,
-// SmolLM2, Qwen2/2.5), over one sequence with a KV cache, one chunk of tokens at a time.
+// SmolLM2, Qwen2/2.5, Qwen3, Gemma 3 text, Phi-3), over one sequence with a KV cache, one chunk
+// of tokens at a time.
 //
-// Per layer: x += Wo * attn(rope(Wq h), rope(Wk h), Wv h) with h = rmsnorm(x);
-//            x += Wdown (silu(Wgate h) * Wup h)          with h = rmsnorm(x).
+// Per layer: x += post(Wo * attn(rope(qn(Wq h)), rope(kn(Wk h)), Wv h)) with h = rmsnorm(x);
+//            x += post(Wdown (act(Wgate h) * Wup h))                   with h = rmsnorm(x).
+// qn/kn: RMSNorm over each head (qk_norm: Qwen3, Gemma 3); post: RMSNorm (post_norms: Gemma 3),
+// else identity; act: silu or gelu_tanh. Each layer has its own attention type (ModelConfig::
+// layer: global, or a sliding window that AttnParams::window passes to the attention call) and
+// its own RoPE frequencies (Gemma 3: local base on sliding layers, scaling on global ones).
 // Attention goes through an AttentionMethod (methods/method.h: dense, a_shape, minference, ...:
 // route, index, shared kernel, via methods/run_cpu.h) with this sequence's MethodState; the LM head runs
 // only for the positions the caller asks for, so a long prefill never holds [T, vocab] logits.
@@ -43,12 +48,15 @@ class Transformer {
   }
 
   // Clears the attached sequence's cache, reserves room for `capacity` tokens and starts a new
-  // method state.
+  // method state. LongRoPE models use their long factors when capacity exceeds the original
+  // context (as llama.cpp decides by context size; transformers by the current sequence length,
+  // the same for a single forward of that length).
   void reset(int64_t capacity);
 
   // Several sequences (the weights are shared): a new sequence with room for `capacity` tokens,
   // owned by the caller. attach(s) makes forward()/forward_prompt()/reset()/cache() work on s
-  // (nullptr: the model's own sequence); s must outlive its attachment.
+  // (nullptr: the model's own sequence); s must outlive its attachment. RoPE tables are the
+  // model's (LongRoPE: chosen by the last reset()'s capacity).
   std::unique_ptr<SequenceState> new_sequence(int64_t capacity) const;
   void attach(SequenceState* s) { seq_ = s ? s : &own_; }
   // One decode step of several sequences at once: token ids[i] at the next position of seqs[i]
@@ -110,7 +118,11 @@ class Transformer {
   ThreadPool& pool_;
   SequenceState own_;            // the sequence forward() uses unless another is attached
   SequenceState* seq_ = &own_;   // the attached sequence
-  std::vector<float> inv_freq_;  // [head_dim/2]
+  // RoPE tables for a context of `context` tokens: inv_freq_ [n_layer][head_dim/2] and the
+  // cos/sin factor per layer (YaRN, LongRoPE).
+  void set_rope(int64_t context);
+  std::vector<std::vector<float>> inv_freq_;
+  std::vector<float> rope_factor_;  // [n_layer]
 };
 
 }  // namespace longctx

@@ -29,6 +29,16 @@ constexpr TensorName kBq{"blk.{}.attn_q.bias", "model.layers.{}.self_attn.q_proj
 constexpr TensorName kBk{"blk.{}.attn_k.bias", "model.layers.{}.self_attn.k_proj.bias"};
 constexpr TensorName kBv{"blk.{}.attn_v.bias", "model.layers.{}.self_attn.v_proj.bias"};
 constexpr TensorName kFfnNorm{"blk.{}.ffn_norm.weight", "model.layers.{}.post_attention_layernorm.weight"};
+constexpr TensorName kQNorm{"blk.{}.attn_q_norm.weight", "model.layers.{}.self_attn.q_norm.weight"};
+constexpr TensorName kKNorm{"blk.{}.attn_k_norm.weight", "model.layers.{}.self_attn.k_norm.weight"};
+// Gemma 3's sandwich norms: HF's post_attention_layernorm is on the attention output there, and
+// its pre-MLP norm is pre_feedforward_layernorm (GGUF keeps ffn_norm for the pre-MLP norm).
+constexpr TensorName kAttnPostNorm{"blk.{}.post_attention_norm.weight", "model.layers.{}.post_attention_layernorm.weight"};
+constexpr TensorName kFfnPreNorm{"blk.{}.ffn_norm.weight", "model.layers.{}.pre_feedforward_layernorm.weight"};
+constexpr TensorName kFfnPostNorm{"blk.{}.post_ffw_norm.weight", "model.layers.{}.post_feedforward_layernorm.weight"};
+// Phi-3's fused projections: rows [Q | K | V] and [gate | up].
+constexpr TensorName kWqkv{"blk.{}.attn_qkv.weight", "model.layers.{}.self_attn.qkv_proj.weight"};
+constexpr TensorName kGateUp{"blk.{}.ffn_up.weight", "model.layers.{}.mlp.gate_up_proj.weight"};
 constexpr TensorName kGate{"blk.{}.ffn_gate.weight", "model.layers.{}.mlp.gate_proj.weight"};
 constexpr TensorName kUp{"blk.{}.ffn_up.weight", "model.layers.{}.mlp.up_proj.weight"};
 constexpr TensorName kDown{"blk.{}.ffn_down.weight", "model.layers.{}.mlp.down_proj.weight"};
@@ -92,13 +102,29 @@ ModelWeights ModelWeights::load(const ModelFile& mf, const ModelConfig& c) {
     w.rope_freqs = r.read({"rope_freqs.weight", ""}, {D / 2});
   }
   w.layers.resize(size_t(c.n_layer));
+  const bool fused = c.arch == "phi3";
+  // Rows [r0, r0 + n) of a row-major matrix with `cols` columns.
+  auto rows = [](const std::vector<float>& m, int64_t r0, int64_t n, int64_t cols) {
+    return std::vector<float>(m.begin() + r0 * cols, m.begin() + (r0 + n) * cols);
+  };
   for (int l = 0; l < c.n_layer; ++l) {
     LayerWeights& L = w.layers[size_t(l)];
     L.attn_norm = r.read(kAttnNorm, {E}, l);
-    L.wq = r.read(kWq, {Q, E}, l);
-    L.wk = r.read(kWk, {KV, E}, l);
-    L.wv = r.read(kWv, {KV, E}, l);
+    if (fused) {
+      const std::vector<float> qkv = r.read(kWqkv, {Q + 2 * KV, E}, l);
+      L.wq = rows(qkv, 0, Q, E);
+      L.wk = rows(qkv, Q, KV, E);
+      L.wv = rows(qkv, Q + KV, KV, E);
+    } else {
+      L.wq = r.read(kWq, {Q, E}, l);
+      L.wk = r.read(kWk, {KV, E}, l);
+      L.wv = r.read(kWv, {KV, E}, l);
+    }
     L.wo = r.read(kWo, {E, Q}, l);
+    if (c.qk_norm) {
+      L.q_norm = r.read(kQNorm, {D}, l);
+      L.k_norm = r.read(kKNorm, {D}, l);
+    }
     if (c.qkv_bias) {
       L.bq = r.read(kBq, {Q}, l);
       L.bk = r.read(kBk, {KV}, l);
@@ -110,9 +136,21 @@ ModelWeights ModelWeights::load(const ModelFile& mf, const ModelConfig& c) {
       if (!L.bq.empty()) L.bq = permute_qk_rows(L.bq, c.n_head, c.head_dim, 1, true);
       if (!L.bk.empty()) L.bk = permute_qk_rows(L.bk, c.n_kv_head, c.head_dim, 1, true);
     }
-    L.ffn_norm = r.read(kFfnNorm, {E}, l);
-    L.w_gate = r.read(kGate, {c.n_ff, E}, l);
-    L.w_up = r.read(kUp, {c.n_ff, E}, l);
+    if (c.post_norms) {
+      L.attn_post_norm = r.read(kAttnPostNorm, {E}, l);
+      L.ffn_norm = r.read(kFfnPreNorm, {E}, l);
+      L.ffn_post_norm = r.read(kFfnPostNorm, {E}, l);
+    } else {
+      L.ffn_norm = r.read(kFfnNorm, {E}, l);
+    }
+    if (fused) {
+      const std::vector<float> gate_up = r.read(kGateUp, {2 * int64_t(c.n_ff), E}, l);
+      L.w_gate = rows(gate_up, 0, c.n_ff, E);
+      L.w_up = rows(gate_up, c.n_ff, c.n_ff, E);
+    } else {
+      L.w_gate = r.read(kGate, {c.n_ff, E}, l);
+      L.w_up = r.read(kUp, {c.n_ff, E}, l);
+    }
     L.w_down = r.read(kDown, {E, c.n_ff}, l);
   }
   return w;

@@ -4,6 +4,7 @@
 // or mis-shaped tensor is an Error naming it), dequantized to fp32 and stored contiguously.
 // GGUF files of the "llama" architecture store Q/K rows permuted for interleaved RoPE; they are
 // un-permuted at load so that one rotate-half RoPE serves both formats (same logits from both).
+// Phi-3's fused projections (qkv_proj, gate_up_proj) are split into the separate matrices.
 #pragma once
 #include <vector>
 
@@ -18,7 +19,10 @@ struct LayerWeights {
   std::vector<float> wk, wv;          // [n_kv_head*head_dim, n_embd]
   std::vector<float> wo;              // [n_embd, n_head*head_dim]
   std::vector<float> bq, bk, bv;      // [n_head*head_dim], [n_kv_head*head_dim] (qkv_bias only)
-  std::vector<float> ffn_norm;        // [n_embd]
+  std::vector<float> q_norm, k_norm;  // [head_dim] (qk_norm only)
+  std::vector<float> attn_post_norm;  // [n_embd] on the attention output (post_norms only)
+  std::vector<float> ffn_norm;        // [n_embd] before the MLP
+  std::vector<float> ffn_post_norm;   // [n_embd] on the MLP output (post_norms only)
   std::vector<float> w_gate, w_up;    // [n_ff, n_embd]
   std::vector<float> w_down;          // [n_embd, n_ff]
 };

@@ -16,6 +16,7 @@ constexpr std::string_view kImEnd = "<|im_end|>";
 constexpr std::string_view kHeaderStart = "<|start_header_id|>";
 constexpr std::string_view kInst = "[INST]";
 constexpr std::string_view kSysOpen = "<<SYS>>";
+constexpr std::string_view kStartOfTurn = "<start_of_turn>";
 constexpr std::string_view kToolResponse = "<tool_response>";
 constexpr std::string_view kKnowledgeDate = "Cutting Knowledge Date: ";
 constexpr std::string_view kDateStringSet = "set date_string = \"";
@@ -111,6 +112,48 @@ void append_chatml_turn(std::string& out, std::string_view role, std::string_vie
 }
 }  // namespace
 
+const char* const kGemma3ChatTemplate = R"jinja({{ bos_token }}
+{%- if messages[0]['role'] == 'system' -%}
+    {%- if messages[0]['content'] is string -%}
+        {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}
+    {%- else -%}
+        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n\n' -%}
+    {%- endif -%}
+    {%- set loop_messages = messages[1:] -%}
+{%- else -%}
+    {%- set first_user_prefix = "" -%}
+    {%- set loop_messages = messages -%}
+{%- endif -%}
+{%- for message in loop_messages -%}
+    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}
+        {{ raise_exception("Conversation roles must alternate user/assistant/user/assistant/...") }}
+    {%- endif -%}
+    {%- if (message['role'] == 'assistant') -%}
+        {%- set role = "model" -%}
+    {%- else -%}
+        {%- set role = message['role'] -%}
+    {%- endif -%}
+    {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else "") }}
+    {%- if message['content'] is string -%}
+        {{ message['content'] | trim }}
+    {%- elif message['content'] is iterable -%}
+        {%- for item in message['content'] -%}
+            {%- if item['type'] == 'image' -%}
+                {{ '<start_of_image>' }}
+            {%- elif item['type'] == 'text' -%}
+                {{ item['text'] | trim }}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- else -%}
+        {{ raise_exception("Invalid content type") }}
+    {%- endif -%}
+    {{ '<end_of_turn>\n' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{'<start_of_turn>model\n'}}
+{%- endif -%}
+)jinja";
+
 std::string python_strip(std::string_view s) {
   size_t b = 0, e = s.size();
   while (b < e) {
@@ -158,9 +201,11 @@ ChatTemplate ChatTemplate::detect(std::string_view jinja, std::string bos_text, 
   } else if (jinja.find(kInst) != std::string_view::npos) {
     t.family_ = jinja.find(kSysOpen) != std::string_view::npos ? Family::Llama2 : Family::Mistral;
     t.space_after_eos_ = jinja.find("eos_token + ' '") != std::string_view::npos;
+  } else if (jinja.find(kStartOfTurn) != std::string_view::npos) {
+    t.family_ = Family::Gemma;
   } else {
     fail("unsupported chat template (supported families: chatml <|im_start|>, llama3 / llama3.1 "
-         "<|start_header_id|>, llama2 / mistral [INST]); template begins: {}",
+         "<|start_header_id|>, llama2 / mistral [INST], gemma <start_of_turn>); template begins: {}",
          jinja.substr(0, kTemplatePreviewChars));
   }
   return t;
@@ -173,6 +218,7 @@ std::string ChatTemplate::family_name() const {
     case Family::Llama31: return "llama3.1";
     case Family::Llama2: return "llama2";
     case Family::Mistral: return "mistral";
+    case Family::Gemma: return "gemma";
   }
   return "?";
 }
@@ -184,6 +230,7 @@ std::string ChatTemplate::render(std::span<const ChatMessage> messages, bool add
     case Family::Llama31: return render_llama31(messages, add_generation_prompt);
     case Family::Llama2: return render_llama2(messages);
     case Family::Mistral: return render_mistral(messages);
+    case Family::Gemma: return render_gemma(messages, add_generation_prompt);
   }
   return {};
 }
@@ -284,6 +331,27 @@ std::string ChatTemplate::render_mistral(std::span<const ChatMessage> m) const {
       fail("chat template error: Only user and assistant roles are supported!");
     }
   }
+  return out;
+}
+
+// Gemma 3's template: bos, then the turns; a leading system message is not a turn but a prefix
+// (content + "\n\n", untrimmed) of the first remaining turn; the remaining roles must alternate
+// user / assistant starting with user (other roles are rendered as they are, at odd turns);
+// each turn's content is trimmed. Reading messages[0] of an empty conversation is an error.
+std::string ChatTemplate::render_gemma(std::span<const ChatMessage> m, bool gen) const {
+  if (m.empty()) fail("chat template error: the conversation is empty (the template reads messages[0])");
+  std::string out = bos_, prefix;
+  if (m[0].role == "system") {
+    prefix = m[0].content + "\n\n";
+    m = m.subspan(1);
+  }
+  for (size_t i = 0; i < m.size(); ++i) {
+    if ((m[i].role == "user") != (i % 2 == 0)) fail_alternate();
+    const std::string role = m[i].role == "assistant" ? "model" : m[i].role;
+    out += std::string(kStartOfTurn) + role + "\n" + (i == 0 ? prefix : "") + python_strip(m[i].content) +
+           "<end_of_turn>\n";
+  }
+  if (gen) out += std::string(kStartOfTurn) + "model\n";
   return out;
 }
 

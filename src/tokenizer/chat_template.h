@@ -11,6 +11,8 @@
 //            "Today Date" lines (Llama-3.1 / 3.2 / 3.3; tool messages become ipython turns)
 //   llama2   [INST] <<SYS>>\n...\n<</SYS>>\n\n... [/INST]  (Llama-2-chat)
 //   mistral  [INST] ... [/INST] without system prompts  (Mistral-7B-Instruct v0.1/v0.2)
+//   gemma    <start_of_turn>role\ncontent<end_of_turn>\n, role "model" for the assistant, a system
+//            message prefixed to the first user turn (Gemma 2 / Gemma 3)
 #pragma once
 #include <span>
 #include <string>
@@ -22,7 +24,7 @@ namespace longctx::tok {
 
 class ChatTemplate {
  public:
-  enum class Family { ChatML, Llama3, Llama31, Llama2, Mistral };
+  enum class Family { ChatML, Llama3, Llama31, Llama2, Mistral, Gemma };
 
   // Recognises the family of `jinja`; bos_text / eos_text are what the template's bos_token and
   // eos_token expand to. Throws Error listing the supported families for anything else.
@@ -46,6 +48,7 @@ class ChatTemplate {
   std::string render_llama31(std::span<const ChatMessage> m, bool gen) const;
   std::string render_llama2(std::span<const ChatMessage> m) const;
   std::string render_mistral(std::span<const ChatMessage> m) const;
+  std::string render_gemma(std::span<const ChatMessage> m, bool gen) const;
 
   Family family_ = Family::ChatML;
   std::string bos_, eos_;
@@ -60,6 +63,10 @@ class ChatTemplate {
   // Mistral details: some versions put a space after eos_token.
   bool space_after_eos_ = false;
 };
+
+// The published Gemma 3 chat template (google/gemma-3-*-it), for Gemma GGUF files converted
+// without tokenizer.chat_template (gemma-3-270m's Q4_K_M file has none).
+extern const char* const kGemma3ChatTemplate;
 
 // Python str.strip() with no arguments (what Jinja's trim filter and .strip() do): removes
 // Unicode whitespace from both ends.

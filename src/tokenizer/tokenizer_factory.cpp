@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "tokenizer/bpe_tokenizer.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/hf_spm_tokenizer.h"
 #include "tokenizer/spm_pieces.h"
 #include "tokenizer/spm_tokenizer.h"
@@ -203,6 +204,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf_metadata(const json& meta) {
   }
   Vocab v = gguf_vocab(meta);
   auto added = gguf_added_tokens(v);
+  if (v.chat_template.empty() && meta.value("general.architecture", std::string()) == "gemma3")
+    v.chat_template = tok::kGemma3ChatTemplate;
 
   if (kind == "llama") {
     v.add_bos = get_bool(meta, kKeyAddBos, true);

@@ -19,6 +19,7 @@
 namespace longctx::testing {
 
 inline constexpr const char* kSmolLM2File = "SmolLM2-135M-Instruct.Q4_1.gguf";
+inline constexpr const char* kGemma3File = "gemma-3-270m-q4_k_m.gguf";  // scripts/fetch-model.sh gemma3-270m
 
 inline std::string models_dir() {
   if (const char* d = std::getenv("LONGCTX_MODELS")) return d;
@@ -38,10 +39,10 @@ inline nlohmann::json load_json(const std::string& path) {
   return nlohmann::json::parse(f);
 }
 
-// The SmolLM2 tokenizer from the real GGUF, or nullptr (test should skip) if unavailable.
-inline std::unique_ptr<Tokenizer> load_smollm2(std::string* why_not) {
+// The tokenizer of a cached GGUF (SmolLM2 by default), or nullptr (test should skip) if unavailable.
+inline std::unique_ptr<Tokenizer> load_smollm2(std::string* why_not, const char* file = kSmolLM2File) {
 #ifdef LONGCTX_TOKENIZER_TEST_HAVE_LOADER
-  const std::string path = smollm2_path();
+  const std::string path = models_dir() + "/" + file;
   if (!std::filesystem::exists(path)) {
     *why_not = "model file not found: " + path;
     return nullptr;

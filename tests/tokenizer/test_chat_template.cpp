@@ -61,6 +61,7 @@ TEST(ChatTemplate, DetectsFamilies) {
   EXPECT_EQ(family("llama3.2"), "llama3.1");
   EXPECT_EQ(family("llama2"), "llama2");
   EXPECT_EQ(family("mistral"), "mistral");
+  EXPECT_EQ(family("gemma3"), "gemma");
   EXPECT_EQ(tok::ChatTemplate::detect(g["templates"]["qwen2.5"]["template"].get<std::string>(), "", "")
                 .default_system(),
             "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
@@ -79,13 +80,14 @@ TEST(ChatTemplate, Llama31Dates) {
 
 TEST(ChatTemplate, UnknownTemplateListsFamilies) {
   try {
-    tok::ChatTemplate::detect("{% for m in messages %}<start_of_turn>{{ m.content }}{% endfor %}", "", "");
+    tok::ChatTemplate::detect("{% for m in messages %}<|user|>{{ m.content }}<|end|>{% endfor %}", "", "");
     FAIL() << "no error";
   } catch (const Error& e) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("unsupported chat template"), std::string::npos) << msg;
     EXPECT_NE(msg.find("chatml"), std::string::npos) << msg;
     EXPECT_NE(msg.find("llama3"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("gemma"), std::string::npos) << msg;
   }
 }
 

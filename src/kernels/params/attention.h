@@ -6,7 +6,8 @@
 //   k,v [n_kv, n_kv_head, head_dim]   key j has absolute position j (the cache prefix)
 //   o   [n_q,  n_head,    head_dim]
 //   lse [n_head, n_q]  (optional)     natural-log log-sum-exp of the scaled scores per row
-// Query i sits at absolute position q_pos0 + i; with causal it sees keys 0..q_pos0+i.
+// Query i sits at absolute position q_pos0 + i; with causal it sees keys 0..q_pos0+i, and with a
+// sliding window w > 0 (a per-layer property of the model) only keys (q_pos0+i - w, q_pos0+i].
 // GQA: query head h reads KV head h / (n_head / n_kv_head).
 #pragma once
 #include <cstdint>
@@ -27,6 +28,7 @@ struct AttnParams {
   int64_t q_pos0 = 0;
   float scale = 0.f;  // usually 1/sqrt(head_dim)
   bool causal = true;
+  int64_t window = 0;  // 0: no window; > 0 (causal only): query at p sees keys (p - window, p]
   int layer = -1;  // for methods with per-layer state/configs; -1 if not from a model
 };
 

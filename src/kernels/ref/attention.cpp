@@ -27,28 +27,34 @@ void check_params(const AttnParams& p) {
   if (p.n_head <= 0 || p.n_kv_head <= 0 || p.n_head % p.n_kv_head != 0)
     fail("attention: n_head {} must be a positive multiple of n_kv_head {}", p.n_head, p.n_kv_head);
   if (p.head_dim <= 0) fail("attention: head_dim {} must be positive", p.head_dim);
+  if (p.window < 0) fail("attention: sliding window {} must be >= 0", p.window);
+  if (p.window > 0 && !p.causal) fail("attention: a sliding window needs causal attention");
   if (p.causal && p.q_pos0 + p.n_q > p.n_kv)
     fail("attention: causal queries reach position {} but only {} keys are given", p.q_pos0 + p.n_q - 1,
          p.n_kv);
 }
 
-// Unnormalised softmax of one score row over its first `visible` entries, in place
-// (row[j] = exp(s_j - max)); zeros the rest. Returns {max, sum}; the caller divides the
-// output row by sum after P V, which saves a pass over the row.
-std::pair<float, float> softmax_row(float* row, int64_t visible, int64_t n) {
+// Unnormalised softmax of one score row over its entries [begin, end), in place
+// (row[j] = exp(s_j - max)); zeros the rest of the n entries. Returns {max, sum}; the caller
+// divides the output row by sum after P V, which saves a pass over the row.
+std::pair<float, float> softmax_row(float* row, int64_t begin, int64_t end, int64_t n) {
   // `omp simd` (with -fopenmp-simd) lets the max/sum reductions vectorise without -ffast-math.
   float mx = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : mx)
-  for (int64_t j = 0; j < visible; ++j) mx = row[j] > mx ? row[j] : mx;
+  for (int64_t j = begin; j < end; ++j) mx = row[j] > mx ? row[j] : mx;
   float sum = 0.f;
 #pragma omp simd reduction(+ : sum)
-  for (int64_t j = 0; j < visible; ++j) {
+  for (int64_t j = begin; j < end; ++j) {
     row[j] = fast_exp(row[j] - mx);
     sum += row[j];
   }
-  std::fill(row + visible, row + n, 0.f);
+  std::fill(row, row + begin, 0.f);
+  std::fill(row + end, row + n, 0.f);
   return {mx, sum};
 }
+
+// First key a causal query at position `pos` sees (window 0: key 0).
+int64_t first_key(int64_t pos, int64_t window) { return window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0; }
 
 }  // namespace
 
@@ -98,7 +104,9 @@ void attention_decode_ref(const AttnParams& p, ThreadPool& pool) {
   const int d = p.head_dim, H = p.n_head;
   const int group = p.n_head / p.n_kv_head;
   const int64_t ldk = int64_t(p.n_kv_head) * d;
-  const int64_t n_keys = p.causal ? p.q_pos0 + 1 : p.n_kv;
+  const int64_t key0 = p.causal ? first_key(p.q_pos0, p.window) : 0;  // keys [key0, key_end)
+  const int64_t key_end = p.causal ? p.q_pos0 + 1 : p.n_kv;
+  const int64_t n_keys = key_end - key0;
   // Enough splits to keep every thread busy, none shorter than kMinSplitKeys keys.
   constexpr int64_t kMinSplitKeys = 256;
   const int64_t n_split = std::clamp<int64_t>(int64_t(pool.size()) * 2, 1, std::max<int64_t>(1, n_keys / kMinSplitKeys));
@@ -109,7 +117,7 @@ void attention_decode_ref(const AttnParams& p, ThreadPool& pool) {
   pool.parallel_for(n_split, [&](int64_t t0, int64_t t1) {
     std::vector<float> s;
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t j0 = t * split_len, j1 = std::min(n_keys, j0 + split_len);
+      const int64_t j0 = key0 + t * split_len, j1 = std::min(key_end, j0 + split_len);
       if (j1 <= j0) continue;
       const int64_t len = j1 - j0;
       s.resize(size_t(len * H));
@@ -118,7 +126,7 @@ void attention_decode_ref(const AttnParams& p, ThreadPool& pool) {
       else if (d == 128) decode_scores<128>(p.q, k0, ldk, len, H, group, p.scale, s.data());
       else decode_scores<0>(p.q, k0, ldk, len, H, group, p.scale, s.data(), d);
       for (int h = 0; h < H; ++h) {
-        const auto [mx, sum] = softmax_row(s.data() + h * len, len, len);
+        const auto [mx, sum] = softmax_row(s.data() + h * len, 0, len, len);
         pm[size_t(t * H + h)] = mx;
         pl[size_t(t * H + h)] = sum;
       }
@@ -167,8 +175,10 @@ void attention_dense_ref(const AttnParams& p, ThreadPool& pool) {
       const int64_t i0 = (t % n_tiles) * kAttnQueryTile;
       const int64_t m = std::min<int64_t>(kAttnQueryTile, p.n_q - i0);
       const int64_t rows = m * group;
-      // Keys visible to the last query of the tile (all keys when not causal).
-      const int64_t n_keys = p.causal ? p.q_pos0 + i0 + m : p.n_kv;
+      // Keys [k_lo, k_lo + n_keys): from the first query's window start (0 without a window) to
+      // the last query's position (all keys when not causal).
+      const int64_t k_lo = p.causal ? first_key(p.q_pos0 + i0, p.window) : 0;
+      const int64_t n_keys = (p.causal ? p.q_pos0 + i0 + m : p.n_kv) - k_lo;
       qp.resize(size_t(rows * d));
       op.resize(size_t(rows * d));
       s.resize(size_t(rows * std::max<int64_t>(n_keys, 1)));
@@ -178,15 +188,17 @@ void attention_dense_ref(const AttnParams& p, ThreadPool& pool) {
                     size_t(group * d) * sizeof(float));
       if (n_keys > 0) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(n_keys), d, p.scale, qp.data(), d,
-                    p.k + int64_t(hk) * d, int(ldk), 0.f, s.data(), int(n_keys));
+                    p.k + k_lo * ldk + int64_t(hk) * d, int(ldk), 0.f, s.data(), int(n_keys));
       }
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t i = r / group;
         const int h = hk * group + int(r % group);
-        const int64_t visible = p.causal ? p.q_pos0 + i0 + i + 1 : n_keys;
+        const int64_t pos = p.q_pos0 + i0 + i;
+        const int64_t begin = p.causal ? first_key(pos, p.window) - k_lo : 0;  // row's keys [begin, end)
+        const int64_t end = p.causal ? pos + 1 - k_lo : n_keys;
         float lse = -std::numeric_limits<float>::infinity();
-        if (visible > 0) {
-          const auto [mx, sum] = softmax_row(s.data() + r * n_keys, visible, n_keys);
+        if (end > begin) {
+          const auto [mx, sum] = softmax_row(s.data() + r * n_keys, begin, end, n_keys);
           sums[size_t(r)] = sum;
           lse = mx + std::log(sum);
         }
@@ -194,7 +206,7 @@ void attention_dense_ref(const AttnParams& p, ThreadPool& pool) {
       }
       if (n_keys > 0) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), d, int(n_keys), 1.f, s.data(),
-                    int(n_keys), p.v + int64_t(hk) * d, int(ldk), 0.f, op.data(), d);
+                    int(n_keys), p.v + k_lo * ldk + int64_t(hk) * d, int(ldk), 0.f, op.data(), d);
       } else {
         std::fill(op.begin(), op.end(), 0.f);
       }

@@ -48,7 +48,8 @@ void matmul_ref(const MatmulParams& p, ThreadPool& pool) {
       grain);
 }
 
-void rmsnorm_ref(const float* x, const float* w, float* y, int64_t T, int64_t n, float eps, ThreadPool& pool) {
+void rmsnorm_ref(const float* x, const float* w, float* y, int64_t T, int64_t n, float eps, ThreadPool& pool,
+                 float w_offset) {
   pool.parallel_for(T, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const float* xr = x + t * n;
@@ -56,14 +57,66 @@ void rmsnorm_ref(const float* x, const float* w, float* y, int64_t T, int64_t n,
       double ss = 0;
       for (int64_t i = 0; i < n; ++i) ss += double(xr[i]) * xr[i];
       const float inv = float(1.0 / std::sqrt(ss / double(n) + eps));
-      for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] * inv * w[i];
+      for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] * inv * (w_offset + w[i]);
     }
   });
+}
+
+namespace {
+
+// YaRN's ramp ends: the dim whose frequency turns `rotations` times in `context` positions.
+double yarn_correction_dim(double rotations, int dim, double base, double context) {
+  return dim * std::log(context / (rotations * 2 * std::numbers::pi)) / (2 * std::log(base));
+}
+
+// YaRN (transformers _compute_yarn_parameters, fp32 like its torch ops).
+void yarn_inv_freq(const RopeParams& p, float* inv_freq) {
+  const int dim = p.head_dim, half = dim / 2;
+  double low = yarn_correction_dim(p.beta_fast, dim, p.theta, double(p.original_context));
+  double high = yarn_correction_dim(p.beta_slow, dim, p.theta, double(p.original_context));
+  if (p.truncate) low = std::floor(low), high = std::ceil(high);
+  low = std::max(low, 0.0);
+  high = std::min(high, double(dim - 1));
+  if (low == high) high += 0.001;  // transformers: prevents a zero-width ramp
+  for (int i = 0; i < half; ++i) {
+    const float pos_freq = std::pow(p.theta, float(2 * i) / float(dim));
+    const float extrapolation = 1.0f / pos_freq;
+    const float interpolation = 1.0f / (p.factor * pos_freq);
+    const float ramp = std::clamp((float(i) - float(low)) / float(high - low), 0.f, 1.f);
+    const float extrapolation_weight = 1.f - ramp;
+    inv_freq[i] = interpolation * (1.f - extrapolation_weight) + extrapolation * extrapolation_weight;
+  }
+}
+
+double yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
+
+}  // namespace
+
+float rope_attention_factor(const RopeParams& p) {
+  if (p.attention_factor > 0) return p.attention_factor;
+  const std::string_view scaling = p.scaling;
+  if (scaling == "yarn") {
+    if (p.mscale != 0 && p.mscale_all_dim != 0)
+      return float(yarn_mscale(p.factor, p.mscale) / yarn_mscale(p.factor, p.mscale_all_dim));
+    return float(yarn_mscale(p.factor, 1.0));
+  }
+  if (scaling == "longrope") {
+    if (p.factor <= 1.f) return 1.f;
+    return float(std::sqrt(1 + std::log(double(p.factor)) / std::log(double(p.original_context))));
+  }
+  return 1.f;
 }
 
 void rope_inv_freq_ref(const RopeParams& p, const float* freq_factors, float* inv_freq) {
   const int half = p.head_dim / 2;
   const std::string_view scaling = p.scaling;
+  if (scaling == "yarn") {
+    yarn_inv_freq(p, inv_freq);
+    if (freq_factors)
+      for (int i = 0; i < half; ++i) inv_freq[i] /= freq_factors[i];
+    return;
+  }
+  if (scaling == "longrope" && !p.longrope_ext) fail("longrope RoPE scaling needs its short or long factors");
   for (int i = 0; i < half; ++i) {
     // Same float32 evaluation order as HF: 1 / theta^(2i/d).
     float f = 1.0f / std::pow(p.theta, float(2 * i) / float(p.head_dim));
@@ -80,8 +133,10 @@ void rope_inv_freq_ref(const RopeParams& p, const float* freq_factors, float* in
                               (p.high_freq_factor - p.low_freq_factor);
         f = float((1 - smooth) * f / p.factor + smooth * f);
       }
+    } else if (scaling == "longrope") {
+      f = 1.0f / (p.longrope_ext[i] * std::pow(p.theta, float(2 * i) / float(p.head_dim)));
     } else if (scaling != "none") {
-      fail("unsupported RoPE scaling type '{}' (supported: none, linear, llama3)", p.scaling);
+      fail("unsupported RoPE scaling type '{}' (supported: none, linear, llama3, yarn, longrope)", p.scaling);
     }
     if (freq_factors) f /= freq_factors[i];
     inv_freq[i] = f;
@@ -89,7 +144,7 @@ void rope_inv_freq_ref(const RopeParams& p, const float* freq_factors, float* in
 }
 
 void rope_apply_ref(float* x, int64_t T, int n_heads, int head_dim, int64_t pos0, const float* inv_freq,
-                    ThreadPool& pool) {
+                    ThreadPool& pool, float attn_factor) {
   const int half = head_dim / 2;
   pool.parallel_for(T, [&](int64_t t0, int64_t t1) {
     std::vector<float> c(half), s(half);
@@ -97,8 +152,8 @@ void rope_apply_ref(float* x, int64_t T, int n_heads, int head_dim, int64_t pos0
       const float pos = float(pos0 + t);
       for (int i = 0; i < half; ++i) {
         const float a = pos * inv_freq[i];  // fp32 product, as HF computes it
-        c[i] = std::cos(a);
-        s[i] = std::sin(a);
+        c[i] = std::cos(a) * attn_factor;
+        s[i] = std::sin(a) * attn_factor;
       }
       for (int h = 0; h < n_heads; ++h) {
         float* v = x + (t * n_heads + h) * head_dim;
@@ -117,6 +172,21 @@ void silu_mul_ref(float* g, const float* u, int64_t n, ThreadPool& pool) {
       n,
       [&](int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1; ++i) g[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
+      },
+      4096);
+}
+
+void gelu_tanh_mul_ref(float* g, const float* u, int64_t n, ThreadPool& pool) {
+  // sqrt(2/pi) and the cubic coefficient of PyTorch's tanh approximation.
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  constexpr float kCubic = 0.044715f;
+  pool.parallel_for(
+      n,
+      [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) {
+          const float x = g[i];
+          g[i] = 0.5f * x * (1.f + std::tanh(kSqrt2OverPi * (x + kCubic * x * x * x))) * u[i];
+        }
       },
       4096);
 }
