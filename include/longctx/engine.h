@@ -1,10 +1,13 @@
 // engine.h: the public C++ API of longctx: load a model, tokenize, generate, score.
 //
-// Tools (CLI, eval, bench, server) use only this header and the types it names.
+// Tools (CLI, eval, bench, server) use only this header and the types it names; no layer below
+// the runtime includes it (they share ModelConfig, the Tokenizer and AttnCapture from their own
+// headers).
 //   auto eng = longctx::Engine::load({.model_path = "model.gguf"});
 //   auto ids = eng->tokenizer().encode("Hello", true, false);
 //   auto res = eng->generate(ids, {.max_tokens = 32});
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -12,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "model/attn_capture.h"  // AttnCapture, AttnObserver
 #include "model/config.h"
 #include "tokenizer/tokenizer.h"
 
@@ -67,17 +71,6 @@ struct GenerateResult {
   double prefill_s = 0, decode_s = 0;
 };
 
-// One layer's attention inputs during a capture (post-RoPE Q and K).
-struct AttnCapture {
-  int layer = 0;
-  int64_t n_tokens = 0;
-  int n_head = 0, n_kv_head = 0, head_dim = 0;
-  const float* q = nullptr;  // [n_tokens, n_head, head_dim]
-  const float* k = nullptr;  // [n_tokens, n_kv_head, head_dim]
-  const float* v = nullptr;  // [n_tokens, n_kv_head, head_dim]
-};
-using AttnObserver = std::function<void(const AttnCapture&)>;
-
 // Thread-safety: an Engine runs one call at a time (calls from several threads must be serialised
 // by the caller); several sequences share it through generate_batch. Separate Engines are
 // independent (no process-wide state, except the GPU statistics read by benchmarks:
@@ -105,7 +98,16 @@ class Engine {
   // do in this default, which engines without batching keep.
   // progress: done = prompts prefilled, total = prompts.
   virtual std::vector<GenerateResult> generate_batch(std::span<const std::vector<int32_t>> prompts,
-                                                     const SamplingParams& sp, const ProgressFn& progress = {});
+                                                     const SamplingParams& sp, const ProgressFn& progress = {}) {
+    std::vector<GenerateResult> out;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      out.push_back(generate(prompts[i], sp));
+      const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
+      if (progress) progress({int64_t(i + 1), int64_t(prompts.size()), dt.count()});
+    }
+    return out;
+  }
 
   // Teacher-forced log-probabilities: out[i] = log p(tokens[i+1] | tokens[0..i]), size n-1. The
   // text is prefilled as one prompt (generate's chunks; MInference: its one estimate per prompt).

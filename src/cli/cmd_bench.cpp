@@ -28,7 +28,7 @@
 #include "longctx/engine.h"
 #include "util/error.h"
 #ifdef LONGCTX_WITH_GPU
-#include "gpu/gpu_transformer.h"
+#include "gpu/gpu_stats.h"
 #endif
 #ifdef LONGCTX_WITH_CUDA_BENCH
 #include "bench/bench_attention.h"

@@ -49,18 +49,42 @@ void check_cuda(cudaError_t err, const char* what) {
 
 char* at(void* base, size_t elems) { return static_cast<char*>(base) + elems * kBf16; }
 
-void check_supported(const ModelConfig& c) {
+}  // namespace
+
+std::string gpu_model_problem(const ModelConfig& c) {
+  // The GPU block is the Llama block (pre-RMSNorm, SwiGLU, one RoPE table, global attention):
+  // architectures that need more run on the CPU until the GPU block grows them (issue 19).
+  std::string missing;
+  auto need = [&](bool cond, const char* what) {
+    if (cond) missing += std::string(missing.empty() ? "" : ", ") + what;
+  };
+  need(c.qk_norm, "QK-norm");
+  need(c.post_norms, "post-norms");
+  need(c.norm_offset != 0.f, "(1 + w) RMSNorm");
+  need(c.activation != "silu", c.activation == "gelu_tanh" ? "GELU-tanh MLP" : "a non-SiLU MLP");
+  need(c.embed_scale != 1.f, "embedding scale");
+  need(c.attn_scale != 0.f, "a custom attention scale");
+  need(c.rope_scaling.type == "yarn" || c.rope_scaling.type == "longrope", "YaRN/LongRoPE scaling");
+  bool window = false, per_layer_rope = false;
+  for (int l = 0; l < c.n_layer; ++l) {
+    window = window || c.layer(l).window > 0;
+    per_layer_rope = per_layer_rope || c.layer(l).rope_theta != c.layer(0).rope_theta || !c.layer(l).rope_scaled;
+  }
+  need(window, "sliding-window layers");
+  need(per_layer_rope, "per-layer RoPE");
+  if (!missing.empty())
+    return fmt::format("the GPU path does not run {} ({}) yet: it needs {}", c.name, c.arch, missing);
   if (c.head_dim != 64 && c.head_dim != 128)
-    fail("the GPU path supports head dim 64 or 128; {} has {} (use --device cpu)", c.name, c.head_dim);
+    return fmt::format("the GPU path supports head dim 64 or 128; {} has {}", c.name, c.head_dim);
   if (c.n_kv_head <= 0 || c.n_head % c.n_kv_head != 0 || c.n_head / c.n_kv_head > kMaxDecodeGroup)
-    fail("the GPU path supports GQA groups of at most {} query heads per KV head; {} has {}/{} (use --device cpu)",
-         kMaxDecodeGroup, c.name, c.n_head, c.n_kv_head);
+    return fmt::format("the GPU path supports GQA groups of at most {} query heads per KV head; {} has {}/{}",
+                       kMaxDecodeGroup, c.name, c.n_head, c.n_kv_head);
   if (c.n_embd % 8 != 0 || c.n_ff % 8 != 0)
-    fail("the GPU path needs hidden and FFN sizes that are multiples of 8; {} has {} and {} (use --device cpu)", c.name,
-         c.n_embd, c.n_ff);
+    return fmt::format("the GPU path needs hidden and FFN sizes that are multiples of 8; {} has {} and {}", c.name,
+                       c.n_embd, c.n_ff);
+  return "";
 }
 
-}  // namespace
 
 GpuMemoryStats last_gpu_memory_stats() {
   std::lock_guard<std::mutex> lk(g_stats_mu);
@@ -74,7 +98,7 @@ GpuPrefillStats last_gpu_prefill_stats() {
 
 GpuTransformer::GpuTransformer(ModelConfig cfg, DeviceWeights w, const GpuOptions& opts)
     : cfg_(std::move(cfg)), w_(std::move(w)) {
-  check_supported(cfg_);
+  if (const std::string p = gpu_model_problem(cfg_); !p.empty()) fail("{} (use --device cpu)", p);
   if (opts.chunk <= 0) fail("GPU prefill chunk must be positive (got {})", opts.chunk);
   kv_type_ = opts.kv_cache;
   kv_elem_ = kv_type_ == KvCacheType::fp8 ? 1 : kBf16;

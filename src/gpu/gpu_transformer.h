@@ -58,11 +58,12 @@
 #include <vector>
 
 #include "gpu/device_weights.h"
+#include "gpu/gpu_stats.h"
 #include "gpu/memory_plan.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/runtime.h"
 #include "kernels/cuda/structured_qk.h"
-#include "longctx/engine.h"
+#include "model/attn_capture.h"
 #include "methods/gpu_method.h"
 #include "methods/method.h"
 #include "model/config.h"
@@ -81,32 +82,10 @@ struct GpuOptions {
 // Called after each layer of a layer-major prefill (fp8 cache) with the layers done so far.
 using LayerProgressFn = std::function<void(int layers_done, int n_layer)>;
 
-// Memory in use by the most recent GpuTransformer (for benchmarks and logs).
-struct GpuMemoryStats {
-  std::string device;
-  size_t weights = 0, kv = 0, arena = 0, decode_ws = 0;
-  size_t stage = 0;   // fp8 cache: the layer-major prefill's bf16 K/V of one layer + residual stream
-  size_t sparse = 0;  // sparse prefill: MInference index builder, or A-shape index + workspace
-  size_t device_total = 0;
-  size_t device_used_peak = 0;  // total - free (cudaMemGetInfo), highest seen: includes the
-                                // CUDA context, cuBLASLt and anything else in this process
-};
-GpuMemoryStats last_gpu_memory_stats();
 
-// Prefill attention of the most recent GpuTransformer since its last reset() (for benchmarks):
-// GPU times from CUDA events around each layer's attention (read once per chunk).
-struct GpuPrefillStats {
-  std::string attn = "dense";  // the --attn spec
-  int64_t dense_calls = 0;     // (layer, chunk) prefill attentions run dense
-  int64_t sparse_calls = 0;    // ... run sparse
-  double attention_s = 0;      // all prefill attention: dense kernel, or index build + sparse plan + kernel
-  double index_s = 0;          // of which: MInference index builds (A-shape: 0, its index is uploaded per chunk)
-  int64_t prompt_estimates = 0;  // MInference, layer-major: prompt-wide VS estimates (one per sparse layer)
-  int64_t index_ranges = 0;    // ranges and columns of all sparse indices built (work indicator)
-  int64_t index_cols = 0;
-  size_t sparse_bytes = 0;     // device bytes of the sparse prefill (builder, or A-shape index)
-};
-GpuPrefillStats last_gpu_prefill_stats();
+// "" when the GPU path runs model c (head_dim, GQA group, sizes, and the Llama block: no QK-norm,
+// post-norms, GELU, sliding windows, YaRN/LongRoPE yet); else what it lacks.
+std::string gpu_model_problem(const ModelConfig& c);
 
 class GpuTransformer {
  public:

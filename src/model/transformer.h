@@ -18,7 +18,7 @@
 #include <span>
 #include <vector>
 
-#include "longctx/engine.h"
+#include "model/attn_capture.h"
 #include "model/config.h"
 #include "model/kv_cache.h"
 #include "model/logits_sink.h"

@@ -405,7 +405,8 @@ class CpuEngine final : public Engine {
       // A bad spec or config throws here, with the CPU method's message; a method the GPU
       // cannot run on this model (head_dim) is a reason to stay on the CPU.
       const MethodContext mc{cfg_.n_layer, cfg_.n_head, cfg_.n_kv_head, cfg_.head_dim, cfg_.name};
-      why = gpu_method_problem(*make_attention_method(opts_.attn, mc), mc);
+      why = gpu::gpu_model_problem(cfg_);
+      if (why.empty()) why = gpu_method_problem(*make_attention_method(opts_.attn, mc), mc);
     }
     if (why.empty()) {
       const size_t w = gpu::weight_bytes(cfg_), a = gpu::arena_layout(cfg_, chunk).total;
@@ -446,17 +447,6 @@ class CpuEngine final : public Engine {
 }  // namespace
 
 std::unique_ptr<Engine> Engine::load(const LoadOptions& opts) { return std::make_unique<CpuEngine>(opts); }
-
-std::vector<GenerateResult> Engine::generate_batch(std::span<const std::vector<int32_t>> prompts,
-                                                   const SamplingParams& sp, const ProgressFn& progress) {
-  std::vector<GenerateResult> out;
-  const auto t0 = Clock::now();
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    out.push_back(generate(prompts[i], sp));
-    if (progress) progress({int64_t(i + 1), int64_t(prompts.size()), seconds_since(t0)});
-  }
-  return out;
-}
 
 std::string default_model_path() {
   std::filesystem::path base;

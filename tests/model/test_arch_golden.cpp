@@ -18,7 +18,7 @@
 #include "model/config.h"
 #include "model/transformer.h"
 #include "model/weights.h"
-#include "sparse/registry.h"
+#include "methods/registry.h"
 #include "util/thread_pool.h"
 
 namespace longctx {

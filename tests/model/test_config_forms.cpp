@@ -12,7 +12,7 @@
 #include "model/transformer.h"
 #include "model/weights.h"
 #include "model_test_util.h"
-#include "sparse/registry.h"
+#include "methods/registry.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 

@@ -16,7 +16,7 @@
 #include "model/config.h"
 #include "model/transformer.h"
 #include "model/weights.h"
-#include "sparse/registry.h"
+#include "methods/registry.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
