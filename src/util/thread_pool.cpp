@@ -2,19 +2,47 @@
 #include "util/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 
 namespace longctx {
 
 namespace {
-// Spin iterations before a worker sleeps (~50-100 us): longer than the gap between two ops of
-// a decode step, short enough not to steal a core for long from other processes.
-constexpr int kSpinIters = 20000;
+using Clock = std::chrono::steady_clock;
+// How long an idle worker spins before it sleeps: longer than the gap between two ops of a
+// decode step, short enough not to steal a core for long from other processes.
+constexpr auto kSpinTime = std::chrono::microseconds(50);
+// How long a spinner spins before it also yields the core now and then: a yield is a system
+// call (~1-3 us) and on a busy machine may hand the core to another process, so it is kept for
+// waits long enough to suggest that a thread holding work has lost its core.
+constexpr auto kYieldAfter = std::chrono::microseconds(20);
+// Spins between two looks at the clock (a clock read costs ~0.1 us in a VM; a spin 10-100 ns).
+constexpr int kSpinsPerCheck = 64;
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
 #endif
+}
+
+// Spins until done() or `deadline` (then returns done()): pause only at first; after
+// kYieldAfter, also yield the core every kSpinsPerCheck spins, so that when threads outnumber
+// free cores (a busy machine, more threads than cores) the thread holding the work can run.
+template <class Done>
+bool spin_until(Done done, Clock::time_point deadline) {
+  const auto yield_from = Clock::now() + kYieldAfter;
+  bool yielding = false;
+  for (int i = 1;; ++i) {
+    if (done()) return true;
+    if (i % kSpinsPerCheck != 0) {
+      cpu_relax();
+      continue;
+    }
+    const auto now = Clock::now();
+    if (now >= deadline) return done();
+    yielding = yielding || now >= yield_from;
+    if (yielding) std::this_thread::yield();
+  }
 }
 }  // namespace
 
@@ -54,12 +82,10 @@ void ThreadPool::run_chunks(uint32_t gen) {
 void ThreadPool::worker_loop() {
   uint32_t seen = 0;
   while (true) {
-    int spins = 0;
-    while (generation_.load(std::memory_order_acquire) == seen && !stop_.load(std::memory_order_acquire)) {
-      if (++spins < kSpinIters) {
-        cpu_relax();
-        continue;
-      }
+    auto woken = [&] {
+      return generation_.load(std::memory_order_acquire) != seen || stop_.load(std::memory_order_acquire);
+    };
+    if (!spin_until(woken, Clock::now() + kSpinTime)) {
       std::unique_lock lk(mu_);
       cv_.wait(lk, [&] { return stop_.load() || generation_.load() != seen; });
     }
@@ -93,7 +119,9 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   }
   cv_.notify_all();
   run_chunks(gen);
-  while (done_.load(std::memory_order_acquire) < job.n_chunks) cpu_relax();
+  // The other chunks are running on workers: wait, yielding now and then so that a worker that
+  // lost its core gets it back.
+  spin_until([&] { return done_.load(std::memory_order_acquire) >= job.n_chunks; }, Clock::time_point::max());
   if (error_) {
     auto err = error_;
     error_ = nullptr;

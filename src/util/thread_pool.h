@@ -5,7 +5,11 @@
 // part, and the call returns when every chunk is done. Exceptions thrown by a chunk are
 // re-thrown on the calling thread.
 // Decode issues hundreds of small parallel_for calls per token, so idle workers spin briefly
-// (kSpinIters) before sleeping on a condition variable: a wake-up then costs ~1 us, not ~50.
+// (kSpinTime, ~tens of us: the gap between two ops of a decode step) before sleeping on a
+// condition variable: a wake-up then costs ~1 us, not ~50. Spinning is bounded by time, not
+// iterations (a `pause` costs 10 ns on one CPU and 100+ ns in a VM), and every spinner yields
+// the core now and then, so a pool with more threads than free cores (a busy machine, or -t
+// above the core count) lets the threads that hold work run instead of burning their slices.
 #pragma once
 #include <atomic>
 #include <condition_variable>
