@@ -53,6 +53,11 @@ struct AttnCase {
   int n_head, n_kv_head, head_dim;
   bool causal;
 };
+// Readable test names (ctest shows GetParam() with the name, else as a hex dump).
+void PrintTo(const AttnCase& c, std::ostream* os) {
+  *os << "q" << c.n_q << "_kv" << c.n_kv << "_pos" << c.q_pos0 << "_h" << c.n_head << "_kvh" << c.n_kv_head << "_d"
+      << c.head_dim << (c.causal ? "_causal" : "_full");
+}
 
 class AttentionRef : public ::testing::TestWithParam<AttnCase> {};
 

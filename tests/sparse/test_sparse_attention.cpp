@@ -56,6 +56,11 @@ struct Shape {
   int64_t n_q, q_pos0;
   int n_head, n_kv_head, d, n_index_head;
 };
+// Readable test names (ctest shows GetParam() with the name, else as a hex dump).
+void PrintTo(const Shape& s, std::ostream* os) {
+  *os << "q" << s.n_q << "_pos" << s.q_pos0 << "_h" << s.n_head << "_kvh" << s.n_kv_head << "_d" << s.d << "_idx"
+      << s.n_index_head;
+}
 
 class RandomIndex : public ::testing::TestWithParam<Shape> {};
 
