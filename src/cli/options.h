@@ -33,7 +33,7 @@
 
 namespace longctx::cli {
 
-// Exit codes of the longctx binary (README "Errors").
+// Exit codes of the longctx binary (documented in the README, "Using it").
 constexpr int kExitRuntime = 1;  // the work failed: unreadable model, prompt too long, ...
 constexpr int kExitUsage = 2;    // the command line is wrong: nothing was loaded or run
 

@@ -53,7 +53,7 @@ struct AttnCase {
   int n_head, n_kv_head, head_dim;
   bool causal;
 };
-// Readable test names (ctest shows GetParam() with the name, else as a hex dump).
+// Readable test names (the name generator below; gtest's messages print GetParam() this way too).
 void PrintTo(const AttnCase& c, std::ostream* os) {
   *os << "q" << c.n_q << "_kv" << c.n_kv << "_pos" << c.q_pos0 << "_h" << c.n_head << "_kvh" << c.n_kv_head << "_d"
       << c.head_dim << (c.causal ? "_causal" : "_full");
@@ -83,7 +83,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionRef,
                                            AttnCase{37, 37, 0, 4, 2, 16, true},       // GQA, odd length
                                            AttnCase{70, 100, 30, 6, 2, 64, true},     // chunk after a prefix
                                            AttnCase{1, 200, 199, 8, 8, 32, true},     // decode step
-                                           AttnCase{33, 50, 0, 4, 1, 16, false}));    // non-causal, MQA
+                                           AttnCase{33, 50, 0, 4, 1, 16, false}),     // non-causal, MQA
+                         [](const auto& info) { return ::testing::PrintToString(info.param); });
 
 TEST(Ops, MatmulWithBiasMatchesOracle) {
   ThreadPool pool(2);
