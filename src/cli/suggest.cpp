@@ -128,6 +128,14 @@ std::string explain_parse_error(CLI::App& app, const std::string& what) {
   }
   if (const size_t p = what.find(": 1 required "); p != std::string::npos && what.ends_with(" missing"))
     return what.substr(0, p) + " needs a value";
+  // "Could not convert: --max-new-tokens = 99999999999" (a value that passed the checks but
+  // does not fit the option's type).
+  if (what.rfind("Could not convert: ", 0) == 0) {
+    const std::string rest = what.substr(19);
+    const size_t eq = rest.find(" = ");
+    if (eq != std::string::npos)
+      return rest.substr(0, eq) + ": '" + rest.substr(eq + 3) + "' is out of range for this option";
+  }
   return what;
 }
 

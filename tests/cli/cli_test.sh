@@ -81,6 +81,9 @@ expect_usage big_top_p "--top-p: must be in (0, 1]" "$BIN" generate -m "$NOPE" -
 expect_usage zero_chunk "--prefill-chunk: must be at least 1 (got 0)" "$BIN" generate -m "$NOPE" -p hi --prefill-chunk 0
 expect_usage negative_seed "--seed: must not be negative (got -1)" "$BIN" generate -m "$NOPE" -p hi --seed -1
 expect_usage bad_n "--max-new-tokens: 'lots' is not a whole number" "$BIN" generate -m "$NOPE" -p hi -n lots
+expect_usage huge_n "--max-new-tokens: '99999999999' is out of range" "$BIN" generate -m "$NOPE" -p hi -n 99999999999
+expect_usage no_value "--device needs a value" "$BIN" generate -m "$NOPE" -p hi --device
+expect_usage stray_argument "unexpected argument 'extra' for 'longctx inspect'" "$BIN" inspect "$M" extra
 expect_usage negative_threads "--threads: must not be negative (got -4" "$BIN" generate -m "$NOPE" -p hi -t -4
 expect_usage bad_device "unknown device 'gpu' (expected cpu, cuda or auto)" "$BIN" generate -m "$NOPE" -p hi --device gpu
 expect_usage bad_kv "unknown KV cache type 'fp4'" "$BIN" generate -m "$NOPE" -p hi --kv-cache fp4
