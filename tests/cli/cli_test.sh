@@ -107,6 +107,7 @@ if "$BIN" --help | grep -q "^  eval"; then
   expect_usage eval_seed "--seed: must not be negative (got -1)" "$BIN" eval passkey -m "$NOPE" --seed -1
   expect_usage eval_samples "--samples: must be at least 1 (got 0)" "$BIN" eval passkey -m "$NOPE" --samples 0
   expect_usage eval_json "is not a folder" "$BIN" eval passkey -m "$NOPE" --json "$M/x.json"
+  expect_usage eval_out "is a file, not a folder" "$BIN" eval passkey -m "$NOPE" --out "$M"
   expect_usage eval_context "-c 100000 is past the trained context" "$BIN" eval passkey -m "$M" -c 100000
 fi
 if "$BIN" --help | grep -q "^  search-patterns"; then
