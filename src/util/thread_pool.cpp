@@ -9,13 +9,20 @@ namespace longctx {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-// How long an idle worker spins before it sleeps: longer than the gap between two ops of a
-// decode step, short enough not to steal a core for long from other processes.
-constexpr auto kSpinTime = std::chrono::microseconds(50);
-// How long a spinner spins before it also yields the core now and then: a yield is a system
-// call (~1-3 us) and on a busy machine may hand the core to another process, so it is kept for
-// waits long enough to suggest that a thread holding work has lost its core.
-constexpr auto kYieldAfter = std::chrono::microseconds(20);
+// How a thread waits: it spins (cheap to wake: decode issues hundreds of small ops per token)
+// for at most spin_time, then sleeps; after yield_after it also yields the core every
+// yield_every spins, so that a thread holding work gets the core back when threads outnumber free
+// cores. A yield is a system call (~1-3 us) and may hand the core to another process, so it is
+// kept for long waits when each thread has a core, and used at once when they do not.
+struct WaitPolicy {
+  std::chrono::microseconds spin_time, yield_after;
+  int yield_every;
+};
+// Each thread has a core: spin longer than the gaps between the ops of a decode step (a sleeping
+// worker costs a futex wake-up, tens of us in a VM), but not for long once the work has stopped.
+constexpr WaitPolicy kOwnCore{std::chrono::microseconds(2000), std::chrono::microseconds(100), 1024};
+// More threads than cores: spinning takes the core from a thread with work; wait briefly, yielding.
+constexpr WaitPolicy kSharedCore{std::chrono::microseconds(50), std::chrono::microseconds(0), 64};
 // Spins between two looks at the clock (a clock read costs ~0.1 us in a VM; a spin 10-100 ns).
 constexpr int kSpinsPerCheck = 64;
 
@@ -25,29 +32,27 @@ inline void cpu_relax() {
 #endif
 }
 
-// Spins until done() or `deadline` (then returns done()): pause only at first; after
-// kYieldAfter, also yield the core every kSpinsPerCheck spins, so that when threads outnumber
-// free cores (a busy machine, more threads than cores) the thread holding the work can run.
+// Spins until done() or until `limit` has passed (then returns done()), yielding as `w` says.
 template <class Done>
-bool spin_until(Done done, Clock::time_point deadline) {
-  const auto yield_from = Clock::now() + kYieldAfter;
-  bool yielding = false;
+bool spin_until(Done done, const WaitPolicy& w, Clock::duration limit) {
+  const auto start = Clock::now();
   for (int i = 1;; ++i) {
     if (done()) return true;
     if (i % kSpinsPerCheck != 0) {
       cpu_relax();
       continue;
     }
-    const auto now = Clock::now();
-    if (now >= deadline) return done();
-    yielding = yielding || now >= yield_from;
-    if (yielding) std::this_thread::yield();
+    const auto waited = Clock::now() - start;
+    if (waited >= limit) return done();
+    if (waited >= w.yield_after && i % w.yield_every == 0) std::this_thread::yield();
   }
 }
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) {
-  if (n_threads <= 0) n_threads = int(std::max(1u, std::thread::hardware_concurrency()));
+  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  if (n_threads <= 0) n_threads = cores;
+  oversubscribed_ = n_threads > cores;
   for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
@@ -85,7 +90,8 @@ void ThreadPool::worker_loop() {
     auto woken = [&] {
       return generation_.load(std::memory_order_acquire) != seen || stop_.load(std::memory_order_acquire);
     };
-    if (!spin_until(woken, Clock::now() + kSpinTime)) {
+    const WaitPolicy& w = oversubscribed_ ? kSharedCore : kOwnCore;
+    if (!spin_until(woken, w, w.spin_time)) {
       std::unique_lock lk(mu_);
       cv_.wait(lk, [&] { return stop_.load() || generation_.load() != seen; });
     }
@@ -121,7 +127,8 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   run_chunks(gen);
   // The other chunks are running on workers: wait, yielding now and then so that a worker that
   // lost its core gets it back.
-  spin_until([&] { return done_.load(std::memory_order_acquire) >= job.n_chunks; }, Clock::time_point::max());
+  spin_until([&] { return done_.load(std::memory_order_acquire) >= job.n_chunks; },
+             oversubscribed_ ? kSharedCore : kOwnCore, Clock::duration::max());
   if (error_) {
     auto err = error_;
     error_ = nullptr;

@@ -4,12 +4,11 @@
 // Work is split into contiguous chunks (at least `grain` items each), the caller's thread takes
 // part, and the call returns when every chunk is done. Exceptions thrown by a chunk are
 // re-thrown on the calling thread.
-// Decode issues hundreds of small parallel_for calls per token, so idle workers spin briefly
-// (kSpinTime, ~tens of us: the gap between two ops of a decode step) before sleeping on a
-// condition variable: a wake-up then costs ~1 us, not ~50. Spinning is bounded by time, not
-// iterations (a `pause` costs 10 ns on one CPU and 100+ ns in a VM), and every spinner yields
-// the core now and then, so a pool with more threads than free cores (a busy machine, or -t
-// above the core count) lets the threads that hold work run instead of burning their slices.
+// Decode issues hundreds of small parallel_for calls per token, so idle workers spin (up to
+// ~2 ms) before sleeping on a condition variable: a wake-up then costs ~1 us, not ~50. Spinning
+// is bounded by time, not iterations (a `pause` costs 10 ns on one CPU and 100+ ns in a VM); a
+// long wait also yields the core now and then, and a pool with more threads than cores spins only
+// briefly and yields at once, so the threads holding work run instead of the spinners.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -56,6 +55,7 @@ class ThreadPool {
   Job jobs_[2];                   // indexed by generation & 1
   std::mutex err_mu_;
   std::exception_ptr error_;
+  bool oversubscribed_ = false;  // more threads than cores: wait briefly, yielding (thread_pool.cpp)
 };
 
 // The process-wide pool used by the CPU ops (created on first use, sized by set_num_threads).
