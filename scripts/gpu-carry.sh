@@ -9,7 +9,7 @@
 #   join_default_model CARRY      there: store carried model halves under $LONGCTX_CACHE and,
 #                                 once both are there, join them and check the SHA-256
 # Why: the GPU machine has no registry and no -dev packages; a file of ~100 MB must travel in two
-# calls made back to back (files under /root survive while the machine is warm): see GPU.md.
+# calls made back to back (files under /root survive while the machine stays warm between them).
 MODEL_NAME=SmolLM2-135M-Instruct.Q4_1.gguf
 MODEL_SHA=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 

@@ -8,7 +8,7 @@
 # (a hung kernel must not eat the device budget); a timed-out step reports rc=124.
 # Why one script: device time is scarce; one call does it all (docs/benchmarks.md).
 # Build first, here (no GPU needed):
-#   cmake -S . -B build-gpu -G Ninja -DLONGCTX_CUDA=ON -DLONGCTX_BENCH=ON -DLONGCTX_TESTS=ON
+#   cmake -S . -B build-gpu -G Ninja -DLONGCTX_CUDA=ON -DLONGCTX_NATIVE=OFF -DLONGCTX_BENCH=ON -DLONGCTX_TESTS=ON
 #   ninja -C build-gpu -j2 test_cuda longctx_bench_cuda
 # Run on the device (carry build-gpu/tests/cuda/test_cuda and build-gpu/bench/longctx_bench_cuda):
 #   OUT=/tmp/out scripts/gpu-check.sh [--skip-tests] [--skip-torch] [--bench-args "..."]

@@ -5,7 +5,7 @@
 # table printed last. Each step has a timeout so a hang cannot eat the device budget.
 #
 # Here (no GPU needed): build and pack the two binaries (stripped, one .tar.xz; OpenBLAS static):
-#   cmake -S . -B build-mindex -G Ninja -DLONGCTX_CUDA=ON -DLONGCTX_BENCH=ON -DLONGCTX_TESTS=ON -DBLA_STATIC=ON
+#   cmake -S . -B build-mindex -G Ninja -DLONGCTX_CUDA=ON -DLONGCTX_NATIVE=OFF -DLONGCTX_BENCH=ON -DLONGCTX_TESTS=ON -DBLA_STATIC=ON
 #   ninja -C build-mindex -j2 test_minference_index longctx_bench_minference_index
 #   scripts/gpu-minference-index.sh --pack                # -> .carry/mindex/bin.tar.xz
 # On the device (carry .carry/mindex):

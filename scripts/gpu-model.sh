@@ -4,7 +4,7 @@
 #
 # Here (no GPU needed), build and pack what travels (stripped binaries as one .tar.xz, the two
 # shared libraries the GPU machine may lack, optionally one half of the default model):
-#   cmake -S . -B build-gpumodel -G Ninja -DLONGCTX_CUDA=ON -DLONGCTX_BENCH=OFF -DBLA_STATIC=ON \
+#   cmake -S . -B build-gpumodel -G Ninja -DLONGCTX_CUDA=ON -DLONGCTX_NATIVE=OFF -DLONGCTX_BENCH=OFF -DBLA_STATIC=ON \
 #         -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc"
 #   ninja -C build-gpumodel -j2 longctx test_gpu
 #   scripts/gpu-model.sh --pack [--model-part 1|2]      # -> build-gpumodel/carry/ (< 64 MiB)

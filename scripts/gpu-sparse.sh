@@ -7,7 +7,7 @@
 # sparse kernels, bench/bench_sparse.cu), (4) bench/flex_baseline.py (SDPA cuDNN, FlexAttention
 # with the same block mask), (5) ratios. Logs and JSON land in $OUT. Each step has a timeout.
 # Build first, here (no GPU needed):
-#   cmake -S . -B build-gpusparse -G Ninja -DLONGCTX_CUDA=ON -DLONGCTX_BENCH=ON -DLONGCTX_TESTS=ON
+#   cmake -S . -B build-gpusparse -G Ninja -DLONGCTX_CUDA=ON -DLONGCTX_NATIVE=OFF -DLONGCTX_BENCH=ON -DLONGCTX_TESTS=ON
 #   ninja -C build-gpusparse -j2 test_cuda longctx_bench_sparse
 # Run on the device (carry build-gpusparse/tests/cuda/test_cuda, build-gpusparse/bench/longctx_bench_sparse):
 #   OUT=/tmp/out scripts/gpu-sparse.sh [--skip-tests] [--skip-bench] [--skip-torch] [--seqs 131072,...]

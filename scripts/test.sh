@@ -6,5 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
-scripts/build.sh
+# Explicit, so that a build folder configured by scripts/demo.sh (CUDA off without a GPU) gets
+# every target again.
+scripts/build.sh -DLONGCTX_CUDA=AUTO -DLONGCTX_TESTS=ON
 ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 1200

@@ -5,7 +5,7 @@ offline pattern search uses (the paper searches on one InfiniteBench KV-retrieva
 What: N lines of "key": "value" pairs with random hexadecimal UUID-like strings from a seeded
       generator, then a question about one key. Same seed -> same text.
 Run:  python3 tools/make_kv_sample.py --pairs 100 --seed 0 > kv.txt
-      longctx search-patterns --sample kv.txt -o configs/minference/<model>.json --max-tokens 4096
+      longctx search-patterns --sample kv.txt -o configs/minference/<model>.json --sample-tokens 4096
 """
 import argparse
 import random

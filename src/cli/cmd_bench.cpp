@@ -25,6 +25,8 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/geometry_option.h"
+#include "cli/options.h"
 #include "longctx/engine.h"
 #include "util/error.h"
 #ifdef LONGCTX_WITH_GPU
@@ -63,7 +65,7 @@ struct BenchArgs {
   std::string model, lengths = "512,4k", json_path, attn = "dense", device = "cpu", random_weights;
   int decode = 32, threads = 0, repeats = 1;
   int64_t gpu_chunk = 0;
-  int64_t chunk = 0;  // CPU prefill chunk (0 = LoadOptions default)
+  int64_t chunk = LoadOptions{}.prefill_chunk;  // CPU prefill chunk
   bool synthetic_qk = false;  // GPU: Q/K replaced by structured synthetic vectors after RoPE
   std::string kv_cache = "bf16";  // GPU KV cache: bf16 or fp8
 };
@@ -95,14 +97,19 @@ std::vector<int32_t> synthetic_ids(int64_t n, int32_t vocab) {
   return ids;
 }
 
-void run(const BenchArgs& a) {
+std::vector<int64_t> parse_lengths(const std::string& list) {
   std::vector<int64_t> lengths;
-  for (size_t p = 0; p <= a.lengths.size();) {
-    size_t q = a.lengths.find(',', p);
-    if (q == std::string::npos) q = a.lengths.size();
-    lengths.push_back(parse_length(a.lengths.substr(p, q - p)));
+  for (size_t p = 0; p <= list.size();) {
+    size_t q = list.find(',', p);
+    if (q == std::string::npos) q = list.size();
+    lengths.push_back(parse_length(list.substr(p, q - p)));
     p = q + 1;
   }
+  return lengths;
+}
+
+void run(const BenchArgs& a) {
+  const std::vector<int64_t> lengths = parse_lengths(a.lengths);
   const bool random = !a.random_weights.empty();
   int64_t longest = 0;
   for (int64_t L : lengths) longest = std::max(longest, L);
@@ -115,7 +122,7 @@ void run(const BenchArgs& a) {
   lo.gpu_chunk = a.gpu_chunk;
   lo.synthetic_qk = a.synthetic_qk;
   lo.kv_cache = a.kv_cache;
-  if (a.chunk > 0) lo.prefill_chunk = a.chunk;
+  lo.prefill_chunk = a.chunk;
   // A random-weight geometry has no trained context to respect: allow the longest run.
   if (random) lo.max_context = longest + a.decode;
   auto eng = Engine::load(lo);
@@ -149,7 +156,7 @@ void run(const BenchArgs& a) {
   out["device"] = device;
   if (random) out["random_weights"] = a.random_weights;
   if (a.synthetic_qk) out["synthetic_qk"] = true;
-  out["kv_cache_type"] = a.kv_cache;
+  if (gpu) out["kv_cache_type"] = a.kv_cache;  // the CPU path keeps fp32 K/V
   out["matmul_params"] = matmul_params(eng->config());
   if (peak > 0) out["peak_bf16_flops"] = peak;
   out["results"] = nlohmann::json::array();
@@ -161,8 +168,13 @@ void run(const BenchArgs& a) {
     wsp.max_tokens = 2;
     eng->generate(make_prompt(std::min<int64_t>(lengths.front(), 4096)), wsp);
   }
-  std::fprintf(stderr, "%-8s %12s %14s %9s %12s %14s %12s\n", "length", "prefill s", "prefill tok/s", "MFU",
-               "decode s", "decode tok/s", "GPU mem GiB");
+  // MFU and GPU memory only on the GPU (no peak or device memory to relate to on the CPU).
+  if (gpu)
+    std::fprintf(stderr, "%-8s %12s %14s %9s %12s %14s %12s\n", "length", "prefill s", "prefill tok/s", "MFU",
+                 "decode s", "decode tok/s", "GPU mem GiB");
+  else
+    std::fprintf(stderr, "%-8s %12s %14s %12s %14s\n", "length", "prefill s", "prefill tok/s", "decode s",
+                 "decode tok/s");
   for (int64_t L : lengths) {
     const std::vector<int32_t> prompt = make_prompt(L);
     double best_prefill = 1e30, best_decode = 1e30;
@@ -212,8 +224,12 @@ void run(const BenchArgs& a) {
                               ps.attention_s, ps.index_s, ps.dense_calls, ps.sparse_calls);
     }
 #endif
-    std::fprintf(stderr, "%-8lld %12.3f %14.1f %8.1f%% %12.3f %14.1f %12.1f\n", (long long)L, best_prefill, ptps,
-                 100 * mfu, best_decode, dtps, mem_gib);
+    if (gpu)
+      std::fprintf(stderr, "%-8lld %12.3f %14.1f %8.1f%% %12.3f %14.1f %12.1f\n", (long long)L, best_prefill, ptps,
+                   100 * mfu, best_decode, dtps, mem_gib);
+    else
+      std::fprintf(stderr, "%-8lld %12.3f %14.1f %12.3f %14.1f\n", (long long)L, best_prefill, ptps, best_decode,
+                   dtps);
     if (!attn_line.empty()) std::fprintf(stderr, "%s\n", attn_line.c_str());
     out["results"].push_back(r);
   }
@@ -235,26 +251,35 @@ void register_bench(CLI::App& app) {
   auto args = std::make_shared<BenchArgs>();
   auto* m = b->add_subcommand("model", "Prefill and decode tokens/s of a model at given prompt lengths");
   m->add_option("-m,--model", args->model, "Model (default: SmolLM2-135M-Instruct)");
-  m->add_option("--lengths", args->lengths, "Prompt lengths, e.g. 512,4k");
-  m->add_option("--decode", args->decode, "Tokens to decode after each prefill")->check(CLI::NonNegativeNumber);
-  m->add_option("--repeats", args->repeats, "Runs per length (the best is reported)")->check(CLI::PositiveNumber);
-  m->add_option("--attn", args->attn, "Attention method");
-  m->add_option("--device", args->device, "cpu, cuda or auto (GPU when usable, else CPU)")
-      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  m->add_option("--lengths", args->lengths, "Prompt lengths, e.g. 512,4k")
+      ->check(detail::quiet_validator([](std::string& s) -> std::string {
+        try {
+          (void)parse_lengths(s);
+        } catch (const Error& e) {
+          return e.what();
+        }
+        return "";
+      }));
+  m->add_option("--decode", args->decode, "Tokens to decode after each prefill (EOS ignored)")
+      ->check(integer_at_least(0));
+  m->add_option("--repeats", args->repeats, "Runs per length (the best is reported)")->check(integer_at_least(1));
+  m->add_option("--attn", args->attn, "Attention method: dense, a_shape[=SINK,WINDOW], minference[=CONFIG]");
+  add_device(m, args->device);
   m->add_option("--random-weights", args->random_weights,
                 "Random weights of a named geometry instead of -m (llama3-8b, llama3.1-8b, qwen2.5-7b, smollm2-135m; "
-                "NAME:N keeps N layers); GPU only");
-  m->add_option("--chunk", args->chunk, "CPU prefill chunk in tokens (0 = default)")->check(CLI::NonNegativeNumber);
-  m->add_option("--gpu-chunk", args->gpu_chunk, "Prefill chunk on the GPU in tokens (0 = automatic)")
-      ->check(CLI::NonNegativeNumber);
+                "NAME:N keeps N layers); GPU only")
+      ->check(known_geometry());
+  add_prefill_chunk(m, args->chunk);
+  m->add_option("--gpu-chunk", args->gpu_chunk, "Prefill chunk on the GPU in tokens (0 = automatic: 16K)")
+      ->check(integer_at_least(0));
   m->add_flag("--synthetic-qk", args->synthetic_qk,
               "GPU, benchmarks: replace each layer's Q/K after RoPE by structured synthetic vectors (local/slash, "
               "sink, vertical, topic structure) so sparse methods see realistic patterns on random weights");
   m->add_option("--kv-cache", args->kv_cache,
                 "GPU KV cache: bf16, or fp8 (e4m3 with per-layer scales: half the memory; prefill runs layer by layer)")
-      ->check(CLI::IsMember({"bf16", "fp8"}));
-  m->add_option("-t,--threads", args->threads, "CPU threads (0 = all cores)");
-  m->add_option("--json", args->json_path, "Write the JSON here instead of stdout");
+      ->check(one_of({"bf16", "fp8"}, "KV cache type"));
+  add_threads(m, args->threads);
+  m->add_option("--json", args->json_path, "Write the JSON here instead of stdout")->check(writable_file());
   m->callback([args] { run(*args); });
 
   // bench attention: the CUDA kernels vs nothing else in-process; scripts/gpu-check.sh runs it

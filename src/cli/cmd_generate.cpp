@@ -1,7 +1,7 @@
 // cmd_generate.cpp: `longctx generate`: prompt in, streamed text out, timings on stderr.
 //
 //   longctx generate -p "The capital of France is" -n 16
-//   longctx generate -f long.txt --chat-file-question "Who wrote it?"   (see --help)
+//   longctx generate -f long.txt --chat "Who wrote it?"   (the file's text, then the question)
 //   longctx generate --chat "Write a haiku about caches" --json
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "cli/progress.h"
 #include "longctx/engine.h"
 #include "util/error.h"
@@ -25,7 +26,8 @@ struct GenerateArgs {
   int n = 128, top_k = 0, threads = 0;
   float temp = 0.f, top_p = 1.f;
   uint64_t seed = 0;
-  int64_t ctx = 0, chunk = 512;
+  ContextArgs ctx;
+  int64_t chunk = LoadOptions{}.prefill_chunk;
   std::vector<std::string> stop;
   bool json = false, quiet = false, special = false, ignore_eos = false;
 };
@@ -46,10 +48,11 @@ std::vector<int32_t> build_prompt(const GenerateArgs& a, const Tokenizer& tok) {
 }
 
 void run(const GenerateArgs& a) {
+  check_max_context(a.ctx, a.model);
   LoadOptions lo;
   lo.model_path = a.model;
   lo.n_threads = a.threads;
-  lo.max_context = a.ctx;
+  lo.max_context = a.ctx.max_context;
   lo.attn = a.attn;
   lo.prefill_chunk = a.chunk;
   lo.device = a.device;
@@ -95,6 +98,7 @@ void run(const GenerateArgs& a) {
     std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::printf("\n");
+    std::fflush(stdout);  // the answer's last line before the stats, when both go to one file
     if (!a.quiet)
       std::fprintf(stderr, "[prompt %lld tokens, prefill %.3f s (%.1f tok/s); %zu tokens generated, %.1f tok/s; stop: %s]\n",
                    (long long)r.prompt_tokens, r.prefill_s, prefill_tps, r.tokens.size(), decode_tps,
@@ -109,36 +113,35 @@ void register_generate(CLI::App& app) {
   auto* c = app.add_subcommand("generate", "Generate text from a prompt");
   c->add_option("-m,--model", args->model, "GGUF file or HF safetensors directory (default: SmolLM2-135M-Instruct)");
   auto* p = c->add_option("-p,--prompt", args->prompt, "Prompt text");
-  auto* f = c->add_option("-f,--file", args->file, "Read the prompt (or, with --chat, a document) from a file")
-                ->check(CLI::ExistingFile);
+  c->add_option("-f,--file", args->file, "Read the prompt (or, with --chat, a document) from a file")
+      ->check(readable_file());
   auto* ch = c->add_option("--chat", args->chat, "A user message, rendered with the model's chat template");
   c->add_option("--system", args->system, "System message for --chat")->needs(ch);
   p->excludes(ch);
-  (void)f;
-  c->add_option("-n,--max-tokens", args->n, "Maximum new tokens")->check(CLI::NonNegativeNumber);
-  c->add_option("--temp", args->temp, "Sampling temperature (0 = greedy)")->check(CLI::NonNegativeNumber);
-  c->add_option("--top-k", args->top_k, "Top-k sampling (0 = off)")->check(CLI::NonNegativeNumber);
-  c->add_option("--top-p", args->top_p, "Top-p (nucleus) sampling (1 = off)")->check(CLI::Range(0.0, 1.0));
-  c->add_option("--seed", args->seed, "Random seed for sampling");
-  c->add_option("--stop", args->stop, "Stop string (repeatable)");
+  add_max_new_tokens(c, args->n, "Maximum new tokens");
+  c->add_option("--temp", args->temp, "Sampling temperature (0 = greedy)")->check(finite_non_negative());
+  c->add_option("--top-k", args->top_k, "Top-k sampling (0 = off)")->check(integer_at_least(0));
+  c->add_option("--top-p", args->top_p, "Top-p (nucleus) sampling, in (0, 1] (1 = off)")
+      ->check(probability_above_zero());
+  add_seed(c, args->seed, "Random seed for sampling");
+  c->add_option("--stop", args->stop, "Stop string (repeatable)")->default_str("");
   c->add_option("--attn", args->attn, "Attention method: dense, a_shape[=SINK,WINDOW], minference[=CONFIG]");
-  c->add_option("--device", args->device, "cpu, cuda (the GPU; fails if unusable) or auto (GPU when usable, else CPU)")
-      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  add_device(c, args->device);
   c->add_option("--kv-cache", args->kv_cache,
                 "GPU KV cache: bf16, or fp8 (e4m3 with per-layer scales: half the memory; prefill runs layer by layer)")
-      ->check(CLI::IsMember({"bf16", "fp8"}));
+      ->check(one_of({"bf16", "fp8"}, "KV cache type"));
   c->add_option("--gpu-chunk", args->gpu_chunk, "Prefill chunk on the GPU in tokens (0 = automatic: 16K)")
-      ->check(CLI::NonNegativeNumber);
-  c->add_option("-t,--threads", args->threads, "CPU threads (0 = all cores)")->check(CLI::NonNegativeNumber);
-  c->add_option("-c,--ctx", args->ctx, "Context length limit (0 = the model's)")->check(CLI::NonNegativeNumber);
-  c->add_option("--chunk", args->chunk, "Prefill chunk size in tokens")->check(CLI::PositiveNumber);
+      ->check(integer_at_least(0));
+  add_threads(c, args->threads);
+  add_max_context(c, args->ctx);
+  add_prefill_chunk(c, args->chunk);
   c->add_flag("--special", args->special, "Parse special tokens like <|im_start|> in -p/-f text");
   c->add_flag("--ignore-eos", args->ignore_eos, "Do not stop at the end-of-generation token");
   c->add_flag("--json", args->json, "Print one JSON object (tokens, text, timings) instead of streaming");
   c->add_flag("-q,--quiet", args->quiet, "No progress or timings on stderr");
   c->callback([args] {
     if (args->prompt.empty() && args->file.empty() && args->chat.empty())
-      fail("generate needs a prompt: -p PROMPT, -f FILE or --chat MESSAGE");
+      usage_error("generate needs a prompt: -p PROMPT, -f FILE or --chat MESSAGE");
     run(*args);
   });
 }

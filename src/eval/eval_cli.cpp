@@ -3,6 +3,7 @@
 
 #include <memory>
 
+#include "cli/options.h"
 #include "eval/lengths.h"
 #include "eval/task.h"
 #include "util/error.h"
@@ -15,6 +16,7 @@ struct CliState {
   std::vector<std::string> attn{"dense"};
   std::string lengths = "2k", depths;
   CLI::Option* json = nullptr;
+  cli::ContextArgs ctx;
 };
 
 std::string task_list() {
@@ -31,6 +33,8 @@ void register_eval_command(CLI::App& app) {
 
 void register_eval_command(CLI::App& app, eval::EngineFactory factory) {
   auto st = std::make_shared<CliState>();
+  st->o.prefill_chunk = LoadOptions{}.prefill_chunk;  // so --help shows the engine's defaults
+  st->o.device = LoadOptions{}.device;
   CLI::App* sub = app.add_subcommand(
       "eval", "Long-context evaluation: retrieval accuracy (passkey, NIAH, RULER), perplexity, attention fidelity");
   sub->add_option("task", st->o.task, "Task: " + task_list())->required();
@@ -38,44 +42,47 @@ void register_eval_command(CLI::App& app, eval::EngineFactory factory) {
   sub->add_option("--attn", st->attn,
                   "Attention method(s), comma-separated for a side-by-side run: dense,a_shape=64,1024,minference")
       ->delimiter('\0');
-  sub->add_option("--lengths", st->lengths, "Context lengths in tokens: 2k,4k,8k (k = 1024)")->capture_default_str();
+  sub->add_option("--lengths", st->lengths, "Context lengths in tokens: 2k,4k,8k (k = 1024)");
   sub->add_option("--samples", st->o.samples, "Samples per length (and depth); ppl: windows per length")
-      ->capture_default_str();
-  sub->add_option("--seed", st->o.seed, "Seed of the generated prompts")->capture_default_str();
+      ->check(cli::integer_at_least(1));
+  cli::add_seed(sub, st->o.seed, "Seed of the generated prompts");
   sub->add_option("--depths", st->depths, "Needle depths for passkey/niah: 0,0.25,0.5 or 0%,50%,100%");
   st->json = sub->add_option("--json", st->o.json_path, "Write JSON results to FILE (stdout without FILE)")
                  ->expected(0, 1);
-  sub->add_option("--out", st->o.out_dir, "Directory for PNG pictures (heatmaps, attention maps)");
-  sub->add_option("--max-new-tokens", st->o.max_new_tokens, "Answer tokens (default: per task)");
-  sub->add_option("--threads", st->o.threads, "CPU threads (0 = all cores)")->capture_default_str();
-  sub->add_option("--max-context", st->o.max_context,
-                  "Context limit in tokens (default: the model's trained context; larger tests length extrapolation)");
-  sub->add_option("--device", st->o.device, "Where the engine runs: cpu, cuda or auto (default: the engine's)");
+  sub->add_option("--out", st->o.out_dir, "Directory for PNG pictures (heatmaps, attention maps)")
+      ->check(cli::writable_folder());
+  cli::add_max_new_tokens(sub, st->o.max_new_tokens, "Answer tokens (0 = the task's default)");
+  cli::add_threads(sub, st->o.threads);
+  cli::add_max_context(sub, st->ctx);
+  cli::add_device(sub, st->o.device);
   sub->add_option("--kv-cache", st->o.kv_cache, "GPU KV cache: bf16 or fp8 (e4m3, half the memory)")
-      ->check(CLI::IsMember({"bf16", "fp8"}));
+      ->check(cli::one_of({"bf16", "fp8"}, "KV cache type"));
   sub->add_option("--gpu-chunk", st->o.gpu_chunk, "Prefill chunk on the GPU in tokens (0 = automatic: 16K)")
-      ->check(CLI::NonNegativeNumber);
-  sub->add_option("--prefill-chunk", st->o.prefill_chunk,
-                  "Prefill chunk in tokens (default: the engine's); answers must not depend on it");
+      ->check(cli::integer_at_least(0));
+  cli::add_prefill_chunk(sub, st->o.prefill_chunk);
   sub->add_option("--text", st->o.text_path,
                   "Plain-text book: the ppl text (default: Paradise Lost from the model cache) and the NIAH haystack");
   sub->add_option("--layer", st->o.attn_layer, "attention: also draw this layer's --head");
   sub->add_option("--head", st->o.attn_head, "attention: the head to draw with --layer");
   sub->add_option("--max-queries", st->o.max_queries, "attention: query rows evaluated per head (0 = all)")
-      ->capture_default_str();
+      ->check(cli::integer_at_least(0));
   sub->add_flag("--no-chat", [st](int64_t) { st->o.chat_template = false; }, "Plain prompts, no chat template");
-  sub->add_flag("--quiet", st->o.quiet, "No progress lines");
+  sub->add_flag("-q,--quiet", st->o.quiet, "No progress lines");
   sub->add_flag("--prompts", st->o.save_prompts, "Include each prompt's full text in the JSON");
   sub->callback([st, factory] {
     eval::EvalOptions o = st->o;
     (void)eval::expand_task(o.task);  // unknown task: list the valid ones before loading anything
+    if (!o.json_path.empty()) {
+      std::string path = o.json_path;
+      if (const std::string bad = cli::writable_file(true)(path); !bad.empty()) cli::usage_error("--json: " + bad);
+    }
+    cli::check_max_context(st->ctx, o.model_path);
+    o.max_context = st->ctx.max_context;
     o.methods = eval::split_methods(st->attn);
     o.lengths = eval::parse_lengths(st->lengths);
     if (!st->depths.empty()) o.depths = eval::parse_depths(st->depths);
     o.json = st->json->count() > 0;
-    if (o.samples <= 0) fail("--samples must be at least 1 (got {})", o.samples);
-    if (o.max_new_tokens < 0) fail("--max-new-tokens must not be negative (got {})", o.max_new_tokens);
-    if ((o.attn_layer >= 0) != (o.attn_head >= 0)) fail("--layer and --head go together");
+    if ((o.attn_layer >= 0) != (o.attn_head >= 0)) cli::usage_error("--layer and --head go together");
     eval::run_eval(o, factory);
   });
 }

@@ -32,7 +32,7 @@ void check_lengths(const EvalOptions& o, const Engine& engine) {
   for (int64_t L : o.lengths)
     if (L > ctx)
       fail("length {} ({} tokens) is above the context of model {} ({} tokens): lower --lengths, or use a "
-           "longer-context model (or --max-context to test extrapolation)", format_length(L), L, engine.config().name.empty() ? o.model_path : engine.config().name,
+           "longer-context model (or -c N --extrapolate to test extrapolation)", format_length(L), L, engine.config().name.empty() ? o.model_path : engine.config().name,
            ctx);
 }
 

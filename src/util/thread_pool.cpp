@@ -2,24 +2,57 @@
 #include "util/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 
 namespace longctx {
 
 namespace {
-// Spin iterations before a worker sleeps (~50-100 us): longer than the gap between two ops of
-// a decode step, short enough not to steal a core for long from other processes.
-constexpr int kSpinIters = 20000;
+using Clock = std::chrono::steady_clock;
+// How a thread waits: it spins (cheap to wake: decode issues hundreds of small ops per token)
+// for at most spin_time, then sleeps; after yield_after it also yields the core every
+// yield_every spins, so that a thread holding work gets the core back when threads outnumber free
+// cores. A yield is a system call (~1-3 us) and may hand the core to another process, so it is
+// kept for long waits when each thread has a core, and used at once when they do not.
+struct WaitPolicy {
+  std::chrono::microseconds spin_time, yield_after;
+  int yield_every;
+};
+// Each thread has a core: spin longer than the gaps between the ops of a decode step (a sleeping
+// worker costs a futex wake-up, tens of us in a VM), but not for long once the work has stopped.
+constexpr WaitPolicy kOwnCore{std::chrono::microseconds(2000), std::chrono::microseconds(100), 1024};
+// More threads than cores: spinning takes the core from a thread with work; wait briefly, yielding.
+constexpr WaitPolicy kSharedCore{std::chrono::microseconds(50), std::chrono::microseconds(0), 64};
+// Spins between two looks at the clock (a clock read costs ~0.1 us in a VM; a spin 10-100 ns).
+constexpr int kSpinsPerCheck = 64;
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
 #endif
 }
+
+// Spins until done() or until `limit` has passed (then returns done()), yielding as `w` says.
+template <class Done>
+bool spin_until(Done done, const WaitPolicy& w, Clock::duration limit) {
+  const auto start = Clock::now();
+  for (int i = 1;; ++i) {
+    if (done()) return true;
+    if (i % kSpinsPerCheck != 0) {
+      cpu_relax();
+      continue;
+    }
+    const auto waited = Clock::now() - start;
+    if (waited >= limit) return done();
+    if (waited >= w.yield_after && i % w.yield_every == 0) std::this_thread::yield();
+  }
+}
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) {
-  if (n_threads <= 0) n_threads = int(std::max(1u, std::thread::hardware_concurrency()));
+  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  if (n_threads <= 0) n_threads = cores;
+  oversubscribed_ = n_threads > cores;
   for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
@@ -54,12 +87,11 @@ void ThreadPool::run_chunks(uint32_t gen) {
 void ThreadPool::worker_loop() {
   uint32_t seen = 0;
   while (true) {
-    int spins = 0;
-    while (generation_.load(std::memory_order_acquire) == seen && !stop_.load(std::memory_order_acquire)) {
-      if (++spins < kSpinIters) {
-        cpu_relax();
-        continue;
-      }
+    auto woken = [&] {
+      return generation_.load(std::memory_order_acquire) != seen || stop_.load(std::memory_order_acquire);
+    };
+    const WaitPolicy& w = oversubscribed_ ? kSharedCore : kOwnCore;
+    if (!spin_until(woken, w, w.spin_time)) {
       std::unique_lock lk(mu_);
       cv_.wait(lk, [&] { return stop_.load() || generation_.load() != seen; });
     }
@@ -93,7 +125,10 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   }
   cv_.notify_all();
   run_chunks(gen);
-  while (done_.load(std::memory_order_acquire) < job.n_chunks) cpu_relax();
+  // The other chunks are running on workers: wait, yielding now and then so that a worker that
+  // lost its core gets it back.
+  spin_until([&] { return done_.load(std::memory_order_acquire) >= job.n_chunks; },
+             oversubscribed_ ? kSharedCore : kOwnCore, Clock::duration::max());
   if (error_) {
     auto err = error_;
     error_ = nullptr;

@@ -4,8 +4,11 @@
 // Work is split into contiguous chunks (at least `grain` items each), the caller's thread takes
 // part, and the call returns when every chunk is done. Exceptions thrown by a chunk are
 // re-thrown on the calling thread.
-// Decode issues hundreds of small parallel_for calls per token, so idle workers spin briefly
-// (kSpinIters) before sleeping on a condition variable: a wake-up then costs ~1 us, not ~50.
+// Decode issues hundreds of small parallel_for calls per token, so idle workers spin (up to
+// ~2 ms) before sleeping on a condition variable: a wake-up then costs ~1 us, not ~50. Spinning
+// is bounded by time, not iterations (a `pause` costs 10 ns on one CPU and 100+ ns in a VM); a
+// long wait also yields the core now and then, and a pool with more threads than cores spins only
+// briefly and yields at once, so the threads holding work run instead of the spinners.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -52,6 +55,7 @@ class ThreadPool {
   Job jobs_[2];                   // indexed by generation & 1
   std::mutex err_mu_;
   std::exception_ptr error_;
+  bool oversubscribed_ = false;  // more threads than cores: wait briefly, yielding (thread_pool.cpp)
 };
 
 // The process-wide pool used by the CPU ops (created on first use, sized by set_num_threads).

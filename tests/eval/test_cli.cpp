@@ -44,6 +44,8 @@ struct Harness {
       run(std::move(args));
     } catch (const Error& e) {
       return e.what();
+    } catch (const CLI::ParseError& e) {  // usage errors found while parsing (cli/options.h)
+      return e.what();
     }
     return "";
   }

@@ -58,6 +58,12 @@ struct AttnCase {
   bool causal;
   int64_t window = 0;  // sliding window (0: none)
 };
+// Readable test names (the name generator below; gtest's messages print GetParam() this way too).
+void PrintTo(const AttnCase& c, std::ostream* os) {
+  *os << "q" << c.n_q << "_kv" << c.n_kv << "_pos" << c.q_pos0 << "_h" << c.n_head << "_kvh" << c.n_kv_head << "_d"
+      << c.head_dim << (c.causal ? "_causal" : "_full");
+  if (c.window > 0) *os << "_w" << c.window;
+}
 
 class AttentionRef : public ::testing::TestWithParam<AttnCase> {};
 
@@ -91,7 +97,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionRef,
                                            AttnCase{70, 100, 30, 6, 2, 64, true, 40},
                                            AttnCase{20, 20, 0, 2, 1, 32, true, 64},
                                            AttnCase{1, 300, 299, 4, 2, 32, true, 17},
-                                           AttnCase{1, 300, 299, 4, 2, 32, true, 1}));
+                                           AttnCase{1, 300, 299, 4, 2, 32, true, 1}),
+                         [](const auto& info) { return ::testing::PrintToString(info.param); });
 
 TEST(Ops, MatmulWithBiasMatchesOracle) {
   ThreadPool pool(2);

@@ -220,7 +220,7 @@ TEST(PromptWide, WhichLayersEstimatePerPrompt) {
   MethodContext mc{f.cfg.n_layer, f.cfg.n_head, f.cfg.n_kv_head, f.cfg.head_dim, f.cfg.name};
   auto m = make_minference_method(mixed_config(), {}, mc);
   for (int l = 0; l < 3; ++l) EXPECT_TRUE(m->estimates_per_prompt(l, 1000)) << l;
-  auto d = make_minference_method(mixed_config(), {.dense_below = 2000, .dense_layers = 1}, mc);
+  auto d = make_minference_method(mixed_config(), {.config_path = {}, .dense_below = 2000, .dense_layers = 1}, mc);
   EXPECT_FALSE(d->estimates_per_prompt(0, 4000)) << "dense layer";
   EXPECT_FALSE(d->estimates_per_prompt(1, 1000)) << "prompt below dense_below";
   EXPECT_TRUE(d->estimates_per_prompt(1, 4000));

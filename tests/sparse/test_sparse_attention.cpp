@@ -56,6 +56,11 @@ struct Shape {
   int64_t n_q, q_pos0;
   int n_head, n_kv_head, d, n_index_head;
 };
+// Readable test names (the name generator below; gtest's messages print GetParam() this way too).
+void PrintTo(const Shape& s, std::ostream* os) {
+  *os << "q" << s.n_q << "_pos" << s.q_pos0 << "_h" << s.n_head << "_kvh" << s.n_kv_head << "_d" << s.d << "_idx"
+      << s.n_index_head;
+}
 
 class RandomIndex : public ::testing::TestWithParam<Shape> {};
 
@@ -79,7 +84,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape{130, 77, 4, 1, 32, 1},    // chunk at q_pos0 = 77, MQA, shared index
                       Shape{65, 300, 8, 2, 64, 2},    // 1-row last block, per KV head index
                       Shape{5, 1000, 2, 2, 8, 2},     // tiny chunk deep in the cache
-                      Shape{300, 40, 6, 3, 128, 3})); // head_dim 128
+                      Shape{300, 40, 6, 3, 128, 3}),  // head_dim 128
+    [](const auto& info) { return ::testing::PrintToString(info.param); });
 
 SparseIndex full_index(int64_t n_q, int64_t n_kv, int n_index_head) {
   SparseIndex idx;

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "cli/geometry_option.h"
+#include "cli/options.h"
 #include "longctx/engine.h"
 #include "methods/minference/pattern_search.h"
 #include "util/error.h"
@@ -31,7 +33,7 @@ struct SearchArgs {
   std::string model, output, report;
   std::string device = "cpu";  // as generate: cpu, cuda or auto
   int threads = 0;
-  int64_t max_tokens = 0;
+  int64_t sample_tokens = 0;
   int64_t reference_len = kSearchReferenceLen;
   double dense_above = 0;
   bool no_match_flops = false;
@@ -107,12 +109,12 @@ void run_search(const SearchArgs& a) {
                    a.samples[i].c_str(), ids.size(), (long long)engine->max_context());
     }
     const int64_t n_used = std::min<int64_t>({int64_t(ids.size()), engine->max_context(),
-                                              a.max_tokens > 0 ? a.max_tokens : int64_t(ids.size())});
+                                              a.sample_tokens > 0 ? a.sample_tokens : int64_t(ids.size())});
     lengths += (i ? ", " : "") + std::to_string(n_used);
     samples.push_back(std::move(ids));
   }
   SearchOptions opt;
-  opt.max_tokens = a.max_tokens;
+  opt.max_tokens = a.sample_tokens;
   opt.match_flops = !a.no_match_flops;
   opt.reference_len = a.reference_len;
   opt.dense_above = a.dense_above;
@@ -158,13 +160,17 @@ void register_search_patterns_command(CLI::App& app) {
   cmd->add_option("-m,--model", args->model, "model file (.gguf) or HF directory (default: the default model)");
   cmd->add_option("--sample", args->samples,
                   "sample prompt text file (the paper uses one ~30K-token KV-retrieval prompt); repeat for several "
-                  "samples: the first fixes the budgets, the errors are averaged over all");
-  cmd->add_option("-o,--output", args->output, "config to write (published MInference JSON format)")->required();
-  cmd->add_option("--threads", args->threads, "CPU threads (0 = all cores)");
-  cmd->add_option("--device", args->device,
-                  "cpu, cuda (the GPU: capture and scoring; fails if unusable) or auto (GPU when usable, else CPU)");
-  cmd->add_option("--max-tokens", args->max_tokens, "use at most this many sample tokens (0 = all)");
-  cmd->add_option("--report", args->report, "also write every head's candidate errors and FLOPs to this JSON file");
+                  "samples: the first fixes the budgets, the errors are averaged over all")
+      ->default_str("");
+  cmd->add_option("-o,--output", args->output, "config to write (published MInference JSON format)")
+      ->required()
+      ->check(cli::writable_file());
+  cli::add_threads(cmd, args->threads);
+  cli::add_device(cmd, args->device);  // cuda: capture and scoring on the GPU
+  cmd->add_option("--sample-tokens", args->sample_tokens, "use at most this many tokens of each sample (0 = all)")
+      ->check(cli::integer_at_least(0));
+  cmd->add_option("--report", args->report, "also write every head's candidate errors and FLOPs to this JSON file")
+      ->check(cli::writable_file());
   cmd->add_option("--reference-len", args->reference_len,
                   "scale Table 4's budgets by min(1, S / N) for a sample of S tokens (default 30720, the paper's "
                   "sample; 0 = Table 4 as printed)");
@@ -174,8 +180,10 @@ void register_search_patterns_command(CLI::App& app) {
   cmd->add_flag("--no-match-flops", args->no_match_flops, "use the candidate budgets as given (no FLOPs matching)");
   cmd->add_option("--random-weights", args->random_weights,
                   "timing only: random weights of a named geometry (llama3-8b, llama3.1-8b, qwen2.5-7b, smollm2-135m; "
-                  "NAME:N keeps N layers) instead of -m; GPU only; the sample is --random-tokens ids");
-  cmd->add_option("--random-tokens", args->random_tokens, "with --random-weights: a sample of N random token ids");
+                  "NAME:N keeps N layers) instead of -m; GPU only; the sample is --random-tokens ids")
+      ->check(cli::known_geometry());
+  cmd->add_option("--random-tokens", args->random_tokens, "with --random-weights: a sample of N random token ids")
+      ->check(cli::integer_at_least(0));
   cmd->add_flag("--synthetic-qk", args->synthetic_qk,
                 "with --random-weights: structured synthetic Q/K after RoPE (realistic attention structure)");
   cmd->callback([args] { run_search(*args); });

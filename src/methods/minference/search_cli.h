@@ -1,7 +1,7 @@
 // search_cli.h: the `longctx search-patterns` subcommand (MInference offline pattern search).
 //
-//   longctx search-patterns -m MODEL --sample FILE [--sample FILE2 ...] -o CONFIG.json [--threads N]
-//       [--max-tokens N] [--report REPORT.json] [--no-match-flops] [--reference-len N] [--dense-above E]
+//   longctx search-patterns -m MODEL --sample FILE [--sample FILE2 ...] -o CONFIG.json [-t N]
+//       [--sample-tokens N] [--report REPORT.json] [--no-match-flops] [--reference-len N] [--dense-above E]
 //       [--device cpu|cuda|auto]
 // Tokenizes the sample texts, runs search_patterns (pattern_search.h) with dense capture, and
 // writes the per-head config in the published MInference format; progress (layer i/N, elapsed,
