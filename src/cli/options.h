@@ -11,7 +11,7 @@
 // Checks run while the command line is parsed, so a bad value fails before any model loads.
 // They throw CLI::ValidationError, which main() prints as `longctx: <what is wrong>` and exits
 // with kExitUsage; errors found while working (an unreadable model, ...) exit with kExitRuntime.
-// Header-only: also used by src/eval/eval_cli.cpp and src/sparse/search_cli.cpp, which are
+// Header-only: also used by src/eval/eval_cli.cpp and src/methods/minference/search_cli.cpp, which are
 // linked into other libraries than the CLI's own sources.
 #pragma once
 #include <CLI/CLI.hpp>

@@ -67,7 +67,7 @@ void GpuTransformer::capture_attention(std::span<const int32_t> tokens, const At
   }
   if (sl.total + ws_bytes + kReserveBytes > free_b)
     fail("capturing the attention of {} tokens on the GPU needs {} (residual stream {}, one layer's K and V {}, "
-         "decode workspace {}, plus a {} reserve) but '{}' has {} free; use a shorter sample (--max-tokens) or "
+         "decode workspace {}, plus a {} reserve) but '{}' has {} free; use a shorter sample (--sample-tokens) or "
          "--device cpu",
          T, gib(sl.total + ws_bytes + kReserveBytes), gib(sl.total - sl.x), gib(sl.x), gib(ws_bytes),
          gib(kReserveBytes), device_name_, gib(free_b));

@@ -64,7 +64,7 @@ void GpuScorer::grow(std::initializer_list<std::pair<Buffer*, size_t>> need, con
   const size_t free_b = free_device_bytes() + freed;
   if (add + kReserveBytes > free_b)
     fail("GPU pattern search: {} need {} of GPU memory (plus a {} reserve) but {} is free; use a shorter sample "
-         "(--max-tokens) or --device cpu",
+         "(--sample-tokens) or --device cpu",
          what, gib(add), gib(kReserveBytes), gib(free_b));
   for (const auto& [b, n] : need) {
     const size_t want = align_up(std::max(n, kMinBuffer));
