@@ -5,40 +5,20 @@
 
 #include "gpu/kv_fp8.h"
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/fp8_vec.cuh"
 
 namespace longctx::gpu {
 
 namespace {
 
 using bf16 = __nv_bfloat16;
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 4096;  // grid-stride beyond this: enough to fill any current GPU
-constexpr int64_t kVec = 8;           // elements per vector
-
-unsigned blocks_for(int64_t n) {
-  const int64_t b = (n + kThreads - 1) / kThreads;
-  return unsigned(b < 1 ? 1 : (b > kMaxBlocks ? kMaxBlocks : b));
-}
+using cuda::fp8vec::blocks_for;
+using cuda::fp8vec::dequantize8;
+using cuda::fp8vec::kThreads;
+using cuda::fp8vec::quantize8;
+constexpr int64_t kVec = 8;  // elements per vector
 
 cudaStream_t st(cuda::Stream s) { return static_cast<cudaStream_t>(s); }
-
-__device__ __forceinline__ uint8_t to_e4m3(float x) {
-  return uint8_t(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
-}
-
-__device__ __forceinline__ float from_e4m3(uint8_t b) {
-  const __half_raw h = __nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(b), __NV_E4M3);
-  return __half2float(__half(h));
-}
-
-// 8 bf16 (one uint4) -> 8 e4m3 (one uint2), x / scale.
-__device__ __forceinline__ uint2 quantize8(uint4 v, float inv_scale) {
-  const bf16* e = reinterpret_cast<const bf16*>(&v);
-  uint32_t w[2] = {0, 0};
-#pragma unroll
-  for (int i = 0; i < 8; ++i) w[i / 4] |= uint32_t(to_e4m3(__bfloat162float(e[i]) * inv_scale)) << (8 * (i % 4));
-  return make_uint2(w[0], w[1]);
-}
 
 __global__ void amax_kernel(const uint4* x, int64_t n_vec, float* out) {
   float m = 0.f;
@@ -67,13 +47,7 @@ __global__ void quantize_kernel(const uint4* src, uint2* dst, int64_t n_vec, flo
 
 __global__ void dequantize_kernel(const uint2* src, uint4* dst, int64_t n_vec, float scale) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n_vec; i += int64_t(gridDim.x) * blockDim.x) {
-    const uint2 v = src[i];
-    const uint8_t* b = reinterpret_cast<const uint8_t*>(&v);
-    uint4 out;
-    bf16* e = reinterpret_cast<bf16*>(&out);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) e[j] = __float2bfloat16_rn(from_e4m3(b[j]) * scale);
-    dst[i] = out;
+    dst[i] = dequantize8(src[i], scale);
   }
 }
 

@@ -22,6 +22,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/fa2_tile.cuh"
 #include "kernels/cuda/mma.cuh"
 
 namespace longctx::cuda::decode_split {
@@ -217,29 +218,7 @@ __global__ void __launch_bounds__(DecodeTile<D, kFp8>::kThreads)
         if (need_mask && key0 + nt * 8 + 2 * tq + (e & 1) >= n_kv) x = -INFINITY;
         s[nt][e] = x;
       }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = fmaxf(fmaxf(s[0][2 * r], s[0][2 * r + 1]), fmaxf(s[1][2 * r], s[1][2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m_r[r], mx);
-      const float m_use = m_new == -INFINITY ? 0.f : m_new;
-      const float corr = exp2f(m_r[r] - m_use);
-      m_r[r] = m_new;
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        s[nt][2 * r] = exp2f(s[nt][2 * r] - m_use);
-        s[nt][2 * r + 1] = exp2f(s[nt][2 * r + 1] - m_use);
-        sum += s[nt][2 * r] + s[nt][2 * r + 1];
-      }
-      l_r[r] = l_r[r] * corr + sum;
-#pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt) {
-        oacc[dt][2 * r] *= corr;
-        oacc[dt][2 * r + 1] *= corr;
-      }
-    }
+    fa2::softmax_update<D>(s, m_r, l_r, oacc);
     auto pack = [](float x, float y) { return kFp8 ? pack_f16(x, y) : pack_bf16(x, y); };
     const uint32_t pa[4] = {pack(s[0][0], s[0][1]), pack(s[0][2], s[0][3]), pack(s[1][0], s[1][1]),
                             pack(s[1][2], s[1][3])};

@@ -44,16 +44,19 @@ __device__ __forceinline__ void qk_tile(float (&s)[8][4], const uint32_t (&qf)[D
   }
 }
 
-// Online softmax over one tile of scaled, masked scores: new row max, s -> exp2(s - max),
-// running sums and output rescaled by exp2(old max - new max).
-template <int D>
-__device__ __forceinline__ void softmax_update(float (&s)[8][4], float (&m_r)[2], float (&l_r)[2],
+// Online softmax over one tile of scaled, masked scores (NT n-tiles of 8 keys per warp row
+// pair: 8 for the prefill kernels' 64-key tiles, 2 for decode's 16 keys per warp): new row max,
+// s -> exp2(s - max), running sums and output rescaled by exp2(old max - new max). The one
+// online-softmax step of the mma.sync kernels (dense prefill, generic sparse, dense and sparse
+// decode: decode_split.cuh).
+template <int D, int NT>
+__device__ __forceinline__ void softmax_update(float (&s)[NT][4], float (&m_r)[2], float (&l_r)[2],
                                                float (&oacc)[D / 8][4]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float mx = -INFINITY;
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+    for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float m_new = fmaxf(m_r[r], mx);
@@ -62,7 +65,7 @@ __device__ __forceinline__ void softmax_update(float (&s)[8][4], float (&m_r)[2]
     m_r[r] = m_new;
     float sum = 0.f;
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
+    for (int nt = 0; nt < NT; ++nt) {
       s[nt][2 * r] = exp2f(s[nt][2 * r] - m_use);
       s[nt][2 * r + 1] = exp2f(s[nt][2 * r + 1] - m_use);
       sum += s[nt][2 * r] + s[nt][2 * r + 1];

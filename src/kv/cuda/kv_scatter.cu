@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
+#include "kernels/cuda/fp8_vec.cuh"
 #include "kv/cuda/kv_scatter_launch.h"
 
 namespace longctx::kv {
@@ -11,39 +12,10 @@ namespace longctx::kv {
 namespace {
 
 using bf16 = __nv_bfloat16;
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 4096;  // grid-stride beyond this: enough to fill any current GPU
-
-unsigned blocks_for(int64_t n) {
-  const int64_t b = (n + kThreads - 1) / kThreads;
-  return unsigned(b < 1 ? 1 : (b > kMaxBlocks ? kMaxBlocks : b));
-}
-
-__device__ __forceinline__ uint8_t to_e4m3(float x) {
-  return uint8_t(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
-}
-
-__device__ __forceinline__ float from_e4m3(uint8_t b) {
-  const __half_raw h = __nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(b), __NV_E4M3);
-  return __half2float(__half(h));
-}
-
-__device__ __forceinline__ uint2 quantize8(uint4 v, float inv_scale) {
-  const bf16* e = reinterpret_cast<const bf16*>(&v);
-  uint32_t w[2] = {0, 0};
-#pragma unroll
-  for (int i = 0; i < 8; ++i) w[i / 4] |= uint32_t(to_e4m3(__bfloat162float(e[i]) * inv_scale)) << (8 * (i % 4));
-  return make_uint2(w[0], w[1]);
-}
-
-__device__ __forceinline__ uint4 dequantize8(uint2 v, float scale) {
-  const uint8_t* b = reinterpret_cast<const uint8_t*>(&v);
-  uint4 out;
-  bf16* e = reinterpret_cast<bf16*>(&out);
-#pragma unroll
-  for (int j = 0; j < 8; ++j) e[j] = __float2bfloat16_rn(from_e4m3(b[j]) * scale);
-  return out;
-}
+using cuda::fp8vec::blocks_for;
+using cuda::fp8vec::dequantize8;
+using cuda::fp8vec::kThreads;
+using cuda::fp8vec::quantize8;
 
 // Table geometry of a view, by value.
 struct Tables {

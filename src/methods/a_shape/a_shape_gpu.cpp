@@ -21,6 +21,16 @@ namespace {
 
 size_t align_up(size_t n) { return (n + kAShapeAlign - 1) / kAShapeAlign * kAShapeAlign; }
 
+// Sub-buffers of one device block, each starting aligned: take(bytes) returns its offset.
+struct Carve {
+  size_t off = 0;
+  size_t take(size_t bytes) {
+    const size_t at = off;
+    off = align_up(off + bytes);
+    return at;
+  }
+};
+
 class AShapeGpu final : public GpuMethod {
  public:
   explicit AShapeGpu(AShapeParams a) : a_(a) {}
@@ -76,15 +86,10 @@ class AShapeGpu final : public GpuMethod {
   DecodeLayout decode_layout(const GpuShape& shape) const {
     const size_t n = size_t(shape.n_seq);
     DecodeLayout d;
-    size_t off = 0;
-    auto take = [&](size_t bytes) {
-      const size_t at = off;
-      off = align_up(off + bytes);
-      return at;
-    };
-    d.range_ptr = take((n + 1) * sizeof(int32_t));
-    d.ranges = take(2 * n * 2 * sizeof(int32_t));  // two ranges per sequence
-    d.col_ptr = take((n + 1) * sizeof(int32_t));
+    Carve c;
+    d.range_ptr = c.take((n + 1) * sizeof(int32_t));
+    d.ranges = c.take(2 * n * 2 * sizeof(int32_t));  // two ranges per sequence
+    d.col_ptr = c.take((n + 1) * sizeof(int32_t));
     cuda::SparseDecodeBounds b;
     b.n_seq = shape.n_seq;
     b.n_head = shape.model.n_head;
@@ -94,8 +99,8 @@ class AShapeGpu final : public GpuMethod {
     b.range_capacity = 2 * int64_t(n);
     b.col_capacity = 0;
     d.workspace_bytes = cuda::sparse_decode_workspace_bytes(b);
-    d.workspace = take(d.workspace_bytes);
-    d.total = off;
+    d.workspace = c.take(d.workspace_bytes);
+    d.total = c.off;
     return d;
   }
   char* dbase() const { return static_cast<char*>(buf_) + layout_.total; }
@@ -154,23 +159,18 @@ AShapeLayout a_shape_layout(int64_t chunk) {
   AShapeLayout l;
   l.max_blocks = (chunk + cuda::kSparseQBlock - 1) / cuda::kSparseQBlock;
   const size_t B = size_t(l.max_blocks);
-  size_t off = 0;
-  auto take = [&](size_t bytes) {
-    const size_t at = off;
-    off = align_up(off + bytes);
-    return at;
-  };
-  l.range_ptr = take((B + 1) * sizeof(int64_t));
-  l.ranges = take(2 * B * 2 * sizeof(int32_t));  // at most two ranges per block
-  l.col_ptr = take((B + 1) * sizeof(int64_t));
+  Carve c;
+  l.range_ptr = c.take((B + 1) * sizeof(int64_t));
+  l.ranges = c.take(2 * B * 2 * sizeof(int32_t));  // at most two ranges per block
+  l.col_ptr = c.take((B + 1) * sizeof(int64_t));
   cuda::DeviceSparseIndex worst;
   worst.n_index_head = 1;
   worst.n_qblk = l.max_blocks;
   worst.n_ranges = 2 * l.max_blocks;
   worst.n_cols = 0;
   l.workspace_bytes = cuda::sparse_attention_workspace_bytes(worst);
-  l.workspace = take(l.workspace_bytes);
-  l.total = off;
+  l.workspace = c.take(l.workspace_bytes);
+  l.total = c.off;
   return l;
 }
 
