@@ -4,9 +4,11 @@
 # (dense and MInference prefill at 128K, MInference at 512K, dense at 1M: the no-regression target), then sparse decode end
 # to end (A-shape decode vs dense decode, decode tokens/s at 128K and 1M).
 # Here (no GPU needed):
-#   OLD=/path/to/old/build NEW=build CARRY=.carry/methods scripts/gpu-methods-check.sh --pack [--model-part 1|2]
+#   OLD=/path/to/old/build NEW=build CARRY=.carry/methods [EXTRA_TESTS=tests/kv/test_kv] \
+#     scripts/gpu-methods-check.sh --pack [--model-part 1|2]
 # There (carry the CARRY folder):
 #   CARRY=.carry/methods OUT=$OUT scripts/gpu-methods-check.sh [--tests FILTER] [--steps "tests ab128 decode ab1m"]
+#   (also "abdecode": old vs new decode tokens/s at 128K, dense and sparse)
 # Everything lands in $OUT (logs, bench JSON as methods-all.tgz) and a summary table is printed last.
 # Geometry: Llama-3-8B with random weights; "llama3-8b:N" keeps N of its 32 layers where a full
 # model would not fit the 10-minute call (per-layer work is identical: ratios hold).
@@ -19,7 +21,7 @@ MINF=configs/minference/Llama-3-8B-Instruct-262k.json
 if [ "${1:-}" = "--pack" ]; then
   tmp=/tmp/methods-pack; rm -rf "$tmp" "$CARRY"; mkdir -p "$tmp/old" "$tmp/new" "$tmp/lib" "$CARRY"
   cp "$OLD/src/cli/longctx" "$tmp/old/"
-  for b in src/cli/longctx tests/gpu/test_gpu tests/cuda/test_cuda; do cp "$NEW/$b" "$tmp/new/"; done
+  for b in src/cli/longctx tests/gpu/test_gpu tests/cuda/test_cuda ${EXTRA_TESTS:-}; do cp "$NEW/$b" "$tmp/new/"; done
   strip "$tmp"/old/* "$tmp"/new/*
   for lib in $(ldd "$tmp"/old/* "$tmp"/new/* | awk '/=> \// {print $3}' | sort -u); do
     case "$(basename "$lib")" in
@@ -72,6 +74,9 @@ for step in $steps; do
       timeout 420 "$BIN/new/test_gpu" --gtest_filter="$filter" > "$W/test_gpu.log" 2>&1; echo "test_gpu rc=$?"
       grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED|\[ gpu" "$W/test_gpu.log" | tail -n 25
       timeout 300 "$BIN/new/test_cuda" > "$W/test_cuda.log" 2>&1; echo "test_cuda rc=$?"; tail -n 3 "$W/test_cuda.log"
+      if [ -x "$BIN/new/test_kv" ]; then
+        timeout 120 "$BIN/new/test_kv" > "$W/test_kv.log" 2>&1; echo "test_kv rc=$?"; tail -n 3 "$W/test_kv.log"
+      fi
       ;;
     ab128)  # old vs new, alternated, full model at 128K (bf16 cache, 16K chunks, structured Q/K)
       for w in old new new old; do
@@ -85,6 +90,13 @@ for step in $steps; do
           attn="a_shape=1024,4096"; [ $d = sparse ] && attn="prefill:a_shape=1024,4096;decode:a_shape=128,4096"
           bench "decode_${d}_$L" new 150 --random-weights llama3-8b:8 --lengths $L --decode 65 --kv-cache fp8 --attn "$attn"
         done
+      done ;;
+    abdecode)  # old vs new decode tokens/s at 128K, dense and sparse (8 of 32 layers, fp8 cache)
+      for w in old new new old; do
+        bench "abdecode_dense_$w$RANDOM" $w 100 --random-weights llama3-8b:8 --lengths 128k --decode 129 --kv-cache fp8 \
+          --attn a_shape=1024,4096
+        bench "abdecode_sparse_$w$RANDOM" $w 100 --random-weights llama3-8b:8 --lengths 128k --decode 129 --kv-cache fp8 \
+          --attn "prefill:a_shape=1024,4096;decode:a_shape=128,4096"
       done ;;
     ab1m)  # old vs new: MInference at 512K on all 32 layers (its config names 32; 1M would need 80 GB with
            # the fp8 cache: more than an H100), dense at 1M on 2 layers (fp8 cache, layer-major)
