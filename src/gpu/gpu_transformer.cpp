@@ -504,9 +504,10 @@ void GpuTransformer::decode_layer(int l, int64_t plan_kv) {
     kv_append_fp8({k_row, v_row, k_all, v_all, d_pos, KV, cap_}, k_scale_[size_t(l)], v_scale_[size_t(l)], stream_);
   else
     kv_append({k_row, v_row, k_all, v_all, d_pos, KV, cap_}, stream_);
-  const int64_t n_kv = plan_kv;  // the route's key count: the captured step serves up to plan_kv keys
+  // The route's key count is plan_kv: the captured step serves up to plan_kv keys.
   if (gpu_method_ &&
-      method_->route({.layer = l, .phase = Phase::decode, .n_q = 1, .q_pos0 = n_kv - 1, .n_kv = n_kv}) == Route::sparse) {
+      method_->route({.layer = l, .phase = Phase::decode, .n_q = 1, .q_pos0 = plan_kv - 1, .n_kv = plan_kv}) ==
+          Route::sparse) {
     sparse_decode_attention(l, q, o, k_all, v_all);
   } else {
     dense_decode_attention(l, plan_kv, q, o, k_all, v_all);

@@ -40,6 +40,16 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+// Attaches a sequence to the CPU model for a scope (the model's own sequence again after it, also
+// on an error).
+struct Attached {
+  Transformer& model;
+  Attached(Transformer& m, SequenceState* s) : model(m) { model.attach(s); }
+  ~Attached() { model.attach(nullptr); }
+  Attached(const Attached&) = delete;
+  Attached& operator=(const Attached&) = delete;
+};
+
 // One sequence's sampling and stopping, shared by generate and generate_batch: its sampler, its
 // text stream (stop strings) and its result so far.
 struct SequenceRun {
@@ -169,10 +179,9 @@ class CpuEngine final : public Engine {
   std::vector<GenerateResult> generate_batch(std::span<const std::vector<int32_t>> prompts, const SamplingParams& sp,
                                              const ProgressFn& progress) override {
     for (size_t i = 0; i < prompts.size(); ++i) check_prompt(prompts[i], sp, fmt::format("prompt {}: ", i));
-    const int64_t n_seq = int64_t(prompts.size());
-    std::vector<GenerateResult> out;
-    const auto t0 = Clock::now();
     if (on_gpu_) return Engine::generate_batch(prompts, sp, progress);  // no batched GPU decode yet
+    const int64_t n_seq = int64_t(prompts.size());
+    const auto t0 = Clock::now();
     std::vector<std::unique_ptr<SequenceState>> seqs;
     std::vector<SequenceRun> runs;
     std::vector<std::vector<float>> logits(static_cast<size_t>(n_seq));  // [n_seq][vocab] of the prefills
@@ -180,52 +189,39 @@ class CpuEngine final : public Engine {
       const auto& p = prompts[size_t(i)];
       seqs.push_back(model_->new_sequence(int64_t(p.size()) + sp.max_tokens));
       runs.emplace_back(sp, int64_t(p.size()));
-      model_->attach(seqs.back().get());
+      const Attached on(*model_, seqs.back().get());
       const auto tp = Clock::now();
-      try {
-        prefill(p, 1, &logits[size_t(i)], {}, tp);
-      } catch (...) {
-        model_->attach(nullptr);
-        throw;
-      }
-      model_->attach(nullptr);
+      prefill(p, 1, &logits[size_t(i)], {}, tp);
       runs.back().res.prefill_s = seconds_since(tp);
       if (progress) progress({i + 1, n_seq, seconds_since(t0)});
     }
-    const auto t1 = Clock::now();
-    std::vector<SequenceState*> step_seqs;
-    std::vector<int32_t> step_ids;
-    std::vector<int64_t> step_rows;  // which run each row of the step belongs to
-    std::vector<float> rows;
-    const int64_t V = cfg_.vocab_size;
-    for (int64_t i = 0; i < n_seq; ++i) {  // first tokens come from the prefill logits
+    // The rows of the next decode step: which sequences, and the token each appends.
+    std::vector<int64_t> active;
+    std::vector<int32_t> ids;
+    auto advance = [&](int64_t i, std::span<const float> row, std::vector<int64_t>& next, std::vector<int32_t>& next_ids) {
       int32_t id = -1;
-      if (runs[size_t(i)].next(*tok_, logits[size_t(i)], &id) && !runs[size_t(i)].finished()) {
-        step_seqs.push_back(seqs[size_t(i)].get());
-        step_ids.push_back(id);
-        step_rows.push_back(i);
+      if (runs[size_t(i)].next(*tok_, row, &id) && !runs[size_t(i)].finished()) {
+        next.push_back(i);
+        next_ids.push_back(id);
       }
-    }
-    while (!step_seqs.empty()) {
-      model_->decode_batch(step_seqs, step_ids, rows);
-      std::vector<SequenceState*> next_seqs;
+    };
+    const auto t1 = Clock::now();
+    for (int64_t i = 0; i < n_seq; ++i) advance(i, logits[size_t(i)], active, ids);  // first tokens
+    std::vector<float> rows;  // [active, vocab]
+    const int64_t V = cfg_.vocab_size;
+    while (!active.empty()) {
+      std::vector<SequenceState*> step;
+      for (int64_t i : active) step.push_back(seqs[size_t(i)].get());
+      model_->decode_batch(step, ids, rows);
+      std::vector<int64_t> next;
       std::vector<int32_t> next_ids;
-      std::vector<int64_t> next_rows;
-      for (size_t r = 0; r < step_rows.size(); ++r) {
-        const int64_t i = step_rows[r];
-        const std::span<const float> row(rows.data() + int64_t(r) * V, size_t(V));
-        int32_t id = -1;
-        if (runs[size_t(i)].next(*tok_, row, &id) && !runs[size_t(i)].finished()) {
-          next_seqs.push_back(step_seqs[r]);
-          next_ids.push_back(id);
-          next_rows.push_back(i);
-        }
-      }
-      step_seqs.swap(next_seqs);
-      step_ids.swap(next_ids);
-      step_rows.swap(next_rows);
+      for (size_t r = 0; r < active.size(); ++r)
+        advance(active[r], std::span<const float>(rows.data() + int64_t(r) * V, size_t(V)), next, next_ids);
+      active.swap(next);
+      ids.swap(next_ids);
     }
     const double decode_s = seconds_since(t1);
+    std::vector<GenerateResult> out;
     for (SequenceRun& r : runs) {
       r.res.decode_s = decode_s;  // the batch's decode time (shared by its sequences)
       r.res.text = r.stream.text();
