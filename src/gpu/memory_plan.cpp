@@ -92,6 +92,7 @@ SequencesPlan plan_sequences(std::span<const int64_t> capacities, int64_t logit_
   for (int64_t cap : capacities) {
     const int64_t t = kv::pages_for_tokens(std::max<int64_t>(cap, 1), kKvPageTokens) * kKvPageTokens;
     p.pool_tokens += t;
+    p.asked += cap;
     p.max_capacity = std::max(p.max_capacity, t);
   }
   p.step_rows = int(std::clamp<int64_t>(int64_t(p.n_seq), 1, std::max<int64_t>(logit_rows, 1)));
@@ -115,7 +116,7 @@ std::string sequences_fit_problem(const ModelConfig& c, const SequencesPlan& p, 
                                   const std::string& device_name, size_t sparse_bytes, KvCacheType t,
                                   bool layer_major) {
   if (p.n_seq <= 1)
-    return kv_fit_problem(c, p.pool_tokens, free_bytes, held_bytes, device_name, sparse_bytes, t, layer_major);
+    return kv_fit_problem(c, p.asked, free_bytes, held_bytes, device_name, sparse_bytes, t, layer_major, p.pool_tokens);
   const size_t pool = size_t(kv::kv_bytes_needed(pool_spec(c, p, t)));
   const size_t ws = decode_ws_bytes(c, p.max_capacity, p.step_rows);
   const size_t stage = stage_layout(c, p.max_capacity, t, layer_major).total;
@@ -136,9 +137,10 @@ std::string gib(size_t bytes) { return fmt::format("{:.2f} GiB", double(bytes) /
 
 std::string kv_fit_problem(const ModelConfig& c, int64_t capacity, size_t free_bytes, size_t held_bytes,
                            const std::string& device_name, size_t sparse_bytes, KvCacheType t,
-                           bool layer_major) {
-  const size_t stage = stage_layout(c, capacity, t, layer_major).total;
-  const size_t need = kv_bytes(c, capacity, t) + decode_ws_bytes(c, capacity) + stage + sparse_bytes;
+                           bool layer_major, int64_t rows) {
+  rows = std::max(rows, capacity);
+  const size_t stage = stage_layout(c, rows, t, layer_major).total;
+  const size_t need = kv_bytes(c, rows, t) + decode_ws_bytes(c, rows) + stage + sparse_bytes;
   const size_t usable = free_bytes > kReserveBytes ? free_bytes - kReserveBytes : 0;
   if (need <= usable) return "";
   const size_t per_tok = kv_bytes_per_token(c, t);

@@ -91,6 +91,7 @@ struct SequencesPlan {
   int64_t pool_tokens = 0;
   int64_t max_capacity = 0;  // rounded up to pages
   int step_rows = 1;
+  int64_t asked = 0;         // the capacities' sum, as asked (messages)
 };
 SequencesPlan plan_sequences(std::span<const int64_t> capacities, int64_t logit_rows);
 kv::KvSpec pool_spec(const ModelConfig& c, const SequencesPlan& p, KvCacheType t);
@@ -106,9 +107,10 @@ std::string sequences_fit_problem(const ModelConfig& c, const SequencesPlan& p, 
 // (stage_layout) and `sparse_bytes` (the method builder's buffers for that capacity: GpuMethod::device_bytes,
 // methods/gpu_method.h) fit in `free_bytes` (less the reserve); else a message saying what is
 // needed and what is free, and what to do (shorter context, --kv-cache fp8, or the CPU path).
+// rows: the tokens the allocation holds when more than capacity (the pool's page rounding).
 std::string kv_fit_problem(const ModelConfig& c, int64_t capacity, size_t free_bytes, size_t held_bytes,
                            const std::string& device_name, size_t sparse_bytes = 0,
-                           KvCacheType t = KvCacheType::bf16, bool layer_major = false);
+                           KvCacheType t = KvCacheType::bf16, bool layer_major = false, int64_t rows = 0);
 std::string gib(size_t bytes);  // "12.34 GiB"
 
 }  // namespace longctx::gpu
