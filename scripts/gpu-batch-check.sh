@@ -64,7 +64,9 @@ for step in $steps; do
       timeout 40 "$BIN/longctx_bench_gpu_batch" smollm2-135m 4096 32 1,8,32,64 > "$OUTD/bench-smollm2.json" 2> "$OUTD/bench-smollm2.log"
       echo "bench smollm2 rc=$?"; cat "$OUTD/bench-smollm2.json"; tail -n 3 "$OUTD/bench-smollm2.log"
       timeout 100 "$BIN/longctx_bench_gpu_batch" llama3-8b 4096 16 1,8,32,64 > "$OUTD/bench-llama3.json" 2> "$OUTD/bench-llama3.log"
-      echo "bench llama3 rc=$?"; cat "$OUTD/bench-llama3.json"; tail -n 3 "$OUTD/bench-llama3.log" ;;
+      echo "bench llama3 rc=$?"; cat "$OUTD/bench-llama3.json"; tail -n 3 "$OUTD/bench-llama3.log"
+      timeout 100 "$BIN/longctx_bench_gpu_batch" llama3-8b 4096 16 1,8,32,64 fp8 > "$OUTD/bench-llama3-fp8.json" 2> "$OUTD/bench-llama3-fp8.log"
+      echo "bench llama3 fp8 rc=$?"; cat "$OUTD/bench-llama3-fp8.json"; tail -n 3 "$OUTD/bench-llama3-fp8.log" ;;
   esac
   echo "  ($step: $(( $(date +%s) - t0 )) s)"
 done

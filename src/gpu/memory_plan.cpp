@@ -117,7 +117,11 @@ std::string sequences_fit_problem(const ModelConfig& c, const SequencesPlan& p, 
                                   bool layer_major) {
   if (p.n_seq <= 1)
     return kv_fit_problem(c, p.asked, free_bytes, held_bytes, device_name, sparse_bytes, t, layer_major, p.pool_tokens);
-  const size_t pool = size_t(kv::kv_bytes_needed(pool_spec(c, p, t)));
+  size_t pool = kv_bytes(c, p.pool_tokens, t);  // past the pool's int32 limits: the bytes alone (they do not fit)
+  try {
+    pool = size_t(kv::kv_bytes_needed(pool_spec(c, p, t)));
+  } catch (const Error&) {
+  }
   const size_t ws = decode_ws_bytes(c, p.max_capacity, p.step_rows);
   const size_t stage = stage_layout(c, p.max_capacity, t, layer_major).total;
   const size_t need = pool + ws + stage + sparse_bytes;
