@@ -8,9 +8,10 @@
 // q_pos0 = tokens already cached); a single token runs the split-KV decode kernel. The MLP runs
 // in row blocks of kMlpRows and the LM head only for the positions asked for, so activation
 // memory is bounded by the chunk, whatever the prompt length.
-// Memory: weights (DeviceWeights), KV cache bf16 [capacity, n_kv_head, head_dim] per layer for
-// K and V (allocated by reset(), after checking it fits: see memory_plan.h), one arena for the
-// activations of a chunk (allocated once; no cudaMalloc per chunk or per decode step).
+// Memory: weights (DeviceWeights), the KV pool (bf16 or fp8 pages of every layer's K and V, see
+// "Several sequences"; allocated by reset() or reserve_sequences() after checking it fits:
+// memory_plan.h), one arena for the activations of a chunk (allocated once; no cudaMalloc per
+// chunk or per decode step).
 // Decode (one token) runs as one CUDA graph replay: the step (embedding -> all layers -> LM head
 // of that position) is captured once and replayed per token; what changes per token (token id,
 // position, KV length) sits in a small device buffer that one cudaMemcpyAsync rewrites before
@@ -32,7 +33,7 @@
 // method's device-built decode index through cuda::sparse_decode inside the captured graph (a
 // route that depends on the KV length is re-evaluated at each capture, i.e. every 64 keys). The
 // builder's buffers (bounded by GpuMethod::device_bytes) are
-// allocated by reset() with the KV cache and are part of the same fit check. GPU times of
+// allocated with the KV pool and are part of the same fit check. GPU times of
 // prefill attention and index builds: last_gpu_prefill_stats().
 // KV cache in fp8 (GpuOptions::kv_cache, --kv-cache fp8: gpu/kv_fp8.h): e4m3 with one scale per
 // layer for K and one for V, set from the first prefill's max |K| and |V| after reset(). The
@@ -354,7 +355,7 @@ class GpuTransformer {
   // Decode step: device int32 [kStepInts] {token id, position, KV length} and the new K and V
   // rows bf16 [n_kv_head*head_dim] each, at the offsets in gpu_transformer.cpp.
   void* step_buf_ = nullptr;
-  size_t sparse_bytes_ = 0;  // gpu_method_'s buffers (allocated by reset() with the KV cache)
+  size_t sparse_bytes_ = 0;  // gpu_method_'s buffers (allocated with the KV pool)
   // Per chunk: one CUDA event pair around each layer's prefill attention (and its index build).
   struct AttnEvents {
     void* start = nullptr;
