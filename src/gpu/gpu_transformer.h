@@ -305,6 +305,10 @@ class GpuTransformer {
   void batch_kernels(int n, int64_t plan_kv);
   void batch_layer(int l, int n, int64_t plan_kv);
   KvView pool_view(int l) const;  // the pool's device view of layer l with this model's scales
+  size_t batch_buffer_bytes() const;  // batch_buf_ for the arena's logit rows
+  // Keys per tile of the split-KV decode kernel: its split plan depends on the KV length only in
+  // whole tiles, so a captured step stays exact (same plan as eager) within one tile.
+  static constexpr int64_t kDecodePlanKeys = 64;
   void note_memory();
   void* act(size_t off) const { return static_cast<char*>(arena_->base()) + off; }
 

@@ -312,7 +312,7 @@ void expect_engine_batch_equals_alone(Engine& eng, int n_prompts, int64_t max_le
 
 TEST(GpuBatchEngine, RandomWeightsGreedyEqualsAlone) {
   REQUIRE_GPU();
-  auto eng = Engine::load({.device = "cuda", .random_weights = "smollm2-135m:6", .gpu_chunk = 512});
+  auto eng = Engine::load({.model_path = "", .device = "cuda", .random_weights = "smollm2-135m:6", .gpu_chunk = 512});
   expect_engine_batch_equals_alone(*eng, 16, 600, 16, "engine random smollm2-135m:6");
 }
 
@@ -326,7 +326,7 @@ TEST(GpuBatchEngine, DefaultModelGreedyEqualsAlone) {
     GTEST_SKIP() << e.what();
   }
   for (const char* kv : {"bf16", "fp8"}) {
-    auto eng = Engine::load({.device = "cuda", .kv_cache = kv});
+    auto eng = Engine::load({.model_path = "", .device = "cuda", .kv_cache = kv});
     const bool fp8 = kv == std::string("fp8");
     expect_engine_batch_equals_alone(*eng, fp8 ? 12 : 32, 800, 24, std::string("engine default model, ") + kv, fp8);
   }
@@ -334,7 +334,7 @@ TEST(GpuBatchEngine, DefaultModelGreedyEqualsAlone) {
 
 TEST(GpuBatchEngine, NotFittingFailsBeforeAnyWork) {
   REQUIRE_GPU();
-  auto eng = Engine::load({.max_context = int64_t(1) << 30, .device = "cuda", .random_weights = "smollm2-135m:1"});
+  auto eng = Engine::load({.model_path = "", .max_context = int64_t(1) << 30, .device = "cuda", .random_weights = "smollm2-135m:1"});
   std::vector<std::vector<int32_t>> prompts(3, random_ids(10, 1000, 1));
   SamplingParams sp;
   sp.max_tokens = int(int64_t(1) << 29);
