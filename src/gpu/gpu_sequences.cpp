@@ -273,38 +273,18 @@ void GpuTransformer::batch_kernels(int n, int64_t plan_kv) {
 
 void GpuTransformer::batch_layer(int l, int n, int64_t plan_kv) {
   const DeviceLayer& L = w_.layer(l);
-  const int64_t E = cfg_.n_embd, D = cfg_.head_dim, F = cfg_.n_ff;
-  const int64_t Q = int64_t(cfg_.n_head) * D, KV = int64_t(cfg_.n_kv_head) * D;
+  const int64_t E = cfg_.n_embd, Q = int64_t(cfg_.n_head) * cfg_.head_dim;
   const BatchLayout bl = batch_layout(cfg_, layout_.logit_rows);
   char* buf = static_cast<char*>(batch_buf_);
   const int32_t* d_pos = reinterpret_cast<const int32_t*>(buf + bl.pos);  // [n] each row's position
   void* x = act(layout_.x);  // [n, E] one row per sequence
-  void* h = act(layout_.h);  // [n, E]
   void* q = act(layout_.q);  // [n, Q]
   void* o = act(layout_.o);  // [n, Q]
-  void* k_rows = buf + bl.k;  // [n, KV] the new keys, before they go to the pool
-  void* v_rows = buf + bl.v;  // [n, KV]
+  void* k_rows = buf + bl.k;  // [n, n_kv_head*head_dim] the new keys, before they go to the pool
+  void* v_rows = buf + bl.v;  // [n, n_kv_head*head_dim]
   const KvView kv = pool_view(l);  // n sequences, lengths including this step's token
 
-  cuda::rmsnorm({x, L.attn_norm, h, nullptr, nullptr, n, E, cfg_.rms_eps}, stream_);
-  gemm_->run({h, L.wq, q, n, Q, E}, stream_);
-  gemm_->run({h, L.wk, k_rows, n, KV, E}, stream_);
-  gemm_->run({h, L.wv, v_rows, n, KV, E}, stream_);
-  if (cfg_.qkv_bias) {
-    bias_add_rows({q, L.bq, n, Q, 0}, stream_);
-    bias_add_rows({k_rows, L.bk, n, KV, 0}, stream_);
-    bias_add_rows({v_rows, L.bv, n, KV, 0}, stream_);
-  }
-  cuda::RopeParams rp;
-  rp.q = q;
-  rp.k = k_rows;
-  rp.n_q_heads = cfg_.n_head;
-  rp.n_k_heads = cfg_.n_kv_head;
-  rp.head_dim = int(D);
-  rp.n_tokens = n;
-  rp.positions = d_pos;
-  rp.inv_freq = w_.inv_freq();
-  cuda::rope(rp, stream_);
+  project({.l = l, .T = n, .positions = d_pos, .x = x, .q = q, .k = k_rows, .v = v_rows});
   kv::KvScatterParams sc;  // row i -> sequence i's last position (seq_lens[i] - 1), bf16 or e4m3
   sc.view = kv;
   sc.k_pool = pool_->k_pool(l);
@@ -318,17 +298,7 @@ void GpuTransformer::batch_layer(int l, int n, int64_t plan_kv) {
   if (gpu_method_ &&
       method_->route({.layer = l, .phase = Phase::decode, .n_q = 1, .q_pos0 = plan_kv - 1, .n_kv = plan_kv}) ==
           Route::sparse) {
-    const GpuDecodeIndex gi = gpu_method_->build_decode({.layer = l, .kv = kv}, stream_);
-    cuda::SparseDecodeParams sp;
-    sp.q = q;
-    sp.o = o;
-    sp.n_head = cfg_.n_head;
-    sp.kv = kv;
-    sp.index = gi.index;
-    sp.max_keys_per_row = gi.max_keys_per_row;
-    sp.workspace = gi.workspace;
-    sp.workspace_bytes = gi.workspace_bytes;
-    cuda::sparse_decode(sp, stream_);
+    sparse_decode_attention(l, q, o, kv);
   } else {
     cuda::DecodeParams dp;  // one launch: n sequences through the block table, own lengths
     dp.q = q;
@@ -354,22 +324,7 @@ void GpuTransformer::batch_layer(int l, int n, int64_t plan_kv) {
     cuda::attention_decode(dp, stream_);
   }
   gemm_->run({o, L.wo, x, n, E, Q, 1.f, 1.f}, stream_);  // x += o Wo^T
-
-  void* gu = act(layout_.gu);  // [n, 2F]
-  void* a = act(layout_.act);  // [n, F]
-  cuda::rmsnorm({x, L.ffn_norm, h, nullptr, nullptr, n, E, cfg_.rms_eps}, stream_);
-  gemm_->run({h, L.w_gate_up, gu, n, 2 * F, E}, stream_);
-  cuda::SwiGluParams sp;
-  sp.gate = gu;
-  sp.up = static_cast<char*>(gu) + size_t(F) * kBf16;
-  sp.out = a;
-  sp.n_rows = n;
-  sp.dim = F;
-  sp.gate_stride = 2 * F;
-  sp.up_stride = 2 * F;
-  sp.out_stride = F;
-  cuda::swiglu(sp, stream_);
-  gemm_->run({a, L.w_down, x, n, E, F, 1.f, 1.f}, stream_);  // x += act Wdown^T
+  mlp(l, x, n);
 }
 
 }  // namespace longctx::gpu

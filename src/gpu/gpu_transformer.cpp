@@ -466,11 +466,10 @@ void GpuTransformer::decode_kernels(int64_t plan_kv, bool with_logits) {
 
 void GpuTransformer::decode_layer(int l, int64_t plan_kv) {
   const DeviceLayer& L = w_.layer(l);
-  const int64_t E = cfg_.n_embd, D = cfg_.head_dim, F = cfg_.n_ff;
+  const int64_t E = cfg_.n_embd, D = cfg_.head_dim;
   const int64_t Q = int64_t(cfg_.n_head) * D, KV = int64_t(cfg_.n_kv_head) * D;
   const int32_t* d_pos = static_cast<const int32_t*>(step_buf_) + kStepPos;
   void* x = act(layout_.x);  // [1, E]
-  void* h = act(layout_.h);  // [1, E]
   void* q = act(layout_.q);  // [1, Q]
   void* o = act(layout_.o);  // [1, Q]
   void* k_row = static_cast<char*>(step_buf_) + align_up(kStepInts * sizeof(int32_t));  // [1, KV]
@@ -479,25 +478,7 @@ void GpuTransformer::decode_layer(int l, int64_t plan_kv) {
   void* v_all = kv_cache_at(l, 1);
   const bool fp8 = kv_type_ == KvCacheType::fp8;
 
-  cuda::rmsnorm({x, L.attn_norm, h, nullptr, nullptr, 1, E, cfg_.rms_eps}, stream_);
-  gemm_->run({h, L.wq, q, 1, Q, E}, stream_);
-  gemm_->run({h, L.wk, k_row, 1, KV, E}, stream_);
-  gemm_->run({h, L.wv, v_row, 1, KV, E}, stream_);
-  if (cfg_.qkv_bias) {
-    bias_add_rows({q, L.bq, 1, Q, 0}, stream_);
-    bias_add_rows({k_row, L.bk, 1, KV, 0}, stream_);
-    bias_add_rows({v_row, L.bv, 1, KV, 0}, stream_);
-  }
-  cuda::RopeParams rp;
-  rp.q = q;
-  rp.k = k_row;
-  rp.n_q_heads = cfg_.n_head;
-  rp.n_k_heads = cfg_.n_kv_head;
-  rp.head_dim = int(D);
-  rp.n_tokens = 1;
-  rp.positions = d_pos;
-  rp.inv_freq = w_.inv_freq();
-  cuda::rope(rp, stream_);
+  project({.l = l, .T = 1, .positions = d_pos, .x = x, .q = q, .k = k_row, .v = v_row});
   if (fp8)
     kv_append_fp8({k_row, v_row, k_all, v_all, d_pos, KV, seq_->rows}, k_scale_[size_t(l)], v_scale_[size_t(l)], stream_);
   else
@@ -506,27 +487,12 @@ void GpuTransformer::decode_layer(int l, int64_t plan_kv) {
   if (gpu_method_ &&
       method_->route({.layer = l, .phase = Phase::decode, .n_q = 1, .q_pos0 = plan_kv - 1, .n_kv = plan_kv}) ==
           Route::sparse) {
-    sparse_decode_attention(l, q, o, k_all, v_all);
+    sparse_decode_attention(l, q, o, own_view(l, k_all, v_all));
   } else {
     dense_decode_attention(l, plan_kv, q, o, k_all, v_all);
   }
   gemm_->run({o, L.wo, x, 1, E, Q, 1.f, 1.f}, stream_);  // x += o Wo^T
-
-  void* gu = act(layout_.gu);  // [1, 2F]
-  void* a = act(layout_.act);  // [1, F]
-  cuda::rmsnorm({x, L.ffn_norm, h, nullptr, nullptr, 1, E, cfg_.rms_eps}, stream_);
-  gemm_->run({h, L.w_gate_up, gu, 1, 2 * F, E}, stream_);
-  cuda::SwiGluParams sp;
-  sp.gate = gu;
-  sp.up = at(gu, size_t(F));
-  sp.out = a;
-  sp.n_rows = 1;
-  sp.dim = F;
-  sp.gate_stride = 2 * F;
-  sp.up_stride = 2 * F;
-  sp.out_stride = F;
-  cuda::swiglu(sp, stream_);
-  gemm_->run({a, L.w_down, x, 1, E, F, 1.f, 1.f}, stream_);  // x += act Wdown^T
+  mlp(l, x, 1);
 }
 
 void GpuTransformer::dense_decode_attention(int l, int64_t plan_kv, const void* q, void* o, void* k_all, void* v_all) {
@@ -553,9 +519,7 @@ void GpuTransformer::dense_decode_attention(int l, int64_t plan_kv, const void* 
   cuda::attention_decode(dp, stream_);
 }
 
-void GpuTransformer::sparse_decode_attention(int l, const void* q, void* o, void* k_all, void* v_all) {
-  // The sequence's contiguous rows as a paged view of one page of its rows: block table {0} (the step
-  // buffer's zero slot), length = the step's KV length (device memory: the graph replays it).
+KvView GpuTransformer::own_view(int l, void* k_all, void* v_all) const {
   const bool fp8 = kv_type_ == KvCacheType::fp8;
   KvView kv;
   kv.k_pool = k_all;
@@ -574,6 +538,10 @@ void GpuTransformer::sparse_decode_attention(int l, const void* q, void* o, void
   kv.n_kv_head = cfg_.n_kv_head;
   kv.head_dim = cfg_.head_dim;
   kv.on_device = true;
+  return kv;
+}
+
+void GpuTransformer::sparse_decode_attention(int l, const void* q, void* o, const KvView& kv) {
   const GpuDecodeIndex gi = gpu_method_->build_decode({.layer = l, .kv = kv}, stream_);
   cuda::SparseDecodeParams sp;
   sp.q = q;
@@ -591,10 +559,9 @@ void GpuTransformer::layer(const LayerRun& r) {
   const int l = r.l;
   const int64_t T = r.T, pos0 = r.pos0;
   const DeviceLayer& L = w_.layer(l);
-  const int64_t E = cfg_.n_embd, D = cfg_.head_dim, F = cfg_.n_ff;
+  const int64_t E = cfg_.n_embd, D = cfg_.head_dim;
   const int64_t Q = int64_t(cfg_.n_head) * D, KV = int64_t(cfg_.n_kv_head) * D;
   void* x = r.x;              // [T, E]
-  void* h = act(layout_.h);   // [T, E]
   void* q = act(layout_.q);   // [T, Q]
   void* o = act(layout_.o);   // [T, Q]
   void* k_all = r.k_all;      // [pos0 + T, n_kv_head, D] bf16
@@ -623,12 +590,18 @@ void GpuTransformer::layer(const LayerRun& r) {
     prefill_attention(l, T, pos0, q, k_all, v_all, o);
   }
   gemm_->run({o, L.wo, x, T, E, Q, 1.f, 1.f}, stream_);  // x += o Wo^T
+  mlp(l, x, T);
+}
 
-  // MLP block, kMlpRows rows at a time (bounds the [rows, 2F] intermediate).
+void GpuTransformer::mlp(int l, void* x, int64_t n) {
+  const DeviceLayer& L = w_.layer(l);
+  const int64_t E = cfg_.n_embd, F = cfg_.n_ff;
+  void* h = act(layout_.h);      // [mlp_rows, E]
   void* gu = act(layout_.gu);    // [mlp_rows, 2F]
   void* a = act(layout_.act);    // [mlp_rows, F]
-  for (int64_t r0 = 0; r0 < T; r0 += layout_.mlp_rows) {
-    const int64_t m = std::min(layout_.mlp_rows, T - r0);
+  // mlp_rows rows at a time bounds the [rows, 2F] intermediate.
+  for (int64_t r0 = 0; r0 < n; r0 += layout_.mlp_rows) {
+    const int64_t m = std::min(layout_.mlp_rows, n - r0);
     void* xr = at(x, size_t(r0 * E));
     void* hr = at(h, size_t(r0 * E));
     cuda::rmsnorm({xr, L.ffn_norm, hr, nullptr, nullptr, m, E, cfg_.rms_eps}, stream_);
@@ -674,12 +647,13 @@ void GpuTransformer::project(const Projection& r) {
   rp.head_dim = int(D);
   rp.n_tokens = T;
   rp.pos0 = r.pos0;
+  rp.positions = r.positions;
   rp.inv_freq = w_.inv_freq();
   if (rp.q) cuda::rope(rp, stream_);
   // Benchmarks only: realistic attention structure on random weights. Prefill chunks (and eager
   // decode steps); graph-replayed decode steps (decode_layer) keep the model's Q/K. A function of
   // (layer, position, head), so Q and K made in separate calls get the same values.
-  if (synthetic_qk_) synthetic_qk_->fill({r.q, r.k, T, r.pos0, uint64_t(r.l) + 1}, stream_);
+  if (synthetic_qk_ && !r.positions) synthetic_qk_->fill({r.q, r.k, T, r.pos0, uint64_t(r.l) + 1}, stream_);
 }
 
 bool GpuTransformer::prompt_wide_method() const {

@@ -256,15 +256,21 @@ class GpuTransformer {
   // Attention inputs of layer l for rows x [T, n_embd] at position pos0: RMSNorm, then whichever
   // of q [T, n_head*head_dim] and k, v [T, n_kv_head*head_dim] (bf16) is non-null, with the bias,
   // RoPE (q, k) and, in benchmarks, the synthetic Q/K.
+  // Rows sit at positions pos0.. unless `positions` (device, [T]) gives each row's own (decode
+  // steps: read at replay time); only pos0.. rows get the synthetic Q/K (graph-replayed decode
+  // steps keep the model's).
   struct Projection {
     int l = 0;
     int64_t T = 0, pos0 = 0;
+    const int32_t* positions = nullptr;
     const void* x = nullptr;
     void* q = nullptr;
     void* k = nullptr;
     void* v = nullptr;
   };
   void project(const Projection& r);
+  // MLP block of layer l on rows x [n, n_embd] in place (x += MLP(RMSNorm(x))), mlp_rows at a time.
+  void mlp(int l, void* x, int64_t n);
   // MInference in a layer-major prefill of T > chunk tokens: the reference's estimate, once per
   // prompt. prompt_wide_lines says whether layer l does it (VS heads, sparse at the prompt's end);
   // estimate_prompt_lines writes every chunk's K/V of the layer into the staging first, then
@@ -287,9 +293,13 @@ class GpuTransformer {
   void decode_layer(int l, int64_t plan_kv);
   // Decode attention of layer l for the step's one query q [n_head*head_dim] into o, over the
   // layer's cache k_all / v_all: dense (split-KV over the KV length), or sparse (the method's
-  // decode index, cuda::sparse_decode). Both read the step's length from device memory.
+  // decode index over own_view). Both read the step's length from device memory.
   void dense_decode_attention(int l, int64_t plan_kv, const void* q, void* o, void* k_all, void* v_all);
-  void sparse_decode_attention(int l, const void* q, void* o, void* k_all, void* v_all);
+  // The attached sequence's rows of layer l as a paged view of one page (block table {0}: the step
+  // buffer's zero slot; length: the step's KV length in device memory, which a graph replays).
+  KvView own_view(int l, void* k_all, void* v_all) const;
+  // Sparse decode of q [kv.n_seq, n_head*head_dim] into o over kv, through the method's decode index.
+  void sparse_decode_attention(int l, const void* q, void* o, const KvView& kv);
   void free_kv();
   // The pool of plan p, the decode workspace, staging and method buffers sized by it (after the
   // fit check; frees what was held: no sequence may hold pages).

@@ -391,6 +391,12 @@ class CpuEngine final : public Engine {
     for (const auto& p : prompts) caps.push_back(int64_t(p.size()) + sp.max_tokens);
     const std::string problem = gpu_->sequences_fit_problem(caps);
     if (problem.empty()) return gpu_->reserve_sequences(caps);
+    leave_gpu(problem);
+  }
+
+  // What the GPU cannot hold: --device cuda fails with the problem (needed vs free); --device
+  // auto says so and moves to the CPU.
+  void leave_gpu(const std::string& problem) {
     if (opts_.device != "auto" || !file_) fail("--device {}: {}", opts_.device, problem);
     note(problem + "; --device auto: running on the CPU");
     gpu_.reset();
@@ -428,11 +434,7 @@ class CpuEngine final : public Engine {
     if (on_gpu_) {
       const std::string problem = gpu_->kv_fit_problem(capacity);
       if (problem.empty()) return gpu_->reset(capacity);
-      if (opts_.device != "auto" || !file_) fail("--device {}: {}", opts_.device, problem);
-      note(problem + "; --device auto: running on the CPU");
-      gpu_.reset();
-      on_gpu_ = false;
-      ensure_cpu();
+      leave_gpu(problem);
     }
 #endif
     model_->reset(capacity);
