@@ -174,6 +174,8 @@ void Transformer::forward(std::span<const int32_t> tokens, int64_t n_logits, std
   if (T == 0) return;
   const int64_t pos0 = seq_->cache.size();
   check_room(pos0, T);
+  if (pre_rope_ && observer && *observer)
+    fail("attention capture reads rotated Q/K; '{}' caches keys pre-RoPE (use its keys=rotated form)", method_->name());
   const int64_t E = cfg_.n_embd, Q = int64_t(cfg_.n_head) * cfg_.head_dim;
 
   // Activations for this chunk (T bounded by the caller's prefill chunk size).
