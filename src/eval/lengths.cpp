@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cmath>
 
+#include "methods/registry.h"
 #include "util/error.h"
 
 namespace longctx::eval {
@@ -83,9 +84,12 @@ std::vector<std::string> split_methods(const std::vector<std::string>& values) {
   for (const auto& v : values)
     for (const auto& piece : split(v, ',')) {
       if (piece.empty()) fail("empty attention method in --attn \"{}\"", v);
-      // A piece that does not start like a method name continues the previous method's arguments.
-      if (!out.empty() && !std::isalpha(static_cast<unsigned char>(piece[0])) &&
-          out.back().find('=') != std::string::npos)
+      // A piece that does not start like a method name (a digit, or a KEY=VAL whose key is not a
+      // registered method: tokenselect=k=64,n_local=128) continues the previous method's arguments.
+      const std::string name = piece.substr(0, piece.find('='));
+      const bool method_like = std::isalpha(static_cast<unsigned char>(piece[0])) &&
+                               (name == piece || name.find(':') != std::string::npos || find_method(name));
+      if (!out.empty() && !method_like && out.back().find('=') != std::string::npos)
         out.back() += "," + piece;
       else
         out.push_back(piece);

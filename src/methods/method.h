@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kernels/params/attention.h"
 #include "sparse/sparse_index.h"
@@ -58,9 +59,27 @@ inline AttnStep step_of(const AttnParams& p, Phase phase) {
 }
 
 // How keys sit in the KV cache. rotated: after RoPE at their absolute position (what every
-// kernel reads today); pre_rope: un-rotated, the kernel rotates at the position the method
-// assigns (InfiniteHiP and TokenSelect re-number positions). Only rotated is built.
+// kernel reads); pre_rope: un-rotated, and the attention step rotates the keys it reads at the
+// positions the method assigns (select_keys; TokenSelect re-numbers positions). pre_rope is built
+// on the CPU model (methods/run_cpu.h: gather + rotate + dense attention), not on the GPU.
 enum class KeyLayout { rotated, pre_rope };
+
+// One layer's RoPE, for methods whose keys are cached pre_rope: rows are rotated with
+// kernels/ref/ops.h's rope_apply_ref(x, T, n_heads, head_dim, pos0, inv_freq, pool, factor).
+struct LayerRope {
+  const float* inv_freq = nullptr;  // [head_dim / 2]
+  float factor = 1.f;               // attention factor (YaRN, LongRoPE; 1 otherwise)
+};
+
+// One part of a pre_rope step (AttentionMethod::select_keys): chunk rows [q_begin, q_end) attend
+// `keys`, sorted absolute positions shared by every head, whose last q_end - q_begin entries are
+// the rows' own positions. The model gathers them and re-numbers them 0..L-1 (L = keys.size()):
+// key j is rotated at position j, query row q_begin + i at L - (q_end - q_begin) + i, so the
+// causal mask is the original one and no distance exceeds L - 1.
+struct KeySegment {
+  int64_t q_begin = 0, q_end = 0;
+  std::vector<int32_t> keys;
+};
 
 // What a method needs from the shared parts, declared up front so the engine can refuse a
 // combination it cannot serve before any work starts.
@@ -88,6 +107,12 @@ class AttentionMethod {
   // The CPU index of a sparse step (route(step) == sparse), over p's fp32 Q/K/V (the chunk's
   // queries against all cached keys), in the format of sparse/sparse_index.h for p.n_q queries.
   virtual SparseIndex build_index(const AttnParams& p, Phase phase, MethodState& state, ThreadPool& pool) const = 0;
+
+  // Key layout pre_rope only (needs().keys): the step's key sets, for p's un-rotated q and keys
+  // (p.k holds pre-RoPE keys); rope rotates whatever the selection needs. Called for every step,
+  // dense ones included (the set is then [0, n_kv)).
+  virtual std::vector<KeySegment> select_keys(const AttnParams& p, Phase phase, const LayerRope& rope,
+                                              MethodState& state, ThreadPool& pool) const;
 
   // Prompt-wide estimation (layer-major prefill, Transformer::forward_prompt). A method that
   // estimates from the whole prompt at `layer` (MInference's vertical-slash lines, from the

@@ -42,6 +42,14 @@ class PhaseMethod final : public AttentionMethod {
     if (!m) fail("internal: index asked for a dense {} step", phase == Phase::prefill ? "prefill" : "decode");
     return m->build_index(p, phase, sub(state, phase), pool);
   }
+  // Pre-RoPE keys: the side's key sets; a dense side attends every key at its own position.
+  std::vector<KeySegment> select_keys(const AttnParams& p, Phase phase, const LayerRope& rope, MethodState& state,
+                                      ThreadPool& pool) const override {
+    if (const AttentionMethod* m = side(phase)) return m->select_keys(p, phase, rope, sub(state, phase), pool);
+    std::vector<KeySegment> all(1, KeySegment{0, p.n_q, std::vector<int32_t>(size_t(p.n_kv))});
+    for (int64_t j = 0; j < p.n_kv; ++j) all[0].keys[size_t(j)] = int32_t(j);
+    return all;
+  }
   bool estimates_per_prompt(int layer, int64_t n_kv) const override {
     return prefill_ && prefill_->estimates_per_prompt(layer, n_kv);
   }

@@ -3,6 +3,7 @@
 
 #include "methods/a_shape/a_shape_method.h"
 #include "methods/minference/minference_method.h"
+#include "methods/tokenselect/tokenselect_method.h"
 #include "util/error.h"
 
 namespace longctx {
@@ -18,6 +19,8 @@ const std::vector<MethodEntry>& method_registry() {
       {"minference", "minference=CONFIG.json[:dense_below=N][:dense_layers=N][:ratio=R]",
        {.prefill = true, .decode = false},
        [](const std::string& arg, const MethodContext& ctx) { return make_minference_method(arg, ctx); }},
+      {"tokenselect", "tokenselect[=n_init=N,k=N,n_local=N,chunk=N,theta=X,vote=soft|hard|naive,keys=pre_rope|rotated]",
+       {.prefill = true, .decode = true}, make_tokenselect_method},
   };
   return entries;
 }

@@ -68,6 +68,11 @@ std::unique_ptr<AttentionMethod> make_attention_method(const std::string& spec, 
     }
   }
   if (!prefill && !decode) return make_dense_method();
+  // One KV cache serves both phases: a pre-RoPE side forces un-rotated keys on the other.
+  if (prefill && decode && prefill->needs().keys != decode->needs().keys)
+    fail("--attn: '{}' and '{}' need different key layouts (pre-RoPE vs rotated) in one KV cache; "
+         "give the pre-RoPE method keys=rotated (e.g. tokenselect=keys=rotated)",
+         prefill->name(), decode->name());
   // A method alone on its default phases prints as itself.
   if (clauses.size() == 1) name = (prefill ? prefill : decode)->name();
   return std::make_unique<PhaseMethod>(std::move(prefill), std::move(decode), std::move(name));

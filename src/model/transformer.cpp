@@ -16,6 +16,7 @@ namespace longctx {
 Transformer::Transformer(ModelConfig cfg, ModelWeights w, std::shared_ptr<const AttentionMethod> method, ThreadPool& pool)
     : cfg_(std::move(cfg)), w_(std::move(w)), method_(std::move(method)), pool_(pool) {
   own_.method = method_->start_sequence();
+  pre_rope_ = method_->needs().keys == KeyLayout::pre_rope;
   set_rope(0);
 }
 
@@ -80,10 +81,16 @@ void Transformer::project(const LayerRows& r, float* h, float* q) {
     rmsnorm_ref(q, L.q_norm.data(), q, r.T * cfg_.n_head, D, cfg_.rms_eps, pool_, off);
     rmsnorm_ref(kc, L.k_norm.data(), kc, r.T * cfg_.n_kv_head, D, cfg_.rms_eps, pool_, off);
   }
+  if (pre_rope_) return;  // rotated at attention time, at the method's positions
   const float* inv_freq = inv_freq_[size_t(r.l)].data();
   const float factor = rope_factor_[size_t(r.l)];
   rope_apply_ref(q, r.T, cfg_.n_head, int(D), r.pos0, inv_freq, pool_, factor);
   rope_apply_ref(kc, r.T, cfg_.n_kv_head, int(D), r.pos0, inv_freq, pool_, factor);
+}
+
+void Transformer::attend(const AttnParams& ap, MethodState& st, Phase phase) {
+  const LayerRope rope = layer_rope(ap.layer);
+  attend_cpu({.method = *method_, .state = st, .phase = phase, .rope = pre_rope_ ? &rope : nullptr}, ap, pool_);
 }
 
 AttnParams Transformer::attn_params(const SequenceState& seq, int l, int64_t T, int64_t pos0, const float* q,
@@ -108,8 +115,7 @@ AttnParams Transformer::attn_params(const SequenceState& seq, int l, int64_t T, 
 
 void Transformer::attend_and_mlp(const LayerRows& r, const float* q, Scratch& s) {
   const AttnParams ap = attn_params(*seq_, r.l, r.T, r.pos0, q, s.o.data());
-  attend_cpu({.method = *method_, .state = *seq_->method, .phase = r.T == 1 ? Phase::decode : Phase::prefill}, ap,
-             pool_);
+  attend(ap, *seq_->method, r.T == 1 ? Phase::decode : Phase::prefill);
   out_and_mlp(r.l, r.T, r.x, s);
 }
 
@@ -168,6 +174,8 @@ void Transformer::forward(std::span<const int32_t> tokens, int64_t n_logits, std
   if (T == 0) return;
   const int64_t pos0 = seq_->cache.size();
   check_room(pos0, T);
+  if (pre_rope_ && observer && *observer)
+    fail("attention capture reads rotated Q/K; '{}' caches keys pre-RoPE (use its keys=rotated form)", method_->name());
   const int64_t E = cfg_.n_embd, Q = int64_t(cfg_.n_head) * cfg_.head_dim;
 
   // Activations for this chunk (T bounded by the caller's prefill chunk size).
@@ -236,10 +244,12 @@ void Transformer::decode_batch(std::span<SequenceState* const> seqs, std::span<c
       float* kc = sq.cache.k(l) + pos * KV;
       std::memcpy(kc, k.data() + i * KV, size_t(KV) * sizeof(float));
       std::memcpy(sq.cache.v(l) + pos * KV, v.data() + i * KV, size_t(KV) * sizeof(float));
-      rope_apply_ref(q.data() + i * Q, 1, cfg_.n_head, int(D), pos, inv_freq, pool_, factor);
-      rope_apply_ref(kc, 1, cfg_.n_kv_head, int(D), pos, inv_freq, pool_, factor);
+      if (!pre_rope_) {
+        rope_apply_ref(q.data() + i * Q, 1, cfg_.n_head, int(D), pos, inv_freq, pool_, factor);
+        rope_apply_ref(kc, 1, cfg_.n_kv_head, int(D), pos, inv_freq, pool_, factor);
+      }
       const AttnParams ap = attn_params(sq, l, 1, pos, q.data() + i * Q, s.o.data() + i * Q);
-      attend_cpu({.method = *method_, .state = *sq.method, .phase = Phase::decode}, ap, pool_);
+      attend(ap, *sq.method, Phase::decode);
     }
     out_and_mlp(l, n, x.data(), s);
   }

@@ -44,6 +44,7 @@ class Transformer {
   // A new method starts a new method state for the attached sequence (its cache is kept).
   void set_method(std::shared_ptr<const AttentionMethod> m) {
     method_ = std::move(m);
+    pre_rope_ = method_->needs().keys == KeyLayout::pre_rope;
     seq_->method = method_->start_sequence();
   }
 
@@ -115,6 +116,12 @@ class Transformer {
   ModelConfig cfg_;
   ModelWeights w_;
   std::shared_ptr<const AttentionMethod> method_;  // shared, immutable
+  // The method caches keys un-rotated (MethodNeeds::keys == pre_rope): Q and K stay un-rotated
+  // here and attention rotates them at the method's positions (methods/run_cpu.h). A sequence's
+  // cache must not outlive a change of layout (set_method before its first token).
+  bool pre_rope_ = false;
+  LayerRope layer_rope(int l) const { return {inv_freq_[size_t(l)].data(), rope_factor_[size_t(l)]}; }
+  void attend(const AttnParams& ap, MethodState& st, Phase phase);  // through attend_cpu
   ThreadPool& pool_;
   SequenceState own_;            // the sequence forward() uses unless another is attached
   SequenceState* seq_ = &own_;   // the attached sequence

@@ -1,0 +1,221 @@
+// bench_tokenselect.cu (bench): one decode step of TokenSelect, one layer of Llama-3-8B geometry
+// (32 query / 8 KV heads, d = 128, bf16 KV), against dense decode over every key.
+//
+// What, at each --lens length (default 128K and 1M keys), batch 1, the paper's budget
+// (128 initial + top-2048 + 512 local = 2688 keys):
+//   - the selection of a cache miss, split: scoring (cuda::paged_dot over the M = N - 640
+//     candidates' slots), softmax + head sum (cuda::soft_vote), top-k (cuda::top_k_sorted), and
+//     the attention over the selected slots (cuda::sparse_decode: ranges for the initial and
+//     local keys + the k selected columns, page size 1);
+//   - the whole miss step and a hit step (attention only: the selection cache reuses the slots),
+//     eagerly and replayed from a CUDA graph;
+//   - dense cuda::attention_decode over all N keys (page size 64), the baseline the engine runs.
+// torch SDPA (cuDNN) dense decode on the same shapes runs beside it in the same device call
+// (bench/torch_baseline.py; scripts/gpu-tokenselect.sh). One pool serves both views: dense reads
+// it through a shuffled 64-token page table, TokenSelect through the equivalent slot table.
+// Keys are read as stored (rotated); the pre-RoPE re-rotation of the selected keys is not built on
+// the GPU. Inputs random (never zeros); CUDA events, warmup, median.
+// Run: build-gpu/bench/longctx_bench_tokenselect [--lens 131072,1048576] [--json out.json]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/bench_util.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/ops.h"
+#include "kernels/cuda/paged_dot.h"
+#include "kernels/cuda/runtime.h"
+#include "kernels/cuda/soft_vote.h"
+#include "kernels/cuda/sparse_decode.h"
+
+using namespace longctx;
+using namespace longctx::cuda;
+using longctx::bench::time_ms;
+
+namespace {
+
+constexpr int kHeads = 32, kKvHeads = 8, kHeadDim = 128;  // Llama-3-8B attention geometry
+constexpr int kInit = 128, kTopK = 2048, kLocal = 512;     // the paper's 2K+512 budget
+constexpr int kPageSize = 64;                              // dense decode's page size
+
+struct Timing {
+  double eager_ms, graph_ms;
+};
+Timing time_step(const std::function<void(Stream)>& step, int reps) {
+  Stream st = stream_create();
+  step(st);
+  stream_sync(st);
+  const double eager = time_ms([&] { step(st); }, 3, reps, static_cast<cudaStream_t>(st));
+  CudaGraph graph;
+  graph.begin_capture(st);
+  step(st);
+  graph.end_capture(st);
+  const double g = time_ms([&] { graph.launch(st); }, 3, reps, static_cast<cudaStream_t>(st));
+  stream_destroy(st);
+  return {eager, g};
+}
+
+std::string run_len(int64_t N) {
+  const int n_pages = int((N + kPageSize - 1) / kPageSize);
+  std::vector<int32_t> pages(static_cast<size_t>(n_pages));
+  std::iota(pages.begin(), pages.end(), 0);
+  std::shuffle(pages.begin(), pages.end(), std::mt19937_64(7));
+  std::vector<int32_t> slots(static_cast<size_t>(N));  // the page-size-1 slot table of the same pool
+  for (int64_t p = 0; p < N; ++p) slots[size_t(p)] = pages[size_t(p / kPageSize)] * kPageSize + int32_t(p % kPageSize);
+  const int64_t rows = int64_t(n_pages) * kPageSize, elems = rows * kKvHeads * kHeadDim;
+  void* k = dev_malloc(size_t(elems) * 2);
+  void* v = dev_malloc(size_t(elems) * 2);
+  fill_random_bf16(k, elems, 12, 1.f);
+  fill_random_bf16(v, elems, 13, 1.f);
+  void* q = dev_malloc(kHeads * kHeadDim * 2);
+  void* o = dev_malloc(kHeads * kHeadDim * 2);
+  fill_random_bf16(q, kHeads * kHeadDim, 11, 1.f);
+  auto upload = [](const std::vector<int32_t>& h) {
+    auto* d = static_cast<int32_t*>(dev_malloc(std::max<size_t>(h.size() * 4, 4)));
+    copy_h2d(d, h.data(), h.size() * 4);
+    return d;
+  };
+  int32_t* d_pages = upload(pages);
+  int32_t* d_slots = upload(slots);
+  int32_t* d_len = upload({int32_t(N)});
+  const int64_t M = N - kInit - kLocal;
+  auto* scores = static_cast<float*>(dev_malloc(size_t(kHeads) * M * 4));
+  auto* vote = static_cast<float*>(dev_malloc(size_t(M) * 4));
+  void* vote_ws = dev_malloc(soft_vote_workspace_bytes(kHeads));
+  const size_t topk_bytes = top_k_workspace_bytes(M, kTopK);
+  void* topk_ws = dev_malloc(topk_bytes);
+  // The decode index: one shared row, ranges (initial, local) + the k selected columns.
+  int32_t* range_ptr = upload({0, 2});
+  int32_t* ranges = upload({0, kInit, int32_t(N - kLocal), int32_t(N)});
+  int32_t* col_ptr = upload({0, kTopK});
+  auto* cols = static_cast<int32_t*>(dev_malloc(kTopK * 4));
+
+  SparseDecodeParams sp;
+  sp.q = q;
+  sp.o = o;
+  sp.n_head = kHeads;
+  sp.kv.k_pool = k;
+  sp.kv.v_pool = v;
+  sp.kv.elem = KvElem::bf16;
+  sp.kv.k_scale = sp.kv.v_scale = 1.f;
+  sp.kv.block_table = d_slots;
+  sp.kv.seq_lens = d_len;
+  sp.kv.n_seq = 1;
+  sp.kv.max_pages_per_seq = int(N);
+  sp.kv.page_size = 1;
+  sp.kv.n_pages = rows;
+  sp.kv.n_kv_head = kKvHeads;
+  sp.kv.head_dim = kHeadDim;
+  sp.kv.on_device = true;
+  sp.index = {.n_seq = 1, .n_index_head = 1, .range_ptr = range_ptr, .ranges = ranges, .col_ptr = col_ptr,
+              .cols = cols, .range_capacity = 2, .col_capacity = kTopK, .on_device = true};
+  sp.max_keys_per_row = kInit + kTopK + kLocal;
+  const size_t sws_bytes = sparse_decode_workspace_bytes(sparse_decode_bounds(sp));
+  void* sws = dev_malloc(sws_bytes);
+  sparse_decode_workspace_init(sws, sws_bytes);
+  sp.workspace = sws;
+  sp.workspace_bytes = sws_bytes;
+
+  const PagedDotParams dp{.q = q, .k_pool = k, .slots = d_slots + kInit, .scores = scores, .n_slot = M,
+                          .n_head = kHeads, .n_kv_head = kKvHeads, .head_dim = kHeadDim};
+  const SoftVoteParams vp{.scores = scores, .vote = vote, .n_head = kHeads, .M = M, .naive = false, .workspace = vote_ws};
+  const TopKParams tp{.vote = vote, .M = M, .k = kTopK, .offset = kInit, .out = cols, .workspace = topk_ws,
+                      .workspace_bytes = topk_bytes};
+
+  DecodeParams d;
+  d.q = q;
+  d.k = k;
+  d.v = v;
+  d.kv_dtype = KvDtype::bf16;
+  d.k_scale = d.v_scale = 1.f;
+  d.o = o;
+  d.n_seq = 1;
+  d.n_kv = N;
+  d.kv_lens = d_len;
+  d.page_table = d_pages;
+  d.page_size = kPageSize;
+  d.max_pages_per_seq = n_pages;
+  d.n_head = kHeads;
+  d.n_kv_head = kKvHeads;
+  d.head_dim = kHeadDim;
+  const size_t dws_bytes = decode_workspace_bytes(1, kHeads, kHeadDim, N);
+  void* dws = dev_malloc(dws_bytes);
+  decode_workspace_init(dws, dws_bytes);
+  d.workspace = dws;
+  d.workspace_bytes = dws_bytes;
+
+  const int reps = N > (int64_t(1) << 20) - 1 ? 30 : 100;
+  const Timing t_score = time_step([&](Stream s) { paged_dot(dp, s); }, reps);
+  const Timing t_vote = time_step([&](Stream s) { soft_vote(vp, s); }, reps);
+  const Timing t_topk = time_step([&](Stream s) { top_k_sorted(tp, s); }, reps);
+  const Timing t_attn = time_step([&](Stream s) { sparse_decode(sp, s); }, 300);
+  const Timing t_miss = time_step(
+      [&](Stream s) {
+        paged_dot(dp, s);
+        soft_vote(vp, s);
+        top_k_sorted(tp, s);
+        sparse_decode(sp, s);
+      },
+      reps);
+  const Timing t_dense = time_step([&](Stream s) { attention_decode(d, s); }, reps);
+  device_sync();
+
+  const double cand_gb = double(M) * kKvHeads * kHeadDim * 2 / 1e9;  // keys read by scoring
+  std::fprintf(stderr,
+               "N=%lld: miss step %.4f ms graph (%.4f eager) = score %.4f (%.0f GB/s K) + softmax+sum %.4f + top-k %.4f "
+               "+ attention %.4f | hit step (attention) %.4f ms | dense decode %.4f ms | dense/miss %.2fx, "
+               "dense/hit %.1fx\n",
+               (long long)N, t_miss.graph_ms, t_miss.eager_ms, t_score.graph_ms, cand_gb / (t_score.graph_ms * 1e-3),
+               t_vote.graph_ms, t_topk.graph_ms, t_attn.graph_ms, t_attn.graph_ms, t_dense.graph_ms,
+               t_dense.graph_ms / t_miss.graph_ms, t_dense.graph_ms / t_attn.graph_ms);
+  char buf[1024];
+  std::snprintf(buf, sizeof buf,
+                "{\"n_kv\": %lld, \"candidates\": %lld, \"score_ms\": %.5f, \"score_K_GBps\": %.1f, "
+                "\"softmax_sum_ms\": %.5f, \"topk_ms\": %.5f, \"attention_ms\": %.5f, \"miss_step_ms_graph\": %.5f, "
+                "\"miss_step_ms_eager\": %.5f, \"hit_step_ms_graph\": %.5f, \"dense_decode_ms_graph\": %.5f, "
+                "\"dense_decode_ms_eager\": %.5f, \"dense_over_miss\": %.3f, \"dense_over_hit\": %.3f}",
+                (long long)N, (long long)M, t_score.graph_ms, cand_gb / (t_score.graph_ms * 1e-3), t_vote.graph_ms,
+                t_topk.graph_ms, t_attn.graph_ms, t_miss.graph_ms, t_miss.eager_ms, t_attn.graph_ms, t_dense.graph_ms,
+                t_dense.eager_ms, t_dense.graph_ms / t_miss.graph_ms, t_dense.graph_ms / t_attn.graph_ms);
+  for (void* p : {k, v, q, o, (void*)d_pages, (void*)d_slots, (void*)d_len, (void*)scores, (void*)vote, vote_ws, topk_ws,
+                  (void*)range_ptr, (void*)ranges, (void*)col_ptr, (void*)cols, sws, dws})
+    dev_free(p);
+  return buf;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int64_t> lens = {131072, 1048576};
+  const char* json_path = nullptr;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--lens") && i + 1 < argc) lens = bench::parse_list(argv[++i]);
+    else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: %s [--lens N,..] [--json FILE]\n", argv[0]);
+      return 2;
+    }
+  }
+  try {
+    require_hopper();
+    char extra[256];
+    std::snprintf(extra, sizeof extra,
+                  "\"shape\": {\"n_head\": %d, \"n_kv_head\": %d, \"head_dim\": %d, \"kv\": \"bf16\", \"n_init\": %d, "
+                  "\"k\": %d, \"n_local\": %d}",
+                  kHeads, kKvHeads, kHeadDim, kInit, kTopK, kLocal);
+    bench::JsonRecord js(device_info(0), extra);
+    for (int64_t n : lens) js.add(run_len(n));
+    js.finish(json_path);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "longctx_bench_tokenselect: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

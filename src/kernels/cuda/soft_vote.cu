@@ -1,0 +1,136 @@
+// soft_vote.cu: see soft_vote.h.
+#include <cuda_runtime.h>
+
+#include <cub/cub.cuh>
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/soft_vote.h"
+
+namespace longctx::cuda {
+
+namespace {
+
+constexpr int kSlices = 64;    // slices of M per head for the max / sum-exp pass
+constexpr int kThreads = 256;  // threads per CTA
+constexpr int kMaxHeads = 128;
+
+struct MaxSum {
+  float m, s;
+};
+__device__ MaxSum combine(MaxSum a, MaxSum b) {
+  const float m = fmaxf(a.m, b.m);
+  if (m == -INFINITY) return {m, 0.f};
+  return {m, a.s * __expf(a.m - m) + b.s * __expf(b.m - m)};
+}
+
+// Per (head, slice): the slice's max and sum of exp(x - max).
+__global__ void head_stats_kernel(const float* __restrict__ scores, int64_t M, MaxSum* __restrict__ part) {
+  const int h = blockIdx.y, slice = blockIdx.x;
+  const int64_t per = (M + kSlices - 1) / kSlices, j0 = slice * per, j1 = min(M, j0 + per);
+  const float* row = scores + int64_t(h) * M;
+  MaxSum acc{-INFINITY, 0.f};
+  for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) acc = combine(acc, MaxSum{row[j], 1.f});
+  for (int off = 16; off > 0; off >>= 1)
+    acc = combine(acc, MaxSum{__shfl_xor_sync(0xffffffffu, acc.m, off), __shfl_xor_sync(0xffffffffu, acc.s, off)});
+  __shared__ MaxSum warp_acc[kThreads / 32];
+  if ((threadIdx.x & 31) == 0) warp_acc[threadIdx.x >> 5] = acc;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kThreads / 32; ++w) acc = combine(acc, warp_acc[w]);
+    part[h * kSlices + slice] = acc;
+  }
+}
+
+// vote[j] = sum_h exp(s[h][j] - m_h) / Z_h (naive: sum_h s[h][j]).
+__global__ void vote_kernel(const float* __restrict__ scores, int n_head, int64_t M, const MaxSum* __restrict__ part,
+                            bool naive, float* __restrict__ vote) {
+  __shared__ float mh[kMaxHeads], inv_z[kMaxHeads];
+  if (!naive)
+    for (int h = threadIdx.x; h < n_head; h += blockDim.x) {
+      MaxSum acc{-INFINITY, 0.f};
+      for (int sl = 0; sl < kSlices; ++sl) acc = combine(acc, part[h * kSlices + sl]);
+      mh[h] = acc.m;
+      inv_z[h] = 1.f / acc.s;
+    }
+  __syncthreads();
+  for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < M; j += int64_t(gridDim.x) * blockDim.x) {
+    float v = 0.f;
+    for (int h = 0; h < n_head; ++h) {
+      const float x = scores[int64_t(h) * M + j];
+      v += naive ? x : __expf(x - mh[h]) * inv_z[h];
+    }
+    vote[j] = v;
+  }
+}
+
+__global__ void iota_kernel(int32_t* out, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = int32_t(i);
+}
+__global__ void add_offset_kernel(const int32_t* in, int32_t* out, int64_t n, int32_t offset) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = in[i] + offset;
+}
+
+int grid_for(int64_t n) { return int(std::min<int64_t>((n + kThreads - 1) / kThreads, 4096)); }
+
+size_t align_up(size_t x) { return (x + 255) & ~size_t(255); }
+
+size_t cub_pairs_bytes(int64_t M) {
+  size_t b = 0;
+  cub::DeviceRadixSort::SortPairsDescending<float, int32_t>(nullptr, b, nullptr, nullptr, nullptr, nullptr, int(M));
+  return b;
+}
+size_t cub_keys_bytes(int64_t k) {
+  size_t b = 0;
+  cub::DeviceRadixSort::SortKeys<int32_t>(nullptr, b, nullptr, nullptr, int(k));
+  return b;
+}
+
+}  // namespace
+
+size_t soft_vote_workspace_bytes(int n_head) { return size_t(n_head) * kSlices * sizeof(MaxSum); }
+
+void soft_vote(const SoftVoteParams& p, Stream s) {
+  LC_REQUIRE(p.n_head > 0 && p.n_head <= kMaxHeads, "soft_vote: n_head %d (1..%d)", p.n_head, kMaxHeads);
+  if (p.M <= 0) return;
+  const auto st = static_cast<cudaStream_t>(s);
+  auto* part = static_cast<MaxSum*>(p.workspace);
+  if (!p.naive) head_stats_kernel<<<dim3(kSlices, p.n_head), kThreads, 0, st>>>(p.scores, p.M, part);
+  vote_kernel<<<grid_for(p.M), kThreads, 0, st>>>(p.scores, p.n_head, p.M, part, p.naive, p.vote);
+  LC_LAUNCH_CHECK("soft_vote (M %lld, heads %d)", (long long)p.M, p.n_head);
+}
+
+// Layout: sorted votes [M] | indices in [M] | indices out [M] | k offsets [k] | cub temp.
+size_t top_k_workspace_bytes(int64_t max_M, int64_t k) {
+  const size_t m4 = align_up(size_t(max_M) * 4);
+  return 3 * m4 + align_up(size_t(k) * 4) + align_up(std::max(cub_pairs_bytes(max_M), cub_keys_bytes(k)));
+}
+
+void top_k_sorted(const TopKParams& p, Stream s) {
+  LC_REQUIRE(p.M >= 0 && p.M < (int64_t(1) << 31) && p.k >= 0, "top_k_sorted: M %lld k %lld", (long long)p.M, (long long)p.k);
+  const int64_t k = std::min(p.k, p.M);
+  if (k == 0) return;
+  LC_REQUIRE(p.workspace_bytes >= top_k_workspace_bytes(p.M, k), "top_k_sorted: workspace %zu < %zu", p.workspace_bytes, top_k_workspace_bytes(p.M, k));
+  const auto st = static_cast<cudaStream_t>(s);
+  char* w = static_cast<char*>(p.workspace);
+  const size_t m4 = align_up(size_t(p.M) * 4);
+  auto* vote_sorted = reinterpret_cast<float*>(w);
+  auto* idx_in = reinterpret_cast<int32_t*>(w + m4);
+  auto* idx_out = reinterpret_cast<int32_t*>(w + 2 * m4);
+  auto* chosen = reinterpret_cast<int32_t*>(w + 3 * m4);
+  void* temp = w + 3 * m4 + align_up(size_t(k) * 4);
+  size_t temp_bytes = p.workspace_bytes - (3 * m4 + align_up(size_t(k) * 4));
+  iota_kernel<<<grid_for(p.M), kThreads, 0, st>>>(idx_in, p.M);
+  // Stable: equal votes keep ascending index order, so the first k follow the tie rule.
+  LC_CUDA_CHECK(cub::DeviceRadixSort::SortPairsDescending(temp, temp_bytes, p.vote, vote_sorted, idx_in, idx_out,
+                                                          int(p.M), 0, 32, st),
+                "top_k_sorted: sort of %lld votes", (long long)p.M);
+  add_offset_kernel<<<grid_for(k), kThreads, 0, st>>>(idx_out, chosen, k, p.offset);
+  temp_bytes = p.workspace_bytes - (3 * m4 + align_up(size_t(k) * 4));
+  LC_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(temp, temp_bytes, chosen, p.out, int(k), 0, 32, st),
+                "top_k_sorted: sort of %lld indices", (long long)k);
+  LC_LAUNCH_CHECK("top_k_sorted (M %lld, k %lld)", (long long)p.M, (long long)k);
+}
+
+}  // namespace longctx::cuda

@@ -1,0 +1,43 @@
+// soft_vote.h (cuda): TokenSelect's head soft vote and its top-k on the device.
+//
+// What: vote[j] = sum_h softmax_j(scores[h][.])[j] over scores fp32 [n_head, M] (paper Eq. 10;
+// naive: the plain sum over heads), then the indices of the k largest votes (ties: smaller index
+// first), ascending, plus an offset (candidate index -> position). CPU twins:
+// kernels/ref/soft_vote.h and sparse/topk.h's rule; tested by tests/cuda/test_tokenselect.cpp.
+// How: soft vote in two kernels: per (head, slice) max and sum of exp (online), then per token
+// the heads' normalised terms summed (each CTA first combines the slices of every head).
+// Top-k: a stable descending radix sort of (vote, index) pairs (CUB, part of the CUDA toolkit),
+// whose first k indices are the top-k with the tie rule above, then an ascending sort of those
+// k. (A radix select would avoid sorting all M; not built.)
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/runtime.h"
+
+namespace longctx::cuda {
+
+struct SoftVoteParams {
+  const float* scores = nullptr;  // [n_head, M]
+  float* vote = nullptr;          // [M]
+  int n_head = 0;
+  int64_t M = 0;
+  bool naive = false;             // sum of raw scores instead of the soft vote
+  void* workspace = nullptr;      // soft_vote_workspace_bytes(n_head)
+};
+size_t soft_vote_workspace_bytes(int n_head);
+void soft_vote(const SoftVoteParams& p, Stream s = nullptr);
+
+struct TopKParams {
+  const float* vote = nullptr;  // [M]
+  int64_t M = 0;
+  int64_t k = 0;                // clamped to M
+  int32_t offset = 0;           // added to every chosen index
+  int32_t* out = nullptr;       // [min(k, M)] ascending
+  void* workspace = nullptr;    // top_k_workspace_bytes(max M, k)
+  size_t workspace_bytes = 0;
+};
+size_t top_k_workspace_bytes(int64_t max_M, int64_t k);
+void top_k_sorted(const TopKParams& p, Stream s = nullptr);
+
+}  // namespace longctx::cuda
