@@ -50,7 +50,7 @@ void Transformer::set_rope(int64_t context) {
 void Transformer::reset(int64_t capacity) {
   if (cfg_.rope_scaling.type == "longrope") set_rope(capacity);
   seq_->cache.reset(cfg_.n_layer, capacity, int64_t(cfg_.n_kv_head) * cfg_.head_dim);
-  seq_->method = method_->start_sequence();  // a new sequence
+  seq_->method = method_of(*seq_).start_sequence();  // a new sequence
 }
 
 void Transformer::embed(std::span<const int32_t> tokens, float* x) const {
@@ -108,7 +108,7 @@ AttnParams Transformer::attn_params(const SequenceState& seq, int l, int64_t T, 
 
 void Transformer::attend_and_mlp(const LayerRows& r, const float* q, Scratch& s) {
   const AttnParams ap = attn_params(*seq_, r.l, r.T, r.pos0, q, s.o.data());
-  attend_cpu({.method = *method_, .state = *seq_->method, .phase = r.T == 1 ? Phase::decode : Phase::prefill}, ap,
+  attend_cpu({.method = method_of(*seq_), .state = *seq_->method, .phase = r.T == 1 ? Phase::decode : Phase::prefill}, ap,
              pool_);
   out_and_mlp(r.l, r.T, r.x, s);
 }
@@ -188,11 +188,13 @@ void Transformer::forward(std::span<const int32_t> tokens, int64_t n_logits, std
   lm_head(x.data(), T, n_logits, logits);
 }
 
-std::unique_ptr<SequenceState> Transformer::new_sequence(int64_t capacity) const {
+std::unique_ptr<SequenceState> Transformer::new_sequence(int64_t capacity,
+                                                         std::shared_ptr<const AttentionMethod> method) const {
   if (capacity <= 0) fail("a sequence needs room for at least one token (got capacity {})", capacity);
   auto seq = std::make_unique<SequenceState>();
   seq->cache.reset(cfg_.n_layer, capacity, int64_t(cfg_.n_kv_head) * cfg_.head_dim);
-  seq->method = method_->start_sequence();
+  seq->attn = std::move(method);
+  seq->method = method_of(*seq).start_sequence();
   return seq;
 }
 
@@ -239,7 +241,7 @@ void Transformer::decode_batch(std::span<SequenceState* const> seqs, std::span<c
       rope_apply_ref(q.data() + i * Q, 1, cfg_.n_head, int(D), pos, inv_freq, pool_, factor);
       rope_apply_ref(kc, 1, cfg_.n_kv_head, int(D), pos, inv_freq, pool_, factor);
       const AttnParams ap = attn_params(sq, l, 1, pos, q.data() + i * Q, s.o.data() + i * Q);
-      attend_cpu({.method = *method_, .state = *sq.method, .phase = Phase::decode}, ap, pool_);
+      attend_cpu({.method = method_of(sq), .state = *sq.method, .phase = Phase::decode}, ap, pool_);
     }
     out_and_mlp(l, n, x.data(), s);
   }
@@ -251,7 +253,7 @@ bool Transformer::prompt_wide(int64_t n_tokens, int64_t chunk) const {
   if (n_tokens <= chunk) return false;  // one chunk estimates from the prompt's last queries anyway
   const int64_t n_kv = seq_->cache.size() + n_tokens;
   for (int l = 0; l < cfg_.n_layer; ++l)
-    if (cfg_.layer(l).window == 0 && method_->estimates_per_prompt(l, n_kv)) return true;
+    if (cfg_.layer(l).window == 0 && method_of(*seq_).estimates_per_prompt(l, n_kv)) return true;
   return false;
 }
 
@@ -292,12 +294,12 @@ std::vector<float> Transformer::prompt_layers(std::span<const int32_t> tokens, i
   for (int l = 0; l < cfg_.n_layer; ++l) {
     auto rows = [&](int64_t c0) { return LayerRows{l, std::min(C, T - c0), pos0 + c0, x.data() + c0 * E}; };
     for (int64_t c0 = 0; c0 < T; c0 += C) project(rows(c0), s.h.data(), q.data() + c0 * Q);  // all K/V first
-    if (cfg_.layer(l).window == 0 && method_->estimates_per_prompt(l, pos0 + T)) {
+    if (cfg_.layer(l).window == 0 && method_of(*seq_).estimates_per_prompt(l, pos0 + T)) {
       const int64_t R = std::min<int64_t>(kLastQ, T);  // the prompt's last queries
-      method_->prepare_prompt(attn_params(*seq_, l, R, pos0 + T - R, q.data() + (T - R) * Q, nullptr), *seq_->method, pool_);
+      method_of(*seq_).prepare_prompt(attn_params(*seq_, l, R, pos0 + T - R, q.data() + (T - R) * Q, nullptr), *seq_->method, pool_);
     }
     for (int64_t c0 = 0; c0 < T; c0 += C) attend_and_mlp(rows(c0), q.data() + c0 * Q, s);
-    method_->end_prompt(*seq_->method);
+    method_of(*seq_).end_prompt(*seq_->method);
     if (progress) progress(l + 1, cfg_.n_layer);
   }
   seq_->cache.set_size(pos0 + T);

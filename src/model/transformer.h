@@ -33,6 +33,7 @@ class ThreadPool;
 struct SequenceState {
   KvCache cache;
   std::unique_ptr<MethodState> method;
+  std::shared_ptr<const AttentionMethod> attn;  // this sequence's own method; null = the model's
 };
 
 class Transformer {
@@ -57,7 +58,10 @@ class Transformer {
   // owned by the caller. attach(s) makes forward()/forward_prompt()/reset()/cache() work on s
   // (nullptr: the model's own sequence); s must outlive its attachment. RoPE tables are the
   // model's (LongRoPE: chosen by the last reset()'s capacity).
-  std::unique_ptr<SequenceState> new_sequence(int64_t capacity) const;
+  // `method` (optional) gives the sequence its own attention method (a server's per-request
+  // --attn); null = the model's.
+  std::unique_ptr<SequenceState> new_sequence(int64_t capacity,
+                                              std::shared_ptr<const AttentionMethod> method = nullptr) const;
   void attach(SequenceState* s) { seq_ = s ? s : &own_; }
   // One decode step of several sequences at once: token ids[i] at the next position of seqs[i]
   // (each in its own cache, with its own method state and length), its K/V appended. The
@@ -111,6 +115,8 @@ class Transformer {
   // forward_prompt's layers: the prompt's residual stream [T, E] after the last layer; the cache
   // then holds the prompt.
   std::vector<float> prompt_layers(std::span<const int32_t> tokens, int64_t chunk, const LayerProgressFn& progress);
+
+  const AttentionMethod& method_of(const SequenceState& s) const { return s.attn ? *s.attn : *method_; }
 
   ModelConfig cfg_;
   ModelWeights w_;
