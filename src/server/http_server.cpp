@@ -1,7 +1,7 @@
 // http_server.cpp: the routes of `longctx serve` (cpp-httplib), the SSE streaming of tokens from
 // a request's Channel, and the process lifetime: SIGTERM/SIGINT drain, then stop.
 #include <httplib.h>
-#include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 
 #include <atomic>
@@ -31,6 +31,14 @@ constexpr int kSpareHttpThreads = 8;
 // How long, after the engine is idle on SIGTERM, the last responses may take to be written.
 constexpr auto kFlushGrace = 5s;
 constexpr const char* kJson = "application/json";
+
+// The signal that asked the server to stop (0: none), and the semaphore its handler posts.
+volatile sig_atomic_t g_signal = 0;
+sem_t g_signal_sem;
+extern "C" void on_signal(int sig) {
+  g_signal = sig;
+  sem_post(&g_signal_sem);  // async-signal-safe
+}
 
 int64_t unix_time() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -234,14 +242,14 @@ void add_routes(httplib::Server& svr, App& app) {
 }  // namespace
 
 int run_server(const ServerOptions& o) {
-  // Signals go to one waiting thread (blocked here before any thread starts, so every thread
-  // inherits the mask); a client hanging up must not kill the process.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGTERM);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGUSR1);  // sent to ourselves: the server stopped on its own
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  // SIGTERM/SIGINT post a semaphore that one waiting thread takes (a handler, not a blocked mask:
+  // OpenBLAS starts its threads before main); a client hanging up must not kill the process.
+  sem_init(&g_signal_sem, 0, 0);
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
   App app(Engine::load(o.load), o.model_id.empty() ? default_model_id(o.load) : o.model_id, o.load.attn);
@@ -260,9 +268,10 @@ int run_server(const ServerOptions& o) {
 
   std::atomic<bool> signalled{false};
   std::thread waiter([&] {
-    int sig = 0;
-    sigwait(&sigs, &sig);
-    if (sig == SIGUSR1) return;
+    while (sem_wait(&g_signal_sem) != 0) {  // EINTR: wait again
+    }
+    const int sig = g_signal;
+    if (sig == 0) return;  // the server stopped on its own
     signalled = true;
     std::fprintf(stderr, "longctx: serve: %s: draining (no new requests; running ones finish)\n",
                  sig == SIGTERM ? "SIGTERM" : "SIGINT");
@@ -276,7 +285,7 @@ int run_server(const ServerOptions& o) {
   std::fprintf(stderr, "longctx: serve: %s (%s, attn %s, context %lld) on http://%s:%d\n", app.ctx.model_id.c_str(),
                app.eng->device().c_str(), o.load.attn.c_str(), (long long)app.eng->max_context(), o.host.c_str(), o.port);
   const bool ok = svr.listen_after_bind();
-  if (!signalled) pthread_kill(waiter.native_handle(), SIGUSR1);
+  if (!signalled) sem_post(&g_signal_sem);
   waiter.join();
   app.sched.reset();  // cancels whatever is left (after a drain timeout)
   if (!ok && !signalled) fail("the HTTP server on {}:{} stopped unexpectedly", o.host, o.port);
