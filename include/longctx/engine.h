@@ -51,7 +51,7 @@ struct SamplingParams {
   float top_p = 1.f;        // 1 = off
   uint64_t seed = 0;
   int max_tokens = 128;
-  std::vector<std::string> stop;  // stop strings (not included in the output text)
+  std::vector<std::string> stop = {};  // stop strings (not included in the output text)
   bool stop_at_eos = true;
 };
 
@@ -80,9 +80,9 @@ struct GenerateResult {
 //   while (batch->stats().sequences > 0) batch->step([](const SequenceEvent& e) { ...; return true; });
 
 struct SequenceRequest {
-  std::vector<int32_t> prompt;
-  SamplingParams sp;
-  std::string attn;       // this sequence's attention method spec; empty = the engine's (LoadOptions::attn)
+  std::vector<int32_t> prompt = {};  // (initializers: designated-initializer users get no -Wextra warning)
+  SamplingParams sp = {};
+  std::string attn = {};  // this sequence's attention method spec; empty = the engine's (LoadOptions::attn)
   bool logprobs = false;  // report log p(token) of each sampled token (one log-softmax per token)
 };
 

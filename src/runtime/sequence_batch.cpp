@@ -1,6 +1,6 @@
 // sequence_batch.cpp: see sequence_batch.h. Both batches share the request checks and the KV
 // budget (BatchBase); the CPU batch steps every open sequence in one decode_batch call plus one
-// prefill chunk, the serial batch runs one whole sequence per step.
+// prefill chunk (prefilling sequences take turns), the serial batch runs one whole sequence per step.
 #include "runtime/sequence_batch.h"
 
 #include <chrono>
@@ -195,16 +195,15 @@ class CpuBatch final : public BatchBase {
     }
   }
 
-  // One prefill chunk of the oldest sequence still in its prompt (MInference-style methods that
-  // estimate per prompt: its whole prompt, layer-major, as generate does).
+  // One prefill chunk of the sequences still in their prompt, taken in turn (round robin), so a
+  // short prompt arriving behind a long one waits for one chunk of it, not all (MInference-style
+  // methods that estimate per prompt: the whole prompt, layer-major, as generate does).
   void prefill_chunk(const SequenceEventFn& on_event) {
     Slot* s = nullptr;
-    for (auto& o : open_)
-      if (!o->closed && o->prefilling()) {
-        s = o.get();
-        break;
-      }
+    for (auto& o : open_)  // the next prefilling sequence after the last one served, else the first
+      if (!o->closed && o->prefilling() && (!s || (s->id <= last_prefill_ && o->id > last_prefill_))) s = o.get();
     if (!s) return;
+    last_prefill_ = s->id;
     const int64_t n = int64_t(s->prompt.size());
     const auto t0 = Clock::now();
     int64_t c1 = n;
@@ -241,6 +240,7 @@ class CpuBatch final : public BatchBase {
   int64_t chunk_;
   std::vector<std::unique_ptr<Slot>> open_;  // in arrival order (the oldest prefills first)
   std::vector<float> logits_;                // [rows, vocab] scratch
+  int64_t last_prefill_ = 0;                 // id of the sequence the last prefill chunk was of
   mutable std::map<std::string, std::shared_ptr<const AttentionMethod>> methods_;
 };
 
