@@ -73,8 +73,8 @@ struct GenerateResult {
 
 // ---- Step-level batching: the API a server's scheduler drives (Engine::start_batch) ----
 // Sequences join and leave at any step; each step advances every decoding sequence by one token
-// in one batched decode call and runs one bounded prefill chunk of the oldest prefilling one, so
-// a long prompt never freezes the other sequences' streams.
+// in one batched decode call and runs up to one prefill chunk of tokens of the prefilling ones
+// (in turn), so a long prompt never freezes the other sequences' streams.
 //   auto batch = eng->start_batch({.kv_tokens = 65536});
 //   int64_t id = batch->open({.prompt = ids, .sp = {.max_tokens = 32}});
 //   while (batch->stats().sequences > 0) batch->step([](const SequenceEvent& e) { ...; return true; });

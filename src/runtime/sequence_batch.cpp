@@ -1,6 +1,7 @@
 // sequence_batch.cpp: see sequence_batch.h. Both batches share the request checks and the KV
-// budget (BatchBase); the CPU batch steps every open sequence in one decode_batch call plus one
-// prefill chunk (prefilling sequences take turns), the serial batch runs one whole sequence per step.
+// budget (BatchBase); the CPU batch steps every open sequence in one decode_batch call plus up to
+// one chunk of prefill tokens (prefilling sequences take turns), the serial batch runs one whole
+// sequence per step.
 #include "runtime/sequence_batch.h"
 
 #include <chrono>
@@ -97,7 +98,7 @@ class CpuBatch final : public BatchBase {
   void step(const SequenceEventFn& on_event) override {
     ++stats_.steps;
     decode(on_event);
-    prefill_chunk(on_event);
+    prefill(on_event);
     sweep();
   }
 
@@ -195,35 +196,54 @@ class CpuBatch final : public BatchBase {
     }
   }
 
-  // One prefill chunk of the sequences still in their prompt, taken in turn (round robin), so a
-  // short prompt arriving behind a long one waits for one chunk of it, not all (MInference-style
-  // methods that estimate per prompt: the whole prompt, layer-major, as generate does).
-  void prefill_chunk(const SequenceEventFn& on_event) {
+  // Prefill of the sequences still in their prompt, taken in turn (round robin) within a budget of
+  // one chunk of tokens per step: several short prompts share a step, a long prompt takes one
+  // chunk of it, so a short prompt behind a long one waits one chunk, not all. Each sequence's
+  // pieces are generate's chunks (the same boundaries: the same greedy tokens); MInference-style
+  // methods that estimate per prompt take the whole prompt, layer-major, as generate does.
+  void prefill(const SequenceEventFn& on_event) {
+    int64_t budget = chunk_;
+    for (size_t tries = open_.size(); tries > 0 && budget > 0; --tries) {
+      Slot* s = next_prefilling();
+      if (!s) return;
+      const int64_t piece = std::min(chunk_, int64_t(s->prompt.size()) - s->prefilled);
+      if (piece > budget && budget < chunk_) return;  // the step's budget is spent; its turn comes next step
+      last_prefill_ = s->id;
+      budget -= prefill_piece(*s, on_event);
+    }
+  }
+
+  // The next prefilling sequence after the last one served, else the first (nullptr: none).
+  Slot* next_prefilling() const {
     Slot* s = nullptr;
-    for (auto& o : open_)  // the next prefilling sequence after the last one served, else the first
+    for (auto& o : open_)
       if (!o->closed && o->prefilling() && (!s || (s->id <= last_prefill_ && o->id > last_prefill_))) s = o.get();
-    if (!s) return;
-    last_prefill_ = s->id;
-    const int64_t n = int64_t(s->prompt.size());
+    return s;
+  }
+
+  // Runs slot s's next chunk (or its whole prompt: prompt-wide methods); returns the tokens run.
+  int64_t prefill_piece(Slot& s, const SequenceEventFn& on_event) {
+    const int64_t n = int64_t(s.prompt.size()), c0 = s.prefilled;
     const auto t0 = Clock::now();
     int64_t c1 = n;
     {
-      const Attached on(m_.model, s->state.get());
-      const std::span<const int32_t> p(s->prompt);
-      if (s->prefilled == 0 && m_.model.prompt_wide(n, chunk_)) {
+      const Attached on(m_.model, s.state.get());
+      const std::span<const int32_t> p(s.prompt);
+      if (c0 == 0 && m_.model.prompt_wide(n, chunk_)) {
         m_.model.forward_prompt(p, chunk_, 1, &logits_);
       } else {
-        c1 = std::min(n, s->prefilled + chunk_);
-        m_.model.forward(p.subspan(size_t(s->prefilled), size_t(c1 - s->prefilled)), c1 == n ? 1 : 0, &logits_);
+        c1 = std::min(n, c0 + chunk_);
+        m_.model.forward(p.subspan(size_t(c0), size_t(c1 - c0)), c1 == n ? 1 : 0, &logits_);
       }
     }
     stats_.prefill_s += seconds_since(t0);
-    stats_.prefill_tokens += c1 - s->prefilled;
-    s->prefilled = c1;
+    stats_.prefill_tokens += c1 - c0;
+    s.prefilled = c1;
     if (c1 == n) {
       --stats_.prefilling;
-      emit(*s, std::span<const float>(logits_.data(), size_t(m_.cfg.vocab_size)), on_event);
+      emit(s, std::span<const float>(logits_.data(), size_t(m_.cfg.vocab_size)), on_event);
     }
+    return c1 - c0;
   }
 
   // Frees the closed sequences.

@@ -2,7 +2,7 @@
 // SequenceBatch; HTTP threads only submit requests (into a bounded queue) and read their Channel.
 // Each loop: drop cancelled requests, admit queued ones in arrival order while the KV budget has
 // room (a request that can never run fails with 400 and its reason), then one batch step
-// (every decoding sequence one token in one batched call, plus one prefill chunk).
+// (every decoding sequence one token in one batched call, plus up to one chunk of prefill tokens).
 #pragma once
 #include <condition_variable>
 #include <cstdint>
