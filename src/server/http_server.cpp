@@ -167,6 +167,8 @@ void completion_route(App& app, Endpoint ep, const httplib::Request& req, httpli
     r = parse_request(ep, req.body, app.ctx);
   } catch (const ApiError& e) {
     return send_error(res, e);
+  } catch (const Error& e) {  // from the tokenizer (e.g. a model without a chat template)
+    return send_error(res, engine_error(400, e.what()));
   }
   auto ch = std::make_shared<Channel>();
   if (const std::string busy = app.sched->submit(r.seq, ch); !busy.empty())
@@ -185,6 +187,8 @@ void json_route(httplib::Response& res, const std::function<json()>& f) {
     res.set_content(dump(f()), kJson);
   } catch (const ApiError& e) {
     send_error(res, e);
+  } catch (const Error& e) {
+    send_error(res, engine_error(400, e.what()));
   }
 }
 
