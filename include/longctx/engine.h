@@ -134,7 +134,8 @@ class SequenceBatch {
 };
 
 // Thread-safety: an Engine runs one call at a time (calls from several threads must be serialised
-// by the caller); several sequences share it through generate_batch. Separate Engines are
+// by the caller); several sequences share it through generate_batch or a SequenceBatch
+// (start_batch). config(), tokenizer() and max_context() are const and safe from any thread. Separate Engines are
 // independent (no process-wide state, except the GPU statistics read by benchmarks:
 // gpu::last_gpu_*_stats()).
 class Engine {

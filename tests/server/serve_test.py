@@ -248,8 +248,45 @@ def run_checks(port):
             except (ValueError, KeyError, TypeError):
                 check(False, f"{what}: not an OpenAI error body: {data[:200]!r}")
     check(raw(port, "GET", "/health")[0] == 200, "the server is healthy after the bad requests")
+    odd_values(port, model_id)
 
     load_test(client, model_id, port)
+
+
+def odd_values(port, model_id):
+    """Every field of a valid request replaced by values of every JSON type: only 200 or an OpenAI 4xx."""
+    odd = [None, -1, 0, 1.5, 10 ** 30, -(10 ** 30), "x", "", [], [1, "a"], {}, {"a": 1}, True, "\u0000\u00ff"]
+    bases = {
+        "/v1/completions": {"model": model_id, "prompt": "Hi", "max_tokens": 2, "temperature": 0, "stream": False},
+        "/v1/chat/completions": {"model": model_id, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2,
+                                 "temperature": 0},
+        "/tokenize": {"prompt": "Hi"},
+        "/detokenize": {"tokens": [1, 2]},
+    }
+    extra = ["top_p", "top_k", "seed", "stop", "n", "logprobs", "top_logprobs", "stream_options", "attn", "ignore_eos",
+             "echo", "max_completion_tokens"]
+    n = 0
+    for path, base in bases.items():
+        for key in list(base) + (extra if path.startswith("/v1") else []):
+            for v in odd:
+                if key in ("max_tokens", "max_completion_tokens") and (v is None or v == 10 ** 30):
+                    continue  # a default or huge max_tokens is valid (the rest of the context): too slow here
+                body = dict(base)
+                body[key] = v
+                if key == "max_completion_tokens" and path == "/v1/chat/completions":
+                    body.pop("max_tokens")
+                st, data = raw(port, "POST", path, json.dumps(body))
+                n += 1
+                if st == 200:
+                    continue
+                ok = check(st in (400, 404), f"{path} {key}={v!r}: HTTP {st} ({data[:200]!r})")
+                if ok:
+                    try:
+                        check(bool(json.loads(data)["error"]["message"]), f"{path} {key}={v!r}: empty message")
+                    except (ValueError, KeyError, TypeError):
+                        check(False, f"{path} {key}={v!r}: not an OpenAI error body: {data[:200]!r}")
+    check(raw(port, "GET", "/health")[0] == 200, f"the server is healthy after {n} odd requests")
+    print(f"odd values: {n} requests", flush=True)
 
 
 def ref_prompt_tokens(prompt):
