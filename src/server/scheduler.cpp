@@ -89,32 +89,42 @@ void Scheduler::drop_cancelled() {
 }
 
 // Engine thread: opens queued requests in arrival order while they fit (the first that does not
-// fit waits, so a large request is not starved by smaller ones behind it).
+// fit waits, so a large request is not starved by smaller ones behind it). The checks and the KV
+// allocation run outside the lock: only this thread removes from the queue, and a deque keeps
+// references to its front while HTTP threads push at the back.
 void Scheduler::admit_queued() {
-  std::unique_lock lk(mu_);
-  while (!queue_.empty()) {
-    Pending& p = queue_.front();
-    const std::string why = batch_->check(p.r);
-    if (!why.empty()) {
-      p.ch->fail(kBadRequest, why);
-      ++stats_.rejected;
-    } else if (batch_->fits_now(p.r)) {
-      try {
-        const int64_t id = batch_->open(p.r);
-        open_[id] = p.ch;
-        stats_.prompt_tokens += int64_t(p.r.prompt.size());
-        p.ch->admit();
-      } catch (const std::exception& e) {  // e.g. no memory for its KV cache
-        p.ch->fail(kInternal, e.what());
-        ++stats_.rejected;
-      }
-    } else {
-      break;
+  for (;;) {
+    Pending* p = nullptr;
+    {
+      std::lock_guard lk(mu_);
+      if (queue_.empty()) break;
+      p = &queue_.front();
     }
+    bool admitted = false, rejected = false;
+    if (const std::string why = batch_->check(p->r); !why.empty()) {
+      p->ch->fail(kBadRequest, why);
+      rejected = true;
+    } else if (batch_->fits_now(p->r)) {
+      try {
+        open_[batch_->open(p->r)] = p->ch;
+        p->ch->admit();
+        admitted = true;
+      } catch (const std::exception& e) {  // e.g. no memory for its KV cache
+        p->ch->fail(kInternal, e.what());
+        rejected = true;
+      }
+    }
+    if (!admitted && !rejected) break;
+    std::lock_guard lk(mu_);
+    if (admitted) stats_.prompt_tokens += int64_t(p->r.prompt.size());
+    if (rejected) ++stats_.rejected;
     queue_.pop_front();
+    stats_.queued = int64_t(queue_.size());
   }
+  const BatchStats st = batch_->stats();
+  std::lock_guard lk(mu_);
   stats_.queued = int64_t(queue_.size());
-  stats_.batch = batch_->stats();
+  stats_.batch = st;
 }
 
 void Scheduler::loop() {
@@ -122,16 +132,13 @@ void Scheduler::loop() {
     auto it = open_.find(e.id);
     if (it == open_.end()) return false;
     const bool keep = !it->second->cancelled();
+    {  // counted before the client can see the event (a test reads /metrics right after)
+      std::lock_guard lk(mu_);
+      if (e.token >= 0) ++stats_.completion_tokens;
+      if (e.finished || !keep) ++(keep ? stats_.finished : stats_.cancelled);
+    }
     if (keep) it->second->push(e);
-    if (e.token >= 0) {
-      std::lock_guard lk(mu_);
-      ++stats_.completion_tokens;
-    }
-    if (e.finished || !keep) {
-      std::lock_guard lk(mu_);
-      ++(e.finished ? stats_.finished : stats_.cancelled);
-      open_.erase(it);
-    }
+    if (e.finished || !keep) open_.erase(it);
     return keep;
   };
   for (;;) {
