@@ -18,6 +18,7 @@
 #include "model/attn_capture.h"  // AttnCapture, AttnObserver
 #include "model/config.h"
 #include "tokenizer/tokenizer.h"
+#include "util/progress.h"  // Progress, ProgressFn
 
 namespace longctx {
 
@@ -55,11 +56,6 @@ struct SamplingParams {
   bool stop_at_eos = true;
 };
 
-struct Progress {
-  int64_t done = 0, total = 0;
-  double elapsed_s = 0;
-};
-using ProgressFn = std::function<void(const Progress&)>;
 // Called with each generated token id and its text piece (complete UTF-8 only); return false to stop.
 using TokenFn = std::function<bool(int32_t id, const std::string& piece)>;
 

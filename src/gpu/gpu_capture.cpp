@@ -55,9 +55,13 @@ void GpuTransformer::capture_attention(std::span<const int32_t> tokens, const At
   const int64_t KV = int64_t(cfg_.n_kv_head) * cfg_.head_dim;
 
   // No sequence survives a capture: the KV cache's memory goes to the capture's buffers.
+  if (external_sequences() > 0)
+    fail("capture_attention frees the GPU KV pool, but {} sequences hold pages in it; free them first",
+         external_sequences());
+  if (seq_ != &own_) fail("capture_attention runs on the model's own sequence; attach(nullptr) first");
   free_kv();
-  len_ = 0;
-  cap_req_ = 0;  // forward() now fails until reset()
+  own_.len = 0;
+  own_.cap_req = 0;  // forward() now fails until reset()
   const StageLayout sl = stage_layout(cfg_, T, KvCacheType::fp8);  // bf16 K, V [T, KV] and x [T, E]
   const size_t ws_bytes = decode_ws_bytes(cfg_, T);  // a 1-token chunk runs the decode kernel
   size_t free_b = 0, total_b = 0;
@@ -98,7 +102,7 @@ void GpuTransformer::capture_attention(std::span<const int32_t> tokens, const At
     cuda::embedding({w_.tok_embd(), d_ids, static_cast<char*>(xs) + size_t(c0 * E) * kBf16, n, cfg_.vocab_size, E},
                     stream_);
   }
-  broken_ = true;  // until reset(), as after any interrupted forward
+  own_.broken = true;  // until reset(), as after any interrupted forward
   for (int l = 0; l < cfg_.n_layer; ++l) {
     events_used_ = 0;
     for (int64_t c0 = 0; c0 < T; c0 += C) {
@@ -113,7 +117,7 @@ void GpuTransformer::capture_attention(std::span<const int32_t> tokens, const At
     if (observer)
       observer({l, T, cfg_.n_head, cfg_.n_kv_head, cfg_.head_dim, q_host.data(), k_host.data(), v_host.data()});
   }
-  broken_ = false;  // nothing half-done: forward() asks for reset() (capacity 0) instead
+  own_.broken = false;  // nothing half-done: forward() asks for reset() (capacity 0) instead
   note_memory();
 }
 

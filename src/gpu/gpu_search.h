@@ -17,7 +17,7 @@
 // candidate once warm); before growing, the bytes needed are checked against the free memory
 // and a clear Error says both (use a shorter sample or the CPU).
 //   gpu::GpuScorer scorer(global_pool());
-//   SearchOptions opt; opt.scorer = &scorer;  search_patterns(engine, sample, opt, progress);
+//   SearchOptions opt; opt.scorer = &scorer;  search_patterns(model, sample, opt, progress);
 #pragma once
 #include <cstddef>
 #include <cstdint>

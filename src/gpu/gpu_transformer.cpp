@@ -14,6 +14,7 @@
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/sparse_attention.h"
 #include "kernels/cuda/sparse_decode.h"
+#include "kv/cuda/device_kv_cache.h"
 #include "util/error.h"
 
 namespace longctx::gpu {
@@ -28,9 +29,6 @@ constexpr int kMaxDecodeGroup = 16;  // attention_decode: one mma row tile holds
 constexpr int kStepInts = 4;
 constexpr int kStepId = 0, kStepPos = 1, kStepKvLen = 2;
 constexpr int kStepZero = 3;  // always 0: the block table {0} of the sparse decode's one-page view
-// Keys per tile of the split-KV decode kernel: its split plan depends on the KV length only in
-// whole tiles, so a captured step stays exact (same plan as eager) within one tile.
-constexpr int64_t kDecodePlanKeys = 64;
 
 bool graph_disabled_by_env() {
   const char* e = std::getenv("LONGCTX_NO_CUDA_GRAPH");
@@ -121,6 +119,8 @@ GpuTransformer::GpuTransformer(ModelConfig cfg, DeviceWeights w, const GpuOption
   const size_t kv_row = size_t(cfg_.n_kv_head) * size_t(cfg_.head_dim) * kBf16;
   step_buf_ = cuda::dev_malloc(align_up(kStepInts * sizeof(int32_t)) + 2 * align_up(kv_row));
   if (kv_type_ == KvCacheType::fp8) amax_ = static_cast<float*>(cuda::dev_malloc(2 * sizeof(float)));
+  batch_buf_ = cuda::dev_malloc(batch_buffer_bytes());
+  batch_graphs_.resize(size_t(layout_.logit_rows + 1));
   graph_ = std::make_unique<cuda::CudaGraph>();
   use_graph_ = opts.cuda_graph && !graph_disabled_by_env();
   {
@@ -139,6 +139,8 @@ GpuTransformer::~GpuTransformer() {
       for (void* x : {e.start, e.index_end, e.end})
         if (x) (void)cudaEventDestroy(ev(x));
     graph_.reset();
+    batch_graphs_.clear();
+    cuda::dev_free(batch_buf_);
     cuda::dev_free(amax_);
     cuda::dev_free(step_buf_);
     gemm_.reset();
@@ -151,14 +153,20 @@ GpuTransformer::~GpuTransformer() {
 void GpuTransformer::free_kv() {
   if (gpu_method_) gpu_method_->release();
   sparse_bytes_ = 0;
-  cuda::dev_free(kv_);
+  own_.id = -1;  // the pool goes: so do the own sequence's pages (others hold none: see callers)
+  pool_.reset();
   cuda::dev_free(decode_ws_);
   cuda::dev_free(stage_);
-  kv_ = decode_ws_ = stage_ = nullptr;
+  decode_ws_ = stage_ = nullptr;
   kv_bytes_ = decode_ws_bytes_ = 0;
   stage_layout_ = {};
-  cap_ = 0;
-  graph_tiles_ = -1;  // the captured step points into the freed blocks
+  pool_plan_ = {};
+  invalidate_graphs();  // the captured steps point into the freed blocks
+}
+
+void GpuTransformer::invalidate_graphs() {
+  graph_tiles_ = -1;
+  for (BatchGraph& g : batch_graphs_) g.tiles = -1;
 }
 
 void GpuTransformer::note_memory() {
@@ -184,42 +192,28 @@ std::string GpuTransformer::kv_fit_problem(int64_t capacity) const {
     (void)cudaGetLastError();
     return "cannot query free GPU memory (cudaMemGetInfo failed)";
   }
-  return gpu::kv_fit_problem(cfg_, capacity,
-                             free_b + kv_bytes_ + decode_ws_bytes_ + sparse_bytes_ + stage_layout_.total,
-                             w_.bytes() + layout_.total, device_name_,
-                             sparse_bytes(capacity), kv_type_, layer_major_);
+  const int64_t caps[1] = {capacity};
+  const SequencesPlan p = plan_sequences(caps, layout_.logit_rows);
+  return gpu::sequences_fit_problem(cfg_, p, free_b + held_kv_bytes(), w_.bytes() + layout_.total, device_name_,
+                                    sparse_bytes(p.max_capacity, p.step_rows), kv_type_, layer_major_);
 }
 
 void GpuTransformer::reset(int64_t capacity) {
   if (capacity <= 0) fail("KV cache capacity must be positive (got {})", capacity);
-  len_ = 0;
-  broken_ = false;
-  if (capacity > cap_) {
+  if (seq_ != &own_) fail("reset() clears the model's own sequence; attach(nullptr) first");
+  release_pages(own_);
+  own_.broken = false;
+  if (!try_take_pages(own_, capacity)) {  // the pool must change: only when no other sequence holds pages
+    if (external_sequences() > 0)
+      fail("the GPU KV pool has no run of free pages for {} tokens while {} other sequences hold pages ({} of {} "
+           "pages free)",
+           capacity, external_sequences(), pool_->free_pages(), pool_->spec().n_pages);
     const std::string problem = kv_fit_problem(capacity);
     if (!problem.empty()) fail("{}", problem);
-    free_kv();
-    kv_bytes_ = kv_bytes(cfg_, capacity, kv_type_);
-    kv_ = cuda::dev_malloc(kv_bytes_);
-    stage_layout_ = stage_layout(cfg_, capacity, kv_type_, layer_major_);
-    if (stage_layout_.total) stage_ = cuda::dev_malloc(stage_layout_.total);
-    decode_ws_bytes_ = decode_ws_bytes(cfg_, capacity);
-    decode_ws_ = cuda::dev_malloc(decode_ws_bytes_);
-    cuda::decode_workspace_init(decode_ws_, decode_ws_bytes_, stream_);
-    cap_ = capacity;
-    if (const size_t sb = sparse_bytes(capacity); sb > 0) {
-      try {
-        gpu_method_->allocate(method_shape(capacity), stream_);
-      } catch (...) {
-        free_kv();  // all or nothing: no cache without the sparse buffers it needs
-        throw;
-      }
-      sparse_bytes_ = sb;
-    }
+    const int64_t caps[1] = {capacity};
+    allocate_pool(plan_sequences(caps, layout_.logit_rows));
+    if (!try_take_pages(own_, capacity)) fail("internal: a fresh KV pool has no room for {} tokens", capacity);
   }
-  cap_req_ = capacity;
-  k_scale_.assign(size_t(cfg_.n_layer), 0.f);  // fp8: the next prefill sets them
-  v_scale_.assign(size_t(cfg_.n_layer), 0.f);
-  graph_tiles_ = -1;  // a captured decode step holds the old scales
   stats_ = {};
   stats_.attn = attn_spec_;
   stats_.sparse_bytes = sparse_bytes_;
@@ -232,7 +226,8 @@ void GpuTransformer::reset(int64_t capacity) {
 
 void* GpuTransformer::kv_cache_at(int l, int which) const {
   const size_t KV = size_t(cfg_.n_kv_head) * size_t(cfg_.head_dim);
-  return static_cast<char*>(kv_) + size_t(2 * l + which) * size_t(cap_) * KV * kv_elem_;
+  char* pool = static_cast<char*>(which ? pool_->v_pool(l) : pool_->k_pool(l));
+  return pool + size_t(seq_->base_row) * KV * kv_elem_;
 }
 
 void GpuTransformer::forward(std::span<const int32_t> tokens, int64_t n_logits, std::vector<float>* logits,
@@ -253,14 +248,15 @@ void GpuTransformer::forward_to(std::span<const int32_t> tokens, int64_t n_logit
                                 const LayerProgressFn& progress) {
   const int64_t T = int64_t(tokens.size());
   if (T == 0) return;
-  if (broken_) fail("the GPU model was interrupted by an earlier error; reset() it before the next forward");
-  if (len_ + T > cap_req_)
-    fail("KV cache holds {} tokens; {} more at position {} do not fit", cap_req_, T, len_);
+  GpuSequence& sq = *seq_;
+  if (sq.broken) fail("the GPU model was interrupted by an earlier error; reset() it before the next forward");
+  if (sq.id < 0 || sq.len + T > sq.cap_req)
+    fail("KV cache holds {} tokens; {} more at position {} do not fit", sq.id < 0 ? 0 : sq.cap_req, T, sq.len);
   const int64_t V = cfg_.vocab_size;
   for (int32_t id : tokens)
     if (id < 0 || id >= V) fail("token id {} is outside the vocabulary (size {})", id, V);
   n_logits = out.wanted() ? std::clamp<int64_t>(n_logits, 0, T) : 0;
-  broken_ = true;
+  sq.broken = true;
   const int64_t first = T - n_logits;  // first token (index in `tokens`) whose logits are wanted
   // fp8: a step before any prefill (scales unset) runs as a 1-token layer-major prefill
   const bool scales_set = kv_type_ != KvCacheType::fp8 || k_scale_[0] > 0.f;
@@ -268,12 +264,12 @@ void GpuTransformer::forward_to(std::span<const int32_t> tokens, int64_t n_logit
     float* dst = n_logits ? logits_target(out, 0, 1) : nullptr;
     decode_token(tokens[0], dst);
     if (dst) deliver_logits(out, 0, 1, dst);
-    broken_ = false;
+    sq.broken = false;
     return;
   }
   if (layer_major()) {
     forward_layer_major(tokens, first, out, progress);
-    broken_ = false;
+    sq.broken = false;
     note_memory();
     return;
   }
@@ -281,13 +277,13 @@ void GpuTransformer::forward_to(std::span<const int32_t> tokens, int64_t n_logit
     const int64_t c1 = std::min(T, c0 + layout_.chunk);
     forward_chunk(tokens.data() + c0, c1 - c0, std::max<int64_t>(first - c0, 0), c0, out);
   }
-  broken_ = false;
+  sq.broken = false;
   if (T > 1) note_memory();
 }
 
 void GpuTransformer::forward_chunk(const int32_t* ids, int64_t T, int64_t first_row, int64_t row0,
                                    const LogitsOut& out) {
-  const int64_t pos0 = len_;
+  const int64_t pos0 = seq_->len;
   int32_t* d_ids = static_cast<int32_t*>(act(layout_.ids));
   cuda::copy_h2d(d_ids, ids, size_t(T) * sizeof(int32_t), stream_);
   cuda::embedding({w_.tok_embd(), d_ids, act(layout_.x), T, cfg_.vocab_size, cfg_.n_embd}, stream_);
@@ -295,7 +291,7 @@ void GpuTransformer::forward_chunk(const int32_t* ids, int64_t T, int64_t first_
   for (int l = 0; l < cfg_.n_layer; ++l)
     layer({.l = l, .T = T, .pos0 = pos0, .x = act(layout_.x), .k_all = kv_cache_at(l, 0), .v_all = kv_cache_at(l, 1)});
   if (events_used_ > 0) read_attention_times();
-  len_ = pos0 + T;
+  seq_->len = pos0 + T;
   if (out.wanted() && first_row < T) {
     // Final norm and LM head for rows first_row..T-1 only, logit_rows at a time.
     const int64_t E = cfg_.n_embd;
@@ -325,7 +321,7 @@ void GpuTransformer::emit_logits(const void* x_rows, int64_t m, int64_t row, con
 void GpuTransformer::forward_layer_major(std::span<const int32_t> tokens, int64_t first_row, const LogitsOut& out,
                                          const LayerProgressFn& progress) {
   if (!stage_) fail("internal: layer-major prefill with no staging buffer");
-  const int64_t pos0 = len_, T = int64_t(tokens.size()), C = layout_.chunk;
+  const int64_t pos0 = seq_->len, T = int64_t(tokens.size()), C = layout_.chunk;
   const int64_t E = cfg_.n_embd, KV = int64_t(cfg_.n_kv_head) * cfg_.head_dim;
   char* stage = static_cast<char*>(stage_);
   void* xs = stage + stage_layout_.x;       // [T, E] residual stream of the whole prompt
@@ -357,7 +353,7 @@ void GpuTransformer::forward_layer_major(std::span<const int32_t> tokens, int64_
     if (events_used_ > 0) read_attention_times();
     if (progress) progress(l + 1, cfg_.n_layer);
   }
-  len_ = pos0 + T;
+  seq_->len = pos0 + T;
   for (int64_t r0 = first_row; out.wanted() && r0 < T; r0 += layout_.logit_rows) {
     const int64_t m = std::min(layout_.logit_rows, T - r0);
     emit_logits(at(xs, size_t(r0 * E)), m, r0, out);
@@ -381,6 +377,7 @@ void GpuTransformer::store_layer_kv(int l, int64_t pos0, int64_t T) {
     cuda::stream_sync(stream_);
     k_scale_[L] = fp8_scale_for(amax[0]);
     v_scale_[L] = fp8_scale_for(amax[1]);
+    invalidate_graphs();  // captured steps hold the scales
   }
   // the cache is e4m3: one byte per element
   kv_quantize({k_new, static_cast<char*>(kv_cache_at(l, 0)) + size_t(pos0 * KV), T * KV, k_scale_[L]}, stream_);
@@ -418,17 +415,17 @@ void GpuTransformer::copy_logits(int64_t m, float* out) {
 }
 
 void GpuTransformer::decode_token(int32_t id, float* logits) {
-  const int64_t pos = len_;
+  const int64_t pos = seq_->len;
   const int32_t step[kStepInts] = {id, int32_t(pos), int32_t(pos + 1), 0};
   cuda::copy_h2d(step_buf_, step, sizeof(step), stream_);  // pageable: the copy is done on return
   const bool with_logits = logits != nullptr;
   // The plan's key count: the KV length rounded up to whole tiles (same plan, kv_lens <= n_kv).
   const int64_t tiles = (pos + 1 + kDecodePlanKeys - 1) / kDecodePlanKeys;
-  const int64_t plan_kv = std::min(tiles * kDecodePlanKeys, cap_);
+  const int64_t plan_kv = std::min(tiles * kDecodePlanKeys, seq_->rows);
   bool replayed = false;
   if (use_graph_ && with_logits && warmed_) {
     try {
-      if (graph_tiles_ != tiles) {
+      if (graph_tiles_ != tiles || graph_seq_ != seq_->id) {  // the step holds the sequence's rows
         graph_tiles_ = -1;
         graph_->begin_capture(stream_);
         try {
@@ -441,6 +438,7 @@ void GpuTransformer::decode_token(int32_t id, float* logits) {
         }
         graph_->end_capture(stream_);
         graph_tiles_ = tiles;
+        graph_seq_ = seq_->id;
         ++graph_captures_;
       }
       graph_->launch(stream_);
@@ -455,7 +453,7 @@ void GpuTransformer::decode_token(int32_t id, float* logits) {
     decode_kernels(plan_kv, with_logits);
     warmed_ = warmed_ || with_logits;
   }
-  len_ = pos + 1;
+  seq_->len = pos + 1;
   if (with_logits) copy_logits(1, logits);
 }
 
@@ -468,11 +466,10 @@ void GpuTransformer::decode_kernels(int64_t plan_kv, bool with_logits) {
 
 void GpuTransformer::decode_layer(int l, int64_t plan_kv) {
   const DeviceLayer& L = w_.layer(l);
-  const int64_t E = cfg_.n_embd, D = cfg_.head_dim, F = cfg_.n_ff;
+  const int64_t E = cfg_.n_embd, D = cfg_.head_dim;
   const int64_t Q = int64_t(cfg_.n_head) * D, KV = int64_t(cfg_.n_kv_head) * D;
   const int32_t* d_pos = static_cast<const int32_t*>(step_buf_) + kStepPos;
   void* x = act(layout_.x);  // [1, E]
-  void* h = act(layout_.h);  // [1, E]
   void* q = act(layout_.q);  // [1, Q]
   void* o = act(layout_.o);  // [1, Q]
   void* k_row = static_cast<char*>(step_buf_) + align_up(kStepInts * sizeof(int32_t));  // [1, KV]
@@ -481,54 +478,21 @@ void GpuTransformer::decode_layer(int l, int64_t plan_kv) {
   void* v_all = kv_cache_at(l, 1);
   const bool fp8 = kv_type_ == KvCacheType::fp8;
 
-  cuda::rmsnorm({x, L.attn_norm, h, nullptr, nullptr, 1, E, cfg_.rms_eps}, stream_);
-  gemm_->run({h, L.wq, q, 1, Q, E}, stream_);
-  gemm_->run({h, L.wk, k_row, 1, KV, E}, stream_);
-  gemm_->run({h, L.wv, v_row, 1, KV, E}, stream_);
-  if (cfg_.qkv_bias) {
-    bias_add_rows({q, L.bq, 1, Q, 0}, stream_);
-    bias_add_rows({k_row, L.bk, 1, KV, 0}, stream_);
-    bias_add_rows({v_row, L.bv, 1, KV, 0}, stream_);
-  }
-  cuda::RopeParams rp;
-  rp.q = q;
-  rp.k = k_row;
-  rp.n_q_heads = cfg_.n_head;
-  rp.n_k_heads = cfg_.n_kv_head;
-  rp.head_dim = int(D);
-  rp.n_tokens = 1;
-  rp.positions = d_pos;
-  rp.inv_freq = w_.inv_freq();
-  cuda::rope(rp, stream_);
+  project({.l = l, .T = 1, .positions = d_pos, .x = x, .q = q, .k = k_row, .v = v_row});
   if (fp8)
-    kv_append_fp8({k_row, v_row, k_all, v_all, d_pos, KV, cap_}, k_scale_[size_t(l)], v_scale_[size_t(l)], stream_);
+    kv_append_fp8({k_row, v_row, k_all, v_all, d_pos, KV, seq_->rows}, k_scale_[size_t(l)], v_scale_[size_t(l)], stream_);
   else
-    kv_append({k_row, v_row, k_all, v_all, d_pos, KV, cap_}, stream_);
+    kv_append({k_row, v_row, k_all, v_all, d_pos, KV, seq_->rows}, stream_);
   // The route's key count is plan_kv: the captured step serves up to plan_kv keys.
   if (gpu_method_ &&
       method_->route({.layer = l, .phase = Phase::decode, .n_q = 1, .q_pos0 = plan_kv - 1, .n_kv = plan_kv}) ==
           Route::sparse) {
-    sparse_decode_attention(l, q, o, k_all, v_all);
+    sparse_decode_attention(l, q, o, own_view(l, k_all, v_all));
   } else {
     dense_decode_attention(l, plan_kv, q, o, k_all, v_all);
   }
   gemm_->run({o, L.wo, x, 1, E, Q, 1.f, 1.f}, stream_);  // x += o Wo^T
-
-  void* gu = act(layout_.gu);  // [1, 2F]
-  void* a = act(layout_.act);  // [1, F]
-  cuda::rmsnorm({x, L.ffn_norm, h, nullptr, nullptr, 1, E, cfg_.rms_eps}, stream_);
-  gemm_->run({h, L.w_gate_up, gu, 1, 2 * F, E}, stream_);
-  cuda::SwiGluParams sp;
-  sp.gate = gu;
-  sp.up = at(gu, size_t(F));
-  sp.out = a;
-  sp.n_rows = 1;
-  sp.dim = F;
-  sp.gate_stride = 2 * F;
-  sp.up_stride = 2 * F;
-  sp.out_stride = F;
-  cuda::swiglu(sp, stream_);
-  gemm_->run({a, L.w_down, x, 1, E, F, 1.f, 1.f}, stream_);  // x += act Wdown^T
+  mlp(l, x, 1);
 }
 
 void GpuTransformer::dense_decode_attention(int l, int64_t plan_kv, const void* q, void* o, void* k_all, void* v_all) {
@@ -555,9 +519,7 @@ void GpuTransformer::dense_decode_attention(int l, int64_t plan_kv, const void* 
   cuda::attention_decode(dp, stream_);
 }
 
-void GpuTransformer::sparse_decode_attention(int l, const void* q, void* o, void* k_all, void* v_all) {
-  // The contiguous cache as a paged view of one page of cap_ tokens: block table {0} (the step
-  // buffer's zero slot), length = the step's KV length (device memory: the graph replays it).
+KvView GpuTransformer::own_view(int l, void* k_all, void* v_all) const {
   const bool fp8 = kv_type_ == KvCacheType::fp8;
   KvView kv;
   kv.k_pool = k_all;
@@ -571,11 +533,15 @@ void GpuTransformer::sparse_decode_attention(int l, const void* q, void* o, void
   kv.seq_lens = static_cast<const int32_t*>(step_buf_) + kStepKvLen;
   kv.n_seq = 1;
   kv.max_pages_per_seq = 1;
-  kv.page_size = int(cap_);
+  kv.page_size = int(seq_->rows);
   kv.n_pages = 1;
   kv.n_kv_head = cfg_.n_kv_head;
   kv.head_dim = cfg_.head_dim;
   kv.on_device = true;
+  return kv;
+}
+
+void GpuTransformer::sparse_decode_attention(int l, const void* q, void* o, const KvView& kv) {
   const GpuDecodeIndex gi = gpu_method_->build_decode({.layer = l, .kv = kv}, stream_);
   cuda::SparseDecodeParams sp;
   sp.q = q;
@@ -593,10 +559,9 @@ void GpuTransformer::layer(const LayerRun& r) {
   const int l = r.l;
   const int64_t T = r.T, pos0 = r.pos0;
   const DeviceLayer& L = w_.layer(l);
-  const int64_t E = cfg_.n_embd, D = cfg_.head_dim, F = cfg_.n_ff;
+  const int64_t E = cfg_.n_embd, D = cfg_.head_dim;
   const int64_t Q = int64_t(cfg_.n_head) * D, KV = int64_t(cfg_.n_kv_head) * D;
   void* x = r.x;              // [T, E]
-  void* h = act(layout_.h);   // [T, E]
   void* q = act(layout_.q);   // [T, Q]
   void* o = act(layout_.o);   // [T, Q]
   void* k_all = r.k_all;      // [pos0 + T, n_kv_head, D] bf16
@@ -625,12 +590,18 @@ void GpuTransformer::layer(const LayerRun& r) {
     prefill_attention(l, T, pos0, q, k_all, v_all, o);
   }
   gemm_->run({o, L.wo, x, T, E, Q, 1.f, 1.f}, stream_);  // x += o Wo^T
+  mlp(l, x, T);
+}
 
-  // MLP block, kMlpRows rows at a time (bounds the [rows, 2F] intermediate).
+void GpuTransformer::mlp(int l, void* x, int64_t n) {
+  const DeviceLayer& L = w_.layer(l);
+  const int64_t E = cfg_.n_embd, F = cfg_.n_ff;
+  void* h = act(layout_.h);      // [mlp_rows, E]
   void* gu = act(layout_.gu);    // [mlp_rows, 2F]
   void* a = act(layout_.act);    // [mlp_rows, F]
-  for (int64_t r0 = 0; r0 < T; r0 += layout_.mlp_rows) {
-    const int64_t m = std::min(layout_.mlp_rows, T - r0);
+  // mlp_rows rows at a time bounds the [rows, 2F] intermediate.
+  for (int64_t r0 = 0; r0 < n; r0 += layout_.mlp_rows) {
+    const int64_t m = std::min(layout_.mlp_rows, n - r0);
     void* xr = at(x, size_t(r0 * E));
     void* hr = at(h, size_t(r0 * E));
     cuda::rmsnorm({xr, L.ffn_norm, hr, nullptr, nullptr, m, E, cfg_.rms_eps}, stream_);
@@ -676,12 +647,13 @@ void GpuTransformer::project(const Projection& r) {
   rp.head_dim = int(D);
   rp.n_tokens = T;
   rp.pos0 = r.pos0;
+  rp.positions = r.positions;
   rp.inv_freq = w_.inv_freq();
   if (rp.q) cuda::rope(rp, stream_);
   // Benchmarks only: realistic attention structure on random weights. Prefill chunks (and eager
   // decode steps); graph-replayed decode steps (decode_layer) keep the model's Q/K. A function of
   // (layer, position, head), so Q and K made in separate calls get the same values.
-  if (synthetic_qk_) synthetic_qk_->fill({r.q, r.k, T, r.pos0, uint64_t(r.l) + 1}, stream_);
+  if (synthetic_qk_ && !r.positions) synthetic_qk_->fill({r.q, r.k, T, r.pos0, uint64_t(r.l) + 1}, stream_);
 }
 
 bool GpuTransformer::prompt_wide_method() const {
@@ -691,12 +663,12 @@ bool GpuTransformer::prompt_wide_method() const {
   return false;
 }
 
-size_t GpuTransformer::sparse_bytes(int64_t capacity) const {
-  return gpu_method_ ? gpu_method_->device_bytes(method_shape(capacity)) : 0;
+size_t GpuTransformer::sparse_bytes(int64_t capacity, int n_seq) const {
+  return gpu_method_ ? gpu_method_->device_bytes(method_shape(capacity, n_seq)) : 0;
 }
 
-GpuShape GpuTransformer::method_shape(int64_t capacity) const {
-  return {.model = method_ctx_, .chunk = layout_.chunk, .capacity = capacity};
+GpuShape GpuTransformer::method_shape(int64_t capacity, int n_seq) const {
+  return {.model = method_ctx_, .chunk = layout_.chunk, .capacity = capacity, .n_seq = n_seq};
 }
 
 bool GpuTransformer::prompt_wide_lines(int l, int64_t pos0, int64_t T) const {

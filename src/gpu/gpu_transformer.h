@@ -8,9 +8,10 @@
 // q_pos0 = tokens already cached); a single token runs the split-KV decode kernel. The MLP runs
 // in row blocks of kMlpRows and the LM head only for the positions asked for, so activation
 // memory is bounded by the chunk, whatever the prompt length.
-// Memory: weights (DeviceWeights), KV cache bf16 [capacity, n_kv_head, head_dim] per layer for
-// K and V (allocated by reset(), after checking it fits: see memory_plan.h), one arena for the
-// activations of a chunk (allocated once; no cudaMalloc per chunk or per decode step).
+// Memory: weights (DeviceWeights), the KV pool (bf16 or fp8 pages of every layer's K and V, see
+// "Several sequences"; allocated by reset() or reserve_sequences() after checking it fits:
+// memory_plan.h), one arena for the activations of a chunk (allocated once; no cudaMalloc per
+// chunk or per decode step).
 // Decode (one token) runs as one CUDA graph replay: the step (embedding -> all layers -> LM head
 // of that position) is captured once and replayed per token; what changes per token (token id,
 // position, KV length) sits in a small device buffer that one cudaMemcpyAsync rewrites before
@@ -32,7 +33,7 @@
 // method's device-built decode index through cuda::sparse_decode inside the captured graph (a
 // route that depends on the KV length is re-evaluated at each capture, i.e. every 64 keys). The
 // builder's buffers (bounded by GpuMethod::device_bytes) are
-// allocated by reset() with the KV cache and are part of the same fit check. GPU times of
+// allocated with the KV pool and are part of the same fit check. GPU times of
 // prefill attention and index builds: last_gpu_prefill_stats().
 // KV cache in fp8 (GpuOptions::kv_cache, --kv-cache fp8: gpu/kv_fp8.h): e4m3 with one scale per
 // layer for K and one for V, set from the first prefill's max |K| and |V| after reset(). The
@@ -44,6 +45,33 @@
 // numbers as the bf16 cache), only decode reads e4m3, and the bf16 staging is one layer, not 32.
 // forward() of a T-token prompt is then one call (the engine passes the whole prompt) with a
 // per-layer progress callback.
+// Several sequences (mirrors model/Transformer): the KV cache is one pool of pages
+// (kv::DeviceKvCache, pages of kKvPageTokens tokens: memory_plan.h) shared by the model's own
+// sequence (reset/forward) and the GpuSequences of new_sequence(capacity). attach(s) makes
+// forward()/size()/capacity() work on s; decode_batch(seqs, ids, logits) runs one step of n
+// sequences: embedding, projections, Wo, MLP and LM head as matmuls over n rows, the new K/V rows
+// scattered into each sequence's next pool row (kv_scatter, positions from the pool's device
+// seq_lens), and ONE attention launch per layer over the paged view with per-sequence lengths
+// (dense: attention_decode through the block table; sparse: the method's build_decode for
+// kv.n_seq = n, then sparse_decode). The step is captured as a CUDA graph per row count and
+// replayed (re-captured when the longest sequence crosses a 64-key tile, as the single step);
+// the block tables and lengths are uploaded (sync_tables) before each replay. At most
+// SequencesPlan::step_rows (64) rows per step; more sequences run as several steps.
+// Each sequence's pages are ONE contiguous run (kv::KvCache::reserve_contiguous): every prefill
+// path (dense and sparse prefill kernels, MInference's estimate, the fp8 layer-major staging,
+// the single decode step) reads a sequence's keys as a contiguous [rows, n_kv_head, head_dim]
+// block at its base row, unchanged; only the batched step reads through the block table.
+// Pages are reserved whole at new_sequence (capacity = prompt + new tokens, as reset does), so a
+// run costs nothing extra; fragmentation can only refuse a new sequence (Error), never corrupt.
+// reserve_sequences(capacities) sizes the pool for a batch first (the fit check, needed vs free,
+// before any work). Method state: the GPU builders keep no per-sequence state across calls
+// (prefill estimates live within one forward; decode indices are rebuilt from seq_lens each
+// step), so one builder serves every sequence, its decode buffers sized for step_rows sequences.
+// fp8 cache: the per-layer K and V scales are the POOL's, shared by its sequences: set by the
+// first prefill after the pool held no sequence (reset() alone: as before, from its prompt), and
+// kept while any sequence holds pages; a later sequence's rows are quantized with them
+// (saturating at +-448 * scale). So with fp8, a batch's first prompt decodes as it does alone and
+// the others within fp8 rounding of alone; bf16 caches have no such coupling.
 // Errors: everything throws longctx::Error (bad ids, capacity exceeded, KV that does not fit
 // with what is needed vs free, CUDA failures with the kernel and shape); after an error mid
 // forward, reset() must be called before the next forward.
@@ -69,7 +97,36 @@
 #include "model/config.h"
 #include "model/logits_sink.h"
 
+namespace longctx::kv {
+class DeviceKvCache;
+}
+
 namespace longctx::gpu {
+
+class GpuTransformer;
+
+// One sequence of a GpuTransformer: its pages in the model's KV pool, its length. Made by
+// GpuTransformer::new_sequence, owned by the caller; gives its pages back when destroyed. Must
+// not outlive its model.
+class GpuSequence {
+ public:
+  GpuSequence() = default;
+  ~GpuSequence();
+  GpuSequence(const GpuSequence&) = delete;
+  GpuSequence& operator=(const GpuSequence&) = delete;
+  int64_t size() const { return len; }           // tokens cached
+  int64_t capacity() const { return cap_req; }   // tokens asked for
+
+ private:
+  friend class GpuTransformer;
+  GpuTransformer* model = nullptr;  // null for the model's own sequence
+  int64_t id = -1;        // kv::SeqId in the pool; -1: no pages
+  int64_t len = 0;
+  int64_t cap_req = 0;
+  int64_t rows = 0;       // tokens its pages hold (cap_req rounded up to pages)
+  int64_t base_row = 0;   // pool row of its token 0 (its pages are consecutive)
+  bool broken = false;    // an error interrupted a forward on it
+};
 
 struct GpuOptions {
   int64_t chunk = kDefaultChunk;  // tokens per prefill chunk (activation arena is sized by it)
@@ -98,7 +155,7 @@ class GpuTransformer {
   const ModelConfig& config() const { return cfg_; }
   const AttentionMethod& attention() const { return *method_; }
   // Device bytes of the method's GPU builder for a cache of `capacity` tokens (0: none).
-  size_t sparse_bytes(int64_t capacity) const;
+  size_t sparse_bytes(int64_t capacity, int n_seq = 1) const;
   const DeviceWeights& weights() const { return w_; }
   int64_t chunk() const { return layout_.chunk; }
   KvCacheType kv_cache() const { return kv_type_; }
@@ -106,20 +163,40 @@ class GpuTransformer {
   // estimate per prompt needs every key of a layer before the layer's first chunk attends):
   // callers should pass the whole prompt in one forward().
   bool layer_major() const { return layer_major_; }
-  int64_t size() const { return len_; }
-  int64_t capacity() const { return cap_req_; }
+  int64_t size() const { return seq_->len; }           // of the attached sequence
+  int64_t capacity() const { return seq_->cap_req; }
   cuda::Stream stream() const { return stream_; }
   // Decode by graph replay (true) or eager launches (false); same kernels, same logits.
   bool cuda_graph() const { return use_graph_; }
   void set_cuda_graph(bool on) { use_graph_ = on; }
   int64_t graph_captures() const { return graph_captures_; }  // captures so far (tests, logs)
+  int64_t batch_graph_captures() const { return batch_captures_; }  // of batched steps
 
   // "" if a KV cache of `capacity` tokens fits in the GPU memory free now (counting the cache
   // held now, which reset() frees first); else what is needed vs free and what to do.
   std::string kv_fit_problem(int64_t capacity) const;
-  // Clears the cache and makes room for `capacity` tokens (reallocates only when it grows).
+  // Clears the model's own sequence and makes room for `capacity` tokens in the pool (which is
+  // reallocated only when the sequence does not fit it and no other sequence holds pages).
   // Throws Error (kv_fit_problem's message) when it will not fit.
   void reset(int64_t capacity);
+
+  // --- several sequences (see above) ---
+  // "" if a pool for sequences of these capacities fits (counting the pool held now, which
+  // reserve_sequences frees first when it must grow); else needed vs free and what to do.
+  std::string sequences_fit_problem(std::span<const int64_t> capacities) const;
+  // Makes the pool hold sequences of these capacities (one contiguous run each) and sizes the
+  // batched step's buffers; frees the own sequence's pages (reset() before its next forward).
+  // Error when it does not fit, or when sequences from new_sequence still hold pages.
+  void reserve_sequences(std::span<const int64_t> capacities);
+  // A new empty sequence with room for `capacity` tokens, from the pool's free pages; Error when
+  // there is no run of free pages that long (reserve_sequences first).
+  std::unique_ptr<GpuSequence> new_sequence(int64_t capacity);
+  // forward()/size()/capacity() work on s (nullptr: the model's own sequence) until the next
+  // attach; reset() and capture_attention need the own sequence attached.
+  void attach(GpuSequence* s);
+  // One decode step of several sequences: ids[i] at the next position of seqs[i]; its K/V are
+  // appended. Logits [n, vocab] into `logits`. Sequences of this model, distinct, each with room.
+  void decode_batch(std::span<GpuSequence* const> seqs, std::span<const int32_t> ids, std::vector<float>& logits);
   // Runs tokens at positions size() .. size()+T-1 and appends their K/V. Writes logits
   // [n_logits, vocab] (fp32) of the last n_logits positions (0 = none) into logits.
   // `progress` is called per layer by a layer-major prefill (fp8 cache), else never.
@@ -179,15 +256,21 @@ class GpuTransformer {
   // Attention inputs of layer l for rows x [T, n_embd] at position pos0: RMSNorm, then whichever
   // of q [T, n_head*head_dim] and k, v [T, n_kv_head*head_dim] (bf16) is non-null, with the bias,
   // RoPE (q, k) and, in benchmarks, the synthetic Q/K.
+  // Rows sit at positions pos0.. unless `positions` (device, [T]) gives each row's own (decode
+  // steps: read at replay time); only pos0.. rows get the synthetic Q/K (graph-replayed decode
+  // steps keep the model's).
   struct Projection {
     int l = 0;
     int64_t T = 0, pos0 = 0;
+    const int32_t* positions = nullptr;
     const void* x = nullptr;
     void* q = nullptr;
     void* k = nullptr;
     void* v = nullptr;
   };
   void project(const Projection& r);
+  // MLP block of layer l on rows x [n, n_embd] in place (x += MLP(RMSNorm(x))), mlp_rows at a time.
+  void mlp(int l, void* x, int64_t n);
   // MInference in a layer-major prefill of T > chunk tokens: the reference's estimate, once per
   // prompt. prompt_wide_lines says whether layer l does it (VS heads, sparse at the prompt's end);
   // estimate_prompt_lines writes every chunk's K/V of the layer into the staging first, then
@@ -198,7 +281,7 @@ class GpuTransformer {
   // Prefill attention of layer l for T > 1 queries at pos0 (route: dense, or sparse through gpu_method_), timed.
   void prefill_attention(int l, int64_t T, int64_t pos0, void* q, void* k_all, void* v_all, void* o);
   bool prompt_wide_method() const;  // whether some layer estimates per prompt (layer-major prefill)
-  GpuShape method_shape(int64_t capacity) const;
+  GpuShape method_shape(int64_t capacity, int n_seq = 1) const;
   void read_attention_times();                         // sums the chunk's events into stats_
   // Final norm + LM head of x rows [n_rows, n_embd] (n_rows <= logit_rows) into layout_.logits.
   void lm_head(const void* x_rows, int64_t n_rows, float* out);
@@ -210,10 +293,32 @@ class GpuTransformer {
   void decode_layer(int l, int64_t plan_kv);
   // Decode attention of layer l for the step's one query q [n_head*head_dim] into o, over the
   // layer's cache k_all / v_all: dense (split-KV over the KV length), or sparse (the method's
-  // decode index, cuda::sparse_decode). Both read the step's length from device memory.
+  // decode index over own_view). Both read the step's length from device memory.
   void dense_decode_attention(int l, int64_t plan_kv, const void* q, void* o, void* k_all, void* v_all);
-  void sparse_decode_attention(int l, const void* q, void* o, void* k_all, void* v_all);
+  // The attached sequence's rows of layer l as a paged view of one page (block table {0}: the step
+  // buffer's zero slot; length: the step's KV length in device memory, which a graph replays).
+  KvView own_view(int l, void* k_all, void* v_all) const;
+  // Sparse decode of q [kv.n_seq, n_head*head_dim] into o over kv, through the method's decode index.
+  void sparse_decode_attention(int l, const void* q, void* o, const KvView& kv);
   void free_kv();
+  // The pool of plan p, the decode workspace, staging and method buffers sized by it (after the
+  // fit check; frees what was held: no sequence may hold pages).
+  void allocate_pool(const SequencesPlan& p);
+  bool try_take_pages(GpuSequence& s, int64_t capacity);  // false: no run long enough
+  void release_pages(GpuSequence& s);
+  friend class GpuSequence;
+  int64_t external_sequences() const;  // sequences from new_sequence holding pages
+  size_t held_kv_bytes() const;        // what allocate_pool would free
+  void invalidate_graphs();            // captured steps hold scales and pool pointers
+  // One batched step of n <= step_rows sequences (decode_batch's groups).
+  void batch_step(std::span<GpuSequence* const> seqs, std::span<const int32_t> ids, float* logits);
+  void batch_kernels(int n, int64_t plan_kv);
+  void batch_layer(int l, int n, int64_t plan_kv);
+  KvView pool_view(int l) const;  // the pool's device view of layer l with this model's scales
+  size_t batch_buffer_bytes() const;  // batch_buf_ for the arena's logit rows
+  // Keys per tile of the split-KV decode kernel: its split plan depends on the KV length only in
+  // whole tiles, so a captured step stays exact (same plan as eager) within one tile.
+  static constexpr int64_t kDecodePlanKeys = 64;
   void note_memory();
   void* act(size_t off) const { return static_cast<char*>(arena_->base()) + off; }
 
@@ -231,25 +336,40 @@ class GpuTransformer {
   std::unique_ptr<cuda::Gemm> gemm_;
   std::unique_ptr<cuda::StructuredQk> synthetic_qk_;  // set when GpuOptions::synthetic_qk
   std::string device_name_;
-  // KV cache: one block; K of layer l at kv_ + 2l*cap*KV, V at kv_ + (2l+1)*cap*KV elements of
-  // kv_elem_ bytes (bf16, or e4m3 with k_scale_[l] / v_scale_[l]).
-  void* kv_cache_at(int l, int which) const;  // which: 0 = K, 1 = V
+  // KV cache: the pool (kv_cache.h layout: layer l's K and V pools [pages * kKvPageTokens,
+  // n_kv_head, head_dim] of kv_elem_ bytes, bf16 or e4m3 with k_scale_[l] / v_scale_[l]); the
+  // attached sequence's rows start at its base_row in each.
+  void* kv_cache_at(int l, int which) const;  // which: 0 = K, 1 = V; of the attached sequence
   KvCacheType kv_type_ = KvCacheType::bf16;
   bool layer_major_ = false;
   size_t kv_elem_ = 2;
-  void* kv_ = nullptr;
-  size_t kv_bytes_ = 0;
+  std::unique_ptr<kv::DeviceKvCache> pool_;
+  SequencesPlan pool_plan_;  // what the pool and the buffers below are sized for
+  size_t kv_bytes_ = 0;      // the pool's bytes
+  GpuSequence own_;          // forward()'s sequence unless another is attached
+  GpuSequence* seq_ = &own_;
+  // Batched step: device int32 ids [rows] and positions [rows], then K and V rows bf16
+  // [rows, n_kv_head*head_dim] each (rows = the arena's logit rows), at batch_layout offsets.
+  void* batch_buf_ = nullptr;
+  struct BatchGraph {
+    std::unique_ptr<cuda::CudaGraph> graph;
+    int64_t tiles = -1;  // KV tiles of the longest sequence it was captured for (-1: none valid)
+    bool warmed = false;
+  };
+  std::vector<BatchGraph> batch_graphs_;  // [rows + 1], by row count
+  int64_t batch_captures_ = 0;
+  int64_t graph_seq_ = -1;  // pool id of the sequence the single-step graph was captured for
   std::vector<float> k_scale_, v_scale_;  // fp8: per layer; 0 = not set yet (set by the first prefill)
   std::vector<float> logit_host_;  // [<= logit_rows, vocab] logits on their way to a sink
-  void* stage_ = nullptr;                 // layer-major: stage_layout(cap_) block (fp8: bf16 K/V of one layer; x)
+  void* stage_ = nullptr;                 // layer-major: stage_layout(longest sequence) block (fp8: bf16 K/V of one layer; x)
   StageLayout stage_layout_;
   float* amax_ = nullptr;                 // fp8: device float [2], max |K| and |V| of a layer's new rows
-  void* decode_ws_ = nullptr;  // split-KV decode workspace for `cap_` keys
+  void* decode_ws_ = nullptr;  // split-KV decode workspace for the pool's step rows and longest sequence
   size_t decode_ws_bytes_ = 0;
   // Decode step: device int32 [kStepInts] {token id, position, KV length} and the new K and V
   // rows bf16 [n_kv_head*head_dim] each, at the offsets in gpu_transformer.cpp.
   void* step_buf_ = nullptr;
-  size_t sparse_bytes_ = 0;  // gpu_method_'s buffers (allocated by reset() with the KV cache)
+  size_t sparse_bytes_ = 0;  // gpu_method_'s buffers (allocated with the KV pool)
   // Per chunk: one CUDA event pair around each layer's prefill attention (and its index build).
   struct AttnEvents {
     void* start = nullptr;
@@ -265,10 +385,6 @@ class GpuTransformer {
   bool use_graph_ = true;
   bool warmed_ = false;       // one eager step ran (kernels' one-time setup precedes capture)
   int64_t graph_captures_ = 0;
-  int64_t cap_ = 0;      // tokens the KV block is laid out for (it only grows)
-  int64_t cap_req_ = 0;  // capacity asked for by the last reset()
-  int64_t len_ = 0;
-  bool broken_ = false;  // an error interrupted a forward: reset() before the next one
 };
 
 }  // namespace longctx::gpu

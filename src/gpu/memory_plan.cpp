@@ -82,17 +82,69 @@ StageLayout stage_layout(const ModelConfig& c, int64_t capacity, KvCacheType t, 
   return s;
 }
 
-size_t decode_ws_bytes(const ModelConfig& c, int64_t capacity) {
-  return align_up(cuda::decode_workspace_bytes(1, c.n_head, c.head_dim, std::max<int64_t>(capacity, 1)));
+size_t decode_ws_bytes(const ModelConfig& c, int64_t capacity, int n_seq) {
+  return align_up(cuda::decode_workspace_bytes(std::max(n_seq, 1), c.n_head, c.head_dim, std::max<int64_t>(capacity, 1)));
+}
+
+SequencesPlan plan_sequences(std::span<const int64_t> capacities, int64_t logit_rows) {
+  SequencesPlan p;
+  p.n_seq = int(capacities.size());
+  for (int64_t cap : capacities) {
+    const int64_t t = kv::pages_for_tokens(std::max<int64_t>(cap, 1), kKvPageTokens) * kKvPageTokens;
+    p.pool_tokens += t;
+    p.asked += cap;
+    p.max_capacity = std::max(p.max_capacity, t);
+  }
+  p.step_rows = int(std::clamp<int64_t>(int64_t(p.n_seq), 1, std::max<int64_t>(logit_rows, 1)));
+  return p;
+}
+
+kv::KvSpec pool_spec(const ModelConfig& c, const SequencesPlan& p, KvCacheType t) {
+  kv::KvSpec s;
+  s.n_layer = c.n_layer;
+  s.n_kv_head = c.n_kv_head;
+  s.head_dim = c.head_dim;
+  s.page_size = kKvPageTokens;
+  s.elem = t == KvCacheType::fp8 ? KvElem::fp8_e4m3 : KvElem::bf16;
+  s.n_pages = std::max<int64_t>(p.pool_tokens / kKvPageTokens, 1);
+  s.max_batch = p.step_rows;
+  s.max_seq_tokens = std::max<int64_t>(p.max_capacity, kKvPageTokens);
+  return s;
+}
+
+std::string sequences_fit_problem(const ModelConfig& c, const SequencesPlan& p, size_t free_bytes, size_t held_bytes,
+                                  const std::string& device_name, size_t sparse_bytes, KvCacheType t,
+                                  bool layer_major) {
+  if (p.n_seq <= 1)
+    return kv_fit_problem(c, p.asked, free_bytes, held_bytes, device_name, sparse_bytes, t, layer_major, p.pool_tokens);
+  size_t pool = kv_bytes(c, p.pool_tokens, t);  // past the pool's int32 limits: the bytes alone (they do not fit)
+  try {
+    pool = size_t(kv::kv_bytes_needed(pool_spec(c, p, t)));
+  } catch (const Error&) {
+  }
+  const size_t ws = decode_ws_bytes(c, p.max_capacity, p.step_rows);
+  const size_t stage = stage_layout(c, p.max_capacity, t, layer_major).total;
+  const size_t need = pool + ws + stage + sparse_bytes;
+  const size_t usable = free_bytes > kReserveBytes ? free_bytes - kReserveBytes : 0;
+  if (need <= usable) return "";
+  const std::string fp8_hint = t == KvCacheType::bf16 ? ", an fp8 KV cache (--kv-cache fp8: half the bytes)" : "";
+  return fmt::format(
+      "the KV cache for {} sequences ({} tokens in pages of {}, the longest {}) needs {} ({} the pool, {} the decode "
+      "workspace, {} the layer-major prefill's staging, {} the sparse method's buffers) but {} has {} free ({} "
+      "already held by the weights and activations, {} kept in reserve): use fewer or shorter sequences, fewer new "
+      "tokens{}, or the CPU path (--device cpu)",
+      p.n_seq, p.pool_tokens, kKvPageTokens, p.max_capacity, gib(need), gib(pool), gib(ws), gib(stage),
+      gib(sparse_bytes), device_name, gib(free_bytes), gib(held_bytes), gib(kReserveBytes), fp8_hint);
 }
 
 std::string gib(size_t bytes) { return fmt::format("{:.2f} GiB", double(bytes) / double(1ull << 30)); }
 
 std::string kv_fit_problem(const ModelConfig& c, int64_t capacity, size_t free_bytes, size_t held_bytes,
                            const std::string& device_name, size_t sparse_bytes, KvCacheType t,
-                           bool layer_major) {
-  const size_t stage = stage_layout(c, capacity, t, layer_major).total;
-  const size_t need = kv_bytes(c, capacity, t) + decode_ws_bytes(c, capacity) + stage + sparse_bytes;
+                           bool layer_major, int64_t rows) {
+  rows = std::max(rows, capacity);
+  const size_t stage = stage_layout(c, rows, t, layer_major).total;
+  const size_t need = kv_bytes(c, rows, t) + decode_ws_bytes(c, rows) + stage + sparse_bytes;
   const size_t usable = free_bytes > kReserveBytes ? free_bytes - kReserveBytes : 0;
   if (need <= usable) return "";
   const size_t per_tok = kv_bytes_per_token(c, t);

@@ -11,8 +11,10 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 
+#include "kv/kv_spec.h"
 #include "model/config.h"
 
 namespace longctx::gpu {
@@ -72,16 +74,43 @@ struct StageLayout {
   size_t k = 0, v = 0, x = 0, total = 0;  // offsets in one block
 };
 StageLayout stage_layout(const ModelConfig& c, int64_t capacity, KvCacheType t, bool layer_major = false);
-// The split-KV decode workspace for a cache of `capacity` tokens.
-size_t decode_ws_bytes(const ModelConfig& c, int64_t capacity);
+// The split-KV decode workspace for n_seq sequences of at most `capacity` tokens.
+size_t decode_ws_bytes(const ModelConfig& c, int64_t capacity, int n_seq = 1);
+
+// The KV cache of the GPU model is one pool of pages (kv::DeviceKvCache) that its sequences
+// share: the model's own (reset/forward) and those of GpuTransformer::new_sequence. A page holds
+// kKvPageTokens tokens: a multiple of the decode kernels' 64-key tile and of the Hopper prefill
+// kernel's 128-key tile (attention.h: paged prefill needs multiples of 128), so every kernel can
+// read the pages; each sequence's pages are one contiguous run (gpu_transformer.h says why).
+inline constexpr int kKvPageTokens = 128;
+// Sequences sharing a pool: how many, the pool's tokens (each capacity rounded up to pages), the
+// longest, and the rows of one batched decode step (at most the arena's logit rows: the LM head
+// of one step writes [rows, vocab]; more sequences decode in several steps of this many rows).
+struct SequencesPlan {
+  int n_seq = 0;
+  int64_t pool_tokens = 0;
+  int64_t max_capacity = 0;  // rounded up to pages
+  int step_rows = 1;
+  int64_t asked = 0;         // the capacities' sum, as asked (messages)
+};
+SequencesPlan plan_sequences(std::span<const int64_t> capacities, int64_t logit_rows);
+kv::KvSpec pool_spec(const ModelConfig& c, const SequencesPlan& p, KvCacheType t);
+// "" when the pool of plan p (pages and tables), the decode workspace of its step rows, the
+// layer-major staging of its longest sequence (one prefill at a time) and sparse_bytes fit in
+// free_bytes (less the reserve); else what is needed vs free and what to do. One sequence: the
+// message of kv_fit_problem for its pages' tokens.
+std::string sequences_fit_problem(const ModelConfig& c, const SequencesPlan& p, size_t free_bytes, size_t held_bytes,
+                                  const std::string& device_name, size_t sparse_bytes, KvCacheType t,
+                                  bool layer_major);
 
 // "" when the KV cache of `capacity` tokens, its decode workspace, the layer-major staging
 // (stage_layout) and `sparse_bytes` (the method builder's buffers for that capacity: GpuMethod::device_bytes,
 // methods/gpu_method.h) fit in `free_bytes` (less the reserve); else a message saying what is
 // needed and what is free, and what to do (shorter context, --kv-cache fp8, or the CPU path).
+// rows: the tokens the allocation holds when more than capacity (the pool's page rounding).
 std::string kv_fit_problem(const ModelConfig& c, int64_t capacity, size_t free_bytes, size_t held_bytes,
                            const std::string& device_name, size_t sparse_bytes = 0,
-                           KvCacheType t = KvCacheType::bf16, bool layer_major = false);
+                           KvCacheType t = KvCacheType::bf16, bool layer_major = false, int64_t rows = 0);
 std::string gib(size_t bytes);  // "12.34 GiB"
 
 }  // namespace longctx::gpu

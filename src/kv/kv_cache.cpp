@@ -90,6 +90,33 @@ void KvCache::reserve(SeqId s, int64_t tokens) {
   grow(s, q, tokens, "reserve");
 }
 
+void KvCache::reserve_contiguous(SeqId s, int64_t tokens) {
+  Seq& q = seq(s, "reserve_contiguous");
+  if (tokens < 0) fail("KV cache reserve_contiguous: {} tokens for sequence {}", tokens, s);
+  if (!q.pages.empty())
+    fail("KV cache reserve_contiguous: sequence {} already holds {} pages", s, q.pages.size());
+  const int64_t need = pages_for_tokens(tokens, spec_.page_size);
+  if (need > sizes_.max_pages_per_seq) return grow(s, q, tokens, "reserve_contiguous");  // the tables' error
+  if (need == 0) return;
+  std::vector<int32_t> sorted(free_);
+  std::sort(sorted.begin(), sorted.end());
+  int64_t run = 0;
+  int32_t first = -1;
+  for (size_t i = 0; i < sorted.size() && first < 0; ++i) {
+    run = i > 0 && sorted[i] == sorted[i - 1] + 1 ? run + 1 : 1;
+    if (run == need) first = sorted[i] - int32_t(need - 1);
+  }
+  if (first < 0)
+    fail("KV cache full: sequence {} needs {} consecutive pages of {} tokens; {} pages are free (pool {} pages) but "
+         "no run of {} is",
+         s, need, spec_.page_size, free_.size(), spec_.n_pages, need);
+  const int32_t last = first + int32_t(need);
+  free_.erase(std::remove_if(free_.begin(), free_.end(), [&](int32_t p) { return p >= first && p < last; }),
+              free_.end());
+  for (int32_t p = first; p < last; ++p) q.pages.push_back(p);
+  sync_row(q, 0);
+}
+
 void KvCache::append(SeqId s, int64_t n) {
   Seq& q = seq(s, "append");
   if (n < 0) fail("KV cache append: {} tokens to sequence {}", n, s);

@@ -76,6 +76,10 @@ class KvCache {
   SeqId create_sequence();           // empty: length 0, no pages
   void free_sequence(SeqId s);       // its pages go back to the free list; Error if in the batch
   void reserve(SeqId s, int64_t tokens);  // claim pages for `tokens` tokens in total now (length unchanged)
+  // reserve() for a sequence with no pages yet, its pages one run of consecutive ids (the lowest
+  // such run), so contiguous_base_row(s) >= 0: kernels that need contiguous keys (prefill) read
+  // it directly. Error when no run is long enough (free pages fragmented or too few).
+  void reserve_contiguous(SeqId s, int64_t tokens);
   void append(SeqId s, int64_t n);   // length += n; reserved pages first, then the free list
   void truncate(SeqId s, int64_t len);    // length = len (<= length); pages past it are freed
   // Frees every sequence, empties the batch and unsets fp8 scales: the state of a fresh cache

@@ -123,21 +123,64 @@ class CpuEngine final : public Engine {
   std::vector<GenerateResult> generate_batch(std::span<const std::vector<int32_t>> prompts, const SamplingParams& sp,
                                              const ProgressFn& progress) override {
     for (size_t i = 0; i < prompts.size(); ++i) check_prompt(prompts[i], sp, fmt::format("prompt {}: ", i));
-    if (on_gpu_) return Engine::generate_batch(prompts, sp, progress);  // no batched GPU decode yet
     const int64_t n_seq = int64_t(prompts.size());
-    const auto t0 = Clock::now();
+    if (n_seq == 0) return {};
+    std::vector<int64_t> slot(static_cast<size_t>(n_seq));  // prompt i's sequence: the slot-th made
+    // Per device: a new sequence for prompt i (capacity: prompt + max_tokens) prefilled by `fill`
+    // while attached, and one batched decode step of the sequences in `rows`.
+    std::function<void(int64_t, const std::function<void()>&)> new_prefilled;
+    std::function<void(std::span<const int64_t>, std::span<const int32_t>, std::vector<float>&)> decode_step;
     std::vector<std::unique_ptr<SequenceState>> seqs;
+#ifdef LONGCTX_WITH_GPU
+    std::vector<std::unique_ptr<gpu::GpuSequence>> gpu_seqs;
+    if (on_gpu_) reserve_gpu_sequences(prompts, sp);  // the fit check, before any work (auto: may move to the CPU)
+    if (on_gpu_) {
+      new_prefilled = [&](int64_t i, const std::function<void()>& fill) {
+        gpu_seqs.push_back(gpu_->new_sequence(int64_t(prompts[size_t(i)].size()) + sp.max_tokens));
+        const Attached<gpu::GpuTransformer, gpu::GpuSequence> on(*gpu_, gpu_seqs.back().get());
+        fill();
+      };
+      decode_step = [&](std::span<const int64_t> rows, std::span<const int32_t> ids, std::vector<float>& out) {
+        std::vector<gpu::GpuSequence*> step;
+        for (int64_t i : rows) step.push_back(gpu_seqs[size_t(slot[size_t(i)])].get());
+        gpu_->decode_batch(step, ids, out);
+      };
+    }
+#endif
+    if (!on_gpu_) {
+      new_prefilled = [&](int64_t i, const std::function<void()>& fill) {
+        seqs.push_back(model_->new_sequence(int64_t(prompts[size_t(i)].size()) + sp.max_tokens));
+        const Attached<Transformer, SequenceState> on(*model_, seqs.back().get());
+        fill();
+      };
+      decode_step = [&](std::span<const int64_t> rows, std::span<const int32_t> ids, std::vector<float>& out) {
+        std::vector<SequenceState*> step;
+        for (int64_t i : rows) step.push_back(seqs[size_t(slot[size_t(i)])].get());
+        model_->decode_batch(step, ids, out);
+      };
+    }
+    const auto t0 = Clock::now();
     std::vector<SequenceRun> runs;
+    for (const auto& p : prompts) runs.emplace_back(sp, int64_t(p.size()));
     std::vector<std::vector<float>> logits(static_cast<size_t>(n_seq));  // [n_seq][vocab] of the prefills
-    for (int64_t i = 0; i < n_seq; ++i) {  // prefill each prompt into its own sequence
+    // Prefill order: as given, except that with the GPU's fp8 cache the longest prompt goes first:
+    // the sequences share the per-layer scales its prefill sets (gpu_transformer.h), so they
+    // cover the most keys.
+    std::vector<int64_t> order(static_cast<size_t>(n_seq));
+    for (int64_t i = 0; i < n_seq; ++i) order[size_t(i)] = i;
+#ifdef LONGCTX_WITH_GPU
+    if (on_gpu_ && gpu_->kv_cache() == gpu::KvCacheType::fp8)
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int64_t a, int64_t b) { return prompts[size_t(a)].size() > prompts[size_t(b)].size(); });
+#endif
+    for (int64_t k = 0; k < n_seq; ++k) {  // prefill each prompt into its own sequence
+      const int64_t i = order[size_t(k)];
+      slot[size_t(i)] = k;
       const auto& p = prompts[size_t(i)];
-      seqs.push_back(model_->new_sequence(int64_t(p.size()) + sp.max_tokens));
-      runs.emplace_back(sp, int64_t(p.size()));
-      const Attached on(*model_, seqs.back().get());
       const auto tp = Clock::now();
-      prefill(p, 1, &logits[size_t(i)], {}, tp);
-      runs.back().res.prefill_s = seconds_since(tp);
-      if (progress) progress({i + 1, n_seq, seconds_since(t0)});
+      new_prefilled(i, [&] { prefill(p, 1, &logits[size_t(i)], {}, tp); });
+      runs[size_t(i)].res.prefill_s = seconds_since(tp);
+      if (progress) progress({k + 1, n_seq, seconds_since(t0)});
     }
     // The rows of the next decode step: which sequences, and the token each appends.
     std::vector<int64_t> active;
@@ -154,9 +197,7 @@ class CpuEngine final : public Engine {
     std::vector<float> rows;  // [active, vocab]
     const int64_t V = cfg_.vocab_size;
     while (!active.empty()) {
-      std::vector<SequenceState*> step;
-      for (int64_t i : active) step.push_back(seqs[size_t(i)].get());
-      model_->decode_batch(step, ids, rows);
+      decode_step(active, ids, rows);
       std::vector<int64_t> next;
       std::vector<int32_t> next_ids;
       for (size_t r = 0; r < active.size(); ++r)
@@ -290,6 +331,28 @@ class CpuEngine final : public Engine {
     }
   }
 
+#ifdef LONGCTX_WITH_GPU
+  // Sizes the GPU KV pool for the batch's sequences (prompt + max_tokens each) before any work:
+  // when it does not fit, --device cuda fails with needed vs free, --device auto moves to the CPU.
+  void reserve_gpu_sequences(std::span<const std::vector<int32_t>> prompts, const SamplingParams& sp) {
+    std::vector<int64_t> caps;
+    for (const auto& p : prompts) caps.push_back(int64_t(p.size()) + sp.max_tokens);
+    const std::string problem = gpu_->sequences_fit_problem(caps);
+    if (problem.empty()) return gpu_->reserve_sequences(caps);
+    leave_gpu(problem);
+  }
+
+  // What the GPU cannot hold: --device cuda fails with the problem (needed vs free); --device
+  // auto says so and moves to the CPU.
+  void leave_gpu(const std::string& problem) {
+    if (opts_.device != "auto" || !file_) fail("--device {}: {}", opts_.device, problem);
+    note(problem + "; --device auto: running on the CPU");
+    gpu_.reset();
+    on_gpu_ = false;
+    ensure_cpu();
+  }
+#endif
+
   // The CPU transformer (built on first need: at load, or when --device auto falls back).
   void ensure_cpu() {
     if (model_) return;
@@ -319,11 +382,7 @@ class CpuEngine final : public Engine {
     if (on_gpu_) {
       const std::string problem = gpu_->kv_fit_problem(capacity);
       if (problem.empty()) return gpu_->reset(capacity);
-      if (opts_.device != "auto" || !file_) fail("--device {}: {}", opts_.device, problem);
-      note(problem + "; --device auto: running on the CPU");
-      gpu_.reset();
-      on_gpu_ = false;
-      ensure_cpu();
+      leave_gpu(problem);
     }
 #endif
     model_->reset(capacity);

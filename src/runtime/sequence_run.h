@@ -1,6 +1,6 @@
 // sequence_run.h: one sequence's sampling and stopping (SequenceRun), shared by the engine's
 // generate/generate_batch and the step-level batch (sequence_batch.cpp); the scope guard that
-// attaches a sequence to the CPU model; log p(token) from a row of logits.
+// attaches a sequence to a model; log p(token) from a row of logits.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -14,11 +14,12 @@
 
 namespace longctx {
 
-// Attaches a sequence to the CPU model for a scope (the model's own sequence again after it, also
-// on an error).
+// Attaches a sequence to a model (CPU Transformer or GpuTransformer) for a scope (the model's own
+// sequence again after it, also on an error).
+template <class Model, class Seq>
 struct Attached {
-  Transformer& model;
-  Attached(Transformer& m, SequenceState* s) : model(m) { model.attach(s); }
+  Model& model;
+  Attached(Model& m, Seq* s) : model(m) { model.attach(s); }
   ~Attached() { model.attach(nullptr); }
   Attached(const Attached&) = delete;
   Attached& operator=(const Attached&) = delete;

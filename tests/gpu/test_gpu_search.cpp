@@ -65,7 +65,9 @@ TinyModel make_model(int head_dim) {
   s.n_ff = 8 * head_dim;
   s.context_length = 4096;
   s.seed = uint64_t(30 + head_dim);
-  const auto d = dir / ("d" + std::to_string(head_dim));
+  std::string name = "d";  // (GCC 12 warns falsely on "d" + std::to_string(...): -Wrestrict)
+  name += std::to_string(head_dim);
+  const auto d = dir / name;
   if (!std::filesystem::exists(d / "tiny.gguf")) {
     std::filesystem::create_directories(d);
     write_tiny_model(d.string(), s);
@@ -105,42 +107,35 @@ Diff diff(const std::vector<float>& ref, const std::vector<float>& got) {
   return {std::sqrt(num / std::max(den, 1e-30)), mx / std::max(mref, 1e-30)};
 }
 
+SearchModel search_model_of(Engine& e) {
+  return {.n_layer = e.config().n_layer,
+          .n_head = e.config().n_head,
+          .max_context = e.max_context(),
+          .capture = [&e](std::span<const int32_t> t, const AttnObserver& o) { e.capture_attention(t, o); }};
+}
+
 // Records the captures of an engine (inner) while passing them on, then replays them: the CPU
 // search then runs on exactly the data the GPU search saw.
-class RecordReplayEngine final : public Engine {
+class RecordReplay {
  public:
-  explicit RecordReplayEngine(Engine& inner) : inner_(&inner), cfg_(inner.config()), max_ctx_(inner.max_context()) {}
+  explicit RecordReplay(Engine& inner) : inner_(&inner), shape_(search_model_of(inner)) {}
   void stop_recording() { inner_ = nullptr; }
-  const ModelConfig& config() const override { return cfg_; }
-  const Tokenizer& tokenizer() const override { fail("record/replay engine: no tokenizer"); }
-  int64_t max_context() const override { return max_ctx_; }
-  GenerateResult generate(std::span<const int32_t>, const SamplingParams&, const ProgressFn&, const TokenFn&) override {
-    fail("record/replay engine: no generate");
-  }
-  std::vector<float> score(std::span<const int32_t>, const ProgressFn&) override { fail("record/replay engine: no score"); }
-  std::vector<float> logits(std::span<const int32_t>, int64_t) override { fail("record/replay engine: no logits"); }
-  void capture_attention(std::span<const int32_t> tokens, const AttnObserver& observer) override {
-    if (inner_) {
-      layers_.clear();
-      inner_->capture_attention(tokens, [&](const AttnCapture& c) {
-        const int64_t nq = c.n_tokens * c.n_head * c.head_dim, nkv = c.n_tokens * c.n_kv_head * c.head_dim;
-        layers_.push_back({c.n_tokens, c.n_head, c.n_kv_head, c.head_dim, std::vector<float>(c.q, c.q + nq),
-                           std::vector<float>(c.k, c.k + nkv), std::vector<float>(c.v, c.v + nkv)});
-        observer(c);
-      });
-      return;
-    }
-    for (size_t l = 0; l < layers_.size(); ++l) {
-      const LayerData& d = layers_[l];
-      if (int64_t(tokens.size()) != d.n) fail("replay: recorded {} tokens, asked for {}", d.n, tokens.size());
-      observer({int(l), d.n, d.n_head, d.n_kv_head, d.head_dim, d.q.data(), d.k.data(), d.v.data()});
-    }
+  SearchModel model() {
+    SearchModel m = shape_;
+    m.capture = [this](std::span<const int32_t> tokens, const AttnObserver& observer) {
+      if (inner_) layers_ = capture(*inner_, std::vector<int32_t>(tokens.begin(), tokens.end()));
+      for (size_t l = 0; l < layers_.size(); ++l) {
+        const LayerData& d = layers_[l];
+        if (int64_t(tokens.size()) != d.n) fail("replay: recorded {} tokens, asked for {}", d.n, tokens.size());
+        observer({int(l), d.n, d.n_head, d.n_kv_head, d.head_dim, d.q.data(), d.k.data(), d.v.data()});
+      }
+    };
+    return m;
   }
 
  private:
   Engine* inner_;
-  ModelConfig cfg_;
-  int64_t max_ctx_;
+  SearchModel shape_;
   std::vector<LayerData> layers_;
 };
 
@@ -332,11 +327,11 @@ TEST_F(GpuSearch, SearchMatchesCpuSearchOnTheSameCapture) {
     og.scorer = &gs;
     SearchReport rg, rc;
     int progress_calls = 0;
-    RecordReplayEngine rec(*gpu);
-    search_patterns(rec, ids, og, [&](const Progress&) { ++progress_calls; }, &rg);
+    RecordReplay rec(*gpu);
+    search_patterns(rec.model(), ids, og, [&](const Progress&) { ++progress_calls; }, &rg);
     EXPECT_EQ(progress_calls, gpu->config().n_layer);
     rec.stop_recording();
-    search_patterns(rec, ids, SearchOptions{}, {}, &rc);  // the CPU scorer on the same capture
+    search_patterns(rec.model(), ids, SearchOptions{}, {}, &rc);  // the CPU scorer on the same capture
     const Compare c = compare_results(flatten(rc), flatten(rg), "search d" + std::to_string(hd));
     std::printf("[ search d%d, same capture ] worst |e_gpu - e_cpu| / tol %.3f; %d/%d decisive heads pick the same\n",
                 hd, c.worst, c.same_best, c.decisive);
@@ -356,8 +351,8 @@ TEST_F(GpuSearch, SearchOnGpuEngineMatchesCpuEngine) {
     oc.match_flops = og.match_flops = false;
     og.scorer = &gs;
     SearchReport rc, rg;
-    search_patterns(*cpu, ids, oc, {}, &rc);
-    search_patterns(*gpu, ids, og, {}, &rg);
+    search_patterns(search_model_of(*cpu), ids, oc, {}, &rc);
+    search_patterns(search_model_of(*gpu), ids, og, {}, &rg);
     const Compare c = compare_results(flatten(rc), flatten(rg), "engines d" + std::to_string(hd));
     std::printf("[ search d%d, engines ] worst |e_gpu - e_cpu| / tol %.3f; %d/%d decisive heads pick the same\n", hd,
                 c.worst, c.same_best, c.decisive);

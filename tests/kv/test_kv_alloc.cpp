@@ -361,5 +361,37 @@ TEST(KvCache, BatchTablesTrackGrowthAndDirtyRows) {
   EXPECT_GE(d[1].lo, d[1].hi);
 }
 
+// reserve_contiguous takes the lowest run of consecutive free pages, skipping holes too short,
+// and fails (changing nothing) when no run is long enough.
+TEST(KvCache, ReserveContiguousFindsALongEnoughRun) {
+  KvCache c(small_spec(16, 12));
+  std::vector<SeqId> s;
+  for (int i = 0; i < 6; ++i) {  // pages 0-1, 2-3, ..., 10-11
+    s.push_back(c.create_sequence());
+    c.reserve_contiguous(s.back(), 32);
+    EXPECT_EQ(c.contiguous_base_row(s.back()), int64_t(i) * 2 * 16);
+  }
+  c.free_sequence(s[1]);  // free: 2-3
+  c.free_sequence(s[3]);  // free: 2-3, 6-7
+  c.free_sequence(s[4]);  // free: 2-3, 6-9
+  const SeqId big = c.create_sequence();
+  c.reserve_contiguous(big, 40);  // 3 pages: only 6-8 qualifies
+  EXPECT_EQ(std::vector<int32_t>(c.pages(big).begin(), c.pages(big).end()), (std::vector<int32_t>{6, 7, 8}));
+  EXPECT_EQ(c.free_pages(), 3);
+  const SeqId more = c.create_sequence();
+  const std::string m = error_of([&] { c.reserve_contiguous(more, 48); });
+  EXPECT_NE(m.find("3 consecutive pages"), std::string::npos) << m;
+  EXPECT_EQ(c.free_pages(), 3);
+  EXPECT_TRUE(c.pages(more).empty());
+  c.reserve_contiguous(more, 17);  // 2 pages: 2-3
+  EXPECT_EQ(c.contiguous_base_row(more), 2 * 16);
+  c.reserve_contiguous(c.create_sequence(), 0);  // nothing to take
+  EXPECT_NE(error_of([&] { c.reserve_contiguous(more, 16); }).find("already holds"), std::string::npos);
+  c.free_sequence(big);  // its pages go back; a fresh reservation finds them again
+  const SeqId again = c.create_sequence();
+  c.reserve_contiguous(again, 64);  // 4 pages: 6-9
+  EXPECT_EQ(c.contiguous_base_row(again), 6 * 16);
+}
+
 }  // namespace
 }  // namespace longctx::kv

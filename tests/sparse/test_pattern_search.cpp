@@ -1,5 +1,5 @@
-// test_pattern_search.cpp: the offline pattern search (Algorithm 1) on a fake Engine whose
-// capture_attention feeds synthetic, structured Q/K/V: heads with a local band (+ sinks) must
+// test_pattern_search.cpp: the offline pattern search (Algorithm 1) on a fake model whose
+// capture feeds synthetic, structured Q/K/V: heads with a local band (+ sinks) must
 // get a low-error A-shape/VS pattern, a head with strong far columns must get VS, and the
 // output must be a valid config in the published format.
 #include <gtest/gtest.h>
@@ -63,36 +63,20 @@ struct SyntheticLayer {
   }
 };
 
-class FakeEngine final : public Engine {
- public:
-  FakeEngine(int n_layer, int64_t max_ctx) : max_ctx_(max_ctx) {
-    cfg_.arch = "llama";
-    cfg_.name = "fake-structured";
-    cfg_.n_layer = n_layer;
-    cfg_.n_head = SyntheticLayer::kHeads;
-    cfg_.n_kv_head = SyntheticLayer::kKvHeads;
-    cfg_.head_dim = SyntheticLayer::kDim;
-  }
-  const ModelConfig& config() const override { return cfg_; }
-  const Tokenizer& tokenizer() const override { fail("fake engine: no tokenizer"); }
-  int64_t max_context() const override { return max_ctx_; }
-  GenerateResult generate(std::span<const int32_t>, const SamplingParams&, const ProgressFn&, const TokenFn&) override {
-    fail("fake engine: no generate");
-  }
-  std::vector<float> score(std::span<const int32_t>, const ProgressFn&) override { fail("fake engine: no score"); }
-  std::vector<float> logits(std::span<const int32_t>, int64_t) override { fail("fake engine: no logits"); }
-  void capture_attention(std::span<const int32_t> tokens, const AttnObserver& observer) override {
-    for (int l = 0; l < cfg_.n_layer; ++l) {
-      // The first token picks the data, so several samples differ (7 keeps the original layers).
-      const SyntheticLayer s(int64_t(tokens.size()), 1000 + l + 7919 * (uint64_t(tokens[0]) - 7));
-      observer({l, s.S, s.kHeads, s.kKvHeads, s.kDim, s.q.data(), s.k.data(), s.v.data()});
-    }
-  }
-
- private:
-  ModelConfig cfg_;
-  int64_t max_ctx_;
-};
+// A model of n_layer synthetic layers (SyntheticLayer; the first token picks the data, so
+// several samples differ) with context max_ctx.
+SearchModel fake_model(int n_layer, int64_t max_ctx) {
+  return {.n_layer = n_layer,
+          .n_head = SyntheticLayer::kHeads,
+          .max_context = max_ctx,
+          .capture = [n_layer](std::span<const int32_t> tokens, const AttnObserver& observer) {
+            for (int l = 0; l < n_layer; ++l) {
+              // 7 keeps the original layers' data for the first sample.
+              const SyntheticLayer s(int64_t(tokens.size()), 1000 + l + 7919 * (uint64_t(tokens[0]) - 7));
+              observer({l, s.S, s.kHeads, s.kKvHeads, s.kDim, s.q.data(), s.k.data(), s.v.data()});
+            }
+          }};
+}
 
 const CandidateResult& result_of(const HeadSearchResult& r, PatternKind k) {
   for (const auto& c : r.candidates)
@@ -108,11 +92,11 @@ double best_error_of(const HeadSearchResult& r, PatternKind k) {
 }
 
 TEST(PatternSearch, PicksStructureAwarePatterns) {
-  FakeEngine eng(2, 1 << 20);
+  const SearchModel model = fake_model(2, 1 << 20);
   std::vector<int32_t> tokens(2048, 7);
   std::vector<Progress> seen;
   SearchReport report;
-  const auto j = search_patterns(eng, tokens, {}, [&](const Progress& p) { seen.push_back(p); }, &report);
+  const auto j = search_patterns(model, tokens, {}, [&](const Progress& p) { seen.push_back(p); }, &report);
 
   // Progress once per layer; the config is in the published format and fits the model.
   ASSERT_EQ(seen.size(), 2u);
@@ -299,18 +283,18 @@ TEST(PatternSearch, DenseFallbackAboveThreshold) {
 TEST(PatternSearch, DenseFallbackHeadsRunDenseInTheEngine) {
   // Every head falls back (threshold below any error): the written config, loaded like a file
   // and built by the engine's index builder, gives dense attention (fp64 oracle) on fresh data.
-  FakeEngine eng(2, 4096);
+  const SearchModel model = fake_model(2, 4096);
   std::vector<int32_t> tokens(512, 7);
   SearchOptions opt;
   opt.dense_above = 1e-12;
   SearchReport report;
-  const auto j = search_patterns(eng, tokens, opt, {}, &report);
+  const auto j = search_patterns(model, tokens, opt, {}, &report);
   const auto cfg = MInferenceConfig::from_json(nlohmann::json::parse(j.dump()), "search output");
   for (int l = 0; l < 2; ++l)
     for (int h = 0; h < 4; ++h) {
       const auto& hp = cfg.layers[size_t(l)][size_t(h)];
       EXPECT_EQ(hp.kind, PatternKind::AShape);
-      EXPECT_EQ(hp.slash, 4096);  // the engine's context
+      EXPECT_EQ(hp.slash, 4096);  // the model's context
       EXPECT_TRUE(report.layers[size_t(l)][size_t(h)].dense_fallback);
       EXPECT_GT(report.layers[size_t(l)][size_t(h)].best_sparse_error, 0.0);
     }
@@ -325,13 +309,13 @@ TEST(PatternSearch, DenseFallbackHeadsRunDenseInTheEngine) {
 }
 
 TEST(PatternSearch, SeveralSamplesAverageErrorsWithTheFirstSamplesBudgets) {
-  FakeEngine eng(2, 1 << 20);
+  const SearchModel model = fake_model(2, 1 << 20);
   const std::vector<std::vector<int32_t>> samples = {std::vector<int32_t>(512, 7), std::vector<int32_t>(768, 9),
                                                      std::vector<int32_t>(384, 11)};
   std::vector<Progress> seen;
   SearchReport report;
   SearchOptions opt;
-  const auto j = search_patterns(eng, std::span<const std::vector<int32_t>>(samples), opt,
+  const auto j = search_patterns(model, std::span<const std::vector<int32_t>>(samples), opt,
                                  [&](const Progress& p) { seen.push_back(p); }, &report);
   ASSERT_EQ(seen.size(), 6u);  // 2 layers x 3 samples
   EXPECT_EQ(seen.back().total, 6);
@@ -371,15 +355,15 @@ TEST(PatternSearch, SeveralSamplesAverageErrorsWithTheFirstSamplesBudgets) {
     }
   }
   // No samples, or a tiny one among them, is an error.
-  EXPECT_THROW(search_patterns(eng, std::span<const std::vector<int32_t>>(), opt, {}), Error);
+  EXPECT_THROW(search_patterns(model, std::span<const std::vector<int32_t>>(), opt, {}), Error);
   const std::vector<std::vector<int32_t>> tiny = {std::vector<int32_t>(1024, 7), std::vector<int32_t>(10, 7)};
-  EXPECT_THROW(search_patterns(eng, std::span<const std::vector<int32_t>>(tiny), opt, {}), Error);
+  EXPECT_THROW(search_patterns(model, std::span<const std::vector<int32_t>>(tiny), opt, {}), Error);
 }
 
 TEST(PatternSearch, RejectsTinySamples) {
-  FakeEngine eng(1, 1 << 20);
+  const SearchModel model = fake_model(1, 1 << 20);
   std::vector<int32_t> tokens(10, 1);
-  EXPECT_THROW(search_patterns(eng, tokens, {}, {}), Error);
+  EXPECT_THROW(search_patterns(model, tokens, {}, {}), Error);
 }
 
 // The scorer hook (SearchOptions::scorer): a scorer that wraps the CPU one and counts its calls
@@ -406,14 +390,14 @@ class CountingScorer final : public CandidateScorer {
 };
 
 TEST(PatternSearch, ScorerHookIsUsedAndCpuScorerIsTheDefault) {
-  FakeEngine eng(2, 1 << 20);
+  const SearchModel model = fake_model(2, 1 << 20);
   std::vector<int32_t> tokens(1024, 7);
   SearchReport r_default, r_hook;
-  const auto j_default = search_patterns(eng, tokens, {}, {}, &r_default);
+  const auto j_default = search_patterns(model, tokens, {}, {}, &r_default);
   CountingScorer scorer(global_pool());
   SearchOptions opt;
   opt.scorer = &scorer;
-  const auto j_hook = search_patterns(eng, tokens, opt, {}, &r_hook);
+  const auto j_hook = search_patterns(model, tokens, opt, {}, &r_hook);
   EXPECT_EQ(scorer.layers, 2);
   EXPECT_EQ(scorer.candidates, 2 * int(opt.candidates.size()));
   EXPECT_EQ(j_hook, j_default);
@@ -427,7 +411,7 @@ TEST(PatternSearch, ScorerHookIsUsedAndCpuScorerIsTheDefault) {
   } short_scorer;
   opt.scorer = &short_scorer;
   try {
-    search_patterns(eng, tokens, opt, {});
+    search_patterns(model, tokens, opt, {});
     ADD_FAILURE() << "no error for a scorer with too few errors";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("short scorer gave 1 errors"), std::string::npos) << e.what();

@@ -259,30 +259,31 @@ nlohmann::json SearchReport::to_json() const {
   return j;
 }
 
-nlohmann::json search_patterns(Engine& engine, std::span<const std::vector<int32_t>> samples,
+nlohmann::json search_patterns(const SearchModel& model, std::span<const std::vector<int32_t>> samples,
                                const SearchOptions& opt, ProgressFn progress, SearchReport* report) {
-  const ModelConfig& cfg = engine.config();
+  if (!model.capture || model.n_layer <= 0 || model.n_head <= 0)
+    fail("search-patterns: the model has no attention capture or no layers");
   if (samples.empty()) fail("search-patterns: no sample given");
   std::vector<int64_t> used;
   for (const auto& s : samples) {
     int64_t n = int64_t(s.size());
     if (opt.max_tokens > 0) n = std::min(n, opt.max_tokens);
-    n = std::min(n, engine.max_context());
+    n = std::min(n, model.max_context);
     if (n < kSparseBlockQ)
       fail("search-patterns: a sample has {} tokens; give at least {} (ideally ~30K, the paper's sample)", n,
            kSparseBlockQ);
     used.push_back(n);
   }
-  const size_t L = size_t(cfg.n_layer);
+  const size_t L = size_t(model.n_layer);
   std::vector<std::vector<std::vector<HeadPattern>>> plans(L);        // [layer][head][cand], first sample
   std::vector<std::vector<std::vector<CandidateResult>>> scored(L);   // [layer][head][cand], errors summed
   const auto t0 = std::chrono::steady_clock::now();
   int64_t done = 0;
-  const int64_t total = cfg.n_layer * int64_t(samples.size());
+  const int64_t total = model.n_layer * int64_t(samples.size());
   for (size_t si = 0; si < samples.size(); ++si) {
     std::vector<bool> seen(L, false);
-    engine.capture_attention(std::span<const int32_t>(samples[si]).first(size_t(used[si])), [&](const AttnCapture& c) {
-      if (c.layer < 0 || c.layer >= cfg.n_layer) fail("search-patterns: capture of unknown layer {}", c.layer);
+    model.capture(std::span<const int32_t>(samples[si]).first(size_t(used[si])), [&](const AttnCapture& c) {
+      if (c.layer < 0 || c.layer >= model.n_layer) fail("search-patterns: capture of unknown layer {}", c.layer);
       AttnParams p;
       p.q = c.q, p.k = c.k, p.v = c.v;
       p.n_q = p.n_kv = c.n_tokens;
@@ -313,7 +314,7 @@ nlohmann::json search_patterns(Engine& engine, std::span<const std::vector<int32
       if (!seen[l]) fail("search-patterns: the model reported no attention capture for layer {}", l);
   }
 
-  const int64_t window = opt.dense_window > 0 ? opt.dense_window : engine.max_context();
+  const int64_t window = opt.dense_window > 0 ? opt.dense_window : model.max_context;
   MInferenceConfig out;
   out.layers.resize(L);
   if (report) {
@@ -328,16 +329,16 @@ nlohmann::json search_patterns(Engine& engine, std::span<const std::vector<int32
       out.layers[l].push_back(best.best);
       if (report) report->layers[l].push_back(std::move(best));
     }
-    if (int(out.layers[l].size()) != cfg.n_head)
-      fail("search-patterns: layer {} has {} heads, the model {}", l, out.layers[l].size(), cfg.n_head);
+    if (int(out.layers[l].size()) != model.n_head)
+      fail("search-patterns: layer {} has {} heads, the model {}", l, out.layers[l].size(), model.n_head);
   }
   return out.to_json();
 }
 
-nlohmann::json search_patterns(Engine& engine, std::span<const int32_t> sample_tokens, const SearchOptions& opt,
-                               ProgressFn progress, SearchReport* report) {
+nlohmann::json search_patterns(const SearchModel& model, std::span<const int32_t> sample_tokens,
+                               const SearchOptions& opt, ProgressFn progress, SearchReport* report) {
   const std::vector<std::vector<int32_t>> one{std::vector<int32_t>(sample_tokens.begin(), sample_tokens.end())};
-  return search_patterns(engine, std::span<const std::vector<int32_t>>(one), opt, std::move(progress), report);
+  return search_patterns(model, std::span<const std::vector<int32_t>>(one), opt, std::move(progress), report);
 }
 
 }  // namespace longctx

@@ -1,6 +1,7 @@
 // pattern_search.h: MInference offline kernel-aware pattern search (paper Algorithm 1).
 //
-// What: runs the model densely on one or more sample prompts (Engine::capture_attention) and, for
+// What: runs the model densely on one or more sample prompts (SearchModel::capture, e.g.
+// Engine::capture_attention) and, for
 // every (layer, query head), evaluates candidate sparse patterns of roughly equal kernel FLOPs and
 // keeps the one whose attention output is closest to dense. Returns a config in the published
 // MInference format (minference_config.h), with our error as the 4th ("score") field.
@@ -35,6 +36,7 @@
 // The budgets written are the ones evaluated (scaled and matched) at the first sample's length.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -42,9 +44,10 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/params/attention.h"
-#include "longctx/engine.h"
+#include "model/attn_capture.h"
 #include "methods/minference/minference_config.h"
 #include "sparse/sparse_index.h"
+#include "util/progress.h"
 
 namespace longctx {
 
@@ -148,14 +151,24 @@ struct SearchReport {
   nlohmann::json to_json() const;                     // every candidate's budgets, errors and work
 };
 
-// Algorithm 1 over a model: one capture_attention pass per sample; per layer, plan_layer on the
+// The model a search runs on: its shape and context, and a dense capture of a prompt's attention
+// (the AttnCapture contract: one observer call per layer with its post-RoPE Q, K, V). The CLI and
+// the tests wrap a loaded Engine (its capture_attention); tests also give synthetic layers.
+struct SearchModel {
+  int n_layer = 0;
+  int n_head = 0;
+  int64_t max_context = 0;  // samples are cut to this many tokens
+  std::function<void(std::span<const int32_t> tokens, const AttnObserver& observer)> capture;
+};
+
+// Algorithm 1 over a model: one capture pass per sample; per layer, plan_layer on the
 // first sample, score_layer on every sample, mean errors, choose_best. progress gets (layers
 // done, n_layer x n_samples, elapsed seconds) after every layer of every sample. report, if
 // given, receives every candidate's numbers.
-nlohmann::json search_patterns(Engine& engine, std::span<const std::vector<int32_t>> samples,
+nlohmann::json search_patterns(const SearchModel& model, std::span<const std::vector<int32_t>> samples,
                                const SearchOptions& opt, ProgressFn progress, SearchReport* report = nullptr);
 // One sample.
-nlohmann::json search_patterns(Engine& engine, std::span<const int32_t> sample_tokens, const SearchOptions& opt,
-                               ProgressFn progress, SearchReport* report = nullptr);
+nlohmann::json search_patterns(const SearchModel& model, std::span<const int32_t> sample_tokens,
+                               const SearchOptions& opt, ProgressFn progress, SearchReport* report = nullptr);
 
 }  // namespace longctx

@@ -127,7 +127,13 @@ void run_search(const SearchArgs& a) {
                lengths.c_str(), engine->device().c_str());
   SearchReport report;
   const std::string where = engine->device();
-  const auto j = search_patterns(*engine, std::span<const std::vector<int32_t>>(samples), opt, [&](const Progress& p) {
+  const SearchModel model{.n_layer = engine->config().n_layer,
+                          .n_head = engine->config().n_head,
+                          .max_context = engine->max_context(),
+                          .capture = [&](std::span<const int32_t> t, const AttnObserver& o) {
+                            engine->capture_attention(t, o);
+                          }};
+  const auto j = search_patterns(model, std::span<const std::vector<int32_t>>(samples), opt, [&](const Progress& p) {
     const double eta = p.done > 0 ? p.elapsed_s / double(p.done) * double(p.total - p.done) : 0;
     std::fprintf(stderr, "search-patterns: layer %lld/%lld (%s), elapsed %.1fs, ETA %.1fs\n", (long long)p.done,
                  (long long)p.total, where.c_str(), p.elapsed_s, eta);
