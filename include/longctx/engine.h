@@ -52,7 +52,7 @@ struct SamplingParams {
   float top_p = 1.f;        // 1 = off
   uint64_t seed = 0;
   int max_tokens = 128;
-  std::vector<std::string> stop;  // stop strings (not included in the output text)
+  std::vector<std::string> stop = {};  // stop strings (not included in the output text)
   bool stop_at_eos = true;
 };
 
@@ -67,8 +67,71 @@ struct GenerateResult {
   double prefill_s = 0, decode_s = 0;
 };
 
+// ---- Step-level batching: the API a server's scheduler drives (Engine::start_batch) ----
+// Sequences join and leave at any step; each step advances every decoding sequence by one token
+// in one batched decode call and runs up to one prefill chunk of tokens of the prefilling ones
+// (in turn), so a long prompt never freezes the other sequences' streams.
+//   auto batch = eng->start_batch({.kv_tokens = 65536});
+//   int64_t id = batch->open({.prompt = ids, .sp = {.max_tokens = 32}});
+//   while (batch->stats().sequences > 0) batch->step([](const SequenceEvent& e) { ...; return true; });
+
+struct SequenceRequest {
+  std::vector<int32_t> prompt = {};  // (initializers: designated-initializer users get no -Wextra warning)
+  SamplingParams sp = {};
+  std::string attn = {};  // this sequence's attention method spec; empty = the engine's (LoadOptions::attn)
+  bool logprobs = false;  // report log p(token) of each sampled token (one log-softmax per token)
+};
+
+// What one step did for one sequence: a sampled token, or its end (or both).
+struct SequenceEvent {
+  int64_t id = 0;
+  int32_t token = -1;       // the sampled token; -1 = none (the sequence ended without one: EOS)
+  float logprob = 0.f;      // log p(token) under the model's distribution (SequenceRequest::logprobs)
+  std::string text;         // text released now (complete UTF-8; a possible stop string held back)
+  bool finished = false;    // the sequence's last event: it is closed and its KV cache freed
+  std::string stop_reason;  // when finished: "eos", "stop" or "length"
+  int64_t prompt_tokens = 0, completion_tokens = 0;  // so far
+};
+// Called for each event of a step; return false to close that sequence at once (a client gone).
+using SequenceEventFn = std::function<bool(const SequenceEvent&)>;
+
+struct BatchOptions {
+  int64_t kv_tokens = 0;      // KV cache budget of all open sequences, in tokens; 0 = max_context()
+  int max_sequences = 64;     // open sequences at most (rows of one decode step)
+  int64_t prefill_chunk = 0;  // prompt tokens per step; 0 = LoadOptions::prefill_chunk
+};
+
+struct BatchStats {
+  int64_t sequences = 0, prefilling = 0;    // open sequences; those still in their prompt
+  int64_t kv_tokens = 0, kv_capacity = 0;   // tokens reserved by open sequences (prompt + max_tokens); the budget
+  int64_t kv_used = 0;                      // tokens now in the open sequences' caches
+  int64_t prefill_tokens = 0, decode_tokens = 0;  // totals since start_batch
+  double prefill_s = 0, decode_s = 0;             // time in prefill chunks and decode steps (totals)
+  int64_t steps = 0;
+};
+
+// One engine's open sequences. Not thread-safe: one thread (the scheduler) calls everything, and
+// the Engine runs no other call while a batch has open sequences.
+class SequenceBatch {
+ public:
+  virtual ~SequenceBatch() = default;
+  // Why the request can never run (empty prompt, over the context or the KV budget, bad attention
+  // spec, bad sampling values), or "" when it can.
+  virtual std::string check(const SequenceRequest& r) const = 0;
+  // Whether it can open now (room in the KV budget and a free row).
+  virtual bool fits_now(const SequenceRequest& r) const = 0;
+  // Opens it (throws Error with check()'s reason, or when it does not fit now); nothing runs yet.
+  virtual int64_t open(const SequenceRequest& r) = 0;
+  // One step over every open sequence; on_event per sampled token and per finished sequence.
+  virtual void step(const SequenceEventFn& on_event) = 0;
+  // Closes a sequence at any time, freeing its KV cache (an unknown id is ignored).
+  virtual void close(int64_t id) = 0;
+  virtual BatchStats stats() const = 0;
+};
+
 // Thread-safety: an Engine runs one call at a time (calls from several threads must be serialised
-// by the caller); several sequences share it through generate_batch. Separate Engines are
+// by the caller); several sequences share it through generate_batch or a SequenceBatch
+// (start_batch). config(), tokenizer() and max_context() are const and safe from any thread. Separate Engines are
 // independent (no process-wide state, except the GPU statistics read by benchmarks:
 // gpu::last_gpu_*_stats()).
 class Engine {
@@ -104,6 +167,12 @@ class Engine {
     }
     return out;
   }
+
+  // A step-level batch over this engine (above). The CPU engine batches decode steps over
+  // Transformer::decode_batch and interleaves prefill chunks; this default (the GPU engine for
+  // now) runs each sequence's whole generate() in the step that reaches it, one after another:
+  // correct, not batched.
+  virtual std::unique_ptr<SequenceBatch> start_batch(const BatchOptions& opts);
 
   // Teacher-forced log-probabilities: out[i] = log p(tokens[i+1] | tokens[0..i]), size n-1. The
   // text is prefilled as one prompt (generate's chunks; MInference: its one estimate per prompt).

@@ -4,6 +4,7 @@
 //   longctx inspect MODEL
 //   longctx bench model [-m MODEL] --lengths 512,4096
 //   longctx tiny-model --out DIR     (a tiny random-weight model, both formats)
+//   longctx serve -m MODEL [--host H] [--port P]  (OpenAI-compatible HTTP server, when built with cpp-httplib)
 //   longctx eval TASK ...            (when built with the eval suite)
 //   longctx search-patterns ...      (MInference offline pattern search)
 // Every failure prints "longctx: <what went wrong>" on stderr and exits non-zero: 2 when the
@@ -47,6 +48,9 @@ int main(int argc, char** argv) {
   longctx::cli::register_inspect(app);
   longctx::cli::register_bench(app);
   longctx::cli::register_tiny_model(app);
+#ifdef LONGCTX_WITH_SERVER
+  longctx::cli::register_serve(app);
+#endif
 #ifdef LONGCTX_WITH_EVAL
   longctx::register_eval_command(app);
 #endif

@@ -16,7 +16,6 @@ namespace longctx {
 Transformer::Transformer(ModelConfig cfg, ModelWeights w, std::shared_ptr<const AttentionMethod> method, ThreadPool& pool)
     : cfg_(std::move(cfg)), w_(std::move(w)), method_(std::move(method)), pool_(pool) {
   own_.method = method_->start_sequence();
-  pre_rope_ = method_->needs().keys == KeyLayout::pre_rope;
   set_rope(0);
 }
 
@@ -51,7 +50,7 @@ void Transformer::set_rope(int64_t context) {
 void Transformer::reset(int64_t capacity) {
   if (cfg_.rope_scaling.type == "longrope") set_rope(capacity);
   seq_->cache.reset(cfg_.n_layer, capacity, int64_t(cfg_.n_kv_head) * cfg_.head_dim);
-  seq_->method = method_->start_sequence();  // a new sequence
+  seq_->method = method_of(*seq_).start_sequence();  // a new sequence
 }
 
 void Transformer::embed(std::span<const int32_t> tokens, float* x) const {
@@ -81,16 +80,17 @@ void Transformer::project(const LayerRows& r, float* h, float* q) {
     rmsnorm_ref(q, L.q_norm.data(), q, r.T * cfg_.n_head, D, cfg_.rms_eps, pool_, off);
     rmsnorm_ref(kc, L.k_norm.data(), kc, r.T * cfg_.n_kv_head, D, cfg_.rms_eps, pool_, off);
   }
-  if (pre_rope_) return;  // rotated at attention time, at the method's positions
+  if (pre_rope(*seq_)) return;  // rotated at attention time, at the method's positions
   const float* inv_freq = inv_freq_[size_t(r.l)].data();
   const float factor = rope_factor_[size_t(r.l)];
   rope_apply_ref(q, r.T, cfg_.n_head, int(D), r.pos0, inv_freq, pool_, factor);
   rope_apply_ref(kc, r.T, cfg_.n_kv_head, int(D), r.pos0, inv_freq, pool_, factor);
 }
 
-void Transformer::attend(const AttnParams& ap, MethodState& st, Phase phase) {
+void Transformer::attend(const AttnParams& ap, SequenceState& seq, Phase phase) {
   const LayerRope rope = layer_rope(ap.layer);
-  attend_cpu({.method = *method_, .state = st, .phase = phase, .rope = pre_rope_ ? &rope : nullptr}, ap, pool_);
+  attend_cpu({.method = method_of(seq), .state = *seq.method, .phase = phase, .rope = pre_rope(seq) ? &rope : nullptr},
+             ap, pool_);
 }
 
 AttnParams Transformer::attn_params(const SequenceState& seq, int l, int64_t T, int64_t pos0, const float* q,
@@ -115,7 +115,7 @@ AttnParams Transformer::attn_params(const SequenceState& seq, int l, int64_t T, 
 
 void Transformer::attend_and_mlp(const LayerRows& r, const float* q, Scratch& s) {
   const AttnParams ap = attn_params(*seq_, r.l, r.T, r.pos0, q, s.o.data());
-  attend(ap, *seq_->method, r.T == 1 ? Phase::decode : Phase::prefill);
+  attend(ap, *seq_, r.T == 1 ? Phase::decode : Phase::prefill);
   out_and_mlp(r.l, r.T, r.x, s);
 }
 
@@ -174,8 +174,9 @@ void Transformer::forward(std::span<const int32_t> tokens, int64_t n_logits, std
   if (T == 0) return;
   const int64_t pos0 = seq_->cache.size();
   check_room(pos0, T);
-  if (pre_rope_ && observer && *observer)
-    fail("attention capture reads rotated Q/K; '{}' caches keys pre-RoPE (use its keys=rotated form)", method_->name());
+  if (pre_rope(*seq_) && observer && *observer)
+    fail("attention capture reads rotated Q/K; '{}' caches keys pre-RoPE (use its keys=rotated form)",
+         method_of(*seq_).name());
   const int64_t E = cfg_.n_embd, Q = int64_t(cfg_.n_head) * cfg_.head_dim;
 
   // Activations for this chunk (T bounded by the caller's prefill chunk size).
@@ -196,11 +197,13 @@ void Transformer::forward(std::span<const int32_t> tokens, int64_t n_logits, std
   lm_head(x.data(), T, n_logits, logits);
 }
 
-std::unique_ptr<SequenceState> Transformer::new_sequence(int64_t capacity) const {
+std::unique_ptr<SequenceState> Transformer::new_sequence(int64_t capacity,
+                                                         std::shared_ptr<const AttentionMethod> method) const {
   if (capacity <= 0) fail("a sequence needs room for at least one token (got capacity {})", capacity);
   auto seq = std::make_unique<SequenceState>();
   seq->cache.reset(cfg_.n_layer, capacity, int64_t(cfg_.n_kv_head) * cfg_.head_dim);
-  seq->method = method_->start_sequence();
+  seq->attn = std::move(method);
+  seq->method = method_of(*seq).start_sequence();
   return seq;
 }
 
@@ -244,12 +247,12 @@ void Transformer::decode_batch(std::span<SequenceState* const> seqs, std::span<c
       float* kc = sq.cache.k(l) + pos * KV;
       std::memcpy(kc, k.data() + i * KV, size_t(KV) * sizeof(float));
       std::memcpy(sq.cache.v(l) + pos * KV, v.data() + i * KV, size_t(KV) * sizeof(float));
-      if (!pre_rope_) {
+      if (!pre_rope(sq)) {
         rope_apply_ref(q.data() + i * Q, 1, cfg_.n_head, int(D), pos, inv_freq, pool_, factor);
         rope_apply_ref(kc, 1, cfg_.n_kv_head, int(D), pos, inv_freq, pool_, factor);
       }
       const AttnParams ap = attn_params(sq, l, 1, pos, q.data() + i * Q, s.o.data() + i * Q);
-      attend(ap, *sq.method, Phase::decode);
+      attend(ap, sq, Phase::decode);
     }
     out_and_mlp(l, n, x.data(), s);
   }
@@ -261,7 +264,7 @@ bool Transformer::prompt_wide(int64_t n_tokens, int64_t chunk) const {
   if (n_tokens <= chunk) return false;  // one chunk estimates from the prompt's last queries anyway
   const int64_t n_kv = seq_->cache.size() + n_tokens;
   for (int l = 0; l < cfg_.n_layer; ++l)
-    if (cfg_.layer(l).window == 0 && method_->estimates_per_prompt(l, n_kv)) return true;
+    if (cfg_.layer(l).window == 0 && method_of(*seq_).estimates_per_prompt(l, n_kv)) return true;
   return false;
 }
 
@@ -302,12 +305,12 @@ std::vector<float> Transformer::prompt_layers(std::span<const int32_t> tokens, i
   for (int l = 0; l < cfg_.n_layer; ++l) {
     auto rows = [&](int64_t c0) { return LayerRows{l, std::min(C, T - c0), pos0 + c0, x.data() + c0 * E}; };
     for (int64_t c0 = 0; c0 < T; c0 += C) project(rows(c0), s.h.data(), q.data() + c0 * Q);  // all K/V first
-    if (cfg_.layer(l).window == 0 && method_->estimates_per_prompt(l, pos0 + T)) {
+    if (cfg_.layer(l).window == 0 && method_of(*seq_).estimates_per_prompt(l, pos0 + T)) {
       const int64_t R = std::min<int64_t>(kLastQ, T);  // the prompt's last queries
-      method_->prepare_prompt(attn_params(*seq_, l, R, pos0 + T - R, q.data() + (T - R) * Q, nullptr), *seq_->method, pool_);
+      method_of(*seq_).prepare_prompt(attn_params(*seq_, l, R, pos0 + T - R, q.data() + (T - R) * Q, nullptr), *seq_->method, pool_);
     }
     for (int64_t c0 = 0; c0 < T; c0 += C) attend_and_mlp(rows(c0), q.data() + c0 * Q, s);
-    method_->end_prompt(*seq_->method);
+    method_of(*seq_).end_prompt(*seq_->method);
     if (progress) progress(l + 1, cfg_.n_layer);
   }
   seq_->cache.set_size(pos0 + T);

@@ -33,6 +33,7 @@ class ThreadPool;
 struct SequenceState {
   KvCache cache;
   std::unique_ptr<MethodState> method;
+  std::shared_ptr<const AttentionMethod> attn;  // this sequence's own method; null = the model's
 };
 
 class Transformer {
@@ -44,7 +45,6 @@ class Transformer {
   // A new method starts a new method state for the attached sequence (its cache is kept).
   void set_method(std::shared_ptr<const AttentionMethod> m) {
     method_ = std::move(m);
-    pre_rope_ = method_->needs().keys == KeyLayout::pre_rope;
     seq_->method = method_->start_sequence();
   }
 
@@ -58,7 +58,10 @@ class Transformer {
   // owned by the caller. attach(s) makes forward()/forward_prompt()/reset()/cache() work on s
   // (nullptr: the model's own sequence); s must outlive its attachment. RoPE tables are the
   // model's (LongRoPE: chosen by the last reset()'s capacity).
-  std::unique_ptr<SequenceState> new_sequence(int64_t capacity) const;
+  // `method` (optional) gives the sequence its own attention method (a server's per-request
+  // --attn); null = the model's.
+  std::unique_ptr<SequenceState> new_sequence(int64_t capacity,
+                                              std::shared_ptr<const AttentionMethod> method = nullptr) const;
   void attach(SequenceState* s) { seq_ = s ? s : &own_; }
   // One decode step of several sequences at once: token ids[i] at the next position of seqs[i]
   // (each in its own cache, with its own method state and length), its K/V appended. The
@@ -113,15 +116,18 @@ class Transformer {
   // then holds the prompt.
   std::vector<float> prompt_layers(std::span<const int32_t> tokens, int64_t chunk, const LayerProgressFn& progress);
 
+  const AttentionMethod& method_of(const SequenceState& s) const { return s.attn ? *s.attn : *method_; }
+  // Whether s's method caches keys un-rotated (MethodNeeds::keys == pre_rope): its Q and K stay
+  // un-rotated here and attention rotates them at the method's positions (methods/run_cpu.h). A
+  // sequence's cache must not outlive a change of layout (set_method before its first token).
+  bool pre_rope(const SequenceState& s) const { return method_of(s).needs().keys == KeyLayout::pre_rope; }
+  LayerRope layer_rope(int l) const { return {inv_freq_[size_t(l)].data(), rope_factor_[size_t(l)]}; }
+  // Attention of one step of seq (its method and state) through attend_cpu.
+  void attend(const AttnParams& ap, SequenceState& seq, Phase phase);
+
   ModelConfig cfg_;
   ModelWeights w_;
   std::shared_ptr<const AttentionMethod> method_;  // shared, immutable
-  // The method caches keys un-rotated (MethodNeeds::keys == pre_rope): Q and K stay un-rotated
-  // here and attention rotates them at the method's positions (methods/run_cpu.h). A sequence's
-  // cache must not outlive a change of layout (set_method before its first token).
-  bool pre_rope_ = false;
-  LayerRope layer_rope(int l) const { return {inv_freq_[size_t(l)].data(), rope_factor_[size_t(l)]}; }
-  void attend(const AttnParams& ap, MethodState& st, Phase phase);  // through attend_cpu
   ThreadPool& pool_;
   SequenceState own_;            // the sequence forward() uses unless another is attached
   SequenceState* seq_ = &own_;   // the attached sequence

@@ -18,8 +18,8 @@
 #include <filesystem>
 
 #include "model/transformer.h"
-#include "runtime/sampler.h"
-#include "runtime/text_stream.h"
+#include "runtime/sequence_batch.h"
+#include "runtime/sequence_run.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 
@@ -40,63 +40,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Attaches a sequence to a model (CPU Transformer or GpuTransformer) for a scope (the model's own
-// sequence again after it, also on an error).
-template <class Model, class Seq>
-struct Attached {
-  Model& model;
-  Attached(Model& m, Seq* s) : model(m) { model.attach(s); }
-  ~Attached() { model.attach(nullptr); }
-  Attached(const Attached&) = delete;
-  Attached& operator=(const Attached&) = delete;
-};
-
-// One sequence's sampling and stopping, shared by generate and generate_batch: its sampler, its
-// text stream (stop strings) and its result so far.
-struct SequenceRun {
-  SamplingParams sp;
-  Sampler sampler;
-  TextStream stream;
-  GenerateResult res;
-  bool done = false;
-
-  SequenceRun(const SamplingParams& p, int64_t prompt_tokens) : sp(p), sampler(p), stream(p.stop) {
-    res.prompt_tokens = prompt_tokens;
-    res.stop_reason = "length";
-    done = p.max_tokens <= 0;
-  }
-  // Samples the next token from logits [vocab]. False when the sequence ends without a token
-  // (EOS, or already finished); else *id is the token, and finished() says whether it was the last
-  // (it completed a stop string, or reached max_tokens).
-  bool next(const Tokenizer& tok, std::span<const float> logits, int32_t* id) {
-    if (done) return false;
-    const int32_t t = sampler.sample(logits);
-    if (sp.stop_at_eos && tok.is_end_of_generation(t)) {
-      res.stop_reason = "eos";
-      done = true;
-      return false;
-    }
-    res.tokens.push_back(t);
-    if (stream.push(tok.token_bytes(t))) {
-      res.stop_reason = "stop";
-      done = true;
-    } else if (int64_t(res.tokens.size()) >= sp.max_tokens) {
-      done = true;  // "length"
-    }
-    *id = t;
-    return true;
-  }
-  bool finished() const { return done; }
-};
-
-// log p(token `next` | row) from one row of logits [V], in double (stable log-sum-exp).
-float log_prob(const float* row, int64_t V, int32_t next) {
-  float mx = row[0];
-  for (int64_t j = 1; j < V; ++j) mx = std::max(mx, row[j]);
-  double sum = 0;
-  for (int64_t j = 0; j < V; ++j) sum += std::exp(double(row[j] - mx));
-  return float(row[next] - mx - std::log(sum));
-}
 // Seed of --random-weights models: fixed, so benchmark runs are repeatable.
 constexpr uint64_t kRandomWeightsSeed = 1;
 
@@ -270,6 +213,11 @@ class CpuEngine final : public Engine {
       out.push_back(std::move(r.res));
     }
     return out;
+  }
+
+  std::unique_ptr<SequenceBatch> start_batch(const BatchOptions& o) override {
+    if (on_gpu_) return make_serial_batch(*this, opts_.attn, o);  // no batched GPU decode yet
+    return make_cpu_batch({*model_, *tok_, cfg_, max_ctx_, opts_.prefill_chunk, opts_.attn}, o);
   }
 
   std::vector<float> score(std::span<const int32_t> tokens, const ProgressFn& progress) override {
