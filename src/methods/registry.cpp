@@ -2,6 +2,7 @@
 #include "methods/registry.h"
 
 #include "methods/a_shape/a_shape_method.h"
+#include "methods/hip/hip_method.h"
 #include "methods/minference/minference_method.h"
 #include "util/error.h"
 
@@ -18,6 +19,8 @@ const std::vector<MethodEntry>& method_registry() {
       {"minference", "minference=CONFIG.json[:dense_below=N][:dense_layers=N][:ratio=R]",
        {.prefill = true, .decode = false},
        [](const std::string& arg, const MethodContext& ctx) { return make_minference_method(arg, ctx); }},
+      {"hip", "hip[=k=512,b_q=64,b_sq=2,b_k=2,b_sk=1,window=256,sinks=16,refresh=8,dense_layers=3]",
+       {.prefill = true, .decode = true}, make_hip_method},
   };
   return entries;
 }
