@@ -1,7 +1,7 @@
 // test_hip_engine.cpp: --attn hip through the CPU engine on the default model.
 // A prompt short enough that every step is dense under HiP's paper defaults (n_kv <= k + window +
-// sinks = 784) must give exactly the dense greedy tokens; a longer prompt with small budgets runs
-// sparse prefill and sparse decode (with its mask cache) end to end and stays close to dense.
+// sinks = 784) must give exactly the dense greedy tokens; a ~980-token prompt with window 64 runs
+// sparse prefill and sparse decode (with its mask cache) end to end and keeps the dense answer.
 // Run: build/tests/model/test_model --gtest_filter='HipEngine*'
 #include <gtest/gtest.h>
 
@@ -46,14 +46,15 @@ TEST(HipEngine, ShortPromptGivesTheDenseGreedyTokens) {
 TEST(HipEngine, LongPromptRunsSparsePrefillAndDecode) {
   auto dense = engine("dense");
   if (!dense) GTEST_SKIP() << "default model not installed (scripts/bootstrap.sh)";
-  auto hip = engine("hip=k=128,window=64,sinks=4,refresh=4,dense_layers=3");
+  auto hip = engine("hip=k=512,window=64,sinks=4,refresh=4,dense_layers=3");
   const auto prompt = prompt_of(*dense, 60);
-  ASSERT_GT(prompt.size(), 800u);  // far past k + window + sinks = 196: sparse
+  ASSERT_GT(prompt.size(), 900u);  // past k + window + sinks = 580: sparse prefill blocks and decode
   SamplingParams sp;
   sp.max_tokens = 12;
   const auto a = hip->generate(prompt, sp), b = dense->generate(prompt, sp);
-  ASSERT_EQ(a.tokens.size(), b.tokens.size());
-  EXPECT_EQ(a.tokens.front(), b.tokens.front()) << "the first greedy token should survive HiP at this budget";
+  // At this budget the model's greedy answer survives (measured; a_shape=4,192 and
+  // hip=k=128,window=64 both end at once with EOS on this prompt).
+  EXPECT_EQ(a.tokens, b.tokens);
 }
 
 }  // namespace
