@@ -1,8 +1,8 @@
 // hip_estimate.cu: see hip_estimate.h. One CTA of 256 threads per (query head, query block):
-// 32 groups of 8 threads, each group scoring one branch at a time (8 threads per dot product,
-// 16-byte key loads, the xor-shuffle tree of hip_topk.h's order); the keep-the-best step ranks
-// every branch by counting the branches that beat it (score, then index: the CPU's total order)
-// and compacts the kept ones in branch order with a block prefix sum.
+// 32 groups of 8 threads, each group scoring 4 branches at a time (8 threads per dot product,
+// 16-byte key loads, the xor-shuffle tree of hip_topk.h's order); the keep-the-best step sorts
+// the branches by (score desc, branch asc) as 64-bit keys (bitonic, in shared memory: the CPU's
+// total order), flags the first k/b_k and compacts them in branch order with a prefix sum.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -27,23 +27,28 @@ struct Shape {  // one CTA's search, after its region is known
   int64_t block_begin, block_end, key_end;
 };
 
-// Shared memory carve: q samples (fp32), their positions, chunks, branches, scores, keep flags,
-// per-thread counts.
+// Shared memory carve: q samples (fp32), their positions, chunks, branches, the branches' sort
+// keys (a power of two of them), keep flags, per-thread counts.
 struct Smem {
   float* q;
   int64_t* pos;
   Branch* chunks;
   Branch* br;
-  float* score;
+  uint64_t* key;
   int* keep;
   int* scan;
 };
 
 __host__ __device__ inline size_t align16(size_t n) { return (n + 15) / 16 * 16; }
+__host__ __device__ inline int64_t pow2_at_least(int64_t n) {
+  int64_t p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
 
 __host__ __device__ inline size_t smem_bytes(int n_qs, int d, int64_t m) {
   return align16(size_t(n_qs) * d * 4) + align16(size_t(n_qs) * 8) + align16(size_t(m) * 8) + align16(size_t(2 * m) * 8) +
-         align16(size_t(2 * m) * 4) + align16(size_t(2 * m) * 4) + kThreads * 4;
+         align16(size_t(pow2_at_least(2 * m)) * 8) + align16(size_t(2 * m) * 4) + kThreads * 4;
 }
 
 __device__ Smem carve(char* base, int n_qs, int d, int64_t m) {
@@ -56,43 +61,37 @@ __device__ Smem carve(char* base, int n_qs, int d, int64_t m) {
   base += align16(size_t(m) * 8);
   s.br = reinterpret_cast<Branch*>(base);
   base += align16(size_t(2 * m) * 8);
-  s.score = reinterpret_cast<float*>(base);
-  base += align16(size_t(2 * m) * 4);
+  s.key = reinterpret_cast<uint64_t*>(base);
+  base += align16(size_t(pow2_at_least(2 * m)) * 8);
   s.keep = reinterpret_cast<int*>(base);
   base += align16(size_t(2 * m) * 4);
   s.scan = reinterpret_cast<int*>(base);
   return s;
 }
 
-// q.key over head_dim in hip_topk.h's order: lane l of the group accumulates the 8-element chunks
-// l, l+8, ... with fp32 FMAs, then the tree ((p0+p4)+(p2+p6)) + ((p1+p5)+(p3+p7)) by xor shuffles.
-// Every lane of the warp must call it (the shuffles are warp-wide).
-__device__ float group_dot(const float* q, const __nv_bfloat16* key, int d, int lane, bool valid) {
-  float acc = 0.f;
-  if (valid) {
-    for (int c = lane; c * 8 < d; c += kLanes) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(key + 8 * c);
-      const __nv_bfloat162* kp = reinterpret_cast<const __nv_bfloat162*>(&raw);
-      const float* qq = q + 8 * c;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float2 kf = __bfloat1622float2(kp[e]);
-        acc = fmaf(qq[2 * e], kf.x, acc);
-        acc = fmaf(qq[2 * e + 1], kf.y, acc);
-      }
-    }
-  }
-  acc += __shfl_xor_sync(0xffffffffu, acc, 4);
-  acc += __shfl_xor_sync(0xffffffffu, acc, 2);
-  acc += __shfl_xor_sync(0xffffffffu, acc, 1);
-  return acc;
+// Sort key of a live branch: ascending order = higher score first, then the earlier branch (the
+// CPU's total order; -0 counts as +0, as the CPU's == does). Empty branches sort last.
+__device__ inline uint64_t sort_key(float score, int64_t branch) {
+  if (score == 0.f) score = 0.f;
+  const uint32_t bits = __float_as_uint(score);
+  const uint32_t ordered = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);  // increasing in score
+  return (uint64_t(~ordered) << 32) | uint64_t(uint32_t(branch));
 }
+constexpr uint64_t kEmptyKey = ~uint64_t(0);
+
+constexpr int kMaxChunksPerLane = 2;  // head_dim <= 128: chunks l and l + 8 of 8 elements
+constexpr int kBatch = 4;             // branches a group scores at once (independent loads in flight)
 
 // The bisection of hip_topk_blocks; leaves the selected blocks in s.chunks[0 .. count) (ascending)
 // and returns count. KeyRow(j) gives key j's bf16 row of this head.
+// Scores: group g scores branches g, g + 32, ... kBatch at a time; each lane loads its 8-element
+// chunks of the sampled keys once and runs every sampled query against them: lane l accumulates
+// chunks l, l+8 with fp32 FMAs, then the xor-shuffle tree gives ((p0+p4)+(p2+p6)) +
+// ((p1+p5)+(p3+p7)): hip_topk.h's order. Every loop bound is uniform over the CTA (the shuffles
+// are warp-wide).
 template <class KeyRow>
 __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem& s, KeyRow key_row) {
-  const int tid = threadIdx.x, lane = tid % kLanes, group = tid / kLanes;
+  const int tid = threadIdx.x, lane = tid % kLanes, group = tid / kLanes, d = sh.head_dim;
   const int64_t m = cfg.budget_blocks();
   const int64_t n = sh.block_end > sh.block_begin ? sh.block_end - sh.block_begin : 0;
   if (n <= m) {
@@ -106,55 +105,111 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
   }
   __syncthreads();
   const int n_ks = cfg.b_k / cfg.b_sk;
-  const int per_thread = int((2 * m + kThreads - 1) / kThreads);
+  const int64_t nb = 2 * m, P = pow2_at_least(nb);
+  const int per_thread = int((nb + kThreads - 1) / kThreads);
   for (;;) {
     int wide = 0;
     for (int64_t c = tid; c < m; c += kThreads) wide |= s.chunks[c].g > 1;
     if (!__syncthreads_or(wide)) break;
-    // Split: chunk c gives branches 2c (first half, size 0 when c is one block) and 2c + 1;
-    // branch numbering is positional, as the CPU's list with the empty halves removed.
+    // Split: chunk c gives branches 2c (first half, empty when c is one block) and 2c + 1; this
+    // numbering is the CPU's list order with the empty halves removed.
     for (int64_t c = tid; c < m; c += kThreads) {
       const Branch ch = s.chunks[c];
       const int32_t h = ch.g / 2;
       s.br[2 * c] = {ch.a, h};
       s.br[2 * c + 1] = {ch.a + h, ch.g - h};
     }
+    for (int64_t i = nb + tid; i < P; i += kThreads) s.key[i] = kEmptyKey;
     __syncthreads();
     // Score every non-empty branch by its middle block.
-    for (int64_t base = 0; base < 2 * m; base += kGroups) {
-      const int64_t b = base + group;
-      const bool live = b < 2 * m && s.br[b < 2 * m ? b : 0].g > 0;
-      const Branch br = live ? s.br[b] : Branch{0, 1};
-      const int64_t u = int64_t(br.a) + br.g / 2;
-      float best = -INFINITY;
+    for (int64_t base = 0; base < nb; base += int64_t(kGroups) * kBatch) {
+      int64_t bi[kBatch], mid[kBatch];
+      bool live[kBatch];
+      float best[kBatch];
+#pragma unroll
+      for (int x = 0; x < kBatch; ++x) {
+        bi[x] = base + int64_t(x) * kGroups + group;
+        const Branch br = bi[x] < nb ? s.br[bi[x]] : Branch{0, 0};
+        live[x] = br.g > 0;
+        mid[x] = int64_t(br.a) + br.g / 2;
+        best[x] = -INFINITY;
+      }
       for (int t = 0; t < n_ks; ++t) {
-        const int64_t key = u * cfg.b_k + int64_t(t) * cfg.b_sk + cfg.b_sk - 1;
+        float kf[kBatch][kMaxChunksPerLane * 8];
+        int64_t key[kBatch];
+        bool kok[kBatch];
+#pragma unroll
+        for (int x = 0; x < kBatch; ++x) {
+          key[x] = mid[x] * cfg.b_k + int64_t(t) * cfg.b_sk + cfg.b_sk - 1;
+          kok[x] = live[x] && key[x] < sh.key_end;
+          const __nv_bfloat16* row = key_row(kok[x] ? key[x] : 0);
+#pragma unroll
+          for (int cc = 0; cc < kMaxChunksPerLane; ++cc) {
+            const int c = lane + kLanes * cc;
+            uint4 raw = make_uint4(0, 0, 0, 0);
+            if (kok[x] && c * 8 < d) raw = *reinterpret_cast<const uint4*>(row + 8 * c);
+            const __nv_bfloat162* kp = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const float2 f = __bfloat1622float2(kp[e]);
+              kf[x][cc * 8 + 2 * e] = f.x;
+              kf[x][cc * 8 + 2 * e + 1] = f.y;
+            }
+          }
+        }
         for (int i = 0; i < sh.n_qs; ++i) {
-          const bool ok = live && key < sh.key_end && key <= s.pos[i];
-          const float v = group_dot(s.q + size_t(i) * sh.head_dim, key_row(ok ? key : 0), sh.head_dim, lane, ok);
-          if (ok && v > best) best = v;
+          const float* q = s.q + size_t(i) * d;
+          float acc[kBatch];
+#pragma unroll
+          for (int x = 0; x < kBatch; ++x) acc[x] = 0.f;
+#pragma unroll
+          for (int cc = 0; cc < kMaxChunksPerLane; ++cc) {
+            const int c = lane + kLanes * cc;
+            if (c * 8 < d) {
+#pragma unroll
+              for (int e = 0; e < 8; ++e) {
+                const float qv = q[8 * c + e];
+#pragma unroll
+                for (int x = 0; x < kBatch; ++x) acc[x] = fmaf(qv, kf[x][cc * 8 + e], acc[x]);
+              }
+            }
+          }
+#pragma unroll
+          for (int x = 0; x < kBatch; ++x) {
+            acc[x] += __shfl_xor_sync(0xffffffffu, acc[x], 4);
+            acc[x] += __shfl_xor_sync(0xffffffffu, acc[x], 2);
+            acc[x] += __shfl_xor_sync(0xffffffffu, acc[x], 1);
+            if (kok[x] && key[x] <= s.pos[i] && acc[x] > best[x]) best[x] = acc[x];
+          }
         }
       }
-      if (lane == 0 && b < 2 * m) s.score[b] = live ? best : NAN;  // NaN marks an empty branch
+#pragma unroll
+      for (int x = 0; x < kBatch; ++x)
+        if (lane == 0 && bi[x] < nb) s.key[bi[x]] = live[x] ? sort_key(best[x], bi[x]) : kEmptyKey;
     }
     __syncthreads();
-    // Rank: a branch is kept when fewer than m live branches beat it (higher score, or the same
-    // score and an earlier position). Empty branches (NaN) are never kept and never beat.
+    // Keep the m best: bitonic sort of the P keys (ascending = best first), flag the first m.
+    for (int64_t k = 2; k <= P; k *= 2) {
+      for (int64_t j = k / 2; j > 0; j /= 2) {
+        for (int64_t i = tid; i < P; i += kThreads) {
+          const int64_t ixj = i ^ j;
+          if (ixj > i) {
+            const uint64_t a = s.key[i], b = s.key[ixj];
+            if ((a > b) == ((i & k) == 0)) s.key[i] = b, s.key[ixj] = a;
+          }
+        }
+        __syncthreads();
+      }
+    }
+    for (int64_t i = tid; i < nb; i += kThreads) s.keep[i] = 0;
+    __syncthreads();
+    for (int64_t i = tid; i < m; i += kThreads) s.keep[uint32_t(s.key[i])] = 1;
+    __syncthreads();
+    // Compact the kept branches in branch (= position) order: per-thread counts, prefix sum.
     int kept = 0;
     for (int k = 0; k < per_thread; ++k) {
       const int64_t i = int64_t(tid) * per_thread + k;
-      int keep = 0;
-      if (i < 2 * m && s.score[i] == s.score[i]) {
-        const float si = s.score[i];
-        int64_t rank = 0;
-        for (int64_t j = 0; j < 2 * m; ++j) {
-          const float sj = s.score[j];
-          rank += (sj > si) || (sj == si && j < i);
-        }
-        keep = rank < m;
-      }
-      if (i < 2 * m) s.keep[i] = keep;
-      kept += keep;
+      kept += i < nb ? s.keep[i] : 0;
     }
     s.scan[tid] = kept;
     __syncthreads();
@@ -167,7 +222,7 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
     int out = s.scan[tid] - kept;
     for (int k = 0; k < per_thread; ++k) {
       const int64_t i = int64_t(tid) * per_thread + k;
-      if (i < 2 * m && s.keep[i]) s.chunks[out++] = s.br[i];
+      if (i < nb && s.keep[i]) s.chunks[out++] = s.br[i];
     }
     __syncthreads();
   }
@@ -280,10 +335,14 @@ void check_cfg(const HipEstimateConfig& c, int head_dim) {
                  c.b_k % c.b_sk == 0 && c.b_q % c.b_sq == 0,
              "internal: hip estimate with k=%lld b_q=%d b_sq=%d b_k=%d b_sk=%d", (long long)c.k, c.b_q, c.b_sq, c.b_k,
              c.b_sk);
-  LC_REQUIRE(head_dim > 0 && head_dim % 8 == 0, "internal: hip estimate needs head_dim a multiple of 8, got %d", head_dim);
+  LC_REQUIRE(head_dim > 0 && head_dim % 8 == 0 && head_dim <= 8 * kLanes * kMaxChunksPerLane,
+             "internal: hip estimate needs head_dim a multiple of 8 up to 128, got %d", head_dim);
 }
 
-void set_smem(const void* kernel, size_t bytes) {
+// Raises the kernel's dynamic shared memory limit once per size (outside any graph capture: the
+// first eager call of a step does it, as every kernel's one-time setup; kernels/cuda/runtime.h).
+void set_smem(const void* kernel, size_t bytes, size_t& done) {
+  if (bytes <= done) return;
   int dev = 0, limit = 0;
   LC_CUDA_CHECK(cudaGetDevice(&dev), "hip estimate device");
   LC_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "hip estimate");
@@ -291,7 +350,10 @@ void set_smem(const void* kernel, size_t bytes) {
              bytes, limit);
   LC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)),
                 "hip estimate smem %zu bytes", bytes);
+  done = bytes;
 }
+
+size_t g_prefill_smem = 0, g_decode_smem = 0;  // what set_smem has allowed so far
 
 }  // namespace
 
@@ -304,7 +366,7 @@ void hip_estimate_prefill(const HipPrefillParams& p, Stream s) {
   if (p.n_q <= 0) return;
   const int64_t n_qblk = (p.n_q + p.cfg.b_q - 1) / p.cfg.b_q;
   const size_t bytes = hip_estimate_smem_bytes(p.cfg, p.head_dim);
-  set_smem(reinterpret_cast<const void*>(prefill_kernel), bytes);
+  set_smem(reinterpret_cast<const void*>(prefill_kernel), bytes, g_prefill_smem);
   prefill_kernel<<<dim3(unsigned(n_qblk), unsigned(p.n_head)), kThreads, bytes, static_cast<cudaStream_t>(s)>>>(p);
   LC_LAUNCH_CHECK("hip_estimate_prefill n_q=%lld n_kv=%lld heads=%d", (long long)p.n_q, (long long)p.n_kv, p.n_head);
 }
@@ -314,7 +376,7 @@ void hip_estimate_decode(const HipDecodeParams& p, Stream s) {
   LC_REQUIRE(p.kv.elem == KvElem::bf16, "hip: GPU decode estimation reads bf16 keys (the KV cache is not bf16)");
   if (p.kv.n_seq <= 0) return;
   const size_t bytes = smem_bytes(1, p.kv.head_dim, p.cfg.budget_blocks());
-  set_smem(reinterpret_cast<const void*>(decode_kernel), bytes);
+  set_smem(reinterpret_cast<const void*>(decode_kernel), bytes, g_decode_smem);
   decode_kernel<<<dim3(unsigned(p.n_head), unsigned(p.kv.n_seq)), kThreads, bytes, static_cast<cudaStream_t>(s)>>>(p);
   LC_LAUNCH_CHECK("hip_estimate_decode n_seq=%d heads=%d", p.kv.n_seq, p.n_head);
 }
