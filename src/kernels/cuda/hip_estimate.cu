@@ -1,5 +1,5 @@
-// hip_estimate.cu: see hip_estimate.h. One CTA of 256 threads per (query head, query block):
-// 32 groups of 8 threads, each group scoring 4 branches at a time (8 threads per dot product,
+// hip_estimate.cu: see hip_estimate.h. One CTA of 512 threads per (query head, query block):
+// 64 groups of 8 threads, each group loading 8 (branch, sampled key) items at a time (8 threads per dot product,
 // 16-byte key loads, the xor-shuffle tree of hip_topk.h's order); the keep-the-best step sorts
 // the branches by (score desc, branch asc) as 64-bit keys (bitonic, in shared memory: the CPU's
 // total order), flags the first k/b_k and compacts them in branch order with a prefix sum.
@@ -15,7 +15,7 @@ namespace longctx::cuda {
 
 namespace {
 
-constexpr int kThreads = 256, kLanes = 8, kGroups = kThreads / kLanes;
+constexpr int kThreads = 512, kLanes = 8, kGroups = kThreads / kLanes;
 constexpr int32_t kOpenEnd = 0x7fffffff;  // a decode window's end: clipped to the length by the kernel
 
 struct Branch {
@@ -80,16 +80,18 @@ __device__ inline uint64_t sort_key(float score, int64_t branch) {
 constexpr uint64_t kEmptyKey = ~uint64_t(0);
 
 constexpr int kMaxChunksPerLane = 2;  // head_dim <= 128: chunks l and l + 8 of 8 elements
-constexpr int kBatch = 4;             // branches a group scores at once (independent loads in flight)
+// (branch, sampled key) items a group loads at once: decode is bound by load latency (one query),
+// prefill by the FMAs over its 32 sampled queries (fewer items: no register spills).
+constexpr int kDecodeItems = 8, kPrefillItems = 4;
 
 // The bisection of hip_topk_blocks; leaves the selected blocks in s.chunks[0 .. count) (ascending)
 // and returns count. KeyRow(j) gives key j's bf16 row of this head.
-// Scores: group g scores branches g, g + 32, ... kBatch at a time; each lane loads its 8-element
-// chunks of the sampled keys once and runs every sampled query against them: lane l accumulates
+// Scores: group g scores branches g, g + kGroups, ..., loading kItems sampled keys at a time; each
+// lane loads its 8-element chunks of them once and runs every sampled query against them: lane l accumulates
 // chunks l, l+8 with fp32 FMAs, then the xor-shuffle tree gives ((p0+p4)+(p2+p6)) +
 // ((p1+p5)+(p3+p7)): hip_topk.h's order. Every loop bound is uniform over the CTA (the shuffles
 // are warp-wide).
-template <class KeyRow>
+template <int kItems, class KeyRow>
 __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem& s, KeyRow key_row) {
   const int tid = threadIdx.x, lane = tid % kLanes, group = tid / kLanes, d = sh.head_dim;
   const int64_t m = cfg.budget_blocks();
@@ -121,72 +123,77 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
     }
     for (int64_t i = nb + tid; i < P; i += kThreads) s.key[i] = kEmptyKey;
     __syncthreads();
-    // Score every non-empty branch by its middle block.
-    for (int64_t base = 0; base < nb; base += int64_t(kGroups) * kBatch) {
-      int64_t bi[kBatch], mid[kBatch];
-      bool live[kBatch];
-      float best[kBatch];
+    // Score every non-empty branch by its middle block. Group g owns the branches
+    // g, g + kGroups, ... (slots 0, 1, ...); its (slot, sampled key) items are loaded kItems at a
+    // time, so that many independent key loads are in flight per lane.
+    const int64_t slots = (nb + kGroups - 1) / kGroups, n_items = slots * n_ks;
+    int64_t cur_slot = -1;  // the slot whose best score `cur_best` is being built (items are in slot order)
+    float cur_best = -INFINITY;
+    auto flush = [&](int64_t slot, float best) {
+      const int64_t bi = slot * kGroups + group;
+      if (slot >= 0 && lane == 0 && bi < nb) s.key[bi] = s.br[bi].g > 0 ? sort_key(best, bi) : kEmptyKey;
+    };
+    for (int64_t base = 0; base < n_items; base += kItems) {
+      uint4 raw[kItems][kMaxChunksPerLane];
+      int64_t key[kItems];
+      bool kok[kItems];
+      float ibest[kItems];
 #pragma unroll
-      for (int x = 0; x < kBatch; ++x) {
-        bi[x] = base + int64_t(x) * kGroups + group;
-        const Branch br = bi[x] < nb ? s.br[bi[x]] : Branch{0, 0};
-        live[x] = br.g > 0;
-        mid[x] = int64_t(br.a) + br.g / 2;
-        best[x] = -INFINITY;
-      }
-      for (int t = 0; t < n_ks; ++t) {
-        float kf[kBatch][kMaxChunksPerLane * 8];
-        int64_t key[kBatch];
-        bool kok[kBatch];
+      for (int x = 0; x < kItems; ++x) {
+        const int64_t item = base + x, slot = item / n_ks, bi = slot * kGroups + group;
+        const Branch br = item < n_items && bi < nb ? s.br[bi] : Branch{0, 0};
+        key[x] = (int64_t(br.a) + br.g / 2) * cfg.b_k + int64_t(item % n_ks) * cfg.b_sk + cfg.b_sk - 1;
+        kok[x] = br.g > 0 && key[x] < sh.key_end;
+        ibest[x] = -INFINITY;
+        const __nv_bfloat16* row = key_row(kok[x] ? key[x] : 0);
 #pragma unroll
-        for (int x = 0; x < kBatch; ++x) {
-          key[x] = mid[x] * cfg.b_k + int64_t(t) * cfg.b_sk + cfg.b_sk - 1;
-          kok[x] = live[x] && key[x] < sh.key_end;
-          const __nv_bfloat16* row = key_row(kok[x] ? key[x] : 0);
-#pragma unroll
-          for (int cc = 0; cc < kMaxChunksPerLane; ++cc) {
-            const int c = lane + kLanes * cc;
-            uint4 raw = make_uint4(0, 0, 0, 0);
-            if (kok[x] && c * 8 < d) raw = *reinterpret_cast<const uint4*>(row + 8 * c);
-            const __nv_bfloat162* kp = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const float2 f = __bfloat1622float2(kp[e]);
-              kf[x][cc * 8 + 2 * e] = f.x;
-              kf[x][cc * 8 + 2 * e + 1] = f.y;
-            }
-          }
+        for (int cc = 0; cc < kMaxChunksPerLane; ++cc) {
+          const int c = lane + kLanes * cc;
+          raw[x][cc] = kok[x] && c * 8 < d ? *reinterpret_cast<const uint4*>(row + 8 * c) : make_uint4(0, 0, 0, 0);
         }
-        for (int i = 0; i < sh.n_qs; ++i) {
-          const float* q = s.q + size_t(i) * d;
-          float acc[kBatch];
+      }
+      for (int i = 0; i < sh.n_qs; ++i) {
+        const float* q = s.q + size_t(i) * d;
+        float acc[kItems];
 #pragma unroll
-          for (int x = 0; x < kBatch; ++x) acc[x] = 0.f;
+        for (int x = 0; x < kItems; ++x) acc[x] = 0.f;
 #pragma unroll
-          for (int cc = 0; cc < kMaxChunksPerLane; ++cc) {
-            const int c = lane + kLanes * cc;
-            if (c * 8 < d) {
+        for (int cc = 0; cc < kMaxChunksPerLane; ++cc) {
+          const int c = lane + kLanes * cc;
+          if (c * 8 < d) {
 #pragma unroll
-              for (int e = 0; e < 8; ++e) {
-                const float qv = q[8 * c + e];
+            for (int e2 = 0; e2 < 4; ++e2) {
+              const float q0 = q[8 * c + 2 * e2], q1 = q[8 * c + 2 * e2 + 1];
 #pragma unroll
-                for (int x = 0; x < kBatch; ++x) acc[x] = fmaf(qv, kf[x][cc * 8 + e], acc[x]);
+              for (int x = 0; x < kItems; ++x) {
+                const float2 kf = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&raw[x][cc])[e2]);
+                acc[x] = fmaf(q0, kf.x, acc[x]);
+                acc[x] = fmaf(q1, kf.y, acc[x]);
               }
             }
           }
+        }
 #pragma unroll
-          for (int x = 0; x < kBatch; ++x) {
-            acc[x] += __shfl_xor_sync(0xffffffffu, acc[x], 4);
-            acc[x] += __shfl_xor_sync(0xffffffffu, acc[x], 2);
-            acc[x] += __shfl_xor_sync(0xffffffffu, acc[x], 1);
-            if (kok[x] && key[x] <= s.pos[i] && acc[x] > best[x]) best[x] = acc[x];
-          }
+        for (int x = 0; x < kItems; ++x) {
+          acc[x] += __shfl_xor_sync(0xffffffffu, acc[x], 4);
+          acc[x] += __shfl_xor_sync(0xffffffffu, acc[x], 2);
+          acc[x] += __shfl_xor_sync(0xffffffffu, acc[x], 1);
+          if (kok[x] && key[x] <= s.pos[i] && acc[x] > ibest[x]) ibest[x] = acc[x];
         }
       }
 #pragma unroll
-      for (int x = 0; x < kBatch; ++x)
-        if (lane == 0 && bi[x] < nb) s.key[bi[x]] = live[x] ? sort_key(best[x], bi[x]) : kEmptyKey;
+      for (int x = 0; x < kItems; ++x) {
+        const int64_t item = base + x, slot = item / n_ks;
+        if (item >= n_items) break;
+        if (slot != cur_slot) {
+          flush(cur_slot, cur_best);
+          cur_slot = slot;
+          cur_best = -INFINITY;
+        }
+        if (ibest[x] > cur_best) cur_best = ibest[x];
+      }
     }
+    flush(cur_slot, cur_best);
     __syncthreads();
     // Keep the m best: bitonic sort of the P keys (ascending = best first), flag the first m.
     for (int64_t k = 2; k <= P; k *= 2) {
@@ -282,7 +289,7 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(HipPrefillParams p) {
   const Shape sh{n_qs, p.head_dim, r.block_begin, r.block_end, r.key_end < p.n_kv ? r.key_end : p.n_kv};
   const auto* k = static_cast<const __nv_bfloat16*>(p.k) + int64_t(h / (p.n_head / p.n_kv_head)) * p.head_dim;
   const int64_t k_stride = int64_t(p.n_kv_head) * p.head_dim;
-  const int count = search(cfg, sh, s, [=](int64_t j) { return k + j * k_stride; });
+  const int count = search<kPrefillItems>(cfg, sh, s, [=](int64_t j) { return k + j * k_stride; });
   const int64_t e = int64_t(h) * n_qblk + b, m = cfg.budget_blocks();
   if (p.blocks)
     for (int i = threadIdx.x; i < count; i += kThreads) p.blocks[e * m + i] = s.chunks[i].a;
@@ -319,7 +326,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(HipDecodeParams p) {
   const auto* pool = static_cast<const __nv_bfloat16*>(p.kv.k_pool);
   const int32_t* table = p.kv.block_table + int64_t(seq) * p.kv.max_pages_per_seq;
   const int page = p.kv.page_size, n_kv_head = p.kv.n_kv_head, hk = h / (p.n_head / n_kv_head);
-  const int count = search(cfg, sh, s, [=](int64_t j) {
+  const int count = search<kDecodeItems>(cfg, sh, s, [=](int64_t j) {
     const int64_t row = int64_t(table[j / page]) * page + j % page;
     return pool + (row * n_kv_head + hk) * d;
   });
