@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cmath>
 
+#include "methods/registry.h"
 #include "util/error.h"
 
 namespace longctx::eval {
@@ -78,14 +79,20 @@ std::string format_length(int64_t n) {
   return fmt::format("{}", n);
 }
 
+// Whether a comma-separated piece of --attn starts a new spec: a registered method's name or a
+// phase clause ("prefill:...", "decode:..."). Anything else continues the previous method's
+// arguments ("a_shape=64,1024", "hip=k=64,window=64").
+static bool starts_spec(const std::string& piece) {
+  const std::string name = piece.substr(0, piece.find_first_of("=:;"));
+  return find_method(name) != nullptr || name == "prefill" || name == "decode";
+}
+
 std::vector<std::string> split_methods(const std::vector<std::string>& values) {
   std::vector<std::string> out;
   for (const auto& v : values)
     for (const auto& piece : split(v, ',')) {
       if (piece.empty()) fail("empty attention method in --attn \"{}\"", v);
-      // A piece that does not start like a method name continues the previous method's arguments.
-      if (!out.empty() && !std::isalpha(static_cast<unsigned char>(piece[0])) &&
-          out.back().find('=') != std::string::npos)
+      if (!out.empty() && !starts_spec(piece) && out.back().find('=') != std::string::npos)
         out.back() += "," + piece;
       else
         out.push_back(piece);
