@@ -79,17 +79,20 @@ std::string format_length(int64_t n) {
   return fmt::format("{}", n);
 }
 
+// Whether a comma-separated piece of --attn starts a new spec: a registered method's name or a
+// phase clause ("prefill:...", "decode:..."). Anything else continues the previous method's
+// arguments ("a_shape=64,1024", "hip=k=64,window=64").
+static bool starts_spec(const std::string& piece) {
+  const std::string name = piece.substr(0, piece.find_first_of("=:;"));
+  return find_method(name) != nullptr || name == "prefill" || name == "decode";
+}
+
 std::vector<std::string> split_methods(const std::vector<std::string>& values) {
   std::vector<std::string> out;
   for (const auto& v : values)
     for (const auto& piece : split(v, ',')) {
       if (piece.empty()) fail("empty attention method in --attn \"{}\"", v);
-      // A piece that does not start like a method name (a digit, or a KEY=VAL whose key is not a
-      // registered method: tokenselect=k=64,n_local=128) continues the previous method's arguments.
-      const std::string name = piece.substr(0, piece.find('='));
-      const bool method_like = std::isalpha(static_cast<unsigned char>(piece[0])) &&
-                               (name == piece || name.find(':') != std::string::npos || find_method(name));
-      if (!out.empty() && !method_like && out.back().find('=') != std::string::npos)
+      if (!out.empty() && !starts_spec(piece) && out.back().find('=') != std::string::npos)
         out.back() += "," + piece;
       else
         out.push_back(piece);

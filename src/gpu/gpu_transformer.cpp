@@ -542,7 +542,7 @@ KvView GpuTransformer::own_view(int l, void* k_all, void* v_all) const {
 }
 
 void GpuTransformer::sparse_decode_attention(int l, const void* q, void* o, const KvView& kv) {
-  const GpuDecodeIndex gi = gpu_method_->build_decode({.layer = l, .kv = kv}, stream_);
+  const GpuDecodeIndex gi = gpu_method_->build_decode({.layer = l, .kv = kv, .q = q}, stream_);
   cuda::SparseDecodeParams sp;
   sp.q = q;
   sp.o = o;

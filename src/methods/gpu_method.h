@@ -42,6 +42,8 @@ struct GpuShape {
 struct GpuDecodeStep {
   int layer = 0;
   KvView kv;
+  const void* q = nullptr;  // bf16 [kv.n_seq, n_head, head_dim], after RoPE: the step's queries
+                            // (methods that estimate from them, e.g. HiP; others ignore it)
 };
 
 // A sparse decode step's index on the device, built from device data only (graph-safe), with the

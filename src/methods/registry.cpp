@@ -2,6 +2,7 @@
 #include "methods/registry.h"
 
 #include "methods/a_shape/a_shape_method.h"
+#include "methods/hip/hip_method.h"
 #include "methods/minference/minference_method.h"
 #include "methods/tokenselect/tokenselect_method.h"
 #include "util/error.h"
@@ -21,6 +22,8 @@ const std::vector<MethodEntry>& method_registry() {
        [](const std::string& arg, const MethodContext& ctx) { return make_minference_method(arg, ctx); }},
       {"tokenselect", "tokenselect[=n_init=N,k=N,n_local=N,chunk=N,theta=X,vote=soft|hard|naive,keys=pre_rope|rotated]",
        {.prefill = true, .decode = true}, make_tokenselect_method},
+      {"hip", "hip[=k=512,b_q=64,b_sq=2,b_k=2,b_sk=1,window=256,sinks=16,refresh=8,dense_layers=3]",
+       {.prefill = true, .decode = true}, make_hip_method},
   };
   return entries;
 }

@@ -4,6 +4,7 @@
 
 #include "methods/a_shape/a_shape_gpu.h"
 #include "methods/gpu_method.h"
+#include "methods/hip/hip_gpu.h"
 #include "methods/minference/minference_gpu.h"
 #include "methods/phase_method.h"
 #include "util/error.h"
@@ -29,6 +30,7 @@ const std::vector<GpuFactory>& gpu_builders() {
   static const std::vector<GpuFactory> v = {
       of<AShapeMethod, make_a_shape_gpu>,
       of<MInferenceMethod, make_minference_gpu>,
+      of<HipMethod, make_hip_gpu>,
   };
   return v;
 }

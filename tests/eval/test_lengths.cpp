@@ -51,5 +51,7 @@ TEST(Lengths, SplitMethodsKeepsMethodArguments) {
   EXPECT_EQ(split_methods({"dense", "a_shape"}), (std::vector<std::string>{"dense", "a_shape"}));
   EXPECT_EQ(split_methods({"tokenselect=k=64,n_local=128,dense,tokenselect,a_shape=1,2"}),
             (std::vector<std::string>{"tokenselect=k=64,n_local=128", "dense", "tokenselect", "a_shape=1,2"}));
+  EXPECT_EQ(split_methods({"dense,hip=k=64,window=64,prefill:a_shape=16,64;decode:hip=refresh=4,sinks=8"}),
+            (std::vector<std::string>{"dense", "hip=k=64,window=64", "prefill:a_shape=16,64;decode:hip=refresh=4,sinks=8"}));
   EXPECT_NE(error_of([] { split_methods({"dense,,a_shape"}); }).find("empty attention method"), std::string::npos);
 }

@@ -1,0 +1,300 @@
+// bench_hip.cu (bench): HiP attention on one layer of Llama-3-8B geometry (32 query / 8 KV heads,
+// d = 128, bf16), against our dense kernels (torch SDPA cuDNN runs beside it in
+// scripts/gpu-hip.sh, bench/torch_baseline.py, on the same shapes).
+//
+// What:
+//   - decode, batch 1, at each --lens length (default 128K and 1M keys, paged cache, page 64,
+//     shuffled block table): dense cuda::attention_decode vs the HiP step
+//       refresh: hip_estimate_decode (forced to re-estimate) + cuda::sparse_decode
+//       cached:  hip_estimate_decode (returns at once: the cached ranges stay) + sparse_decode
+//     and their average over r_m = 8 steps ((refresh + 7 cached) / 8), all replayed from CUDA
+//     graphs; the estimation alone is also reported;
+//   - prefill at --prefill (default 128K) in one chunk: hip_estimate_prefill over the whole prompt
+//     (every 64-query block and head) + cuda::sparse_attention over its index, vs dense
+//     cuda::attention_prefill.
+// Paper defaults: k = 512, b_q = 64, b_sq = 2, b_k = 2, b_sk = 1, window 256, sinks 16, r_m = 8.
+// Inputs are random (never zeros): estimation cost does not depend on the values.
+// Run: build-gpu/bench/longctx_bench_hip [--lens 131072,1048576] [--prefill 131072] [--json F]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/bench_util.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/hip_estimate.h"
+#include "kernels/cuda/ops.h"
+#include "kernels/cuda/runtime.h"
+#include "kernels/cuda/sparse_attention.h"
+#include "kernels/cuda/sparse_decode.h"
+
+using namespace longctx;
+using namespace longctx::cuda;
+using longctx::bench::time_ms;
+
+namespace {
+
+constexpr int kHeads = 32, kKvHeads = 8, kHeadDim = 128;  // Llama-3-8B attention geometry
+constexpr int kPageSize = 64;
+constexpr int kRefresh = 8;  // r_m
+
+double graph_ms(const std::function<void(Stream)>& step, int reps) {
+  Stream st = stream_create();
+  step(st);
+  stream_sync(st);
+  CudaGraph graph;
+  graph.begin_capture(st);
+  step(st);
+  graph.end_capture(st);
+  const double g = time_ms([&] { graph.launch(st); }, 3, reps, static_cast<cudaStream_t>(st));
+  stream_destroy(st);
+  return g;
+}
+
+std::string bench_decode(int64_t len, const HipEstimateConfig& cfg) {
+  const int max_pages = int((len + kPageSize - 1) / kPageSize);
+  std::vector<int32_t> tab(static_cast<size_t>(max_pages));
+  std::iota(tab.begin(), tab.end(), 0);
+  std::shuffle(tab.begin(), tab.end(), std::mt19937_64(7));
+  const int64_t elems = int64_t(max_pages) * kPageSize * kKvHeads * kHeadDim;
+  void* k = dev_malloc(size_t(elems) * 2);
+  void* v = dev_malloc(size_t(elems) * 2);
+  fill_random_bf16(k, elems, 12, 1.f);
+  fill_random_bf16(v, elems, 13, 1.f);
+  void* q = dev_malloc(kHeads * kHeadDim * 2);
+  void* o = dev_malloc(kHeads * kHeadDim * 2);
+  fill_random_bf16(q, kHeads * kHeadDim, 11, 1.f);
+  auto* table = static_cast<int32_t*>(dev_malloc(tab.size() * 4));
+  copy_h2d(table, tab.data(), tab.size() * 4);
+  const int32_t len32 = int32_t(len);
+  auto* d_len = static_cast<int32_t*>(dev_malloc(4));
+  copy_h2d(d_len, &len32, 4);
+
+  DecodeParams d;
+  d.q = q;
+  d.k = k;
+  d.v = v;
+  d.kv_dtype = KvDtype::bf16;
+  d.o = o;
+  d.n_seq = 1;
+  d.n_kv = len;
+  d.kv_lens = d_len;
+  d.page_table = table;
+  d.page_size = kPageSize;
+  d.max_pages_per_seq = max_pages;
+  d.n_head = kHeads;
+  d.n_kv_head = kKvHeads;
+  d.head_dim = kHeadDim;
+  const size_t dws_bytes = decode_workspace_bytes(1, kHeads, kHeadDim, len);
+  void* dws = dev_malloc(dws_bytes);
+  decode_workspace_init(dws, dws_bytes);
+  d.workspace = dws;
+  d.workspace_bytes = dws_bytes;
+  const double dense = graph_ms([&](Stream s) { attention_decode(d, s); }, len > (1 << 20) - 1 ? 30 : 100);
+
+  // HiP: per-head index rows (n_index_head = n_head), R ranges each.
+  const int64_t R = cfg.ranges_per_row(), rows = kHeads;
+  auto* refresh_pos = static_cast<int32_t*>(dev_malloc(rows * 4));
+  auto* range_ptr = static_cast<int32_t*>(dev_malloc((rows + 1) * 4));
+  auto* col_ptr = static_cast<int32_t*>(dev_malloc((rows + 1) * 4));
+  auto* ranges = static_cast<int32_t*>(dev_malloc(size_t(rows * R) * 8));
+  memset_async(refresh_pos, 0xff, rows * 4);  // -1: no mask yet
+  HipDecodeParams hp;
+  hp.cfg = cfg;
+  hp.refresh = kRefresh;
+  hp.q = q;
+  hp.kv.k_pool = k;
+  hp.kv.v_pool = v;
+  hp.kv.elem = KvElem::bf16;
+  hp.kv.block_table = table;
+  hp.kv.seq_lens = d_len;
+  hp.kv.n_seq = 1;
+  hp.kv.max_pages_per_seq = max_pages;
+  hp.kv.page_size = kPageSize;
+  hp.kv.n_pages = max_pages;
+  hp.kv.n_kv_head = kKvHeads;
+  hp.kv.head_dim = kHeadDim;
+  hp.kv.on_device = true;
+  hp.n_head = kHeads;
+  hp.refresh_pos = refresh_pos;
+  hp.range_ptr = range_ptr;
+  hp.ranges = ranges;
+  hp.col_ptr = col_ptr;
+  hip_estimate_decode(hp);  // fills the index once (the cached step's contents)
+  SparseDecodeParams sp;
+  sp.q = q;
+  sp.o = o;
+  sp.n_head = kHeads;
+  sp.kv = hp.kv;
+  sp.index.n_seq = 1;
+  sp.index.n_index_head = kHeads;
+  sp.index.range_ptr = range_ptr;
+  sp.index.ranges = ranges;
+  sp.index.col_ptr = col_ptr;
+  sp.index.cols = nullptr;
+  sp.index.range_capacity = rows * R;
+  sp.index.col_capacity = 0;
+  sp.index.on_device = true;
+  sp.max_keys_per_row = cfg.sinks + cfg.k + cfg.window + kRefresh;
+  const size_t ws_bytes = sparse_decode_workspace_bytes(sparse_decode_bounds(sp));
+  void* ws = dev_malloc(ws_bytes);
+  sparse_decode_workspace_init(ws, ws_bytes);
+  sp.workspace = ws;
+  sp.workspace_bytes = ws_bytes;
+  const int reps = 200;
+  const double estimate = graph_ms(
+      [&](Stream s) {
+        memset_async(refresh_pos, 0xff, rows * 4, s);
+        hip_estimate_decode(hp, s);
+      },
+      reps);
+  const double refresh = graph_ms(
+      [&](Stream s) {
+        memset_async(refresh_pos, 0xff, rows * 4, s);
+        hip_estimate_decode(hp, s);
+        sparse_decode(sp, s);
+      },
+      reps);
+  const double cached = graph_ms(
+      [&](Stream s) {
+        hip_estimate_decode(hp, s);
+        sparse_decode(sp, s);
+      },
+      reps);
+  const double sparse_only = graph_ms([&](Stream s) { sparse_decode(sp, s); }, reps);
+  const double avg = (refresh + (kRefresh - 1) * cached) / kRefresh;
+  device_sync();
+  for (void* p : {k, v, q, o, dws, ws, (void*)table, (void*)d_len, (void*)refresh_pos, (void*)range_ptr,
+                  (void*)col_ptr, (void*)ranges})
+    dev_free(p);
+  std::fprintf(stderr,
+               "decode len=%lld: dense %.4f ms | hip refresh %.4f ms (estimate %.4f) cached %.4f ms (sparse decode "
+               "alone %.4f) avg/%d %.4f ms | dense/hip avg %.1fx, dense/cached %.1fx, dense/refresh %.1fx\n",
+               (long long)len, dense, refresh, estimate, cached, sparse_only, kRefresh, avg, dense / avg,
+               dense / cached, dense / refresh);
+  char buf[1024];
+  std::snprintf(buf, sizeof buf,
+                "{\"case\": \"decode\", \"len\": %lld, \"dense_ms\": %.5f, \"hip_refresh_ms\": %.5f, "
+                "\"hip_estimate_ms\": %.5f, \"hip_cached_ms\": %.5f, \"sparse_decode_ms\": %.5f, "
+                "\"hip_avg_ms\": %.5f, \"refresh_interval\": %d, \"ratio_dense_over_hip_avg\": %.2f, "
+                "\"ratio_dense_over_cached\": %.2f, \"ratio_dense_over_refresh\": %.2f}",
+                (long long)len, dense, refresh, estimate, cached, sparse_only, avg, kRefresh, dense / avg,
+                dense / cached, dense / refresh);
+  return buf;
+}
+
+std::string bench_prefill(int64_t n, const HipEstimateConfig& cfg) {
+  const int64_t qe = n * kHeads * kHeadDim, ke = n * kKvHeads * kHeadDim;
+  void* q = dev_malloc(size_t(qe) * 2);
+  void* k = dev_malloc(size_t(ke) * 2);
+  void* v = dev_malloc(size_t(ke) * 2);
+  void* o = dev_malloc(size_t(qe) * 2);
+  fill_random_bf16(q, qe, 21, 1.f);
+  fill_random_bf16(k, ke, 22, 1.f);
+  fill_random_bf16(v, ke, 23, 1.f);
+  PrefillParams dp;
+  dp.q = q;
+  dp.k = k;
+  dp.v = v;
+  dp.o = o;
+  dp.n_q = dp.n_kv = n;
+  dp.n_head = kHeads;
+  dp.n_kv_head = kKvHeads;
+  dp.head_dim = kHeadDim;
+  Stream st = stream_create();
+  const double dense = time_ms([&] { attention_prefill(dp, st); }, 1, 3, static_cast<cudaStream_t>(st));
+
+  const int64_t n_qblk = (n + kSparseQBlock - 1) / kSparseQBlock, entries = n_qblk * kHeads, R = cfg.ranges_per_row();
+  auto* range_ptr = static_cast<int64_t*>(dev_malloc(size_t(entries + 1) * 8));
+  auto* col_ptr = static_cast<int64_t*>(dev_malloc(size_t(entries + 1) * 8));
+  auto* ranges = static_cast<int32_t*>(dev_malloc(size_t(entries * R) * 8));
+  HipPrefillParams hp;
+  hp.cfg = cfg;
+  hp.q = q;
+  hp.k = k;
+  hp.n_q = hp.n_kv = n;
+  hp.n_head = kHeads;
+  hp.n_kv_head = kKvHeads;
+  hp.head_dim = kHeadDim;
+  hp.range_ptr = range_ptr;
+  hp.ranges = ranges;
+  hp.col_ptr = col_ptr;
+  const double estimate = time_ms([&] { hip_estimate_prefill(hp, st); }, 1, 3, static_cast<cudaStream_t>(st));
+  SparseAttnParams sa;
+  sa.q = q;
+  sa.k = k;
+  sa.v = v;
+  sa.o = o;
+  sa.n_q = sa.n_kv = n;
+  sa.n_head = kHeads;
+  sa.n_kv_head = kKvHeads;
+  sa.head_dim = kHeadDim;
+  sa.index.n_index_head = kHeads;
+  sa.index.n_qblk = n_qblk;
+  sa.index.range_ptr = range_ptr;
+  sa.index.ranges = ranges;
+  sa.index.col_ptr = col_ptr;
+  sa.index.cols = nullptr;
+  sa.index.n_ranges = entries * R;
+  sa.index.n_cols = 0;
+  sa.workspace_bytes = sparse_attention_workspace_bytes(sa.index);
+  sa.workspace = dev_malloc(sa.workspace_bytes);
+  const double sparse = time_ms([&] { sparse_attention(sa, st); }, 1, 3, static_cast<cudaStream_t>(st));
+  stream_sync(st);
+  stream_destroy(st);
+  for (void* p : {q, k, v, o, sa.workspace, (void*)range_ptr, (void*)col_ptr, (void*)ranges}) dev_free(p);
+  const double total = estimate + sparse;
+  std::fprintf(stderr,
+               "prefill n=%lld: dense %.2f ms | hip estimate %.2f ms + sparse attention %.2f ms = %.2f ms | "
+               "dense/hip %.2fx\n",
+               (long long)n, dense, estimate, sparse, total, dense / total);
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "{\"case\": \"prefill\", \"len\": %lld, \"dense_ms\": %.4f, \"hip_estimate_ms\": %.4f, "
+                "\"hip_sparse_attention_ms\": %.4f, \"hip_total_ms\": %.4f, \"ratio_dense_over_hip\": %.3f}",
+                (long long)n, dense, estimate, sparse, total, dense / total);
+  return buf;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int64_t> lens = {131072, 1048576};
+  std::vector<int64_t> prefill = {131072};
+  const char* json_path = nullptr;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--lens") && i + 1 < argc) lens = bench::parse_list(argv[++i]);
+    else if (!std::strcmp(argv[i], "--prefill") && i + 1 < argc) prefill = bench::parse_list(argv[++i]);
+    else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: %s [--lens N,..] [--prefill N,..] [--json FILE]\n", argv[0]);
+      return 2;
+    }
+  }
+  try {
+    require_hopper();
+    const HipEstimateConfig cfg;  // the paper's defaults
+    char extra[320];
+    std::snprintf(extra, sizeof extra,
+                  "\"shape\": {\"n_head\": %d, \"n_kv_head\": %d, \"head_dim\": %d, \"page_size\": %d}, "
+                  "\"hip\": {\"k\": %lld, \"b_q\": %d, \"b_sq\": %d, \"b_k\": %d, \"b_sk\": %d, \"window\": %lld, "
+                  "\"sinks\": %lld, \"refresh\": %d}",
+                  kHeads, kKvHeads, kHeadDim, kPageSize, (long long)cfg.k, cfg.b_q, cfg.b_sq, cfg.b_k, cfg.b_sk,
+                  (long long)cfg.window, (long long)cfg.sinks, kRefresh);
+    bench::JsonRecord js(device_info(0), extra);
+    for (int64_t n : lens) js.add(bench_decode(n, cfg));
+    for (int64_t n : prefill) js.add(bench_prefill(n, cfg));
+    js.finish(json_path);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "longctx_bench_hip: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,391 @@
+// hip_estimate.cu: see hip_estimate.h. One CTA of 512 threads per (query head, query block):
+// 64 groups of 8 threads, each group loading 8 (branch, sampled key) items at a time (8 threads per dot product,
+// 16-byte key loads, the xor-shuffle tree of hip_topk.h's order); the keep-the-best step sorts
+// the branches by (score desc, branch asc) as 64-bit keys (bitonic, in shared memory: the CPU's
+// total order), flags the first k/b_k and compacts them in branch order with a prefix sum.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/hip_estimate.h"
+
+namespace longctx::cuda {
+
+namespace {
+
+constexpr int kThreads = 512, kLanes = 8, kGroups = kThreads / kLanes;
+constexpr int32_t kOpenEnd = 0x7fffffff;  // a decode window's end: clipped to the length by the kernel
+
+struct Branch {
+  int32_t a, g;  // first key block, blocks
+};
+
+struct Shape {  // one CTA's search, after its region is known
+  int n_qs, head_dim;
+  int64_t block_begin, block_end, key_end;
+};
+
+// Shared memory carve: q samples (fp32), their positions, chunks, branches, the branches' sort
+// keys (a power of two of them), keep flags, per-thread counts.
+struct Smem {
+  float* q;
+  int64_t* pos;
+  Branch* chunks;
+  Branch* br;
+  uint64_t* key;
+  int* keep;
+  int* scan;
+};
+
+__host__ __device__ inline size_t align16(size_t n) { return (n + 15) / 16 * 16; }
+__host__ __device__ inline int64_t pow2_at_least(int64_t n) {
+  int64_t p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+__host__ __device__ inline size_t smem_bytes(int n_qs, int d, int64_t m) {
+  return align16(size_t(n_qs) * d * 4) + align16(size_t(n_qs) * 8) + align16(size_t(m) * 8) + align16(size_t(2 * m) * 8) +
+         align16(size_t(pow2_at_least(2 * m)) * 8) + align16(size_t(2 * m) * 4) + kThreads * 4;
+}
+
+__device__ Smem carve(char* base, int n_qs, int d, int64_t m) {
+  Smem s;
+  s.q = reinterpret_cast<float*>(base);
+  base += align16(size_t(n_qs) * d * 4);
+  s.pos = reinterpret_cast<int64_t*>(base);
+  base += align16(size_t(n_qs) * 8);
+  s.chunks = reinterpret_cast<Branch*>(base);
+  base += align16(size_t(m) * 8);
+  s.br = reinterpret_cast<Branch*>(base);
+  base += align16(size_t(2 * m) * 8);
+  s.key = reinterpret_cast<uint64_t*>(base);
+  base += align16(size_t(pow2_at_least(2 * m)) * 8);
+  s.keep = reinterpret_cast<int*>(base);
+  base += align16(size_t(2 * m) * 4);
+  s.scan = reinterpret_cast<int*>(base);
+  return s;
+}
+
+// Sort key of a live branch: ascending order = higher score first, then the earlier branch (the
+// CPU's total order; -0 counts as +0, as the CPU's == does). Empty branches sort last.
+__device__ inline uint64_t sort_key(float score, int64_t branch) {
+  if (score == 0.f) score = 0.f;
+  const uint32_t bits = __float_as_uint(score);
+  const uint32_t ordered = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);  // increasing in score
+  return (uint64_t(~ordered) << 32) | uint64_t(uint32_t(branch));
+}
+constexpr uint64_t kEmptyKey = ~uint64_t(0);
+
+constexpr int kMaxChunksPerLane = 2;  // head_dim <= 128: chunks l and l + 8 of 8 elements
+// (branch, sampled key) items a group loads at once: decode is bound by load latency (one query),
+// prefill by the FMAs over its 32 sampled queries (fewer items: no register spills).
+constexpr int kDecodeItems = 8, kPrefillItems = 4;
+
+// The bisection of hip_topk_blocks; leaves the selected blocks in s.chunks[0 .. count) (ascending)
+// and returns count. KeyRow(j) gives key j's bf16 row of this head.
+// Scores: group g scores branches g, g + kGroups, ..., loading kItems sampled keys at a time; each
+// lane loads its 8-element chunks of them once and runs every sampled query against them: lane l accumulates
+// chunks l, l+8 with fp32 FMAs, then the xor-shuffle tree gives ((p0+p4)+(p2+p6)) +
+// ((p1+p5)+(p3+p7)): hip_topk.h's order. Every loop bound is uniform over the CTA (the shuffles
+// are warp-wide).
+template <int kItems, class KeyRow>
+__device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem& s, KeyRow key_row) {
+  const int tid = threadIdx.x, lane = tid % kLanes, group = tid / kLanes, d = sh.head_dim;
+  const int64_t m = cfg.budget_blocks();
+  const int64_t n = sh.block_end > sh.block_begin ? sh.block_end - sh.block_begin : 0;
+  if (n <= m) {
+    for (int64_t i = tid; i < n; i += kThreads) s.chunks[i] = {int32_t(sh.block_begin + i), 1};
+    __syncthreads();
+    return int(n);
+  }
+  for (int64_t c = tid; c < m; c += kThreads) {
+    const int64_t lo = n * c / m, hi = n * (c + 1) / m;
+    s.chunks[c] = {int32_t(sh.block_begin + lo), int32_t(hi - lo)};
+  }
+  __syncthreads();
+  const int n_ks = cfg.b_k / cfg.b_sk;
+  const int64_t nb = 2 * m, P = pow2_at_least(nb);
+  const int per_thread = int((nb + kThreads - 1) / kThreads);
+  for (;;) {
+    int wide = 0;
+    for (int64_t c = tid; c < m; c += kThreads) wide |= s.chunks[c].g > 1;
+    if (!__syncthreads_or(wide)) break;
+    // Split: chunk c gives branches 2c (first half, empty when c is one block) and 2c + 1; this
+    // numbering is the CPU's list order with the empty halves removed.
+    for (int64_t c = tid; c < m; c += kThreads) {
+      const Branch ch = s.chunks[c];
+      const int32_t h = ch.g / 2;
+      s.br[2 * c] = {ch.a, h};
+      s.br[2 * c + 1] = {ch.a + h, ch.g - h};
+    }
+    for (int64_t i = nb + tid; i < P; i += kThreads) s.key[i] = kEmptyKey;
+    __syncthreads();
+    // Score every non-empty branch by its middle block. Group g owns the branches
+    // g, g + kGroups, ... (slots 0, 1, ...); its (slot, sampled key) items are loaded kItems at a
+    // time, so that many independent key loads are in flight per lane.
+    const int64_t slots = (nb + kGroups - 1) / kGroups, n_items = slots * n_ks;
+    int64_t cur_slot = -1;  // the slot whose best score `cur_best` is being built (items are in slot order)
+    float cur_best = -INFINITY;
+    auto flush = [&](int64_t slot, float best) {
+      const int64_t bi = slot * kGroups + group;
+      if (slot >= 0 && lane == 0 && bi < nb) s.key[bi] = s.br[bi].g > 0 ? sort_key(best, bi) : kEmptyKey;
+    };
+    for (int64_t base = 0; base < n_items; base += kItems) {
+      uint4 raw[kItems][kMaxChunksPerLane];
+      int64_t key[kItems];
+      bool kok[kItems];
+      float ibest[kItems];
+#pragma unroll
+      for (int x = 0; x < kItems; ++x) {
+        const int64_t item = base + x, slot = item / n_ks, bi = slot * kGroups + group;
+        const Branch br = item < n_items && bi < nb ? s.br[bi] : Branch{0, 0};
+        key[x] = (int64_t(br.a) + br.g / 2) * cfg.b_k + int64_t(item % n_ks) * cfg.b_sk + cfg.b_sk - 1;
+        kok[x] = br.g > 0 && key[x] < sh.key_end;
+        ibest[x] = -INFINITY;
+        const __nv_bfloat16* row = key_row(kok[x] ? key[x] : 0);
+#pragma unroll
+        for (int cc = 0; cc < kMaxChunksPerLane; ++cc) {
+          const int c = lane + kLanes * cc;
+          raw[x][cc] = kok[x] && c * 8 < d ? *reinterpret_cast<const uint4*>(row + 8 * c) : make_uint4(0, 0, 0, 0);
+        }
+      }
+      for (int i = 0; i < sh.n_qs; ++i) {
+        const float* q = s.q + size_t(i) * d;
+        float acc[kItems];
+#pragma unroll
+        for (int x = 0; x < kItems; ++x) acc[x] = 0.f;
+#pragma unroll
+        for (int cc = 0; cc < kMaxChunksPerLane; ++cc) {
+          const int c = lane + kLanes * cc;
+          if (c * 8 < d) {
+#pragma unroll
+            for (int e2 = 0; e2 < 4; ++e2) {
+              const float q0 = q[8 * c + 2 * e2], q1 = q[8 * c + 2 * e2 + 1];
+#pragma unroll
+              for (int x = 0; x < kItems; ++x) {
+                const float2 kf = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&raw[x][cc])[e2]);
+                acc[x] = fmaf(q0, kf.x, acc[x]);
+                acc[x] = fmaf(q1, kf.y, acc[x]);
+              }
+            }
+          }
+        }
+#pragma unroll
+        for (int x = 0; x < kItems; ++x) {
+          acc[x] += __shfl_xor_sync(0xffffffffu, acc[x], 4);
+          acc[x] += __shfl_xor_sync(0xffffffffu, acc[x], 2);
+          acc[x] += __shfl_xor_sync(0xffffffffu, acc[x], 1);
+          if (kok[x] && key[x] <= s.pos[i] && acc[x] > ibest[x]) ibest[x] = acc[x];
+        }
+      }
+#pragma unroll
+      for (int x = 0; x < kItems; ++x) {
+        const int64_t item = base + x, slot = item / n_ks;
+        if (item >= n_items) break;
+        if (slot != cur_slot) {
+          flush(cur_slot, cur_best);
+          cur_slot = slot;
+          cur_best = -INFINITY;
+        }
+        if (ibest[x] > cur_best) cur_best = ibest[x];
+      }
+    }
+    flush(cur_slot, cur_best);
+    __syncthreads();
+    // Keep the m best: bitonic sort of the P keys (ascending = best first), flag the first m.
+    for (int64_t k = 2; k <= P; k *= 2) {
+      for (int64_t j = k / 2; j > 0; j /= 2) {
+        for (int64_t i = tid; i < P; i += kThreads) {
+          const int64_t ixj = i ^ j;
+          if (ixj > i) {
+            const uint64_t a = s.key[i], b = s.key[ixj];
+            if ((a > b) == ((i & k) == 0)) s.key[i] = b, s.key[ixj] = a;
+          }
+        }
+        __syncthreads();
+      }
+    }
+    for (int64_t i = tid; i < nb; i += kThreads) s.keep[i] = 0;
+    __syncthreads();
+    for (int64_t i = tid; i < m; i += kThreads) s.keep[uint32_t(s.key[i])] = 1;
+    __syncthreads();
+    // Compact the kept branches in branch (= position) order: per-thread counts, prefix sum.
+    int kept = 0;
+    for (int k = 0; k < per_thread; ++k) {
+      const int64_t i = int64_t(tid) * per_thread + k;
+      kept += i < nb ? s.keep[i] : 0;
+    }
+    s.scan[tid] = kept;
+    __syncthreads();
+    for (int off = 1; off < kThreads; off *= 2) {  // inclusive prefix sum of the kept counts
+      const int v = tid >= off ? s.scan[tid - off] : 0;
+      __syncthreads();
+      s.scan[tid] += v;
+      __syncthreads();
+    }
+    int out = s.scan[tid] - kept;
+    for (int k = 0; k < per_thread; ++k) {
+      const int64_t i = int64_t(tid) * per_thread + k;
+      if (i < nb && s.keep[i]) s.chunks[out++] = s.br[i];
+    }
+    __syncthreads();
+  }
+  return int(m);
+}
+
+struct Region {
+  int64_t key_end, block_begin, block_end;
+};
+__device__ Region region_of(const HipEstimateConfig& cfg, int64_t first) {
+  Region r;
+  r.key_end = first - cfg.window + 1 > cfg.sinks ? first - cfg.window + 1 : cfg.sinks;
+  r.block_begin = cfg.sinks / cfg.b_k;
+  const int64_t e = (r.key_end + cfg.b_k - 1) / cfg.b_k;
+  r.block_end = r.key_end <= cfg.sinks ? r.block_begin : (e > r.block_begin ? e : r.block_begin);
+  return r;
+}
+
+// Writes one row's R ranges: sinks, the count selected blocks, empty pads, the window.
+__device__ void write_ranges(const HipEstimateConfig& cfg, const Smem& s, int count, int64_t key_end, int64_t sink_end,
+                             int64_t win_end, int32_t* ranges) {
+  const int64_t m = cfg.budget_blocks();
+  for (int64_t i = threadIdx.x; i < m + 2; i += kThreads) {
+    int32_t a, b;
+    if (i == 0) a = 0, b = int32_t(sink_end);
+    else if (i <= count) a = s.chunks[i - 1].a * cfg.b_k, b = a + cfg.b_k;
+    else if (i <= m) a = b = int32_t(key_end);
+    else a = int32_t(key_end), b = int32_t(win_end);
+    ranges[2 * i] = a;
+    ranges[2 * i + 1] = b;
+  }
+}
+
+__device__ void load_q(const Smem& s, const __nv_bfloat16* q, int64_t q_row_stride, int n_qs, int b_sq, int rows,
+                       int64_t pos0, int d) {
+  for (int idx = threadIdx.x; idx < n_qs * d; idx += kThreads) {
+    const int i = idx / d, e = idx % d;
+    const int row = min(i * b_sq + b_sq - 1, rows - 1);
+    s.q[idx] = __bfloat162float(q[row * q_row_stride + e]);
+    if (e == 0) s.pos[i] = pos0 + row;
+  }
+  __syncthreads();
+}
+
+__global__ void __launch_bounds__(kThreads) prefill_kernel(HipPrefillParams p) {
+  extern __shared__ __align__(16) char smem[];
+  const HipEstimateConfig& cfg = p.cfg;
+  const int h = blockIdx.y;
+  const int64_t b = blockIdx.x, n_qblk = gridDim.x;
+  const int64_t row0 = b * cfg.b_q;
+  const int rows = int(p.n_q - row0 < cfg.b_q ? p.n_q - row0 : cfg.b_q);
+  const int n_qs = (rows + cfg.b_sq - 1) / cfg.b_sq;
+  const Smem s = carve(smem, (cfg.b_q + cfg.b_sq - 1) / cfg.b_sq, p.head_dim, cfg.budget_blocks());
+  const auto* q = static_cast<const __nv_bfloat16*>(p.q) + (row0 * p.n_head + h) * p.head_dim;
+  load_q(s, q, int64_t(p.n_head) * p.head_dim, n_qs, cfg.b_sq, rows, p.q_pos0 + row0, p.head_dim);
+  const Region r = region_of(cfg, p.q_pos0 + row0);
+  const Shape sh{n_qs, p.head_dim, r.block_begin, r.block_end, r.key_end < p.n_kv ? r.key_end : p.n_kv};
+  const auto* k = static_cast<const __nv_bfloat16*>(p.k) + int64_t(h / (p.n_head / p.n_kv_head)) * p.head_dim;
+  const int64_t k_stride = int64_t(p.n_kv_head) * p.head_dim;
+  const int count = search<kPrefillItems>(cfg, sh, s, [=](int64_t j) { return k + j * k_stride; });
+  const int64_t e = int64_t(h) * n_qblk + b, m = cfg.budget_blocks();
+  if (p.blocks)
+    for (int i = threadIdx.x; i < count; i += kThreads) p.blocks[e * m + i] = s.chunks[i].a;
+  if (p.n_blocks && threadIdx.x == 0) p.n_blocks[e] = count;
+  if (p.ranges) {
+    const int64_t end = min(p.q_pos0 + row0 + rows, p.n_kv), R = cfg.ranges_per_row();
+    write_ranges(cfg, s, count, r.key_end, min(cfg.sinks, end), end, p.ranges + 2 * e * R);
+    if (threadIdx.x == 0) {
+      p.range_ptr[e + 1] = (e + 1) * R;
+      p.col_ptr[e + 1] = 0;
+      if (e == 0) p.range_ptr[0] = p.col_ptr[0] = 0;
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) decode_kernel(HipDecodeParams p) {
+  extern __shared__ __align__(16) char smem[];
+  const HipEstimateConfig& cfg = p.cfg;
+  const int h = blockIdx.x, seq = blockIdx.y;
+  const int64_t r = int64_t(seq) * p.n_head + h, R = cfg.ranges_per_row();
+  if (threadIdx.x == 0) {
+    p.range_ptr[r + 1] = int32_t((r + 1) * R);
+    p.col_ptr[r + 1] = 0;
+    if (r == 0) p.range_ptr[0] = p.col_ptr[0] = 0;
+  }
+  const int64_t len = p.kv.seq_lens[seq], pos = len - 1;
+  const int64_t last = p.refresh_pos[r];
+  if (pos < 0 || !(last < 0 || pos < last || pos - last >= p.refresh)) return;  // cached step
+  const Smem s = carve(smem, 1, p.kv.head_dim, cfg.budget_blocks());
+  const int d = p.kv.head_dim;
+  load_q(s, static_cast<const __nv_bfloat16*>(p.q) + r * d, 0, 1, 1, 1, pos, d);
+  const Region rg = region_of(cfg, pos);
+  const Shape sh{1, d, rg.block_begin, rg.block_end, rg.key_end < len ? rg.key_end : len};
+  const auto* pool = static_cast<const __nv_bfloat16*>(p.kv.k_pool);
+  const int32_t* table = p.kv.block_table + int64_t(seq) * p.kv.max_pages_per_seq;
+  const int page = p.kv.page_size, n_kv_head = p.kv.n_kv_head, hk = h / (p.n_head / n_kv_head);
+  const int count = search<kDecodeItems>(cfg, sh, s, [=](int64_t j) {
+    const int64_t row = int64_t(table[j / page]) * page + j % page;
+    return pool + (row * n_kv_head + hk) * d;
+  });
+  const int64_t m = cfg.budget_blocks();
+  if (p.blocks)
+    for (int i = threadIdx.x; i < m; i += kThreads) p.blocks[r * m + i] = i < count ? s.chunks[i].a : -1;
+  write_ranges(cfg, s, count, rg.key_end, cfg.sinks, kOpenEnd, p.ranges + 2 * r * R);
+  if (threadIdx.x == 0) p.refresh_pos[r] = int32_t(pos);
+}
+
+void check_cfg(const HipEstimateConfig& c, int head_dim) {
+  LC_REQUIRE(c.k >= 1 && c.b_q >= 1 && c.b_sq >= 1 && c.b_k >= 1 && c.b_sk >= 1 && c.k % c.b_k == 0 &&
+                 c.b_k % c.b_sk == 0 && c.b_q % c.b_sq == 0,
+             "internal: hip estimate with k=%lld b_q=%d b_sq=%d b_k=%d b_sk=%d", (long long)c.k, c.b_q, c.b_sq, c.b_k,
+             c.b_sk);
+  LC_REQUIRE(head_dim > 0 && head_dim % 8 == 0 && head_dim <= 8 * kLanes * kMaxChunksPerLane,
+             "internal: hip estimate needs head_dim a multiple of 8 up to 128, got %d", head_dim);
+}
+
+// Raises the kernel's dynamic shared memory limit once per size (outside any graph capture: the
+// first eager call of a step does it, as every kernel's one-time setup; kernels/cuda/runtime.h).
+void set_smem(const void* kernel, size_t bytes, size_t& done) {
+  if (bytes <= done) return;
+  int dev = 0, limit = 0;
+  LC_CUDA_CHECK(cudaGetDevice(&dev), "hip estimate device");
+  LC_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "hip estimate");
+  LC_REQUIRE(bytes <= size_t(limit), "hip: k/b_k and b_q/b_sq need %zu bytes of shared memory per CTA, over the device's %d",
+             bytes, limit);
+  LC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)),
+                "hip estimate smem %zu bytes", bytes);
+  done = bytes;
+}
+
+size_t g_prefill_smem = 0, g_decode_smem = 0;  // what set_smem has allowed so far
+
+}  // namespace
+
+size_t hip_estimate_smem_bytes(const HipEstimateConfig& c, int head_dim) {
+  return smem_bytes((c.b_q + c.b_sq - 1) / c.b_sq, head_dim, c.budget_blocks());
+}
+
+void hip_estimate_prefill(const HipPrefillParams& p, Stream s) {
+  check_cfg(p.cfg, p.head_dim);
+  if (p.n_q <= 0) return;
+  const int64_t n_qblk = (p.n_q + p.cfg.b_q - 1) / p.cfg.b_q;
+  const size_t bytes = hip_estimate_smem_bytes(p.cfg, p.head_dim);
+  set_smem(reinterpret_cast<const void*>(prefill_kernel), bytes, g_prefill_smem);
+  prefill_kernel<<<dim3(unsigned(n_qblk), unsigned(p.n_head)), kThreads, bytes, static_cast<cudaStream_t>(s)>>>(p);
+  LC_LAUNCH_CHECK("hip_estimate_prefill n_q=%lld n_kv=%lld heads=%d", (long long)p.n_q, (long long)p.n_kv, p.n_head);
+}
+
+void hip_estimate_decode(const HipDecodeParams& p, Stream s) {
+  check_cfg(p.cfg, p.kv.head_dim);
+  LC_REQUIRE(p.kv.elem == KvElem::bf16, "hip: GPU decode estimation reads bf16 keys (the KV cache is not bf16)");
+  if (p.kv.n_seq <= 0) return;
+  const size_t bytes = smem_bytes(1, p.kv.head_dim, p.cfg.budget_blocks());
+  set_smem(reinterpret_cast<const void*>(decode_kernel), bytes, g_decode_smem);
+  decode_kernel<<<dim3(unsigned(p.n_head), unsigned(p.kv.n_seq)), kThreads, bytes, static_cast<cudaStream_t>(s)>>>(p);
+  LC_LAUNCH_CHECK("hip_estimate_decode n_seq=%d heads=%d", p.kv.n_seq, p.n_head);
+}
+
+}  // namespace longctx::cuda

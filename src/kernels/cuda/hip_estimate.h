@@ -1,0 +1,65 @@
+// hip_estimate.h (cuda): HiP's hierarchical top-k mask estimation on the GPU, and the sparse
+// indexes it feeds (prefill: cuda::sparse_attention's DeviceSparseIndex; decode: DecodeIndex).
+//
+// What: the CUDA twin of kernels/ref/hip_topk.h + methods/hip/hip_mask.h: one CTA per (query
+// head, query block) runs the bisection (chunks, split, middle-block representative, max over the
+// sampled query x key pairs, keep the best k/b_k) and writes, per (head, block), a fixed run of
+// R = k/b_k + 2 ranges: the sinks [0, sinks), the selected blocks in ascending order (unmerged;
+// empty ranges [key_end, key_end) pad a region of fewer blocks), and the window [key_end, end).
+// The block ids equal the CPU reference's bit for bit for the same bf16 inputs: the scores use the
+// same fp32 dot order (8 threads per dot, hip_topk.h) and the same ranking (score, then branch).
+// Decode (graph-safe, no host sync): each (sequence, head) row keeps its last estimate's position
+// in `refresh_pos` (device, per layer); a step re-estimates only when methods/hip/hip_method.h's
+// hip_refreshes rule says so, otherwise the kernel returns at once and the cached ranges stay
+// (the window's end is open: the decode kernel clips it to the sequence's length).
+// Tensors bf16, after RoPE, unscaled; head_dim a multiple of 8 (64 and 128 are used).
+#pragma once
+#include <cstdint>
+
+#include "kernels/cuda/runtime.h"
+#include "kernels/params/kv_view.h"
+
+namespace longctx::cuda {
+
+struct HipEstimateConfig {
+  int64_t k = 512;
+  int b_q = 64, b_sq = 2, b_k = 2, b_sk = 1;
+  int64_t window = 256, sinks = 16;
+  // constexpr: callable from device code (--expt-relaxed-constexpr).
+  constexpr int64_t budget_blocks() const { return k / b_k; }
+  constexpr int64_t ranges_per_row() const { return budget_blocks() + 2; }
+};
+
+// Dynamic shared memory of one CTA (throws Error when over the device's limit at launch).
+size_t hip_estimate_smem_bytes(const HipEstimateConfig& c, int head_dim);
+
+struct HipPrefillParams {
+  HipEstimateConfig cfg;
+  const void* q = nullptr;  // bf16 [n_q, n_head, head_dim]
+  const void* k = nullptr;  // bf16 [n_kv, n_kv_head, head_dim]
+  int64_t n_q = 0, q_pos0 = 0, n_kv = 0;
+  int n_head = 0, n_kv_head = 0, head_dim = 0;
+  // Outputs, device: entry e = h * n_qblk + b (n_qblk = ceil(n_q / b_q)).
+  int32_t* blocks = nullptr;    // [n_head * n_qblk * k/b_k] selected ids, ascending (optional)
+  int32_t* n_blocks = nullptr;  // [n_head * n_qblk] how many (optional)
+  int64_t* range_ptr = nullptr; // [n_head * n_qblk + 1] = e * R (b_q must be 64 for the index)
+  int32_t* ranges = nullptr;    // [n_head * n_qblk * R][2]
+  int64_t* col_ptr = nullptr;   // [n_head * n_qblk + 1], all 0
+};
+void hip_estimate_prefill(const HipPrefillParams& p, Stream s = nullptr);
+
+struct HipDecodeParams {
+  HipEstimateConfig cfg;
+  int refresh = 8;            // r_m
+  const void* q = nullptr;    // bf16 [n_seq, n_head, head_dim]
+  KvView kv;                  // the layer's paged cache (bf16), device; seq_lens on the device
+  int n_head = 0;
+  int32_t* refresh_pos = nullptr;  // [n_seq * n_head] the layer's cache (-1: none)
+  int32_t* blocks = nullptr;       // [n_seq * n_head * k/b_k] optional copy of the selected ids
+  int32_t* range_ptr = nullptr;    // [n_seq * n_head + 1] = r * R (written by every launch)
+  int32_t* ranges = nullptr;       // [n_seq * n_head * R][2]
+  int32_t* col_ptr = nullptr;      // [n_seq * n_head + 1], all 0
+};
+void hip_estimate_decode(const HipDecodeParams& p, Stream s = nullptr);
+
+}  // namespace longctx::cuda

@@ -1,0 +1,233 @@
+// test_hip_estimate.cpp: HiP's GPU mask estimation (kernels/cuda/hip_estimate.h) against the CPU
+// reference (kernels/ref/hip_topk.h): the selected key-block ids are bit-equal for the same bf16
+// inputs (prefill: every (head, query block); decode: every (sequence, head) over a paged,
+// shuffled cache), the ranges follow the format (sinks, blocks, pads, window), and the decode
+// mask cache re-estimates only on refresh steps (graph-safe: the decision is on the device).
+// Run: build-gpu/tests/cuda/test_hip_gpu (skips without a Hopper GPU).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include "kernels/cuda/hip_estimate.h"
+#include "kernels/ref/hip_topk.h"
+#include "test_util.h"
+
+namespace longctx::cuda {
+namespace {
+using namespace test;
+
+struct Region {
+  int64_t key_end, block_begin, block_end;
+};
+// methods/hip/hip_mask.cpp's hip_region.
+Region region_of(const HipEstimateConfig& c, int64_t first) {
+  Region r;
+  r.key_end = std::max(c.sinks, first - c.window + 1);
+  r.block_begin = c.sinks / c.b_k;
+  r.block_end = std::max(r.block_begin, (r.key_end + c.b_k - 1) / c.b_k);
+  if (r.key_end <= c.sinks) r.block_end = r.block_begin;
+  return r;
+}
+
+HipTopkParams topk_of(const HipEstimateConfig& c) {
+  HipTopkParams t;
+  t.k = c.k;
+  t.b_q = c.b_q;
+  t.b_sq = c.b_sq;
+  t.b_k = c.b_k;
+  t.b_sk = c.b_sk;
+  return t;
+}
+
+std::vector<float> to_float(const std::vector<uint16_t>& h) {
+  std::vector<float> f(h.size());
+  for (size_t i = 0; i < h.size(); ++i) f[i] = bf16_to_f32(h[i]);
+  return f;
+}
+
+void check_prefill(const HipEstimateConfig& cfg, int64_t n_q, int64_t q_pos0, int H, int Hkv, int d) {
+  const int64_t n_kv = q_pos0 + n_q, n_qblk = (n_q + cfg.b_q - 1) / cfg.b_q, M = cfg.budget_blocks(),
+                R = cfg.ranges_per_row();
+  std::vector<double> dq, dk;
+  const auto hq = random_bf16(size_t(n_q * H * d), 1.0, dq), hk = random_bf16(size_t(n_kv * Hkv * d), 1.0, dk);
+  const auto fq = to_float(hq), fk = to_float(hk);
+  DevBuf q(hq.size() * 2), k(hk.size() * 2), blocks(size_t(H * n_qblk * M) * 4), nb(size_t(H * n_qblk) * 4),
+      rp(size_t(H * n_qblk + 1) * 8), rg(size_t(H * n_qblk * R) * 8), cp(size_t(H * n_qblk + 1) * 8);
+  q.upload(hq);
+  k.upload(hk);
+  HipPrefillParams p;
+  p.cfg = cfg;
+  p.q = q.p;
+  p.k = k.p;
+  p.n_q = n_q;
+  p.q_pos0 = q_pos0;
+  p.n_kv = n_kv;
+  p.n_head = H;
+  p.n_kv_head = Hkv;
+  p.head_dim = d;
+  p.blocks = blocks.as<int32_t>();
+  p.n_blocks = nb.as<int32_t>();
+  p.range_ptr = rp.as<int64_t>();
+  p.ranges = rg.as<int32_t>();
+  p.col_ptr = cp.as<int64_t>();
+  hip_estimate_prefill(p);
+  device_sync();
+  const auto got = blocks.download<int32_t>(size_t(H * n_qblk * M));
+  const auto got_n = nb.download<int32_t>(size_t(H * n_qblk));
+  const auto got_r = rg.download<int32_t>(size_t(H * n_qblk * R * 2));
+  const auto got_rp = rp.download<int64_t>(size_t(H * n_qblk + 1));
+  int64_t pruned = 0;
+  for (int h = 0; h < H; ++h)
+    for (int64_t b = 0; b < n_qblk; ++b) {
+      const int64_t row0 = b * cfg.b_q, rows = std::min<int64_t>(cfg.b_q, n_q - row0);
+      const auto sample = hip_sample_rows(int(rows), cfg.b_sq);
+      std::vector<float> qs;
+      std::vector<int64_t> pos;
+      for (int r : sample) {
+        qs.insert(qs.end(), &fq[size_t(((row0 + r) * H + h) * d)], &fq[size_t(((row0 + r) * H + h) * d + d)]);
+        pos.push_back(q_pos0 + row0 + r);
+      }
+      const Region rg_ = region_of(cfg, q_pos0 + row0);
+      const HipSearch s{.q = qs.data(), .q_stride = d, .q_pos = pos.data(), .n_qs = int(sample.size()),
+                        .k = fk.data() + (h / (H / Hkv)) * d, .k_stride = int64_t(Hkv) * d, .head_dim = d,
+                        .block_begin = rg_.block_begin, .block_end = rg_.block_end,
+                        .key_end = std::min(rg_.key_end, n_kv)};
+      std::vector<int32_t> want;
+      hip_topk_blocks(topk_of(cfg), s, want);
+      const int64_t e = h * n_qblk + b;
+      ASSERT_EQ(got_n[size_t(e)], int32_t(want.size())) << "head " << h << " block " << b;
+      EXPECT_TRUE(std::equal(want.begin(), want.end(), got.begin() + e * M)) << "head " << h << " block " << b;
+      pruned += rg_.block_end - rg_.block_begin > M;
+      // Ranges: sinks, blocks, pads, window.
+      const int32_t* r = got_r.data() + 2 * e * R;
+      EXPECT_EQ(got_rp[size_t(e)], e * R);
+      EXPECT_EQ(r[0], 0);
+      EXPECT_EQ(r[1], std::min<int64_t>(cfg.sinks, q_pos0 + row0 + rows));
+      for (size_t i = 0; i < want.size(); ++i) {
+        EXPECT_EQ(r[2 * (i + 1)], want[i] * cfg.b_k);
+        EXPECT_EQ(r[2 * (i + 1) + 1], want[i] * cfg.b_k + cfg.b_k);
+      }
+      EXPECT_EQ(r[2 * (R - 1)], rg_.key_end);
+      EXPECT_EQ(r[2 * (R - 1) + 1], q_pos0 + row0 + rows);
+    }
+  EXPECT_GT(pruned, 0) << "the problem should prune some blocks";
+}
+
+TEST(HipEstimate, PrefillBlockIdsEqualTheCpuReference) {
+  LC_REQUIRE_GPU();
+  HipEstimateConfig small;
+  small.k = 64;
+  small.window = 64;
+  small.sinks = 8;
+  check_prefill(small, 200, 3000, 4, 2, 128);  // ragged last block, GQA
+  check_prefill(small, 130, 900, 2, 1, 64);
+  HipEstimateConfig strided = small;
+  strided.b_k = 4;
+  strided.b_sk = 2;
+  strided.b_sq = 4;
+  check_prefill(strided, 128, 5000, 4, 2, 128);
+  check_prefill(HipEstimateConfig{}, 128, 20000, 2, 1, 128);  // paper defaults: 256 blocks of 2
+}
+
+TEST(HipEstimate, DecodeRefreshAndCachedStepsOverAPagedCache) {
+  LC_REQUIRE_GPU();
+  HipEstimateConfig cfg;
+  cfg.k = 128;
+  cfg.window = 64;
+  cfg.sinks = 4;
+  const int H = 4, Hkv = 2, d = 128, page = 16, refresh = 4, M = int(cfg.budget_blocks()), R = M + 2;
+  std::vector<int32_t> lens = {3001, 7777};
+  const int n_seq = 2, cap = 8000 + 64, max_pages = (cap + page - 1) / page;
+  const int64_t n_pages = int64_t(n_seq) * max_pages;
+  std::vector<int32_t> tab(static_cast<size_t>(n_pages));
+  std::iota(tab.begin(), tab.end(), 0);
+  std::shuffle(tab.begin(), tab.end(), std::mt19937_64(3));
+  std::vector<double> tmp;
+  const auto hk = random_bf16(size_t(n_pages * page * Hkv * d), 1.0, tmp);
+  const auto fk = to_float(hk);
+  DevBuf kp(hk.size() * 2), table(tab.size() * 4), dlens(8), q(size_t(n_seq * H * d) * 2), rpos(size_t(n_seq * H) * 4),
+      blocks(size_t(n_seq * H * M) * 4), rptr(size_t(n_seq * H + 1) * 4), rg(size_t(n_seq * H * R) * 8),
+      cptr(size_t(n_seq * H + 1) * 4);
+  kp.upload(hk);
+  table.upload(tab);
+  std::vector<int32_t> minus(size_t(n_seq * H), -1);
+  rpos.upload(minus);
+  HipDecodeParams p;
+  p.cfg = cfg;
+  p.refresh = refresh;
+  p.q = q.p;
+  p.kv.k_pool = p.kv.v_pool = kp.p;
+  p.kv.elem = KvElem::bf16;
+  p.kv.block_table = table.as<int32_t>();
+  p.kv.seq_lens = dlens.as<int32_t>();
+  p.kv.n_seq = n_seq;
+  p.kv.max_pages_per_seq = max_pages;
+  p.kv.page_size = page;
+  p.kv.n_pages = n_pages;
+  p.kv.n_kv_head = Hkv;
+  p.kv.head_dim = d;
+  p.kv.on_device = true;
+  p.n_head = H;
+  p.refresh_pos = rpos.as<int32_t>();
+  p.blocks = blocks.as<int32_t>();
+  p.range_ptr = rptr.as<int32_t>();
+  p.ranges = rg.as<int32_t>();
+  p.col_ptr = cptr.as<int32_t>();
+  std::vector<int32_t> last_ranges;
+  int64_t estimated_steps = 0;
+  for (int step = 0; step < 9; ++step) {
+    std::vector<int32_t> cur = {lens[0] + step, lens[1] + step};
+    dlens.upload(cur);
+    std::vector<double> dq;
+    const auto hq = random_bf16(size_t(n_seq * H * d), 1.0, dq);
+    q.upload(hq);
+    blocks.poison();
+    hip_estimate_decode(p);
+    device_sync();
+    const auto got_blocks = blocks.download<int32_t>(size_t(n_seq * H * M));
+    const auto got_ranges = rg.download<int32_t>(size_t(n_seq * H * R * 2));
+    const auto got_pos = rpos.download<int32_t>(size_t(n_seq * H));
+    const bool refresh_step = step % refresh == 0;
+    estimated_steps += refresh_step;
+    if (!refresh_step) {  // cached: nothing rewritten
+      EXPECT_EQ(got_ranges, last_ranges) << step;
+      EXPECT_TRUE(std::all_of(got_blocks.begin(), got_blocks.end(), [](int32_t x) { return x == -1; })) << step;
+      continue;
+    }
+    const auto fq = to_float(hq);
+    for (int s = 0; s < n_seq; ++s)
+      for (int h = 0; h < H; ++h) {
+        const int64_t pos = cur[size_t(s)] - 1, r = s * H + h;
+        EXPECT_EQ(got_pos[size_t(r)], pos);
+        // The CPU reference over this sequence's keys gathered in position order.
+        std::vector<float> keys(size_t(cur[size_t(s)]) * d);
+        for (int64_t t = 0; t < cur[size_t(s)]; ++t) {
+          const int64_t row = int64_t(tab[size_t(s * max_pages + t / page)]) * page + t % page;
+          std::copy_n(&fk[size_t((row * Hkv + h / (H / Hkv)) * d)], d, &keys[size_t(t * d)]);
+        }
+        const Region rg_ = region_of(cfg, pos);
+        const HipSearch hs{.q = fq.data() + r * d, .q_stride = d, .q_pos = &pos, .n_qs = 1, .k = keys.data(),
+                           .k_stride = d, .head_dim = d, .block_begin = rg_.block_begin, .block_end = rg_.block_end,
+                           .key_end = rg_.key_end};
+        std::vector<int32_t> want;
+        hip_topk_blocks(topk_of(cfg), hs, want);
+        ASSERT_EQ(int(want.size()), M);
+        EXPECT_TRUE(std::equal(want.begin(), want.end(), got_blocks.begin() + r * M)) << "seq " << s << " head " << h;
+        const int32_t* rr = got_ranges.data() + 2 * r * R;
+        EXPECT_EQ(rr[0], 0);
+        EXPECT_EQ(rr[1], cfg.sinks);
+        EXPECT_EQ(rr[2], want[0] * cfg.b_k);
+        EXPECT_EQ(rr[2 * (R - 1)], rg_.key_end);
+        EXPECT_EQ(rr[2 * (R - 1) + 1], 0x7fffffff);
+      }
+    last_ranges = got_ranges;
+  }
+  EXPECT_EQ(estimated_steps, 3);
+  const auto ptr = rptr.download<int32_t>(size_t(n_seq * H + 1));
+  for (int r = 0; r <= n_seq * H; ++r) EXPECT_EQ(ptr[size_t(r)], r * R);
+}
+
+}  // namespace
+}  // namespace longctx::cuda
