@@ -152,9 +152,12 @@ class Engine {
   // own method state), then every unfinished sequence advances by one token per batched decode
   // step (the projections, MLP and LM head run once for all rows; attention per sequence, each
   // with its own length). Each result equals generate() of its prompt alone with the same
-  // sampling parameters (greedy: the same tokens). Checks every prompt before any work.
-  // On the GPU the prompts run one after another (batched GPU decode is not built yet), as they
-  // do in this default, which engines without batching keep.
+  // sampling parameters (greedy: the same tokens; on the GPU up to near-tied logits, since the
+  // GEMMs and the decode split plan depend on the row count, and with the fp8 cache only the
+  // longest prompt keeps its own per-layer scales: the sequences share the pool's). Checks every
+  // prompt before any work. The GPU batches decode in one paged KV pool, except for methods that
+  // keep per-sequence decode state on the device (HiP): their prompts run one after another, as
+  // in this default, which engines without batching keep.
   // progress: done = prompts prefilled, total = prompts.
   virtual std::vector<GenerateResult> generate_batch(std::span<const std::vector<int32_t>> prompts,
                                                      const SamplingParams& sp, const ProgressFn& progress = {}) {

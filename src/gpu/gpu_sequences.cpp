@@ -180,6 +180,8 @@ void GpuTransformer::decode_batch(std::span<GpuSequence* const> seqs, std::span<
   const int64_t n = int64_t(seqs.size()), V = cfg_.vocab_size;
   if (n == 0) return;
   if (int64_t(ids.size()) != n) fail("decode_batch: {} sequences but {} token ids", n, ids.size());
+  if (!batches_decode())
+    fail("decode_batch: '{}' keeps per-sequence decode state on the GPU; decode one sequence at a time", attn_spec_);
   for (int64_t i = 0; i < n; ++i) {
     const GpuSequence* s = seqs[size_t(i)];
     if (!s) fail("decode_batch: sequence {} is null", i);

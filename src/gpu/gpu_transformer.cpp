@@ -214,6 +214,7 @@ void GpuTransformer::reset(int64_t capacity) {
     allocate_pool(plan_sequences(caps, layout_.logit_rows));
     if (!try_take_pages(own_, capacity)) fail("internal: a fresh KV pool has no room for {} tokens", capacity);
   }
+  if (gpu_method_) gpu_method_->start_sequence(stream_);
   stats_ = {};
   stats_.attn = attn_spec_;
   stats_.sparse_bytes = sparse_bytes_;

@@ -194,6 +194,9 @@ class GpuTransformer {
   // forward()/size()/capacity() work on s (nullptr: the model's own sequence) until the next
   // attach; reset() and capture_attention need the own sequence attached.
   void attach(GpuSequence* s);
+  // Whether decode_batch serves this attention method (not when its GPU builder keeps state per
+  // sequence: GpuMethod::keeps_sequence_state; those sequences decode one at a time).
+  bool batches_decode() const { return !gpu_method_ || !gpu_method_->keeps_sequence_state(); }
   // One decode step of several sequences: ids[i] at the next position of seqs[i]; its K/V are
   // appended. Logits [n, vocab] into `logits`. Sequences of this model, distinct, each with room.
   void decode_batch(std::span<GpuSequence* const> seqs, std::span<const int32_t> ids, std::vector<float>& logits);

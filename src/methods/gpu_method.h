@@ -93,6 +93,11 @@ class GpuMethod {
   // step can be captured in a CUDA graph and replayed (the index follows step.kv.seq_lens).
   virtual GpuDecodeIndex build_decode(const GpuDecodeStep& step, cuda::Stream s);
   virtual bool decodes() const { return false; }  // whether build_decode is implemented
+  // Per-sequence state on the device (HiP's mask cache, kept per decode row): the GPU model then
+  // decodes one sequence at a time (no batched decode) and calls start_sequence whenever the
+  // sequence it decodes starts, so no state carries over from another sequence.
+  virtual bool keeps_sequence_state() const { return false; }
+  virtual void start_sequence(cuda::Stream /*s*/) {}
 };
 
 // The GPU side of method m for the model in shape (nullptr when m never routes a step sparse).

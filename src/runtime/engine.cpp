@@ -133,6 +133,7 @@ class CpuEngine final : public Engine {
     std::vector<std::unique_ptr<SequenceState>> seqs;
 #ifdef LONGCTX_WITH_GPU
     std::vector<std::unique_ptr<gpu::GpuSequence>> gpu_seqs;
+    if (on_gpu_ && !gpu_->batches_decode()) return Engine::generate_batch(prompts, sp, progress);  // one at a time
     if (on_gpu_) reserve_gpu_sequences(prompts, sp);  // the fit check, before any work (auto: may move to the CPU)
     if (on_gpu_) {
       new_prefilled = [&](int64_t i, const std::function<void()>& fill) {

@@ -18,7 +18,10 @@ std::vector<int32_t> prompt_ids(Engine& e, int repeats) {
 }
 
 std::vector<int32_t> greedy(const std::string& attn, const std::vector<int32_t>& ids, int64_t chunk = 512) {
-  auto e = Engine::load({.attn = attn, .prefill_chunk = chunk});
+  LoadOptions o;  // the default model
+  o.attn = attn;
+  o.prefill_chunk = chunk;
+  auto e = Engine::load(o);
   SamplingParams sp;
   sp.max_tokens = 24;
   sp.stop_at_eos = false;
@@ -40,7 +43,7 @@ TEST(TokenSelectEngine, SmallBudgetRunsSparseBothLayouts) {
   const std::string budget = "tokenselect=n_init=16,k=64,n_local=128,chunk=128";
   ASSERT_GT(ids.size(), 16u + 64 + 128 + 200);
   const auto dense = greedy("dense", ids);
-  for (const std::string spec : {budget, budget + ",keys=rotated"}) {
+  for (const std::string& spec : std::vector<std::string>{budget, budget + ",keys=rotated"}) {
     const auto got = greedy(spec, ids, 300);  // engine chunks of 300 split into method sub-chunks of 128
     EXPECT_EQ(got.size(), dense.size()) << spec;
   }

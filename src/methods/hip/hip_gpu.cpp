@@ -56,8 +56,14 @@ class HipGpu final : public GpuMethod {
     l_ = layout(shape);
     n_seq_ = shape.n_seq;
     buf_ = static_cast<char*>(cuda::dev_malloc(l_.total));
-    cuda::memset_async(buf_ + l_.refresh_pos, 0xff, size_t(model_.n_layer) * l_.rows * 4, s);  // -1: no mask
+    start_sequence(s);
     cuda::sparse_decode_workspace_init(buf_ + l_.d_workspace, l_.d_workspace_bytes, s);
+  }
+  // The mask cache is per decode row, not per sequence: one sequence at a time, forgotten when
+  // the next one starts.
+  bool keeps_sequence_state() const override { return true; }
+  void start_sequence(cuda::Stream s) override {
+    if (buf_) cuda::memset_async(buf_ + l_.refresh_pos, 0xff, size_t(model_.n_layer) * l_.rows * 4, s);  // -1: no mask
   }
   void release() override {
     cuda::dev_free(buf_);
