@@ -77,6 +77,13 @@ class GpuPhaseMethod final : public GpuMethod {
     return decode_->build_decode(step, s);
   }
   bool decodes() const override { return decode_ != nullptr; }
+  bool keeps_sequence_state() const override {
+    return (prefill_ && prefill_->keeps_sequence_state()) || (decode_ && decode_->keeps_sequence_state());
+  }
+  void start_sequence(cuda::Stream s) override {
+    if (prefill_) prefill_->start_sequence(s);
+    if (decode_) decode_->start_sequence(s);
+  }
 
  private:
   std::unique_ptr<GpuMethod> prefill_, decode_;

@@ -332,6 +332,26 @@ TEST(GpuBatchEngine, DefaultModelGreedyEqualsAlone) {
   }
 }
 
+// HiP keeps its decode mask cache per decode row on the GPU (GpuMethod::keeps_sequence_state):
+// decode_batch refuses it, generate_batch runs the prompts one at a time, and no sequence decodes
+// with another's cached masks (each result equals generate() alone, greedy, exactly).
+TEST(GpuBatchEngine, PerSequenceStateMethodRunsOneAtATime) {
+  REQUIRE_GPU();
+  const std::string hip = "decode:hip=k=64,window=64,sinks=16,refresh=4,dense_layers=1";
+  auto g = make_model("llama3-8b:2", 31, {.chunk = 256, .attn = hip});
+  EXPECT_FALSE(g.batches_decode());
+  Batch b = prefill_batch(g, mixed_prompts(2, 32000, 600, 5), 4);
+  std::vector<gpu::GpuSequence*> step{b.seqs[0].get(), b.seqs[1].get()};
+  std::vector<float> lg;
+  const std::string e = test::error_of([&] { g.decode_batch(step, std::vector<int32_t>{1, 2}, lg); });
+  EXPECT_TRUE(test::contains(e, "one sequence at a time")) << e;
+  for (const std::string& spec : {hip, std::string("hip=k=64,window=64,sinks=16,refresh=4,dense_layers=1")}) {
+    auto eng =
+        Engine::load({.model_path = "", .attn = spec, .device = "cuda", .random_weights = "llama3-8b:2", .gpu_chunk = 256});
+    expect_engine_batch_equals_alone(*eng, 5, 900, 12, "engine llama3-8b:2 " + spec);
+  }
+}
+
 TEST(GpuBatchEngine, NotFittingFailsBeforeAnyWork) {
   REQUIRE_GPU();
   auto eng = Engine::load({.model_path = "", .max_context = int64_t(1) << 30, .device = "cuda", .random_weights = "smollm2-135m:1"});
