@@ -28,6 +28,7 @@
 #include "cli/geometry_option.h"
 #include "cli/options.h"
 #include "longctx/engine.h"
+#include "methods/registry.h"
 #include "util/error.h"
 #ifdef LONGCTX_WITH_GPU
 #include "gpu/gpu_stats.h"
@@ -263,7 +264,7 @@ void register_bench(CLI::App& app) {
   m->add_option("--decode", args->decode, "Tokens to decode after each prefill (EOS ignored)")
       ->check(integer_at_least(0));
   m->add_option("--repeats", args->repeats, "Runs per length (the best is reported)")->check(integer_at_least(1));
-  m->add_option("--attn", args->attn, "Attention method: dense, a_shape[=SINK,WINDOW], minference[=CONFIG]");
+  m->add_option("--attn", args->attn, "Attention method: " + known_methods() + "; per phase: 'prefill:X;decode:Y'");
   add_device(m, args->device);
   m->add_option("--random-weights", args->random_weights,
                 "Random weights of a named geometry instead of -m (llama3-8b, llama3.1-8b, qwen2.5-7b, smollm2-135m; "

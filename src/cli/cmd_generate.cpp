@@ -12,6 +12,7 @@
 #include "cli/options.h"
 #include "cli/progress.h"
 #include "longctx/engine.h"
+#include "methods/registry.h"
 #include "util/error.h"
 #include "util/mmap_file.h"
 
@@ -125,7 +126,7 @@ void register_generate(CLI::App& app) {
       ->check(probability_above_zero());
   add_seed(c, args->seed, "Random seed for sampling");
   c->add_option("--stop", args->stop, "Stop string (repeatable)")->default_str("");
-  c->add_option("--attn", args->attn, "Attention method: dense, a_shape[=SINK,WINDOW], minference[=CONFIG]");
+  c->add_option("--attn", args->attn, "Attention method: " + known_methods() + "; per phase: 'prefill:X;decode:Y'");
   add_device(c, args->device);
   c->add_option("--kv-cache", args->kv_cache,
                 "GPU KV cache: bf16, or fp8 (e4m3 with per-layer scales: half the memory; prefill runs layer by layer)")
