@@ -10,6 +10,7 @@
 #include "kv/kv_cache.h"
 #include "kv_test_util.h"
 #include "util/error.h"
+#include "../common/error_of.h"
 
 namespace longctx::kv {
 namespace {
@@ -30,15 +31,7 @@ KvSpec small_spec(int page_size, int64_t n_pages, int max_batch = 4, int64_t max
 }
 
 // The message of the Error `f` throws ("" when it throws none).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test_common::error_of;
 
 TEST(KvSpec, SizesByHand) {
   KvSpec s = small_spec(16, 100, 3, 1000);  // rows of 2*8 bf16 = 32 bytes

@@ -14,6 +14,7 @@
 #include "test_util.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
+#include "../common/error_of.h"
 
 namespace longctx {
 namespace {
@@ -25,15 +26,7 @@ ThreadPool& pool() {
   return p;
 }
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test_common::error_of;
 
 // One sequence running a method, as the model runs it: the method's state + attend_cpu.
 struct Seq {

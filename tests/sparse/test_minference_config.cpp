@@ -9,6 +9,7 @@
 
 #include "methods/minference/minference_config.h"
 #include "util/error.h"
+#include "../common/error_of.h"
 
 namespace longctx {
 namespace {
@@ -42,15 +43,7 @@ std::string file_bytes(const fs::path& p) {
 }
 
 // Message of the Error f throws ("" if none).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test_common::error_of;
 
 // Each shipped copy is the published file, byte for byte, where the shared folder exists.
 TEST(MInferenceConfig, ShippedCopiesArePublishedFiles) {

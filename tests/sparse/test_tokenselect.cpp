@@ -19,6 +19,7 @@
 #include "test_util.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
+#include "../common/error_of.h"
 
 namespace longctx {
 namespace {
@@ -28,15 +29,7 @@ ThreadPool& pool() {
   return p;
 }
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test_common::error_of;
 
 MethodContext ctx() { return {.n_layer = 2, .n_head = 4, .n_kv_head = 2, .head_dim = 32, .model_name = "tiny-test"}; }
 
