@@ -126,23 +126,25 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
     // Score every non-empty branch by its middle block. Group g owns the branches
     // g, g + kGroups, ... (slots 0, 1, ...); its (slot, sampled key) items are loaded kItems at a
     // time, so that many independent key loads are in flight per lane.
-    const int64_t slots = (nb + kGroups - 1) / kGroups, n_items = slots * n_ks;
-    int64_t cur_slot = -1;  // the slot whose best score `cur_best` is being built (items are in slot order)
+    // Item indices are 32-bit (a 64-bit division by the runtime n_ks costs ~100 instructions per
+    // item: the loop's main cost); key positions fit int32 (the KV cache indexes keys as int32).
+    const int slots = int((nb + kGroups - 1) / kGroups), n_items = slots * n_ks;
+    int cur_slot = -1;  // the slot whose best score `cur_best` is being built (items are in slot order)
     float cur_best = -INFINITY;
-    auto flush = [&](int64_t slot, float best) {
+    auto flush = [&](int slot, float best) {
       const int64_t bi = slot * kGroups + group;
       if (slot >= 0 && lane == 0 && bi < nb) s.key[bi] = s.br[bi].g > 0 ? sort_key(best, bi) : kEmptyKey;
     };
-    for (int64_t base = 0; base < n_items; base += kItems) {
+    for (int base = 0; base < n_items; base += kItems) {
       uint4 raw[kItems][kMaxChunksPerLane];
-      int64_t key[kItems];
+      int32_t key[kItems];
       bool kok[kItems];
       float ibest[kItems];
 #pragma unroll
       for (int x = 0; x < kItems; ++x) {
-        const int64_t item = base + x, slot = item / n_ks, bi = slot * kGroups + group;
+        const int item = base + x, slot = item / n_ks, sk = item - slot * n_ks, bi = slot * kGroups + group;
         const Branch br = item < n_items && bi < nb ? s.br[bi] : Branch{0, 0};
-        key[x] = (int64_t(br.a) + br.g / 2) * cfg.b_k + int64_t(item % n_ks) * cfg.b_sk + cfg.b_sk - 1;
+        key[x] = (br.a + br.g / 2) * cfg.b_k + sk * cfg.b_sk + cfg.b_sk - 1;
         kok[x] = br.g > 0 && key[x] < sh.key_end;
         ibest[x] = -INFINITY;
         const __nv_bfloat16* row = key_row(kok[x] ? key[x] : 0);
@@ -183,7 +185,7 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
       }
 #pragma unroll
       for (int x = 0; x < kItems; ++x) {
-        const int64_t item = base + x, slot = item / n_ks;
+        const int item = base + x, slot = item / n_ks;
         if (item >= n_items) break;
         if (slot != cur_slot) {
           flush(cur_slot, cur_best);
@@ -196,10 +198,10 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
     flush(cur_slot, cur_best);
     __syncthreads();
     // Keep the m best: bitonic sort of the P keys (ascending = best first), flag the first m.
-    for (int64_t k = 2; k <= P; k *= 2) {
-      for (int64_t j = k / 2; j > 0; j /= 2) {
-        for (int64_t i = tid; i < P; i += kThreads) {
-          const int64_t ixj = i ^ j;
+    for (int k = 2; k <= int(P); k *= 2) {
+      for (int j = k / 2; j > 0; j /= 2) {
+        for (int i = tid; i < int(P); i += kThreads) {
+          const int ixj = i ^ j;
           if (ixj > i) {
             const uint64_t a = s.key[i], b = s.key[ixj];
             if ((a > b) == ((i & k) == 0)) s.key[i] = b, s.key[ixj] = a;
@@ -327,7 +329,8 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(HipDecodeParams p) {
   const int32_t* table = p.kv.block_table + int64_t(seq) * p.kv.max_pages_per_seq;
   const int page = p.kv.page_size, n_kv_head = p.kv.n_kv_head, hk = h / (p.n_head / n_kv_head);
   const int count = search<kDecodeItems>(cfg, sh, s, [=](int64_t j) {
-    const int64_t row = int64_t(table[j / page]) * page + j % page;
+    const uint32_t u = uint32_t(j), pg = u / uint32_t(page);  // 32-bit: key positions fit int32
+    const int64_t row = int64_t(table[pg]) * page + (u - pg * uint32_t(page));
     return pool + (row * n_kv_head + hk) * d;
   });
   const int64_t m = cfg.budget_blocks();
