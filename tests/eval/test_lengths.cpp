@@ -3,20 +3,12 @@
 
 #include "eval/lengths.h"
 #include "util/error.h"
+#include "../common/error_of.h"
 
 using namespace longctx;
 using namespace longctx::eval;
 
-namespace {
-std::string error_of(auto&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-}  // namespace
+using longctx::test_common::error_of;
 
 TEST(Lengths, ParsesSuffixesAndLists) {
   EXPECT_EQ(parse_length("2k"), 2048);

@@ -1,5 +1,6 @@
 // model_test_util.h (tests/model): helpers the model tests share: a fresh temporary folder per
-// test process, and the largest absolute difference of two logit vectors.
+// test process, the largest absolute difference of two logit vectors, and the default model
+// loaded with an attention method (null when the model is absent: the test skips).
 #pragma once
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -7,8 +8,12 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "longctx/engine.h"
+#include "util/error.h"
 
 namespace longctx::test {
 
@@ -26,6 +31,19 @@ inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>
   double m = 0;
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) m = std::max(m, double(std::abs(a[i] - b[i])));
   return m;
+}
+
+// The default model on 2 threads with --attn `attn` and prefill chunks of `chunk` tokens; null
+// when the model is not in the cache.
+inline std::unique_ptr<Engine> default_engine(const std::string& attn, int64_t chunk) {
+  std::string path;
+  try {
+    path = default_model_path();
+  } catch (const Error&) {
+    return nullptr;
+  }
+  if (!std::filesystem::exists(path)) return nullptr;
+  return Engine::load({.model_path = path, .n_threads = 2, .attn = attn, .prefill_chunk = chunk});
 }
 
 }  // namespace longctx::test

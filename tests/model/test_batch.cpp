@@ -24,16 +24,7 @@
 namespace longctx {
 namespace {
 
-std::unique_ptr<Engine> default_engine(const std::string& attn) {
-  std::string path;
-  try {
-    path = default_model_path();
-  } catch (const Error&) {
-    return nullptr;
-  }
-  if (!std::filesystem::exists(path)) return nullptr;
-  return Engine::load({.model_path = path, .n_threads = 2, .attn = attn, .prefill_chunk = 96});
-}
+std::unique_ptr<Engine> default_engine(const std::string& attn) { return test::default_engine(attn, 96); }
 
 // n prompts of ~15..~450 tokens: sentences of different lengths, so sequences finish at
 // different steps (EOS or max_tokens) and their caches hold different lengths.

@@ -14,16 +14,7 @@
 namespace longctx {
 namespace {
 
-std::unique_ptr<Engine> engine(const std::string& attn) {
-  std::string path;
-  try {
-    path = default_model_path();
-  } catch (const Error&) {
-    return nullptr;
-  }
-  if (!std::filesystem::exists(path)) return nullptr;
-  return Engine::load({.model_path = path, .n_threads = 2, .attn = attn, .prefill_chunk = 256});
-}
+std::unique_ptr<Engine> engine(const std::string& attn) { return test::default_engine(attn, 256); }
 
 std::vector<int32_t> prompt_of(const Engine& eng, int repeats) {
   std::string text = "Notes from the harbour: ";
