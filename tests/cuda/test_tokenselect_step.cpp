@@ -204,8 +204,10 @@ void check_step(int H, int Hkv, int64_t n_kv, int64_t C, const TokenSelectParams
     const double kth = sorted[size_t(t.k - 1)];
     std::vector<int32_t> diff;
     std::set_symmetric_difference(got_keys.begin(), got_keys.end(), want.begin(), want.end(), std::back_inserter(diff));
+    // The GPU scores with the query as bf16 hi + lo parts (~2^-16 relative): a vote within 1e-3
+    // of the k-th may fall on either side.
     for (int32_t pos : diff)
-      EXPECT_LE(std::abs(vote[size_t(pos - t.n_init)] - kth), 1e-5 * kth)
+      EXPECT_LE(std::abs(vote[size_t(pos - t.n_init)] - kth), 1e-3 * kth)
           << "position " << pos << " differs and is no near-tie (n_kv " << n_kv << ", C " << C << ")";
   }
   // The output against the CPU's attention over the GPU's own key set (the same mask).

@@ -10,9 +10,11 @@
 //   slots   int32 [n_slot]                     e.g. a KV manager's page-size-1 slot table, offset
 //   scores  fp32 [n_head, n_slot]
 // head_dim 64 or 128; g in {1, 2, 4, 7, 8}.
-// How: one thread per (KV head, slot): the thread loads its gathered key row whole (head_dim/8
-// 16-byte loads in flight), then forms the g scores of its GQA group against the queries held in
-// shared memory; no cross-lane reduction, and consecutive threads store consecutive scores.
+// How: tensor cores (mma.m16n8k16): 16 gathered rows of one KV head x the GQA group's queries
+// (g <= 8) per instruction, so each row is read once for all g query heads; rows are loaded
+// straight into registers (16 contiguous bytes per thread) with head_dim summed in a permuted
+// order that the query fragments share. fp32 queries are applied as bf16 hi + lo parts
+// (relative error ~2^-16 of the query); accumulation in fp32.
 #pragma once
 #include <cstdint>
 
