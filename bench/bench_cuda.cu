@@ -36,6 +36,9 @@ using longctx::bench::time_ms;
 // Attention geometry: Llama-3-8B's by default; --shape H,HKV,D sets another (e.g. 16,8,256: Gemma
 // 3 12B's head_dim 256, where only the FA2-style prefill kernel applies).
 int g_heads = 32, g_kv_heads = 8, g_head_dim = 128;
+// --window W: sliding-window attention (Gemma 3's local layers) in prefill and decode; the FLOP
+// and byte counts stay the dense ones, so TFLOP/s and GB/s read as "dense-equivalent".
+int64_t g_window = 0;
 
 int bench_attention_main(int argc, char** argv) {
   std::vector<int64_t> prefill = {8192, 32768, 131072}, decode = {131072, 1048576};
@@ -48,6 +51,7 @@ int bench_attention_main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--reps-scale") && i + 1 < argc) reps_scale = std::atof(argv[++i]);
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--no-ops")) ops = false;
+    else if (!std::strcmp(argv[i], "--window") && i + 1 < argc) g_window = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--shape") && i + 1 < argc) {
       const std::vector<int64_t> sh = parse_list(argv[++i]);
       if (sh.size() != 3) {
@@ -58,7 +62,7 @@ int bench_attention_main(int argc, char** argv) {
     }
     else {
       std::fprintf(stderr,
-                   "usage: %s [--prefill N,..] [--decode N,..] [--shape H,HKV,D] [--no-ops] [--reps-scale X] "
+                   "usage: %s [--prefill N,..] [--decode N,..] [--shape H,HKV,D] [--window W] [--no-ops] [--reps-scale X] "
                    "[--json FILE]\n",
                    argv[0]);
       return 2;
@@ -75,8 +79,9 @@ int bench_attention_main(int argc, char** argv) {
     std::snprintf(buf, sizeof buf, "  \"device\": \"%s\", \"sms\": %d, \"date\": \"%s\",\n", dev.name.c_str(),
                   dev.num_sms, date);
     js += buf;
-    std::snprintf(buf, sizeof buf, "  \"shape\": {\"n_head\": %d, \"n_kv_head\": %d, \"head_dim\": %d, \"dtype\": \"bf16\"},\n",
-                  g_heads, g_kv_heads, g_head_dim);
+    std::snprintf(buf, sizeof buf,
+                  "  \"shape\": {\"n_head\": %d, \"n_kv_head\": %d, \"head_dim\": %d, \"window\": %lld, \"dtype\": \"bf16\"},\n",
+                  g_heads, g_kv_heads, g_head_dim, (long long)g_window);
     js += buf;
 
     // Copy bandwidth ceiling: 2 x 2 GiB buffers, bytes read + written.
@@ -117,6 +122,7 @@ int bench_attention_main(int argc, char** argv) {
       p.n_kv_head = g_kv_heads;
       p.head_dim = g_head_dim;
       p.causal = true;
+      p.window = g_window;
       const double flops = 2.0 * double(S) * double(S) * g_head_dim * g_heads;  // causal: half of 4*S^2*d*H
       const int reps = std::max(3, int(reps_scale * (S <= 8192 ? 20 : S <= 32768 ? 8 : 3)));
       const struct {
@@ -129,7 +135,7 @@ int bench_attention_main(int argc, char** argv) {
                    {1, Sm90Variant::overlap, 3, "sm90_overlap_s3"},   {1, Sm90Variant::pingpong, 3, "sm90_pingpong_s3"},
                    {0, Sm90Variant::simple, 0, "fa2_mma_sync"}};
       for (const auto& im : impls) {
-        if (im.kind != 0 && g_head_dim != 128) continue;  // the Hopper kernel is head_dim 128 only
+        if (im.kind != 0 && (g_head_dim != 128 || g_window > 0)) continue;  // Hopper kernel: d 128, no window
         auto run = [&] {
           if (im.kind == 0) {
             p.impl = PrefillImpl::fa2_mma_sync;
@@ -168,6 +174,7 @@ int bench_attention_main(int argc, char** argv) {
       p.n_q = n_q;
       p.n_kv = n_kv;
       p.q_pos0 = q_pos0;
+      p.window = g_window;
       p.n_head = g_heads;
       p.n_kv_head = g_kv_heads;
       p.head_dim = g_head_dim;
@@ -206,6 +213,7 @@ int bench_attention_main(int argc, char** argv) {
       p.n_head = g_heads;
       p.n_kv_head = g_kv_heads;
       p.head_dim = g_head_dim;
+      p.window = g_window;
       p.workspace = ws;
       p.workspace_bytes = ws_bytes;
       const double ms = time_ms([&] { attention_decode(p); }, 3, std::max(5, int(reps_scale * 50)));
@@ -242,6 +250,7 @@ int bench_attention_main(int argc, char** argv) {
       p.n_head = g_heads;
       p.n_kv_head = g_kv_heads;
       p.head_dim = g_head_dim;
+      p.window = g_window;
       p.workspace = ws;
       p.workspace_bytes = ws_bytes;
       const double bytes = 2.0 * double(nk) * 2;  // K + V read once
