@@ -86,9 +86,6 @@ GpuTransformer::GpuTransformer(ModelConfig cfg, DeviceWeights w, const GpuOption
   method_ctx_ = MethodContext{cfg_.n_layer, cfg_.n_head, cfg_.n_kv_head, cfg_.head_dim, cfg_.name};
   method_ = make_attention_method(opts.attn, method_ctx_);
   gpu_method_ = make_gpu_method(*method_, method_ctx_);
-  if (gpu_method_ && cfg_.head_dim != 64 && cfg_.head_dim != 128)
-    fail("attention '{}' on the GPU needs head dim 64 or 128 (its sparse kernels); {} has {} (use dense, or --device cpu)",
-         opts.attn, cfg_.name, cfg_.head_dim);
   if (kv_type_ == KvCacheType::fp8 && cfg_.head_dim < 64)
     fail("--kv-cache fp8 needs head dim 64 or more; {} has {}", cfg_.name, cfg_.head_dim);
   attn_spec_ = opts.attn;
