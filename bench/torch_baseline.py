@@ -10,7 +10,8 @@ ceiling. Inputs are random normal (never zeros), contiguous [B, H, S, D].
 How: CUDA events around each call, warmup first, median of N (bench/results, docs/benchmarks.md).
 Run (on the GPU machine): python3 bench/torch_baseline.py [--prefill 8192,32768,131072]
                           [--decode 131072,1048576] [--chunk 512 --chunk-lens 131072,1048576]
-                          [--json out.json]
+                          [--shape 32,8,128] [--json out.json]
+--shape H,HKV,D: another attention geometry (16,8,256: head_dim 256, as bench_cuda.cu --shape).
 """
 import argparse
 import json
@@ -47,8 +48,11 @@ def main():
     ap.add_argument("--decode", default="131072,1048576")
     ap.add_argument("--chunk", type=int, default=512)
     ap.add_argument("--chunk-lens", default="")
+    ap.add_argument("--shape", default="32,8,128", help="H,HKV,D")
     ap.add_argument("--json")
     args = ap.parse_args()
+    global H, HKV, D
+    H, HKV, D = (int(x) for x in args.shape.split(","))
     dev = torch.cuda.get_device_name(0)
     res = {"device": dev, "torch": torch.__version__, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "shape": {"n_head": H, "n_kv_head": HKV, "head_dim": D, "dtype": "bf16"}, "prefill": [], "decode": [], "chunk": []}
