@@ -55,6 +55,10 @@ class TokenSelectMethod final : public AttentionMethod {
     };
     std::vector<Layer> layers;  // grown to the layers seen
     int64_t hits = 0, misses = 0;  // decode selections reused / made
+    // audit (statistics, bench/tokenselect_cache.cpp): on a hit also make the fresh selection and
+    // add |reused ∩ fresh| / |fresh| to overlap_sum (so overlap_sum / hits is the mean overlap).
+    bool audit = false;
+    double overlap_sum = 0;
   };
 
  private:
