@@ -89,13 +89,5 @@ class DeviceWeights {
   int64_t rope_context_ = -1;       // context the tables were made for (LongRoPE)
 };
 
-// The RoPE tables the CPU Transformer uses for this config at a context of `context` tokens
-// (0: at construction): inverse frequencies [n_layer, head_dim/2] and per-layer cos/sin factors.
-// rope_freqs: GGUF llama3 divisors, or empty.
-struct RopeTables {
-  std::vector<float> inv_freq;
-  std::vector<float> factor;
-};
-RopeTables rope_tables(const ModelConfig& c, const std::vector<float>& rope_freqs, int64_t context);
 
 }  // namespace longctx::gpu

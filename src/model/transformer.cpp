@@ -19,33 +19,7 @@ Transformer::Transformer(ModelConfig cfg, ModelWeights w, std::shared_ptr<const 
   set_rope(0);
 }
 
-void Transformer::set_rope(int64_t context) {
-  const RopeScaling& rs = cfg_.rope_scaling;
-  inv_freq_.assign(size_t(cfg_.n_layer), std::vector<float>(size_t(cfg_.head_dim / 2)));
-  rope_factor_.assign(size_t(cfg_.n_layer), 1.f);
-  for (int l = 0; l < cfg_.n_layer; ++l) {
-    const LayerAttention la = cfg_.layer(l);
-    RopeParams rp;
-    rp.head_dim = cfg_.head_dim;
-    rp.theta = la.rope_theta;
-    // GGUF llama3 models give the scaling as divisors (rope_freqs); the config only names it.
-    rp.scaling = la.rope_scaled && w_.rope_freqs.empty() ? rs.type.c_str() : "none";
-    rp.factor = rs.factor;
-    rp.low_freq_factor = rs.low_freq_factor;
-    rp.high_freq_factor = rs.high_freq_factor;
-    rp.original_context = rs.original_context;
-    rp.beta_fast = rs.beta_fast;
-    rp.beta_slow = rs.beta_slow;
-    rp.truncate = rs.truncate;
-    rp.mscale = rs.mscale;
-    rp.mscale_all_dim = rs.mscale_all_dim;
-    rp.attention_factor = rs.attention_factor;
-    rp.longrope_ext = context > rs.original_context ? rs.long_factor.data() : rs.short_factor.data();
-    const float* divisors = la.rope_scaled && !w_.rope_freqs.empty() ? w_.rope_freqs.data() : nullptr;
-    rope_inv_freq_ref(rp, divisors, inv_freq_[size_t(l)].data());
-    rope_factor_[size_t(l)] = rope_attention_factor(rp);
-  }
-}
+void Transformer::set_rope(int64_t context) { rope_ = rope_tables(cfg_, w_.rope_freqs, context); }
 
 void Transformer::reset(int64_t capacity) {
   if (cfg_.rope_scaling.type == "longrope") set_rope(capacity);
@@ -81,10 +55,9 @@ void Transformer::project(const LayerRows& r, float* h, float* q) {
     rmsnorm_ref(kc, L.k_norm.data(), kc, r.T * cfg_.n_kv_head, D, cfg_.rms_eps, pool_, off);
   }
   if (pre_rope(*seq_)) return;  // rotated at attention time, at the method's positions
-  const float* inv_freq = inv_freq_[size_t(r.l)].data();
-  const float factor = rope_factor_[size_t(r.l)];
-  rope_apply_ref(q, r.T, cfg_.n_head, int(D), r.pos0, inv_freq, pool_, factor);
-  rope_apply_ref(kc, r.T, cfg_.n_kv_head, int(D), r.pos0, inv_freq, pool_, factor);
+  const LayerRope rope = layer_rope(r.l);
+  rope_apply_ref(q, r.T, cfg_.n_head, int(D), r.pos0, rope.inv_freq, pool_, rope.factor);
+  rope_apply_ref(kc, r.T, cfg_.n_kv_head, int(D), r.pos0, rope.inv_freq, pool_, rope.factor);
 }
 
 void Transformer::attend(const AttnParams& ap, SequenceState& seq, Phase phase) {
@@ -239,8 +212,7 @@ void Transformer::decode_batch(std::span<SequenceState* const> seqs, std::span<c
       rmsnorm_ref(q.data(), L.q_norm.data(), q.data(), n * cfg_.n_head, D, cfg_.rms_eps, pool_, off);
       rmsnorm_ref(k.data(), L.k_norm.data(), k.data(), n * cfg_.n_kv_head, D, cfg_.rms_eps, pool_, off);
     }
-    const float* inv_freq = inv_freq_[size_t(l)].data();
-    const float factor = rope_factor_[size_t(l)];
+    const LayerRope rope = layer_rope(l);
     for (int64_t i = 0; i < n; ++i) {  // each row at its own position, into its own cache
       SequenceState& sq = *seqs[size_t(i)];
       const int64_t pos = sq.cache.size();
@@ -248,8 +220,8 @@ void Transformer::decode_batch(std::span<SequenceState* const> seqs, std::span<c
       std::memcpy(kc, k.data() + i * KV, size_t(KV) * sizeof(float));
       std::memcpy(sq.cache.v(l) + pos * KV, v.data() + i * KV, size_t(KV) * sizeof(float));
       if (!pre_rope(sq)) {
-        rope_apply_ref(q.data() + i * Q, 1, cfg_.n_head, int(D), pos, inv_freq, pool_, factor);
-        rope_apply_ref(kc, 1, cfg_.n_kv_head, int(D), pos, inv_freq, pool_, factor);
+        rope_apply_ref(q.data() + i * Q, 1, cfg_.n_head, int(D), pos, rope.inv_freq, pool_, rope.factor);
+        rope_apply_ref(kc, 1, cfg_.n_kv_head, int(D), pos, rope.inv_freq, pool_, rope.factor);
       }
       const AttnParams ap = attn_params(sq, l, 1, pos, q.data() + i * Q, s.o.data() + i * Q);
       attend(ap, sq, Phase::decode);

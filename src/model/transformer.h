@@ -22,6 +22,7 @@
 #include "model/config.h"
 #include "model/kv_cache.h"
 #include "model/logits_sink.h"
+#include "model/rope_tables.h"
 #include "model/weights.h"
 #include "methods/method.h"
 
@@ -121,7 +122,9 @@ class Transformer {
   // un-rotated here and attention rotates them at the method's positions (methods/run_cpu.h). A
   // sequence's cache must not outlive a change of layout (set_method before its first token).
   bool pre_rope(const SequenceState& s) const { return method_of(s).needs().keys == KeyLayout::pre_rope; }
-  LayerRope layer_rope(int l) const { return {inv_freq_[size_t(l)].data(), rope_factor_[size_t(l)]}; }
+  LayerRope layer_rope(int l) const {
+    return {rope_.inv_freq.data() + size_t(l) * size_t(cfg_.head_dim / 2), rope_.factor[size_t(l)]};
+  }
   // Attention of one step of seq (its method and state) through attend_cpu.
   void attend(const AttnParams& ap, SequenceState& seq, Phase phase);
 
@@ -131,11 +134,9 @@ class Transformer {
   ThreadPool& pool_;
   SequenceState own_;            // the sequence forward() uses unless another is attached
   SequenceState* seq_ = &own_;   // the attached sequence
-  // RoPE tables for a context of `context` tokens: inv_freq_ [n_layer][head_dim/2] and the
-  // cos/sin factor per layer (YaRN, LongRoPE).
+  // The RoPE tables for a context of `context` tokens (model/rope_tables.h).
   void set_rope(int64_t context);
-  std::vector<std::vector<float>> inv_freq_;
-  std::vector<float> rope_factor_;  // [n_layer]
+  RopeTables rope_;
 };
 
 }  // namespace longctx
