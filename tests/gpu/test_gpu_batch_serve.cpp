@@ -117,12 +117,12 @@ TEST(GpuServeBatch, JoinsAndLeavesAtRandomStepsEqualGenerateAlone) {
   const auto reqs = random_requests(40, int32_t(eng->config().vocab_size), 7);
   std::vector<GenerateResult> alone;
   for (const Request& r : reqs) alone.push_back(eng->generate(r.prompt, r.sp));
-  int64_t max_rows = 0;
+  int64_t decode_rows = 0;
   std::vector<Got> got;
   {
     auto batch = eng->start_batch({.kv_tokens = 48 * 1024, .max_sequences = 24, .prefill_chunk = kChunk});
     got = run_schedule(*batch, reqs);
-    max_rows = batch->stats().decode_tokens;
+    decode_rows = batch->stats().decode_tokens;
     EXPECT_EQ(batch->stats().sequences, 0);
     EXPECT_EQ(batch->stats().kv_tokens, 0);
   }
@@ -147,7 +147,7 @@ TEST(GpuServeBatch, JoinsAndLeavesAtRandomStepsEqualGenerateAlone) {
   EXPECT_EQ(eng->generate(reqs[1].prompt, reqs[1].sp).tokens, alone[1].tokens);
   std::printf("[ gpu     ] %d/%zu requests finished with generate()'s tokens, %d left early with a prefix; "
               "%lld decode rows\n",
-              equal, reqs.size() - size_t(leavers), leavers, (long long)max_rows);
+              equal, reqs.size() - size_t(leavers), leavers, (long long)decode_rows);
 }
 
 // The model-level fixture: a GpuTransformer with random weights and a batch over it.
