@@ -155,8 +155,8 @@ def main():
         long_prompt = None
         if a.long_prompt:  # about a.long_prompt tokens, measured by the server's tokenizer
             unit = "The lighthouse keeper counted the ships that passed the rocks at night. "
-            req = urllib.request.Request(url + "/tokenize", data=json.dumps({"prompt": unit, "add_special_tokens": False}).encode(),
-                                         headers={"Content-Type": "application/json"})
+            body = json.dumps({"prompt": unit, "add_special_tokens": False}).encode()
+            req = urllib.request.Request(url + "/tokenize", data=body, headers={"Content-Type": "application/json"})
             with urllib.request.urlopen(req, timeout=30) as resp:
                 n_unit = json.load(resp)["count"]
             long_prompt = unit * max(1, a.long_prompt // max(n_unit, 1))

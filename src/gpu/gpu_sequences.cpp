@@ -1,8 +1,8 @@
 // gpu_sequences.cpp: the several-sequences half of GpuTransformer (declared in
 // gpu_transformer.h, "Several sequences"): the shared KV pool and its sequences (reserve,
-// reserve_pool, new_sequence whole or growing, attach, pages taken and given back), and the batched decode step (decode_batch:
-// one step of n sequences, a CUDA graph per row count).
-// Tested by tests/gpu/test_gpu_batch.cpp; timed by bench/bench_gpu_batch.cpp.
+// reserve_pool, new_sequence whole or growing, attach, pages taken and given back), and the
+// batched decode step (decode_batch: one step of n sequences, a CUDA graph per row count).
+// Tested by tests/gpu/test_gpu_batch.cpp and test_gpu_batch_serve.cpp; timed by bench/bench_gpu_batch.cpp.
 #include <cuda_runtime.h>
 
 #include <algorithm>

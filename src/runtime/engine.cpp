@@ -70,9 +70,10 @@ class CpuEngine final : public Engine {
       if (!opts_.model_path.empty()) {  // a real tokenizer for the random model (its file's tensors unused)
         file_ = open_model_file(opts_.model_path);
         tok_ = Tokenizer::from_model_file(*file_);
-        if (tok_->vocab_size() > cfg_.vocab_size)
-          fail("{}: its tokenizer has {} tokens but the --random-weights geometry '{}' has a vocabulary of {}",
-               opts_.model_path, tok_->vocab_size(), opts_.random_weights, cfg_.vocab_size);
+        if (tok_->vocab_size() != cfg_.vocab_size)  // random logits sample every id of the geometry
+          fail("{}: its tokenizer has {} tokens but the --random-weights geometry '{}' samples from {}; pick a "
+               "tokenizer of that vocabulary size", opts_.model_path, tok_->vocab_size(), opts_.random_weights,
+               cfg_.vocab_size);
       }
     }
 #endif
@@ -358,7 +359,8 @@ class CpuEngine final : public Engine {
   // What the GPU cannot hold: --device cuda fails with the problem (needed vs free); --device
   // auto says so and moves to the CPU.
   void leave_gpu(const std::string& problem) {
-    if (opts_.device != "auto" || !file_ || !opts_.random_weights.empty()) fail("--device {}: {}", opts_.device, problem);
+    if (opts_.device != "auto" || !file_ || !opts_.random_weights.empty())
+      fail("--device {}: {}", opts_.device, problem);
     note(problem + "; --device auto: running on the CPU");
     gpu_.reset();
     on_gpu_ = false;
