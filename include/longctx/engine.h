@@ -33,7 +33,8 @@ struct LoadOptions {
   std::string device = "cpu";
   // A named geometry ("llama3-8b", "llama3.1-8b", "qwen2.5-7b", "smollm2-135m"; ":N" keeps N
   // layers) with random weights generated on the GPU instead of model_path: for benchmarks; no
-  // tokenizer (token ids only). Needs the CUDA build and a GPU.
+  // tokenizer (token ids only), unless model_path is set: then that file's tokenizer (e.g. a GGUF
+  // holding only the tokenizer metadata; its tensors are not read). Needs the CUDA build and a GPU.
   std::string random_weights = {};  // (an initializer: designated-initializer users get no -Wextra warning)
   int64_t gpu_chunk = 0;  // tokens per prefill chunk on the GPU; 0 = automatic (16K)
   // Benchmarks only (GPU, head_dim 128): after RoPE, every layer's prefill Q and K are replaced by
@@ -99,6 +100,9 @@ struct BatchOptions {
   int64_t kv_tokens = 0;      // KV cache budget of all open sequences, in tokens; 0 = max_context()
   int max_sequences = 64;     // open sequences at most (rows of one decode step)
   int64_t prefill_chunk = 0;  // prompt tokens per step; 0 = LoadOptions::prefill_chunk
+  // false: one whole sequence per step (the serial batch over generate()): the baseline batched
+  // serving is measured against (`longctx serve --no-batching`).
+  bool batched = true;
 };
 
 struct BatchStats {
@@ -171,10 +175,12 @@ class Engine {
     return out;
   }
 
-  // A step-level batch over this engine (above). The CPU engine batches decode steps over
-  // Transformer::decode_batch and interleaves prefill chunks; this default (the GPU engine for
-  // now) runs each sequence's whole generate() in the step that reaches it, one after another:
-  // correct, not batched.
+  // A step-level batch over this engine (above). The CPU and GPU engines batch decode steps
+  // (Transformer::decode_batch, GpuTransformer::decode_batch over its paged pool, pages taken as
+  // sequences grow) and interleave prefill chunks; this default (and the GPU with a method that
+  // keeps per-sequence decode state, e.g. HiP, or BatchOptions::batched false) runs each
+  // sequence's whole generate() in the step that reaches it, one after another: correct, not
+  // batched.
   virtual std::unique_ptr<SequenceBatch> start_batch(const BatchOptions& opts);
 
   // Teacher-forced log-probabilities: out[i] = log p(tokens[i+1] | tokens[0..i]), size n-1. The

@@ -2,7 +2,10 @@
 //
 //   longctx serve                                  (the default model on http://127.0.0.1:8000)
 //   longctx serve -m model.gguf --port 9000 --attn a_shape --kv-tokens 65536
+//   longctx serve -m tokenizer.gguf --random-weights smollm2-135m --device cuda   (GPU benchmarks:
+//       random weights of a named geometry, the tokenizer of -m's file)
 #include "cli/commands.h"
+#include "cli/geometry_option.h"
 #include "cli/options.h"
 #include "server/server.h"
 
@@ -14,7 +17,8 @@ namespace {
 constexpr int64_t kDefaultKvContexts = 4;
 
 struct ServeArgs {
-  std::string model, host = "127.0.0.1", attn = "dense", device = "cpu", name;
+  std::string model, host = "127.0.0.1", attn = "dense", device = "cpu", name, random_weights;
+  bool no_batching = false;
   int port = 8000, threads = 0, max_sequences = 32, max_queue = 128, http_threads = 0;
   int64_t kv_tokens = 0, chunk = LoadOptions{}.prefill_chunk, max_body = 16 << 20;
   double drain_timeout = 30;
@@ -22,9 +26,12 @@ struct ServeArgs {
 };
 
 void run(const ServeArgs& a) {
-  check_max_context(a.ctx, a.model);
+  if (!a.random_weights.empty() && a.model.empty())
+    fail("--random-weights {} needs -m FILE: the server tokenizes with that file's tokenizer", a.random_weights);
+  if (a.random_weights.empty()) check_max_context(a.ctx, a.model);
   server::ServerOptions o;
   o.load.model_path = a.model;
+  o.load.random_weights = a.random_weights;
   o.load.n_threads = a.threads;
   o.load.max_context = a.ctx.max_context;
   o.load.attn = a.attn;
@@ -35,6 +42,7 @@ void run(const ServeArgs& a) {
   o.model_id = a.name;
   o.scheduler.batch.max_sequences = a.max_sequences;
   o.scheduler.batch.kv_tokens = a.kv_tokens;  // 0: set from the context below
+  o.scheduler.batch.batched = !a.no_batching;
   o.scheduler.max_queue = a.max_queue;
   o.max_body_bytes = a.max_body;
   o.http_threads = a.http_threads;
@@ -63,6 +71,12 @@ void register_serve(CLI::App& app) {
       ->check(integer_at_least(0));
   c->add_option("--max-seqs", args->max_sequences, "Requests running at once (rows of one decode step)")
       ->check(integer_at_least(1));
+  c->add_flag("--no-batching", args->no_batching,
+              "Run one request at a time (whole generate per request): the baseline of batched serving");
+  c->add_option("--random-weights", args->random_weights,
+                "Random weights of a named geometry (llama3-8b, smollm2-135m, ...; NAME:N keeps N layers) with the "
+                "tokenizer of -m's file; GPU benchmarks only")
+      ->check(known_geometry());
   c->add_option("--max-queue", args->max_queue, "Requests waiting for admission at most (more get HTTP 503)")
       ->check(integer_at_least(0));
   c->add_option("--max-body", args->max_body, "Largest request body in bytes (larger: HTTP 413)")->check(integer_at_least(1));

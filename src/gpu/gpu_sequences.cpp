@@ -1,8 +1,8 @@
 // gpu_sequences.cpp: the several-sequences half of GpuTransformer (declared in
 // gpu_transformer.h, "Several sequences"): the shared KV pool and its sequences (reserve,
-// new_sequence, attach, pages taken and given back), and the batched decode step (decode_batch:
-// one step of n sequences, a CUDA graph per row count).
-// Tested by tests/gpu/test_gpu_batch.cpp; timed by bench/bench_gpu_batch.cpp.
+// reserve_pool, new_sequence whole or growing, attach, pages taken and given back), and the
+// batched decode step (decode_batch: one step of n sequences, a CUDA graph per row count).
+// Tested by tests/gpu/test_gpu_batch.cpp and test_gpu_batch_serve.cpp; timed by bench/bench_gpu_batch.cpp.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -34,6 +34,18 @@ BatchLayout batch_layout(const ModelConfig& c, int64_t rows) {
   b.v = b.k + align_up(size_t(rows) * kv_row);
   b.total = b.v + align_up(size_t(rows) * kv_row);
   return b;
+}
+
+// The plan of a pool for growing sequences: pool_tokens in all (whole pages), one sequence up to
+// max_capacity, step_rows rows a step (at most the arena's logit rows).
+SequencesPlan growing_plan(int64_t pool_tokens, int64_t max_capacity, int step_rows, int64_t logit_rows) {
+  SequencesPlan p;
+  p.pool_tokens = kv::pages_for_tokens(std::max<int64_t>(pool_tokens, 1), kKvPageTokens) * kKvPageTokens;
+  p.max_capacity = kv::pages_for_tokens(std::max<int64_t>(max_capacity, 1), kKvPageTokens) * kKvPageTokens;
+  p.step_rows = int(std::clamp<int64_t>(step_rows, 1, std::max<int64_t>(logit_rows, 1)));
+  p.n_seq = p.step_rows;
+  p.asked = pool_tokens;
+  return p;
 }
 
 }  // namespace
@@ -79,10 +91,11 @@ void GpuTransformer::allocate_pool(const SequencesPlan& p) {
   }
 }
 
-bool GpuTransformer::try_take_pages(GpuSequence& s, int64_t capacity) {
+bool GpuTransformer::try_take_pages(GpuSequence& s, int64_t capacity, int64_t contiguous) {
   if (!pool_ || s.id >= 0) return false;
-  const int64_t rows = kv::pages_for_tokens(std::max<int64_t>(capacity, 1), kKvPageTokens) * kKvPageTokens;
-  if (rows > pool_plan_.max_capacity) return false;
+  if (contiguous < 0 || contiguous > capacity) contiguous = capacity;
+  const int64_t rows = kv::pages_for_tokens(std::max<int64_t>(contiguous, 1), kKvPageTokens) * kKvPageTokens;
+  if (kv::pages_for_tokens(capacity, kKvPageTokens) * kKvPageTokens > pool_plan_.max_capacity) return false;
   const bool alone = pool_->n_sequences() == 0;  // no sequence shares the pool's fp8 scales
   const kv::SeqId id = pool_->create_sequence();
   try {
@@ -119,43 +132,74 @@ void GpuTransformer::release_pages(GpuSequence& s) {
 }
 
 std::string GpuTransformer::sequences_fit_problem(std::span<const int64_t> capacities) const {
+  return plan_fit_problem(plan_sequences(capacities, layout_.logit_rows));
+}
+
+std::string GpuTransformer::plan_fit_problem(const SequencesPlan& p) const {
   size_t free_b = 0, total_b = 0;
   if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
     (void)cudaGetLastError();
     return "cannot query free GPU memory (cudaMemGetInfo failed)";
   }
-  const SequencesPlan p = plan_sequences(capacities, layout_.logit_rows);
   return gpu::sequences_fit_problem(cfg_, p, free_b + held_kv_bytes(), w_.bytes() + layout_.total, device_name_,
                                     sparse_bytes(p.max_capacity, p.step_rows), kv_type_, layer_major_);
+}
+
+std::string GpuTransformer::pool_fit_problem(int64_t pool_tokens, int64_t max_capacity, int step_rows) const {
+  return plan_fit_problem(growing_plan(pool_tokens, max_capacity, step_rows, layout_.logit_rows));
+}
+
+void GpuTransformer::reserve_pool(int64_t pool_tokens, int64_t max_capacity, int step_rows) {
+  if (pool_tokens <= 0 || max_capacity <= 0 || step_rows <= 0)
+    fail("reserve_pool: {} tokens, sequences up to {}, {} rows a step (all must be positive)", pool_tokens,
+         max_capacity, step_rows);
+  reserve_plan(growing_plan(pool_tokens, max_capacity, step_rows, layout_.logit_rows));
+}
+
+GpuTransformer::PoolUse GpuTransformer::pool_use() const {
+  PoolUse u;
+  if (!pool_) return u;
+  u.pages = pool_->spec().n_pages;
+  u.free_pages = pool_->free_pages();
+  u.longest_free_run = pool_->longest_free_run();
+  u.max_capacity = pool_plan_.max_capacity;
+  return u;
 }
 
 void GpuTransformer::reserve_sequences(std::span<const int64_t> capacities) {
   if (capacities.empty()) fail("reserve_sequences: no sequences");
   for (int64_t c : capacities)
     if (c <= 0) fail("KV cache capacity must be positive (got {})", c);
+  reserve_plan(plan_sequences(capacities, layout_.logit_rows));
+}
+
+void GpuTransformer::reserve_plan(const SequencesPlan& p) {
   if (external_sequences() > 0)
     fail("reserve_sequences: {} sequences still hold pages of the GPU KV pool; free them first", external_sequences());
   if (seq_ != &own_) fail("reserve_sequences: a sequence is attached; attach(nullptr) first");
   release_pages(own_);
-  const SequencesPlan p = plan_sequences(capacities, layout_.logit_rows);
   const bool grows = !pool_ || p.pool_tokens > pool_plan_.pool_tokens || p.max_capacity > pool_plan_.max_capacity ||
                      p.step_rows > pool_plan_.step_rows;
   if (grows) {
-    const std::string problem = sequences_fit_problem(capacities);
+    const std::string problem = plan_fit_problem(p);
     if (!problem.empty()) fail("{}", problem);
     allocate_pool(p);
   }
   note_memory();
 }
 
-std::unique_ptr<GpuSequence> GpuTransformer::new_sequence(int64_t capacity) {
+std::unique_ptr<GpuSequence> GpuTransformer::new_sequence(int64_t capacity) { return new_sequence(capacity, capacity); }
+
+std::unique_ptr<GpuSequence> GpuTransformer::new_sequence(int64_t capacity, int64_t contiguous) {
   if (capacity <= 0) fail("KV cache capacity must be positive (got {})", capacity);
+  if (contiguous <= 0 || contiguous > capacity)
+    fail("new_sequence: {} contiguous tokens of a sequence of {} (must be 1..{})", contiguous, capacity, capacity);
   auto s = std::make_unique<GpuSequence>();
-  if (!try_take_pages(*s, capacity))
+  if (!try_take_pages(*s, capacity, contiguous))
     fail("new_sequence: the GPU KV pool has no run of free pages for {} tokens ({} of {} pages of {} tokens free, "
-         "longest sequence {}); reserve_sequences with every sequence's capacity first",
-         capacity, pool_ ? pool_->free_pages() : 0, pool_ ? pool_->spec().n_pages : 0, kKvPageTokens,
-         pool_plan_.max_capacity);
+         "longest run {} pages, longest sequence {}); reserve_sequences with every sequence's capacity first",
+         contiguous, pool_ ? pool_->free_pages() : 0, pool_ ? pool_->spec().n_pages : 0, kKvPageTokens,
+         pool_ ? pool_->longest_free_run() : 0, pool_plan_.max_capacity);
   s->model = this;
   return s;
 }

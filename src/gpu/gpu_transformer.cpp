@@ -238,8 +238,9 @@ void GpuTransformer::forward_to(std::span<const int32_t> tokens, int64_t n_logit
   if (T == 0) return;
   GpuSequence& sq = *seq_;
   if (sq.broken) fail("the GPU model was interrupted by an earlier error; reset() it before the next forward");
-  if (sq.id < 0 || sq.len + T > sq.cap_req)
-    fail("KV cache holds {} tokens; {} more at position {} do not fit", sq.id < 0 ? 0 : sq.cap_req, T, sq.len);
+  const int64_t room = std::min(sq.cap_req, sq.rows);  // a growing sequence: its contiguous run
+  if (sq.id < 0 || sq.len + T > room)
+    fail("KV cache holds {} tokens; {} more at position {} do not fit", sq.id < 0 ? 0 : room, T, sq.len);
   const int64_t V = cfg_.vocab_size;
   for (int32_t id : tokens)
     if (id < 0 || id >= V) fail("token id {} is outside the vocabulary (size {})", id, V);

@@ -67,8 +67,13 @@
 // path (dense and sparse prefill kernels, MInference's estimate, the fp8 layer-major staging,
 // the single decode step) reads a sequence's keys as a contiguous [rows, n_kv_head, head_dim]
 // block at its base row, unchanged; only the batched step reads through the block table.
-// Pages are reserved whole at new_sequence (capacity = prompt + new tokens, as reset does), so a
+// Pages are reserved whole at new_sequence(capacity) (prompt + new tokens, as reset does), so a
 // run costs nothing extra; fragmentation can only refuse a new sequence (Error), never corrupt.
+// Growing sequences (new_sequence(capacity, contiguous): continuous batching,
+// runtime/sequence_batch_gpu.cpp) take only their prompt as a run; decode_batch takes each later
+// page from the free list when the sequence reaches it (the batched step reads through the block
+// table, so those pages may lie anywhere); prefill past the run is an Error. reserve_pool sizes a
+// pool for them by its total tokens instead of a list of capacities.
 // reserve_sequences(capacities) sizes the pool for a batch first (the fit check, needed vs free,
 // before any work). Method state: the GPU builders keep no per-sequence state across calls
 // (prefill estimates live within one forward; decode indices are rebuilt from seq_lens each
@@ -196,6 +201,21 @@ class GpuTransformer {
   // A new empty sequence with room for `capacity` tokens, from the pool's free pages; Error when
   // there is no run of free pages that long (reserve_sequences first).
   std::unique_ptr<GpuSequence> new_sequence(int64_t capacity);
+  // A growing sequence (above): its first `contiguous` tokens (the prompt) as one run of free pages
+  // now, later pages taken by decode_batch as it grows, up to `capacity` tokens. Error when no run
+  // is long enough (pool_use().longest_free_run says beforehand).
+  std::unique_ptr<GpuSequence> new_sequence(int64_t capacity, int64_t contiguous);
+  // A pool of pool_tokens for growing sequences of up to max_capacity tokens each, step_rows rows
+  // per batched step; pool_fit_problem: "" when it fits (as sequences_fit_problem), else why.
+  std::string pool_fit_problem(int64_t pool_tokens, int64_t max_capacity, int step_rows) const;
+  void reserve_pool(int64_t pool_tokens, int64_t max_capacity, int step_rows);
+  struct PoolUse {
+    int64_t pages = 0, free_pages = 0;  // of the pool (0 without one)
+    int64_t longest_free_run = 0;       // pages: the longest contiguous prompt that fits now
+    int64_t page_tokens = kKvPageTokens;
+    int64_t max_capacity = 0;           // tokens one sequence may reach (the plan's)
+  };
+  PoolUse pool_use() const;
   // forward()/size()/capacity() work on s (nullptr: the model's own sequence) until the next
   // attach; reset() and capture_attention need the own sequence attached.
   void attach(GpuSequence* s);
@@ -320,7 +340,10 @@ class GpuTransformer {
   // The pool of plan p, the decode workspace, staging and method buffers sized by it (after the
   // fit check; frees what was held: no sequence may hold pages).
   void allocate_pool(const SequencesPlan& p);
-  bool try_take_pages(GpuSequence& s, int64_t capacity);  // false: no run long enough
+  // false: no run long enough. contiguous < 0: the whole capacity as one run.
+  bool try_take_pages(GpuSequence& s, int64_t capacity, int64_t contiguous = -1);
+  std::string plan_fit_problem(const SequencesPlan& p) const;
+  void reserve_plan(const SequencesPlan& p);
   void release_pages(GpuSequence& s);
   friend class GpuSequence;
   int64_t external_sequences() const;  // sequences from new_sequence holding pages

@@ -117,6 +117,17 @@ void KvCache::reserve_contiguous(SeqId s, int64_t tokens) {
   sync_row(q, 0);
 }
 
+int64_t KvCache::longest_free_run() const {
+  std::vector<int32_t> sorted(free_);
+  std::sort(sorted.begin(), sorted.end());
+  int64_t run = 0, best = 0;
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    run = i > 0 && sorted[i] == sorted[i - 1] + 1 ? run + 1 : 1;
+    best = std::max(best, run);
+  }
+  return best;
+}
+
 void KvCache::append(SeqId s, int64_t n) {
   Seq& q = seq(s, "append");
   if (n < 0) fail("KV cache append: {} tokens to sequence {}", n, s);

@@ -93,6 +93,9 @@ class KvCache {
   bool contains(SeqId s) const { return seqs_.count(s) != 0; }
   int64_t n_sequences() const { return int64_t(seqs_.size()); }
   int64_t free_pages() const { return int64_t(free_.size()); }
+  // The longest run of consecutive free page ids, in pages: reserve_contiguous of up to that many
+  // pages succeeds now (a batch admits a prompt when its run fits, see runtime/sequence_batch_gpu.cpp).
+  int64_t longest_free_run() const;
 
   // --- batch: the sequences a view covers; row b of the view's tables is batch[b] ---
   void set_batch(std::span<const SeqId> ids);  // Error: unknown id, duplicate, more than max_batch

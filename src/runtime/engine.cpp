@@ -67,6 +67,14 @@ class CpuEngine final : public Engine {
     if (random) {
       cfg_ = gpu::geometry_config(opts_.random_weights);
       tok_ = gpu::make_null_tokenizer(cfg_.vocab_size);
+      if (!opts_.model_path.empty()) {  // a real tokenizer for the random model (its file's tensors unused)
+        file_ = open_model_file(opts_.model_path);
+        tok_ = Tokenizer::from_model_file(*file_);
+        if (tok_->vocab_size() != cfg_.vocab_size)  // random logits sample every id of the geometry
+          fail("{}: its tokenizer has {} tokens but the --random-weights geometry '{}' samples from {}; pick a "
+               "tokenizer of that vocabulary size", opts_.model_path, tok_->vocab_size(), opts_.random_weights,
+               cfg_.vocab_size);
+      }
     }
 #endif
     if (!random) {
@@ -217,7 +225,12 @@ class CpuEngine final : public Engine {
   }
 
   std::unique_ptr<SequenceBatch> start_batch(const BatchOptions& o) override {
-    if (on_gpu_) return make_serial_batch(*this, opts_.attn, o);  // no batched GPU decode yet
+    if (!o.batched) return make_serial_batch(*this, opts_.attn, o);
+#ifdef LONGCTX_WITH_GPU
+    // Methods with per-sequence decode state on the GPU (HiP) run one sequence at a time, queued.
+    if (on_gpu_ && !gpu_->batches_decode()) return make_serial_batch(*this, opts_.attn, o);
+    if (on_gpu_) return make_gpu_batch({*gpu_, *tok_, cfg_, max_ctx_, opts_.prefill_chunk, opts_.attn}, o);
+#endif
     return make_cpu_batch({*model_, *tok_, cfg_, max_ctx_, opts_.prefill_chunk, opts_.attn}, o);
   }
 
@@ -346,7 +359,8 @@ class CpuEngine final : public Engine {
   // What the GPU cannot hold: --device cuda fails with the problem (needed vs free); --device
   // auto says so and moves to the CPU.
   void leave_gpu(const std::string& problem) {
-    if (opts_.device != "auto" || !file_) fail("--device {}: {}", opts_.device, problem);
+    if (opts_.device != "auto" || !file_ || !opts_.random_weights.empty())
+      fail("--device {}: {}", opts_.device, problem);
     note(problem + "; --device auto: running on the CPU");
     gpu_.reset();
     on_gpu_ = false;

@@ -1,5 +1,5 @@
-// sequence_batch.cpp: see sequence_batch.h. Both batches share the request checks and the KV
-// budget (BatchBase); the CPU batch steps every open sequence in one decode_batch call plus up to
+// sequence_batch.cpp: see sequence_batch.h. The batches share the request checks and the KV
+// budget (BatchBase, sequence_batch_base.h); the CPU batch steps every open sequence in one decode_batch call plus up to
 // one chunk of prefill tokens (prefilling sequences take turns), the serial batch runs one whole
 // sequence per step.
 #include "runtime/sequence_batch.h"
@@ -11,6 +11,7 @@
 
 #include "methods/method.h"
 #include "model/transformer.h"
+#include "runtime/sequence_batch_base.h"
 #include "runtime/sequence_run.h"
 #include "util/error.h"
 
@@ -26,63 +27,6 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 // one. A step's prefill budget counts it, so many short prompts do not stall the decode streams
 // longer than one chunk does.
 constexpr int64_t kPieceOverheadTokens = 128;
-
-// KV tokens a request reserves for its whole life (its cache never grows past this).
-int64_t reservation(const SequenceRequest& r) { return int64_t(r.prompt.size()) + std::max(0, r.sp.max_tokens); }
-
-// The checks and the KV budget of both batches; open sequences are counted by the subclass.
-class BatchBase : public SequenceBatch {
- public:
-  BatchBase(int64_t max_context, const BatchOptions& o) : max_ctx_(max_context), opts_(o) {
-    if (opts_.kv_tokens <= 0) opts_.kv_tokens = max_context;
-    if (opts_.max_sequences <= 0) fail("a batch needs room for at least one sequence (got {})", opts_.max_sequences);
-    stats_.kv_capacity = opts_.kv_tokens;
-  }
-
-  std::string check(const SequenceRequest& r) const override {
-    const SamplingParams& sp = r.sp;
-    const int64_t n = int64_t(r.prompt.size());
-    if (n == 0) return "the prompt is empty (no tokens)";
-    if (sp.max_tokens < 0) return fmt::format("max_tokens must be >= 0 (got {})", sp.max_tokens);
-    if (!std::isfinite(sp.temperature) || sp.temperature < 0)
-      return fmt::format("temperature must be a finite number >= 0 (got {})", sp.temperature);
-    if (!(sp.top_p > 0 && sp.top_p <= 1)) return fmt::format("top_p must be in (0, 1] (got {})", sp.top_p);
-    if (sp.top_k < 0) return fmt::format("top_k must be >= 0 (got {})", sp.top_k);
-    if (n > max_ctx_) return fmt::format("the prompt has {} tokens, more than the model's context of {} tokens", n, max_ctx_);
-    if (n + sp.max_tokens > max_ctx_)
-      return fmt::format("the prompt ({} tokens) plus max_tokens {} exceeds the context of {} tokens; lower max_tokens "
-                         "to at most {}", n, sp.max_tokens, max_ctx_, max_ctx_ - n);
-    if (reservation(r) > opts_.kv_tokens)
-      return fmt::format("the request needs {} KV cache tokens (prompt + max_tokens) but the whole KV budget is {}",
-                         reservation(r), opts_.kv_tokens);
-    return check_attn(r);
-  }
-  bool fits_now(const SequenceRequest& r) const override {
-    return stats_.sequences < opts_.max_sequences && stats_.kv_tokens + reservation(r) <= opts_.kv_tokens;
-  }
-  BatchStats stats() const override { return stats_; }
-
- protected:
-  virtual std::string check_attn(const SequenceRequest& r) const = 0;
-  // Throws unless the request can open now; reserves its KV tokens.
-  void admit(const SequenceRequest& r) {
-    if (const std::string why = check(r); !why.empty()) throw Error(why);
-    if (!fits_now(r))
-      fail("no room for the request now ({} of {} KV tokens and {} of {} sequences in use)", stats_.kv_tokens,
-           opts_.kv_tokens, stats_.sequences, opts_.max_sequences);
-    stats_.kv_tokens += reservation(r);
-    ++stats_.sequences;
-  }
-  void release(int64_t reserved) {
-    stats_.kv_tokens -= reserved;
-    --stats_.sequences;
-  }
-
-  int64_t max_ctx_;
-  BatchOptions opts_;
-  BatchStats stats_;
-  int64_t next_id_ = 1;
-};
 
 // ---- CPU: batched decode + interleaved prefill chunks ----
 
@@ -159,23 +103,7 @@ class CpuBatch final : public BatchBase {
 
   // Samples slot s's next token from its logits row and reports it.
   void emit(Slot& s, std::span<const float> row, const SequenceEventFn& on_event) {
-    SequenceEvent e;
-    e.id = s.id;
-    int32_t id = -1;
-    if (s.run.next(m_.tok, row, &id)) {
-      e.token = id;
-      if (s.logprobs) e.logprob = log_prob(row.data(), int64_t(row.size()), id);
-      e.text = s.run.stream.take_ready();
-    }
-    if (s.run.finished()) {
-      e.finished = true;
-      e.stop_reason = s.run.res.stop_reason;
-      e.text += s.run.stream.take_rest();
-    } else {
-      s.pending = id;
-    }
-    e.prompt_tokens = int64_t(s.prompt.size());
-    e.completion_tokens = int64_t(s.run.res.tokens.size());
+    const SequenceEvent e = sample_event(s.id, s.run, m_.tok, row, s.logprobs, int64_t(s.prompt.size()), &s.pending);
     if (!on_event(e) || e.finished) s.closed = true;
   }
 
@@ -197,7 +125,6 @@ class CpuBatch final : public BatchBase {
     stats_.decode_tokens += int64_t(rows.size());
     const size_t V = size_t(m_.cfg.vocab_size);
     for (size_t r = 0; r < rows.size(); ++r) {
-      rows[r]->pending = -1;
       emit(*rows[r], std::span<const float>(logits_.data() + r * V, V), on_event);
     }
   }

@@ -56,6 +56,7 @@ ApiError engine_error(int status, const std::string& msg) {
 }
 
 std::string default_model_id(const LoadOptions& lo) {
+  if (!lo.random_weights.empty()) return "random-" + lo.random_weights;
   const std::string path = lo.model_path.empty() ? default_model_path() : lo.model_path;
   std::filesystem::path p(path);
   if (p.has_filename() && std::filesystem::is_regular_file(p)) return p.stem().string();

@@ -386,5 +386,84 @@ TEST(KvCache, ReserveContiguousFindsALongEnoughRun) {
   EXPECT_EQ(c.contiguous_base_row(again), 6 * 16);
 }
 
+// The continuous-batching pattern of the GPU batch (runtime/sequence_batch_gpu.cpp): each
+// sequence takes its prompt as one contiguous run, then grows one token at a time (pages from the
+// free list, anywhere), and leaves at a random step; others join while it runs. Checked every
+// step: longest_free_run against a brute-force scan of the free ids, reserve_contiguous succeeding
+// exactly when that run is long enough, no page owned twice, pages + free = the pool, freed pages
+// handed out again, and the pool whole at the end.
+TEST(KvCache, ContiguousPromptsThenPageGrowthJoinLeave) {
+  const int ps = 16;
+  const int64_t n_pages = 96;
+  KvCache c(small_spec(ps, n_pages, 8, 64 * ps));
+  struct Live {
+    SeqId id;
+    int64_t prompt, target;  // tokens: the contiguous prompt; it leaves at `target`
+  };
+  std::vector<Live> live;
+  std::set<int32_t> ever_freed, reused;
+  int joins = 0, refused = 0;
+  auto brute_run = [&] {
+    std::vector<bool> used(size_t(n_pages), false);
+    for (const Live& l : live)
+      for (int32_t p : c.pages(l.id)) used[size_t(p)] = true;
+    int64_t run = 0, best = 0;
+    for (int64_t p = 0; p < n_pages; ++p) {
+      run = used[size_t(p)] ? 0 : run + 1;
+      best = std::max(best, run);
+    }
+    return best;
+  };
+  for (int step = 0; step < 4000; ++step) {
+    const int64_t run = c.longest_free_run();
+    ASSERT_EQ(run, brute_run()) << "step " << step;
+    if (uniform(0, 3) == 0) {  // a newcomer's prompt
+      const int64_t prompt = uniform(1, 12 * ps);
+      const SeqId id = c.create_sequence();
+      if (pages_for_tokens(prompt, ps) <= run) {
+        c.reserve_contiguous(id, prompt);
+        ASSERT_GE(c.contiguous_base_row(id), 0);
+        for (int32_t p : c.pages(id))
+          if (ever_freed.count(p)) reused.insert(p);
+        c.append(id, prompt);
+        live.push_back({id, prompt, prompt + uniform(1, 6 * ps)});
+        ++joins;
+      } else {
+        EXPECT_NE(error_of([&] { c.reserve_contiguous(id, prompt); }).find("consecutive pages"), std::string::npos);
+        EXPECT_TRUE(c.pages(id).empty());
+        c.free_sequence(id);
+        ++refused;
+      }
+    }
+    for (size_t i = 0; i < live.size();) {  // one decode step each: grow by a token or leave
+      Live& l = live[i];
+      if (c.length(l.id) >= l.target || (c.length(l.id) % ps == 0 && c.free_pages() == 0)) {
+        for (int32_t p : c.pages(l.id)) ever_freed.insert(p);
+        c.free_sequence(l.id);
+        live.erase(live.begin() + int64_t(i));
+        continue;
+      }
+      c.append(l.id, 1);
+      ASSERT_LE(c.length(l.id), c.capacity(l.id));
+      ++i;
+    }
+    std::set<int32_t> owned;
+    int64_t n_owned = 0;
+    for (const Live& l : live) {
+      owned.insert(c.pages(l.id).begin(), c.pages(l.id).end());
+      n_owned += int64_t(c.pages(l.id).size());
+      EXPECT_EQ(int64_t(c.pages(l.id).size()), pages_for_tokens(c.length(l.id), ps));  // no page taken early
+    }
+    ASSERT_EQ(int64_t(owned.size()), n_owned) << "a page owned twice at step " << step;
+    ASSERT_EQ(n_owned + c.free_pages(), n_pages);
+  }
+  EXPECT_GT(joins, 100);
+  EXPECT_GT(refused, 0) << "the pool never ran short of a run: the test would miss the refusal path";
+  EXPECT_GT(reused.size(), size_t(n_pages / 2)) << "freed pages should be handed out again";
+  for (const Live& l : live) c.free_sequence(l.id);
+  EXPECT_EQ(c.free_pages(), n_pages);
+  EXPECT_EQ(c.longest_free_run(), n_pages);
+}
+
 }  // namespace
 }  // namespace longctx::kv
