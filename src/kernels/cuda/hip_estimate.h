@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/runtime.h"
+#include "kernels/params/kv_offload.h"
 #include "kernels/params/kv_view.h"
 
 namespace longctx::cuda {
@@ -59,6 +60,10 @@ struct HipDecodeParams {
   int32_t* range_ptr = nullptr;    // [n_seq * n_head + 1] = r * R (written by every launch)
   int32_t* ranges = nullptr;       // [n_seq * n_head * R][2]
   int32_t* col_ptr = nullptr;      // [n_seq * n_head + 1], all 0
+  // KV offload (kernels/params/kv_offload.h), optional: kv's pools are in mapped host memory and
+  // the keys are read through this keys cache (misses recorded for kv_offload_update). One
+  // sequence. The selected blocks are the same as without it.
+  KvOffloadCache offload;
 };
 void hip_estimate_decode(const HipDecodeParams& p, Stream s = nullptr);
 

@@ -1,0 +1,46 @@
+// kv_offload.h (cuda): the GPU work of KV offload besides the reads (kernels/params/kv_offload.h):
+// the step tick and the per-layer cache update.
+//
+// kv_offload_begin_step: ++tick (one thread); run once per decode step before any cached read.
+// kv_offload_update: for each KV head (one CTA), the lines recorded as missed this step are
+// inserted into the least recently used slots: misses in ascending line order go to the slots in
+// ascending (last_use, slot) order, a slot used this step is never evicted (the insertions stop
+// there), the evicted lines' table entries go back to kLineAbsent, and the lines are copied from
+// the host pools (zero-copy reads) into the banks. Then the miss list is cleared. A step without
+// misses costs one launch that returns at once. Up to kOffloadArgminMisses misses the victims are
+// found by repeated block-wide minima, above by a bitonic sort of all slots; both give the same
+// victims (exact LRU, ties by slot id), the CPU twin's (kv/offload_ref.h).
+// Both are graph-capturable: sizes come from the cache's fixed shape, counts from device memory.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/runtime.h"
+#include "kernels/params/kv_offload.h"
+#include "kernels/params/kv_view.h"
+
+namespace longctx::cuda {
+
+// Misses per head up to which victims are found by repeated minima (one pass over the slots each).
+inline constexpr int kOffloadArgminMisses = 8;
+
+void kv_offload_begin_step(int32_t* tick, Stream s = nullptr);
+
+// Reads n (KV head, token) rows through the cache, as the consumers do (hits from the banks,
+// misses zero-copy from host memory and recorded): k_out/v_out [n, head_dim] of the view's type
+// (v_out only with a K/V cache; either may be null). A reader for cached rows outside attention,
+// and the tests' handle on the read-through.
+struct KvOffloadGatherParams {
+  KvOffloadCache cache;
+  KvView host;                    // device view of the layer's host pools
+  const int32_t* heads = nullptr;  // device [n]
+  const int32_t* tokens = nullptr; // device [n], < the view's capacity
+  int n = 0;
+  void* k_out = nullptr;
+  void* v_out = nullptr;
+};
+void kv_offload_gather(const KvOffloadGatherParams& p, Stream s = nullptr);
+// host: the layer's view whose pools hold the whole cache in mapped host memory (batch row 0).
+void kv_offload_update(const KvOffloadCache& c, const KvView& host, Stream s = nullptr);
+
+}  // namespace longctx::cuda
