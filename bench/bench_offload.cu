@@ -6,7 +6,8 @@
 // of one step replayed --warm + --steps times (the length grows by one token per step; HiP
 // re-estimates every r_m = 8 steps, decided on the device):
 //   device   append K/V to the GPU cache, hip_estimate_decode, sparse_decode (the baseline)
-//   offload  append to the host tier (zero-copy write), the estimator through the keys cache,
+//   offload  append to the host tier (zero-copy write; written through to resident cache lines),
+//            the estimator through the keys cache,
 //            sparse decode through the K/V cache, the LRU update of both caches
 //   uvm      the host tier with no GPU cache: every read crosses PCIe (the paper's "HiP UVM")
 // Reported per step type (refresh: the estimator runs; cached: it returns at once): mean time,
@@ -201,6 +202,10 @@ Result run(Kind kind, Path& p, kv::OffloadTier& tier, int32_t* dlen, int64_t len
     sc.v_new = vnew;
     sc.n_seq = 1;
     kv::kv_scatter(sc, s);
+    if (kind == Kind::offload) {
+      kv_offload_append(p.hp.offload, view, knew, vnew, s);
+      kv_offload_append(p.sp.offload, view, knew, vnew, s);
+    }
     hip_estimate_decode(p.hp, s);
     sparse_decode(p.sp, s);
     if (kind == Kind::offload) {

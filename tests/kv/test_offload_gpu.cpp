@@ -275,6 +275,8 @@ TEST(OffloadGpu, HipDecodeWithOffloadIsBitIdenticalToWithout) {
   auto offload_step = [&](cuda::Stream s) {
     cuda::kv_offload_begin_step(tier.tick(), s);
     append(host, s);
+    cuda::kv_offload_append(off.hp.offload, host, knew.p, vnew.p, s);
+    cuda::kv_offload_append(off.sp.offload, host, knew.p, vnew.p, s);
     cuda::hip_estimate_decode(off.hp, s);
     cuda::sparse_decode(off.sp, s);
     cuda::kv_offload_update(off.hp.offload, host, s);

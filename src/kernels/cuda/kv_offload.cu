@@ -148,6 +148,26 @@ __global__ void __launch_bounds__(kThreads) update_kernel(const KvOffloadCache c
 
 __global__ void begin_step_kernel(int32_t* tick) { ++*tick; }
 
+// One CTA per KV head; threads copy the 16-byte chunks of the new row when its line is resident.
+__global__ void append_kernel(const KvOffloadCache c, const int32_t* seq_lens, const void* k_new, const void* v_new,
+                              int row_bytes) {
+  const int h = blockIdx.x;
+  const int32_t t = seq_lens[0] - 1;
+  if (t < 0 || t / c.line_tokens >= c.n_lines) return;
+  const int32_t slot = c.table[int64_t(h) * c.n_lines + t / c.line_tokens];
+  if (slot < 0) return;
+  const int64_t dst = (int64_t(slot) * c.line_tokens + t % c.line_tokens) * c.n_kv_head * row_bytes +
+                      int64_t(h) * row_bytes;
+  for (int ch = threadIdx.x; ch < row_bytes / 16; ch += blockDim.x) {
+    const int64_t src = int64_t(h) * row_bytes + ch * 16;
+    *reinterpret_cast<uint4*>(static_cast<char*>(c.bank_k) + dst + ch * 16) =
+        *reinterpret_cast<const uint4*>(static_cast<const char*>(k_new) + src);
+    if (c.bank_v && v_new)
+      *reinterpret_cast<uint4*>(static_cast<char*>(c.bank_v) + dst + ch * 16) =
+          *reinterpret_cast<const uint4*>(static_cast<const char*>(v_new) + src);
+  }
+}
+
 // One warp per read; lane 0 looks the line up (and records), the lanes copy 16-byte chunks.
 __global__ void gather_kernel(const KvOffloadGatherParams p) {
   const int lane = threadIdx.x & 31;
@@ -191,6 +211,16 @@ size_t update_smem(int32_t n_slots) { return size_t(pow2_at_least(n_slots)) * 8 
 void kv_offload_begin_step(int32_t* tick, Stream s) {
   begin_step_kernel<<<1, 1, 0, static_cast<cudaStream_t>(s)>>>(tick);
   LC_LAUNCH_CHECK("kv_offload_begin_step");
+}
+
+void kv_offload_append(const KvOffloadCache& c, const KvView& host, const void* k_new, const void* v_new, Stream s) {
+  LC_REQUIRE(c.enabled() && c.bank_k && k_new && (v_new || !c.bank_v) && host.seq_lens && host.n_seq == 1 &&
+                 c.n_kv_head == host.n_kv_head && host.head_dim * kv_elem_bytes(host.elem) % 16 == 0,
+             "internal: kv_offload_append needs a cache of the view's KV heads, one sequence and the new rows");
+  const int row_bytes = host.head_dim * kv_elem_bytes(host.elem);
+  append_kernel<<<unsigned(c.n_kv_head), 32, 0, static_cast<cudaStream_t>(s)>>>(c, host.seq_lens, k_new, v_new,
+                                                                                   row_bytes);
+  LC_LAUNCH_CHECK("kv_offload_append heads=%d", c.n_kv_head);
 }
 
 void kv_offload_gather(const KvOffloadGatherParams& p, Stream s) {

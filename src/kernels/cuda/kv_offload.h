@@ -26,6 +26,14 @@ inline constexpr int kOffloadArgminMisses = 8;
 
 void kv_offload_begin_step(int32_t* tick, Stream s = nullptr);
 
+// Write-through of a decode step's new token: after its K/V row went to the host pools (kv_scatter
+// over the host view, at position seq_lens[0] - 1), copies it into this cache's bank wherever its
+// line is resident (an inserted line may hold positions not written yet). k_new/v_new bf16
+// [n_kv_head, head_dim] (the view's type); v_new ignored for a keys-only cache. Run it for every
+// cache of the layer, after the scatter and before the step's reads.
+void kv_offload_append(const KvOffloadCache& c, const KvView& host, const void* k_new, const void* v_new,
+                       Stream s = nullptr);
+
 // Reads n (KV head, token) rows through the cache, as the consumers do (hits from the banks,
 // misses zero-copy from host memory and recorded): k_out/v_out [n, head_dim] of the view's type
 // (v_out only with a K/V cache; either may be null). A reader for cached rows outside attention,

@@ -11,7 +11,8 @@
 // read them zero-copy), so any kernel that takes a KvView can run over the host tier as is
 // (that alone is "HiP over UVM" in the paper's words); keys_cache(l) / kv_cache(l) add the caches.
 // How a decode step uses it (all GPU work, graph-capturable): kv_offload_begin_step(tick());
-// per layer: write the new token's K/V into host_view(l) (kv_scatter), HiP's estimator with
+// per layer: write the new token's K/V into host_view(l) (kv_scatter) and through to the
+// caches' resident lines (kv_offload_append, both caches), HiP's estimator with
 // HipDecodeParams::offload = keys_cache(l), sparse_decode with SparseDecodeParams::offload =
 // kv_cache(l), then kv_offload_update for both caches (kernels/cuda/kv_offload.h).
 // Filling: prefill writes a layer's K/V rows through host_k/host_v (host pointers) or
