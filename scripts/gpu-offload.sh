@@ -3,24 +3,24 @@
 #
 # What: (1) test_kv_offload (read-through + LRU update = the CPU twin; HiP decode with offload on
 # == off, bit-identical, partly replayed from a CUDA graph), test_kv's GPU cases, HiP's GPU tests
-# (test_hip_gpu, test_hip_gpu_method: unchanged with offload off) and the decode kernels' tests
+# (test_hip_gpu: unchanged with offload off) and the decode kernels' tests
 # of test_cuda (decode_split.cuh gained the V-offset hook); (2) compute-sanitizer memcheck on
 # test_kv_offload; (3) longctx_bench_offload at $LENS (device vs offload vs uvm, one layer of
 # Llama-3-8B geometry); (4) longctx_bench_hip at 1M (HiP's own benchmark, for comparison with its
 # recorded numbers). Set SKIP_TESTS=1 to run the benchmark only. Logs and JSON land in $OUT.
 # Build here (no GPU needed), then pack:
 #   cmake -S . -B build-gpu -G Ninja -DLONGCTX_CUDA=ON -DLONGCTX_BENCH=ON -DLONGCTX_TESTS=ON
-#   ninja -C build-gpu -j2 test_kv_offload test_kv test_hip_gpu test_hip_gpu_method test_cuda \
+#   ninja -C build-gpu -j2 test_kv_offload test_kv test_hip_gpu test_cuda \
 #     longctx_bench_offload longctx_bench_hip
 #   scripts/gpu-offload.sh --pack build-gpu /work/main/.carry/offload
 # Run on the device: OUT=/tmp/out BIN=.carry/offload LENS=1048576 bash .carry/offload/gpu-offload.sh
 set -uo pipefail
-BINS="test_kv_offload test_kv test_hip_gpu test_hip_gpu_method test_cuda longctx_bench_offload longctx_bench_hip"
+BINS="test_kv_offload test_kv test_hip_gpu test_cuda longctx_bench_offload longctx_bench_hip"
 if [ "${1:-}" = "--pack" ]; then
   build=$2 carry=$3
   rm -rf "$carry" && mkdir -p "$carry/lib"
   cp "$build/tests/kv/test_kv_offload" "$build/tests/kv/test_kv" "$build/tests/cuda/test_hip_gpu" \
-    "$build/tests/cuda/test_hip_gpu_method" "$build/tests/cuda/test_cuda" "$build/bench/longctx_bench_offload" \
+    "$build/tests/cuda/test_cuda" "$build/bench/longctx_bench_offload" \
     "$build/bench/longctx_bench_hip" "$carry/"
   for b in $BINS; do strip "$carry/$b"; done
   for lib in $(for b in $BINS; do ldd "$carry/$b"; done | awk '/=> \// {print $3}' | sort -u); do
@@ -55,7 +55,6 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   run_test test_kv_offload 90
   run_test test_kv 60
   run_test test_hip_gpu 60
-  run_test test_hip_gpu_method 90
   run_test test_cuda 150 --gtest_filter='SparseDecode*:AttnDecode*'
   echo "== compute-sanitizer memcheck (test_kv_offload)"
   timeout ${MEMCHECK_TIMEOUT:-120} compute-sanitizer --tool memcheck --error-exitcode 99 "$BIN/test_kv_offload" \
