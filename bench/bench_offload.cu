@@ -7,7 +7,8 @@
 // re-estimates every r_m = 8 steps, decided on the device):
 //   device   append K/V to the GPU cache, hip_estimate_decode, sparse_decode (the baseline)
 //   offload  append to the host tier (zero-copy write; written through to resident cache lines),
-//            the estimator through the keys cache,
+//            the estimator through the keys cache (admission after misses in 2 steps; also run
+//            admitting at the first miss, "offload_keys_admit1"),
 //            sparse decode through the K/V cache, the LRU update of both caches
 //   uvm      the host tier with no GPU cache: every read crosses PCIe (the paper's "HiP UVM")
 // Reported per step type (refresh: the estimator runs; cached: it returns at once): mean time,
@@ -176,20 +177,22 @@ struct Result {
   std::vector<uint16_t> out;  // the last step's output
 };
 
+// keys_admit: the keys cache's admission (offload only; the tier's caches with this override).
 Result run(Kind kind, Path& p, kv::OffloadTier& tier, int32_t* dlen, int64_t len, const KvView& view, const void* knew,
-           const void* vnew, int warm, int steps) {
+           const void* vnew, int warm, int steps, int keys_admit = 2) {
   int32_t* lenp = kind == Kind::device ? dlen : tier.seq_len();
   const int32_t start = int32_t(len - 1);  // the first step's advance makes it len
   copy_h2d(lenp, &start, 4);
   memset_async(p.rpos, 0xff, kHeads * 4);
   sparse_decode_workspace_init(p.ws, p.ws_bytes);
   tier.reset(nullptr);
+  KvOffloadLayer layer;
   if (kind == Kind::offload) {
-    p.hp.offload = tier.keys_cache(0);
-    p.sp.offload = tier.kv_cache(0);
-  } else {
-    p.hp.offload = p.sp.offload = KvOffloadCache{};
+    layer = tier.caches(0);
+    layer.keys.admit_steps = keys_admit;
   }
+  p.hp.offload = layer.keys;
+  p.sp.offload = layer.kv;
   Stream st = stream_create();
   auto step = [&](Stream s) {
     advance_len<<<1, 1, 0, static_cast<cudaStream_t>(s)>>>(lenp);
@@ -202,16 +205,10 @@ Result run(Kind kind, Path& p, kv::OffloadTier& tier, int32_t* dlen, int64_t len
     sc.v_new = vnew;
     sc.n_seq = 1;
     kv::kv_scatter(sc, s);
-    if (kind == Kind::offload) {
-      kv_offload_append(p.hp.offload, view, knew, vnew, s);
-      kv_offload_append(p.sp.offload, view, knew, vnew, s);
-    }
+    if (kind == Kind::offload) kv_offload_append(layer, view, knew, vnew, s);
     hip_estimate_decode(p.hp, s);
     sparse_decode(p.sp, s);
-    if (kind == Kind::offload) {
-      kv_offload_update(p.hp.offload, view, s);
-      kv_offload_update(p.sp.offload, view, s);
-    }
+    if (kind == Kind::offload) kv_offload_update(layer, view, s);
   };
   // One eager step sets every kernel's one-time attributes, then capture (the eager step counts:
   // the loop below starts from the next length).
@@ -288,18 +285,20 @@ std::string bench_len(int64_t len, int warm, int steps, int32_t keys_slots, int3
   dev.on_device = true;
   const KvView host = tier.host_view(0);
 
-  Path pd = make_path(cfg, dev, q), ph = make_path(cfg, host, q), pu = make_path(cfg, host, q);
+  Path pd = make_path(cfg, dev, q), ph = make_path(cfg, host, q), p1 = make_path(cfg, host, q),
+       pu = make_path(cfg, host, q);
+  // Every variant appends the same rows at the same positions (the device variant to the GPU
+  // pools, the others to the host tier), so each starts from the same bytes.
   const Result rd = run(Kind::device, pd, tier, dlen, len, dev, knew, vnew, warm, steps);
-  // The host tier must start from the same bytes for the next variant: the appends of the device
-  // variant went to the GPU pools only, and each variant rewrites the same positions.
-  const Result ro = run(Kind::offload, ph, tier, dlen, len, host, knew, vnew, warm, steps);
+  const Result ro = run(Kind::offload, ph, tier, dlen, len, host, knew, vnew, warm, steps, 2);
+  const Result r1 = run(Kind::offload, p1, tier, dlen, len, host, knew, vnew, warm, steps, 1);
   const Result ru = run(Kind::uvm, pu, tier, dlen, len, host, knew, vnew, warm, std::min(steps, 16));
-  const bool same = rd.out == ro.out;
-  for (Path* p : {&pd, &ph, &pu}) free_path(*p);
+  const bool same = rd.out == ro.out && rd.out == r1.out;
+  for (Path* p : {&pd, &ph, &p1, &pu}) free_path(*p);
   for (void* x : {dk, dv, q, knew, vnew, (void*)table, (void*)dlen}) dev_free(x);
 
   auto avg = [](const Result& r) { return (r.refresh.mean_ms() + (kRefresh - 1) * r.cached.mean_ms()) / kRefresh; };
-  const double a_dev = avg(rd), a_off = avg(ro), a_uvm = avg(ru);
+  const double a_dev = avg(rd), a_off = avg(ro), a_uvm = avg(ru), a_1 = avg(r1);
   auto hit = [](const kv::OffloadCounters& c) { return c.hit_ratio(); };
   const TypeStats &oref = ro.refresh, &ocac = ro.cached;
   // 32-layer tier sizes (the spec above is one layer).
@@ -315,14 +314,17 @@ std::string bench_len(int64_t len, int warm, int steps, int32_t keys_slots, int3
                "  offload hit ratios: refresh keys %.4f kv %.4f | cached kv %.5f; PCIe bytes/step refresh %.0f cached "
                "%.0f; bank bytes/step refresh %.0f cached %.0f; bound (max of PCIe, HBM) refresh %.2f us cached %.2f "
                "us\n  x%d layers (extrapolated, attention+offload only): device %.3f ms/token, offload %.3f ms/token; "
-               "tier for %d layers: host %.1f GiB, GPU %.2f GiB | outputs identical: device==offload %s\n",
+               "tier for %d layers: host %.1f GiB, GPU %.2f GiB | outputs identical: device==offload %s\n"
+               "  keys cache admitting at the first miss: refresh %.4f cached %.4f avg/8 %.4f ms, keys hit on refresh "
+               "%.4f, PCIe bytes/step refresh %.0f\n",
                (long long)len, rd.refresh.mean_ms(), rd.cached.mean_ms(), a_dev, oref.mean_ms(), ocac.mean_ms(), a_off,
                a_off / a_dev, ru.refresh.mean_ms(), ru.cached.mean_ms(), a_uvm, hit(oref.keys), hit(oref.kv),
                hit(ocac.kv), oref.pcie_bytes(true), ocac.pcie_bytes(true), oref.hbm_bytes(), ocac.hbm_bytes(),
                bound_us(oref.pcie_bytes(true), oref.hbm_bytes()), bound_us(ocac.pcie_bytes(true), ocac.hbm_bytes()),
                kLayers, a_dev * kLayers, a_off * kLayers, kLayers, double(z.host_bytes) / (1 << 30),
-               double(z.gpu_bytes) / (1 << 30), same ? "yes" : "NO");
-  char buf[2048];
+               double(z.gpu_bytes) / (1 << 30), same ? "yes" : "NO", r1.refresh.mean_ms(), r1.cached.mean_ms(), a_1,
+               hit(r1.refresh.keys), r1.refresh.pcie_bytes(true));
+  char buf[3072];
   std::snprintf(
       buf, sizeof buf,
       "{\"len\": %lld, \"steps\": %d, \"warm\": %d, \"keys_slots\": %d, \"kv_slots\": %d, "
@@ -331,6 +333,8 @@ std::string bench_len(int64_t len, int warm, int steps, int32_t keys_slots, int3
       "\"keys_hit_refresh\": %.5f, \"kv_hit_refresh\": %.5f, \"kv_hit_cached\": %.6f, "
       "\"pcie_bytes_refresh\": %.0f, \"pcie_bytes_cached\": %.0f, \"bank_bytes_refresh\": %.0f, "
       "\"bank_bytes_cached\": %.0f, \"bound_us_refresh\": %.3f, \"bound_us_cached\": %.3f}, "
+      "\"offload_keys_admit1\": {\"refresh_ms\": %.5f, \"cached_ms\": %.5f, \"avg_ms\": %.5f, "
+      "\"keys_hit_refresh\": %.5f, \"kv_hit_cached\": %.6f, \"pcie_bytes_refresh\": %.0f}, "
       "\"uvm\": {\"refresh_ms\": %.5f, \"cached_ms\": %.5f, \"avg_ms\": %.5f, \"steps\": %d}, "
       "\"ratio_offload_over_device_avg\": %.3f, \"ratio_uvm_over_offload_avg\": %.3f, "
       "\"extrapolated_32_layers\": {\"note\": \"one layer x 32, attention + offload only\", "
@@ -339,7 +343,8 @@ std::string bench_len(int64_t len, int warm, int steps, int32_t keys_slots, int3
       (long long)len, steps, warm, keys_slots, kv_slots, rd.refresh.mean_ms(), rd.cached.mean_ms(), a_dev,
       oref.mean_ms(), ocac.mean_ms(), a_off, hit(oref.keys), hit(oref.kv), hit(ocac.kv), oref.pcie_bytes(true),
       ocac.pcie_bytes(true), oref.hbm_bytes(), ocac.hbm_bytes(), bound_us(oref.pcie_bytes(true), oref.hbm_bytes()),
-      bound_us(ocac.pcie_bytes(true), ocac.hbm_bytes()), ru.refresh.mean_ms(), ru.cached.mean_ms(), a_uvm,
+      bound_us(ocac.pcie_bytes(true), ocac.hbm_bytes()), r1.refresh.mean_ms(), r1.cached.mean_ms(), a_1,
+      hit(r1.refresh.keys), hit(r1.cached.kv), r1.refresh.pcie_bytes(true), ru.refresh.mean_ms(), ru.cached.mean_ms(), a_uvm,
       std::min(steps, 16), a_off / a_dev, a_uvm / a_off, a_dev * kLayers, a_off * kLayers,
       double(z.host_bytes) / (1 << 30), double(z.gpu_bytes) / (1 << 30), same ? "true" : "false");
   return buf;

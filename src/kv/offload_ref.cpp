@@ -8,19 +8,21 @@
 
 namespace longctx::kv {
 
-OffloadCacheRef::OffloadCacheRef(int n_kv_head, int32_t n_lines, int32_t n_slots, int line_tokens)
+OffloadCacheRef::OffloadCacheRef(int n_kv_head, int32_t n_lines, int32_t n_slots, int line_tokens, int admit_steps)
     : n_kv_head_(n_kv_head),
       n_lines_(n_lines),
       n_slots_(n_slots),
       line_tokens_(line_tokens),
+      admit_steps_(admit_steps),
       table_(size_t(n_kv_head) * n_lines, kLineAbsent),
       slot_line_(size_t(n_kv_head) * n_slots, -1),
       last_use_(size_t(n_kv_head) * n_slots, -1),
       recorded_(size_t(n_kv_head)),
       miss_count_(size_t(n_kv_head), 0) {
-  if (n_kv_head < 1 || n_lines < 1 || n_slots < 1 || line_tokens < 1)
-    fail("OffloadCacheRef: {} heads, {} lines, {} slots, lines of {} tokens (each must be at least 1)", n_kv_head,
-         n_lines, n_slots, line_tokens);
+  if (n_kv_head < 1 || n_lines < 1 || n_slots < 1 || line_tokens < 1 || admit_steps < 1 || admit_steps > 2)
+    fail("OffloadCacheRef: {} heads, {} lines, {} slots, lines of {} tokens, admit after {} steps (each at least 1, "
+         "admit 1 or 2)",
+         n_kv_head, n_lines, n_slots, line_tokens, admit_steps);
 }
 
 int32_t OffloadCacheRef::read(int h, int64_t t) {
@@ -33,11 +35,15 @@ int32_t OffloadCacheRef::read(int h, int64_t t) {
     return e;
   }
   ++stats_.misses;
-  if (e == kLineAbsent) {
-    e = kLineMissed;
-    if (miss_count_[size_t(h)]++ < n_slots_) recorded_[size_t(h)].push_back(int32_t(line));
-    else e = kLineAbsent;
+  if (e == kLineMissed) return -1;
+  if (admit_steps_ > 1) {
+    const int32_t now = offload_line_seen(tick_);
+    if (e == kLineAbsent) e = now;  // first miss: remember the step
+    if (e == now) return -1;
   }
+  e = kLineMissed;  // record (admit 2: the line also missed at an earlier step)
+  if (miss_count_[size_t(h)]++ < n_slots_) recorded_[size_t(h)].push_back(int32_t(line));
+  else e = kLineAbsent;
   return -1;
 }
 

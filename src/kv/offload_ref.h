@@ -10,6 +10,7 @@
 // inserted anyway; which of them are is then the GPU's arrival order).
 // Update rule: the recorded lines in ascending order go to the slots in ascending
 // (last_use, slot) order, stopping at a slot used in this step; evicted lines become absent.
+// Admission (admit_steps 2): a line is recorded only at a miss in a later step than its first.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -18,7 +19,8 @@ namespace longctx::kv {
 
 class OffloadCacheRef {
  public:
-  OffloadCacheRef(int n_kv_head, int32_t n_lines, int32_t n_slots, int line_tokens);
+  // admit_steps: steps with a miss before a line is inserted (1 or 2; kernels/params/kv_offload.h).
+  OffloadCacheRef(int n_kv_head, int32_t n_lines, int32_t n_slots, int line_tokens, int admit_steps = 1);
 
   void begin_step() { ++tick_; }
   int32_t read(int h, int64_t t);  // bank slot of token t's line for head h, or -1 (miss, recorded)
@@ -37,6 +39,7 @@ class OffloadCacheRef {
   int n_kv_head_;
   int32_t n_lines_, n_slots_;
   int line_tokens_;
+  int admit_steps_;
   int32_t tick_ = 0;
   std::vector<int32_t> table_, slot_line_, last_use_;
   std::vector<std::vector<int32_t>> recorded_;  // per head, this step's recorded lines

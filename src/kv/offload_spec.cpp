@@ -55,6 +55,9 @@ OffloadSizes offload_sizes(const OffloadSpec& s) {
     fail("KV offload spec: {} keys-cache and {} K/V-cache slots per head (each 0..{}: the update sorts a head's slots "
          "in shared memory)",
          s.keys_slots, s.kv_slots, kMaxOffloadSlots);
+  if (s.keys_admit_steps < 1 || s.keys_admit_steps > 2 || s.kv_admit_steps < 1 || s.kv_admit_steps > 2)
+    fail("KV offload spec: admission after {} (keys) and {} (K/V) steps (each 1 or 2)", s.keys_admit_steps,
+         s.kv_admit_steps);
   OffloadSizes z;
   z.row_bytes = int64_t(s.n_kv_head) * s.head_dim * kv_elem_bytes(s.elem);
   z.host_pool_bytes = aligned(mul(s.capacity, z.row_bytes, "a layer's host pool in bytes"));

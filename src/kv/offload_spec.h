@@ -29,6 +29,11 @@ struct OffloadSpec {
   int line_tokens = 2;         // tokens of one KV head per cache line (HiP's b_k)
   int32_t keys_slots = 0;      // keys-cache lines per (layer, KV head); 0: no keys cache
   int32_t kv_slots = 0;        // K/V-cache lines per (layer, KV head); 0: no K/V cache
+  // Steps with a miss before a line enters each cache (kernels/params/kv_offload.h admit_steps):
+  // the estimator's reads move with the context length (2 keeps one-off reads out), the
+  // attention's selected blocks repeat over the cached steps (1 inserts them at once).
+  int keys_admit_steps = 2;
+  int kv_admit_steps = 1;
 };
 
 // Bytes of one cache of one layer, by part (each part kKvAlign-aligned).

@@ -1,8 +1,8 @@
 // test_offload.cpp: the KV offload tier's CPU parts: sizes and the fit check (kv/offload_spec.h)
 // and the CPU twin of a GPU cache (kv/offload_ref.h): hits and misses, miss recording (one record
-// per line, none past n_slots), and the LRU update (ascending lines into ascending
-// (last_use, slot), never evicting a slot used in the step) on hand-worked steps and on a long
-// random run checked against the invariants (table and slot_line inverse of each other).
+// per line, none past n_slots), the LRU update (ascending lines into ascending (last_use, slot),
+// never evicting a slot used in the step) and admission after 2 steps, on hand-worked steps and
+// on a long random run checked against the invariants (table and slot_line inverse maps).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -120,6 +120,31 @@ TEST(OffloadCacheRef, HandWorkedLruSteps) {
   EXPECT_EQ(c.table()[15], kLineAbsent);
   EXPECT_EQ(c.table()[20], kLineAbsent);
   EXPECT_EQ(c.stats().inserted, 5u);
+}
+
+// Admission after 2 steps: a line enters only when it also missed at an earlier step.
+TEST(OffloadCacheRef, AdmitAfterTwoStepsKeepsOneOffReadsOut) {
+  OffloadCacheRef c(1, 100, 4, 2, 2);
+  c.begin_step();                // tick 1
+  EXPECT_EQ(c.read(0, 10), -1);  // line 5: first miss, marked seen at 1
+  EXPECT_EQ(c.read(0, 11), -1);  // again this step: still only seen
+  EXPECT_EQ(c.table()[5], offload_line_seen(1));
+  c.end_step();
+  EXPECT_EQ(c.table()[5], offload_line_seen(1));  // nothing inserted
+  EXPECT_EQ(c.stats().inserted, 0u);
+  c.begin_step();                // tick 2
+  EXPECT_EQ(c.read(0, 10), -1);  // line 5 again: admitted
+  EXPECT_EQ(c.table()[5], kLineMissed);
+  EXPECT_EQ(c.read(0, 40), -1);  // line 20: first miss
+  c.end_step();
+  EXPECT_EQ(c.table()[5], 0);
+  EXPECT_EQ(c.table()[20], offload_line_seen(2));
+  c.begin_step();                // tick 3
+  EXPECT_EQ(c.read(0, 11), 0);   // hit
+  c.end_step();
+  EXPECT_EQ(c.stats().reads, 5u);
+  EXPECT_EQ(c.stats().misses, 4u);
+  EXPECT_EQ(c.stats().inserted, 1u);
 }
 
 TEST(OffloadCacheRef, RecordsAtMostNSlotsLinesPerStep) {

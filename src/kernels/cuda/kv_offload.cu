@@ -3,6 +3,7 @@
 // recorded misses (int32, a power of two of them), both sorted ascending by bitonic networks.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 
@@ -62,10 +63,13 @@ __device__ uint64_t block_min(uint64_t v, uint64_t* red) {
   return v;
 }
 
-__global__ void __launch_bounds__(kThreads) update_kernel(const KvOffloadCache c, const KvView kv) {
+// Grid (n_kv_head, 2): blockIdx.y picks the layer's keys cache (0) or K/V cache (1).
+__global__ void __launch_bounds__(kThreads) update_kernel(const KvOffloadLayer l, const KvView kv) {
   extern __shared__ __align__(16) uint64_t keys[];  // [pow2(n_slots)], then int32 misses
   __shared__ uint64_t red[32];
   __shared__ int s_n_ins;
+  const KvOffloadCache& c = blockIdx.y == 0 ? l.keys : l.kv;
+  if (c.table == nullptr) return;
   const int h = blockIdx.x, tid = threadIdx.x, n_slots = c.n_slots;
   const int recorded = min(c.miss_count[h], n_slots);
   if (recorded == 0) return;
@@ -148,9 +152,12 @@ __global__ void __launch_bounds__(kThreads) update_kernel(const KvOffloadCache c
 
 __global__ void begin_step_kernel(int32_t* tick) { ++*tick; }
 
-// One CTA per KV head; threads copy the 16-byte chunks of the new row when its line is resident.
-__global__ void append_kernel(const KvOffloadCache c, const int32_t* seq_lens, const void* k_new, const void* v_new,
+// Grid (n_kv_head, 2) as the update's; threads copy the 16-byte chunks of the new row when its
+// line is resident.
+__global__ void append_kernel(const KvOffloadLayer l, const int32_t* seq_lens, const void* k_new, const void* v_new,
                               int row_bytes) {
+  const KvOffloadCache& c = blockIdx.y == 0 ? l.keys : l.kv;
+  if (c.table == nullptr) return;
   const int h = blockIdx.x;
   const int32_t t = seq_lens[0] - 1;
   if (t < 0 || t / c.line_tokens >= c.n_lines) return;
@@ -213,14 +220,17 @@ void kv_offload_begin_step(int32_t* tick, Stream s) {
   LC_LAUNCH_CHECK("kv_offload_begin_step");
 }
 
-void kv_offload_append(const KvOffloadCache& c, const KvView& host, const void* k_new, const void* v_new, Stream s) {
-  LC_REQUIRE(c.enabled() && c.bank_k && k_new && (v_new || !c.bank_v) && host.seq_lens && host.n_seq == 1 &&
-                 c.n_kv_head == host.n_kv_head && host.head_dim * kv_elem_bytes(host.elem) % 16 == 0,
-             "internal: kv_offload_append needs a cache of the view's KV heads, one sequence and the new rows");
+void kv_offload_append(const KvOffloadLayer& l, const KvView& host, const void* k_new, const void* v_new, Stream s) {
+  if (!l.keys.enabled() && !l.kv.enabled()) return;
+  for (const KvOffloadCache* c : {&l.keys, &l.kv})
+    LC_REQUIRE(!c->enabled() || (c->bank_k && k_new && (v_new || !c->bank_v) && c->n_kv_head == host.n_kv_head),
+               "internal: kv_offload_append needs caches of the view's %d KV heads and the new rows", host.n_kv_head);
+  LC_REQUIRE(host.seq_lens && host.n_seq == 1 && host.head_dim * kv_elem_bytes(host.elem) % 16 == 0,
+             "internal: kv_offload_append needs one sequence with 16-byte rows");
   const int row_bytes = host.head_dim * kv_elem_bytes(host.elem);
-  append_kernel<<<unsigned(c.n_kv_head), 32, 0, static_cast<cudaStream_t>(s)>>>(c, host.seq_lens, k_new, v_new,
-                                                                                   row_bytes);
-  LC_LAUNCH_CHECK("kv_offload_append heads=%d", c.n_kv_head);
+  append_kernel<<<dim3(unsigned(host.n_kv_head), 2), 32, 0, static_cast<cudaStream_t>(s)>>>(l, host.seq_lens, k_new,
+                                                                                            v_new, row_bytes);
+  LC_LAUNCH_CHECK("kv_offload_append heads=%d", host.n_kv_head);
 }
 
 void kv_offload_gather(const KvOffloadGatherParams& p, Stream s) {
@@ -233,23 +243,31 @@ void kv_offload_gather(const KvOffloadGatherParams& p, Stream s) {
   LC_LAUNCH_CHECK("kv_offload_gather n=%d", p.n);
 }
 
-void kv_offload_update(const KvOffloadCache& c, const KvView& host, Stream s) {
-  LC_REQUIRE(c.enabled() && c.bank_k && c.slot_line && c.last_use && c.miss_lines && c.miss_count && c.stats && c.tick,
-             "internal: kv_offload_update with an incomplete cache");
-  LC_REQUIRE(c.n_slots >= 1 && c.n_slots <= kMaxOffloadSlots && c.line_tokens >= 1 && c.n_kv_head == host.n_kv_head,
-             "internal: kv_offload_update with %d slots (1..%d), line of %d tokens, %d/%d KV heads", c.n_slots,
-             kMaxOffloadSlots, c.line_tokens, c.n_kv_head, host.n_kv_head);
+void kv_offload_update(const KvOffloadLayer& l, const KvView& host, Stream s) {
+  int32_t max_slots = 0;
+  for (const KvOffloadCache* cp : {&l.keys, &l.kv}) {
+    const KvOffloadCache& c = *cp;
+    if (!c.enabled()) continue;
+    LC_REQUIRE(c.bank_k && c.slot_line && c.last_use && c.miss_lines && c.miss_count && c.stats && c.tick,
+               "internal: kv_offload_update with an incomplete cache");
+    LC_REQUIRE(c.n_slots >= 1 && c.n_slots <= kMaxOffloadSlots && c.line_tokens >= 1 && c.n_kv_head == host.n_kv_head &&
+                   (c.admit_steps == 1 || c.admit_steps == 2),
+               "internal: kv_offload_update with %d slots (1..%d), line of %d tokens, %d/%d KV heads, admit %d",
+               c.n_slots, kMaxOffloadSlots, c.line_tokens, c.n_kv_head, host.n_kv_head, c.admit_steps);
+    max_slots = std::max(max_slots, c.n_slots);
+  }
+  if (max_slots == 0) return;
   LC_REQUIRE(host.on_device && host.head_dim * kv_elem_bytes(host.elem) % 16 == 0,
              "internal: kv_offload_update needs a device-addressable host view with 16-byte rows");
-  const size_t smem = update_smem(c.n_slots);
+  const size_t smem = update_smem(max_slots);
   static size_t allowed = 48 << 10;
   if (smem > allowed) {
     LC_CUDA_CHECK(cudaFuncSetAttribute(update_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
                   "kv_offload_update smem %zu bytes", smem);
     allowed = smem;
   }
-  update_kernel<<<unsigned(c.n_kv_head), kThreads, smem, static_cast<cudaStream_t>(s)>>>(c, host);
-  LC_LAUNCH_CHECK("kv_offload_update heads=%d slots=%d", c.n_kv_head, c.n_slots);
+  update_kernel<<<dim3(unsigned(host.n_kv_head), 2), kThreads, smem, static_cast<cudaStream_t>(s)>>>(l, host);
+  LC_LAUNCH_CHECK("kv_offload_update heads=%d slots=%d", host.n_kv_head, max_slots);
 }
 
 }  // namespace longctx::cuda

@@ -2,7 +2,8 @@
 // the step tick and the per-layer cache update.
 //
 // kv_offload_begin_step: ++tick (one thread); run once per decode step before any cached read.
-// kv_offload_update: for each KV head (one CTA), the lines recorded as missed this step are
+// kv_offload_update: for each cache of the layer and each KV head (one CTA), the lines recorded
+// as missed this step are
 // inserted into the least recently used slots: misses in ascending line order go to the slots in
 // ascending (last_use, slot) order, a slot used this step is never evicted (the insertions stop
 // there), the evicted lines' table entries go back to kLineAbsent, and the lines are copied from
@@ -29,9 +30,9 @@ void kv_offload_begin_step(int32_t* tick, Stream s = nullptr);
 // Write-through of a decode step's new token: after its K/V row went to the host pools (kv_scatter
 // over the host view, at position seq_lens[0] - 1), copies it into this cache's bank wherever its
 // line is resident (an inserted line may hold positions not written yet). k_new/v_new bf16
-// [n_kv_head, head_dim] (the view's type); v_new ignored for a keys-only cache. Run it for every
-// cache of the layer, after the scatter and before the step's reads.
-void kv_offload_append(const KvOffloadCache& c, const KvView& host, const void* k_new, const void* v_new,
+// [n_kv_head, head_dim] (the view's type); v_new ignored for a keys-only cache. One launch for
+// both caches of the layer, after the scatter and before the step's reads.
+void kv_offload_append(const KvOffloadLayer& l, const KvView& host, const void* k_new, const void* v_new,
                        Stream s = nullptr);
 
 // Reads n (KV head, token) rows through the cache, as the consumers do (hits from the banks,
@@ -49,6 +50,7 @@ struct KvOffloadGatherParams {
 };
 void kv_offload_gather(const KvOffloadGatherParams& p, Stream s = nullptr);
 // host: the layer's view whose pools hold the whole cache in mapped host memory (batch row 0).
-void kv_offload_update(const KvOffloadCache& c, const KvView& host, Stream s = nullptr);
+// One launch for both caches of the layer (a disabled one is skipped).
+void kv_offload_update(const KvOffloadLayer& l, const KvView& host, Stream s = nullptr);
 
 }  // namespace longctx::cuda

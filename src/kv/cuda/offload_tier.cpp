@@ -134,6 +134,7 @@ KvOffloadCache OffloadTier::cache_at(int layer, bool kv) const {
   c.line_tokens = spec_.line_tokens;
   c.n_lines = sizes_.n_lines;
   c.n_slots = kv ? spec_.kv_slots : spec_.keys_slots;
+  c.admit_steps = kv ? spec_.kv_admit_steps : spec_.keys_admit_steps;
   return c;
 }
 KvOffloadCache OffloadTier::keys_cache(int layer) const { return cache_at(layer, false); }

@@ -12,9 +12,9 @@
 // (that alone is "HiP over UVM" in the paper's words); keys_cache(l) / kv_cache(l) add the caches.
 // How a decode step uses it (all GPU work, graph-capturable): kv_offload_begin_step(tick());
 // per layer: write the new token's K/V into host_view(l) (kv_scatter) and through to the
-// caches' resident lines (kv_offload_append, both caches), HiP's estimator with
+// caches' resident lines (kv_offload_append(caches(l))), HiP's estimator with
 // HipDecodeParams::offload = keys_cache(l), sparse_decode with SparseDecodeParams::offload =
-// kv_cache(l), then kv_offload_update for both caches (kernels/cuda/kv_offload.h).
+// kv_cache(l), then kv_offload_update(caches(l)) (kernels/cuda/kv_offload.h).
 // Filling: prefill writes a layer's K/V rows through host_k/host_v (host pointers) or
 // copy_in (cudaMemcpyAsync from device rows): the tier then holds prompt K/V off the GPU.
 // Built only with CUDA; library longctx_kv_cuda (no kernels: it allocates and hands out views).
@@ -52,6 +52,7 @@ class OffloadTier {
   void copy_in(int layer, int64_t t0, int64_t n, const void* k_dev, const void* v_dev, void* stream);
   KvOffloadCache keys_cache(int layer) const;  // disabled (table null) when keys_slots == 0
   KvOffloadCache kv_cache(int layer) const;    // disabled when kv_slots == 0
+  KvOffloadLayer caches(int layer) const { return {keys_cache(layer), kv_cache(layer)}; }
   int32_t* tick() const { return tick_; }        // device [1]
   int32_t* seq_len() const { return seq_len_; }  // device [1]: the sequence's length
 
