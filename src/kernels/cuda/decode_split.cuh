@@ -82,15 +82,6 @@ struct DecodeArgs {
 // attention_decode.cu (all keys of a sequence, contiguous or paged) and sparse_decode.cu (a
 // gathered list of pool rows) each define one; the mainloop, the online softmax and the merge are
 // this file's, shared.
-// A key source whose V rows do not sit at its K rows' offsets (KV offload: a missed key is read
-// from host memory, whose K and V pools are not as far apart as the GPU banks) gives its Tile a
-// v_elem(r); for the others V is read at K's offset.
-template <class Tile>
-__device__ __forceinline__ int64_t v_elem_of(const Tile& t, int r) {
-  if constexpr (requires { t.v_elem(r); }) return t.v_elem(r);
-  else return t.elem(r);
-}
-
 template <int D, bool kFp8, class Keys>
 __global__ void __launch_bounds__(DecodeTile<D, kFp8>::kThreads)
     attn_decode_split_kernel(const DecodeArgs a, const Keys keys) {
@@ -129,7 +120,11 @@ __global__ void __launch_bounds__(DecodeTile<D, kFp8>::kThreads)
       const int r = idx / T::kChunks, c = idx % T::kChunks;
       const bool ok = n0 + r < n_kv;
       const int64_t off = ok ? tile.elem(r) * T::kElem + c * 16 : 0;  // bytes
-      const int64_t voff = ok ? v_elem_of(tile, r) * T::kElem + c * 16 : 0;
+      // A key source whose V rows do not sit at its K rows' offsets (KV offload: a missed key is
+      // read from host memory, whose K and V pools are not as far apart as the GPU banks) gives
+      // its Tile a v_elem(r); the others read V at K's offset (the same code as without the hook).
+      int64_t voff = off;
+      if constexpr (requires { tile.v_elem(r); }) voff = ok ? tile.v_elem(r) * T::kElem + c * 16 : 0;
       // bf16 tiles go straight to the swizzled ldmatrix layout; fp8 tiles land row-major and are
       // widened below.
       const uint32_t dst = kFp8 ? uint32_t(r * D + c * 16) : swz<D>(r, c);

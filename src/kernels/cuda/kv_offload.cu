@@ -1,5 +1,5 @@
-// kv_offload.cu: see kv_offload.h. One CTA of 1024 threads per KV head; shared memory holds the
-// slots' sort keys (uint64 (last_use + 1) << 32 | slot, a power of two of them) and the head's
+// kv_offload.cu: see kv_offload.h. The update runs one CTA of 1024 threads per (KV head, cache);
+// shared memory holds the slots' sort keys (uint64 (last_use + 1) << 32 | slot, a power of two of them) and the head's
 // recorded misses (int32, a power of two of them), both sorted ascending by bitonic networks.
 #include <cuda_runtime.h>
 

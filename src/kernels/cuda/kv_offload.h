@@ -1,17 +1,20 @@
-// kv_offload.h (cuda): the GPU work of KV offload besides the reads (kernels/params/kv_offload.h):
-// the step tick and the per-layer cache update.
+// kv_offload.h (cuda): the GPU work of KV offload besides the in-kernel reads
+// (kernels/params/kv_offload.h, kernels/cuda/kv_offload.cuh): the step tick, the new token's
+// write-through, the per-layer cache update, and a gather that reads rows through a cache.
 //
-// kv_offload_begin_step: ++tick (one thread); run once per decode step before any cached read.
+// A decode step with offload, all on one stream and graph-capturable (sizes come from the caches'
+// fixed shapes, counts from device memory): kv_offload_begin_step (++tick); per layer: kv_scatter
+// of the new token into the host view, kv_offload_append, the readers (HiP's estimator and sparse
+// decode with their `offload` caches), kv_offload_update.
 // kv_offload_update: for each cache of the layer and each KV head (one CTA), the lines recorded
-// as missed this step are
-// inserted into the least recently used slots: misses in ascending line order go to the slots in
-// ascending (last_use, slot) order, a slot used this step is never evicted (the insertions stop
-// there), the evicted lines' table entries go back to kLineAbsent, and the lines are copied from
-// the host pools (zero-copy reads) into the banks. Then the miss list is cleared. A step without
-// misses costs one launch that returns at once. Up to kOffloadArgminMisses misses the victims are
-// found by repeated block-wide minima, above by a bitonic sort of all slots; both give the same
-// victims (exact LRU, ties by slot id), the CPU twin's (kv/offload_ref.h).
-// Both are graph-capturable: sizes come from the cache's fixed shape, counts from device memory.
+// as missed this step are inserted into the least recently used slots: misses in ascending line
+// order go to the slots in ascending (last_use, slot) order, a slot used this step is never
+// evicted (the insertions stop there), the evicted lines' table entries go back to kLineAbsent,
+// and the lines are copied from the host pools (zero-copy reads) into the banks; then the miss
+// list is cleared. A step without misses costs a launch that returns at once. Up to
+// kOffloadArgminMisses misses the victims are found by repeated block-wide minima, above by a
+// bitonic sort of all slots; both give the same victims (exact LRU, ties by slot id), the CPU
+// twin's (kv/offload_ref.h).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -49,6 +52,7 @@ struct KvOffloadGatherParams {
   void* v_out = nullptr;
 };
 void kv_offload_gather(const KvOffloadGatherParams& p, Stream s = nullptr);
+
 // host: the layer's view whose pools hold the whole cache in mapped host memory (batch row 0).
 // One launch for both caches of the layer (a disabled one is skipped).
 void kv_offload_update(const KvOffloadLayer& l, const KvView& host, Stream s = nullptr);
