@@ -12,6 +12,8 @@
 // in `refresh_pos` (device, per layer); a step re-estimates only when methods/hip/hip_method.h's
 // hip_refreshes rule says so, otherwise the kernel returns at once and the cached ranges stay
 // (the window's end is open: the decode kernel clips it to the sequence's length).
+// KV offload (decode): HipDecodeParams::offload reads the keys through a GPU keys cache in front
+// of a host-memory KvView (kernels/params/kv_offload.h); same blocks as without it.
 // Tensors bf16, after RoPE, unscaled; head_dim a multiple of 8 (64 and 128 are used).
 #pragma once
 #include <cstdint>

@@ -3,8 +3,11 @@
 // What and layout: sparse_decode.h. Three launches per step, all sized from host-known bounds
 // (never from the index contents), so the step is graph-capturable:
 //   plan    grid n_rows: normalises each index row into segments (disjoint, with key offsets)
-//   expand  grid (x, n_rows): the pool row of every attended key, in a per-row list
-//   split   decode_split.cuh with GatherKeys: the shared mainloop and last-CTA merge
+//   expand  grid (x, n_rows): the pool row of every attended key, in a per-row list (with KV
+//           offload: looked up in the K/V cache's table, a bank row or a host row code, misses
+//           recorded)
+//   split   decode_split.cuh with GatherKeys (offload: OffloadGatherKeys): the shared mainloop and
+//           last-CTA merge
 // Segments: row r's ranges and columns become range_count + col_count segments stored at
 // [range_ptr[r] + col_ptr[r], range_ptr[r+1] + col_ptr[r+1]) of two workspace arrays (the CSR
 // offsets give every row a fixed place, bounded by the index capacities):
