@@ -124,11 +124,16 @@ __global__ void __launch_bounds__(DecodeTile<D, kFp8>::kThreads)
       const int r = idx / T::kChunks, c = idx % T::kChunks;
       const bool ok = n0 + r < n_kv;
       const int64_t off = ok ? tile.elem(r) * T::kElem + c * 16 : 0;  // bytes
+      // A key source whose V rows do not sit at its K rows' offsets (KV offload: a missed key is
+      // read from host memory, whose K and V pools are not as far apart as the GPU banks) gives
+      // its Tile a v_elem(r); the others read V at K's offset (the same code as without the hook).
+      int64_t voff = off;
+      if constexpr (requires { tile.v_elem(r); }) voff = ok ? tile.v_elem(r) * T::kElem + c * 16 : 0;
       // bf16 tiles go straight to the swizzled ldmatrix layout; fp8 tiles land row-major and are
       // widened below.
       const uint32_t dst = kFp8 ? uint32_t(r * D + c * 16) : swz<D>(r, c);
       cp_async16(sK + stage * T::kSmemKV + dst, ok ? kg + off : a.k, ok ? 16 : 0);
-      cp_async16(sV + stage * T::kSmemKV + dst, ok ? vg + off : a.v, ok ? 16 : 0);
+      cp_async16(sV + stage * T::kSmemKV + dst, ok ? vg + voff : a.v, ok ? 16 : 0);
     }
   };
 #pragma unroll

@@ -10,6 +10,7 @@
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/hip_estimate.h"
+#include "kernels/cuda/kv_offload.cuh"
 
 namespace longctx::cuda {
 
@@ -85,7 +86,8 @@ constexpr int kMaxChunksPerLane = 2;  // head_dim <= 128: chunks l and l + 8 of 
 constexpr int kDecodeItems = 8, kPrefillItems = 4;
 
 // The bisection of hip_topk_blocks; leaves the selected blocks in s.chunks[0 .. count) (ascending)
-// and returns count. KeyRow(j) gives key j's bf16 row of this head.
+// and returns count. KeyRow(j, ok) gives key j's bf16 row of this head; ok is false for padding
+// items (j = 0, row never dereferenced).
 // Scores: group g scores branches g, g + kGroups, ..., loading kItems sampled keys at a time; each
 // lane loads its 8-element chunks of them once and runs every sampled query against them: lane l accumulates
 // chunks l, l+8 with fp32 FMAs, then the xor-shuffle tree gives ((p0+p4)+(p2+p6)) +
@@ -147,7 +149,7 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
         key[x] = (br.a + br.g / 2) * cfg.b_k + sk * cfg.b_sk + cfg.b_sk - 1;
         kok[x] = br.g > 0 && key[x] < sh.key_end;
         ibest[x] = -INFINITY;
-        const __nv_bfloat16* row = key_row(kok[x] ? key[x] : 0);
+        const __nv_bfloat16* row = key_row(kok[x] ? key[x] : 0, kok[x]);
 #pragma unroll
         for (int cc = 0; cc < kMaxChunksPerLane; ++cc) {
           const int c = lane + kLanes * cc;
@@ -291,7 +293,7 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(HipPrefillParams p) {
   const Shape sh{n_qs, p.head_dim, r.block_begin, r.block_end, r.key_end < p.n_kv ? r.key_end : p.n_kv};
   const auto* k = static_cast<const __nv_bfloat16*>(p.k) + int64_t(h / (p.n_head / p.n_kv_head)) * p.head_dim;
   const int64_t k_stride = int64_t(p.n_kv_head) * p.head_dim;
-  const int count = search<kPrefillItems>(cfg, sh, s, [=](int64_t j) { return k + j * k_stride; });
+  const int count = search<kPrefillItems>(cfg, sh, s, [=](int64_t j, bool) { return k + j * k_stride; });
   const int64_t e = int64_t(h) * n_qblk + b, m = cfg.budget_blocks();
   if (p.blocks)
     for (int i = threadIdx.x; i < count; i += kThreads) p.blocks[e * m + i] = s.chunks[i].a;
@@ -307,6 +309,10 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(HipPrefillParams p) {
   }
 }
 
+// kOffload: keys are read through p.offload's GPU cache (hits from the bank, misses zero-copy
+// from the host pools of p.kv, recorded for kv_offload_update); the same bf16 values either way,
+// so the selected blocks are the same.
+template <bool kOffload>
 __global__ void __launch_bounds__(kThreads) decode_kernel(HipDecodeParams p) {
   extern __shared__ __align__(16) char smem[];
   const HipEstimateConfig& cfg = p.cfg;
@@ -328,11 +334,28 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(HipDecodeParams p) {
   const auto* pool = static_cast<const __nv_bfloat16*>(p.kv.k_pool);
   const int32_t* table = p.kv.block_table + int64_t(seq) * p.kv.max_pages_per_seq;
   const int page = p.kv.page_size, n_kv_head = p.kv.n_kv_head, hk = h / (p.n_head / n_kv_head);
-  const int count = search<kDecodeItems>(cfg, sh, s, [=](int64_t j) {
+  auto host_row = [=](int64_t j) {
     const uint32_t u = uint32_t(j), pg = u / uint32_t(page);  // 32-bit: key positions fit int32
     const int64_t row = int64_t(table[pg]) * page + (u - pg * uint32_t(page));
     return pool + (row * n_kv_head + hk) * d;
-  });
+  };
+  int count;
+  if constexpr (kOffload) {
+    const KvOffloadCache& c = p.offload;
+    const auto* bank = static_cast<const __nv_bfloat16*>(c.bank_k);
+    const bool counter = threadIdx.x % kLanes == 0;  // one thread of each 8 reading a key counts it
+    unsigned reads = 0, misses = 0;
+    count = search<kDecodeItems>(cfg, sh, s, [&](int64_t j, bool ok) {
+      const int32_t t = int32_t(j), slot = offload_lookup(c, hk, t, ok && counter);
+      reads += ok && counter;
+      misses += ok && counter && slot < 0;
+      if (slot < 0) return host_row(j);
+      return bank + ((int64_t(slot) * c.line_tokens + t % c.line_tokens) * n_kv_head + hk) * d;
+    });
+    offload_add_stats(c, reads, misses);
+  } else {
+    count = search<kDecodeItems>(cfg, sh, s, [=](int64_t j, bool) { return host_row(j); });
+  }
   const int64_t m = cfg.budget_blocks();
   if (p.blocks)
     for (int i = threadIdx.x; i < m; i += kThreads) p.blocks[r * m + i] = i < count ? s.chunks[i].a : -1;
@@ -363,7 +386,7 @@ void set_smem(const void* kernel, size_t bytes, size_t& done) {
   done = bytes;
 }
 
-size_t g_prefill_smem = 0, g_decode_smem = 0;  // what set_smem has allowed so far
+size_t g_prefill_smem = 0, g_decode_smem = 0, g_offload_smem = 0;  // what set_smem has allowed so far
 
 }  // namespace
 
@@ -386,8 +409,17 @@ void hip_estimate_decode(const HipDecodeParams& p, Stream s) {
   LC_REQUIRE(p.kv.elem == KvElem::bf16, "hip: GPU decode estimation reads bf16 keys (the KV cache is not bf16)");
   if (p.kv.n_seq <= 0) return;
   const size_t bytes = smem_bytes(1, p.kv.head_dim, p.cfg.budget_blocks());
-  set_smem(reinterpret_cast<const void*>(decode_kernel), bytes, g_decode_smem);
-  decode_kernel<<<dim3(unsigned(p.n_head), unsigned(p.kv.n_seq)), kThreads, bytes, static_cast<cudaStream_t>(s)>>>(p);
+  const dim3 grid(unsigned(p.n_head), unsigned(p.kv.n_seq));
+  if (p.offload.enabled()) {
+    LC_REQUIRE(p.kv.n_seq == 1 && p.offload.n_kv_head == p.kv.n_kv_head && p.offload.bank_k,
+               "hip: offloaded decode estimation serves one sequence through a keys cache of the view's %d KV heads",
+               p.kv.n_kv_head);
+    set_smem(reinterpret_cast<const void*>(decode_kernel<true>), bytes, g_offload_smem);
+    decode_kernel<true><<<grid, kThreads, bytes, static_cast<cudaStream_t>(s)>>>(p);
+  } else {
+    set_smem(reinterpret_cast<const void*>(decode_kernel<false>), bytes, g_decode_smem);
+    decode_kernel<false><<<grid, kThreads, bytes, static_cast<cudaStream_t>(s)>>>(p);
+  }
   LC_LAUNCH_CHECK("hip_estimate_decode n_seq=%d heads=%d", p.kv.n_seq, p.n_head);
 }
 

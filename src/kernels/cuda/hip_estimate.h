@@ -12,11 +12,14 @@
 // in `refresh_pos` (device, per layer); a step re-estimates only when methods/hip/hip_method.h's
 // hip_refreshes rule says so, otherwise the kernel returns at once and the cached ranges stay
 // (the window's end is open: the decode kernel clips it to the sequence's length).
+// KV offload (decode): HipDecodeParams::offload reads the keys through a GPU keys cache in front
+// of a host-memory KvView (kernels/params/kv_offload.h); same blocks as without it.
 // Tensors bf16, after RoPE, unscaled; head_dim a multiple of 8 (64 and 128 are used).
 #pragma once
 #include <cstdint>
 
 #include "kernels/cuda/runtime.h"
+#include "kernels/params/kv_offload.h"
 #include "kernels/params/kv_view.h"
 
 namespace longctx::cuda {
@@ -59,6 +62,10 @@ struct HipDecodeParams {
   int32_t* range_ptr = nullptr;    // [n_seq * n_head + 1] = r * R (written by every launch)
   int32_t* ranges = nullptr;       // [n_seq * n_head * R][2]
   int32_t* col_ptr = nullptr;      // [n_seq * n_head + 1], all 0
+  // KV offload (kernels/params/kv_offload.h), optional: kv's pools are in mapped host memory and
+  // the keys are read through this keys cache (misses recorded for kv_offload_update). One
+  // sequence. The selected blocks are the same as without it.
+  KvOffloadCache offload;
 };
 void hip_estimate_decode(const HipDecodeParams& p, Stream s = nullptr);
 

@@ -3,8 +3,11 @@
 // What and layout: sparse_decode.h. Three launches per step, all sized from host-known bounds
 // (never from the index contents), so the step is graph-capturable:
 //   plan    grid n_rows: normalises each index row into segments (disjoint, with key offsets)
-//   expand  grid (x, n_rows): the pool row of every attended key, in a per-row list
-//   split   decode_split.cuh with GatherKeys: the shared mainloop and last-CTA merge
+//   expand  grid (x, n_rows): the pool row of every attended key, in a per-row list (with KV
+//           offload: looked up in the K/V cache's table, a bank row or a host row code, misses
+//           recorded)
+//   split   decode_split.cuh with GatherKeys (offload: OffloadGatherKeys): the shared mainloop and
+//           last-CTA merge
 // Segments: row r's ranges and columns become range_count + col_count segments stored at
 // [range_ptr[r] + col_ptr[r], range_ptr[r+1] + col_ptr[r+1]) of two workspace arrays (the CSR
 // offsets give every row a fixed place, bounded by the index capacities):
@@ -24,6 +27,7 @@
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/decode_split.cuh"
+#include "kernels/cuda/kv_offload.cuh"
 #include "kernels/cuda/sparse_decode.h"
 
 namespace longctx::cuda {
@@ -161,7 +165,9 @@ struct ExpandArgs {
   const int32_t* row_keys;
   const int32_t* seg_start;
   const int32_t* seg_off;
-  int32_t* key_rows;  // [n_rows][max_keys] pool rows
+  int32_t* key_rows;  // [n_rows][max_keys] pool rows; with offload the key codes (OffloadGatherKeys)
+  KvOffloadCache offload;  // enabled: resolve each key through the cache (one lookup per attended key)
+  int heads_per_index, group;  // query heads per index row and per KV head (offload: row -> KV head)
 };
 
 __global__ void __launch_bounds__(kExpandThreads) sparse_decode_expand_kernel(const ExpandArgs a) {
@@ -173,6 +179,9 @@ __global__ void __launch_bounds__(kExpandThreads) sparse_decode_expand_kernel(co
   const int32_t* seg_off = a.seg_off + sp.seg_base();
   const int32_t* bt = a.block_table + int64_t(s) * a.max_pages;
   int32_t* out = a.key_rows + r * a.max_keys;
+  const bool offload = a.offload.table != nullptr;  // (enabled() is host code)
+  const int hk = int(r % a.idx.n_index_head) * a.heads_per_index / a.group;  // offload: the row's KV head
+  unsigned reads = 0, misses = 0;
   for (int k = blockIdx.x * kExpandThreads + threadIdx.x; k < n; k += gridDim.x * kExpandThreads) {
     int lo = 0, hi = sp.n_segs();  // first segment with offset > k
     while (lo < hi) {
@@ -181,8 +190,18 @@ __global__ void __launch_bounds__(kExpandThreads) sparse_decode_expand_kernel(co
     }
     const int j = lo - 1;  // k < n guarantees lo >= 1
     const int pos = __ldg(seg_start + j) + (k - __ldg(seg_off + j));
-    out[k] = bt[pos / a.page_size] * a.page_size + pos % a.page_size;
+    const int32_t host_row = bt[pos / a.page_size] * a.page_size + pos % a.page_size;
+    if (!offload) {
+      out[k] = host_row;
+      continue;
+    }
+    // Key code: a hit is its bank row (>= 0), a miss -(host row) - 1.
+    const int32_t slot = offload_lookup(a.offload, hk, pos, true);
+    ++reads;
+    misses += slot < 0;
+    out[k] = slot >= 0 ? slot * a.offload.line_tokens + pos % a.offload.line_tokens : -host_row - 1;
   }
+  if (offload) offload_add_stats(a.offload, reads, misses);
 }
 
 // Key source of sparse decode: row (b, index head of h0)'s gathered list of pool rows.
@@ -206,6 +225,27 @@ struct GatherKeys {
     __device__ int64_t elem(int r) const { return int64_t(__ldg(rows + r)) * ld_row; }
   };
   __device__ Tile tile(int b, int h0, int64_t n0) const { return {key_rows + row(b, h0) * max_keys + n0, ld_row}; }
+};
+
+// Key source with KV offload: the list holds key codes (expand kernel); a hit is read from the
+// banks (DecodeArgs k/v = bank_k/bank_v), a miss from the host pools, addressed as element
+// offsets from the banks (host_k/host_v: the host pools' element distance from the banks, in one
+// flat 64-bit address space: mapped host memory is device-addressable).
+struct OffloadGatherKeys : GatherKeys {
+  int64_t host_k, host_v;
+  struct Tile {
+    const int32_t* codes;
+    int64_t ld_row, host_k, host_v;
+    __device__ int64_t at(int r, int64_t host) const {
+      const int32_t c = __ldg(codes + r);
+      return c >= 0 ? int64_t(c) * ld_row : host + int64_t(-(c + 1)) * ld_row;
+    }
+    __device__ int64_t elem(int r) const { return at(r, host_k); }
+    __device__ int64_t v_elem(int r) const { return at(r, host_v); }
+  };
+  __device__ Tile tile(int b, int h0, int64_t n0) const {
+    return {key_rows + row(b, h0) * max_keys + n0, ld_row, host_k, host_v};
+  }
 };
 
 int64_t resolved_max_keys(const SparseDecodeParams& p) {
@@ -290,6 +330,18 @@ void check_sparse_decode(const SparseDecodeParams& p) {
                  ix.range_capacity + ix.col_capacity <= INT32_MAX,
              "sparse_decode: index needs range_ptr, col_ptr, and ranges/cols for non-zero capacities (%lld, %lld)",
              (long long)ix.range_capacity, (long long)ix.col_capacity);
+  if (p.offload.enabled()) {
+    const KvOffloadCache& c = p.offload;
+    LC_REQUIRE(kv.n_seq == 1 && c.bank_k && c.bank_v && c.n_kv_head == kv.n_kv_head && c.line_tokens >= 1,
+               "sparse_decode: offload serves one sequence through a K/V cache of the view's %d KV heads",
+               kv.n_kv_head);
+    LC_REQUIRE(group % hpi == 0, "sparse_decode: offload needs each index row within one KV head (%d heads per "
+               "KV head, %d per index row)", group, hpi);
+    const int eb = kv_elem_bytes(kv.elem);
+    LC_REQUIRE((reinterpret_cast<uintptr_t>(kv.k_pool) - reinterpret_cast<uintptr_t>(c.bank_k)) % eb == 0 &&
+                   (reinterpret_cast<uintptr_t>(kv.v_pool) - reinterpret_cast<uintptr_t>(c.bank_v)) % eb == 0,
+               "sparse_decode: offload pools and banks must be element-aligned");
+  }
   const size_t need = sparse_decode_workspace_bytes(sparse_decode_bounds(p));
   LC_REQUIRE(p.workspace && p.workspace_bytes >= need,
              "sparse_decode: workspace of %zu bytes given, %zu needed; size it with sparse_decode_workspace_bytes "
@@ -345,8 +397,9 @@ void sparse_decode(const SparseDecodeParams& p, Stream s) {
 
   // Expand: enough CTAs per row to fill the GPU about twice when rows are long; CTAs past a
   // row's real key count exit at once.
-  ExpandArgs ea{p.index, kv.block_table, kv.max_pages_per_seq, kv.page_size, max_keys, row_keys,
-                seg_start, seg_off, key_rows};
+  ExpandArgs ea{p.index,  kv.block_table, kv.max_pages_per_seq, kv.page_size,
+                max_keys, row_keys,        seg_start,           seg_off,
+                key_rows, p.offload,       p.n_head / p.index.n_index_head, p.n_head / kv.n_kv_head};
   const int64_t want_x = std::max<int64_t>(1, 2 * num_sms() / n_rows);
   const int64_t gx = std::min<int64_t>(std::max<int64_t>(1, (max_keys + kExpandThreads - 1) / kExpandThreads), want_x);
   sparse_decode_expand_kernel<<<dim3(unsigned(gx), unsigned(n_rows)), kExpandThreads, 0, stream>>>(ea);
@@ -374,7 +427,17 @@ void sparse_decode(const SparseDecodeParams& p, Stream s) {
   a.v_scale = fp8 ? kv.v_scale : 1.f;
   GatherKeys keys{row_keys,       key_rows,       max_keys, p.index.n_index_head, p.n_head / p.index.n_index_head,
                   kv.row_elems(), p.n_splits > 0 ? 1 : kMinTilesPerSplit};
-  launch_split_kernel(a, keys, kv.head_dim, fp8, units, kv.n_seq, stream);
+  if (p.offload.enabled()) {
+    const int64_t eb = kv_elem_bytes(kv.elem);
+    a.k = p.offload.bank_k;
+    a.v = p.offload.bank_v;
+    const OffloadGatherKeys okeys{
+        keys, (static_cast<const char*>(kv.k_pool) - static_cast<const char*>(p.offload.bank_k)) / eb,
+        (static_cast<const char*>(kv.v_pool) - static_cast<const char*>(p.offload.bank_v)) / eb};
+    launch_split_kernel(a, okeys, kv.head_dim, fp8, units, kv.n_seq, stream);
+  } else {
+    launch_split_kernel(a, keys, kv.head_dim, fp8, units, kv.n_seq, stream);
+  }
   LC_LAUNCH_CHECK("sparse_decode split kernel d=%d fp8=%d n_seq=%d heads=%d/%d index heads=%d splits=%d",
                   kv.head_dim, int(fp8), kv.n_seq, p.n_head, kv.n_kv_head, p.index.n_index_head, plan.n_splits);
 }

@@ -28,6 +28,7 @@
 
 #include "kernels/cuda/runtime.h"
 #include "kernels/params/decode_index.h"
+#include "kernels/params/kv_offload.h"
 #include "kernels/params/kv_view.h"
 
 namespace longctx::cuda {
@@ -49,6 +50,11 @@ struct SparseDecodeParams {
   int n_splits = 0;
   void* workspace = nullptr;  // device memory of sparse_decode_workspace_bytes(...)
   size_t workspace_bytes = 0;
+  // KV offload (kernels/params/kv_offload.h), optional: kv's pools are in mapped host memory and
+  // K/V are read through this cache (bank_v required; hits from the banks, misses zero-copy from
+  // host memory, recorded for kv_offload_update). One sequence; each index row within one KV
+  // head. The output is bit-identical to the same call without it.
+  KvOffloadCache offload;
 };
 
 // What the workspace size depends on; fixed for the life of a decode loop.
