@@ -48,7 +48,7 @@ for t in "$BIN"/test_*; do
   skipped=$(grep -oE "^\[  SKIPPED \] [0-9]+ test" "$OUT/$name.log" | grep -oE "[0-9]+")
   failed=$(grep -cE "^\[  FAILED  \] [A-Za-z]" "$OUT/$name.log")
   echo "$name: rc=$rc passed=${passed:-0} skipped=${skipped:-0} failed=$failed"
-  grep -E "^\[  FAILED  \] [A-Za-z]|Failure" "$OUT/$name.log" | head -10
+  grep -E "^\[  FAILED  \] [A-Za-z]|: Failure$" "$OUT/$name.log" | head -10
   [ $rc = 0 ] || status=1
 done
 for t in test_hip_gpu test_kv_offload test_tokenselect_step; do
