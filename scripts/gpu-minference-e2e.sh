@@ -10,7 +10,7 @@
 #
 # Here (no GPU needed), build and pack what travels (stripped binaries as one .tar.xz, the
 # shared libraries the GPU machine lacks, optionally one half of the default model):
-#   cmake -S . -B build-gpuint -G Ninja -DLONGCTX_CUDA=ON -DLONGCTX_NATIVE=OFF -DLONGCTX_BENCH=ON -DLONGCTX_TESTS=ON -DBLA_STATIC=ON \
+#   cmake -S . -B build-gpuint -G Ninja -DLONGCTX_CUDA=ON -DLONGCTX_NATIVE=OFF -DLONGCTX_BENCH=ON -DLONGCTX_TESTS=ON -DBLA_STATIC=ON -DLONGCTX_PICTURES=OFF \
 #         -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc"
 #   ninja -C build-gpuint -j2 longctx test_gpu
 #   CARRY=.carry/e2e1 scripts/gpu-minference-e2e.sh --pack --model-part 1

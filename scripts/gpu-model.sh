@@ -4,7 +4,7 @@
 #
 # Here (no GPU needed), build and pack what travels (stripped binaries as one .tar.xz, the two
 # shared libraries the GPU machine may lack, optionally one half of the default model):
-#   cmake -S . -B build-gpumodel -G Ninja -DLONGCTX_CUDA=ON -DLONGCTX_NATIVE=OFF -DLONGCTX_BENCH=OFF -DBLA_STATIC=ON \
+#   cmake -S . -B build-gpumodel -G Ninja -DLONGCTX_CUDA=ON -DLONGCTX_NATIVE=OFF -DLONGCTX_BENCH=OFF -DBLA_STATIC=ON -DLONGCTX_PICTURES=OFF \
 #         -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc"
 #   ninja -C build-gpumodel -j2 longctx test_gpu
 #   scripts/gpu-model.sh --pack [--model-part 1|2]      # -> build-gpumodel/carry/ (< 64 MiB)
@@ -15,7 +15,7 @@
 # launches instead of CUDA graph replay), JSON as bench_model_eager*.json.
 # BUILD=build-gpugraph (with CARRY=build-gpugraph/carry) packs and runs another build folder.
 # Why packed: the two binaries are 33 MB each (sm_90a kernels), 6 MB as .tar.xz; OpenBLAS is
-# linked statically (-DBLA_STATIC=ON), libpcre2-8 and libpng16 travel as .so files.
+# linked statically (-DBLA_STATIC=ON), libpcre2-8 travels as a .so file; pictures (cairo) are left out.
 # The default model (98 MB) is too big for one transfer with the tree: --model-part 1 and 2 in
 # two calls made back to back (files under /root survive while the machine is warm); the part
 # is appended under $LONGCTX_CACHE and, once whole, checked against the golden file's SHA-256.

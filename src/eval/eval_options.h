@@ -31,7 +31,7 @@ struct EvalOptions {
   int64_t gpu_chunk = 0;                       // GPU prefill chunk; 0 = the engine's default
   int64_t max_context = 0;                     // 0 = the model's trained context (more: extrapolation)
   std::string text_path;                       // ppl text / haystack book; empty = default (ppl only)
-  std::string out_dir;                         // PNG pictures (and eval.json when --json has no file)
+  std::string out_dir;                         // PNG pictures (heatmaps, attention maps); needs cairo (image.h)
   bool json = false;                           // write JSON ...
   std::string json_path;                       // ... to this file, or stdout when empty
   bool chat_template = true;

@@ -1,50 +1,41 @@
-// image.h: a small RGB raster with the drawing the eval pictures need, and PNG file I/O (libpng).
+// image.h: an RGB raster (what the eval pictures are drawn into and what tests read back), PNG
+// file I/O, and whether this build can draw pictures at all.
 //
-// Drawing: filled rectangles, lines, and text in a built-in 5x7 bitmap font (font.cpp) scaled
-// by an integer factor. write_png() writes 8-bit RGB; read_png() reads any PNG back as RGB
-// (tests use it to check what was written).
+// Pictures are drawn with cairo (canvas.h) when the build has it (CMake LONGCTX_PICTURES, on when
+// pkg-config finds cairo). Without it, require_pictures() and every picture function fail with
+// the same message, so that `longctx eval --out DIR` stops before any work and the rest of eval
+// still runs (GPU carry builds turn pictures off to keep cairo's shared libraries at home).
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
-namespace longctx::eval {
+#include "eval/colour_maps.h"
 
-struct Rgb {
-  uint8_t r = 0, g = 0, b = 0;
-  bool operator==(const Rgb&) const = default;
-};
+namespace longctx::eval {
 
 class Image {
  public:
   Image() = default;
-  Image(int w, int h, Rgb fill = {255, 255, 255});
+  Image(int w, int h, Rgb fill = {255, 255, 255});  // throws Error when w or h is not positive
   int width() const { return w_; }
   int height() const { return h_; }
-  Rgb get(int x, int y) const;
+  Rgb get(int x, int y) const;  // black outside the image
   void set(int x, int y, Rgb c);  // ignores pixels outside the image
-  void blend(int x, int y, Rgb c, double alpha);
-  void fill_rect(int x, int y, int w, int h, Rgb c);
-  void rect_outline(int x, int y, int w, int h, Rgb c);
-  void line(int x0, int y0, int x1, int y1, Rgb c);
-  // Text with its top-left corner at (x, y); returns the width drawn. Unknown characters are '?'.
-  int text(int x, int y, const std::string& s, Rgb c, int scale = 2);
-  // Text rotated 90 degrees counter-clockwise (reads bottom to top), its bottom-left at (x, y).
-  void text_vertical(int x, int y, const std::string& s, Rgb c, int scale = 2);
-  static int text_width(const std::string& s, int scale = 2);
-  static int text_height(int scale = 2);
   const std::vector<uint8_t>& data() const { return px_; }
 
  private:
   int w_ = 0, h_ = 0;
-  std::vector<uint8_t> px_;  // RGB, row-major
+  std::vector<uint8_t> px_;  // [h][w][3] RGB, row-major
 };
 
-// Throws Error naming the path when the file cannot be written or read.
+// True when this build draws pictures (cairo).
+bool pictures_built();
+// Throws Error ("this build has no picture support ...") when !pictures_built().
+void require_pictures();
+
+// 8-bit RGB PNG through cairo. Throw Error naming the path when the file cannot be written or read.
 void write_png(const std::string& path, const Image& img);
 Image read_png(const std::string& path);
-
-// The 5x7 glyph rows of a character (bit 4 = leftmost pixel); lowercase maps to uppercase.
-const uint8_t* glyph(char c);
 
 }  // namespace longctx::eval

@@ -36,13 +36,14 @@ struct Picture {
   Image img;
 };
 
-Image draw_head(const AttnCapture& c, const LayerMask& m, int head, int size, const std::string& title) {
+Image draw_head(const AttnCapture& c, const LayerMask& m, const HeadFidelity& h, int size, const std::string& method) {
   AttentionMapData d;
-  d.title = title;
+  d.title = fmt::format("{}: layer {}, head {}", method, h.layer, h.head);
+  d.subtitle = fmt::format("{} tokens; relative error {:.3f}, recall {:.3f}", c.n_tokens, h.rel_err, h.recall);
   d.n_tokens = c.n_tokens;
   d.size = size;
-  d.probs = [&](int64_t q, std::vector<double>& p) { attention_probs(c, head, q, p); };
-  d.kept = [&](int64_t q, std::vector<uint8_t>& k) { kept_keys(m, c.n_head, head, q, k); };
+  d.probs = [&](int64_t q, std::vector<double>& p) { attention_probs(c, h.head, q, p); };
+  d.kept = [&](int64_t q, std::vector<uint8_t>& k) { kept_keys(m, c.n_head, h.head, q, k); };
   return attention_map(d);
 }
 
@@ -50,6 +51,7 @@ Image draw_head(const AttnCapture& c, const LayerMask& m, int head, int size, co
 
 nlohmann::json run_attention(const EvalOptions& o, const EngineFactory& factory, std::ostream& table_out) {
   for (const auto& m : o.methods) check_mask_spec(m);  // bad specs fail before the model loads
+  if (!o.out_dir.empty()) require_pictures();          // so does --out without picture support
   std::shared_ptr<const BookText> book;
   if (!o.text_path.empty()) book = BookText::load(o.text_path);
   // Capture is always dense; the methods are evaluated as masks over the captured Q/K/V.
@@ -88,15 +90,11 @@ nlohmann::json run_attention(const EvalOptions& o, const EngineFactory& factory,
         const LayerMask mask = methods[mi]->build(c);
         auto hf = layer_fidelity(c, mask, fp, pool);
         auto it = std::max_element(hf.begin(), hf.end(), [](auto& a, auto& b) { return a.rel_err < b.rel_err; });
-        auto title = [&](const HeadFidelity& h) {
-          return fmt::format("{} L{} H{} {} TOKENS: ERR {:.3f} RECALL {:.3f}", methods[mi]->name(), h.layer, h.head,
-                             c.n_tokens, h.rel_err, h.recall);
-        };
         if (!o.out_dir.empty() && it != hf.end() && it->rel_err > 0 && (!worst[mi].have || it->rel_err > worst[mi].rel_err))
-          worst[mi] = {true, it->rel_err, it->layer, it->head, draw_head(c, mask, it->head, o.map_size, title(*it))};
+          worst[mi] = {true, it->rel_err, it->layer, it->head, draw_head(c, mask, *it, o.map_size, methods[mi]->name())};
         if (!o.out_dir.empty() && c.layer == o.attn_layer && o.attn_head >= 0) {
           const HeadFidelity& h = hf[size_t(o.attn_head)];
-          chosen[mi] = {true, h.rel_err, h.layer, h.head, draw_head(c, mask, h.head, o.map_size, title(h))};
+          chosen[mi] = {true, h.rel_err, h.layer, h.head, draw_head(c, mask, h, o.map_size, methods[mi]->name())};
         }
         heads[mi].insert(heads[mi].end(), hf.begin(), hf.end());
       }

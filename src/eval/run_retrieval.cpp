@@ -41,6 +41,7 @@ nlohmann::json run_retrieval(const EvalOptions& o, const EngineFactory& factory,
   for (const auto& n : task_names) tasks.push_back(make_task(n));
   if (o.samples <= 0) fail("--samples must be at least 1 (got {})", o.samples);
   if (o.methods.empty()) fail("--attn names no attention method");
+  if (!o.out_dir.empty()) require_pictures();  // --out asks for pictures: fail before the model loads
   std::shared_ptr<const BookText> book;
   if (!o.text_path.empty()) book = BookText::load(o.text_path);
 
@@ -166,6 +167,8 @@ nlohmann::json run_retrieval(const EvalOptions& o, const EngineFactory& factory,
   nlohmann::json pictures = nlohmann::json::array();
   if (!o.out_dir.empty()) {
     std::filesystem::create_directories(o.out_dir);
+    const std::string subtitle = fmt::format("{}{}{} sample{} per cell", model_name, model_name.empty() ? "" : ", ",
+                                             o.samples, o.samples == 1 ? "" : "s");
     for (size_t mi = 0; mi < o.methods.size(); ++mi) {
       auto save = [&](const HeatmapData& h, const std::string& stem) {
         const std::string path = (std::filesystem::path(o.out_dir) / (stem + ".png")).string();
@@ -175,7 +178,8 @@ nlohmann::json run_retrieval(const EvalOptions& o, const EngineFactory& factory,
       for (size_t t = 0; t < tasks.size(); ++t) {
         if (!tasks[t]->depth_grid()) continue;
         HeatmapData h;
-        h.title = fmt::format("{} - {} - {}", task_names[t], o.methods[mi], model_name);
+        h.title = fmt::format("{}: {}", task_names[t], o.methods[mi]);
+        h.subtitle = subtitle;
         h.lengths = o.lengths;
         for (double d : depths_of[t]) {
           h.rows.push_back(fmt::format("{:.0f}%", d * 100));
@@ -190,9 +194,10 @@ nlohmann::json run_retrieval(const EvalOptions& o, const EngineFactory& factory,
       }
       if (tasks.size() > 1 || !tasks[0]->depth_grid()) {
         HeatmapData h;
-        h.title = fmt::format("{} - {} - {}", o.task, o.methods[mi], model_name);
+        h.title = fmt::format("{}: {}", o.task, o.methods[mi]);
+        h.subtitle = subtitle;
         h.lengths = o.lengths;
-        h.y_title = "TASK";
+        h.y_title = "Task";
         for (size_t t = 0; t < tasks.size(); ++t) {
           h.rows.push_back(task_names[t]);
           std::vector<double> row;

@@ -4,9 +4,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "eval/eval_cli.h"
 #include "eval/image.h"
+#include "eval/plots.h"
 #include "fakes.h"
 #include "util/error.h"
 
@@ -100,8 +102,10 @@ TEST(EvalCli, PasskeySideBySideTableJsonAndHeatmap) {
   Harness h;
   const std::string dir = temp_dir("passkey");
   const std::string json = dir + "/out.json";
-  const std::string out = h.run({"eval", "passkey", "--attn", "dense,blind", "--lengths", "1k,2k", "--samples", "2",
-                                 "--depths", "0,0.5,1", "--json", json, "--out", dir, "--quiet", "-m", "fake.gguf", "--device", "cuda"});
+  std::vector<std::string> args{"eval", "passkey", "--attn", "dense,blind", "--lengths", "1k,2k", "--samples", "2",
+                                "--depths", "0,0.5,1", "--json", json, "--quiet", "-m", "fake.gguf", "--device", "cuda"};
+  if (eval::pictures_built()) args.insert(args.end(), {"--out", dir});
+  const std::string out = h.run(args);
   ASSERT_EQ(h.loads.size(), 2u);
   EXPECT_EQ(h.loads[0].attn, "dense");
   EXPECT_EQ(h.loads[1].attn, "blind");
@@ -123,10 +127,37 @@ TEST(EvalCli, PasskeySideBySideTableJsonAndHeatmap) {
   EXPECT_LE(s0["prompt_tokens"].get<int64_t>(), 1024);
   EXPECT_EQ(doc["samples"].back()["correct"], false);
   EXPECT_EQ(doc["samples"][0]["id"], doc["samples"][12]["id"]) << "every method sees the same prompts";
+  if (!eval::pictures_built()) return;
+  ASSERT_EQ(doc["pictures"].size(), 2u);
   for (const char* pic : {"/passkey_dense.png", "/passkey_blind.png"}) {
     ASSERT_TRUE(std::filesystem::exists(dir + pic)) << pic;
-    EXPECT_GT(eval::read_png(dir + pic).width(), 100);
+    const eval::Image img = eval::read_png(dir + pic);
+    EXPECT_GT(img.width(), 300);
+    EXPECT_GT(img.height(), 200);
   }
+  // dense scores 100% everywhere, blind 0%: their cells are green and red.
+  auto count = [](const eval::Image& img, eval::Rgb c) {
+    int n = 0;
+    for (int y = 0; y < img.height(); ++y)
+      for (int x = 0; x < img.width(); ++x) n += img.get(x, y) == c;
+    return n;
+  };
+  const eval::Image dense = eval::read_png(dir + "/passkey_dense.png"), blind = eval::read_png(dir + "/passkey_blind.png");
+  EXPECT_GT(count(dense, eval::score_colour(1.0)), 6 * 500) << "six green cells";
+  EXPECT_GT(count(blind, eval::score_colour(0.0)), 6 * 500) << "six red cells";
+  EXPECT_LT(count(blind, eval::score_colour(1.0)), 100) << "only the colour bar's top is green";
+}
+
+TEST(EvalCli, PicturesWithoutCairoFailBeforeWork) {
+  if (eval::pictures_built()) GTEST_SKIP() << "this build draws pictures (cairo)";
+  Harness h;
+  for (const char* task : {"passkey", "attention"}) {
+    const std::string m = h.error({"eval", task, "--lengths", "1k", "--out", temp_dir("nopics"), "--quiet"});
+    EXPECT_NE(m.find("no picture support (cairo)"), std::string::npos) << m;
+    EXPECT_NE(m.find("LONGCTX_PICTURES=ON"), std::string::npos) << m;
+  }
+  EXPECT_TRUE(h.loads.empty()) << "no model is loaded before the error";
+  EXPECT_FALSE(std::filesystem::exists(temp_dir("nopics")));
 }
 
 TEST(EvalCli, SameSeedSameAnswers) {
@@ -178,9 +209,10 @@ TEST(EvalCli, PerplexityOnATextFile) {
 TEST(EvalCli, AttentionFidelityTableJsonAndPictures) {
   Harness h;
   const std::string dir = temp_dir("attention");
-  const std::string out = h.run({"eval", "attention", "--attn", "dense,a_shape=16,64", "--lengths", "1k", "--json",
-                                 dir + "/attn.json", "--out", dir, "--layer", "1", "--head", "2", "--quiet",
-                                 "--max-queries", "128"});
+  std::vector<std::string> args{"eval", "attention", "--attn", "dense,a_shape=16,64", "--lengths", "1k", "--json",
+                                dir + "/attn.json", "--layer", "1", "--head", "2", "--quiet", "--max-queries", "128"};
+  if (eval::pictures_built()) args.insert(args.end(), {"--out", dir});
+  const std::string out = h.run(args);
   EXPECT_NE(out.find("attention fidelity at 1K"), std::string::npos) << out;
   const auto doc = read_json(dir + "/attn.json");
   ASSERT_EQ(doc["results"].size(), 2u);
@@ -190,8 +222,29 @@ TEST(EvalCli, AttentionFidelityTableJsonAndPictures) {
   EXPECT_GT(doc["results"][1]["mean_rel_err"].get<double>(), 0.0);
   EXPECT_LT(doc["results"][1]["mean_recall"].get<double>(), 1.0);
   EXPECT_GT(doc["results"][1]["mean_recall"].get<double>(), 0.5);  // the sink carries most mass
-  EXPECT_EQ(doc["results"][1]["pictures"].size(), 2u);  // worst head + layer 1 head 2
-  for (const auto& p : doc["pictures"]) EXPECT_GT(eval::read_png(p.get<std::string>()).width(), 500);
+  EXPECT_EQ(doc["results"][1]["pictures"].size(), eval::pictures_built() ? 2u : 0u);  // worst head + layer 1 head 2
+  for (const auto& p : doc["pictures"]) {
+    const eval::Image img = eval::read_png(p.get<std::string>());
+    EXPECT_GT(img.width(), 512 + 100) << "the 512-pixel map, its axes and colour bar";
+    EXPECT_GT(img.height(), 512 + 60);
+    // The map: inside its frame (a 514-pixel grey square), causal pixels below the diagonal in
+    // many heat colours, the non-causal corner above it.
+    int fx = -1, fy = -1;
+    for (int y = 0; y < img.height() && fx < 0; ++y)
+      for (int x = 0, run = 0; x < img.width(); ++x) {
+        run = img.get(x, y) == img.get(x - 1, y) && img.get(x, y) == eval::Rgb{120, 120, 120} ? run + 1 : 0;
+        if (run == 513) { fx = x - 513; fy = y; break; }
+      }
+    ASSERT_GE(fx, 0) << "no map frame in " << p;
+    std::set<uint32_t> heat;
+    for (int y = 1; y <= 512; ++y)
+      for (int x = 1; x <= y; ++x) {
+        const eval::Rgb c = img.get(fx + x, fy + y);
+        heat.insert(uint32_t(c.r) << 16 | uint32_t(c.g) << 8 | c.b);
+      }
+    EXPECT_GT(heat.size(), 20u) << p;
+    EXPECT_EQ(img.get(fx + 512, fy + 1), eval::kNotCausal) << p;
+  }
   ASSERT_EQ(h.loads.size(), 1u);
   EXPECT_EQ(h.loads[0].attn, "dense");  // capture is dense; methods are masks
 }
