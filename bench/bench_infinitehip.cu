@@ -212,6 +212,12 @@ std::string bench_decode(int64_t len) {
       p.rope_mode = mode;
       stage[mode][i] = graph_ms([&](Stream s) { ihip_prune_stage_decode(p, s); }, reps);
     }
+  double score_only[3], select_only[3];  // rope none: the stage's two launches apart
+  for (int i = 0; i < 3; ++i) {
+    score_only[i] = graph_ms([&](Stream s) { ihip_score_decode(sp[i], s); }, reps);
+    select_only[i] = graph_ms([&](Stream s) { ihip_select_decode(sp[i], s); }, reps);
+  }
+  const double index_only = graph_ms([&](Stream s) { ihip_decode_index(ip, s); }, reps);
   std::vector<int32_t> lens(3);
   for (int i = 0; i < 3; ++i) copy_d2h(&lens[size_t(i)], out_len[i], 4);
   const double avg = (none + s1 + 2 * s12 + 12 * all) / 16, avg_fast = (none + s1 + 2 * s12 + 28 * all) / 32;
@@ -223,17 +229,20 @@ std::string bench_decode(int64_t len) {
   std::fprintf(stderr,
                "decode len=%lld: dense %.4f ms | infinitehip None %.4f S1 %.4f S1&2 %.4f All %.4f ms | avg(16,8,4) "
                "%.4f ms = %.1fx dense, avg(32,16,8) %.4f ms | stages (rope none) %.4f %.4f %.4f, (relative) %.4f "
-               "%.4f %.4f ms | kept %d/%d/%d\n",
+               "%.4f %.4f ms (score %.4f %.4f %.4f, select %.4f %.4f %.4f, index %.4f) | kept %d/%d/%d\n",
                (long long)len, dense, none, s1, s12, all, avg, dense / avg, avg_fast, stage[0][0], stage[0][1],
-               stage[0][2], stage[1][0], stage[1][1], stage[1][2], lens[0], lens[1], lens[2]);
-  char buf[1400];
+               stage[0][2], stage[1][0], stage[1][1], stage[1][2], score_only[0], score_only[1], score_only[2],
+               select_only[0], select_only[1], select_only[2], index_only, lens[0], lens[1], lens[2]);
+  char buf[2000];
   std::snprintf(buf, sizeof buf,
                 "{\"case\": \"decode\", \"len\": %lld, \"dense_ms\": %.5f, \"none_ms\": %.5f, \"s1_cached_ms\": %.5f, "
                 "\"s12_cached_ms\": %.5f, \"all_cached_ms\": %.5f, \"avg_16_8_4_ms\": %.5f, \"avg_32_16_8_ms\": %.5f, "
                 "\"stage_ms_rope_none\": [%.5f, %.5f, %.5f], \"stage_ms_rope_relative\": [%.5f, %.5f, %.5f], "
+                "\"score_ms\": [%.5f, %.5f, %.5f], \"select_ms\": [%.5f, %.5f, %.5f], \"index_ms\": %.5f, "
                 "\"kept\": [%d, %d, %d], \"ratio_dense_over_avg\": %.2f, \"ratio_dense_over_none\": %.2f}",
                 (long long)len, dense, none, s1, s12, all, avg, avg_fast, stage[0][0], stage[0][1], stage[0][2],
-                stage[1][0], stage[1][1], stage[1][2], lens[0], lens[1], lens[2], dense / avg, dense / none);
+                stage[1][0], stage[1][1], stage[1][2], score_only[0], score_only[1], score_only[2], select_only[0],
+                select_only[1], select_only[2], index_only, lens[0], lens[1], lens[2], dense / avg, dense / none);
   return buf;
 }
 

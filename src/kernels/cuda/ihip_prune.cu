@@ -17,6 +17,7 @@ constexpr int kScoreThreads = 256, kGroups = kScoreThreads / kLanes;
 constexpr int kSelectThreads = 1024;
 constexpr int kMaxGroupHeads = 16;        // query heads per KV head
 constexpr int kMaxHeads = 32;             // query heads (the rotated queries live in shared memory)
+constexpr size_t kScoreStaticSmem = (kMaxHeads * kD + 32) * 4;  // the score kernel's static shared memory
 constexpr int32_t kOpenEnd = 0x7fffffff;  // the decode window's end: clipped to the length by sparse_decode
 
 struct Cands {  // one sequence's stage input
@@ -67,25 +68,28 @@ __device__ inline uint64_t sort_key(float score, int64_t chunk) {
 constexpr uint64_t kEmptyKey = ~uint64_t(0);
 
 struct KeyRegs {
-  float x0[8], x1[8];  // elements 8*lane + e and 64 + 8*lane + e
+  uint4 u0, u1;  // bf16 elements 8*lane .. +8 and 64 + 8*lane .. +8 (kept packed: fewer registers)
 };
 
-__device__ inline void load_key(const IhipStageGpuParams& p, int seq, int g, int32_t key, bool ok, int lane,
-                                KeyRegs& r) {
-  uint4 u0 = make_uint4(0, 0, 0, 0), u1 = u0;
-  if (ok) {
-    const uint32_t uk = uint32_t(key), pg = uk / uint32_t(p.kv.page_size);
-    const int64_t row = int64_t(p.kv.block_table[int64_t(seq) * p.kv.max_pages_per_seq + pg]) * p.kv.page_size +
-                        (uk - pg * uint32_t(p.kv.page_size));
-    const auto* k = static_cast<const __nv_bfloat16*>(p.kv.k_pool) + (row * p.kv.n_kv_head + g) * kD;
-    u0 = *reinterpret_cast<const uint4*>(k + 8 * lane);
-    u1 = *reinterpret_cast<const uint4*>(k + kHalf + 8 * lane);
+// Pool row of every entry of the group's chunk, into the group's shared-memory slice: one round of
+// independent loads, so each bisection step is a single dependent key load.
+__device__ inline void load_rows(const IhipStageGpuParams& p, int seq, const Cands& c, int64_t first, int len, int lane,
+                                 int32_t* rows) {
+  const int32_t* table = p.kv.block_table + int64_t(seq) * p.kv.max_pages_per_seq;
+  const uint32_t page = uint32_t(p.kv.page_size);
+  for (int i = lane; i < len; i += kLanes) {
+    const uint32_t e = uint32_t(c.at(first + i)), pg = e / page;
+    rows[i] = int32_t(uint32_t(table[pg]) * page + (e - pg * page));
   }
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const float2 a = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&u0)[e]);
-    const float2 b = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&u1)[e]);
-    r.x0[2 * e] = a.x, r.x0[2 * e + 1] = a.y, r.x1[2 * e] = b.x, r.x1[2 * e + 1] = b.y;
+  __syncwarp();
+}
+
+__device__ inline void load_key(const IhipStageGpuParams& p, int g, int32_t row, bool ok, int lane, KeyRegs& r) {
+  r.u0 = r.u1 = make_uint4(0, 0, 0, 0);
+  if (ok) {
+    const auto* k = static_cast<const __nv_bfloat16*>(p.kv.k_pool) + (int64_t(row) * p.kv.n_kv_head + g) * kD;
+    r.u0 = *reinterpret_cast<const uint4*>(k + 8 * lane);
+    r.u1 = *reinterpret_cast<const uint4*>(k + kHalf + 8 * lane);
   }
 }
 
@@ -94,7 +98,11 @@ __device__ inline float probe(const IhipStageGpuParams& p, const float* qs, int 
                               int lane) {
   float y0[8], y1[8];
 #pragma unroll
-  for (int e = 0; e < 8; ++e) y0[e] = key.x0[e], y1[e] = key.x1[e];
+  for (int e = 0; e < 4; ++e) {
+    const float2 a = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&key.u0)[e]);
+    const float2 b = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&key.u1)[e]);
+    y0[2 * e] = a.x, y0[2 * e + 1] = a.y, y1[2 * e] = b.x, y1[2 * e + 1] = b.y;
+  }
   if (p.rope_mode != 0) {
     const float* c = p.rope_cos + kpos * kHalf + 8 * lane;
     const float* s = p.rope_sin + kpos * kHalf + 8 * lane;
@@ -117,9 +125,11 @@ __device__ inline float probe(const IhipStageGpuParams& p, const float* qs, int 
   return best;
 }
 
-__global__ void __launch_bounds__(kScoreThreads) score_kernel(IhipStageGpuParams p) {
+// 4 CTAs per SM (at most 64 registers): the bisection is latency-bound, so resident items count.
+__global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(IhipStageGpuParams p) {
   __shared__ __align__(16) float qs[kMaxHeads * kD];  // [n_head][128] rotated
   __shared__ float item_score[kGroups];
+  extern __shared__ int32_t chunk_rows[];  // [kGroups][l_c] pool rows of each group's chunk
   const int seq = blockIdx.y, tid = threadIdx.x, lane = tid % kLanes, grp = tid / kLanes;
   const int64_t pos = int64_t(p.kv.seq_lens[seq]) - 1;
   const Cands c = cands_of(p, seq, pos);
@@ -145,15 +155,17 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(IhipStageGpuParams
   const int len = valid ? int(c.n - first < p.l_c ? c.n - first : p.l_c) : 1;
   const int64_t pos_left = p.rope_mode == 1 ? 0 : j, pos_right = p.rope_mode == 1 ? 1 : j;
   const float* qg = qs + g * group * kD;
+  int32_t* rows = chunk_rows + grp * p.l_c;
+  load_rows(p, seq, c, first, valid ? len : 0, lane, rows);
   int lo = 0, hi = len;
   KeyRegs klo, kmid;
-  load_key(p, seq, g, valid ? c.at(first) : 0, valid, lane, klo);
+  load_key(p, g, valid ? rows[0] : 0, valid, lane, klo);
   int n_iter = 0;
   while ((1 << n_iter) < p.l_c) ++n_iter;  // uniform over the CTA: the shuffles need every lane
   for (int it = 0; it < n_iter; ++it) {
     const bool active = valid && hi - lo > 1;
     const int mid = lo + (hi - lo) / 2;
-    load_key(p, seq, g, active ? c.at(first + mid) : 0, active, lane, kmid);
+    load_key(p, g, active ? rows[mid] : 0, active, lane, kmid);
     const float left = probe(p, qg, group, klo, pos_left, lane);
     const float right = probe(p, qg, group, kmid, pos_right, lane);
     if (active) {
@@ -284,11 +296,23 @@ size_t select_smem(int64_t max_chunks, int64_t keep) {
   return size_t(M) * 8 + size_t(M) * 4 + kSelectThreads * 4 + size_t(keep) * 4;
 }
 
-size_t g_select_smem = 0;
+size_t g_select_smem = 0, g_score_smem = 0;
 
-}  // namespace
+// Raises a kernel's dynamic shared memory limit once per size (outside graph capture: the first
+// eager call does it).
+void allow_smem(const void* kernel, size_t bytes, size_t static_bytes, size_t& done, const char* what) {
+  if (bytes <= done) return;
+  int dev = 0, limit = 0;
+  LC_CUDA_CHECK(cudaGetDevice(&dev), "ihip device");
+  LC_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "ihip smem limit");
+  LC_REQUIRE(bytes + static_bytes <= size_t(limit), "infinitehip: %s needs %zu bytes of shared memory, over the device's %d",
+             what, bytes, limit);
+  LC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)), "ihip smem %s",
+                what);
+  done = bytes;
+}
 
-void ihip_prune_stage_decode(const IhipStageGpuParams& p, Stream s) {
+void check_stage(const IhipStageGpuParams& p) {
   LC_REQUIRE(p.kv.head_dim == kD, "infinitehip: the GPU pruning stage needs head_dim %d, got %d", kD, p.kv.head_dim);
   LC_REQUIRE(p.kv.elem == KvElem::bf16, "infinitehip: the GPU pruning stage reads bf16 keys");
   LC_REQUIRE(p.kv.n_kv_head >= 1 && kGroups % p.kv.n_kv_head == 0 && p.n_head % p.kv.n_kv_head == 0 &&
@@ -298,24 +322,34 @@ void ihip_prune_stage_decode(const IhipStageGpuParams& p, Stream s) {
   LC_REQUIRE(p.l_c >= 1 && p.k >= p.l_c && p.k % p.l_c == 0 && p.out_cap >= p.k && p.max_chunks >= 1,
              "internal: infinitehip stage l_c=%d k=%lld out_cap=%lld", p.l_c, (long long)p.k, (long long)p.out_cap);
   LC_REQUIRE(p.rope_mode == 0 || (p.rope_cos && p.rope_sin), "internal: infinitehip RoPE table missing");
+  LC_REQUIRE(p.kv.n_pages * p.kv.page_size < (int64_t(1) << 31), "infinitehip: the KV pool exceeds 2^31 rows");
+}
+
+}  // namespace
+
+void ihip_score_decode(const IhipStageGpuParams& p, Stream s) {
+  check_stage(p);
   if (p.kv.n_seq <= 0) return;
   const int per_cta = kGroups / p.kv.n_kv_head;
-  cudaStream_t st = static_cast<cudaStream_t>(s);
-  score_kernel<<<dim3(unsigned((p.max_chunks + per_cta - 1) / per_cta), unsigned(p.kv.n_seq)), kScoreThreads, 0, st>>>(p);
+  const size_t bytes = size_t(kGroups) * p.l_c * 4;
+  allow_smem(reinterpret_cast<const void*>(score_kernel), bytes, kScoreStaticSmem, g_score_smem, "the chunk rows");
+  score_kernel<<<dim3(unsigned((p.max_chunks + per_cta - 1) / per_cta), unsigned(p.kv.n_seq)), kScoreThreads, bytes,
+                 static_cast<cudaStream_t>(s)>>>(p);
   LC_LAUNCH_CHECK("ihip score l_c=%d max_chunks=%lld", p.l_c, (long long)p.max_chunks);
+}
+
+void ihip_select_decode(const IhipStageGpuParams& p, Stream s) {
+  check_stage(p);
+  if (p.kv.n_seq <= 0) return;
   const size_t bytes = select_smem(p.max_chunks, p.k / p.l_c);
-  if (bytes > g_select_smem) {
-    int dev = 0, limit = 0;
-    LC_CUDA_CHECK(cudaGetDevice(&dev), "ihip select device");
-    LC_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "ihip select");
-    LC_REQUIRE(bytes <= size_t(limit), "infinitehip: %lld chunks need %zu bytes of shared memory, over the device's %d",
-               (long long)p.max_chunks, bytes, limit);
-    LC_CUDA_CHECK(cudaFuncSetAttribute(select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)),
-                  "ihip select smem");
-    g_select_smem = bytes;
-  }
-  select_kernel<<<unsigned(p.kv.n_seq), kSelectThreads, bytes, st>>>(p);
+  allow_smem(reinterpret_cast<const void*>(select_kernel), bytes, 0, g_select_smem, "the chunk ranking");
+  select_kernel<<<unsigned(p.kv.n_seq), kSelectThreads, bytes, static_cast<cudaStream_t>(s)>>>(p);
   LC_LAUNCH_CHECK("ihip select l_c=%d max_chunks=%lld", p.l_c, (long long)p.max_chunks);
+}
+
+void ihip_prune_stage_decode(const IhipStageGpuParams& p, Stream s) {
+  ihip_score_decode(p, s);
+  ihip_select_decode(p, s);
 }
 
 void ihip_decode_index(const IhipIndexGpuParams& p, Stream s) {

@@ -10,7 +10,9 @@
 // How (two kernels, no host syncs, grids sized from host bounds so a step is graph-replayable
 // while seq_lens and the cached lists change):
 //   score   one CTA of 256 threads per 32 / n_kv_head chunks; 8 threads per (chunk, KV head)
-//           item run the bisection (16-byte key loads, the rotate-half pairs (i, i + 64) sit in
+//           item first load the pool rows of the chunk's entries into shared memory (one round
+//           of independent loads), then run the bisection, one dependent key load per step
+//           (16-byte key loads, the rotate-half pairs (i, i + 64) sit in
 //           one lane for head_dim 128, xor-shuffle dot tree of hip_topk.h), max over the group's
 //           query heads, then max over KV heads in shared memory;
 //   select  one CTA of 1024 threads per sequence: bitonic sort of (score desc, chunk asc) keys,
@@ -47,6 +49,10 @@ struct IhipStageGpuParams {
   int32_t* win_begin = nullptr;  // stage-0 input only (optional): [n_seq] cand_end, the window's anchor
 };
 void ihip_prune_stage_decode(const IhipStageGpuParams& p, Stream s = nullptr);
+// Its two launches, separately (the benchmark times each): chunk scores into p.scores, then the
+// ranking and the output.
+void ihip_score_decode(const IhipStageGpuParams& p, Stream s = nullptr);
+void ihip_select_decode(const IhipStageGpuParams& p, Stream s = nullptr);
 
 // The decode index (kernels/params/decode_index.h, one shared index head) of each sequence:
 // ranges [0, n_sink), one per kept chunk of the last stage (l_c entries from its first), pads
