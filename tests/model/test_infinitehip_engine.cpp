@@ -1,9 +1,9 @@
 // test_infinitehip_engine.cpp: --attn infinitehip through the CPU engine on the default model.
 // A prompt short enough that every step is dense under the 3K preset (candidates <= k) gives
 // exactly the dense greedy tokens, with pre-RoPE keys (rotated at attention time at their own
-// positions) and with rotated keys; a ~980-token prompt with small budgets runs the three pruning
-// stages in chunked prefill and the per-stage decode caches end to end, in both key layouts and
-// with dense decode ("prefill:" only).
+// positions) and with rotated keys; on a ~980-token prompt the three pruning stages run in chunked
+// prefill and the per-stage decode caches in decode: a mild budget with rotated keys keeps the
+// dense greedy tokens (sparse or dense decode), pre-RoPE keys and a small budget run end to end.
 // Run: build/tests/model/test_model --gtest_filter='InfiniteHipEngine*'
 #include <gtest/gtest.h>
 
@@ -38,20 +38,25 @@ TEST(InfiniteHipEngine, ShortPromptGivesTheDenseGreedyTokens) {
 TEST(InfiniteHipEngine, LongPromptRunsThePruningStagesAndDecodeCaches) {
   auto dense = engine("dense");
   if (!dense) GTEST_SKIP() << "default model not installed (scripts/bootstrap.sh)";
-  const std::string small = "infinitehip=l_c=64/16/4,k=512/256/128,refresh=8/4/2,n_sink=16,n_stream=128,k_early=256";
   const auto prompt = prompt_of(*dense, 60);
-  ASSERT_GT(prompt.size(), 900u);  // candidates past every k: all three stages prune
+  ASSERT_GT(prompt.size(), 950u);  // ~830 candidates in the last blocks: every stage prunes
   SamplingParams sp;
-  sp.max_tokens = 12;
+  sp.max_tokens = 8;
   sp.stop_at_eos = false;
   const auto want = dense->generate(prompt, sp).tokens;
-  for (const std::string& spec : {small, small + ",rope=off", "prefill:" + small}) {
-    const auto got = engine(spec)->generate(prompt, sp).tokens;
-    EXPECT_EQ(got.size(), want.size()) << spec;
-    int same = 0;
-    for (size_t i = 0; i < got.size() && i < want.size(); ++i) same += got[i] == want[i];
-    std::printf("%s: %d of %zu greedy tokens equal dense's\n", spec.c_str(), same, want.size());
-  }
+  // Each stage drops about 8% of its candidates (13 -> 12 chunks of 64, 48 -> 44 of 16, 176 ->
+  // 168 of 4). With rotated keys (true distances) this keeps the dense greedy tokens, sparse decode
+  // with its stage caches or dense decode (measured).
+  const std::string mild_pre_rope = "infinitehip=l_c=64/16/4,k=768/704/672,refresh=8/4/2,n_sink=16,n_stream=128,k_early=672";
+  const std::string mild = mild_pre_rope + ",rope=off";
+  for (const std::string& spec : {mild, "prefill:" + mild})
+    EXPECT_EQ(engine(spec)->generate(prompt, sp).tokens, want) << spec;
+  // Pre-RoPE keys re-number every pruned block's keys (StreamingLLM-style), which moves this
+  // model's first token (measured: "\n\n" then the dense answer's words); a small budget (16 + 128
+  // + 128 keys per step) runs end to end in both layouts.
+  const std::string small = "infinitehip=l_c=64/16/4,k=512/256/128,refresh=8/4/2,n_sink=16,n_stream=128,k_early=256";
+  for (const std::string& spec : {mild_pre_rope, small, small + ",rope=off"})
+    EXPECT_EQ(engine(spec)->generate(prompt, sp).tokens.size(), want.size()) << spec;
 }
 
 }  // namespace
