@@ -86,15 +86,29 @@ float ihip_probe(const IhipStageInput& in, int g, int32_t key, int64_t key_pos) 
   return best;
 }
 
-int ihip_select_rep(const IhipStageInput& in, int g, const int32_t* entries, int n, int64_t chunk) {
+int ihip_select_rep(const IhipStageInput& in, int g, const int32_t* entries, int n, int64_t chunk, float* rep_score) {
+  const int64_t pos_left = ihip_key_pos(in.rope, 0, chunk), pos_right = ihip_key_pos(in.rope, 1, chunk);
+  // Scores already known are reused, never recomputed differently: a kept left half keeps its
+  // first key; and where both branches share a position (none, chunk-indexed) the right key that
+  // wins is the next left key.
+  const bool same_pos = pos_left == pos_right;
   int lo = 0, hi = n;
+  float left = 0.f;
+  bool have_left = false;
   while (hi - lo > 1) {
     const int mid = lo + (hi - lo) / 2;
-    const float left = ihip_probe(in, g, entries[lo], ihip_key_pos(in.rope, 0, chunk));
-    const float right = ihip_probe(in, g, entries[mid], ihip_key_pos(in.rope, 1, chunk));
-    if (left >= right) hi = mid;
-    else lo = mid;
+    if (!have_left) left = ihip_probe(in, g, entries[lo], pos_left);
+    const float right = ihip_probe(in, g, entries[mid], pos_right);
+    if (left >= right) {
+      hi = mid;
+      have_left = true;
+    } else {
+      lo = mid;
+      left = right;
+      have_left = same_pos;
+    }
   }
+  if (rep_score) *rep_score = same_pos && have_left ? left : ihip_probe(in, g, entries[lo], pos_right);
   return lo;
 }
 
@@ -107,8 +121,8 @@ std::vector<float> ihip_chunk_scores(const IhipStage& st, const IhipStageInput& 
     const int len = int(std::min<int64_t>(st.l_c, n - j * st.l_c));
     float best = -std::numeric_limits<float>::infinity();
     for (int g = 0; g < in.n_kv_head; ++g) {
-      const int r = ihip_select_rep(in, g, e, len, j);
-      const float v = ihip_probe(in, g, e[r], ihip_key_pos(in.rope, 1, j));
+      float v = 0.f;
+      ihip_select_rep(in, g, e, len, j, &v);
       if (v > best) best = v;
     }
     score[size_t(j)] = best;

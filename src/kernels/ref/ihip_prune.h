@@ -76,8 +76,10 @@ void ihip_pack_queries(const float* q, int n_head, int n_kv_head, int head_dim, 
                        int64_t n_stream, std::vector<float>& out);
 
 // SelectRep over one chunk's entries (n of them, the chunk's index `chunk` in the stage's list)
-// for KV head g: the representative's entry index in [0, n).
-int ihip_select_rep(const IhipStageInput& in, int g, const int32_t* entries, int n, int64_t chunk);
+// for KV head g: the representative's entry index in [0, n); rep_score (optional) gets its score
+// at the right-branch position (the chunk score's term for g).
+int ihip_select_rep(const IhipStageInput& in, int g, const int32_t* entries, int n, int64_t chunk,
+                    float* rep_score = nullptr);
 
 // Score of one key (absolute position `key`, KV head g) rotated at `key_pos`: max over the
 // group's queries of hip_dot(q~, k~); -inf if every dot is NaN.
