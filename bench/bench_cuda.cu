@@ -1,8 +1,9 @@
 // bench_cuda.cu (bench): times longctx's CUDA attention kernels and prints one JSON object.
 //
-// What: dense causal prefill (32 q / 8 kv heads, d=128, bf16) at 8K/32K/128K tokens and
-// split-KV decode (one query, 32/8 heads, d=128) at 128K/1M KV tokens, plus a device-to-device
-// copy as the bandwidth ceiling (bytes read + written). Inputs are random (never zeros).
+// What: dense causal prefill (32 q / 8 kv heads, d=128, bf16; --shape for others, e.g. d=256)
+// at 8K/32K/128K tokens and split-KV decode (one query) at 128K/1M KV tokens, plus a
+// device-to-device copy as the bandwidth ceiling (bytes read + written). Inputs are random
+// (never zeros).
 // How: CUDA events around each launch, warmup first, median of N (METHOD.md). Decode inputs
 // (>= 0.5 GB) dwarf the 50-60 MB L2, so repeated launches do not measure the cache.
 // Run:  longctx bench attention [same options], or build-gpu/bench/longctx_bench_cuda [--prefill 8192,32768,131072] [--decode 131072,1048576]
@@ -32,7 +33,12 @@ using namespace longctx::cuda;
 using longctx::bench::parse_list;
 using longctx::bench::time_ms;
 
-constexpr int kHeads = 32, kKvHeads = 8, kHeadDim = 128;  // Llama-3-8B attention geometry
+// Attention geometry: Llama-3-8B's by default; --shape H,HKV,D sets another (e.g. 16,8,256: Gemma
+// 3 12B's head_dim 256, where only the FA2-style prefill kernel applies).
+int g_heads = 32, g_kv_heads = 8, g_head_dim = 128;
+// --window W: sliding-window attention (Gemma 3's local layers) in prefill and decode; the FLOP
+// and byte counts stay the dense ones, so TFLOP/s and GB/s read as "dense-equivalent".
+int64_t g_window = 0;
 
 int bench_attention_main(int argc, char** argv) {
   std::vector<int64_t> prefill = {8192, 32768, 131072}, decode = {131072, 1048576};
@@ -45,8 +51,19 @@ int bench_attention_main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--reps-scale") && i + 1 < argc) reps_scale = std::atof(argv[++i]);
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--no-ops")) ops = false;
+    else if (!std::strcmp(argv[i], "--window") && i + 1 < argc) g_window = std::atoll(argv[++i]);
+    else if (!std::strcmp(argv[i], "--shape") && i + 1 < argc) {
+      const std::vector<int64_t> sh = parse_list(argv[++i]);
+      if (sh.size() != 3) {
+        std::fprintf(stderr, "--shape wants H,HKV,D (e.g. 16,8,256)\n");
+        return 2;
+      }
+      g_heads = int(sh[0]), g_kv_heads = int(sh[1]), g_head_dim = int(sh[2]);
+    }
     else {
-      std::fprintf(stderr, "usage: %s [--prefill N,..] [--decode N,..] [--no-ops] [--reps-scale X] [--json FILE]\n",
+      std::fprintf(stderr,
+                   "usage: %s [--prefill N,..] [--decode N,..] [--shape H,HKV,D] [--window W] [--no-ops] [--reps-scale X] "
+                   "[--json FILE]\n",
                    argv[0]);
       return 2;
     }
@@ -62,8 +79,9 @@ int bench_attention_main(int argc, char** argv) {
     std::snprintf(buf, sizeof buf, "  \"device\": \"%s\", \"sms\": %d, \"date\": \"%s\",\n", dev.name.c_str(),
                   dev.num_sms, date);
     js += buf;
-    std::snprintf(buf, sizeof buf, "  \"shape\": {\"n_head\": %d, \"n_kv_head\": %d, \"head_dim\": %d, \"dtype\": \"bf16\"},\n",
-                  kHeads, kKvHeads, kHeadDim);
+    std::snprintf(buf, sizeof buf,
+                  "  \"shape\": {\"n_head\": %d, \"n_kv_head\": %d, \"head_dim\": %d, \"window\": %lld, \"dtype\": \"bf16\"},\n",
+                  g_heads, g_kv_heads, g_head_dim, (long long)g_window);
     js += buf;
 
     // Copy bandwidth ceiling: 2 x 2 GiB buffers, bytes read + written.
@@ -84,12 +102,12 @@ int bench_attention_main(int argc, char** argv) {
     js += "  \"prefill\": [\n";
     for (size_t si = 0; si < prefill.size(); ++si) {
       const int64_t S = prefill[si];
-      const size_t nq = size_t(S) * kHeads * kHeadDim, nk = size_t(S) * kKvHeads * kHeadDim;
+      const size_t nq = size_t(S) * g_heads * g_head_dim, nk = size_t(S) * g_kv_heads * g_head_dim;
       void* q = dev_malloc(nq * 2);
       void* k = dev_malloc(nk * 2);
       void* v = dev_malloc(nk * 2);
       void* o = dev_malloc(nq * 2);
-      float* lse = static_cast<float*>(dev_malloc(size_t(S) * kHeads * 4));
+      float* lse = static_cast<float*>(dev_malloc(size_t(S) * g_heads * 4));
       fill_random_bf16(q, int64_t(nq), 11, 1.f);
       fill_random_bf16(k, int64_t(nk), 12, 1.f);
       fill_random_bf16(v, int64_t(nk), 13, 1.f);
@@ -100,11 +118,12 @@ int bench_attention_main(int argc, char** argv) {
       p.o = o;
       p.lse = lse;
       p.n_q = p.n_kv = S;
-      p.n_head = kHeads;
-      p.n_kv_head = kKvHeads;
-      p.head_dim = kHeadDim;
+      p.n_head = g_heads;
+      p.n_kv_head = g_kv_heads;
+      p.head_dim = g_head_dim;
       p.causal = true;
-      const double flops = 2.0 * double(S) * double(S) * kHeadDim * kHeads;  // causal: half of 4*S^2*d*H
+      p.window = g_window;
+      const double flops = 2.0 * double(S) * double(S) * g_head_dim * g_heads;  // causal: half of 4*S^2*d*H
       const int reps = std::max(3, int(reps_scale * (S <= 8192 ? 20 : S <= 32768 ? 8 : 3)));
       const struct {
         int kind;  // 0 = FA2 mma.sync; else Hopper kernel (variant, ring stages)
@@ -116,6 +135,7 @@ int bench_attention_main(int argc, char** argv) {
                    {1, Sm90Variant::overlap, 3, "sm90_overlap_s3"},   {1, Sm90Variant::pingpong, 3, "sm90_pingpong_s3"},
                    {0, Sm90Variant::simple, 0, "fa2_mma_sync"}};
       for (const auto& im : impls) {
+        if (im.kind != 0 && (g_head_dim != 128 || g_window > 0)) continue;  // Hopper kernel: d 128, no window
         auto run = [&] {
           if (im.kind == 0) {
             p.impl = PrefillImpl::fa2_mma_sync;
@@ -139,13 +159,13 @@ int bench_attention_main(int argc, char** argv) {
     // engine's chunked-prefill step), default kernel choice.
     {
       const int64_t n_kv = 131072, n_q = 8192, q_pos0 = n_kv - n_q;
-      void* q = dev_malloc(size_t(n_q) * kHeads * kHeadDim * 2);
-      void* k = dev_malloc(size_t(n_kv) * kKvHeads * kHeadDim * 2);
-      void* v = dev_malloc(size_t(n_kv) * kKvHeads * kHeadDim * 2);
-      void* o = dev_malloc(size_t(n_q) * kHeads * kHeadDim * 2);
-      fill_random_bf16(q, n_q * kHeads * kHeadDim, 51, 1.f);
-      fill_random_bf16(k, n_kv * kKvHeads * kHeadDim, 52, 1.f);
-      fill_random_bf16(v, n_kv * kKvHeads * kHeadDim, 53, 1.f);
+      void* q = dev_malloc(size_t(n_q) * g_heads * g_head_dim * 2);
+      void* k = dev_malloc(size_t(n_kv) * g_kv_heads * g_head_dim * 2);
+      void* v = dev_malloc(size_t(n_kv) * g_kv_heads * g_head_dim * 2);
+      void* o = dev_malloc(size_t(n_q) * g_heads * g_head_dim * 2);
+      fill_random_bf16(q, n_q * g_heads * g_head_dim, 51, 1.f);
+      fill_random_bf16(k, n_kv * g_kv_heads * g_head_dim, 52, 1.f);
+      fill_random_bf16(v, n_kv * g_kv_heads * g_head_dim, 53, 1.f);
       PrefillParams p;
       p.q = q;
       p.k = k;
@@ -154,10 +174,11 @@ int bench_attention_main(int argc, char** argv) {
       p.n_q = n_q;
       p.n_kv = n_kv;
       p.q_pos0 = q_pos0;
-      p.n_head = kHeads;
-      p.n_kv_head = kKvHeads;
-      p.head_dim = kHeadDim;
-      const double flops = 4.0 * kHeadDim * kHeads * double(n_q) * (double(q_pos0) + 0.5 * double(n_q));
+      p.window = g_window;
+      p.n_head = g_heads;
+      p.n_kv_head = g_kv_heads;
+      p.head_dim = g_head_dim;
+      const double flops = 4.0 * g_head_dim * g_heads * double(n_q) * (double(q_pos0) + 0.5 * double(n_q));
       const double ms = time_ms([&] { attention_prefill(p); }, 1, std::max(3, int(reps_scale * 10)));
       std::fprintf(stderr, "chunked prefill 8K queries at 120K..128K: %.3f ms, %.1f TFLOP/s\n", ms,
                    flops / (ms * 1e-3) / 1e12);
@@ -171,15 +192,15 @@ int bench_attention_main(int argc, char** argv) {
     {
       const int n_seq = 8;
       const int64_t n_kv = 32768;
-      const size_t nk = size_t(n_seq) * n_kv * kKvHeads * kHeadDim;
-      void* q = dev_malloc(size_t(n_seq) * kHeads * kHeadDim * 2);
+      const size_t nk = size_t(n_seq) * n_kv * g_kv_heads * g_head_dim;
+      void* q = dev_malloc(size_t(n_seq) * g_heads * g_head_dim * 2);
       void* k = dev_malloc(nk * 2);
       void* v = dev_malloc(nk * 2);
-      void* o = dev_malloc(size_t(n_seq) * kHeads * kHeadDim * 2);
-      const size_t ws_bytes = decode_workspace_bytes(n_seq, kHeads, kHeadDim, n_kv);
+      void* o = dev_malloc(size_t(n_seq) * g_heads * g_head_dim * 2);
+      const size_t ws_bytes = decode_workspace_bytes(n_seq, g_heads, g_head_dim, n_kv);
       void* ws = dev_malloc(ws_bytes);
       decode_workspace_init(ws, ws_bytes);
-      fill_random_bf16(q, n_seq * kHeads * kHeadDim, 61, 1.f);
+      fill_random_bf16(q, n_seq * g_heads * g_head_dim, 61, 1.f);
       fill_random_bf16(k, int64_t(nk), 62, 1.f);
       fill_random_bf16(v, int64_t(nk), 63, 1.f);
       DecodeParams p;
@@ -189,9 +210,10 @@ int bench_attention_main(int argc, char** argv) {
       p.o = o;
       p.n_seq = n_seq;
       p.n_kv = n_kv;
-      p.n_head = kHeads;
-      p.n_kv_head = kKvHeads;
-      p.head_dim = kHeadDim;
+      p.n_head = g_heads;
+      p.n_kv_head = g_kv_heads;
+      p.head_dim = g_head_dim;
+      p.window = g_window;
       p.workspace = ws;
       p.workspace_bytes = ws_bytes;
       const double ms = time_ms([&] { attention_decode(p); }, 3, std::max(5, int(reps_scale * 50)));
@@ -205,16 +227,16 @@ int bench_attention_main(int argc, char** argv) {
     js += "  \"decode\": [\n";
     for (size_t si = 0; si < decode.size(); ++si) {
       const int64_t N = decode[si];
-      const size_t nk = size_t(N) * kKvHeads * kHeadDim;
-      void* q = dev_malloc(size_t(kHeads) * kHeadDim * 2);
+      const size_t nk = size_t(N) * g_kv_heads * g_head_dim;
+      void* q = dev_malloc(size_t(g_heads) * g_head_dim * 2);
       void* k = dev_malloc(nk * 2);
       void* v = dev_malloc(nk * 2);
-      void* o = dev_malloc(size_t(kHeads) * kHeadDim * 2);
-      float* lse = static_cast<float*>(dev_malloc(kHeads * 4));
-      const size_t ws_bytes = decode_workspace_bytes(1, kHeads, kHeadDim, N);
+      void* o = dev_malloc(size_t(g_heads) * g_head_dim * 2);
+      float* lse = static_cast<float*>(dev_malloc(g_heads * 4));
+      const size_t ws_bytes = decode_workspace_bytes(1, g_heads, g_head_dim, N);
       void* ws = dev_malloc(ws_bytes);
       decode_workspace_init(ws, ws_bytes);
-      fill_random_bf16(q, kHeads * kHeadDim, 21, 1.f);
+      fill_random_bf16(q, g_heads * g_head_dim, 21, 1.f);
       fill_random_bf16(k, int64_t(nk), 22, 1.f);
       fill_random_bf16(v, int64_t(nk), 23, 1.f);
       DecodeParams p;
@@ -225,9 +247,10 @@ int bench_attention_main(int argc, char** argv) {
       p.lse = lse;
       p.n_seq = 1;
       p.n_kv = N;
-      p.n_head = kHeads;
-      p.n_kv_head = kKvHeads;
-      p.head_dim = kHeadDim;
+      p.n_head = g_heads;
+      p.n_kv_head = g_kv_heads;
+      p.head_dim = g_head_dim;
+      p.window = g_window;
       p.workspace = ws;
       p.workspace_bytes = ws_bytes;
       const double bytes = 2.0 * double(nk) * 2;  // K + V read once

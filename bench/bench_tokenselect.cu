@@ -13,9 +13,18 @@
 // torch SDPA (cuDNN) dense decode on the same shapes runs beside it in the same device call
 // (bench/torch_baseline.py; scripts/gpu-tokenselect.sh). One pool serves both views: dense reads
 // it through a shuffled 64-token page table, TokenSelect through the equivalent slot table.
-// Keys are read as stored (rotated); the pre-RoPE re-rotation of the selected keys is not built on
-// the GPU. Inputs random (never zeros); CUDA events, warmup, median.
-// Run: build-gpu/bench/longctx_bench_tokenselect [--lens 131072,1048576] [--json out.json]
+// Keys are read as stored (rotated) in these decode rows.
+// Then, at each --chunk-lens length (default 128K, 512K, 1M), one 512-token prefill chunk after
+// that many keys through TokenSelectGpuStep (methods/tokenselect/tokenselect_gpu.h: pre-RoPE
+// keys, selection by the chunk's rotated mean query, the budget's keys gathered, re-rotated at
+// 0..L-1 and attended densely), split into selection query, scoring, softmax+sum, top-k,
+// compaction (gather + RoPE) and attention, against our dense chunked prefill over all N keys
+// (cuda::attention_prefill, q_pos0 = N - 512); the pre-RoPE decode step (hit: compaction +
+// attention of one query) beside them. torch SDPA's dense chunk (cuDNN, flash) runs in the same
+// device call (bench/torch_baseline.py --chunk).
+// Inputs random (never zeros); CUDA events, warmup, median.
+// Run: build-gpu/bench/longctx_bench_tokenselect [--lens 131072,1048576]
+//        [--chunk-lens 131072,524288,1048576] [--json out.json]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -34,6 +43,7 @@
 #include "kernels/cuda/runtime.h"
 #include "kernels/cuda/soft_vote.h"
 #include "kernels/cuda/sparse_decode.h"
+#include "methods/tokenselect/tokenselect_gpu.h"
 
 using namespace longctx;
 using namespace longctx::cuda;
@@ -44,6 +54,7 @@ namespace {
 constexpr int kHeads = 32, kKvHeads = 8, kHeadDim = 128;  // Llama-3-8B attention geometry
 constexpr int kInit = 128, kTopK = 2048, kLocal = 512;     // the paper's 2K+512 budget
 constexpr int kPageSize = 64;                              // dense decode's page size
+constexpr int kChunk = 512;                                // the paper's prefill chunk
 
 struct Timing {
   double eager_ms, graph_ms;
@@ -190,16 +201,101 @@ std::string run_len(int64_t N) {
   return buf;
 }
 
+
+// One 512-token prefill chunk after N - 512 keys: TokenSelect's step by stages vs dense.
+std::string run_chunk(int64_t N) {
+  const int64_t W = int64_t(kKvHeads) * kHeadDim;
+  void* k = dev_malloc(size_t(N * W) * 2);
+  void* v = dev_malloc(size_t(N * W) * 2);
+  fill_random_bf16(k, N * W, 22, 1.f);
+  fill_random_bf16(v, N * W, 23, 1.f);
+  void* q = dev_malloc(size_t(kChunk) * kHeads * kHeadDim * 2);
+  void* o = dev_malloc(size_t(kChunk) * kHeads * kHeadDim * 2);
+  fill_random_bf16(q, int64_t(kChunk) * kHeads * kHeadDim, 21, 1.f);
+  std::vector<int32_t> slots(static_cast<size_t>(N));  // 64-token pages in shuffled order
+  {
+    std::vector<int32_t> pages(static_cast<size_t>(N / kPageSize));
+    std::iota(pages.begin(), pages.end(), 0);
+    std::shuffle(pages.begin(), pages.end(), std::mt19937_64(9));
+    for (int64_t p = 0; p < N; ++p) slots[size_t(p)] = pages[size_t(p / kPageSize)] * kPageSize + int32_t(p % kPageSize);
+  }
+  auto* d_slots = static_cast<int32_t*>(dev_malloc(slots.size() * 4));
+  copy_h2d(d_slots, slots.data(), slots.size() * 4);
+  std::vector<float> inv(kHeadDim / 2);
+  for (int i = 0; i < kHeadDim / 2; ++i) inv[size_t(i)] = 1.f / std::pow(500000.f, float(2 * i) / kHeadDim);
+  auto* d_inv = static_cast<float*>(dev_malloc(inv.size() * 4));
+  copy_h2d(d_inv, inv.data(), inv.size() * 4);
+
+  const TokenSelectParams t;  // the paper's defaults: 128 + 2048 + 512, chunk 512
+  TokenSelectGpuStep step(t, {.n_head = kHeads, .n_kv_head = kKvHeads, .head_dim = kHeadDim, .max_kv = N,
+                              .max_rows = kChunk});
+  const TokenSelectGpuInput in{.q = q, .n_rows = kChunk, .n_kv = N, .k_pool = k, .v_pool = v, .slots = d_slots,
+                               .inv_freq = d_inv, .o = o};
+  TokenSelectGpuInput in1 = in;  // a decode step: the chunk's first query
+  in1.n_rows = 1;
+
+  PrefillParams dp;  // dense: the chunk against every key (rows of the pool in position order)
+  dp.q = q;
+  dp.k = k;
+  dp.v = v;
+  dp.o = o;
+  dp.n_q = kChunk;
+  dp.n_kv = N;
+  dp.n_head = kHeads;
+  dp.n_kv_head = kKvHeads;
+  dp.head_dim = kHeadDim;
+  dp.q_pos0 = N - kChunk;
+  dp.causal = true;
+
+  const int reps = N >= (int64_t(1) << 20) ? 20 : 50;
+  const Timing t_query = time_step([&](Stream s) { step.stage_query(in, s); }, reps);
+  const Timing t_score = time_step([&](Stream s) { step.stage_score(in, s); }, reps);
+  const Timing t_vote = time_step([&](Stream s) { step.stage_vote(in, s); }, reps);
+  const Timing t_topk = time_step([&](Stream s) { step.stage_top_k(in, s); }, reps);
+  const Timing t_compact = time_step([&](Stream s) { step.stage_compact(in, s); }, reps);
+  const Timing t_attn = time_step([&](Stream s) { step.stage_attention(in, s); }, reps);
+  const Timing t_step = time_step([&](Stream s) { step.step(in, s); }, reps);
+  const Timing t_hit1 = time_step([&](Stream s) { step.attend(in1, s); }, 100);
+  const Timing t_miss1 = time_step([&](Stream s) { step.step(in1, s); }, reps);
+  const Timing t_dense = time_step([&](Stream s) { attention_prefill(dp, s); }, N >= (int64_t(1) << 20) ? 5 : 10);
+  device_sync();
+
+  const double key_gb = double(N - kInit - kLocal) * W * 2 / 1e9;
+  const double dense_tflops = 4.0 * kChunk * double(N) * kHeads * kHeadDim / (t_dense.graph_ms * 1e-3) / 1e12;
+  std::fprintf(stderr,
+               "chunk N=%lld: tokenselect step %.4f ms graph (%.4f eager) = query %.4f + score %.4f (%.0f GB/s K) + "
+               "softmax+sum %.4f + top-k %.4f + compact %.4f + attention %.4f | dense chunk %.3f ms (%.0f TFLOP/s) "
+               "= %.1fx | pre-RoPE decode: hit %.4f ms, miss %.4f ms\n",
+               (long long)N, t_step.graph_ms, t_step.eager_ms, t_query.graph_ms, t_score.graph_ms,
+               key_gb / (t_score.graph_ms * 1e-3), t_vote.graph_ms, t_topk.graph_ms, t_compact.graph_ms,
+               t_attn.graph_ms, t_dense.graph_ms, dense_tflops, t_dense.graph_ms / t_step.graph_ms, t_hit1.graph_ms,
+               t_miss1.graph_ms);
+  char buf[1024];
+  std::snprintf(buf, sizeof buf,
+                "{\"chunk_after_n_kv\": %lld, \"chunk\": %d, \"query_ms\": %.5f, \"score_ms\": %.5f, "
+                "\"score_K_GBps\": %.1f, \"softmax_sum_ms\": %.5f, \"topk_ms\": %.5f, \"compact_ms\": %.5f, "
+                "\"attention_ms\": %.5f, \"step_ms_graph\": %.5f, \"step_ms_eager\": %.5f, "
+                "\"dense_chunk_ms\": %.5f, \"dense_chunk_tflops\": %.1f, \"dense_over_step\": %.3f, "
+                "\"pre_rope_decode_hit_ms\": %.5f, \"pre_rope_decode_miss_ms\": %.5f}",
+                (long long)N, kChunk, t_query.graph_ms, t_score.graph_ms, key_gb / (t_score.graph_ms * 1e-3),
+                t_vote.graph_ms, t_topk.graph_ms, t_compact.graph_ms, t_attn.graph_ms, t_step.graph_ms,
+                t_step.eager_ms, t_dense.graph_ms, dense_tflops, t_dense.graph_ms / t_step.graph_ms, t_hit1.graph_ms,
+                t_miss1.graph_ms);
+  for (void* p : {k, v, q, o, (void*)d_slots, (void*)d_inv}) dev_free(p);
+  return buf;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<int64_t> lens = {131072, 1048576};
+  std::vector<int64_t> lens = {131072, 1048576}, chunk_lens = {131072, 524288, 1048576};
   const char* json_path = nullptr;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--lens") && i + 1 < argc) lens = bench::parse_list(argv[++i]);
+    else if (!std::strcmp(argv[i], "--chunk-lens") && i + 1 < argc) chunk_lens = bench::parse_list(argv[++i]);
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else {
-      std::fprintf(stderr, "usage: %s [--lens N,..] [--json FILE]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--lens N,..] [--chunk-lens N,..] [--json FILE]\n", argv[0]);
       return 2;
     }
   }
@@ -212,6 +308,7 @@ int main(int argc, char** argv) {
                   kHeads, kKvHeads, kHeadDim, kInit, kTopK, kLocal);
     bench::JsonRecord js(device_info(0), extra);
     for (int64_t n : lens) js.add(run_len(n));
+    for (int64_t n : chunk_lens) js.add(run_chunk(n));
     js.finish(json_path);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "longctx_bench_tokenselect: %s\n", e.what());

@@ -3,11 +3,15 @@
 
 What: causal prefill (32 q / 8 kv heads, d=128, bf16, enable_gqa=True) with the cuDNN and the
 flash backend (torch.nn.attention.sdpa_kernel), single-query decode against 128K / 1M keys
-with both backends, and a device-to-device copy (bytes read + written) as the bandwidth
+with both backends, a prefill chunk of --chunk queries after N keys (--chunk-lens; causal
+aligned to the last key, torch.nn.attention.bias.causal_lower_right, and also without a mask:
+the chunk's own triangle is 0.05% of the work at 1M), and a device-to-device copy (bytes read + written) as the bandwidth
 ceiling. Inputs are random normal (never zeros), contiguous [B, H, S, D].
 How: CUDA events around each call, warmup first, median of N (bench/results, docs/benchmarks.md).
 Run (on the GPU machine): python3 bench/torch_baseline.py [--prefill 8192,32768,131072]
-                          [--decode 131072,1048576] [--json out.json]
+                          [--decode 131072,1048576] [--chunk 512 --chunk-lens 131072,1048576]
+                          [--shape 32,8,128] [--json out.json]
+--shape H,HKV,D: another attention geometry (16,8,256: head_dim 256, as bench_cuda.cu --shape).
 """
 import argparse
 import json
@@ -42,11 +46,16 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--prefill", default="8192,32768,131072")
     ap.add_argument("--decode", default="131072,1048576")
+    ap.add_argument("--chunk", type=int, default=512)
+    ap.add_argument("--chunk-lens", default="")
+    ap.add_argument("--shape", default="32,8,128", help="H,HKV,D")
     ap.add_argument("--json")
     args = ap.parse_args()
+    global H, HKV, D
+    H, HKV, D = (int(x) for x in args.shape.split(","))
     dev = torch.cuda.get_device_name(0)
     res = {"device": dev, "torch": torch.__version__, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-           "shape": {"n_head": H, "n_kv_head": HKV, "head_dim": D, "dtype": "bf16"}, "prefill": [], "decode": []}
+           "shape": {"n_head": H, "n_kv_head": HKV, "head_dim": D, "dtype": "bf16"}, "prefill": [], "decode": [], "chunk": []}
 
     n = 1 << 30  # 2 GiB bf16 per buffer
     a = torch.randn(n, device="cuda", dtype=torch.bfloat16)
@@ -90,6 +99,29 @@ def main():
             except Exception as e:
                 res["decode"].append({"n_kv": nkv, "backend": name, "error": str(e)[:300]})
                 print(f"decode {name} n_kv={nkv}: error {e}", file=sys.stderr)
+        del q, k, v
+        torch.cuda.empty_cache()
+
+    from torch.nn.attention.bias import causal_lower_right
+    C = args.chunk
+    for nkv in [int(x) for x in args.chunk_lens.split(",") if x]:
+        q = torch.randn(1, H, C, D, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(1, HKV, nkv, D, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn(1, HKV, nkv, D, device="cuda", dtype=torch.bfloat16)
+        flops = 4.0 * C * nkv * D * H
+        for name, be in BACKENDS.items():
+            for mask in ("causal_lower_right", "none"):
+                try:
+                    with sdpa_kernel([be]):
+                        m = causal_lower_right(C, nkv) if mask != "none" else None
+                        fn = lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=True)
+                        ms = time_ms(fn, 1, 5)
+                    res["chunk"].append({"chunk": C, "n_kv": nkv, "backend": name, "mask": mask, "ms": ms,
+                                         "tflops": flops / (ms * 1e-3) / 1e12})
+                    print(f"chunk {name} {mask} C={C} n_kv={nkv}: {ms:.3f} ms", file=sys.stderr)
+                except Exception as e:
+                    res["chunk"].append({"chunk": C, "n_kv": nkv, "backend": name, "mask": mask, "error": str(e)[:300]})
+                    print(f"chunk {name} {mask} C={C} n_kv={nkv}: error {str(e)[:200]}", file=sys.stderr)
         del q, k, v
         torch.cuda.empty_cache()
 

@@ -2,46 +2,62 @@
 # gpu-tokenselect.sh: the device-machine run of TokenSelect's GPU kernels: tests, memcheck, bench.
 #
 # What: (1) the TokenSelect kernel tests (test_cuda TokenSelect*: paged dot product, soft vote,
-# top-k, the whole selection vs fp64 / brute force), (2) compute-sanitizer memcheck on them,
-# (3) longctx_bench_tokenselect (one decode step of one layer, Llama-3-8B geometry, 128K and 1M:
-# scoring, softmax+sum, top-k, attention; miss and hit steps; our dense decode), (4) torch SDPA
-# (cuDNN and flash) dense decode on the same shapes (bench/torch_baseline.py). Logs and JSON land
-# in $OUT.
-# Build here (no GPU needed):
-#   cmake -S . -B build-gpu -G Ninja -DLONGCTX_CUDA=ON -DLONGCTX_NATIVE=OFF -DLONGCTX_BENCH=ON -DLONGCTX_TESTS=ON
-#   ninja -C build-gpu -j2 test_cuda longctx_bench_tokenselect
-# then copy the stripped binaries into BIN (default .carry/tokenselect) as test_cuda and
-# bench_tokenselect, with bench/torch_baseline.py as torch_baseline.py.
-# Run on the device: OUT=/tmp/out BIN=.carry/tokenselect bash .carry/tokenselect/gpu-tokenselect.sh
+# top-k, the whole selection vs fp64 / brute force) and the GPU step against the CPU method
+# (test_tokenselect_step: compaction, selection query, key sets, compacted attention),
+# (2) compute-sanitizer memcheck on them, (3) longctx_bench_tokenselect (one layer, Llama-3-8B
+# geometry: the decode step at 128K and 1M, and a 512-token prefill chunk after 128K, 512K and 1M
+# keys, by stages, against our dense kernels), (4) torch SDPA (cuDNN and flash) dense decode and
+# dense prefill chunks on the same shapes (bench/torch_baseline.py). Logs and JSON land in $OUT.
+# Build here (no GPU needed), then pack the binaries and the shared libraries they need:
+#   ninja -C build test_cuda test_tokenselect_step longctx_bench_tokenselect
+#   bash scripts/gpu-tokenselect.sh --pack build .carry/tokenselect
+# Run on the device: OUT=$OUT BIN=.carry/tokenselect bash .carry/tokenselect/gpu-tokenselect.sh
 set -uo pipefail
+if [ "${1:-}" = "--pack" ]; then
+  build=$2 carry=$3
+  rm -rf "$carry" && mkdir -p "$carry/lib"
+  cp "$build/tests/cuda/test_cuda" "$build/tests/cuda/test_tokenselect_step" "$carry/"
+  cp "$build/bench/longctx_bench_tokenselect" "$carry/bench_tokenselect"
+  cp bench/torch_baseline.py "$0" "$carry/"
+  strip "$carry"/test_* "$carry/bench_tokenselect"
+  for lib in $(ldd "$carry/test_tokenselect_step" "$carry/bench_tokenselect" | awk '/=> \// {print $3}' | sort -u); do
+    case "$(basename "$lib")" in
+      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libgcc_s.so*|ld-linux*|libcublas*|libcuda*) ;;
+      *) cp -L "$lib" "$carry/lib/" ;;
+    esac
+  done
+  # OpenBLAS alone is ~36 MB: carry one xz archive (the device run unpacks it) under the limit.
+  tar -C "$carry" -cJf "$carry.tar.xz" . && rm -rf "$carry" && mkdir -p "$carry" && mv "$carry.tar.xz" "$carry/bin.tar.xz"
+  cp "$0" "$carry/"
+  du -sh "$carry"
+  exit 0
+fi
 OUT=${OUT:-out}
 BIN=${BIN:-.carry/tokenselect}
+if [ -f "$BIN/bin.tar.xz" ]; then
+  mkdir -p /tmp/tokenselect-bin && tar -xJf "$BIN/bin.tar.xz" -C /tmp/tokenselect-bin && BIN=/tmp/tokenselect-bin
+fi
+export LD_LIBRARY_PATH="$BIN/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 mkdir -p "$OUT"
 status=0
 { nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv;
   echo "commit ${GIT_COMMIT:-unknown}"; date -u; } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 
-echo "== tests"
-timeout ${TEST_TIMEOUT:-90} "$BIN/test_cuda" --gtest_filter='TokenSelect*' > "$OUT/tests.log" 2>&1; rc=$?
-grep -E "FAILED|Failure|error|seed" "$OUT/tests.log" | head -40
-grep -E "^\[  (PASSED|FAILED|SKIPPED)|tests ran" "$OUT/tests.log"
-[ $rc = 0 ] || { echo "TESTS FAILED (rc=$rc)"; status=1; }
+step() {  # step NAME TIMEOUT CMD...: run, keep the log, report failure without stopping
+  local name=$1 limit=$2; shift 2
+  echo "== $name"
+  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
+  grep -E "FAILED|Failure|error|ERROR SUMMARY|^\[  (PASSED|SKIPPED)" "$OUT/$name.log" | head -30
+  [ $rc = 0 ] || { echo "$name FAILED (rc=$rc)"; status=1; }
+}
 
-echo "== compute-sanitizer memcheck"
-timeout ${MEMCHECK_TIMEOUT:-90} compute-sanitizer --tool memcheck --error-exitcode 99 "$BIN/test_cuda" \
-  --gtest_filter='TokenSelectPagedDot*:TokenSelectSoftVote*:TokenSelectTopK*' > "$OUT/memcheck.log" 2>&1; rc=$?
-tail -3 "$OUT/memcheck.log"
-[ $rc = 0 ] || { echo "MEMCHECK FAILED (rc=$rc)"; status=1; }
-
-echo "== tokenselect decode step vs dense decode"
-timeout ${BENCH_TIMEOUT:-60} "$BIN/bench_tokenselect" --json "$OUT/bench_tokenselect.json" > /dev/null 2> "$OUT/bench_tokenselect.log"; rc=$?
-cat "$OUT/bench_tokenselect.log"
-[ $rc = 0 ] || { echo "TOKENSELECT BENCH FAILED (rc=$rc)"; status=1; }
-
-echo "== torch SDPA dense decode (same shapes)"
-timeout ${TORCH_TIMEOUT:-90} python3 "$BIN/torch_baseline.py" --prefill "" --decode 131072,1048576 \
-  --json "$OUT/bench_torch.json" > /dev/null 2> "$OUT/torch.log"; rc=$?
-cat "$OUT/torch.log" | tail -8
-[ $rc = 0 ] || { echo "TORCH BASELINE FAILED (rc=$rc)"; status=1; }
+step tests 120 "$BIN/test_cuda" --gtest_filter='TokenSelect*'
+step tests_step 120 "$BIN/test_tokenselect_step"
+step memcheck 180 compute-sanitizer --tool memcheck --error-exitcode 99 "$BIN/test_tokenselect_step"
+step bench 120 "$BIN/bench_tokenselect" --json "$OUT/bench_tokenselect.json"
+grep -E "^N=|^chunk" "$OUT/bench.log"
+step torch 150 python3 "$BIN/torch_baseline.py" --prefill "" --decode 131072,1048576 \
+  --chunk 512 --chunk-lens 131072,524288,1048576 --json "$OUT/bench_torch.json"
+grep -E "^(decode|chunk|copy)" "$OUT/torch.log"
 exit $status

@@ -267,7 +267,8 @@ void register_bench(CLI::App& app) {
   m->add_option("--attn", args->attn, "Attention method: " + known_methods() + "; per phase: 'prefill:X;decode:Y'");
   add_device(m, args->device);
   m->add_option("--random-weights", args->random_weights,
-                "Random weights of a named geometry instead of -m (llama3-8b, llama3.1-8b, qwen2.5-7b, smollm2-135m; "
+                "Random weights of a named geometry instead of -m (llama3-8b, llama3.1-8b, qwen2.5-7b, smollm2-135m, "
+                "gemma3-270m; "
                 "NAME:N keeps N layers); GPU only")
       ->check(known_geometry());
   add_prefill_chunk(m, args->chunk);

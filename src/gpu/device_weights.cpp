@@ -43,20 +43,61 @@ void check_size(const std::vector<float>& v, size_t n, const char* what, int lay
   if (v.size() != n) fail("GPU upload: {} of layer {} has {} values, expected {}", what, layer, v.size(), n);
 }
 
+// RMSNorm weights go up as (offset + w) (ModelConfig::norm_offset folded in) and come back as w.
+void upload_norm(void* dst, const std::vector<float>& w, float offset, cuda::Stream s) {
+  std::vector<float> folded(w);
+  for (float& x : folded) x += offset;
+  upload_bf16(dst, folded.data(), folded.size(), s);
+}
+
+std::vector<float> download_norm(const void* src, size_t n, float offset, cuda::Stream s) {
+  std::vector<float> w = download_f32(src, n, s);
+  for (float& x : w) x -= offset;  // exact: bf16(offset + w) - offset is representable in fp32
+  return w;
+}
+
 }  // namespace
 
-std::vector<float> rope_inv_freq(const ModelConfig& c, const std::vector<float>& rope_freqs) {
-  RopeParams rp;  // exactly what model/transformer.cpp does
-  rp.head_dim = c.head_dim;
-  rp.theta = c.rope_theta;
-  rp.scaling = rope_freqs.empty() ? c.rope_scaling.type.c_str() : "none";
-  rp.factor = c.rope_scaling.factor;
-  rp.low_freq_factor = c.rope_scaling.low_freq_factor;
-  rp.high_freq_factor = c.rope_scaling.high_freq_factor;
-  rp.original_context = c.rope_scaling.original_context;
-  std::vector<float> inv(size_t(c.head_dim / 2));
-  rope_inv_freq_ref(rp, rope_freqs.empty() ? nullptr : rope_freqs.data(), inv.data());
-  return inv;
+RopeTables rope_tables(const ModelConfig& c, const std::vector<float>& rope_freqs, int64_t context) {
+  const RopeScaling& rs = c.rope_scaling;
+  const size_t half = size_t(c.head_dim / 2);
+  RopeTables t;
+  t.inv_freq.resize(size_t(c.n_layer) * half);
+  t.factor.assign(size_t(c.n_layer), 1.f);
+  for (int l = 0; l < c.n_layer; ++l) {  // exactly what model/transformer.cpp set_rope does
+    const LayerAttention la = c.layer(l);
+    RopeParams rp;
+    rp.head_dim = c.head_dim;
+    rp.theta = la.rope_theta;
+    rp.scaling = la.rope_scaled && rope_freqs.empty() ? rs.type.c_str() : "none";
+    rp.factor = rs.factor;
+    rp.low_freq_factor = rs.low_freq_factor;
+    rp.high_freq_factor = rs.high_freq_factor;
+    rp.original_context = rs.original_context;
+    rp.beta_fast = rs.beta_fast;
+    rp.beta_slow = rs.beta_slow;
+    rp.truncate = rs.truncate;
+    rp.mscale = rs.mscale;
+    rp.mscale_all_dim = rs.mscale_all_dim;
+    rp.attention_factor = rs.attention_factor;
+    rp.longrope_ext = context > rs.original_context ? rs.long_factor.data() : rs.short_factor.data();
+    const float* divisors = la.rope_scaled && !rope_freqs.empty() ? rope_freqs.data() : nullptr;
+    rope_inv_freq_ref(rp, divisors, t.inv_freq.data() + size_t(l) * half);
+    t.factor[size_t(l)] = rope_attention_factor(rp);
+  }
+  return t;
+}
+
+bool DeviceWeights::set_rope_context(int64_t context, cuda::Stream s) {
+  if (cfg_.rope_scaling.type != "longrope" && rope_context_ >= 0) return false;  // the tables do not depend on it
+  const RopeTables t = rope_tables(cfg_, rope_freqs_, context);
+  if (rope_context_ >= 0 && t.inv_freq == rope_inv_host_ && t.factor == rope_factor_) return false;
+  cuda::copy_h2d(inv_freq_, t.inv_freq.data(), t.inv_freq.size() * sizeof(float), s);
+  cuda::stream_sync(s);  // t is a temporary
+  rope_factor_ = t.factor;
+  rope_inv_host_ = t.inv_freq;
+  rope_context_ = context;
+  return true;
 }
 
 DeviceWeights& DeviceWeights::operator=(DeviceWeights&& o) noexcept {
@@ -75,7 +116,10 @@ DeviceWeights& DeviceWeights::operator=(DeviceWeights&& o) noexcept {
     out_norm_ = o.out_norm_;
     lm_head_ = o.lm_head_;
     inv_freq_ = o.inv_freq_;
+    rope_factor_ = std::move(o.rope_factor_);
+    rope_inv_host_ = std::move(o.rope_inv_host_);
     rope_freqs_ = std::move(o.rope_freqs_);
+    rope_context_ = o.rope_context_;
     o.block_ = nullptr;
     o.bytes_ = 0;
   }
@@ -107,6 +151,14 @@ void DeviceWeights::allocate(const ModelConfig& c) {
   layers_.assign(size_t(c.n_layer), {});
   for (auto& L : layers_) {
     L.attn_norm = take(E);
+    if (c.qk_norm) {
+      L.q_norm = take(size_t(c.head_dim));
+      L.k_norm = take(size_t(c.head_dim));
+    }
+    if (c.post_norms) {
+      L.attn_post_norm = take(E);
+      L.ffn_post_norm = take(E);
+    }
     L.wq = take(Q * E);
     L.wk = take(KV * E);
     L.wv = take(KV * E);
@@ -123,7 +175,7 @@ void DeviceWeights::allocate(const ModelConfig& c) {
   tok_embd_ = take(V * E);
   out_norm_ = take(E);
   lm_head_ = c.tied_embeddings ? tok_embd_ : take(V * E);
-  inv_freq_ = static_cast<float*>(take(size_t(c.head_dim / 2), sizeof(float)));
+  inv_freq_ = static_cast<float*>(take(size_t(c.n_layer) * size_t(c.head_dim / 2), sizeof(float)));
   if (off != bytes_) fail("internal: GPU weight layout {} bytes != plan {} bytes", off, bytes_);
 }
 
@@ -143,7 +195,22 @@ DeviceWeights DeviceWeights::upload(const ModelConfig& c, const ModelWeights& w,
     check_size(L.w_gate, F * E, "w_gate", l);
     check_size(L.w_up, F * E, "w_up", l);
     check_size(L.w_down, E * F, "w_down", l);
-    upload_bf16(D.attn_norm, L.attn_norm.data(), E, s);
+    const float off = c.norm_offset;
+    check_size(L.attn_norm, E, "attn_norm", l);
+    check_size(L.ffn_norm, E, "ffn_norm", l);
+    upload_norm(D.attn_norm, L.attn_norm, off, s);
+    if (c.qk_norm) {
+      check_size(L.q_norm, size_t(c.head_dim), "q_norm", l);
+      check_size(L.k_norm, size_t(c.head_dim), "k_norm", l);
+      upload_norm(D.q_norm, L.q_norm, off, s);
+      upload_norm(D.k_norm, L.k_norm, off, s);
+    }
+    if (c.post_norms) {
+      check_size(L.attn_post_norm, E, "attn_post_norm", l);
+      check_size(L.ffn_post_norm, E, "ffn_post_norm", l);
+      upload_norm(D.attn_post_norm, L.attn_post_norm, off, s);
+      upload_norm(D.ffn_post_norm, L.ffn_post_norm, off, s);
+    }
     upload_bf16(D.wq, L.wq.data(), Q * E, s);
     upload_bf16(D.wk, L.wk.data(), KV * E, s);
     upload_bf16(D.wv, L.wv.data(), KV * E, s);
@@ -156,22 +223,21 @@ DeviceWeights DeviceWeights::upload(const ModelConfig& c, const ModelWeights& w,
       upload_bf16(D.bv, L.bv.data(), KV, s);
     }
     upload_bf16(D.wo, L.wo.data(), E * Q, s);
-    upload_bf16(D.ffn_norm, L.ffn_norm.data(), E, s);
+    upload_norm(D.ffn_norm, L.ffn_norm, off, s);
     upload_bf16(D.w_gate_up, L.w_gate.data(), F * E, s);
     upload_bf16(static_cast<char*>(D.w_gate_up) + F * E * kBf16, L.w_up.data(), F * E, s);
     upload_bf16(D.w_down, L.w_down.data(), E * F, s);
   }
   if (w.tok_embd.size() != V * E) fail("GPU upload: token embedding has {} values, expected {}", w.tok_embd.size(), V * E);
   upload_bf16(d.tok_embd_, w.tok_embd.data(), V * E, s);
-  upload_bf16(d.out_norm_, w.out_norm.data(), E, s);
+  if (w.out_norm.size() != E) fail("GPU upload: output norm has {} values, expected {}", w.out_norm.size(), E);
+  upload_norm(d.out_norm_, w.out_norm, c.norm_offset, s);
   if (!c.tied_embeddings) {
     if (w.lm_head.size() != V * E) fail("GPU upload: LM head has {} values, expected {}", w.lm_head.size(), V * E);
     upload_bf16(d.lm_head_, w.lm_head.data(), V * E, s);
   }
   d.rope_freqs_ = w.rope_freqs;
-  const std::vector<float> inv = rope_inv_freq(c, w.rope_freqs);
-  cuda::copy_h2d(d.inv_freq_, inv.data(), inv.size() * sizeof(float), s);
-  cuda::stream_sync(s);
+  d.set_rope_context(0, s);
   return d;
 }
 
@@ -185,6 +251,10 @@ DeviceWeights DeviceWeights::random(const ModelConfig& c, uint64_t seed, cuda::S
   uint64_t tensor = seed * 1000003ull;  // a distinct stream per tensor
   for (const DeviceLayer& L : d.layers_) {
     fill_bf16(L.attn_norm, E, 1.f, s);
+    for (void* n : {L.q_norm, L.k_norm})
+      if (n) fill_bf16(n, c.head_dim, 1.f, s);
+    for (void* n : {L.attn_post_norm, L.ffn_post_norm})
+      if (n) fill_bf16(n, E, 1.f, s);
     cuda::fill_random_bf16(L.wq, Q * E, ++tensor, sE, s);
     cuda::fill_random_bf16(L.wk, KV * E, ++tensor, sE, s);
     cuda::fill_random_bf16(L.wv, KV * E, ++tensor, sE, s);
@@ -201,9 +271,7 @@ DeviceWeights DeviceWeights::random(const ModelConfig& c, uint64_t seed, cuda::S
   cuda::fill_random_bf16(d.tok_embd_, V * E, ++tensor, 1.f, s);
   fill_bf16(d.out_norm_, E, 1.f, s);
   if (!c.tied_embeddings) cuda::fill_random_bf16(d.lm_head_, V * E, ++tensor, sE, s);
-  const std::vector<float> inv = rope_inv_freq(c, {});
-  cuda::copy_h2d(d.inv_freq_, inv.data(), inv.size() * sizeof(float), s);
-  cuda::stream_sync(s);
+  d.set_rope_context(0, s);
   cuda::check_last_error("random weights");
   return d;
 }
@@ -215,7 +283,16 @@ ModelWeights DeviceWeights::download(cuda::Stream s) const {
   ModelWeights w;
   for (const DeviceLayer& D : layers_) {
     LayerWeights L;
-    L.attn_norm = download_f32(D.attn_norm, E, s);
+    const float off = c.norm_offset;
+    L.attn_norm = download_norm(D.attn_norm, E, off, s);
+    if (c.qk_norm) {
+      L.q_norm = download_norm(D.q_norm, size_t(c.head_dim), off, s);
+      L.k_norm = download_norm(D.k_norm, size_t(c.head_dim), off, s);
+    }
+    if (c.post_norms) {
+      L.attn_post_norm = download_norm(D.attn_post_norm, E, off, s);
+      L.ffn_post_norm = download_norm(D.ffn_post_norm, E, off, s);
+    }
     L.wq = download_f32(D.wq, Q * E, s);
     L.wk = download_f32(D.wk, KV * E, s);
     L.wv = download_f32(D.wv, KV * E, s);
@@ -225,14 +302,14 @@ ModelWeights DeviceWeights::download(cuda::Stream s) const {
       L.bv = download_f32(D.bv, KV, s);
     }
     L.wo = download_f32(D.wo, E * Q, s);
-    L.ffn_norm = download_f32(D.ffn_norm, E, s);
+    L.ffn_norm = download_norm(D.ffn_norm, E, off, s);
     L.w_gate = download_f32(D.w_gate_up, F * E, s);
     L.w_up = download_f32(static_cast<const char*>(D.w_gate_up) + F * E * kBf16, F * E, s);
     L.w_down = download_f32(D.w_down, E * F, s);
     w.layers.push_back(std::move(L));
   }
   w.tok_embd = download_f32(tok_embd_, V * E, s);
-  w.out_norm = download_f32(out_norm_, E, s);
+  w.out_norm = download_norm(out_norm_, E, c.norm_offset, s);
   if (!c.tied_embeddings) w.lm_head = download_f32(lm_head_, V * E, s);
   w.rope_freqs = rope_freqs_;
   return w;

@@ -5,8 +5,12 @@
 // --random-weights (fill_random_bf16: no host copy of the weights, so an 8B geometry loads in a
 // second). Gate and up projections are stored fused, [2*n_ff, n_embd] (gate rows first), so
 // the MLP runs one GEMM whose [rows, 2*n_ff] output feeds swiglu directly.
-// RoPE inverse frequencies (fp32, with GGUF llama3 rope_freqs folded in) are computed on the
-// host exactly as the CPU path does, and uploaded.
+// RoPE inverse frequencies (fp32, one table per layer: Gemma 3's local and global layers differ;
+// GGUF llama3 rope_freqs, YaRN and LongRoPE folded in) and each layer's cos/sin factor are
+// computed on the host exactly as the CPU path does (model/transformer.cpp set_rope), and
+// uploaded; LongRoPE's tables depend on the context, so set_rope_context redoes them per reset.
+// RMSNorm weights are stored with ModelConfig::norm_offset folded in (Gemma's (1 + w)), so the
+// GPU kernels scale by the stored weight alone; download() takes the offset back out.
 //   auto w = DeviceWeights::upload(cfg, ModelWeights::load(file, cfg), stream);
 #pragma once
 #include <cstddef>
@@ -21,6 +25,10 @@ namespace longctx::gpu {
 
 struct DeviceLayer {  // all bf16, row-major [out, in] as in ModelWeights
   void* attn_norm = nullptr;  // [n_embd]
+  void* q_norm = nullptr;     // [head_dim] (qk_norm only)
+  void* k_norm = nullptr;     // [head_dim] (qk_norm only)
+  void* attn_post_norm = nullptr;  // [n_embd] (post_norms only)
+  void* ffn_post_norm = nullptr;   // [n_embd] (post_norms only)
   void* wq = nullptr;         // [n_head*head_dim, n_embd]
   void* wk = nullptr;         // [n_kv_head*head_dim, n_embd]
   void* wv = nullptr;         // [n_kv_head*head_dim, n_embd]
@@ -56,7 +64,12 @@ class DeviceWeights {
   const void* tok_embd() const { return tok_embd_; }  // bf16 [vocab, n_embd]
   const void* out_norm() const { return out_norm_; }  // bf16 [n_embd]
   const void* lm_head() const { return lm_head_; }    // bf16 [vocab, n_embd] (= tok_embd when tied)
-  const float* inv_freq() const { return inv_freq_; } // fp32 [head_dim/2]
+  const float* inv_freq(int l) const { return inv_freq_ + size_t(l) * size_t(cfg_.head_dim / 2); }  // fp32 [head_dim/2]
+  float rope_factor(int l) const { return rope_factor_[size_t(l)]; }  // cos/sin multiplier of layer l
+  // LongRoPE: the tables for a context of `context` tokens (long factors past the original
+  // context), as the CPU's Transformer::reset; a no-op for the other scalings.
+  // Returns whether the tables changed (captured decode steps hold the factors: re-capture).
+  bool set_rope_context(int64_t context, cuda::Stream s);
   size_t bytes() const { return bytes_; }
 
  private:
@@ -69,12 +82,20 @@ class DeviceWeights {
   void* tok_embd_ = nullptr;
   void* out_norm_ = nullptr;
   void* lm_head_ = nullptr;
-  float* inv_freq_ = nullptr;
+  float* inv_freq_ = nullptr;      // device [n_layer, head_dim/2]
+  std::vector<float> rope_factor_;  // [n_layer]
+  std::vector<float> rope_inv_host_;  // host copy of inv_freq_
   std::vector<float> rope_freqs_;  // host copy of GGUF llama3 divisors (for download)
+  int64_t rope_context_ = -1;       // context the tables were made for (LongRoPE)
 };
 
-// The RoPE inverse frequencies the CPU Transformer uses for this config (rope_freqs: GGUF
-// llama3 divisors, or empty).
-std::vector<float> rope_inv_freq(const ModelConfig& c, const std::vector<float>& rope_freqs);
+// The RoPE tables the CPU Transformer uses for this config at a context of `context` tokens
+// (0: at construction): inverse frequencies [n_layer, head_dim/2] and per-layer cos/sin factors.
+// rope_freqs: GGUF llama3 divisors, or empty.
+struct RopeTables {
+  std::vector<float> inv_freq;
+  std::vector<float> factor;
+};
+RopeTables rope_tables(const ModelConfig& c, const std::vector<float>& rope_freqs, int64_t context);
 
 }  // namespace longctx::gpu

@@ -2,6 +2,7 @@
 #include "gpu/geometry.h"
 
 #include <charconv>
+#include <cmath>
 
 #include "util/error.h"
 
@@ -79,11 +80,44 @@ ModelConfig smollm2_135m() {
   return c;
 }
 
+// google/gemma-3-270m as its GGUF reads (model/config.cpp gemma3_from_gguf): head_dim 256, one KV
+// head, every 6th layer global (RoPE base 1e6), the others sliding (window 512, base 1e4), norms
+// already (1 + w) (norm_offset 0).
+ModelConfig gemma3_270m() {
+  constexpr int kLayers = 18, kGlobalEvery = 6;
+  constexpr int64_t kWindow = 512;
+  ModelConfig c;
+  c.arch = "gemma3";
+  c.name = "random gemma3-270m";
+  c.n_layer = kLayers;
+  c.n_embd = 640;
+  c.n_head = 4;
+  c.n_kv_head = 1;
+  c.head_dim = 256;
+  c.n_ff = 2048;
+  c.vocab_size = 262144;
+  c.context_length = 32768;
+  c.rms_eps = 1e-6f;
+  c.rope_theta = 1e6f;
+  c.tied_embeddings = true;
+  c.qk_norm = true;
+  c.post_norms = true;
+  c.activation = "gelu_tanh";
+  c.embed_scale = std::sqrt(float(c.n_embd));
+  c.attn_scale = 1.f / std::sqrt(float(c.head_dim));
+  for (int l = 0; l < kLayers; ++l) {
+    const bool global = (l + 1) % kGlobalEvery == 0;
+    c.layers.push_back(global ? LayerAttention{0, 1e6f, true} : LayerAttention{kWindow, 1e4f, false});
+  }
+  return c;
+}
+
 const std::vector<Geometry>& table() {
   static const std::vector<Geometry> t = {{"llama3-8b", llama3_8b()},
                                           {"llama3.1-8b", llama31_8b()},
                                           {"qwen2.5-7b", qwen25_7b()},
-                                          {"smollm2-135m", smollm2_135m()}};
+                                          {"smollm2-135m", smollm2_135m()},
+                                          {"gemma3-270m", gemma3_270m()}};
   return t;
 }
 
@@ -108,6 +142,7 @@ ModelConfig geometry_config(const std::string& spec) {
       if (r.ec != std::errc() || r.ptr != n.data() + n.size() || layers < 1 || layers > c.n_layer)
         fail("--random-weights '{}': the layer count after ':' must be 1..{}", spec, c.n_layer);
       c.n_layer = layers;
+      if (!c.layers.empty()) c.layers.resize(size_t(layers));
       c.name += fmt::format(" ({} of {} layers)", layers, g.cfg.n_layer);
     }
     return c;

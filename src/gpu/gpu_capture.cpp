@@ -99,8 +99,7 @@ void GpuTransformer::capture_attention(std::span<const int32_t> tokens, const At
   for (int64_t c0 = 0; c0 < T; c0 += C) {
     const int64_t n = std::min(C, T - c0);
     cuda::copy_h2d(d_ids, tokens.data() + c0, size_t(n) * sizeof(int32_t), stream_);
-    cuda::embedding({w_.tok_embd(), d_ids, static_cast<char*>(xs) + size_t(c0 * E) * kBf16, n, cfg_.vocab_size, E},
-                    stream_);
+    embed(d_ids, static_cast<char*>(xs) + size_t(c0 * E) * kBf16, n);
   }
   own_.broken = true;  // until reset(), as after any interrupted forward
   for (int l = 0; l < cfg_.n_layer; ++l) {

@@ -268,14 +268,12 @@ void GpuTransformer::batch_step(std::span<GpuSequence* const> seqs, std::span<co
 
 void GpuTransformer::batch_kernels(int n, int64_t plan_kv) {
   int32_t* d_ids = static_cast<int32_t*>(batch_buf_);
-  cuda::embedding({w_.tok_embd(), d_ids, act(layout_.x), n, cfg_.vocab_size, cfg_.n_embd}, stream_);
+  embed(d_ids, act(layout_.x), n);
   for (int l = 0; l < cfg_.n_layer; ++l) batch_layer(l, n, plan_kv);
   lm_head_device(act(layout_.x), n);
 }
 
 void GpuTransformer::batch_layer(int l, int n, int64_t plan_kv) {
-  const DeviceLayer& L = w_.layer(l);
-  const int64_t E = cfg_.n_embd, Q = int64_t(cfg_.n_head) * cfg_.head_dim;
   const BatchLayout bl = batch_layout(cfg_, layout_.logit_rows);
   char* buf = static_cast<char*>(batch_buf_);
   const int32_t* d_pos = reinterpret_cast<const int32_t*>(buf + bl.pos);  // [n] each row's position
@@ -297,9 +295,7 @@ void GpuTransformer::batch_layer(int l, int n, int64_t plan_kv) {
   sc.n_seq = n;
   sc.n_new = 1;
   kv::kv_scatter(sc, stream_);
-  if (gpu_method_ &&
-      method_->route({.layer = l, .phase = Phase::decode, .n_q = 1, .q_pos0 = plan_kv - 1, .n_kv = plan_kv}) ==
-          Route::sparse) {
+  if (sparse_step({.layer = l, .phase = Phase::decode, .n_q = 1, .q_pos0 = plan_kv - 1, .n_kv = plan_kv})) {
     sparse_decode_attention(l, q, o, kv);
   } else {
     cuda::DecodeParams dp;  // one launch: n sequences through the block table, own lengths
@@ -316,6 +312,8 @@ void GpuTransformer::batch_layer(int l, int n, int64_t plan_kv) {
     dp.n_head = cfg_.n_head;
     dp.n_kv_head = cfg_.n_kv_head;
     dp.head_dim = cfg_.head_dim;
+    dp.scale = cfg_.score_scale();
+    dp.window = window(l);
     dp.workspace = decode_ws_;
     dp.workspace_bytes = decode_ws_bytes_;
     if (kv_type_ == KvCacheType::fp8) {
@@ -325,7 +323,7 @@ void GpuTransformer::batch_layer(int l, int n, int64_t plan_kv) {
     }
     cuda::attention_decode(dp, stream_);
   }
-  gemm_->run({o, L.wo, x, n, E, Q, 1.f, 1.f}, stream_);  // x += o Wo^T
+  attn_out(l, o, x, n);
   mlp(l, x, n);
 }
 

@@ -50,30 +50,13 @@ char* at(void* base, size_t elems) { return static_cast<char*>(base) + elems * k
 }  // namespace
 
 std::string gpu_model_problem(const ModelConfig& c) {
-  // The GPU block is the Llama block (pre-RMSNorm, SwiGLU, one RoPE table, global attention):
-  // architectures that need more run on the CPU until the GPU block grows them (issue 19).
-  std::string missing;
-  auto need = [&](bool cond, const char* what) {
-    if (cond) missing += std::string(missing.empty() ? "" : ", ") + what;
-  };
-  need(c.qk_norm, "QK-norm");
-  need(c.post_norms, "post-norms");
-  need(c.norm_offset != 0.f, "(1 + w) RMSNorm");
-  need(c.activation != "silu", c.activation == "gelu_tanh" ? "GELU-tanh MLP" : "a non-SiLU MLP");
-  need(c.embed_scale != 1.f, "embedding scale");
-  need(c.attn_scale != 0.f, "a custom attention scale");
-  need(c.rope_scaling.type == "yarn" || c.rope_scaling.type == "longrope", "YaRN/LongRoPE scaling");
-  bool window = false, per_layer_rope = false;
-  for (int l = 0; l < c.n_layer; ++l) {
-    window = window || c.layer(l).window > 0;
-    per_layer_rope = per_layer_rope || c.layer(l).rope_theta != c.layer(0).rope_theta || !c.layer(l).rope_scaled;
-  }
-  need(window, "sliding-window layers");
-  need(per_layer_rope, "per-layer RoPE");
-  if (!missing.empty())
-    return fmt::format("the GPU path does not run {} ({}) yet: it needs {}", c.name, c.arch, missing);
-  if (c.head_dim != 64 && c.head_dim != 128)
-    return fmt::format("the GPU path supports head dim 64 or 128; {} has {}", c.name, c.head_dim);
+  // The block features of every architecture the CPU runs are on the GPU too (gpu_block.cpp);
+  // what remains are the kernels' shapes.
+  if (c.activation != "silu" && c.activation != "gelu_tanh")
+    return fmt::format("the GPU path runs SiLU or GELU-tanh MLPs; {} has '{}'", c.name, c.activation);
+  if (c.head_dim != 16 && c.head_dim != 32 && c.head_dim != 64 && c.head_dim != 128 && c.head_dim != 256)
+    return fmt::format("the GPU path supports head dim 64, 128 or 256 (16 and 32: test models); {} has {}", c.name,
+                       c.head_dim);
   if (c.n_kv_head <= 0 || c.n_head % c.n_kv_head != 0 || c.n_head / c.n_kv_head > kMaxDecodeGroup)
     return fmt::format("the GPU path supports GQA groups of at most {} query heads per KV head; {} has {}/{}",
                        kMaxDecodeGroup, c.name, c.n_head, c.n_kv_head);
@@ -103,6 +86,8 @@ GpuTransformer::GpuTransformer(ModelConfig cfg, DeviceWeights w, const GpuOption
   method_ctx_ = MethodContext{cfg_.n_layer, cfg_.n_head, cfg_.n_kv_head, cfg_.head_dim, cfg_.name};
   method_ = make_attention_method(opts.attn, method_ctx_);
   gpu_method_ = make_gpu_method(*method_, method_ctx_);
+  if (kv_type_ == KvCacheType::fp8 && cfg_.head_dim < 64)
+    fail("--kv-cache fp8 needs head dim 64 or more; {} has {}", cfg_.name, cfg_.head_dim);
   attn_spec_ = opts.attn;
   layer_major_ = kv_type_ == KvCacheType::fp8 || prompt_wide_method();
   stats_.attn = attn_spec_;
@@ -214,6 +199,8 @@ void GpuTransformer::reset(int64_t capacity) {
     allocate_pool(plan_sequences(caps, layout_.logit_rows));
     if (!try_take_pages(own_, capacity)) fail("internal: a fresh KV pool has no room for {} tokens", capacity);
   }
+  // LongRoPE picks its short or long factors by the context, as the CPU's reset (a no-op otherwise).
+  if (w_.set_rope_context(capacity, stream_)) invalidate_graphs();
   if (gpu_method_) gpu_method_->start_sequence(stream_);
   stats_ = {};
   stats_.attn = attn_spec_;
@@ -287,7 +274,7 @@ void GpuTransformer::forward_chunk(const int32_t* ids, int64_t T, int64_t first_
   const int64_t pos0 = seq_->len;
   int32_t* d_ids = static_cast<int32_t*>(act(layout_.ids));
   cuda::copy_h2d(d_ids, ids, size_t(T) * sizeof(int32_t), stream_);
-  cuda::embedding({w_.tok_embd(), d_ids, act(layout_.x), T, cfg_.vocab_size, cfg_.n_embd}, stream_);
+  embed(d_ids, act(layout_.x), T);
   events_used_ = 0;
   for (int l = 0; l < cfg_.n_layer; ++l)
     layer({.l = l, .T = T, .pos0 = pos0, .x = act(layout_.x), .k_all = kv_cache_at(l, 0), .v_all = kv_cache_at(l, 1)});
@@ -332,7 +319,7 @@ void GpuTransformer::forward_layer_major(std::span<const int32_t> tokens, int64_
   for (int64_t c0 = 0; c0 < T; c0 += C) {
     const int64_t n = std::min(C, T - c0);
     cuda::copy_h2d(d_ids, tokens.data() + c0, size_t(n) * sizeof(int32_t), stream_);
-    cuda::embedding({w_.tok_embd(), d_ids, at(xs, size_t(c0 * E)), n, cfg_.vocab_size, cfg_.n_embd}, stream_);
+    embed(d_ids, at(xs, size_t(c0 * E)), n);
   }
   for (int l = 0; l < cfg_.n_layer; ++l) {
     void* k_stage = fp8 ? stage + stage_layout_.k : kv_cache_at(l, 0);  // [pos0 + T, KV] bf16 keys of layer l
@@ -460,15 +447,13 @@ void GpuTransformer::decode_token(int32_t id, float* logits) {
 
 void GpuTransformer::decode_kernels(int64_t plan_kv, bool with_logits) {
   int32_t* d_ids = static_cast<int32_t*>(step_buf_) + kStepId;
-  cuda::embedding({w_.tok_embd(), d_ids, act(layout_.x), 1, cfg_.vocab_size, cfg_.n_embd}, stream_);
+  embed(d_ids, act(layout_.x), 1);
   for (int l = 0; l < cfg_.n_layer; ++l) decode_layer(l, plan_kv);
   if (with_logits) lm_head_device(act(layout_.x), 1);
 }
 
 void GpuTransformer::decode_layer(int l, int64_t plan_kv) {
-  const DeviceLayer& L = w_.layer(l);
-  const int64_t E = cfg_.n_embd, D = cfg_.head_dim;
-  const int64_t Q = int64_t(cfg_.n_head) * D, KV = int64_t(cfg_.n_kv_head) * D;
+  const int64_t KV = int64_t(cfg_.n_kv_head) * cfg_.head_dim;
   const int32_t* d_pos = static_cast<const int32_t*>(step_buf_) + kStepPos;
   void* x = act(layout_.x);  // [1, E]
   void* q = act(layout_.q);  // [1, Q]
@@ -485,14 +470,12 @@ void GpuTransformer::decode_layer(int l, int64_t plan_kv) {
   else
     kv_append({k_row, v_row, k_all, v_all, d_pos, KV, seq_->rows}, stream_);
   // The route's key count is plan_kv: the captured step serves up to plan_kv keys.
-  if (gpu_method_ &&
-      method_->route({.layer = l, .phase = Phase::decode, .n_q = 1, .q_pos0 = plan_kv - 1, .n_kv = plan_kv}) ==
-          Route::sparse) {
+  if (sparse_step({.layer = l, .phase = Phase::decode, .n_q = 1, .q_pos0 = plan_kv - 1, .n_kv = plan_kv})) {
     sparse_decode_attention(l, q, o, own_view(l, k_all, v_all));
   } else {
     dense_decode_attention(l, plan_kv, q, o, k_all, v_all);
   }
-  gemm_->run({o, L.wo, x, 1, E, Q, 1.f, 1.f}, stream_);  // x += o Wo^T
+  attn_out(l, o, x, 1);
   mlp(l, x, 1);
 }
 
@@ -510,6 +493,8 @@ void GpuTransformer::dense_decode_attention(int l, int64_t plan_kv, const void* 
   dp.n_head = cfg_.n_head;
   dp.n_kv_head = cfg_.n_kv_head;
   dp.head_dim = cfg_.head_dim;
+  dp.scale = cfg_.score_scale();
+  dp.window = window(l);
   dp.workspace = decode_ws_;
   dp.workspace_bytes = decode_ws_bytes_;
   if (fp8) {
@@ -548,6 +533,7 @@ void GpuTransformer::sparse_decode_attention(int l, const void* q, void* o, cons
   sp.q = q;
   sp.o = o;
   sp.n_head = cfg_.n_head;
+  sp.scale = cfg_.score_scale();
   sp.kv = kv;
   sp.index = gi.index;
   sp.max_keys_per_row = gi.max_keys_per_row;
@@ -559,9 +545,7 @@ void GpuTransformer::sparse_decode_attention(int l, const void* q, void* o, cons
 void GpuTransformer::layer(const LayerRun& r) {
   const int l = r.l;
   const int64_t T = r.T, pos0 = r.pos0;
-  const DeviceLayer& L = w_.layer(l);
-  const int64_t E = cfg_.n_embd, D = cfg_.head_dim;
-  const int64_t Q = int64_t(cfg_.n_head) * D, KV = int64_t(cfg_.n_kv_head) * D;
+  const int64_t D = cfg_.head_dim, KV = int64_t(cfg_.n_kv_head) * D;
   void* x = r.x;              // [T, E]
   void* q = act(layout_.q);   // [T, Q]
   void* o = act(layout_.o);   // [T, Q]
@@ -584,84 +568,31 @@ void GpuTransformer::layer(const LayerRun& r) {
     dp.n_head = cfg_.n_head;
     dp.n_kv_head = cfg_.n_kv_head;
     dp.head_dim = int(D);
+    dp.scale = cfg_.score_scale();
+    dp.window = window(l);
     dp.workspace = decode_ws_;
     dp.workspace_bytes = decode_ws_bytes_;
     cuda::attention_decode(dp, stream_);
   } else {
     prefill_attention(l, T, pos0, q, k_all, v_all, o);
   }
-  gemm_->run({o, L.wo, x, T, E, Q, 1.f, 1.f}, stream_);  // x += o Wo^T
+  attn_out(l, o, x, T);
   mlp(l, x, T);
-}
-
-void GpuTransformer::mlp(int l, void* x, int64_t n) {
-  const DeviceLayer& L = w_.layer(l);
-  const int64_t E = cfg_.n_embd, F = cfg_.n_ff;
-  void* h = act(layout_.h);      // [mlp_rows, E]
-  void* gu = act(layout_.gu);    // [mlp_rows, 2F]
-  void* a = act(layout_.act);    // [mlp_rows, F]
-  // mlp_rows rows at a time bounds the [rows, 2F] intermediate.
-  for (int64_t r0 = 0; r0 < n; r0 += layout_.mlp_rows) {
-    const int64_t m = std::min(layout_.mlp_rows, n - r0);
-    void* xr = at(x, size_t(r0 * E));
-    void* hr = at(h, size_t(r0 * E));
-    cuda::rmsnorm({xr, L.ffn_norm, hr, nullptr, nullptr, m, E, cfg_.rms_eps}, stream_);
-    gemm_->run({hr, L.w_gate_up, gu, m, 2 * F, E}, stream_);
-    cuda::SwiGluParams sp;
-    sp.gate = gu;
-    sp.up = at(gu, size_t(F));
-    sp.out = a;
-    sp.n_rows = m;
-    sp.dim = F;
-    sp.gate_stride = 2 * F;
-    sp.up_stride = 2 * F;
-    sp.out_stride = F;
-    cuda::swiglu(sp, stream_);
-    gemm_->run({a, L.w_down, xr, m, E, F, 1.f, 1.f}, stream_);  // x += act Wdown^T
-  }
 }
 
 }  // namespace longctx::gpu
 
 namespace longctx::gpu {
 
-void GpuTransformer::project(const Projection& r) {
-  const DeviceLayer& L = w_.layer(r.l);
-  const int64_t T = r.T, E = cfg_.n_embd, D = cfg_.head_dim;
-  const int64_t Q = int64_t(cfg_.n_head) * D, KV = int64_t(cfg_.n_kv_head) * D;
-  void* h = act(layout_.h);  // [T, E]
-  cuda::rmsnorm({r.x, L.attn_norm, h, nullptr, nullptr, T, E, cfg_.rms_eps}, stream_);
-  if (r.q) gemm_->run({h, L.wq, r.q, T, Q, E}, stream_);
-  if (r.k) gemm_->run({h, L.wk, r.k, T, KV, E}, stream_);
-  if (r.v) gemm_->run({h, L.wv, r.v, T, KV, E}, stream_);
-  if (cfg_.qkv_bias) {
-    if (r.q) bias_add_rows({r.q, L.bq, T, Q, 0}, stream_);
-    if (r.k) bias_add_rows({r.k, L.bk, T, KV, 0}, stream_);
-    if (r.v) bias_add_rows({r.v, L.bv, T, KV, 0}, stream_);
-  }
-  // RoPE on Q and/or K (the kernel's "q" operand is whichever is present, K then as its "k").
-  cuda::RopeParams rp;
-  rp.q = r.q ? r.q : r.k;
-  rp.n_q_heads = r.q ? cfg_.n_head : cfg_.n_kv_head;
-  rp.k = r.q ? r.k : nullptr;
-  rp.n_k_heads = r.q && r.k ? cfg_.n_kv_head : 0;
-  rp.head_dim = int(D);
-  rp.n_tokens = T;
-  rp.pos0 = r.pos0;
-  rp.positions = r.positions;
-  rp.inv_freq = w_.inv_freq();
-  if (rp.q) cuda::rope(rp, stream_);
-  // Benchmarks only: realistic attention structure on random weights. Prefill chunks (and eager
-  // decode steps); graph-replayed decode steps (decode_layer) keep the model's Q/K. A function of
-  // (layer, position, head), so Q and K made in separate calls get the same values.
-  if (synthetic_qk_ && !r.positions) synthetic_qk_->fill({r.q, r.k, T, r.pos0, uint64_t(r.l) + 1}, stream_);
-}
-
 bool GpuTransformer::prompt_wide_method() const {
   constexpr int64_t kAnyLength = int64_t(1) << 40;  // thresholds (dense_below) never exceed it
   for (int l = 0; l < cfg_.n_layer; ++l)
-    if (method_->estimates_per_prompt(l, kAnyLength)) return true;
+    if (window(l) == 0 && method_->estimates_per_prompt(l, kAnyLength)) return true;
   return false;
+}
+
+bool GpuTransformer::sparse_step(const AttnStep& step) const {
+  return gpu_method_ && window(step.layer) == 0 && method_->route(step) == Route::sparse;
 }
 
 size_t GpuTransformer::sparse_bytes(int64_t capacity, int n_seq) const {
@@ -677,7 +608,7 @@ bool GpuTransformer::prompt_wide_lines(int l, int64_t pos0, int64_t T) const {
   // One chunk estimates from its own last rows anyway; the estimate's 64 query rows must fit the
   // chunk-sized Q buffer.
   if (T <= layout_.chunk || layout_.chunk < cuda::kSparseQBlock) return false;
-  return method_->estimates_per_prompt(l, pos0 + T);
+  return window(l) == 0 && method_->estimates_per_prompt(l, pos0 + T);
 }
 
 void GpuTransformer::estimate_prompt_lines(int l, int64_t pos0, int64_t T, void* xs, void* k_stage, void* v_stage) {
@@ -730,15 +661,17 @@ void GpuTransformer::prefill_attention(int l, int64_t T, int64_t pos0, void* q, 
     p.n_kv_head = cfg_.n_kv_head;
     p.head_dim = cfg_.head_dim;
     p.q_pos0 = pos0;
+    p.scale = cfg_.score_scale();
     p.causal = true;
   };
   check_cuda(cudaEventRecord(ev(e.start), s), "cudaEventRecord");
   const AttnStep step{.layer = l, .phase = Phase::prefill, .n_q = T, .q_pos0 = pos0, .n_kv = n_kv};
-  if (!gpu_method_ || method_->route(step) == Route::dense) {
+  if (!sparse_step(step)) {
     ++stats_.dense_calls;
     check_cuda(cudaEventRecord(ev(e.index_end), s), "cudaEventRecord");
     cuda::PrefillParams pp;
     set_shape(pp);
+    pp.window = window(l);
     cuda::attention_prefill(pp, stream_);
   } else {
     ++stats_.sparse_calls;

@@ -1,8 +1,14 @@
-// gpu_transformer.h: the forward pass of Llama-family decoders on one GPU (bf16, Hopper),
-// the twin of model/Transformer: same interface, same math, same KV-cache semantics.
+// gpu_transformer.h: the forward pass of the decoders model/Transformer runs (Llama family,
+// Qwen2/3, Gemma 3, Phi-3, Mistral-Nemo) on one GPU (bf16, Hopper), the twin of
+// model/Transformer: same interface, same math, same KV-cache semantics.
 //
 // Per layer, as model/transformer.cpp:  x += Wo attn(rope(Wq h), rope(Wk h), Wv h), h = rmsnorm(x);
-//                                       x += Wdown (silu(Wgate h) * Wup h),          h = rmsnorm(x).
+//                                       x += Wdown (silu(Wgate h) * Wup h),          h = rmsnorm(x),
+// with the architectures' variations (QK-norm, post-norms, GELU-tanh, embedding and score scales,
+// per-layer RoPE tables with YaRN / LongRoPE) in gpu_block.cpp. Sliding-window layers
+// (ModelConfig::layer(l).window > 0, Gemma 3's local layers) run the dense kernels with their
+// window, which visit only the window's key tiles in prefill and decode; an attention method's
+// sparse routes apply to the global layers only (as methods/run_cpu.h on the CPU).
 // Activations are bf16 (fp32 inside every op); the residual add is fused into the Wo and Wdown
 // GEMMs (beta = 1). Prefill runs in chunks of `chunk` tokens (attention_prefill with
 // q_pos0 = tokens already cached); a single token runs the split-KV decode kernel. The MLP runs
@@ -140,8 +146,7 @@ struct GpuOptions {
 using LayerProgressFn = std::function<void(int layers_done, int n_layer)>;
 
 
-// "" when the GPU path runs model c (head_dim, GQA group, sizes, and the Llama block: no QK-norm,
-// post-norms, GELU, sliding windows, YaRN/LongRoPE yet); else what it lacks.
+// "" when the GPU path runs model c (head_dim 16..256, GQA group, sizes); else what it lacks.
 std::string gpu_model_problem(const ModelConfig& c);
 
 class GpuTransformer {
@@ -272,8 +277,16 @@ class GpuTransformer {
     void* v = nullptr;
   };
   void project(const Projection& r);
+  // Embedding rows of device ids [n] into out [n, n_embd] (times ModelConfig::embed_scale).
+  void embed(const int32_t* d_ids, void* out, int64_t n);
+  // x [n, n_embd] += Wo o (o [n, n_head*head_dim]), through the post-norm when the model has one.
+  void attn_out(int l, const void* o, void* x, int64_t n);
   // MLP block of layer l on rows x [n, n_embd] in place (x += MLP(RMSNorm(x))), mlp_rows at a time.
   void mlp(int l, void* x, int64_t n);
+  // Whether the attention step runs the method's sparse kernels: never in a sliding-window layer
+  // (its window is its sparsity: methods apply to global layers only).
+  bool sparse_step(const AttnStep& step) const;
+  int64_t window(int l) const { return cfg_.layer(l).window; }
   // MInference in a layer-major prefill of T > chunk tokens: the reference's estimate, once per
   // prompt. prompt_wide_lines says whether layer l does it (VS heads, sparse at the prompt's end);
   // estimate_prompt_lines writes every chunk's K/V of the layer into the staging first, then

@@ -47,8 +47,10 @@ size_t weight_bytes(const ModelConfig& c) {
                  + align_up(E * Q * kBf16)                         // wo
                  + align_up(2 * F * E * kBf16) + align_up(E * F * kBf16);  // w_gate_up, w_down
   if (c.qkv_bias) layer += align_up(Q * kBf16) + 2 * align_up(KV * kBf16);
+  if (c.qk_norm) layer += 2 * align_up(size_t(c.head_dim) * kBf16);  // q_norm, k_norm
+  if (c.post_norms) layer += 2 * align_up(E * kBf16);               // attn_post_norm, ffn_post_norm
   size_t total = size_t(c.n_layer) * layer + align_up(V * E * kBf16) + align_up(E * kBf16) +
-                 align_up(size_t(c.head_dim / 2) * sizeof(float));
+                 align_up(size_t(c.n_layer) * size_t(c.head_dim / 2) * sizeof(float));  // RoPE tables
   if (!c.tied_embeddings) total += align_up(V * E * kBf16);
   return total;
 }

@@ -25,6 +25,7 @@ struct Shape {
   int64_t n_q, n_kv, q_pos0;
   int n_head, n_kv_head, d;
   bool causal;
+  int64_t window = 0;  // > 0: the query at position p sees keys (p - window, p]
 };
 
 // fp64 attention for the query rows in `rows` (all rows when empty). o: [n_q, n_head, d],
@@ -46,9 +47,10 @@ void ref_attention(const Shape& s, const std::vector<double>& q, const std::vect
     const int kvh = h / group;
     for (int64_t i : *rs) {
       const int64_t last = s.causal ? std::min(s.n_kv - 1, s.q_pos0 + i) : s.n_kv - 1;
+      const int64_t first = s.window > 0 ? std::max<int64_t>(0, s.q_pos0 + i - s.window + 1) : 0;
       const double* qi = &q[(i * s.n_head + h) * d];
       double mx = -INFINITY;
-      for (int64_t j = 0; j <= last; ++j) {
+      for (int64_t j = first; j <= last; ++j) {
         const double* kj = &k[(j * s.n_kv_head + kvh) * d];
         double acc = 0;
         for (int e = 0; e < d; ++e) acc += qi[e] * kj[e];
@@ -56,10 +58,10 @@ void ref_attention(const Shape& s, const std::vector<double>& q, const std::vect
         mx = std::max(mx, sc[j]);
       }
       double l = 0;
-      for (int64_t j = 0; j <= last; ++j) l += (sc[j] = std::exp(sc[j] - mx));
+      for (int64_t j = first; j <= last; ++j) l += (sc[j] = std::exp(sc[j] - mx));
       double* oi = &o[(i * s.n_head + h) * d];
       for (int e = 0; e < d; ++e) oi[e] = 0;
-      for (int64_t j = 0; j <= last; ++j) {
+      for (int64_t j = first; j <= last; ++j) {
         const double* vj = &v[(j * s.n_kv_head + kvh) * d];
         const double p = sc[j] / l;
         for (int e = 0; e < d; ++e) oi[e] += p * vj[e];
@@ -89,7 +91,7 @@ std::vector<double> pick_rows_lse(const std::vector<double>& lse, const Shape& s
 void run_prefill_case(const Shape& s, double q_scale, int n_check_rows = 0, int page_size = 0) {
   SCOPED_TRACE(::testing::Message() << "prefill page_size=" << page_size << " n_q=" << s.n_q << " n_kv=" << s.n_kv << " q_pos0=" << s.q_pos0
                                     << " heads=" << s.n_head << "/" << s.n_kv_head << " d=" << s.d
-                                    << " causal=" << s.causal);
+                                    << " causal=" << s.causal << " window=" << s.window);
   std::vector<double> qd, kd, vd;
   auto qh = random_bf16(size_t(s.n_q) * s.n_head * s.d, q_scale, qd);
   auto kh = random_bf16(size_t(s.n_kv) * s.n_kv_head * s.d, 1.0, kd);
@@ -135,7 +137,7 @@ void run_prefill_case(const Shape& s, double q_scale, int n_check_rows = 0, int 
   const auto lse_ref_rows = pick_rows_lse(lse_ref, s, rows);
   const double vmax = max_abs(vd);
 
-  const int n_kinds = (s.d == 128 && page_size % 128 == 0) ? 7 : 1;
+  const int n_kinds = (s.d == 128 && s.window == 0 && page_size % 128 == 0) ? 7 : 1;
   for (int kind = 0; kind < n_kinds; ++kind) {
     const int variant = (kind - 1) % 3, stages = kind <= 3 ? 2 : 3;
     char name[32];
@@ -160,6 +162,7 @@ void run_prefill_case(const Shape& s, double q_scale, int n_check_rows = 0, int 
     p.n_kv_head = s.n_kv_head;
     p.head_dim = s.d;
     p.causal = s.causal;
+    p.window = s.window;
     if (page_size > 0) {
       p.page_table = tb.as<int32_t>();
       p.page_size = page_size;
@@ -182,9 +185,9 @@ void run_prefill_case(const Shape& s, double q_scale, int n_check_rows = 0, int 
     EXPECT_EQ(n_nan, 0) << "unwritten or non-finite outputs";
     const auto eo = compare(pick_rows_o(o_got_all, s, rows), o_ref_rows, 5e-3 * vmax, 1e-2);
     const auto el = compare(pick_rows_lse(lse_got_all, s, rows), lse_ref_rows, 2e-3, 1e-5);
-    std::printf("  prefill %-16s page=%d n_q=%lld n_kv=%lld q_pos0=%lld h=%d/%d d=%d causal=%d: O %s | LSE %s\n", name,
-                page_size, (long long)s.n_q, (long long)s.n_kv, (long long)s.q_pos0, s.n_head, s.n_kv_head, s.d,
-                int(s.causal), eo.str().c_str(), el.str().c_str());
+    std::printf("  prefill %-16s page=%d n_q=%lld n_kv=%lld q_pos0=%lld h=%d/%d d=%d causal=%d window=%lld: O %s | LSE %s\n",
+                name, page_size, (long long)s.n_q, (long long)s.n_kv, (long long)s.q_pos0, s.n_head, s.n_kv_head, s.d,
+                int(s.causal), (long long)s.window, eo.str().c_str(), el.str().c_str());
     EXPECT_EQ(eo.n_bad + eo.n_nan, 0) << eo.str();
     EXPECT_LT(eo.rel_l2, 1e-2) << eo.str();
     EXPECT_EQ(el.n_bad + el.n_nan, 0) << el.str();
@@ -221,15 +224,39 @@ TEST(AttnPrefillSmall, PagedKvWithNanSpareRows) {
   run_prefill_case({64, 500, 0, 4, 2, 128, false}, 1.0, 0, 128);     // non-causal: every key seen
 }
 
+// Gemma 3's head_dim (FA2 kernel; Q read from shared memory per tile).
+TEST(AttnPrefillSmall, HeadDim256) {
+  LC_REQUIRE_GPU();
+  run_prefill_case({300, 300, 0, 8, 1, 256, true}, 1.0);
+  run_prefill_case({77, 600, 523, 4, 1, 256, true}, 2.0);   // chunk over a cached prefix
+  run_prefill_case({65, 400, 0, 4, 2, 256, false}, 1.0);    // non-causal
+  run_prefill_case({100, 700, 600, 4, 1, 256, true}, 1.0, 0, 64);  // paged
+}
+
+// Sliding windows (Gemma 3's local layers): windows inside one tile, across tiles, past a
+// cached prefix, of one key, wider than the context; and the tiny test models' head dims.
+TEST(AttnPrefillSmall, SlidingWindow) {
+  LC_REQUIRE_GPU();
+  run_prefill_case({300, 300, 0, 8, 2, 128, true, 100}, 1.0);
+  run_prefill_case({77, 1000, 923, 4, 1, 256, true, 512}, 2.0);
+  run_prefill_case({200, 900, 700, 4, 2, 64, true, 64}, 1.5);
+  run_prefill_case({129, 129, 0, 2, 1, 64, true, 1}, 1.0);
+  run_prefill_case({50, 50, 0, 2, 1, 128, true, 4096}, 1.0);
+  run_prefill_case({150, 1000, 850, 8, 2, 128, true, 300}, 1.0, 0, 128);  // paged
+  run_prefill_case({80, 80, 0, 4, 2, 16, true, 16}, 1.0);
+  run_prefill_case({80, 100, 20, 4, 2, 32, true}, 1.0);
+}
+
 TEST(AttnPrefill, Causal4KSampledRows) {
   LC_REQUIRE_GPU();
   run_prefill_case({4096, 4096, 0, 32, 8, 128, true}, 1.0, 48);
   run_prefill_case({3000, 3000, 0, 16, 4, 64, true}, 1.5, 48);
 }
 
-void run_decode_case(int n_seq, int64_t n_kv, int n_head, int n_kv_head, int d, int n_splits, double q_scale) {
+void run_decode_case(int n_seq, int64_t n_kv, int n_head, int n_kv_head, int d, int n_splits, double q_scale,
+                     int64_t window = 0) {
   SCOPED_TRACE(::testing::Message() << "decode n_seq=" << n_seq << " n_kv=" << n_kv << " heads=" << n_head << "/"
-                                    << n_kv_head << " d=" << d << " splits=" << n_splits);
+                                    << n_kv_head << " d=" << d << " splits=" << n_splits << " window=" << window);
   std::vector<double> qd, kd, vd;
   auto qh = random_bf16(size_t(n_seq) * n_head * d, q_scale, qd);
   auto kh = random_bf16(size_t(n_seq) * n_kv * n_kv_head * d, 1.0, kd);
@@ -255,6 +282,7 @@ void run_decode_case(int n_seq, int64_t n_kv, int n_head, int n_kv_head, int d, 
   p.n_kv_head = n_kv_head;
   p.head_dim = d;
   p.n_splits = n_splits;
+  p.window = window;
   p.workspace = ws.p;
   p.workspace_bytes = ws_bytes;
   const int used_splits = decode_num_splits(p);
@@ -265,7 +293,7 @@ void run_decode_case(int n_seq, int64_t n_kv, int n_head, int n_kv_head, int d, 
 
   std::vector<double> o_ref_all, lse_ref_all;
   for (int b = 0; b < n_seq; ++b) {
-    Shape s{1, n_kv, n_kv - 1, n_head, n_kv_head, d, true};
+    Shape s{1, n_kv, n_kv - 1, n_head, n_kv_head, d, true, window};
     std::vector<double> qb(qd.begin() + size_t(b) * n_head * d, qd.begin() + size_t(b + 1) * n_head * d);
     const size_t kv_n = size_t(n_kv) * n_kv_head * d;
     std::vector<double> kb(kd.begin() + b * kv_n, kd.begin() + (b + 1) * kv_n);
@@ -277,8 +305,8 @@ void run_decode_case(int n_seq, int64_t n_kv, int n_head, int n_kv_head, int d, 
   }
   const auto eo = compare(o_got, o_ref_all, 5e-3 * max_abs(vd), 1e-2);
   const auto el = compare(std::vector<double>(lse_f.begin(), lse_f.end()), lse_ref_all, 2e-3, 1e-5);
-  std::printf("  decode n_seq=%d n_kv=%lld h=%d/%d d=%d splits=%d: O %s | LSE %s\n", n_seq, (long long)n_kv, n_head,
-              n_kv_head, d, used_splits, eo.str().c_str(), el.str().c_str());
+  std::printf("  decode n_seq=%d n_kv=%lld h=%d/%d d=%d splits=%d window=%lld: O %s | LSE %s\n", n_seq,
+              (long long)n_kv, n_head, n_kv_head, d, used_splits, (long long)window, eo.str().c_str(), el.str().c_str());
   EXPECT_EQ(eo.n_bad + eo.n_nan, 0) << eo.str();
   EXPECT_LT(eo.rel_l2, 1e-2) << eo.str();
   EXPECT_EQ(el.n_bad + el.n_nan, 0) << el.str();
@@ -298,14 +326,34 @@ TEST(AttnDecodeSmall, Group16AndOneKey) {
   run_decode_case(3, 300, 32, 2, 128, 0, 3.0);
   run_decode_case(1, 1, 8, 8, 128, 0, 1.0);
 }
+TEST(AttnDecodeSmall, HeadDim256) {
+  LC_REQUIRE_GPU();
+  run_decode_case(2, 5000, 8, 1, 256, 0, 1.0);
+  run_decode_case(1, 777, 4, 1, 256, 3, 2.0);
+}
+
+// Sliding window: each row streams only its last `window` keys' tiles (split plan included).
+TEST(AttnDecodeSmall, SlidingWindow) {
+  LC_REQUIRE_GPU();
+  run_decode_case(2, 5000, 8, 2, 128, 0, 1.0, 512);
+  run_decode_case(1, 777, 4, 1, 256, 0, 1.5, 100);
+  run_decode_case(1, 777, 4, 1, 256, 2, 1.5, 200);
+  run_decode_case(1, 50, 4, 2, 64, 0, 1.0, 100);  // window wider than the context
+  run_decode_case(1, 300, 4, 2, 64, 0, 1.0, 1);   // the last key only
+  run_decode_case(2, 80, 4, 2, 16, 0, 1.0, 16);   // tiny test models' head dims
+  run_decode_case(1, 200, 4, 2, 32, 3, 1.0);
+}
+
 TEST(AttnDecode, Long64K) {
   LC_REQUIRE_GPU();
   run_decode_case(1, 65536 + 17, 32, 8, 128, 0, 1.5);
 }
 
 // Paged KV cache with per-sequence lengths: pages scattered at random in a shared pool.
-void run_decode_paged(int page_size, const std::vector<int32_t>& lens, int n_head, int n_kv_head, int d) {
-  SCOPED_TRACE(::testing::Message() << "paged decode page_size=" << page_size << " n_seq=" << lens.size());
+void run_decode_paged(int page_size, const std::vector<int32_t>& lens, int n_head, int n_kv_head, int d,
+                      int64_t window = 0) {
+  SCOPED_TRACE(::testing::Message() << "paged decode page_size=" << page_size << " n_seq=" << lens.size()
+                                    << " window=" << window);
   const int n_seq = int(lens.size());
   const int64_t n_kv_max = *std::max_element(lens.begin(), lens.end());
   const int max_pages = int((n_kv_max + page_size - 1) / page_size);
@@ -347,6 +395,7 @@ void run_decode_paged(int page_size, const std::vector<int32_t>& lens, int n_hea
   p.n_head = n_head;
   p.n_kv_head = n_kv_head;
   p.head_dim = d;
+  p.window = window;
   p.workspace = ws.p;
   p.workspace_bytes = ws_bytes;
   attention_decode(p);
@@ -363,7 +412,7 @@ void run_decode_paged(int page_size, const std::vector<int32_t>& lens, int n_hea
       std::copy(vpool_d.begin() + src, vpool_d.begin() + src + row, vb.begin() + j * row);
     }
     std::vector<double> qb(qd.begin() + size_t(b) * n_head * d, qd.begin() + size_t(b + 1) * n_head * d);
-    Shape s{1, n_kv, n_kv - 1, n_head, n_kv_head, d, true};
+    Shape s{1, n_kv, n_kv - 1, n_head, n_kv_head, d, true, window};
     std::vector<double> o_ref, lse_ref;
     ref_attention(s, qb, kb, vb, 1.0 / std::sqrt(double(d)), {}, o_ref, lse_ref);
     o_ref_all.insert(o_ref_all.end(), o_ref.begin(), o_ref.end());
@@ -382,6 +431,7 @@ TEST(AttnDecodeSmall, PagedVariableLengths) {
   LC_REQUIRE_GPU();
   run_decode_paged(128, {5000, 1234, 64, 1}, 32, 8, 128);
   run_decode_paged(64, {777, 3000}, 16, 4, 64);
+  run_decode_paged(128, {5000, 600, 64, 1}, 8, 1, 256, 512);  // Gemma 3 local layers: window, d 256
 }
 
 // fp8 e4m3 (OCP FN variant: no infinities, max 448), round to nearest even, saturating.
@@ -476,6 +526,7 @@ TEST(AttnDecodeSmall, Fp8E4m3Kv) {
   LC_REQUIRE_GPU();
   run_decode_fp8(2, 5000, 32, 8, 128);
   run_decode_fp8(1, 777, 14, 2, 64);
+  run_decode_fp8(1, 3000, 8, 1, 256);
 }
 
 TEST(AttnDecodeSmall, OneWorkspaceManyLengths) {
@@ -665,6 +716,12 @@ TEST(AttnArgs, RejectsBadShapes) {
   p.n_kv_head = 4;
   p.head_dim = 96;
   EXPECT_THROW(attention_prefill(p), std::exception);  // unsupported head_dim
+  p.head_dim = 64;
+  p.causal = false;
+  p.window = 8;
+  EXPECT_THROW(attention_prefill(p), std::exception);  // a window needs causal attention
+  p.causal = true;
+  p.window = 0;
   p.head_dim = 64;
   p.n_kv_head = 3;
   EXPECT_THROW(attention_prefill(p), std::exception);  // 4 % 3 != 0

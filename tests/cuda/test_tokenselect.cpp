@@ -101,7 +101,8 @@ std::vector<float> run_vote(const std::vector<float>& s, int H, int64_t M, bool 
 TEST(TokenSelectSoftVote, EqualsFp64HeadSoftmaxSum) {
   LC_REQUIRE_GPU();
   for (bool naive : {false, true})
-    for (auto [H, M] : std::vector<std::pair<int, int64_t>>{{1, 1}, {8, 100}, {28, 4097}, {32, 200003}}) {
+    for (auto [H, M] : std::vector<std::pair<int, int64_t>>{
+             {1, 1}, {4, 63}, {8, 100}, {28, 4097}, {16, 65536}, {32, 200003}, {32, 262144}}) {
       const auto s = random_scores(size_t(H * M), 4.f);
       const auto got = run_vote(s, H, M, naive);
       const auto e = compare(std::vector<double>(got.begin(), got.end()), vote_ref(s, H, M, naive),

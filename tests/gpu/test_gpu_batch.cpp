@@ -189,6 +189,14 @@ TEST(GpuBatch, Llama3GeometryD128) {
   expect_batched_equals_alone(g, 8, 3000, 8, "bf16 llama3-8b:1, 8 seqs");
 }
 
+// Gemma 3 geometry: head_dim 256 and sliding-window layers (512) in the paged batched decode,
+// sequences shorter and longer than the window.
+TEST(GpuBatch, Gemma3GeometryWindowD256) {
+  REQUIRE_GPU();
+  auto g = make_model("gemma3-270m:6", 24, {.chunk = 256});
+  expect_batched_equals_alone(g, 8, 1400, 8, "bf16 gemma3-270m:6, 8 seqs");
+}
+
 // fp8: batched == alone with the pool's shared scales (see expect_batched_equals_alone).
 TEST(GpuBatch, Fp8BatchedEqualsAlone) {
   REQUIRE_GPU();

@@ -138,6 +138,15 @@ TEST(GpuModelRandom, SmolLM2Geometry) {
   compare_models("random smollm2-135m", cfg, gpu::DeviceWeights::random(cfg, 3, nullptr), 600, 256, 8);
 }
 
+// Gemma 3 270m's geometry (head_dim 256, one KV head, 15 sliding-window layers of 512 and 3
+// global ones, QK-norm, post-norms, GELU-tanh, embedding and score scales): a prompt of 1300
+// tokens in chunks of 256 (windows crossing chunk borders), then decode steps past the window.
+TEST(GpuModelRandom, Gemma3Geometry) {
+  REQUIRE_GPU();
+  const ModelConfig cfg = gpu::geometry_config("gemma3-270m");
+  compare_models("random gemma3-270m", cfg, gpu::DeviceWeights::random(cfg, 6, nullptr), 1300, 256, 8);
+}
+
 TEST(GpuModelRandom, Llama31Geometry2Layers) {
   REQUIRE_GPU();
   const ModelConfig cfg = gpu::geometry_config("llama3.1-8b:2");

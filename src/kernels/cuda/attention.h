@@ -8,7 +8,10 @@
 //   lse fp32 [n_head, n_q]  (optional)     natural-log log-sum-exp of the scaled scores
 // Query i sits at position q_pos0 + i; with causal it sees keys 0..q_pos0+i (chunked prefill
 // against a KV prefix is q_pos0 > 0). GQA: query head h reads KV head h / (n_head / n_kv_head).
-// head_dim 64 or 128. All pointers 16-byte aligned.
+// Sliding window (window > 0, causal only: Gemma 3's local layers): the query at position p sees
+// keys (p - window, p], and the kernels visit only those keys' tiles, so a window layer costs its
+// window, not the context. head_dim 64, 128 or 256 (and 16 or 32, the tiny test models). All
+// pointers 16-byte aligned.
 //
 // Decode (flash-decoding): one query per sequence against all n_kv keys, KV split across CTAs,
 // partial (O, LSE) pairs merged exactly by merge_attention_states. The caller owns the
@@ -37,6 +40,7 @@ struct PrefillParams {
   int64_t q_pos0 = 0;
   float scale = 0.f;  // 0 = 1/sqrt(head_dim)
   bool causal = true;
+  int64_t window = 0;  // > 0: sliding window (see above); needs causal
   PrefillImpl impl = PrefillImpl::automatic;
   // Paged KV (optional): k and v are pools [kv_pool_rows, n_kv_head, head_dim]; key j is pool
   // row page_table[j / page_size] * page_size + j % page_size. page_size: a multiple of 64
@@ -47,7 +51,7 @@ struct PrefillParams {
 };
 
 // Picks the Hopper kernel (wgmma + TMA, warp-specialised, FlashAttention-3 style) for
-// head_dim 128 on sm_90, else the FlashAttention-2 style kernel (mma.sync m16n8k16, ldmatrix,
+// head_dim 128 without a window on sm_90, else the FlashAttention-2 style kernel (mma.sync m16n8k16, ldmatrix,
 // cp.async double buffering). impl forces one (tests and benchmarks compare both).
 void attention_prefill(const PrefillParams& p, Stream s = nullptr);
 
@@ -78,8 +82,9 @@ struct DecodeParams {
   int max_pages_per_seq = 0;
   int n_head = 0;
   int n_kv_head = 0;  // n_head / n_kv_head <= 16 (one mma row tile holds a GQA group)
-  int head_dim = 0;
+  int head_dim = 0;  // 16, 32, 64, 128 or 256 (fp8 KV: 64, 128 or 256)
   float scale = 0.f;  // 0 = 1/sqrt(head_dim)
+  int64_t window = 0;  // > 0: sequence b's query (its last position) sees only its last `window` keys
   int n_splits = 0;   // 0 = choose from the SM count; otherwise a cap
   void* workspace = nullptr;  // device memory of decode_workspace_bytes(...)
   size_t workspace_bytes = 0;

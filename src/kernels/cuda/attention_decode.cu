@@ -10,7 +10,8 @@
 // (cp.async pipeline, online softmax, fused last-CTA merge) is decode_split.cuh's, shared with
 // sparse decode; this file gives it the key source "all keys of the sequence, in order"
 // (DenseKeys) and plans the splits. The number of splits fills the GPU in one wave:
-// n_kv_head * n_seq * n_splits ~= SMs * CTAs per SM.
+// n_kv_head * n_seq * n_splits ~= SMs * CTAs per SM. A sliding window (DecodeParams::window)
+// streams only the tiles of each sequence's last `window` keys, and the plan splits those.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -26,6 +27,7 @@ using namespace decode_split;
 
 // Key source of dense decode: all keys 0..n of sequence b, in order, contiguous or paged.
 struct DenseKeys {
+  static constexpr bool kAllHeadDims = true;  // head_dim 16..256 (decode_split.cuh with_variant)
   int64_t n_kv;               // the longest sequence (every sequence without kv_lens)
   const int32_t* kv_lens;     // optional per-sequence lengths
   const int32_t* page_table;  // optional: [n_seq][max_pages] page ids into the K/V pools
@@ -65,14 +67,22 @@ WorkspaceLayout workspace_layout(int n_seq, int n_head, int head_dim, int64_t n_
   return l;
 }
 
-SplitPlan plan_dense(int n_seq, int n_kv_head, int head_dim, bool fp8, int64_t n_kv, int requested) {
-  return plan_splits<DenseKeys>(int64_t(n_seq) * n_kv_head, head_dim, fp8, n_kv, requested);
+// A windowed row streams at most window + one partial tile of keys.
+int64_t streamed_keys(int64_t n_kv, int64_t window) {
+  return window > 0 ? std::min(n_kv, window + kDecodeBlockN) : n_kv;
+}
+
+SplitPlan plan_dense(const DecodeParams& p) {
+  return plan_splits<DenseKeys>(int64_t(p.n_seq) * p.n_kv_head, p.head_dim, p.kv_dtype == KvDtype::fp8_e4m3,
+                                streamed_keys(p.n_kv, p.window), p.n_splits);
 }
 
 void check_decode(const DecodeParams& p) {
   LC_REQUIRE(p.q && p.k && p.v && p.o, "attention_decode: null q/k/v/o pointer");
-  LC_REQUIRE(p.head_dim == 64 || p.head_dim == 128, "attention_decode: head_dim %d unsupported (64 or 128)",
-             p.head_dim);
+  const bool wide = p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 256;
+  LC_REQUIRE(wide || ((p.head_dim == 16 || p.head_dim == 32) && p.kv_dtype == KvDtype::bf16),
+             "attention_decode: head_dim %d unsupported (64, 128 or 256; 16 or 32 with a bf16 cache)", p.head_dim);
+  LC_REQUIRE(p.window >= 0, "attention_decode: negative window %lld", (long long)p.window);
   LC_REQUIRE(p.n_head > 0 && p.n_kv_head > 0 && p.n_head % p.n_kv_head == 0 &&
                  p.n_head / p.n_kv_head <= kMaxGroup,
              "attention_decode: n_head %d / n_kv_head %d must be a positive integer <= %d", p.n_head, p.n_kv_head,
@@ -95,7 +105,7 @@ void check_decode(const DecodeParams& p) {
 
 int decode_num_splits(const DecodeParams& p) {
   check_decode(p);
-  return plan_dense(p.n_seq, p.n_kv_head, p.head_dim, p.kv_dtype == KvDtype::fp8_e4m3, p.n_kv, p.n_splits).n_splits;
+  return plan_dense(p).n_splits;
 }
 
 size_t decode_workspace_bytes(int n_seq, int n_head, int head_dim, int64_t n_kv) {
@@ -114,7 +124,7 @@ void decode_workspace_init(void* workspace, size_t workspace_bytes, Stream s) {
 void attention_decode(const DecodeParams& p, Stream s) {
   check_decode(p);
   const bool fp8 = p.kv_dtype == KvDtype::fp8_e4m3;
-  const SplitPlan plan = plan_dense(p.n_seq, p.n_kv_head, p.head_dim, fp8, p.n_kv, p.n_splits);
+  const SplitPlan plan = plan_dense(p);
   const WorkspaceLayout used = workspace_layout(p.n_seq, p.n_head, p.head_dim, plan.n_splits);
   LC_REQUIRE(p.workspace && p.workspace_bytes >= decode_workspace_bytes(p.n_seq, p.n_head, p.head_dim, p.n_kv),
              "attention_decode: workspace of %zu bytes given, %zu needed; size it with decode_workspace_bytes and "
@@ -137,6 +147,7 @@ void attention_decode(const DecodeParams& p, Stream s) {
   const float scale = p.scale > 0.f ? p.scale : 1.f / std::sqrt(float(p.head_dim));
   a.scale_log2 = scale * kLog2e * (fp8 ? p.k_scale : 1.f);
   a.v_scale = fp8 ? p.v_scale : 1.f;
+  a.window = p.window;
   DenseKeys keys{};
   keys.n_kv = p.n_kv;
   keys.kv_lens = p.kv_lens;

@@ -1,7 +1,8 @@
 // attention_prefill.cu (cuda): dense (causal) prefill attention, FlashAttention-2 style.
 //
 // What: O = softmax(scale * Q K^T + causal mask) V and the row LSE, bf16 in/out, fp32 math,
-// GQA, head_dim 64/128, queries at positions q_pos0.. (chunked prefill over a KV prefix).
+// GQA, head_dim 16/32/64/128/256, queries at positions q_pos0.. (chunked prefill over a KV
+// prefix), optionally a sliding window (a CTA streams only the key tiles its rows' windows touch).
 // Layout and semantics: attention.h. Tested by tests/cuda/test_attention.cpp (fp64 CPU twin),
 // timed by bench/bench_cuda.cu.
 //
@@ -53,6 +54,7 @@ struct PrefillArgs {
   int n_head, n_kv_head, group, n_mblocks;
   float scale_log2;  // scale * log2(e)
   bool causal;
+  int64_t window;    // > 0: row at position p sees keys (p - window, p]
   const int32_t* page_table;  // optional (paged KV pools), page_size a multiple of kBlockN
   int page_size;
 };
@@ -76,7 +78,10 @@ __global__ void __launch_bounds__(PrefillTile<D>::kThreads, 1) attn_prefill_kern
 
   const int64_t m_end = min(m0 + T::kBlockM, a.n_q);
   const int64_t n_keys = a.causal ? min(a.n_kv, a.q_pos0 + m_end) : a.n_kv;
-  const int n_tiles = int((n_keys + T::kBlockN - 1) / T::kBlockN);
+  // Sliding window: the block's first row (position q_pos0 + m0) sees the lowest key.
+  const int64_t key_lo = a.window > 0 ? max(int64_t(0), a.q_pos0 + m0 - a.window + 1) : 0;
+  const int t_lo = int(key_lo / T::kBlockN);  // first tile streamed
+  const int n_tiles = max(0, int((n_keys + T::kBlockN - 1) / T::kBlockN) - t_lo);
 
   // Q tile (rows past n_q zero-filled), then K/V tile 0: two commit groups.
   for (int i = tid; i < T::kBlockM * T::kChunks; i += T::kThreads) {
@@ -85,8 +90,8 @@ __global__ void __launch_bounds__(PrefillTile<D>::kThreads, 1) attn_prefill_kern
     cp_async16(sQ + swz<D>(r, c), ok ? qg + r * ldq + c * 8 : a.q, ok ? 16 : 0);
   }
   cp_async_commit();
-  auto load_kv = [&](int tile, int stage) {
-    const int64_t n0 = int64_t(tile) * T::kBlockN;
+  auto load_kv = [&](int i, int stage) {  // i: the i-th streamed tile
+    const int64_t n0 = int64_t(t_lo + i) * T::kBlockN;
     int64_t row0 = n0;  // pool row of key n0 (a tile never straddles a page)
     if (a.page_table) row0 = int64_t(a.page_table[n0 / a.page_size]) * a.page_size + n0 % a.page_size;
     for (int i = tid; i < T::kBlockN * T::kChunks; i += T::kThreads) {
@@ -102,8 +107,10 @@ __global__ void __launch_bounds__(PrefillTile<D>::kThreads, 1) attn_prefill_kern
   cp_async_wait<1>();
   __syncthreads();
 
-  uint32_t qf[D / 16][4];
-  fa2::load_q_frags<D>(qf, sQ, warp, lane);
+  // head_dim 256 reads Q from shared memory per tile (fa2::qk_tile_smem_q: registers).
+  constexpr bool kQInSmem = D >= 256;
+  uint32_t qf[kQInSmem ? 1 : D / 16][4];
+  if constexpr (!kQInSmem) fa2::load_q_frags<D>(qf, sQ, warp, lane);
 
   float oacc[D / 8][4];
 #pragma unroll
@@ -122,10 +129,14 @@ __global__ void __launch_bounds__(PrefillTile<D>::kThreads, 1) attn_prefill_kern
 
     const uint32_t kbase = sK + st * T::kSmemKV, vbase = sV + st * T::kSmemKV;
     float s[8][4];
-    fa2::qk_tile<D>(s, qf, kbase, lane);
+    if constexpr (kQInSmem)
+      fa2::qk_tile_smem_q<D>(s, sQ, warp, kbase, lane);
+    else
+      fa2::qk_tile<D>(s, qf, kbase, lane);
 
-    const int64_t n0 = int64_t(t) * T::kBlockN;
-    const bool need_mask = (n0 + T::kBlockN > a.n_kv) || (a.causal && n0 + T::kBlockN - 1 > a.q_pos0 + m0);
+    const int64_t n0 = int64_t(t_lo + t) * T::kBlockN;
+    const bool need_mask = (n0 + T::kBlockN > a.n_kv) || (a.causal && n0 + T::kBlockN - 1 > a.q_pos0 + m0) ||
+                           (a.window > 0 && n0 < a.q_pos0 + m_end - a.window);
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
@@ -134,7 +145,7 @@ __global__ void __launch_bounds__(PrefillTile<D>::kThreads, 1) attn_prefill_kern
         if (need_mask) {
           const int64_t key = n0 + nt * 8 + 2 * (lane & 3) + (e & 1);
           const int64_t vis = vis0 + (e >> 1) * 8;
-          if (key >= a.n_kv || (a.causal && key > vis)) x = -INFINITY;
+          if (key >= a.n_kv || (a.causal && key > vis) || (a.window > 0 && key <= vis - a.window)) x = -INFINITY;
         }
         s[nt][e] = x;
       }
@@ -170,8 +181,10 @@ void attention_prefill_fa2(const PrefillParams& p, Stream s) {
   LC_REQUIRE(p.q && p.k && p.v && p.o, "attention_prefill: null q/k/v/o pointer");
   LC_REQUIRE(aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && aligned16(p.o),
              "attention_prefill: q/k/v/o must be 16-byte aligned");
-  LC_REQUIRE(p.head_dim == 64 || p.head_dim == 128, "attention_prefill: head_dim %d unsupported (64 or 128)",
-             p.head_dim);
+  LC_REQUIRE(p.head_dim == 16 || p.head_dim == 32 || p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 256,
+             "attention_prefill: head_dim %d unsupported (16, 32, 64, 128 or 256)", p.head_dim);
+  LC_REQUIRE(p.window >= 0 && (p.window == 0 || p.causal), "attention_prefill: window %lld needs causal attention",
+             (long long)p.window);
   LC_REQUIRE(p.n_head > 0 && p.n_kv_head > 0 && p.n_head % p.n_kv_head == 0,
              "attention_prefill: n_head %d must be a positive multiple of n_kv_head %d", p.n_head, p.n_kv_head);
   LC_REQUIRE(p.n_q >= 0 && p.n_kv >= 0 && p.q_pos0 >= 0, "attention_prefill: negative size");
@@ -202,13 +215,17 @@ void attention_prefill_fa2(const PrefillParams& p, Stream s) {
   const float scale = p.scale > 0.f ? p.scale : 1.f / std::sqrt(float(p.head_dim));
   a.scale_log2 = scale * kLog2e;
   a.causal = p.causal;
+  a.window = p.window;
   a.page_table = p.page_table;
   a.page_size = p.page_size;
   auto stream = static_cast<cudaStream_t>(s);
-  if (p.head_dim == 128)
-    launch_prefill<128>(a, stream);
-  else
-    launch_prefill<64>(a, stream);
+  switch (p.head_dim) {
+    case 256: return launch_prefill<256>(a, stream);
+    case 128: return launch_prefill<128>(a, stream);
+    case 64: return launch_prefill<64>(a, stream);
+    case 32: return launch_prefill<32>(a, stream);
+    default: return launch_prefill<16>(a, stream);
+  }
 }
 
 void attention_prefill(const PrefillParams& p, Stream s) {

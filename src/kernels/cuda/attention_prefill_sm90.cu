@@ -371,7 +371,7 @@ bool attention_prefill_sm90_supported(const PrefillParams& p) {
     cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
     return major == 9 && minor == 0;
   }();
-  return hopper && p.head_dim == kD && p.n_kv > 0 && p.n_q > 0 && p.n_q <= 0x7fffffff && p.n_kv <= 0x7fffffff &&
+  return hopper && p.head_dim == kD && p.window == 0 && p.n_kv > 0 && p.n_q > 0 && p.n_q <= 0x7fffffff && p.n_kv <= 0x7fffffff &&
          (!p.page_table || (p.page_size > 0 && p.page_size % kBlockN == 0 && p.kv_pool_rows > 0 &&
                             p.kv_pool_rows <= 0x7fffffff));
 }

@@ -70,6 +70,7 @@ struct DecodeArgs {
   int n_splits;
   float scale_log2;  // softmax scale * log2(e) (* k_scale for fp8 KV)
   float v_scale;     // fp8 KV: V's dequantisation scale, applied to each split's O
+  int64_t window;    // > 0: a row attends only its last `window` keys (its tiles only); 0: all
 };
 
 // Keys: where the attended keys of a CTA's rows come from. A key source is a plain struct with
@@ -98,15 +99,18 @@ __global__ void __launch_bounds__(DecodeTile<D, kFp8>::kThreads)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, tq = lane & 3;
   const int64_t n_kv = keys.n_keys(b, h0);  // keys of this CTA's rows
-  const int64_t n_tiles_total = (n_kv + T::kBlockN - 1) / T::kBlockN;
+  // Sliding window: keys [key_lo, n_kv), streamed from the tile holding key_lo.
+  const int64_t key_lo = a.window > 0 ? max(int64_t(0), n_kv - a.window) : 0;
+  const int64_t tile_lo = key_lo / T::kBlockN;
+  const int64_t n_tiles_total = (n_kv + T::kBlockN - 1) / T::kBlockN - tile_lo;
   const int tiles_per_split = keys.split_tiles(n_tiles_total, a.n_splits);
   // Splits that hold tiles of this row: the others leave at once, and the merge reads only these.
   // At least one, so that a row without keys is still written (O = 0, LSE = -inf).
   const int n_active =
       max(1, int(min(int64_t(a.n_splits), (n_tiles_total + tiles_per_split - 1) / tiles_per_split)));
   if (split >= n_active) return;
-  const int64_t t_begin = int64_t(split) * tiles_per_split;
-  const int64_t t_end = min(n_tiles_total, t_begin + tiles_per_split);
+  const int64_t t_begin = tile_lo + int64_t(split) * tiles_per_split;  // tile indices in the key order
+  const int64_t t_end = min(tile_lo + n_tiles_total, t_begin + tiles_per_split);
   const int n_tiles = t_end > t_begin ? int(t_end - t_begin) : 0;
   const uint8_t* kg = static_cast<const uint8_t*>(a.k) + int64_t(kvh) * D * T::kElem;
   const uint8_t* vg = static_cast<const uint8_t*>(a.v) + int64_t(kvh) * D * T::kElem;
@@ -209,13 +213,14 @@ __global__ void __launch_bounds__(DecodeTile<D, kFp8>::kThreads)
       }
     }
     const int64_t key0 = (t_begin + i) * T::kBlockN + kr;
-    const bool need_mask = key0 + T::kKeysPerWarp > n_kv;
+    const bool need_mask = key0 + T::kKeysPerWarp > n_kv || key0 < key_lo;
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         float x = s[nt][e] * a.scale_log2;
-        if (need_mask && key0 + nt * 8 + 2 * tq + (e & 1) >= n_kv) x = -INFINITY;
+        const int64_t key = key0 + nt * 8 + 2 * tq + (e & 1);
+        if (need_mask && (key >= n_kv || key < key_lo)) x = -INFINITY;
         s[nt][e] = x;
       }
     fa2::softmax_update<D>(s, m_r, l_r, oacc);
@@ -354,10 +359,37 @@ int ctas_per_sm() {
   return n;
 }
 
+// Head dims a key source is compiled for: 64 and 128, plus 256 and (bf16 only) 16 and 32 when the
+// source says `static constexpr bool kAllHeadDims = true` (dense decode).
+template <class Keys>
+constexpr bool all_head_dims() {
+  if constexpr (requires { Keys::kAllHeadDims; }) return Keys::kAllHeadDims;
+  return false;
+}
+
+// Calls f(integral_constant<int, D>{}, bool_constant<fp8>{}) for the kernel variant of
+// (head_dim, fp8); the callers have checked that the variant exists.
+template <class Keys, class F>
+decltype(auto) with_variant(int head_dim, bool fp8, F&& f) {
+  using D256 = std::integral_constant<int, 256>;
+  using D128 = std::integral_constant<int, 128>;
+  using D64 = std::integral_constant<int, 64>;
+  using D32 = std::integral_constant<int, 32>;
+  using D16 = std::integral_constant<int, 16>;
+  if constexpr (all_head_dims<Keys>()) {
+    if (head_dim == 256) return fp8 ? f(D256{}, std::true_type{}) : f(D256{}, std::false_type{});
+    if (head_dim == 32) return f(D32{}, std::false_type{});
+    if (head_dim == 16) return f(D16{}, std::false_type{});
+  }
+  if (head_dim == 128) return fp8 ? f(D128{}, std::true_type{}) : f(D128{}, std::false_type{});
+  return fp8 ? f(D64{}, std::true_type{}) : f(D64{}, std::false_type{});
+}
+
 template <class Keys>
 int ctas_per_sm(int head_dim, bool fp8) {
-  return head_dim == 128 ? (fp8 ? ctas_per_sm<128, true, Keys>() : ctas_per_sm<128, false, Keys>())
-                         : (fp8 ? ctas_per_sm<64, true, Keys>() : ctas_per_sm<64, false, Keys>());
+  return with_variant<Keys>(head_dim, fp8, [](auto d_tag, auto fp8_tag) {
+    return ctas_per_sm<decltype(d_tag)::value, decltype(fp8_tag)::value, Keys>();
+  });
 }
 
 inline int num_sms() {
@@ -408,23 +440,17 @@ SplitPlan plan_splits(int64_t n_units_total, int head_dim, bool fp8, int64_t n_k
   return {int((n_tiles + tps - 1) / tps), tps};
 }
 
-// Launches the split kernel for head_dim 64/128, bf16/fp8, grid (n_splits, units, n_seq).
+// Launches the split kernel for the head dims of with_variant, bf16/fp8, grid (n_splits, units, n_seq).
 template <class Keys>
 void launch_split_kernel(const DecodeArgs& a, const Keys& keys, int head_dim, bool fp8, int n_units, int n_seq,
                          cudaStream_t stream) {
   const dim3 grid(a.n_splits, n_units, n_seq);
-  auto launch = [&](auto d_tag, auto fp8_tag) {
+  with_variant<Keys>(head_dim, fp8, [&](auto d_tag, auto fp8_tag) {
     constexpr int D = decltype(d_tag)::value;
     constexpr bool F = decltype(fp8_tag)::value;
     (void)ctas_per_sm<D, F, Keys>();  // sets the smem attribute
     attn_decode_split_kernel<D, F, Keys><<<grid, DecodeTile<D, F>::kThreads, DecodeTile<D, F>::kSmem, stream>>>(a, keys);
-  };
-  using D128 = std::integral_constant<int, 128>;
-  using D64 = std::integral_constant<int, 64>;
-  if (head_dim == 128)
-    fp8 ? launch(D128{}, std::true_type{}) : launch(D128{}, std::false_type{});
-  else
-    fp8 ? launch(D64{}, std::true_type{}) : launch(D64{}, std::false_type{});
+  });
 }
 
 }  // namespace longctx::cuda::decode_split

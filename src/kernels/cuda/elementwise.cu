@@ -21,6 +21,12 @@ unsigned blocks_for(int64_t n_items) {
   return unsigned(b < 1 ? 1 : (b > kMaxBlocks ? kMaxBlocks : b));
 }
 
+// GELU, tanh approximation (HF "gelu_pytorch_tanh"), as kernels/ref gelu_tanh_mul_ref.
+__device__ __forceinline__ float gelu_tanh(float x) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f, kCubic = 0.044715f;
+  return 0.5f * x * (1.f + tanhf(kSqrt2OverPi * (x + kCubic * x * x * x)));
+}
+
 __global__ void swiglu_kernel(const SwiGluParams p) {
   const int64_t vec_per_row = p.dim / vec::kVec;
   const int64_t n = p.n_rows * vec_per_row;
@@ -30,7 +36,7 @@ __global__ void swiglu_kernel(const SwiGluParams p) {
     vec::load8(static_cast<const bf16*>(p.gate) + r * p.gate_stride + c, g);
     vec::load8(static_cast<const bf16*>(p.up) + r * p.up_stride + c, u);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) o[e] = g[e] / (1.f + expf(-g[e])) * u[e];
+    for (int e = 0; e < 8; ++e) o[e] = (p.gelu_tanh ? gelu_tanh(g[e]) : g[e] / (1.f + expf(-g[e]))) * u[e];
     vec::store8(static_cast<bf16*>(p.out) + r * p.out_stride + c, o);
   }
 }

@@ -20,7 +20,17 @@ __global__ void __launch_bounds__(kThreads) embedding_kernel(const EmbeddingPara
   const uint4* src = reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(p.table) + int64_t(ok ? id : 0) * p.dim);
   uint4* dst = reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.out) + t * p.dim);
   const int64_t n = p.dim / vec::kVec;
-  for (int64_t i = threadIdx.x; i < n; i += kThreads) dst[i] = ok ? src[i] : make_uint4(0, 0, 0, 0);
+  if (p.scale == 1.f) {
+    for (int64_t i = threadIdx.x; i < n; i += kThreads) dst[i] = ok ? src[i] : make_uint4(0, 0, 0, 0);
+    return;
+  }
+  for (int64_t i = threadIdx.x; i < n; i += kThreads) {
+    float f[8];
+    vec::load8(reinterpret_cast<const __nv_bfloat16*>(src + i), f);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) f[e] = ok ? f[e] * p.scale : 0.f;
+    vec::store8(reinterpret_cast<__nv_bfloat16*>(dst + i), f);
+  }
 }
 
 }  // namespace

@@ -44,6 +44,28 @@ __device__ __forceinline__ void qk_tile(float (&s)[8][4], const uint32_t (&qf)[D
   }
 }
 
+// The same with the warp's Q fragments read from the Q tile at sQ for every k-step instead of
+// registers: head_dim 256, whose 64 Q-fragment registers would spill next to the [256/8][4]
+// output accumulator (one more ldmatrix per 4 of K).
+template <int D>
+__device__ __forceinline__ void qk_tile_smem_q(float (&s)[8][4], uint32_t sQ, int warp, uint32_t kbase, int lane) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    uint32_t qa[4];
+    ldmatrix_x4(sQ + swz<D>(warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, 2 * kk + (lane >> 4)), qa[0], qa[1], qa[2],
+                qa[3]);
+#pragma unroll
+    for (int np = 0; np < 4; ++np) {
+      uint32_t b0, b1, b2, b3;
+      ldmatrix_x4(kbase + swz<D>(np * 16 + (lane & 7) + (lane >> 4) * 8, 2 * kk + ((lane >> 3) & 1)), b0, b1, b2, b3);
+      mma_bf16_16816(s[2 * np], qa, b0, b1);
+      mma_bf16_16816(s[2 * np + 1], qa, b2, b3);
+    }
+  }
+}
+
 // Online softmax over one tile of scaled, masked scores (NT n-tiles of 8 keys per warp row
 // pair: 8 for the prefill kernels' 64-key tiles, 2 for decode's 16 keys per warp): new row max,
 // s -> exp2(s - max), running sums and output rescaled by exp2(old max - new max). The one

@@ -68,10 +68,13 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 
 // Swizzled [rows][D] bf16 tile: 16-byte chunk c of row r lives at chunk (c ^ (r & 7)), so the
 // 8 row addresses of one ldmatrix 8x8 matrix (same c, 8 consecutive rows) hit 8 distinct
-// 16-byte bank groups: conflict-free for D = 64 and 128 (row pitch a multiple of 128 bytes).
+// 16-byte bank groups: conflict-free for D = 64, 128 and 256 (row pitch a multiple of 128
+// bytes). Rows of D = 16 or 32 (2 or 4 chunks: tiny test models) swizzle within their own
+// chunks, (c ^ (r & (chunks - 1))), which keeps each row in place (not conflict-free).
 template <int D>
 __device__ __forceinline__ uint32_t swz(int row, int chunk) {
-  return uint32_t(row * D + ((chunk ^ (row & 7)) << 3)) * 2u;  // byte offset
+  constexpr int kMask = (D / 8 < 8 ? D / 8 : 8) - 1;
+  return uint32_t(row * D + ((chunk ^ (row & kMask)) << 3)) * 2u;  // byte offset
 }
 
 }  // namespace longctx::cuda::mma

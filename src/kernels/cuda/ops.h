@@ -11,18 +11,22 @@
 
 namespace longctx::cuda {
 
-// out[t, :] = table[ids[t], :]. ids (device, int32) out of [0, vocab) give a zero row.
+// out[t, :] = table[ids[t], :] * scale. ids (device, int32) out of [0, vocab) give a zero row.
 struct EmbeddingParams {
   const void* table = nullptr;  // bf16 [vocab, dim]
   const int32_t* ids = nullptr; // int32 [n_tokens] (device)
   void* out = nullptr;          // bf16 [n_tokens, dim]
   int64_t n_tokens = 0, vocab = 0, dim = 0;
+  float scale = 1.f;            // Gemma: sqrt(hidden) (ModelConfig::embed_scale)
 };
 void embedding(const EmbeddingParams& p, Stream s = nullptr);
 
 // y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w. y may alias x.
 // With residual != nullptr, first x[t] = x[t] + residual[t] is formed, written back to
 // residual_out (if non-null; may alias residual) and normalised: the fused pre-norm add.
+// With add_to_y, y[t] += (not =) the normalised row: Gemma's post-norm residual add
+// x += rmsnorm(h) (y must not alias x then). Rows of any length that is a multiple of 8: QK-norm
+// runs it over [tokens * heads, head_dim].
 struct RmsNormParams {
   const void* x = nullptr;       // bf16 [n_rows, dim]
   const void* w = nullptr;       // bf16 [dim]
@@ -31,6 +35,7 @@ struct RmsNormParams {
   void* residual_out = nullptr;    // bf16 [n_rows, dim], optional
   int64_t n_rows = 0, dim = 0;
   float eps = 1e-5f;
+  bool add_to_y = false;
 };
 void rmsnorm(const RmsNormParams& p, Stream s = nullptr);
 
@@ -54,10 +59,12 @@ struct RopeParams {
   RopeScalingType scaling = RopeScalingType::none;
   float factor = 1.f, low_freq_factor = 1.f, high_freq_factor = 4.f;
   int64_t original_context = 8192;
+  float attn_factor = 1.f;  // cos and sin are multiplied by it (YaRN / LongRoPE: kernels/ref rope_attention_factor)
 };
 void rope(const RopeParams& p, Stream s = nullptr);
 
-// out[t, j] = silu(gate[t, j]) * up[t, j]; row strides in elements (0 = dim), so a fused
+// out[t, j] = silu(gate[t, j]) * up[t, j] (gelu_tanh: gelu_tanh(gate) * up, Gemma's MLP, as
+// kernels/ref gelu_tanh_mul_ref); row strides in elements (0 = dim), so a fused
 // [gate | up] projection output works with gate = buf, up = buf + dim, strides 2*dim.
 struct SwiGluParams {
   const void* gate = nullptr;  // bf16 [n_rows, dim] with gate_stride
@@ -65,6 +72,7 @@ struct SwiGluParams {
   void* out = nullptr;         // bf16 [n_rows, dim] with out_stride (may alias gate)
   int64_t n_rows = 0, dim = 0;
   int64_t gate_stride = 0, up_stride = 0, out_stride = 0;
+  bool gelu_tanh = false;
 };
 void swiglu(const SwiGluParams& p, Stream s = nullptr);
 

@@ -4,15 +4,17 @@
 // What: scores[h][j] = sum_d q[h][d] * k_pool[slots[j]][h / g][d], g = n_head / n_kv_head, no
 // 1/sqrt(d) (paper Eq. 10). CPU twin: kernels/ref/paged_dot.h; tested by
 // tests/cuda/test_tokenselect.cpp, timed by bench/bench_tokenselect.cu.
-//   q       bf16 [n_head, head_dim]            the selection query
+//   q       bf16 [n_head, head_dim]            the selection query (or q_f32: fp32, same shape,
+//                                              e.g. the mean of a chunk's rotated queries)
 //   k_pool  bf16 [n_rows, n_kv_head, head_dim] a page-size-1 pool: row = slot
 //   slots   int32 [n_slot]                     e.g. a KV manager's page-size-1 slot table, offset
 //   scores  fp32 [n_head, n_slot]
 // head_dim 64 or 128; g in {1, 2, 4, 7, 8}.
-// How: a warp per (KV head, 32 consecutive slots): each lane reads head_dim/32 elements of one
-// gathered key row (a coalesced row read), so the row is read once for all g query heads of its
-// GQA group (their queries sit in registers), fp32 products reduced across the warp; lane t keeps
-// slot t's g scores and the warp stores 32 consecutive scores per head (coalesced).
+// How: tensor cores (mma.m16n8k16): 16 gathered rows of one KV head x the GQA group's queries
+// (g <= 8) per instruction, so each row is read once for all g query heads; rows are loaded
+// straight into registers (16 contiguous bytes per thread) with head_dim summed in a permuted
+// order that the query fragments share. fp32 queries are applied as bf16 hi + lo parts
+// (relative error ~2^-16 of the query); accumulation in fp32.
 #pragma once
 #include <cstdint>
 
@@ -22,6 +24,7 @@ namespace longctx::cuda {
 
 struct PagedDotParams {
   const void* q = nullptr;
+  const float* q_f32 = nullptr;  // used instead of q when set
   const void* k_pool = nullptr;
   const int32_t* slots = nullptr;
   float* scores = nullptr;

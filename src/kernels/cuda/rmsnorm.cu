@@ -72,6 +72,12 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(const RmsNormParams p
     vec::load8(w + i * vec::kVec, wv);
 #pragma unroll
     for (int e = 0; e < 8; ++e) o[e] = f[e] * inv_rms * wv[e];
+    if (p.add_to_y) {  // post-norm residual add: y += normalised row
+      float acc[8];
+      vec::load8(y + i * vec::kVec, acc);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) o[e] += acc[e];
+    }
     vec::store8(y + i * vec::kVec, o);
   };
   if (in_regs) {
@@ -95,6 +101,7 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(const RmsNormParams p
 
 void rmsnorm(const RmsNormParams& p, Stream s) {
   LC_REQUIRE(p.x && p.w && p.y, "rmsnorm: null pointer");
+  LC_REQUIRE(!p.add_to_y || (p.x != p.y && !p.residual), "rmsnorm: add_to_y needs y apart from x and no residual");
   LC_REQUIRE(p.dim > 0 && p.dim % vec::kVec == 0, "rmsnorm: dim %lld must be a positive multiple of 8",
              (long long)p.dim);
   LC_REQUIRE(vec::aligned16(p.x) && vec::aligned16(p.w) && vec::aligned16(p.y) &&

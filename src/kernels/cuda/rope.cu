@@ -67,7 +67,10 @@ __global__ void __launch_bounds__(kRopeThreads) rope_kernel(const RopeParams p) 
   const float pos = float(p.positions ? int64_t(p.positions[t]) : p.pos0 + t);
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
     const float f = p.inv_freq ? p.inv_freq[i] : rope_inv_freq(p, i);
-    sincosf(pos * f, &sn[i], &cs[i]);
+    float sv, cv;
+    sincosf(pos * f, &sv, &cv);
+    sn[i] = sv * p.attn_factor;
+    cs[i] = cv * p.attn_factor;
   }
   __syncthreads();
   const int groups = half / kPairsPerThread;  // 4-pair groups per head

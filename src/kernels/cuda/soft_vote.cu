@@ -23,13 +23,26 @@ __device__ MaxSum combine(MaxSum a, MaxSum b) {
   return {m, a.s * __expf(a.m - m) + b.s * __expf(b.m - m)};
 }
 
-// Per (head, slice): the slice's max and sum of exp(x - max).
+// Per (head, slice): the slice's max and sum of exp(x - max). Each thread reads four scores at
+// a time (16-byte loads; M's tail and unaligned rows element by element) and folds them into its
+// running (max, sum) with one rescale per four, so the pass streams at memory speed instead of
+// waiting on one exp chain per element.
 __global__ void head_stats_kernel(const float* __restrict__ scores, int64_t M, MaxSum* __restrict__ part) {
   const int h = blockIdx.y, slice = blockIdx.x;
-  const int64_t per = (M + kSlices - 1) / kSlices, j0 = slice * per, j1 = min(M, j0 + per);
+  const int64_t per = ((M + kSlices - 1) / kSlices + 3) / 4 * 4, j0 = slice * per, j1 = max(j0, min(M, j0 + per));
   const float* row = scores + int64_t(h) * M;
   MaxSum acc{-INFINITY, 0.f};
-  for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) acc = combine(acc, MaxSum{row[j], 1.f});
+  const bool aligned = (reinterpret_cast<uintptr_t>(row + j0) & 15) == 0;
+  int64_t j = j0;
+  if (aligned) {
+    for (j = j0 + 4 * threadIdx.x; j + 4 <= j1; j += 4 * blockDim.x) {
+      const float4 x = *reinterpret_cast<const float4*>(row + j);
+      const float m4 = fmaxf(fmaxf(x.x, x.y), fmaxf(x.z, x.w));
+      acc = combine(acc, MaxSum{m4, __expf(x.x - m4) + __expf(x.y - m4) + __expf(x.z - m4) + __expf(x.w - m4)});
+    }
+    j = j0 + (j1 - j0) / 4 * 4;  // the tail below
+  }
+  for (int64_t e = j + threadIdx.x; e < j1; e += blockDim.x) acc = combine(acc, MaxSum{row[e], 1.f});
   for (int off = 16; off > 0; off >>= 1)
     acc = combine(acc, MaxSum{__shfl_xor_sync(0xffffffffu, acc.m, off), __shfl_xor_sync(0xffffffffu, acc.s, off)});
   __shared__ MaxSum warp_acc[kThreads / 32];
@@ -55,6 +68,7 @@ __global__ void vote_kernel(const float* __restrict__ scores, int n_head, int64_
   __syncthreads();
   for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < M; j += int64_t(gridDim.x) * blockDim.x) {
     float v = 0.f;
+#pragma unroll 8
     for (int h = 0; h < n_head; ++h) {
       const float x = scores[int64_t(h) * M + j];
       v += naive ? x : __expf(x - mh[h]) * inv_z[h];

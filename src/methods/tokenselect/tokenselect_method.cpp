@@ -32,6 +32,17 @@ double parse_theta(const std::string& text) {
   return v;
 }
 
+// |a ∩ b| / |b| of two ascending position lists.
+double overlap(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  size_t i = 0, j = 0, common = 0;
+  while (i < a.size() && j < b.size()) {
+    if (a[i] == b[j]) ++common, ++i, ++j;
+    else if (a[i] < b[j]) ++i;
+    else ++j;
+  }
+  return b.empty() ? 1.0 : double(common) / double(b.size());
+}
+
 }  // namespace
 
 std::string TokenSelectMethod::name() const {
@@ -69,6 +80,7 @@ std::vector<KeySegment> TokenSelectMethod::plan(const AttnParams& p, Phase phase
         if (!c.first && cosine(qs, c.q) >= t_.theta) {
           selected = c.selected;
           ++st.hits;
+          if (st.audit) st.overlap_sum += overlap(selected, select_tokens(t_, in, pool));
         } else {
           selected = select_tokens(t_, in, pool);
           c = {.first = false, .q = qs, .selected = selected};

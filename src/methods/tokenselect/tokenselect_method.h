@@ -20,7 +20,9 @@
 //   --attn tokenselect                       the paper's 2K+512, pre-RoPE keys, soft vote
 //   --attn 'tokenselect=k=4096,n_local=4096' the paper's "4K+4K"
 //   --attn 'prefill:minference=cfg.json;decode:tokenselect=keys=rotated'
-// CPU only: the GPU registry has no builder (make_gpu_method says so).
+// Engine: CPU only (make_gpu_method refuses it with a message). The GPU step itself exists as
+// TokenSelectGpuStep (tokenselect_gpu.h: selection + compacted pre-RoPE attention, tested against
+// this class); the GPU model does not call it yet.
 #pragma once
 #include <memory>
 #include <string>
@@ -55,6 +57,10 @@ class TokenSelectMethod final : public AttentionMethod {
     };
     std::vector<Layer> layers;  // grown to the layers seen
     int64_t hits = 0, misses = 0;  // decode selections reused / made
+    // audit (statistics, bench/tokenselect_cache.cpp): on a hit also make the fresh selection and
+    // add |reused ∩ fresh| / |fresh| to overlap_sum (so overlap_sum / hits is the mean overlap).
+    bool audit = false;
+    double overlap_sum = 0;
   };
 
  private:

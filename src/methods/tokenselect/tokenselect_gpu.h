@@ -1,0 +1,88 @@
+// tokenselect_gpu.h: one TokenSelect attention step of one layer on the GPU, over a pre-RoPE KV
+// pool read through a page-size-1 slot table: the selection (the chunk's rotated mean query,
+// paged dot product over the candidates, head soft vote, top-k) and the attention over the
+// budget's keys re-numbered 0..L-1. The GPU twin of TokenSelectMethod::plan +
+// attend_compacted_ref (CPU); tested by tests/cuda/test_tokenselect_step.cpp, timed by
+// bench/bench_tokenselect.cu (prefill chunks and decode steps).
+//
+// Steps, all on one stream with no host sync and no allocation (CUDA-graph capturable):
+//   select:  qs     = selection_query(q rows rotated at n_local + i)        fp32 [n_head, D]
+//            scores = paged_dot(qs, candidate slots [n_init, n_kv - n_local)) fp32 [n_head, M]
+//            vote   = soft_vote(scores) (or hard/naive: not built on the GPU)  fp32 [M]
+//            keys   = [0, n_init) ++ top_k_sorted(vote) + n_init ++ [n_kv - n_local, n_kv)
+//   attend:  K, V   = compact_kv(keys): gathered, K rotated at 0..L-1        bf16 [L, n_kv_head, D]
+//            q_rot  = rope(q, L - C + i)                                      bf16 [C, n_head, D]
+//            o      = attention_prefill(q_rot, K, V, q_pos0 = L - C, causal)  (C = 1: attention_decode)
+// A context within the budget (n_kv <= n_init + k + n_local) attends keys 0..n_kv-1 (dense),
+// without a selection. attend() uses the keys of the last select(): a decode step whose
+// selection cache hits calls attend() only.
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "kernels/cuda/runtime.h"
+#include "methods/tokenselect/tokenselect_select.h"
+
+namespace longctx {
+
+struct TokenSelectGpuShape {
+  int n_head = 0, n_kv_head = 0, head_dim = 0;
+  int64_t max_kv = 0;    // the longest context a step sees
+  int64_t max_rows = 0;  // the most query rows of one step (the prefill chunk)
+};
+
+struct TokenSelectGpuInput {
+  const void* q = nullptr;       // bf16 [n_rows, n_head, head_dim], un-rotated
+  int64_t n_rows = 0;            // C
+  int64_t n_kv = 0;              // cached keys, the rows' own last (positions n_kv - C .. n_kv - 1)
+  const void* k_pool = nullptr;  // bf16 [pool_rows, n_kv_head, head_dim], un-rotated
+  const void* v_pool = nullptr;  // bf16 [pool_rows, n_kv_head, head_dim]
+  const int32_t* slots = nullptr;  // device int32 [n_kv]: position -> pool row
+  const float* inv_freq = nullptr;  // device fp32 [head_dim / 2]
+  void* o = nullptr;                // bf16 [n_rows, n_head, head_dim]
+};
+
+class TokenSelectGpuStep {
+ public:
+  // Allocates every buffer a step needs for `shape` (throws Error naming the bytes and the free
+  // memory); soft vote only (the hard and naive ablations run on the CPU).
+  TokenSelectGpuStep(const TokenSelectParams& t, const TokenSelectGpuShape& shape);
+  TokenSelectGpuStep(const TokenSelectGpuStep&) = delete;
+  TokenSelectGpuStep& operator=(const TokenSelectGpuStep&) = delete;
+
+  static size_t device_bytes(const TokenSelectParams& t, const TokenSelectGpuShape& shape);
+  bool selects(int64_t n_kv) const { return n_kv > t_.budget(); }
+  int64_t n_keys(int64_t n_kv) const { return selects(n_kv) ? t_.budget() : n_kv; }
+
+  void select(const TokenSelectGpuInput& in, cuda::Stream s);  // writes keys(); needs selects(n_kv)
+  void attend(const TokenSelectGpuInput& in, cuda::Stream s);  // with the keys of the last select
+  void step(const TokenSelectGpuInput& in, cuda::Stream s) {   // a step without a selection cache
+    if (selects(in.n_kv)) select(in, s);
+    attend(in, s);
+  }
+
+  // The stages of select() and attend(), public for the benchmark's split.
+  void stage_query(const TokenSelectGpuInput& in, cuda::Stream s);
+  void stage_score(const TokenSelectGpuInput& in, cuda::Stream s);
+  void stage_vote(const TokenSelectGpuInput& in, cuda::Stream s);
+  void stage_top_k(const TokenSelectGpuInput& in, cuda::Stream s);
+  void stage_compact(const TokenSelectGpuInput& in, cuda::Stream s);
+  void stage_attention(const TokenSelectGpuInput& in, cuda::Stream s);
+
+  const int32_t* keys() const { return keys_; }  // device int32 [n_keys(n_kv)] of the last step
+
+ private:
+  void check(const TokenSelectGpuInput& in) const;
+
+  TokenSelectParams t_;
+  TokenSelectGpuShape shape_;
+  int64_t max_m_ = 0;  // candidates of the longest context
+  std::unique_ptr<cuda::DeviceArena> arena_;
+  float *qs_ = nullptr, *scores_ = nullptr, *vote_ = nullptr;
+  void *vote_ws_ = nullptr, *topk_ws_ = nullptr, *k_c_ = nullptr, *v_c_ = nullptr, *q_rot_ = nullptr;
+  void* decode_ws_ = nullptr;
+  size_t topk_ws_bytes_ = 0, decode_ws_bytes_ = 0;
+  int32_t* keys_ = nullptr;
+};
+
+}  // namespace longctx
