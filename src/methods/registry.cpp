@@ -3,6 +3,7 @@
 
 #include "methods/a_shape/a_shape_method.h"
 #include "methods/hip/hip_method.h"
+#include "methods/infinitehip/infinitehip_method.h"
 #include "methods/minference/minference_method.h"
 #include "methods/tokenselect/tokenselect_method.h"
 #include "util/error.h"
@@ -24,6 +25,10 @@ const std::vector<MethodEntry>& method_registry() {
        {.prefill = true, .decode = true}, make_tokenselect_method},
       {"hip", "hip[=k=512,b_q=64,b_sq=2,b_k=2,b_sk=1,window=256,sinks=16,refresh=8,dense_layers=3]",
        {.prefill = true, .decode = true}, make_hip_method},
+      {"infinitehip",
+       "infinitehip[=3k|3k-fast|3k-flash|5k,l_c=256/32/8,k=32768/8192/2048,refresh=16/8/4,n_sink=256,n_stream=1024,"
+       "early_layers=3,k_early=4096,rope=on|off,dense_layers=I+J-K]",
+       {.prefill = true, .decode = true}, make_infinitehip_method},
   };
   return entries;
 }

@@ -163,52 +163,9 @@ TEST(TokenSelectSelect, BudgetEdgesAndCandidates) {
   }
 }
 
-// fp64 oracle of pre-RoPE compacted attention: gather K/V of the set, rotate key j at j and the
-// chunk's query i at L - C + i (rotate-half, in double), causal softmax attention in double.
-std::vector<double> compacted_oracle(const AttnParams& p, const KeySegment& s, const std::vector<float>& inv_freq) {
-  const int D = p.head_dim, half = D / 2, g = p.n_head / p.n_kv_head;
-  const int64_t L = int64_t(s.keys.size()), C = s.q_end - s.q_begin;
-  auto rot = [&](const float* x, int64_t pos, double* out) {
-    for (int i = 0; i < half; ++i) {
-      const double a = double(pos) * double(inv_freq[size_t(i)]), c = std::cos(a), sn = std::sin(a);
-      out[i] = x[i] * c - x[i + half] * sn;
-      out[i + half] = x[i + half] * c + x[i] * sn;
-    }
-  };
-  std::vector<double> out(size_t(C * p.n_head * D), 0.0), qr(static_cast<size_t>(D)), kr(static_cast<size_t>(L * p.n_kv_head * D));
-  for (int64_t j = 0; j < L; ++j)
-    for (int kh = 0; kh < p.n_kv_head; ++kh)
-      rot(p.k + (int64_t(s.keys[size_t(j)]) * p.n_kv_head + kh) * D, j, kr.data() + (j * p.n_kv_head + kh) * D);
-  for (int64_t i = 0; i < C; ++i)
-    for (int h = 0; h < p.n_head; ++h) {
-      rot(p.q + ((s.q_begin + i) * p.n_head + h) * D, L - C + i, qr.data());
-      const int64_t last = L - C + i;  // causal in compacted positions
-      std::vector<double> w(static_cast<size_t>(last + 1));
-      double mx = -1e300;
-      for (int64_t j = 0; j <= last; ++j) {
-        double d = 0;
-        for (int e = 0; e < D; ++e) d += qr[size_t(e)] * kr[size_t((j * p.n_kv_head + h / g) * D + e)];
-        w[size_t(j)] = d * p.scale;
-        mx = std::max(mx, w[size_t(j)]);
-      }
-      double z = 0;
-      for (auto& x : w) z += (x = std::exp(x - mx));
-      double* o = out.data() + (i * p.n_head + h) * D;
-      for (int64_t j = 0; j <= last; ++j)
-        for (int e = 0; e < D; ++e) o[e] += w[size_t(j)] / z * p.v[(int64_t(s.keys[size_t(j)]) * p.n_kv_head + h / g) * D + e];
-    }
-  return out;
-}
-
-std::vector<float> inv_freq_of(int D, double base) {
-  std::vector<float> f(static_cast<size_t>(D / 2));
-  for (int i = 0; i < D / 2; ++i) f[size_t(i)] = float(std::pow(base, -2.0 * i / D));
-  return f;
-}
-
 TEST(TokenSelectPreRope, CompactedAttentionEqualsGatheredReRotatedOracle) {
   const int H = 8, Hkv = 2, D = 32;
-  const auto inv = inv_freq_of(D, 10000.0);
+  const auto inv = test::inv_freq_of(D, 10000.0);
   const LayerRope rope{inv.data(), 1.f};
   auto pr = test::make_problem(100, 900, H, Hkv, D, 3);  // 100 queries at 900.. over 1000 keys
   // A scattered set: 0..9, every 7th key of 10..899, then the chunk's own 100 rows.
@@ -217,7 +174,7 @@ TEST(TokenSelectPreRope, CompactedAttentionEqualsGatheredReRotatedOracle) {
   for (int j = 10; j < 900; j += 7) s.keys.push_back(j);
   for (int j = 900; j < 1000; ++j) s.keys.push_back(j);
   attend_compacted_ref(pr.p, {&s, 1}, rope, pool());
-  const auto want = compacted_oracle(pr.p, s, inv);
+  const auto want = test::compacted_oracle(pr.p, s, inv);
   double err = 0;
   for (size_t i = 0; i < want.size(); ++i) err = std::max(err, std::abs(want[i] - pr.o[i]));
   EXPECT_LT(err, 2e-5);
@@ -231,7 +188,7 @@ TEST(TokenSelectPreRope, CompactedAttentionEqualsGatheredReRotatedOracle) {
 // their own positions.
 TEST(TokenSelectPreRope, MethodPrefillMatchesOracleAndDenseBelowBudget) {
   const int H = 4, Hkv = 2, D = 32;
-  const auto inv = inv_freq_of(D, 10000.0);
+  const auto inv = test::inv_freq_of(D, 10000.0);
   const LayerRope rope{inv.data(), 1.f};
   const auto m = make_tokenselect_method("n_init=8,k=32,n_local=64,chunk=64", ctx());
   auto st = m->start_sequence();
@@ -243,7 +200,7 @@ TEST(TokenSelectPreRope, MethodPrefillMatchesOracleAndDenseBelowBudget) {
   double err = 0;
   for (const KeySegment& s : segs) {
     EXPECT_EQ(int64_t(s.keys.size()), ts(*m).params().budget());
-    const auto want = compacted_oracle(pr.p, s, inv);
+    const auto want = test::compacted_oracle(pr.p, s, inv);
     for (size_t i = 0; i < want.size(); ++i)
       err = std::max(err, std::abs(want[i] - pr.o[size_t(s.q_begin * H * D) + i]));
   }
@@ -296,7 +253,7 @@ TEST(TokenSelectRotated, PrefillIndexMatchesOracle) {
 // below every cosine reuses the first selection; hits and misses are counted per request.
 TEST(TokenSelectDecode, SelectionCache) {
   const int H = 4, Hkv = 2, D = 32, steps = 6, n0 = 700;
-  const auto inv = inv_freq_of(D, 10000.0);
+  const auto inv = test::inv_freq_of(D, 10000.0);
   const LayerRope rope{inv.data(), 1.f};
   auto pr = test::make_problem(steps, n0, H, Hkv, D, 7);
   auto run = [&](const std::string& spec, bool fresh_each_step, int64_t* hits) {

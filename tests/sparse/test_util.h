@@ -1,5 +1,6 @@
 // test_util.h: shared helpers of the sparse tests: seeded random tensors, an fp64 dense
-// attention oracle with an explicit boolean mask, and the mask an index implies.
+// attention oracle with an explicit boolean mask, the mask an index implies, and the fp64 oracle
+// of pre-RoPE compacted attention (methods/run_cpu.h; TokenSelect, InfiniteHiP).
 //
 // Every sparse kernel is tested as "dense reference with the same mask": the oracle computes
 // softmax attention in double over exactly the (query, key) pairs the mask allows.
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "kernels/params/attention.h"
+#include "methods/method.h"
 #include "sparse/sparse_index.h"
 
 namespace longctx::test {
@@ -141,6 +143,49 @@ inline Errors compare(const std::vector<float>& o, const std::vector<float>& lse
   }
   if (std::any_of(o.begin(), o.end(), [](float x) { return std::isnan(x); })) e.o = std::numeric_limits<double>::infinity();
   return e;
+}
+
+// fp64 oracle of pre-RoPE compacted attention: gather K/V of the set, rotate key j at j and the
+// chunk's query i at L - C + i (rotate-half, in double), causal softmax attention in double.
+inline std::vector<double> compacted_oracle(const AttnParams& p, const KeySegment& s, const std::vector<float>& inv_freq) {
+  const int D = p.head_dim, half = D / 2, g = p.n_head / p.n_kv_head;
+  const int64_t L = int64_t(s.keys.size()), C = s.q_end - s.q_begin;
+  auto rot = [&](const float* x, int64_t pos, double* out) {
+    for (int i = 0; i < half; ++i) {
+      const double a = double(pos) * double(inv_freq[size_t(i)]), c = std::cos(a), sn = std::sin(a);
+      out[i] = x[i] * c - x[i + half] * sn;
+      out[i + half] = x[i + half] * c + x[i] * sn;
+    }
+  };
+  std::vector<double> out(size_t(C * p.n_head * D), 0.0), qr(static_cast<size_t>(D)), kr(static_cast<size_t>(L * p.n_kv_head * D));
+  for (int64_t j = 0; j < L; ++j)
+    for (int kh = 0; kh < p.n_kv_head; ++kh)
+      rot(p.k + (int64_t(s.keys[size_t(j)]) * p.n_kv_head + kh) * D, j, kr.data() + (j * p.n_kv_head + kh) * D);
+  for (int64_t i = 0; i < C; ++i)
+    for (int h = 0; h < p.n_head; ++h) {
+      rot(p.q + ((s.q_begin + i) * p.n_head + h) * D, L - C + i, qr.data());
+      const int64_t last = L - C + i;  // causal in compacted positions
+      std::vector<double> w(static_cast<size_t>(last + 1));
+      double mx = -1e300;
+      for (int64_t j = 0; j <= last; ++j) {
+        double d = 0;
+        for (int e = 0; e < D; ++e) d += qr[size_t(e)] * kr[size_t((j * p.n_kv_head + h / g) * D + e)];
+        w[size_t(j)] = d * p.scale;
+        mx = std::max(mx, w[size_t(j)]);
+      }
+      double z = 0;
+      for (auto& x : w) z += (x = std::exp(x - mx));
+      double* o = out.data() + (i * p.n_head + h) * D;
+      for (int64_t j = 0; j <= last; ++j)
+        for (int e = 0; e < D; ++e) o[e] += w[size_t(j)] / z * p.v[(int64_t(s.keys[size_t(j)]) * p.n_kv_head + h / g) * D + e];
+    }
+  return out;
+}
+
+inline std::vector<float> inv_freq_of(int D, double base) {
+  std::vector<float> f(static_cast<size_t>(D / 2));
+  for (int i = 0; i < D / 2; ++i) f[size_t(i)] = float(std::pow(base, -2.0 * i / D));
+  return f;
 }
 
 // fp32 vs fp64 tolerance for O (V ~ N(0,1)) and LSE.

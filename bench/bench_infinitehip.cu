@@ -1,0 +1,278 @@
+// bench_infinitehip.cu (bench): InfiniteHiP decode attention on one layer of Llama-3-8B geometry
+// (32 query / 8 KV heads, d = 128, bf16, paged cache with page 64 and a shuffled block table),
+// against our dense decode (torch SDPA cuDNN runs beside it in scripts/gpu-infinitehip.sh,
+// bench/torch_baseline.py, on the same shapes).
+//
+// What, at each --lens length, batch 1, the 3K preset (l_c 256/32/8, k 32768/8192/2048, sinks
+// 256, window 1024), every step replayed from its own CUDA graph:
+//   None   stage 1 + stage 2 + stage 3 (ihip_prune_stage_decode) + index + cuda::sparse_decode
+//   S1     stages 2, 3 (stage 1's output cached) + index + sparse decode
+//   S1&2   stage 3 + index + sparse decode
+//   All    sparse decode over the cached index
+// and their averages over the paper's schedule (16, 8, 4): (None + S1 + 2 S1&2 + 12 All) / 16,
+// and 3K-fast's (32, 16, 8): (None + S1 + 2 S1&2 + 28 All) / 32. Pruning RoPE: none (rope=off:
+// keys rotated in the cache) for the steps; each stage alone is also timed with relative RoPE
+// (rope=on's pruning: every probed key rotated from the cos/sin table).
+// Inputs are random (never zeros): the pruning cost does not depend on the values.
+// Run: build-gpu/bench/longctx_bench_infinitehip [--lens 131072,1048576] [--json F]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/bench_util.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/ihip_prune.h"
+#include "kernels/cuda/ops.h"
+#include "kernels/cuda/runtime.h"
+#include "kernels/cuda/sparse_decode.h"
+
+using namespace longctx;
+using namespace longctx::cuda;
+using longctx::bench::time_ms;
+
+namespace {
+
+constexpr int kHeads = 32, kKvHeads = 8, kHeadDim = 128;  // Llama-3-8B attention geometry
+constexpr int kPageSize = 64;
+constexpr int64_t kSink = 256, kStream = 1024;
+constexpr int kLc[3] = {256, 32, 8};
+constexpr int64_t kK[3] = {32768, 8192, 2048};
+
+double graph_ms(const std::function<void(Stream)>& step, int reps) {
+  Stream st = stream_create();
+  step(st);
+  stream_sync(st);
+  CudaGraph graph;
+  graph.begin_capture(st);
+  step(st);
+  graph.end_capture(st);
+  const double g = time_ms([&] { graph.launch(st); }, 3, reps, static_cast<cudaStream_t>(st));
+  stream_destroy(st);
+  return g;
+}
+
+std::string bench_decode(int64_t len) {
+  const int max_pages = int((len + kPageSize - 1) / kPageSize);
+  std::vector<int32_t> tab(static_cast<size_t>(max_pages));
+  std::iota(tab.begin(), tab.end(), 0);
+  std::shuffle(tab.begin(), tab.end(), std::mt19937_64(7));
+  const int64_t elems = int64_t(max_pages) * kPageSize * kKvHeads * kHeadDim;
+  void* k = dev_malloc(size_t(elems) * 2);
+  void* v = dev_malloc(size_t(elems) * 2);
+  fill_random_bf16(k, elems, 12, 1.f);
+  fill_random_bf16(v, elems, 13, 1.f);
+  void* q = dev_malloc(kHeads * kHeadDim * 2);
+  void* o = dev_malloc(kHeads * kHeadDim * 2);
+  fill_random_bf16(q, kHeads * kHeadDim, 11, 1.f);
+  auto* table = static_cast<int32_t*>(dev_malloc(tab.size() * 4));
+  copy_h2d(table, tab.data(), tab.size() * 4);
+  const int32_t len32 = int32_t(len);
+  auto* d_len = static_cast<int32_t*>(dev_malloc(4));
+  copy_h2d(d_len, &len32, 4);
+
+  DecodeParams d;
+  d.q = q;
+  d.k = k;
+  d.v = v;
+  d.kv_dtype = KvDtype::bf16;
+  d.o = o;
+  d.n_seq = 1;
+  d.n_kv = len;
+  d.kv_lens = d_len;
+  d.page_table = table;
+  d.page_size = kPageSize;
+  d.max_pages_per_seq = max_pages;
+  d.n_head = kHeads;
+  d.n_kv_head = kKvHeads;
+  d.head_dim = kHeadDim;
+  const size_t dws_bytes = decode_workspace_bytes(1, kHeads, kHeadDim, len);
+  void* dws = dev_malloc(dws_bytes);
+  decode_workspace_init(dws, dws_bytes);
+  d.workspace = dws;
+  d.workspace_bytes = dws_bytes;
+  const double dense = graph_ms([&](Stream s) { attention_decode(d, s); }, len > (1 << 20) - 1 ? 30 : 100);
+
+  KvView kv;
+  kv.k_pool = k;
+  kv.v_pool = v;
+  kv.elem = KvElem::bf16;
+  kv.block_table = table;
+  kv.seq_lens = d_len;
+  kv.n_seq = 1;
+  kv.max_pages_per_seq = max_pages;
+  kv.page_size = kPageSize;
+  kv.n_pages = max_pages;
+  kv.n_kv_head = kKvHeads;
+  kv.head_dim = kHeadDim;
+  kv.on_device = true;
+  // The relative-RoPE table: positions 0, 1 and n_stream + 1 (cos/sin of a plain RoPE, base 500000).
+  const int64_t n_pos = kStream + 2;
+  std::vector<float> cs(size_t(n_pos) * 64), sn(size_t(n_pos) * 64);
+  for (int64_t p = 0; p < n_pos; ++p)
+    for (int i = 0; i < 64; ++i) {
+      const float a = float(p) * float(std::pow(500000.0, -2.0 * i / kHeadDim));
+      cs[size_t(p * 64 + i)] = std::cos(a);
+      sn[size_t(p * 64 + i)] = std::sin(a);
+    }
+  auto* d_cos = static_cast<float*>(dev_malloc(cs.size() * 4));
+  auto* d_sin = static_cast<float*>(dev_malloc(sn.size() * 4));
+  copy_h2d(d_cos, cs.data(), cs.size() * 4);
+  copy_h2d(d_sin, sn.data(), sn.size() * 4);
+
+  int32_t* out[3];
+  int32_t* out_len[3];
+  for (int i = 0; i < 3; ++i) {
+    out[i] = static_cast<int32_t*>(dev_malloc(size_t(kK[i]) * 4));
+    out_len[i] = static_cast<int32_t*>(dev_malloc(4));
+  }
+  const int64_t max_chunks[3] = {(len + kLc[0] - 1) / kLc[0], kK[0] / kLc[1], kK[1] / kLc[2]};
+  auto* scores = static_cast<float*>(dev_malloc(size_t(max_chunks[0]) * 4));
+  auto* win = static_cast<int32_t*>(dev_malloc(4));
+  IhipStageGpuParams sp[3];
+  for (int i = 0; i < 3; ++i) {
+    IhipStageGpuParams& p = sp[i];
+    p.l_c = kLc[i];
+    p.k = kK[i];
+    p.rope_mode = 0;
+    p.n_sink = kSink;
+    p.n_stream = kStream;
+    p.q = q;
+    p.kv = kv;
+    p.n_head = kHeads;
+    p.rope_cos = d_cos;
+    p.rope_sin = d_sin;
+    p.rope_n_pos = n_pos;
+    p.in = i ? out[i - 1] : nullptr;
+    p.in_len = i ? out_len[i - 1] : nullptr;
+    p.in_cap = i ? kK[i - 1] : 0;
+    p.out = out[i];
+    p.out_len = out_len[i];
+    p.out_cap = kK[i];
+    p.scores = scores;
+    p.max_chunks = max_chunks[i];
+    p.win_begin = i == 0 ? win : nullptr;
+  }
+  IhipIndexGpuParams ip;
+  ip.sel = out[2];
+  ip.sel_len = out_len[2];
+  ip.sel_cap = kK[2];
+  ip.l_c = kLc[2];
+  ip.n_sink = kSink;
+  ip.win_begin = win;
+  ip.n_seq = 1;
+  const int64_t R = ip.ranges_per_seq();
+  auto* range_ptr = static_cast<int32_t*>(dev_malloc(8));
+  auto* col_ptr = static_cast<int32_t*>(dev_malloc(8));
+  auto* ranges = static_cast<int32_t*>(dev_malloc(size_t(R) * 8));
+  ip.range_ptr = range_ptr;
+  ip.ranges = ranges;
+  ip.col_ptr = col_ptr;
+  SparseDecodeParams sd;
+  sd.q = q;
+  sd.o = o;
+  sd.n_head = kHeads;
+  sd.kv = kv;
+  sd.index.n_seq = 1;
+  sd.index.n_index_head = 1;
+  sd.index.range_ptr = range_ptr;
+  sd.index.ranges = ranges;
+  sd.index.col_ptr = col_ptr;
+  sd.index.cols = nullptr;
+  sd.index.range_capacity = R;
+  sd.index.col_capacity = 0;
+  sd.index.on_device = true;
+  sd.max_keys_per_row = kSink + kK[2] + kStream + 96;  // the window grows by up to n_refresh(1) - 1 keys
+  const size_t ws_bytes = sparse_decode_workspace_bytes(sparse_decode_bounds(sd));
+  void* ws = dev_malloc(ws_bytes);
+  sparse_decode_workspace_init(ws, ws_bytes);
+  sd.workspace = ws;
+  sd.workspace_bytes = ws_bytes;
+
+  auto stages_from = [&](int first, Stream s) {
+    for (int i = first; i < 3; ++i) ihip_prune_stage_decode(sp[i], s);
+    ihip_decode_index(ip, s);
+    sparse_decode(sd, s);
+  };
+  const int reps = 200;
+  const double none = graph_ms([&](Stream s) { stages_from(0, s); }, reps);
+  const double s1 = graph_ms([&](Stream s) { stages_from(1, s); }, reps);
+  const double s12 = graph_ms([&](Stream s) { stages_from(2, s); }, reps);
+  const double all = graph_ms([&](Stream s) { sparse_decode(sd, s); }, reps);
+  double stage[2][3];
+  for (int mode = 0; mode < 2; ++mode)
+    for (int i = 0; i < 3; ++i) {
+      IhipStageGpuParams p = sp[i];
+      p.rope_mode = mode;
+      stage[mode][i] = graph_ms([&](Stream s) { ihip_prune_stage_decode(p, s); }, reps);
+    }
+  double score_only[3], select_only[3];  // rope none: the stage's two launches apart
+  for (int i = 0; i < 3; ++i) {
+    score_only[i] = graph_ms([&](Stream s) { ihip_score_decode(sp[i], s); }, reps);
+    select_only[i] = graph_ms([&](Stream s) { ihip_select_decode(sp[i], s); }, reps);
+  }
+  const double index_only = graph_ms([&](Stream s) { ihip_decode_index(ip, s); }, reps);
+  std::vector<int32_t> lens(3);
+  for (int i = 0; i < 3; ++i) copy_d2h(&lens[size_t(i)], out_len[i], 4);
+  const double avg = (none + s1 + 2 * s12 + 12 * all) / 16, avg_fast = (none + s1 + 2 * s12 + 28 * all) / 32;
+  device_sync();
+  for (void* p : {k, v, q, o, dws, ws, (void*)table, (void*)d_len, (void*)d_cos, (void*)d_sin, (void*)scores,
+                  (void*)win, (void*)range_ptr, (void*)col_ptr, (void*)ranges})
+    dev_free(p);
+  for (int i = 0; i < 3; ++i) dev_free(out[i]), dev_free(out_len[i]);
+  std::fprintf(stderr,
+               "decode len=%lld: dense %.4f ms | infinitehip None %.4f S1 %.4f S1&2 %.4f All %.4f ms | avg(16,8,4) "
+               "%.4f ms = %.1fx dense, avg(32,16,8) %.4f ms | stages (rope none) %.4f %.4f %.4f, (relative) %.4f "
+               "%.4f %.4f ms (score %.4f %.4f %.4f, select %.4f %.4f %.4f, index %.4f) | kept %d/%d/%d\n",
+               (long long)len, dense, none, s1, s12, all, avg, dense / avg, avg_fast, stage[0][0], stage[0][1],
+               stage[0][2], stage[1][0], stage[1][1], stage[1][2], score_only[0], score_only[1], score_only[2],
+               select_only[0], select_only[1], select_only[2], index_only, lens[0], lens[1], lens[2]);
+  char buf[2000];
+  std::snprintf(buf, sizeof buf,
+                "{\"case\": \"decode\", \"len\": %lld, \"dense_ms\": %.5f, \"none_ms\": %.5f, \"s1_cached_ms\": %.5f, "
+                "\"s12_cached_ms\": %.5f, \"all_cached_ms\": %.5f, \"avg_16_8_4_ms\": %.5f, \"avg_32_16_8_ms\": %.5f, "
+                "\"stage_ms_rope_none\": [%.5f, %.5f, %.5f], \"stage_ms_rope_relative\": [%.5f, %.5f, %.5f], "
+                "\"score_ms\": [%.5f, %.5f, %.5f], \"select_ms\": [%.5f, %.5f, %.5f], \"index_ms\": %.5f, "
+                "\"kept\": [%d, %d, %d], \"ratio_dense_over_avg\": %.2f, \"ratio_dense_over_none\": %.2f}",
+                (long long)len, dense, none, s1, s12, all, avg, avg_fast, stage[0][0], stage[0][1], stage[0][2],
+                stage[1][0], stage[1][1], stage[1][2], score_only[0], score_only[1], score_only[2], select_only[0],
+                select_only[1], select_only[2], index_only, lens[0], lens[1], lens[2], dense / avg, dense / none);
+  return buf;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int64_t> lens = {131072, 1048576};
+  const char* json_path = nullptr;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--lens") && i + 1 < argc) lens = bench::parse_list(argv[++i]);
+    else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: %s [--lens N,..] [--json FILE]\n", argv[0]);
+      return 2;
+    }
+  }
+  try {
+    require_hopper();
+    char extra[400];
+    std::snprintf(extra, sizeof extra,
+                  "\"shape\": {\"n_head\": %d, \"n_kv_head\": %d, \"head_dim\": %d, \"page_size\": %d}, "
+                  "\"infinitehip\": {\"preset\": \"3k\", \"l_c\": [256, 32, 8], \"k\": [32768, 8192, 2048], "
+                  "\"n_sink\": %lld, \"n_stream\": %lld}",
+                  kHeads, kKvHeads, kHeadDim, kPageSize, (long long)kSink, (long long)kStream);
+    bench::JsonRecord js(device_info(0), extra);
+    for (int64_t n : lens) js.add(bench_decode(n));
+    js.finish(json_path);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "longctx_bench_infinitehip: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,76 @@
+// ihip_prune.h (cuda): InfiniteHiP's pruning stage at decode (one query token per sequence),
+// the CUDA twin of kernels/ref/ihip_prune.h, and the decode index of the last stage's output.
+//
+// What, per sequence s (length len = kv.seq_lens[s], query position pos = len - 1) and stage
+// (l_c, k): candidates are either the stage-0 range [n_sink, cand_end), cand_end =
+// max(n_sink, pos - n_stream + 1) (in == nullptr), or the previous stage's output
+// in[s * in_cap + i], i < in_len[s]. Chunks, SelectRep, chunk scores, ranking and the output
+// follow ihip_prune.h exactly: the output lists are equal to the CPU reference's, ties included,
+// and the chunk scores bit-equal, for the same bf16 inputs (same fp32 rotation and dot order).
+// How (two kernels, no host syncs, grids sized from host bounds so a step is graph-replayable
+// while seq_lens and the cached lists change):
+//   score   one CTA of 256 threads per 32 / n_kv_head chunks; 8 threads per (chunk, KV head)
+//           item first load the pool rows of the chunk's entries into shared memory (one round
+//           of independent loads), then run the bisection, one dependent key load per step
+//           (16-byte key loads, the rotate-half pairs (i, i + 64) sit in
+//           one lane for head_dim 128, xor-shuffle dot tree of hip_topk.h), max over the group's
+//           query heads, then max over KV heads in shared memory;
+//   select  one CTA of 1024 threads per sequence: bitonic sort of (score desc, chunk asc) keys,
+//           the first K flagged, prefix sum, the kept chunks' entries written in position order.
+// bf16 keys through the paged KvView, head_dim 128, n_kv_head dividing 32.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/runtime.h"
+#include "kernels/params/kv_view.h"
+
+namespace longctx::cuda {
+
+struct IhipStageGpuParams {
+  int l_c = 256;
+  int64_t k = 32768;
+  int rope_mode = 0;  // IhipRopeMode: 0 none, 1 relative, 2 chunk-indexed
+  int64_t n_sink = 256, n_stream = 1024;
+  const void* q = nullptr;  // bf16 [n_seq, n_head, 128] (un-rotated unless rope_mode == 0)
+  KvView kv;                // bf16 keys, device
+  int n_head = 0;
+  const float* rope_cos = nullptr;  // [rope_n_pos, 64] device (ihip_rope_table's values)
+  const float* rope_sin = nullptr;
+  int64_t rope_n_pos = 0;
+  const int32_t* in = nullptr;      // [n_seq, in_cap] or nullptr: the stage-0 range
+  const int32_t* in_len = nullptr;  // [n_seq]
+  int64_t in_cap = 0;
+  int32_t* out = nullptr;      // [n_seq, out_cap], out_cap >= k
+  int32_t* out_len = nullptr;  // [n_seq]
+  int64_t out_cap = 0;
+  float* scores = nullptr;     // workspace [n_seq, max_chunks]
+  int64_t max_chunks = 0;      // bound on ceil(candidates / l_c) of any sequence (grid size)
+  int32_t* win_begin = nullptr;  // stage-0 input only (optional): [n_seq] cand_end, the window's anchor
+};
+void ihip_prune_stage_decode(const IhipStageGpuParams& p, Stream s = nullptr);
+// Its two launches, separately (the benchmark times each): chunk scores into p.scores, then the
+// ranking and the output.
+void ihip_score_decode(const IhipStageGpuParams& p, Stream s = nullptr);
+void ihip_select_decode(const IhipStageGpuParams& p, Stream s = nullptr);
+
+// The decode index (kernels/params/decode_index.h, one shared index head) of each sequence:
+// ranges [0, n_sink), one per kept chunk of the last stage (l_c entries from its first), pads
+// [w, w) and the window [w, open end) with w = win_begin[s]: exactly 2 + out_cap / l_c ranges
+// per sequence (range_ptr[s] = s * that), no columns.
+struct IhipIndexGpuParams {
+  const int32_t* sel = nullptr;      // [n_seq, sel_cap] the last stage's output
+  const int32_t* sel_len = nullptr;  // [n_seq]
+  int64_t sel_cap = 0;
+  int l_c = 8;
+  int64_t n_sink = 256;
+  const int32_t* win_begin = nullptr;  // [n_seq]
+  int n_seq = 0;
+  int32_t* range_ptr = nullptr;  // [n_seq + 1]
+  int32_t* ranges = nullptr;     // [n_seq * ranges_per_seq()][2]
+  int32_t* col_ptr = nullptr;    // [n_seq + 1], all 0
+  constexpr int64_t ranges_per_seq() const { return 2 + sel_cap / l_c; }  // constexpr: device-callable
+};
+void ihip_decode_index(const IhipIndexGpuParams& p, Stream s = nullptr);
+
+}  // namespace longctx::cuda

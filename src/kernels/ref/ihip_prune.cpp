@@ -1,0 +1,162 @@
+// ihip_prune.cpp: see ihip_prune.h.
+#include "kernels/ref/ihip_prune.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kernels/ref/hip_topk.h"
+#include "util/error.h"
+
+namespace longctx {
+
+IhipRopeTable ihip_rope_table(const float* inv_freq, int head_dim, int64_t n_pos) {
+  IhipRopeTable t;
+  t.half = head_dim / 2;
+  t.n_pos = n_pos;
+  t.cos.resize(size_t(n_pos * t.half));
+  t.sin.resize(size_t(n_pos * t.half));
+  for (int64_t p = 0; p < n_pos; ++p)
+    for (int i = 0; i < t.half; ++i) {
+      const float a = float(p) * inv_freq[i];
+      t.cos[size_t(p * t.half + i)] = std::cos(a);
+      t.sin[size_t(p * t.half + i)] = std::sin(a);
+    }
+  return t;
+}
+
+void ihip_rotate(const float* x, float* out, int head_dim, const IhipRopeTable& t, int64_t pos) {
+  if (pos < 0 || pos >= t.n_pos) fail("internal: infinitehip RoPE position {} outside the table [0, {})", pos, t.n_pos);
+  const int half = head_dim / 2;
+  const float* c = t.cos.data() + pos * t.half;
+  const float* s = t.sin.data() + pos * t.half;
+  for (int i = 0; i < half; ++i) {
+    const float a = x[i], b = x[i + half];
+    const float bs = b * s[i], as = a * s[i];
+    out[i] = std::fma(a, c[i], -bs);
+    out[i + half] = std::fma(b, c[i], as);
+  }
+}
+
+int64_t ihip_query_pos(IhipRopeMode mode, int64_t i_orig, int64_t n_chunk, int64_t n_stream) {
+  switch (mode) {
+    case IhipRopeMode::relative: return n_stream + 1;
+    case IhipRopeMode::chunk_indexed: return std::min(i_orig, std::max<int64_t>(n_chunk - 1, 0) + n_stream);
+    case IhipRopeMode::none: break;
+  }
+  return i_orig;
+}
+
+int64_t ihip_key_pos(IhipRopeMode mode, int branch, int64_t chunk) {
+  return mode == IhipRopeMode::relative ? branch : chunk;  // none: unused (keys are not rotated)
+}
+
+void ihip_pack_queries(const float* q, int n_head, int n_kv_head, int head_dim, int64_t row0, int64_t rows,
+                       int64_t pos0, IhipRopeMode mode, const IhipRopeTable* table, int64_t n_chunk,
+                       int64_t n_stream, std::vector<float>& out) {
+  const int group = n_head / n_kv_head, d = head_dim;
+  out.resize(size_t(int64_t(n_head) * rows * d));
+  for (int h = 0; h < n_head; ++h) {
+    const int g = h / group, hh = h % group;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* src = q + ((row0 + r) * n_head + h) * d;
+      float* dst = out.data() + ((int64_t(g) * group + hh) * rows + r) * d;
+      if (mode == IhipRopeMode::none)
+        std::copy_n(src, d, dst);
+      else
+        ihip_rotate(src, dst, d, *table, ihip_query_pos(mode, pos0 + r, n_chunk, n_stream));
+    }
+  }
+}
+
+float ihip_probe(const IhipStageInput& in, int g, int32_t key, int64_t key_pos) {
+  const int d = in.head_dim;
+  const float* k = in.k + int64_t(key) * in.k_stride + int64_t(g) * d;
+  float rot[512];
+  if (in.rope != IhipRopeMode::none) {
+    ihip_rotate(k, rot, d, *in.table, key_pos);
+    k = rot;
+  }
+  const float* q = in.q + int64_t(g) * in.n_qs * d;
+  float best = -std::numeric_limits<float>::infinity();
+  for (int t = 0; t < in.n_qs; ++t) {
+    const float v = hip_dot(q + int64_t(t) * d, k, d);
+    if (v > best) best = v;  // NaN never wins
+  }
+  return best;
+}
+
+int ihip_select_rep(const IhipStageInput& in, int g, const int32_t* entries, int n, int64_t chunk, float* rep_score) {
+  const int64_t pos_left = ihip_key_pos(in.rope, 0, chunk), pos_right = ihip_key_pos(in.rope, 1, chunk);
+  // Scores already known are reused, never recomputed differently: a kept left half keeps its
+  // first key; and where both branches share a position (none, chunk-indexed) the right key that
+  // wins is the next left key.
+  const bool same_pos = pos_left == pos_right;
+  int lo = 0, hi = n;
+  float left = 0.f;
+  bool have_left = false;
+  while (hi - lo > 1) {
+    const int mid = lo + (hi - lo) / 2;
+    if (!have_left) left = ihip_probe(in, g, entries[lo], pos_left);
+    const float right = ihip_probe(in, g, entries[mid], pos_right);
+    if (left >= right) {
+      hi = mid;
+      have_left = true;
+    } else {
+      lo = mid;
+      left = right;
+      have_left = same_pos;
+    }
+  }
+  if (rep_score) *rep_score = same_pos && have_left ? left : ihip_probe(in, g, entries[lo], pos_right);
+  return lo;
+}
+
+std::vector<float> ihip_chunk_scores(const IhipStage& st, const IhipStageInput& in, std::span<const int32_t> cand) {
+  if (in.head_dim > 512) fail("internal: infinitehip pruning supports head_dim <= 512");
+  const int64_t n = int64_t(cand.size()), n_chunk = (n + st.l_c - 1) / st.l_c;
+  std::vector<float> score(size_t(n_chunk), -std::numeric_limits<float>::infinity());
+  for (int64_t j = 0; j < n_chunk; ++j) {
+    const int32_t* e = cand.data() + j * st.l_c;
+    const int len = int(std::min<int64_t>(st.l_c, n - j * st.l_c));
+    float best = -std::numeric_limits<float>::infinity();
+    for (int g = 0; g < in.n_kv_head; ++g) {
+      float v = 0.f;
+      ihip_select_rep(in, g, e, len, j, &v);
+      if (v > best) best = v;
+    }
+    score[size_t(j)] = best;
+  }
+  return score;
+}
+
+std::vector<int32_t> ihip_top_chunks(std::span<const float> score, int64_t keep) {
+  std::vector<int32_t> order(score.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = int32_t(i);
+  if (int64_t(order.size()) <= keep) return order;
+  auto before = [&](int32_t x, int32_t y) {
+    const float sx = score[size_t(x)], sy = score[size_t(y)];
+    return sx != sy ? sx > sy : x < y;  // scores are never NaN (ihip_probe skips NaN dots)
+  };
+  std::nth_element(order.begin(), order.begin() + keep, order.end(), before);
+  order.resize(size_t(keep));
+  std::sort(order.begin(), order.end());
+  return order;
+}
+
+void ihip_prune_stage(const IhipStage& st, const IhipStageInput& in, std::span<const int32_t> cand,
+                      std::vector<int32_t>& out) {
+  out.clear();
+  const int64_t n = int64_t(cand.size()), n_chunk = (n + st.l_c - 1) / st.l_c;
+  if (n_chunk <= st.keep_chunks()) {
+    out.assign(cand.begin(), cand.end());
+    return;
+  }
+  const std::vector<float> score = ihip_chunk_scores(st, in, cand);
+  for (const int32_t j : ihip_top_chunks(score, st.keep_chunks())) {
+    const int64_t b = int64_t(j) * st.l_c, e = std::min(n, b + st.l_c);
+    out.insert(out.end(), cand.begin() + b, cand.begin() + e);
+  }
+}
+
+}  // namespace longctx

@@ -1,0 +1,228 @@
+// test_ihip_gpu.cpp: InfiniteHiP's GPU pruning stage (kernels/cuda/ihip_prune.h) against the CPU
+// reference (kernels/ref/ihip_prune.h): for every RoPE mode (none, relative, chunk-indexed),
+// three chained decode stages over a paged, shuffled bf16 cache with two sequences of different
+// lengths, the chunk scores are bit-equal and the surviving lists equal (ties included: a
+// sequence whose keys are all equal keeps its earliest chunks); the paper's 3K preset at 70K
+// keys with Llama-3-8B's 32/8 heads; the decode index (sinks, one range per kept chunk, pads,
+// anchored window) matches the key set.
+// Run: build-gpu/tests/cuda/test_ihip_gpu (skips without a Hopper GPU).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "kernels/cuda/ihip_prune.h"
+#include "kernels/ref/ihip_prune.h"
+#include "test_util.h"
+
+namespace longctx::cuda {
+namespace {
+using namespace test;
+
+constexpr int kD = 128;
+
+struct ChainCase {
+  int H = 8, Hkv = 2, page = 64;
+  std::vector<int32_t> lens;
+  int64_t n_sink = 256, n_stream = 1024;
+  std::vector<IhipStage> stages;
+  bool equal_keys_seq1 = false;  // sequence 1's keys all equal (every score ties)
+};
+
+std::vector<float> inv_freq(double base) {
+  std::vector<float> f(kD / 2);
+  for (int i = 0; i < kD / 2; ++i) f[size_t(i)] = float(std::pow(base, -2.0 * i / kD));
+  return f;
+}
+
+void check_chain(const ChainCase& su, int mode) {
+  const int n_seq = int(su.lens.size()), H = su.H, Hkv = su.Hkv, page = su.page;
+  const int64_t cap = *std::max_element(su.lens.begin(), su.lens.end());
+  const int max_pages = int((cap + page - 1) / page);
+  const int64_t n_pages = int64_t(n_seq) * max_pages;
+  std::vector<int32_t> tab(static_cast<size_t>(n_pages));
+  std::iota(tab.begin(), tab.end(), 0);
+  std::shuffle(tab.begin(), tab.end(), std::mt19937_64(5));
+  std::vector<double> tmp;
+  auto hk = random_bf16(size_t(n_pages * page * Hkv * kD), 1.0, tmp);
+  if (su.equal_keys_seq1)
+    for (int64_t t = 0; t < cap; ++t) {
+      const int64_t row = int64_t(tab[size_t(max_pages + t / page)]) * page + t % page;
+      const int64_t row0 = int64_t(tab[size_t(max_pages)]) * page;
+      std::memcpy(&hk[size_t(row * Hkv * kD)], &hk[size_t(row0 * Hkv * kD)], size_t(Hkv * kD) * 2);
+    }
+  const auto hq = random_bf16(size_t(n_seq * H * kD), 1.0, tmp);
+  const auto inv = inv_freq(500000.0);
+  int64_t max_chunks0 = (cap + su.stages[0].l_c - 1) / su.stages[0].l_c;
+  const IhipRopeTable table = ihip_rope_table(inv.data(), kD, su.n_stream + 2 + cap);
+  DevBuf kp(hk.size() * 2), dtab(tab.size() * 4), dlens(size_t(n_seq) * 4), q(hq.size() * 2),
+      cosb(table.cos.size() * 4), sinb(table.sin.size() * 4), win(size_t(n_seq) * 4);
+  kp.upload(hk);
+  dtab.upload(tab);
+  dlens.upload(su.lens);
+  q.upload(hq);
+  cosb.upload(table.cos);
+  sinb.upload(table.sin);
+  KvView kv;
+  kv.k_pool = kv.v_pool = kp.p;
+  kv.elem = KvElem::bf16;
+  kv.block_table = dtab.as<int32_t>();
+  kv.seq_lens = dlens.as<int32_t>();
+  kv.n_seq = n_seq;
+  kv.max_pages_per_seq = max_pages;
+  kv.page_size = page;
+  kv.n_pages = n_pages;
+  kv.n_kv_head = Hkv;
+  kv.head_dim = kD;
+  kv.on_device = true;
+  // CPU side: each sequence's keys in logical order, its query.
+  std::vector<std::vector<float>> fk(static_cast<size_t>(n_seq));
+  std::vector<std::vector<int32_t>> cand(static_cast<size_t>(n_seq));
+  for (int s = 0; s < n_seq; ++s) {
+    fk[size_t(s)].resize(size_t(su.lens[size_t(s)]) * Hkv * kD);
+    for (int64_t t = 0; t < su.lens[size_t(s)]; ++t) {
+      const int64_t row = int64_t(tab[size_t(s * max_pages + t / page)]) * page + t % page;
+      for (int64_t e = 0; e < Hkv * kD; ++e)
+        fk[size_t(s)][size_t(t * Hkv * kD + e)] = bf16_to_f32(hk[size_t(row * Hkv * kD + e)]);
+    }
+    const int64_t pos = su.lens[size_t(s)] - 1, end = std::max(su.n_sink, pos - su.n_stream + 1);
+    for (int64_t j = su.n_sink; j < end; ++j) cand[size_t(s)].push_back(int32_t(j));
+  }
+  std::vector<float> fq(hq.size());
+  for (size_t i = 0; i < hq.size(); ++i) fq[i] = bf16_to_f32(hq[i]);
+
+  std::unique_ptr<DevBuf> prev_out, prev_len;
+  int64_t prev_cap = 0, pruned = 0;
+  for (size_t i = 0; i < su.stages.size(); ++i) {
+    const IhipStage st = su.stages[i];
+    const int64_t max_chunks = i == 0 ? max_chunks0 : (prev_cap + st.l_c - 1) / st.l_c;
+    auto out = std::make_unique<DevBuf>(size_t(n_seq * st.k) * 4), olen = std::make_unique<DevBuf>(size_t(n_seq) * 4);
+    DevBuf scores(size_t(n_seq * max_chunks) * 4);
+    scores.poison();
+    IhipStageGpuParams p;
+    p.l_c = st.l_c;
+    p.k = st.k;
+    p.rope_mode = mode;
+    p.n_sink = su.n_sink;
+    p.n_stream = su.n_stream;
+    p.q = q.p;
+    p.kv = kv;
+    p.n_head = H;
+    p.rope_cos = cosb.as<float>();
+    p.rope_sin = sinb.as<float>();
+    p.rope_n_pos = table.n_pos;
+    p.in = i ? prev_out->as<int32_t>() : nullptr;
+    p.in_len = i ? prev_len->as<int32_t>() : nullptr;
+    p.in_cap = prev_cap;
+    p.out = out->as<int32_t>();
+    p.out_len = olen->as<int32_t>();
+    p.out_cap = st.k;
+    p.scores = scores.as<float>();
+    p.max_chunks = max_chunks;
+    p.win_begin = i == 0 ? win.as<int32_t>() : nullptr;
+    ihip_prune_stage_decode(p);
+    device_sync();
+    const auto got = out->download<int32_t>(size_t(n_seq * st.k));
+    const auto got_len = olen->download<int32_t>(size_t(n_seq));
+    const auto got_sc = scores.download<float>(size_t(n_seq * max_chunks));
+    for (int s = 0; s < n_seq; ++s) {
+      const int64_t pos = su.lens[size_t(s)] - 1, n_chunk = (int64_t(cand[size_t(s)].size()) + st.l_c - 1) / st.l_c;
+      std::vector<float> qp;
+      ihip_pack_queries(fq.data() + s * H * kD, H, Hkv, kD, 0, 1, pos, IhipRopeMode(mode), &table, n_chunk,
+                        su.n_stream, qp);
+      const IhipStageInput in{.q = qp.data(), .n_qs = H / Hkv, .k = fk[size_t(s)].data(), .k_stride = Hkv * kD,
+                              .n_kv_head = Hkv, .head_dim = kD, .rope = IhipRopeMode(mode), .table = &table};
+      std::vector<int32_t> want;
+      ihip_prune_stage(st, in, cand[size_t(s)], want);
+      if (n_chunk > st.keep_chunks()) {
+        ++pruned;
+        const auto sc = ihip_chunk_scores(st, in, cand[size_t(s)]);
+        EXPECT_EQ(std::memcmp(sc.data(), got_sc.data() + s * max_chunks, sc.size() * 4), 0)
+            << "scores, mode " << mode << " stage " << i << " seq " << s;
+      }
+      ASSERT_EQ(got_len[size_t(s)], int32_t(want.size())) << "mode " << mode << " stage " << i << " seq " << s;
+      EXPECT_TRUE(std::equal(want.begin(), want.end(), got.begin() + s * st.k))
+          << "mode " << mode << " stage " << i << " seq " << s;
+      if (su.equal_keys_seq1 && s == 1 && n_chunk > st.keep_chunks())  // ties: the earliest chunks
+        EXPECT_TRUE(std::equal(want.begin(), want.end(), cand[size_t(s)].begin()));
+      cand[size_t(s)] = want;
+    }
+    if (i == 0) {
+      const auto w = win.download<int32_t>(size_t(n_seq));
+      for (int s = 0; s < n_seq; ++s)
+        EXPECT_EQ(w[size_t(s)], std::max<int64_t>(su.n_sink, su.lens[size_t(s)] - su.n_stream));
+    }
+    prev_out = std::move(out);
+    prev_len = std::move(olen);
+    prev_cap = st.k;
+  }
+  EXPECT_GT(pruned, 0);
+  // The decode index of the last stage: sinks, one range per kept chunk, pads, the window.
+  const IhipStage last = su.stages.back();
+  IhipIndexGpuParams ip;
+  ip.sel = prev_out->as<int32_t>();
+  ip.sel_len = prev_len->as<int32_t>();
+  ip.sel_cap = last.k;
+  ip.l_c = last.l_c;
+  ip.n_sink = su.n_sink;
+  ip.win_begin = win.as<int32_t>();
+  ip.n_seq = n_seq;
+  const int64_t R = ip.ranges_per_seq();
+  DevBuf rptr(size_t(n_seq + 1) * 4), rg(size_t(n_seq * R) * 8), cptr(size_t(n_seq + 1) * 4);
+  ip.range_ptr = rptr.as<int32_t>();
+  ip.ranges = rg.as<int32_t>();
+  ip.col_ptr = cptr.as<int32_t>();
+  ihip_decode_index(ip);
+  device_sync();
+  const auto r = rg.download<int32_t>(size_t(n_seq * R * 2));
+  const auto rp = rptr.download<int32_t>(size_t(n_seq + 1));
+  for (int s = 0; s < n_seq; ++s) {
+    EXPECT_EQ(rp[size_t(s + 1)], (s + 1) * R);
+    std::vector<int32_t> keys;  // the ranges' keys, clipped to the length
+    for (int64_t i = 0; i < R; ++i)
+      for (int64_t j = r[size_t(2 * (s * R + i))]; j < std::min<int64_t>(r[size_t(2 * (s * R + i) + 1)], su.lens[size_t(s)]); ++j)
+        keys.push_back(int32_t(j));
+    std::vector<int32_t> want;
+    for (int64_t j = 0; j < su.n_sink; ++j) want.push_back(int32_t(j));
+    want.insert(want.end(), cand[size_t(s)].begin(), cand[size_t(s)].end());
+    for (int64_t j = std::max<int64_t>(su.n_sink, su.lens[size_t(s)] - su.n_stream); j < su.lens[size_t(s)]; ++j)
+      want.push_back(int32_t(j));
+    EXPECT_EQ(keys, want) << "seq " << s;
+  }
+}
+
+TEST(IhipGpu, StagesEqualTheCpuReferenceInEveryRopeMode) {
+  LC_REQUIRE_GPU();
+  ChainCase su;
+  su.lens = {20000, 9001};
+  su.stages = {{256, 4096}, {32, 1024}, {8, 256}};
+  for (int mode : {0, 1, 2}) {
+    SCOPED_TRACE(mode);
+    check_chain(su, mode);
+  }
+}
+
+TEST(IhipGpu, TiesKeepTheEarliestChunks) {
+  LC_REQUIRE_GPU();
+  ChainCase su;
+  su.lens = {12000, 12000};
+  su.stages = {{64, 2048}, {16, 512}};
+  su.equal_keys_seq1 = true;
+  check_chain(su, 1);
+}
+
+TEST(IhipGpu, PaperPreset3KAt70KWithLlama3Heads) {
+  LC_REQUIRE_GPU();
+  ChainCase su;
+  su.H = 32;
+  su.Hkv = 8;
+  su.lens = {70000};
+  su.stages = {{256, 32768}, {32, 8192}, {8, 2048}};
+  check_chain(su, 1);
+  check_chain(su, 2);
+}
+
+}  // namespace
+}  // namespace longctx::cuda
