@@ -18,6 +18,7 @@
 #include <span>
 #include <vector>
 
+#include "kernels/ref/ops.h"
 #include "model/attn_capture.h"
 #include "model/config.h"
 #include "model/kv_cache.h"
@@ -124,9 +125,17 @@ class Transformer {
   LayerRope layer_rope(int l) const { return {inv_freq_[size_t(l)].data(), rope_factor_[size_t(l)]}; }
   // Attention of one step of seq (its method and state) through attend_cpu.
   void attend(const AttnParams& ap, SequenceState& seq, Phase phase);
+  // Every weight matmul goes here: y = x W^T on the quantized kernels when W has a quantized copy
+  // (q non-null and non-empty: --cpu-weights quantized), else on the exact fp32 matmul_ref.
+  void matmul(const MatmulParams& p, const QuantMatrix* q);
+  // Layer l's quantized copy of one matrix (e.g. &QuantLayerWeights::wq); null on the fp32 path.
+  const QuantMatrix* quant(int l, QuantMatrix QuantLayerWeights::*m) const {
+    return w_.quant ? &(w_.quant->layers[size_t(l)].*m) : nullptr;
+  }
 
   ModelConfig cfg_;
   ModelWeights w_;
+  std::vector<BlockQ8> xq_;  // matmul's quantized activations [T, n_in / 32]
   std::shared_ptr<const AttentionMethod> method_;  // shared, immutable
   ThreadPool& pool_;
   SequenceState own_;            // the sequence forward() uses unless another is attached
