@@ -74,8 +74,8 @@ void Transformer::project(const LayerRows& r, float* h, float* q) {
   const float off = cfg_.norm_offset;
   rmsnorm_ref(r.x, L.attn_norm.data(), h, r.T, E, cfg_.rms_eps, pool_, off);
   matmul({h, L.wq.data(), bias(L.bq), q, r.T, E, Q}, quant(r.l, &QuantLayerWeights::wq));
-  matmul({h, L.wk.data(), bias(L.bk), kc, r.T, E, KV}, quant(r.l, &QuantLayerWeights::wk));
-  matmul({h, L.wv.data(), bias(L.bv), vc, r.T, E, KV}, quant(r.l, &QuantLayerWeights::wv));
+  matmul({h, L.wk.data(), bias(L.bk), kc, r.T, E, KV}, quant(r.l, &QuantLayerWeights::wk), kSameInput);
+  matmul({h, L.wv.data(), bias(L.bv), vc, r.T, E, KV}, quant(r.l, &QuantLayerWeights::wv), kSameInput);
   if (cfg_.qk_norm) {  // per head: rows of head_dim
     rmsnorm_ref(q, L.q_norm.data(), q, r.T * cfg_.n_head, D, cfg_.rms_eps, pool_, off);
     rmsnorm_ref(kc, L.k_norm.data(), kc, r.T * cfg_.n_kv_head, D, cfg_.rms_eps, pool_, off);
@@ -87,10 +87,15 @@ void Transformer::project(const LayerRows& r, float* h, float* q) {
   rope_apply_ref(kc, r.T, cfg_.n_kv_head, int(D), r.pos0, inv_freq, pool_, factor);
 }
 
-void Transformer::matmul(const MatmulParams& p, const QuantMatrix* q) {
-  if (!q || q->empty()) return matmul_ref(p, pool_);
-  xq_.resize(size_t(p.T * (p.n_in / kQ8Block)));
-  quant_matmul({.x = p.x, .w = q, .bias = p.bias, .y = p.y, .T = p.T, .xq = xq_.data()}, pool_);
+void Transformer::matmul(const MatmulParams& p, const QuantMatrix* q, bool same_input) {
+  if (!q || q->empty()) {
+    xq_input_ = {};  // a later same_input call has nothing to reuse
+    return matmul_ref(p, pool_);
+  }
+  const QuantizedInput key{p.x, p.T, p.n_in};
+  const bool reuse = same_input && xq_input_ == key;
+  quant_matmul({.x = p.x, .w = q, .bias = p.bias, .y = p.y, .T = p.T, .xq = &xq_, .x_quantized = reuse}, pool_);
+  xq_input_ = key;
 }
 
 void Transformer::attend(const AttnParams& ap, SequenceState& seq, Phase phase) {
@@ -135,7 +140,7 @@ void Transformer::out_and_mlp(int l, int64_t T, float* x, Scratch& s) {
   add_ref(r.x, s.h.data(), r.T * E);
   rmsnorm_ref(r.x, L.ffn_norm.data(), s.h.data(), r.T, E, cfg_.rms_eps, pool_, off);
   matmul({s.h.data(), L.w_gate.data(), nullptr, s.g.data(), r.T, E, F}, quant(l, &QuantLayerWeights::w_gate));
-  matmul({s.h.data(), L.w_up.data(), nullptr, s.u.data(), r.T, E, F}, quant(l, &QuantLayerWeights::w_up));
+  matmul({s.h.data(), L.w_up.data(), nullptr, s.u.data(), r.T, E, F}, quant(l, &QuantLayerWeights::w_up), kSameInput);
   if (cfg_.activation == "gelu_tanh")
     gelu_tanh_mul_ref(s.g.data(), s.u.data(), r.T * F, pool_);
   else
@@ -239,8 +244,8 @@ void Transformer::decode_batch(std::span<SequenceState* const> seqs, std::span<c
     const LayerWeights& L = w_.layers[size_t(l)];
     rmsnorm_ref(x.data(), L.attn_norm.data(), s.h.data(), n, E, cfg_.rms_eps, pool_, off);
     matmul({s.h.data(), L.wq.data(), bias(L.bq), q.data(), n, E, Q}, quant(l, &QuantLayerWeights::wq));
-    matmul({s.h.data(), L.wk.data(), bias(L.bk), k.data(), n, E, KV}, quant(l, &QuantLayerWeights::wk));
-    matmul({s.h.data(), L.wv.data(), bias(L.bv), v.data(), n, E, KV}, quant(l, &QuantLayerWeights::wv));
+    matmul({s.h.data(), L.wk.data(), bias(L.bk), k.data(), n, E, KV}, quant(l, &QuantLayerWeights::wk), kSameInput);
+    matmul({s.h.data(), L.wv.data(), bias(L.bv), v.data(), n, E, KV}, quant(l, &QuantLayerWeights::wv), kSameInput);
     if (cfg_.qk_norm) {  // per head: rows of head_dim
       rmsnorm_ref(q.data(), L.q_norm.data(), q.data(), n * cfg_.n_head, D, cfg_.rms_eps, pool_, off);
       rmsnorm_ref(k.data(), L.k_norm.data(), k.data(), n * cfg_.n_kv_head, D, cfg_.rms_eps, pool_, off);

@@ -2,11 +2,11 @@
 // quant_dot.h, quant_matmul.h) against an fp64 oracle, for every weight type and every kernel set
 // this CPU can run (scalar, AVX2, AVX-512 VNNI), on fresh random inputs with odd sizes and tails.
 //
-// The oracle: W's exact values from the loader's dequantizer (ggml's arithmetic), x in fp32, the
-// sum in fp64. The kernels differ from it by the activation rounding only, which is bounded per
-// output by sum_i |w_i| * d_b(i) / 2 (d_b = max|x| / 127 over x's block of 32), plus fp32
-// rounding of the sums (a relative 1e-5 of sum_i |w_i x_i| covers some 1e3 additions of terms
-// each within 2^-24 of their value). Run: build/tests/kernels/test_kernels --gtest_filter='Quant*'
+// The oracle: W's exact values from the loader's dequantizer (ggml's arithmetic) and the sum in
+// fp64, once with x in fp32 (the bound is the activation rounding, sum_i |w_i| * d_b(i) / 2 with
+// d_b = max|x| / 127 over x's block of 32) and once with x as quantized (only fp32 rounding is
+// left: a relative 1e-5 covers some 1e3 additions of terms within 2^-24 of their value).
+// Run: build/tests/kernels/test_kernels --gtest_filter='Quant*'
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -93,32 +93,45 @@ std::vector<float> dequantized(const QuantMatrix& m) {
   return w;
 }
 
-// Checks y [T, rows] against the oracle and the bound above; returns the largest error / bound.
+// Checks y [T, rows] against two fp64 oracles; returns the largest error / bound of the first.
+//   1. W . x (the fp32 activations): the error is the activation rounding, within
+//      sum_i |w_i| * d_b(i) / 2, plus fp32 sums (1e-5 of sum_i |w_i x_i|).
+//   2. W . x^ (x^ = d q, the activations as quantized, rows t0.. of xq): the same integers and
+//      scales in exact arithmetic, so only fp32 rounding remains: within 1e-5 of
+//      sum_i (|w_i| + max|w| of its block) |x^_i| (the block maximum covers Q4_1's d q + m, whose
+//      parts can be larger than w). This catches an error far smaller than the first bound.
 double check_against_oracle(const QuantMatrix& m, const std::vector<float>& x, const float* bias, int64_t T,
-                            const std::vector<float>& y) {
+                            const std::vector<float>& y, const Q8Rows& xq, int64_t t0) {
   const std::vector<float> w = dequantized(m);
+  std::vector<double> wmax(w.size());  // max |w| over each weight's block of 32
+  for (size_t b = 0; b < w.size() / 32; ++b) {
+    double a = 0;
+    for (size_t j = 0; j < 32; ++j) a = std::max(a, double(std::fabs(w[b * 32 + j])));
+    for (size_t j = 0; j < 32; ++j) wmax[b * 32 + j] = a;
+  }
   double worst = 0;
   for (int64_t t = 0; t < T; ++t) {
     const float* xt = x.data() + t * m.cols;
-    std::vector<double> d_block(size_t(m.cols / 32));  // the activation step of each block
-    for (int64_t b = 0; b < m.cols / 32; ++b) {
-      double amax = 0;
-      for (int j = 0; j < 32; ++j) amax = std::max(amax, double(std::fabs(xt[b * 32 + j])));
-      d_block[size_t(b)] = amax / 127;
-    }
+    const int64_t row0 = (t0 + t) * xq.nb;  // this token's first block in xq
     for (int64_t r = 0; r < m.rows; ++r) {
       const float* wr = w.data() + r * m.cols;
-      double ref = bias ? bias[r] : 0.0, rounding = 0, magnitude = bias ? std::fabs(bias[r]) : 0.0;
+      const double b0 = bias ? bias[r] : 0.0;
+      double ref = b0, rounding = 0, magnitude = std::fabs(b0), ref_q = b0, magnitude_q = std::fabs(b0);
       for (int64_t i = 0; i < m.cols; ++i) {
+        const int64_t blk = row0 + i / 32;
+        const double xhat = double(xq.d[size_t(blk)]) * xq.q[size_t(blk * 32 + i % 32)];
         ref += double(wr[i]) * xt[i];
-        rounding += std::fabs(double(wr[i])) * d_block[size_t(i / 32)] / 2;
+        rounding += std::fabs(double(wr[i])) * xq.d[size_t(blk)] / 2;
         magnitude += std::fabs(double(wr[i]) * xt[i]);
+        ref_q += double(wr[i]) * xhat;
+        magnitude_q += (std::fabs(double(wr[i])) + wmax[size_t(r * m.cols + i)]) * std::fabs(xhat);
       }
+      const double got = y[size_t(t * m.rows + r)];
       const double bound = rounding * 1.0001 + 1e-5 * magnitude + 1e-30;
-      const double err = std::fabs(double(y[size_t(t * m.rows + r)]) - ref);
-      EXPECT_LE(err, bound) << "row " << r << " token " << t << ": got " << y[size_t(t * m.rows + r)]
-                            << ", oracle " << ref;
-      worst = std::max(worst, err / bound);
+      EXPECT_LE(std::fabs(got - ref), bound) << "row " << r << " token " << t << ": got " << got << ", oracle " << ref;
+      EXPECT_LE(std::fabs(got - ref_q), 1e-5 * magnitude_q + 1e-30)
+          << "row " << r << " token " << t << ": got " << got << ", oracle on the quantized x " << ref_q;
+      worst = std::max(worst, std::fabs(got - ref) / bound);
     }
   }
   return worst;
@@ -143,18 +156,25 @@ void check_tiles(QuantType type, const std::vector<Shape>& shapes) {
                                       << s.rows << ", cols " << s.cols << ", T " << s.T);
       const QuantMatrix m = random_matrix(type, s.rows, s.cols);
       const std::vector<float> x = normal(s.T * s.cols, 1.f);
-      std::vector<BlockQ8> xq(size_t(s.T * s.cols / 32));
-      quantize_q8(x.data(), s.T * s.cols, xq.data());
+      Q8Rows xq;
+      xq.resize(s.T + 1, s.cols / 32);  // one more row first: the tile starts at row t0 = 1
+      quantize_q8_rows(normal(s.cols, 1.f).data(), 0, 1, xq);
+      std::vector<float> x1(size_t((s.T + 1) * s.cols));
+      std::copy(x.begin(), x.end(), x1.begin() + s.cols);
+      quantize_q8_rows(x1.data(), 1, s.T + 1, xq);
       std::vector<float> y(size_t(s.T * s.rows), NAN);
-      quant_gemm_tile({type, m.data.data(), m.row_bytes, s.cols, s.rows, xq.data(), s.T, y.data(), s.rows}, isa);
-      const double worst = check_against_oracle(m, x, nullptr, s.T, y);
+      quant_gemm_tile({type, m.data.data(), m.row_bytes, s.cols, s.rows, &xq, 1, s.T, y.data(), s.rows}, isa);
+      const double worst = check_against_oracle(m, x, nullptr, s.T, y, xq, 1);
       EXPECT_GT(worst, 0.0);  // the rounding is there: the comparison is not vacuous
     }
   }
 }
 
 // Shapes: one block, odd row counts, token counts around the kernels' group of 4 (1, 3, 5, 9).
-const std::vector<Shape> kShapes32 = {{1, 32, 1}, {3, 96, 3}, {7, 160, 5}, {33, 576, 1}, {17, 1536, 9}, {5, 64, 4}};
+// Blocks per row: 1, 3, 5 (single blocks only), 8 (one group), 9 and 17 (groups + a tail), 18
+// (the 576-wide rows), 48; Q4_K: 1 to 6 super-blocks.
+const std::vector<Shape> kShapes32 = {{1, 32, 1},   {3, 96, 3},   {7, 160, 5},  {5, 256, 4},
+                                      {6, 288, 2},  {9, 544, 7},  {33, 576, 1}, {17, 1536, 9}};
 const std::vector<Shape> kShapes256 = {{1, 256, 1}, {3, 512, 3}, {7, 768, 5}, {13, 1536, 9}, {5, 256, 4}};
 
 TEST(QuantDot, Q4_0) { check_tiles(QuantType::q4_0, kShapes32); }
@@ -171,32 +191,42 @@ TEST(QuantDot, Q8_0ExtremeWeights) {
       for (int64_t b = 0; b < 2; ++b)
         for (int j = 0; j < 32; j += 3) m.data[size_t(r * m.row_bytes + b * 34 + 2 + j)] = uint8_t(j % 2 ? 0x80 : 0x7f);
     const std::vector<float> x = normal(2 * 64, 1.f);
-    std::vector<BlockQ8> xq(4);
-    quantize_q8(x.data(), 128, xq.data());
+    Q8Rows xq;
+    xq.resize(2, 2);
+    quantize_q8_rows(x.data(), 0, 2, xq);
     std::vector<float> y(6);
-    quant_gemm_tile({QuantType::q8_0, m.data.data(), m.row_bytes, 64, 3, xq.data(), 2, y.data(), 3}, isa);
-    check_against_oracle(m, x, nullptr, 2, y);
+    quant_gemm_tile({QuantType::q8_0, m.data.data(), m.row_bytes, 64, 3, &xq, 0, 2, y.data(), 3}, isa);
+    check_against_oracle(m, x, nullptr, 2, y, xq, 0);
   }
 }
 
-// quantize_q8: |x - d q| <= d / 2 with d = max|x| / 127, s = d * sum(q); all-zero blocks give 0.
+// quantize_q8_rows: |x - d q| <= d / 2 with d = max|x| / 127, s = d * sum(q); a zero block gives 0.
 TEST(QuantDot, ActivationQuantization) {
-  std::vector<float> x = normal(32 * 7, 3.f);
+  std::vector<float> x = normal(32 * 7 * 2, 3.f);  // 2 rows of 7 blocks
   std::fill(x.begin() + 64, x.begin() + 96, 0.f);  // one zero block
-  std::vector<BlockQ8> q(7);
-  quantize_q8(x.data(), int64_t(x.size()), q.data());
-  for (int b = 0; b < 7; ++b) {
+  Q8Rows q;
+  q.resize(2, 7);
+  quantize_q8_rows(x.data(), 0, 2, q, CpuIsa::scalar);
+  for (size_t b = 0; b < 14; ++b) {
     float amax = 0;
     int sum = 0;
-    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[size_t(b * 32 + j)]));
-    EXPECT_FLOAT_EQ(q[size_t(b)].d, amax / 127.f);
-    for (int j = 0; j < 32; ++j) {
-      EXPECT_LE(std::fabs(x[size_t(b * 32 + j)] - q[size_t(b)].d * q[size_t(b)].q[j]), q[size_t(b)].d / 2 * 1.0001f);
-      sum += q[size_t(b)].q[j];
+    for (size_t j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
+    EXPECT_FLOAT_EQ(q.d[b], amax / 127.f);
+    for (size_t j = 0; j < 32; ++j) {
+      EXPECT_LE(std::fabs(x[b * 32 + j] - q.d[b] * q.q[b * 32 + j]), q.d[b] / 2 * 1.0001f);
+      sum += q.q[b * 32 + j];
     }
-    EXPECT_FLOAT_EQ(q[size_t(b)].s, q[size_t(b)].d * float(sum));
+    EXPECT_FLOAT_EQ(q.s[b], q.d[b] * float(sum));
   }
-  EXPECT_EQ(q[2].d, 0.f);
+  EXPECT_EQ(q.d[2], 0.f);
+  for (CpuIsa isa : isas()) {  // every kernel set writes the same bytes
+    Q8Rows v;
+    v.resize(2, 7);
+    quantize_q8_rows(x.data(), 0, 2, v, isa);
+    EXPECT_EQ(v.q, q.q) << cpu_isa_name(isa);
+    EXPECT_EQ(v.d, q.d) << cpu_isa_name(isa);
+    EXPECT_EQ(v.s, q.s) << cpu_isa_name(isa);
+  }
 }
 
 // The threaded matmul (activation quantization, row split, token tiles of 64, bias) on a pool of
@@ -209,19 +239,20 @@ TEST(QuantMatmul, ThreadedWithBias) {
       const int64_t rows = 101, cols = 512;
       const QuantMatrix m = random_matrix(type, rows, cols);
       const std::vector<float> x = normal(T * cols, 1.f), bias = normal(rows, 0.5f);
-      std::vector<BlockQ8> xq(size_t(T * cols / 32));
+      Q8Rows xq;
       std::vector<float> y(size_t(T * rows), NAN);
-      quant_matmul({.x = x.data(), .w = &m, .bias = bias.data(), .y = y.data(), .T = T, .xq = xq.data()}, pool);
-      check_against_oracle(m, x, bias.data(), T, y);
+      quant_matmul({.x = x.data(), .w = &m, .bias = bias.data(), .y = y.data(), .T = T, .xq = &xq}, pool);
+      check_against_oracle(m, x, bias.data(), T, y, xq, 0);
     }
   }
 }
 
 TEST(QuantDot, BadBlockMultipleIsAnError) {
   const QuantMatrix m = random_matrix(QuantType::q4_k, 1, 256);
-  std::vector<BlockQ8> xq(4);
+  Q8Rows xq;
+  xq.resize(1, 4);
   float y = 0;
-  EXPECT_THROW(quant_gemm_tile({QuantType::q4_k, m.data.data(), m.row_bytes, 128, 1, xq.data(), 1, &y, 1}, CpuIsa::scalar),
+  EXPECT_THROW(quant_gemm_tile({QuantType::q4_k, m.data.data(), m.row_bytes, 128, 1, &xq, 0, 1, &y, 1}, CpuIsa::scalar),
                Error);
 }
 

@@ -13,21 +13,38 @@ const QuantTypeInfo& quant_type_info(QuantType t) {
   return kInfo[int(t)];
 }
 
-void quantize_q8(const float* x, int64_t n, BlockQ8* out) {
-  if (n % kQ8Block != 0) fail("quantize_q8: {} values is not a multiple of {}", n, kQ8Block);
-  for (int64_t b = 0; b < n / kQ8Block; ++b, x += kQ8Block) {
+void Q8Rows::resize(int64_t rows, int64_t blocks) {
+  T = rows;
+  nb = blocks;
+  q.resize(size_t(T * nb * kQ8Block));
+  d.resize(size_t(T * nb));
+  s.resize(size_t(T * nb));
+}
+
+void quantize_q8_rows(const float* x, int64_t t0, int64_t t1, Q8Rows& xq) {
+  quantize_q8_rows(x, t0, t1, xq, best_cpu_isa());
+}
+
+void quantize_q8_rows(const float* x, int64_t t0, int64_t t1, Q8Rows& xq, CpuIsa isa) {
+  if (isa != CpuIsa::scalar) {
+    if (!cpu_isa_supported(isa)) fail("quantize_q8_rows: this CPU cannot run the {} kernels", cpu_isa_name(isa));
+    return quantize_q8_rows_avx2(x, t0, t1, xq);
+  }
+  for (int64_t i = t0 * xq.nb; i < t1 * xq.nb; ++i) {  // block i of the flattened rows
+    const float* xb = x + i * kQ8Block;
     float amax = 0.f;
-    for (int j = 0; j < kQ8Block; ++j) amax = std::max(amax, std::fabs(x[j]));
+    for (int j = 0; j < kQ8Block; ++j) amax = std::max(amax, std::fabs(xb[j]));
     const float d = amax / 127.f;
     const float id = d != 0.f ? 1.f / d : 0.f;
+    int8_t* q = xq.q.data() + i * kQ8Block;
     int32_t sum = 0;
     for (int j = 0; j < kQ8Block; ++j) {
-      const int q = int(std::nearbyint(x[j] * id));
-      out[b].q[j] = int8_t(q);
-      sum += q;
+      const int v = int(std::nearbyint(xb[j] * id));
+      q[j] = int8_t(v);
+      sum += v;
     }
-    out[b].d = d;
-    out[b].s = d * float(sum);
+    xq.d[size_t(i)] = d;
+    xq.s[size_t(i)] = d * float(sum);
   }
 }
 

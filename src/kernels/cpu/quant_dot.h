@@ -21,6 +21,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace longctx {
 
@@ -33,34 +34,37 @@ struct QuantTypeInfo {
 };
 const QuantTypeInfo& quant_type_info(QuantType t);
 
-// One activation block: x[i] ~= d * q[i] for 32 consecutive values, with s = d * sum(q).
-// q = round(x / d), d = max|x| / 127 (ggml's Q8_0 rule), so |x - d q| <= d / 2.
-struct BlockQ8 {
-  float d = 0.f;
-  float s = 0.f;
-  int8_t q[32] = {};
-};
-constexpr int kQ8Block = 32;
-
-// x[n] -> n / 32 blocks (n a multiple of 32).
-void quantize_q8(const float* x, int64_t n, BlockQ8* out);
-
 enum class CpuIsa { scalar, avx2, avx512vnni };
+
+// Activation rows quantized to 8 bits in blocks of 32 (structure of arrays, so the kernels load
+// 8 blocks' scales as one vector): block b of row t is x[t, 32 b + i] ~= d * q[i] with
+// d = max|x| / 127 (ggml's Q8_0 rule, so |x - d q| <= d / 2) and s = d * sum(q).
+constexpr int kQ8Block = 32;
+struct Q8Rows {
+  int64_t T = 0, nb = 0;       // rows, blocks per row
+  std::vector<int8_t> q;       // [T, nb, 32]
+  std::vector<float> d, s;     // [T, nb]
+  void resize(int64_t rows, int64_t blocks);  // keeps the storage when it is large enough
+};
+// Rows [t0, t1) of x [T, 32 * xq.nb] into xq (already sized); every ISA gives the same bytes.
+void quantize_q8_rows(const float* x, int64_t t0, int64_t t1, Q8Rows& xq);  // the best ISA
+void quantize_q8_rows(const float* x, int64_t t0, int64_t t1, Q8Rows& xq, CpuIsa isa);
+
 const char* cpu_isa_name(CpuIsa isa);
 bool cpu_isa_supported(CpuIsa isa);  // the CPU (and OS) can run this kernel set
 CpuIsa best_cpu_isa();              // detected once
 
 // A tile of the product: y[t * ldy + r] = sum_i W[r, i] * x[t, i] for r < rows, t < T, where
 // W's rows are `rows` consecutive rows of `row_bytes` bytes from w (n_in weights each, a
-// multiple of the type's block size) and x[t] is n_in / 32 activation blocks at x + t * n_in / 32.
+// multiple of the type's block size) and x row t is row t0 + t of the quantized activations.
 struct QuantTile {
   QuantType type = QuantType::q4_0;
   const uint8_t* w = nullptr;
   size_t row_bytes = 0;
   int64_t n_in = 0;
   int64_t rows = 0;
-  const BlockQ8* x = nullptr;
-  int64_t T = 0;
+  const Q8Rows* x = nullptr;
+  int64_t t0 = 0, T = 0;
   float* y = nullptr;
   int64_t ldy = 0;
 };
@@ -70,5 +74,6 @@ void quant_gemm_tile(const QuantTile& p, CpuIsa isa);
 void quant_gemm_tile_scalar(const QuantTile& p);
 void quant_gemm_tile_avx2(const QuantTile& p);
 void quant_gemm_tile_avx512vnni(const QuantTile& p);
+void quantize_q8_rows_avx2(const float* x, int64_t t0, int64_t t1, Q8Rows& xq);  // AVX2 and up
 
 }  // namespace longctx

@@ -13,27 +13,34 @@ int32_t dot_nibbles(const uint8_t* qs, const int8_t* q8) {
   return s;
 }
 
-float dot_row(QuantType type, const uint8_t* w, const BlockQ8* x, int64_t n_in) {
+// x: one activation row's blocks.
+struct XRow {
+  const int8_t* q;
+  const float* d;
+  const float* s;
+};
+
+float dot_row(QuantType type, const uint8_t* w, const XRow& x, int64_t n_in) {
   float sum = 0.f;
   switch (type) {
     case QuantType::q4_0:
       for (int64_t b = 0; b < n_in / 32; ++b, w += 18) {
         const float d = half_to_float(read_u16(w));
-        sum += d * (x[b].d * float(dot_nibbles(w + 2, x[b].q)) - 8.f * x[b].s);
+        sum += d * (x.d[b] * float(dot_nibbles(w + 2, x.q + b * 32)) - 8.f * x.s[b]);
       }
       break;
     case QuantType::q4_1:
       for (int64_t b = 0; b < n_in / 32; ++b, w += 20) {
         const float d = half_to_float(read_u16(w)), m = half_to_float(read_u16(w + 2));
-        sum += d * x[b].d * float(dot_nibbles(w + 4, x[b].q)) + m * x[b].s;
+        sum += d * x.d[b] * float(dot_nibbles(w + 4, x.q + b * 32)) + m * x.s[b];
       }
       break;
     case QuantType::q8_0:
       for (int64_t b = 0; b < n_in / 32; ++b, w += 34) {
         const auto* q = reinterpret_cast<const int8_t*>(w + 2);
         int32_t s = 0;
-        for (int j = 0; j < 32; ++j) s += int32_t(q[j]) * x[b].q[j];
-        sum += half_to_float(read_u16(w)) * x[b].d * float(s);
+        for (int j = 0; j < 32; ++j) s += int32_t(q[j]) * x.q[b * 32 + j];
+        sum += half_to_float(read_u16(w)) * x.d[b] * float(s);
       }
       break;
     case QuantType::q4_k:
@@ -41,15 +48,15 @@ float dot_row(QuantType type, const uint8_t* w, const BlockQ8* x, int64_t n_in) 
         const float d = half_to_float(read_u16(w)), dmin = half_to_float(read_u16(w + 2));
         const uint8_t* scales = w + 4;
         const uint8_t* qs = w + 16;
-        const BlockQ8* xb = x + sb * kQ4KSub;
+        const int64_t b0 = sb * kQ4KSub;
         for (int j = 0; j < kQ4KSub; ++j) {
           int sc, m;
           q4k_scale_min(j, scales, sc, m);
           const uint8_t* q = qs + (j / 2) * 32;
           const int shift = (j % 2) * 4;
           int32_t s = 0;
-          for (int i = 0; i < 32; ++i) s += int32_t((q[i] >> shift) & 0xF) * xb[j].q[i];
-          sum += d * float(sc) * xb[j].d * float(s) - dmin * float(m) * xb[j].s;
+          for (int i = 0; i < 32; ++i) s += int32_t((q[i] >> shift) & 0xF) * x.q[(b0 + j) * 32 + i];
+          sum += d * float(sc) * x.d[b0 + j] * float(s) - dmin * float(m) * x.s[b0 + j];
         }
       }
       break;
@@ -60,9 +67,12 @@ float dot_row(QuantType type, const uint8_t* w, const BlockQ8* x, int64_t n_in) 
 }  // namespace
 
 void quant_gemm_tile_scalar(const QuantTile& p) {
-  const int64_t nb = p.n_in / kQ8Block;
-  for (int64_t r = 0; r < p.rows; ++r)
-    for (int64_t t = 0; t < p.T; ++t) p.y[t * p.ldy + r] = dot_row(p.type, p.w + r * p.row_bytes, p.x + t * nb, p.n_in);
+  const int64_t nb = p.x->nb;
+  for (int64_t t = 0; t < p.T; ++t) {
+    const int64_t i = (p.t0 + t) * nb;
+    const XRow x{p.x->q.data() + i * kQ8Block, p.x->d.data() + i, p.x->s.data() + i};
+    for (int64_t r = 0; r < p.rows; ++r) p.y[t * p.ldy + r] = dot_row(p.type, p.w + r * p.row_bytes, x, p.n_in);
+  }
 }
 
 }  // namespace longctx

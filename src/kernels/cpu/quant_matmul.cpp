@@ -23,20 +23,21 @@ void quant_matmul(const QuantMatmulParams& p, ThreadPool& pool) {
   const QuantMatrix& w = *p.w;
   if (p.T <= 0 || w.rows <= 0) return;
   const int64_t nb = w.cols / kQ8Block;
-  if (p.T == 1) {
-    quantize_q8(p.x, w.cols, p.xq);
+  if (p.x_quantized) {
+    if (p.xq->T != p.T || p.xq->nb != nb) fail("quant_matmul: the quantized input has {} x {} blocks, not {} x {}", p.xq->T, p.xq->nb, p.T, nb);
+  } else if (p.T == 1) {
+    p.xq->resize(p.T, nb);
+    quantize_q8_rows(p.x, 0, 1, *p.xq);
   } else {
-    pool.parallel_for(p.T, [&](int64_t t0, int64_t t1) {
-      quantize_q8(p.x + t0 * w.cols, (t1 - t0) * w.cols, p.xq + t0 * nb);
-    }, kQuantizeGrain);
+    p.xq->resize(p.T, nb);
+    pool.parallel_for(p.T, [&](int64_t t0, int64_t t1) { quantize_q8_rows(p.x, t0, t1, *p.xq); }, kQuantizeGrain);
   }
   // GEMV: fine row chunks; GEMM: one contiguous row range per thread, token tiles inside it.
   const int64_t grain = p.T == 1 ? kGemvRowGrain : std::max<int64_t>(1, (w.rows + pool.size() - 1) / pool.size());
-  const BlockQ8* x = p.xq;
   pool.parallel_for(w.rows, [&](int64_t r0, int64_t r1) {
     for (int64_t t0 = 0; t0 < p.T; t0 += kTokenTile) {
-      QuantTile tile{w.type, w.data.data() + r0 * w.row_bytes, w.row_bytes, w.cols, r1 - r0,
-                     x + t0 * nb, std::min(kTokenTile, p.T - t0), p.y + t0 * w.rows + r0, w.rows};
+      const QuantTile tile{w.type, w.data.data() + r0 * w.row_bytes, w.row_bytes, w.cols, r1 - r0,
+                           p.xq, t0, std::min(kTokenTile, p.T - t0), p.y + t0 * w.rows + r0, w.rows};
       quant_gemm_tile(tile, p.isa);
     }
     if (p.bias)

@@ -23,15 +23,16 @@ struct QuantMatrix {
   bool empty() const { return rows == 0; }
 };
 
-// y[T, w.rows] = x[T, w.cols] * W^T (+ bias[w.rows] if non-null); xq: scratch for the
-// quantized activations, [T, w.cols / 32] blocks.
+// y[T, w.rows] = x[T, w.cols] * W^T (+ bias[w.rows] if non-null); xq: the caller's scratch for
+// the quantized activations (resized here; keep it across calls so it is allocated once).
 struct QuantMatmulParams {
   const float* x = nullptr;
   const QuantMatrix* w = nullptr;
   const float* bias = nullptr;
   float* y = nullptr;
   int64_t T = 0;
-  BlockQ8* xq = nullptr;
+  Q8Rows* xq = nullptr;
+  bool x_quantized = false;  // xq already holds x (the previous call's input): skip quantizing
   CpuIsa isa = best_cpu_isa();
 };
 void quant_matmul(const QuantMatmulParams& p, ThreadPool& pool);
