@@ -1,7 +1,7 @@
 // quant_dot.h (cpu): dot products of ggml-quantized weight rows with Q8-quantized activations.
 //
 // The fast CPU matmul keeps a GGUF file's weights in their block format (4 or 8 bits a weight)
-// and quantizes each activation row to 8 bits in blocks of 32 (BlockQ8), so a decode GEMV reads
+// and quantizes each activation row to 8 bits in blocks of 32 (Q8Rows), so a decode GEMV reads
 // ~0.6 bytes a weight instead of fp32's 4 and the inner loop is an int8 dot product.
 //
 // Weight blocks are ggml's, byte for byte (loader/dequant_*.cpp gives their values):
