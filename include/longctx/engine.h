@@ -45,6 +45,10 @@ struct LoadOptions {
   // Llama-3-8B at 1M tokens fits one 141 GB GPU; the prefill then runs layer by layer). The CPU
   // path keeps its own cache and rejects "fp8" with --device cpu.
   std::string kv_cache = "bf16";
+  // CPU matmul weights: "fp32" (dequantized at load: the exact reference path) or "quantized"
+  // (the file's 4/8-bit blocks with 8-bit activations: several times less memory traffic per
+  // token; model/quant_weights.h). The CLI defaults to "quantized".
+  std::string cpu_weights = "fp32";
 };
 
 struct SamplingParams {

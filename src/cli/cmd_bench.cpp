@@ -69,6 +69,7 @@ struct BenchArgs {
   int64_t chunk = LoadOptions{}.prefill_chunk;  // CPU prefill chunk
   bool synthetic_qk = false;  // GPU: Q/K replaced by structured synthetic vectors after RoPE
   std::string kv_cache = "bf16";  // GPU KV cache: bf16 or fp8
+  std::string cpu_weights = kCliCpuWeights;
 };
 
 double matmul_params(const ModelConfig& c) {
@@ -123,6 +124,7 @@ void run(const BenchArgs& a) {
   lo.gpu_chunk = a.gpu_chunk;
   lo.synthetic_qk = a.synthetic_qk;
   lo.kv_cache = a.kv_cache;
+  lo.cpu_weights = a.cpu_weights;
   lo.prefill_chunk = a.chunk;
   // A random-weight geometry has no trained context to respect: allow the longest run.
   if (random) lo.max_context = longest + a.decode;
@@ -158,6 +160,7 @@ void run(const BenchArgs& a) {
   if (random) out["random_weights"] = a.random_weights;
   if (a.synthetic_qk) out["synthetic_qk"] = true;
   if (gpu) out["kv_cache_type"] = a.kv_cache;  // the CPU path keeps fp32 K/V
+  if (!gpu) out["cpu_weights"] = a.cpu_weights;
   out["matmul_params"] = matmul_params(eng->config());
   if (peak > 0) out["peak_bf16_flops"] = peak;
   out["results"] = nlohmann::json::array();
@@ -266,6 +269,7 @@ void register_bench(CLI::App& app) {
   m->add_option("--repeats", args->repeats, "Runs per length (the best is reported)")->check(integer_at_least(1));
   m->add_option("--attn", args->attn, "Attention method: " + known_methods() + "; per phase: 'prefill:X;decode:Y'");
   add_device(m, args->device);
+  add_cpu_weights(m, args->cpu_weights);
   m->add_option("--random-weights", args->random_weights,
                 "Random weights of a named geometry instead of -m (llama3-8b, llama3.1-8b, qwen2.5-7b, smollm2-135m, "
                 "gemma3-270m; "

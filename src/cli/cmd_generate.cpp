@@ -23,6 +23,7 @@ namespace {
 struct GenerateArgs {
   std::string model, prompt, file, chat, system, attn = "dense", device = "cpu";
   std::string kv_cache = "bf16";
+  std::string cpu_weights = kCliCpuWeights;
   int64_t gpu_chunk = 0;  // prefill chunk on the GPU (0 = automatic)
   int n = 128, top_k = 0, threads = 0;
   float temp = 0.f, top_p = 1.f;
@@ -58,6 +59,7 @@ void run(const GenerateArgs& a) {
   lo.prefill_chunk = a.chunk;
   lo.device = a.device;
   lo.kv_cache = a.kv_cache;
+  lo.cpu_weights = a.cpu_weights;
   lo.gpu_chunk = a.gpu_chunk;
   auto eng = Engine::load(lo);
   const auto prompt = build_prompt(a, eng->tokenizer());
@@ -128,6 +130,7 @@ void register_generate(CLI::App& app) {
   c->add_option("--stop", args->stop, "Stop string (repeatable)")->default_str("");
   c->add_option("--attn", args->attn, "Attention method: " + known_methods() + "; per phase: 'prefill:X;decode:Y'");
   add_device(c, args->device);
+  add_cpu_weights(c, args->cpu_weights);
   c->add_option("--kv-cache", args->kv_cache,
                 "GPU KV cache: bf16, or fp8 (e4m3 with per-layer scales: half the memory; prefill runs layer by layer)")
       ->check(one_of({"bf16", "fp8"}, "KV cache type"));

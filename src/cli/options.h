@@ -5,6 +5,7 @@
 //   -t,--threads N          CPU threads (0 = all cores; above the core count: capped, with a warning)
 //   --device cpu|cuda|auto  where the model runs
 //   --prefill-chunk N       prefill chunk in tokens (CPU; --gpu-chunk is the GPU's)
+//   --cpu-weights quantized|fp32  CPU matmuls on the file's quantized blocks (fast) or on fp32
 //   -c,--max-context N      context limit; past the model's trained context only with --extrapolate
 //   -n,--max-new-tokens N   tokens to generate
 //   --seed N                random seed (>= 0)
@@ -180,6 +181,15 @@ inline CLI::Option* add_threads(CLI::App* c, int& threads) {
 inline CLI::Option* add_device(CLI::App* c, std::string& device) {
   return c->add_option("--device", device, "cpu, cuda (the GPU; fails if unusable) or auto (the GPU when usable, else the CPU)")
       ->check(one_of({"cpu", "cuda", "auto"}, "device"));
+}
+
+// The CLI runs the CPU path on the quantized weights by default (LoadOptions keeps "fp32").
+constexpr const char* kCliCpuWeights = "quantized";
+inline CLI::Option* add_cpu_weights(CLI::App* c, std::string& cpu_weights) {
+  return c->add_option("--cpu-weights", cpu_weights,
+                       "CPU matmul weights: quantized (the file's 4/8-bit blocks, 8-bit activations: fast) or fp32 "
+                       "(dequantized at load: the exact reference)")
+      ->check(one_of({"quantized", "fp32"}, "CPU weights"));
 }
 
 inline CLI::Option* add_prefill_chunk(CLI::App* c, int64_t& chunk) {

@@ -47,9 +47,9 @@ void Transformer::project(const LayerRows& r, float* h, float* q) {
   auto bias = [](const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); };
   const float off = cfg_.norm_offset;
   rmsnorm_ref(r.x, L.attn_norm.data(), h, r.T, E, cfg_.rms_eps, pool_, off);
-  matmul_ref({h, L.wq.data(), bias(L.bq), q, r.T, E, Q}, pool_);
-  matmul_ref({h, L.wk.data(), bias(L.bk), kc, r.T, E, KV}, pool_);
-  matmul_ref({h, L.wv.data(), bias(L.bv), vc, r.T, E, KV}, pool_);
+  matmul({h, L.wq.data(), bias(L.bq), q, r.T, E, Q}, quant(r.l, &QuantLayerWeights::wq));
+  matmul({h, L.wk.data(), bias(L.bk), kc, r.T, E, KV}, quant(r.l, &QuantLayerWeights::wk), kSameInput);
+  matmul({h, L.wv.data(), bias(L.bv), vc, r.T, E, KV}, quant(r.l, &QuantLayerWeights::wv), kSameInput);
   if (cfg_.qk_norm) {  // per head: rows of head_dim
     rmsnorm_ref(q, L.q_norm.data(), q, r.T * cfg_.n_head, D, cfg_.rms_eps, pool_, off);
     rmsnorm_ref(kc, L.k_norm.data(), kc, r.T * cfg_.n_kv_head, D, cfg_.rms_eps, pool_, off);
@@ -58,6 +58,17 @@ void Transformer::project(const LayerRows& r, float* h, float* q) {
   const LayerRope rope = layer_rope(r.l);
   rope_apply_ref(q, r.T, cfg_.n_head, int(D), r.pos0, rope.inv_freq, pool_, rope.factor);
   rope_apply_ref(kc, r.T, cfg_.n_kv_head, int(D), r.pos0, rope.inv_freq, pool_, rope.factor);
+}
+
+void Transformer::matmul(const MatmulParams& p, const QuantMatrix* q, bool same_input) {
+  if (!q || q->empty()) {
+    xq_input_ = {};  // a later same_input call has nothing to reuse
+    return matmul_ref(p, pool_);
+  }
+  const QuantizedInput key{p.x, p.T, p.n_in};
+  const bool reuse = same_input && xq_input_ == key;
+  quant_matmul({.x = p.x, .w = q, .bias = p.bias, .y = p.y, .T = p.T, .xq = &xq_, .x_quantized = reuse}, pool_);
+  xq_input_ = key;
 }
 
 void Transformer::attend(const AttnParams& ap, SequenceState& seq, Phase phase) {
@@ -97,17 +108,17 @@ void Transformer::out_and_mlp(int l, int64_t T, float* x, Scratch& s) {
   const int64_t E = cfg_.n_embd, Q = int64_t(cfg_.n_head) * cfg_.head_dim, F = cfg_.n_ff;
   const LayerRows r{l, T, 0, x};  // the rows (positions are not needed past attention)
   const float off = cfg_.norm_offset;
-  matmul_ref({s.o.data(), L.wo.data(), nullptr, s.h.data(), r.T, Q, E}, pool_);
+  matmul({s.o.data(), L.wo.data(), nullptr, s.h.data(), r.T, Q, E}, quant(l, &QuantLayerWeights::wo));
   if (cfg_.post_norms) rmsnorm_ref(s.h.data(), L.attn_post_norm.data(), s.h.data(), r.T, E, cfg_.rms_eps, pool_, off);
   add_ref(r.x, s.h.data(), r.T * E);
   rmsnorm_ref(r.x, L.ffn_norm.data(), s.h.data(), r.T, E, cfg_.rms_eps, pool_, off);
-  matmul_ref({s.h.data(), L.w_gate.data(), nullptr, s.g.data(), r.T, E, F}, pool_);
-  matmul_ref({s.h.data(), L.w_up.data(), nullptr, s.u.data(), r.T, E, F}, pool_);
+  matmul({s.h.data(), L.w_gate.data(), nullptr, s.g.data(), r.T, E, F}, quant(l, &QuantLayerWeights::w_gate));
+  matmul({s.h.data(), L.w_up.data(), nullptr, s.u.data(), r.T, E, F}, quant(l, &QuantLayerWeights::w_up), kSameInput);
   if (cfg_.activation == "gelu_tanh")
     gelu_tanh_mul_ref(s.g.data(), s.u.data(), r.T * F, pool_);
   else
     silu_mul_ref(s.g.data(), s.u.data(), r.T * F, pool_);
-  matmul_ref({s.g.data(), L.w_down.data(), nullptr, s.h.data(), r.T, F, E}, pool_);
+  matmul({s.g.data(), L.w_down.data(), nullptr, s.h.data(), r.T, F, E}, quant(l, &QuantLayerWeights::w_down));
   if (cfg_.post_norms) rmsnorm_ref(s.h.data(), L.ffn_post_norm.data(), s.h.data(), r.T, E, cfg_.rms_eps, pool_, off);
   add_ref(r.x, s.h.data(), r.T * E);
 }
@@ -133,7 +144,7 @@ void Transformer::head_rows(const float* x, int64_t rows, std::vector<float>& lo
   std::vector<float> h(size_t(rows * E));  // [rows, E]
   rmsnorm_ref(x, w_.out_norm.data(), h.data(), rows, E, cfg_.rms_eps, pool_, cfg_.norm_offset);
   logits.resize(size_t(rows * V));
-  matmul_ref({h.data(), w_.output().data(), nullptr, logits.data(), rows, E, V}, pool_);
+  matmul({h.data(), w_.output().data(), nullptr, logits.data(), rows, E, V}, w_.quant ? &w_.quant->output : nullptr);
 }
 
 void Transformer::check_room(int64_t pos0, int64_t T) const {
@@ -205,9 +216,9 @@ void Transformer::decode_batch(std::span<SequenceState* const> seqs, std::span<c
   for (int l = 0; l < cfg_.n_layer; ++l) {
     const LayerWeights& L = w_.layers[size_t(l)];
     rmsnorm_ref(x.data(), L.attn_norm.data(), s.h.data(), n, E, cfg_.rms_eps, pool_, off);
-    matmul_ref({s.h.data(), L.wq.data(), bias(L.bq), q.data(), n, E, Q}, pool_);
-    matmul_ref({s.h.data(), L.wk.data(), bias(L.bk), k.data(), n, E, KV}, pool_);
-    matmul_ref({s.h.data(), L.wv.data(), bias(L.bv), v.data(), n, E, KV}, pool_);
+    matmul({s.h.data(), L.wq.data(), bias(L.bq), q.data(), n, E, Q}, quant(l, &QuantLayerWeights::wq));
+    matmul({s.h.data(), L.wk.data(), bias(L.bk), k.data(), n, E, KV}, quant(l, &QuantLayerWeights::wk), kSameInput);
+    matmul({s.h.data(), L.wv.data(), bias(L.bv), v.data(), n, E, KV}, quant(l, &QuantLayerWeights::wv), kSameInput);
     if (cfg_.qk_norm) {  // per head: rows of head_dim
       rmsnorm_ref(q.data(), L.q_norm.data(), q.data(), n * cfg_.n_head, D, cfg_.rms_eps, pool_, off);
       rmsnorm_ref(k.data(), L.k_norm.data(), k.data(), n * cfg_.n_kv_head, D, cfg_.rms_eps, pool_, off);

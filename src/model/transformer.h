@@ -18,6 +18,7 @@
 #include <span>
 #include <vector>
 
+#include "kernels/ref/ops.h"
 #include "model/attn_capture.h"
 #include "model/config.h"
 #include "model/kv_cache.h"
@@ -127,9 +128,25 @@ class Transformer {
   }
   // Attention of one step of seq (its method and state) through attend_cpu.
   void attend(const AttnParams& ap, SequenceState& seq, Phase phase);
+  // Every weight matmul goes here: y = x W^T on the quantized kernels when W has a quantized copy
+  // (q non-null and non-empty: --cpu-weights quantized), else on the exact fp32 matmul_ref.
+  // same_input: x is the previous matmul's input, unchanged (Q/K/V, gate/up), so its quantized
+  // form is reused when that call quantized it.
+  static constexpr bool kSameInput = true;
+  void matmul(const MatmulParams& p, const QuantMatrix* q, bool same_input = false);
+  // Layer l's quantized copy of one matrix (e.g. &QuantLayerWeights::wq); null on the fp32 path.
+  const QuantMatrix* quant(int l, QuantMatrix QuantLayerWeights::*m) const {
+    return w_.quant ? &(w_.quant->layers[size_t(l)].*m) : nullptr;
+  }
 
   ModelConfig cfg_;
   ModelWeights w_;
+  Q8Rows xq_;  // matmul's quantized activations
+  struct QuantizedInput {  // which input xq_ holds
+    const float* x = nullptr;
+    int64_t T = 0, n_in = 0;
+    bool operator==(const QuantizedInput&) const = default;
+  } xq_input_;
   std::shared_ptr<const AttentionMethod> method_;  // shared, immutable
   ThreadPool& pool_;
   SequenceState own_;            // the sequence forward() uses unless another is attached

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "model/qk_permute.h"
+#include "model/tensor_names.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 
@@ -12,36 +13,7 @@ namespace longctx {
 
 namespace {
 
-// Canonical tensor -> name in each format ({} = layer index).
-struct TensorName {
-  const char* gguf;
-  const char* hf;
-};
-constexpr TensorName kEmbd{"token_embd.weight", "model.embed_tokens.weight"};
-constexpr TensorName kOutNorm{"output_norm.weight", "model.norm.weight"};
-constexpr TensorName kOutput{"output.weight", "lm_head.weight"};
-constexpr TensorName kAttnNorm{"blk.{}.attn_norm.weight", "model.layers.{}.input_layernorm.weight"};
-constexpr TensorName kWq{"blk.{}.attn_q.weight", "model.layers.{}.self_attn.q_proj.weight"};
-constexpr TensorName kWk{"blk.{}.attn_k.weight", "model.layers.{}.self_attn.k_proj.weight"};
-constexpr TensorName kWv{"blk.{}.attn_v.weight", "model.layers.{}.self_attn.v_proj.weight"};
-constexpr TensorName kWo{"blk.{}.attn_output.weight", "model.layers.{}.self_attn.o_proj.weight"};
-constexpr TensorName kBq{"blk.{}.attn_q.bias", "model.layers.{}.self_attn.q_proj.bias"};
-constexpr TensorName kBk{"blk.{}.attn_k.bias", "model.layers.{}.self_attn.k_proj.bias"};
-constexpr TensorName kBv{"blk.{}.attn_v.bias", "model.layers.{}.self_attn.v_proj.bias"};
-constexpr TensorName kFfnNorm{"blk.{}.ffn_norm.weight", "model.layers.{}.post_attention_layernorm.weight"};
-constexpr TensorName kQNorm{"blk.{}.attn_q_norm.weight", "model.layers.{}.self_attn.q_norm.weight"};
-constexpr TensorName kKNorm{"blk.{}.attn_k_norm.weight", "model.layers.{}.self_attn.k_norm.weight"};
-// Gemma 3's sandwich norms: HF's post_attention_layernorm is on the attention output there, and
-// its pre-MLP norm is pre_feedforward_layernorm (GGUF keeps ffn_norm for the pre-MLP norm).
-constexpr TensorName kAttnPostNorm{"blk.{}.post_attention_norm.weight", "model.layers.{}.post_attention_layernorm.weight"};
-constexpr TensorName kFfnPreNorm{"blk.{}.ffn_norm.weight", "model.layers.{}.pre_feedforward_layernorm.weight"};
-constexpr TensorName kFfnPostNorm{"blk.{}.post_ffw_norm.weight", "model.layers.{}.post_feedforward_layernorm.weight"};
-// Phi-3's fused projections: rows [Q | K | V] and [gate | up].
-constexpr TensorName kWqkv{"blk.{}.attn_qkv.weight", "model.layers.{}.self_attn.qkv_proj.weight"};
-constexpr TensorName kGateUp{"blk.{}.ffn_up.weight", "model.layers.{}.mlp.gate_up_proj.weight"};
-constexpr TensorName kGate{"blk.{}.ffn_gate.weight", "model.layers.{}.mlp.gate_proj.weight"};
-constexpr TensorName kUp{"blk.{}.ffn_up.weight", "model.layers.{}.mlp.up_proj.weight"};
-constexpr TensorName kDown{"blk.{}.ffn_down.weight", "model.layers.{}.mlp.down_proj.weight"};
+using namespace tensor_names;
 
 class Reader {
  public:
@@ -87,7 +59,29 @@ class Reader {
 
 }  // namespace
 
-ModelWeights ModelWeights::load(const ModelFile& mf, const ModelConfig& c) {
+CpuWeights parse_cpu_weights(const std::string& name) {
+  if (name == "fp32") return CpuWeights::fp32;
+  if (name == "quantized") return CpuWeights::quantized;
+  fail("unknown CPU weights '{}' (known: fp32, quantized)", name);
+}
+
+namespace {
+// Frees the fp32 copy of every matrix that has a quantized one.
+void drop_quantized(ModelWeights& w) {
+  auto drop = [](std::vector<float>& m, const QuantMatrix& q) {
+    if (!q.empty()) std::vector<float>().swap(m);
+  };
+  if (!w.lm_head.empty()) drop(w.lm_head, w.quant->output);
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    LayerWeights& L = w.layers[l];
+    const QuantLayerWeights& Q = w.quant->layers[l];
+    drop(L.wq, Q.wq), drop(L.wk, Q.wk), drop(L.wv, Q.wv), drop(L.wo, Q.wo);
+    drop(L.w_gate, Q.w_gate), drop(L.w_up, Q.w_up), drop(L.w_down, Q.w_down);
+  }
+}
+}  // namespace
+
+ModelWeights ModelWeights::load(const ModelFile& mf, const ModelConfig& c, CpuWeights mode) {
   Reader r(mf);
   ModelWeights w;
   const int64_t E = c.n_embd, D = c.head_dim, Q = int64_t(c.n_head) * D, KV = int64_t(c.n_kv_head) * D;
@@ -152,6 +146,10 @@ ModelWeights ModelWeights::load(const ModelFile& mf, const ModelConfig& c) {
       L.w_up = r.read(kUp, {c.n_ff, E}, l);
     }
     L.w_down = r.read(kDown, {E, c.n_ff}, l);
+  }
+  if (mode == CpuWeights::quantized) {
+    w.quant = std::make_shared<const QuantModelWeights>(QuantModelWeights::load(mf, c));
+    drop_quantized(w);
   }
   return w;
 }

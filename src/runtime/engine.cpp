@@ -54,6 +54,7 @@ class CpuEngine final : public Engine {
     if (opts_.prefill_chunk <= 0) fail("prefill chunk must be positive (got {})", opts_.prefill_chunk);
     if (opts_.device != "cpu" && opts_.device != "cuda" && opts_.device != "auto")
       fail("unknown device '{}' (expected cpu, cuda or auto)", opts_.device);
+    parse_cpu_weights(opts_.cpu_weights);  // a bad name fails before the model loads
     const bool random = !opts_.random_weights.empty();
 #ifndef LONGCTX_WITH_GPU
     if (random) fail("--random-weights generates the weights on a GPU, but this longctx was built without CUDA");
@@ -381,7 +382,8 @@ class CpuEngine final : public Engine {
     }
     MethodContext mc{cfg_.n_layer, cfg_.n_head, cfg_.n_kv_head, cfg_.head_dim, cfg_.name};
     auto method = make_attention_method(opts_.attn, mc);
-    model_ = std::make_unique<Transformer>(cfg_, ModelWeights::load(*file_, cfg_), std::move(method), global_pool());
+    model_ = std::make_unique<Transformer>(cfg_, ModelWeights::load(*file_, cfg_, parse_cpu_weights(opts_.cpu_weights)),
+                                           std::move(method), global_pool());
   }
 
   int64_t chunk_size() const {

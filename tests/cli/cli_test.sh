@@ -42,6 +42,7 @@ expect_ok generate "$BIN" generate -m "$M" -p "the theater" -n 5 -q
 expect_ok generate_json "$BIN" generate -m "$M" -p "the theater" -n 5 --json
 python3 -c "import json,sys; d=json.load(open('$TMP/out')); assert len(d['tokens'])==5 and d['timings']['prefill_s']>0" \
   && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL json output"; cat "$TMP/out"; }
+expect_ok generate_fp32_weights "$BIN" generate -m "$M" -p "the theater" -n 3 -q --cpu-weights fp32
 expect_ok generate_hf "$BIN" generate -m "$TMP/m/hf" --chat "hi" -n 3 --temp 0.8 --top-k 5 --top-p 0.9 --seed 1 -q
 expect_ok inspect "$BIN" inspect "$M"
 expect_in inspect_output "tiny llama" out
@@ -87,6 +88,9 @@ expect_usage stray_argument "unexpected argument 'extra' for 'longctx inspect'" 
 expect_usage negative_threads "--threads: must not be negative (got -4" "$BIN" generate -m "$NOPE" -p hi -t -4
 expect_usage bad_device "unknown device 'gpu' (expected cpu, cuda or auto)" "$BIN" generate -m "$NOPE" -p hi --device gpu
 expect_usage bad_kv "unknown KV cache type 'fp4'" "$BIN" generate -m "$NOPE" -p hi --kv-cache fp4
+expect_usage bad_cpu_weights "unknown CPU weights 'int4' (expected quantized or fp32)" \
+  "$BIN" generate -m "$NOPE" -p hi --cpu-weights int4
+expect_usage bench_cpu_weights "unknown CPU weights 'int4'" "$BIN" bench model -m "$NOPE" --cpu-weights int4
 expect_usage missing_file "no such file '$TMP/nofile.txt'" "$BIN" generate -m "$NOPE" -f "$TMP/nofile.txt"
 expect_usage folder_file "is a folder, not a file" "$BIN" generate -m "$NOPE" -f "$TMP"
 expect_usage past_context "-c 100000 is past the trained context" "$BIN" generate -m "$M" -p hi -c 100000
