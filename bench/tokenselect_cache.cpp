@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -42,6 +43,15 @@ struct Args {
   std::vector<double> thetas = {0.5, 0.7, 0.8, 0.9, 0.95};
 };
 
+template <class T>
+T number(const std::string& flag, const std::string& text) {
+  T v{};
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size())
+    fail("{} expects a number (got '{}')", flag, text);
+  return v;
+}
+
 Args parse(int argc, char** argv) {
   Args a;
   auto value = [&](int& i) -> std::string {
@@ -53,13 +63,13 @@ Args parse(int argc, char** argv) {
     if (f == "-m") a.model = value(i);
     else if (f == "--text") a.text = value(i);
     else if (f == "--json") a.json = value(i);
-    else if (f == "--tokens") a.tokens = std::stoll(value(i));
-    else if (f == "--steps") a.steps = std::stoll(value(i));
-    else if (f == "--threads") a.threads = std::stoi(value(i));
+    else if (f == "--tokens") a.tokens = number<int64_t>(f, value(i));
+    else if (f == "--steps") a.steps = number<int64_t>(f, value(i));
+    else if (f == "--threads") a.threads = number<int>(f, value(i));
     else if (f == "--thetas") {
       a.thetas.clear();
       std::stringstream ss(value(i));
-      for (std::string x; std::getline(ss, x, ',');) a.thetas.push_back(std::stod(x));
+      for (std::string x; std::getline(ss, x, ',');) a.thetas.push_back(number<double>(f, x));
     } else {
       fail("unknown option '{}' (-m, --text, --tokens, --steps, --thetas, --threads, --json)", f);
     }

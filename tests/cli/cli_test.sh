@@ -91,6 +91,7 @@ expect_usage bad_kv "unknown KV cache type 'fp4'" "$BIN" generate -m "$NOPE" -p 
 expect_usage bad_cpu_weights "unknown CPU weights 'int4' (expected quantized or fp32)" \
   "$BIN" generate -m "$NOPE" -p hi --cpu-weights int4
 expect_usage bench_cpu_weights "unknown CPU weights 'int4'" "$BIN" bench model -m "$NOPE" --cpu-weights int4
+expect_usage serve_cpu_weights "unknown CPU weights 'int4'" "$BIN" serve -m "$NOPE" --cpu-weights int4
 expect_usage missing_file "no such file '$TMP/nofile.txt'" "$BIN" generate -m "$NOPE" -f "$TMP/nofile.txt"
 expect_usage folder_file "is a folder, not a file" "$BIN" generate -m "$NOPE" -f "$TMP"
 expect_usage past_context "-c 100000 is past the trained context" "$BIN" generate -m "$M" -p hi -c 100000
