@@ -3,6 +3,9 @@
 #   carry_pack BUILD CARRY PART   here: stripped longctx + test_gpu as one .tar.xz, the shared
 #                                 libraries the GPU machine lacks, and optionally one half
 #                                 (PART 1 or 2) of the default model (too big for one transfer)
+#   carry_libs DEST BINARY...    here: copy the shared libraries the binaries need beyond the GPU
+#                                 machine's own (CUDA, libc) into DEST (also used by the --pack
+#                                 modes of gpu-suite.sh and gpu-tokenselect.sh)
 #   carry_unpack CARRY BIN        there: unpack the binaries into BIN, point LD_LIBRARY_PATH at
 #                                 the carried libraries
 #   record_env FILE COMMIT        there: GPU name, clocks, driver, commit, date
@@ -13,20 +16,24 @@
 MODEL_NAME=SmolLM2-135M-Instruct.Q4_1.gguf
 MODEL_SHA=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 
+carry_libs() {
+  local dest=$1 lib; shift
+  mkdir -p "$dest"
+  for lib in $(ldd "$@" | awk '/=> \// {print $3}' | sort -u); do
+    case "$(basename "$lib")" in
+      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libgcc_s.so*|ld-linux*|libcublas*|libcuda*) ;;
+      *) cp -L "$lib" "$dest/" ;;
+    esac
+  done
+}
+
 carry_pack() {
   local build=$1 carry=$2 part=${3:-} tmp=/tmp/gpu-carry-pack
   rm -rf "$carry" "$tmp" && mkdir -p "$carry/lib" "$tmp"
   cp "$build/src/cli/longctx" "$build/tests/gpu/test_gpu" "$tmp/"
   strip "$tmp/longctx" "$tmp/test_gpu"
   tar -C "$tmp" -cJf "$carry/bin.tar.xz" longctx test_gpu
-  # The shared libraries the binaries need beyond the CUDA machine's own (CUDA, libc).
-  local lib
-  for lib in $(ldd "$build/src/cli/longctx" "$build/tests/gpu/test_gpu" | awk '/=> \// {print $3}' | sort -u); do
-    case "$(basename "$lib")" in
-      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libgcc_s.so*|ld-linux*|libcublas*|libcuda*) ;;
-      *) cp -L "$lib" "$carry/lib/" ;;
-    esac
-  done
+  carry_libs "$carry/lib" "$build/src/cli/longctx" "$build/tests/gpu/test_gpu"
   if [ -n "$part" ]; then
     local m="${LONGCTX_CACHE:-$HOME/.cache/longctx}/models/$MODEL_NAME"
     local half=$(( ($(stat -c %s "$m") + 1) / 2 ))

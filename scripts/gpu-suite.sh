@@ -20,12 +20,8 @@ if [ "${1:-}" = "--pack" ]; then
     [ -x "$t" ] && cp "$t" "$stage/"
   done
   strip "$stage"/test_*
-  for lib in $(ldd "$stage"/test_* | awk '/=> \// {print $3}' | sort -u); do
-    case "$(basename "$lib")" in
-      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libgcc_s.so*|ld-linux*|libcublas*|libcuda*) ;;
-      *) cp -L "$lib" "$stage/lib/" ;;
-    esac
-  done
+  source "$(dirname "$0")/gpu-carry.sh"
+  carry_libs "$stage/lib" "$stage"/test_*
   rm -rf "$carry" && mkdir -p "$carry"
   tar -C "$stage" -cJf "$carry/bin.tar.xz" . && rm -rf "$stage"
   cp "$0" "$carry/"

@@ -20,12 +20,8 @@ if [ "${1:-}" = "--pack" ]; then
   cp "$build/bench/longctx_bench_tokenselect" "$carry/bench_tokenselect"
   cp bench/torch_baseline.py "$0" "$carry/"
   strip "$carry"/test_* "$carry/bench_tokenselect"
-  for lib in $(ldd "$carry/test_tokenselect_step" "$carry/bench_tokenselect" | awk '/=> \// {print $3}' | sort -u); do
-    case "$(basename "$lib")" in
-      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libgcc_s.so*|ld-linux*|libcublas*|libcuda*) ;;
-      *) cp -L "$lib" "$carry/lib/" ;;
-    esac
-  done
+  source "$(dirname "$0")/gpu-carry.sh"
+  carry_libs "$carry/lib" "$carry/test_tokenselect_step" "$carry/bench_tokenselect"
   # OpenBLAS alone is ~36 MB: carry one xz archive (the device run unpacks it) under the limit.
   tar -C "$carry" -cJf "$carry.tar.xz" . && rm -rf "$carry" && mkdir -p "$carry" && mv "$carry.tar.xz" "$carry/bin.tar.xz"
   cp "$0" "$carry/"
