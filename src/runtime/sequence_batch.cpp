@@ -1,10 +1,10 @@
 // sequence_batch.cpp: see sequence_batch.h. The batches share the request checks and the KV
-// budget (BatchBase, sequence_batch_base.h); the CPU batch steps every open sequence in one decode_batch call plus up to
-// one chunk of prefill tokens (prefilling sequences take turns), the serial batch runs one whole
-// sequence per step.
+// budget (BatchBase, sequence_batch_base.h); the CPU batch runs the step loop it shares with the
+// GPU batch (SteppingBatch, stepping_batch.h: one decode_batch call over every open sequence plus
+// up to one chunk of prefill tokens, prefilling sequences in turn); the serial batch runs one
+// whole sequence per step.
 #include "runtime/sequence_batch.h"
 
-#include <chrono>
 #include <cmath>
 #include <map>
 #include <vector>
@@ -13,14 +13,12 @@
 #include "model/transformer.h"
 #include "runtime/sequence_batch_base.h"
 #include "runtime/sequence_run.h"
+#include "runtime/stepping_batch.h"
 #include "util/error.h"
 
 namespace longctx {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // The fixed cost of one prefill forward call (every layer's small ops and thread-pool rounds), in
 // prompt tokens: on the 2-core CPU a 16-token prefill of SmolLM2-135M takes ~28% of a 512-token
@@ -30,57 +28,18 @@ constexpr int64_t kPieceOverheadTokens = 128;
 
 // ---- CPU: batched decode + interleaved prefill chunks ----
 
-class CpuBatch final : public BatchBase {
+class CpuBatch final : public SteppingBatch<SequenceState> {
  public:
-  CpuBatch(const CpuBatchModel& m, const BatchOptions& o) : BatchBase(m.max_context, o), m_(m) {
+  CpuBatch(const CpuBatchModel& m, const BatchOptions& o)
+      : SteppingBatch(m.max_context, o, m.tok, m.cfg.vocab_size, kPieceOverheadTokens), m_(m) {
     chunk_ = opts_.prefill_chunk > 0 ? opts_.prefill_chunk : m_.prefill_chunk;
   }
 
   int64_t open(const SequenceRequest& r) override {
-    admit(r);
-    auto s = std::make_unique<Slot>(next_id_++, r);
-    s->state = m_.model.new_sequence(s->reserved, method_for(r.attn));
-    open_.push_back(std::move(s));
-    ++stats_.prefilling;
-    return open_.back()->id;
-  }
-
-  void step(const SequenceEventFn& on_event) override {
-    ++stats_.steps;
-    decode(on_event);
-    prefill(on_event);
-    sweep();
-  }
-
-  void close(int64_t id) override {
-    for (auto& s : open_)
-      if (s->id == id) s->closed = true;
-    sweep();
-  }
-
-  BatchStats stats() const override {
-    BatchStats st = stats_;
-    st.kv_used = 0;
-    for (const auto& s : open_) st.kv_used += s->state->cache.size();
-    return st;
+    return open_slot(r, [&](int64_t reserved) { return m_.model.new_sequence(reserved, method_for(r.attn)); });
   }
 
  private:
-  struct Slot {
-    int64_t id;
-    std::vector<int32_t> prompt;
-    int64_t reserved;
-    bool logprobs;
-    SequenceRun run;
-    std::unique_ptr<SequenceState> state;
-    int64_t prefilled = 0;  // prompt tokens in the cache
-    int32_t pending = -1;   // the last sampled token, which the next decode step appends
-    bool closed = false;
-    Slot(int64_t i, const SequenceRequest& r)
-        : id(i), prompt(r.prompt), reserved(reservation(r)), logprobs(r.logprobs), run(r.sp, int64_t(r.prompt.size())) {}
-    bool prefilling() const { return prefilled < int64_t(prompt.size()); }
-  };
-
   std::string check_attn(const SequenceRequest& r) const override {
     try {
       method_for(r.attn);
@@ -101,99 +60,28 @@ class CpuBatch final : public BatchBase {
     return m;
   }
 
-  // Samples slot s's next token from its logits row and reports it.
-  void emit(Slot& s, std::span<const float> row, const SequenceEventFn& on_event) {
-    const SequenceEvent e = sample_event(s.id, s.run, m_.tok, row, s.logprobs, int64_t(s.prompt.size()), &s.pending);
-    if (!on_event(e) || e.finished) s.closed = true;
+  void decode_rows(const std::vector<SequenceState*>& seqs, const std::vector<int32_t>& ids) override {
+    m_.model.decode_batch(seqs, ids, logits_);
   }
 
-  // One batched decode step over every sequence with a pending token.
-  void decode(const SequenceEventFn& on_event) {
-    std::vector<Slot*> rows;
-    std::vector<SequenceState*> seqs;
-    std::vector<int32_t> ids;
-    for (auto& s : open_)
-      if (!s->closed && s->pending >= 0) {
-        rows.push_back(s.get());
-        seqs.push_back(s->state.get());
-        ids.push_back(s->pending);
-      }
-    if (rows.empty()) return;
-    const auto t0 = Clock::now();
-    m_.model.decode_batch(seqs, ids, logits_);  // [rows, vocab]
-    stats_.decode_s += seconds_since(t0);
-    stats_.decode_tokens += int64_t(rows.size());
-    const size_t V = size_t(m_.cfg.vocab_size);
-    for (size_t r = 0; r < rows.size(); ++r) {
-      emit(*rows[r], std::span<const float>(logits_.data() + r * V, V), on_event);
-    }
-  }
-
-  // Prefill of the sequences still in their prompt, taken in turn (round robin) within a budget of
-  // one chunk of tokens per step: several short prompts share a step, a long prompt takes one
-  // chunk of it, so a short prompt behind a long one waits one chunk, not all. Each sequence's
-  // pieces are generate's chunks (the same boundaries: the same greedy tokens); MInference-style
-  // methods that estimate per prompt take the whole prompt, layer-major, as generate does.
-  void prefill(const SequenceEventFn& on_event) {
-    int64_t budget = chunk_ + kPieceOverheadTokens;  // one full chunk always fits
-    for (size_t tries = open_.size(); tries > 0; --tries) {
-      Slot* s = next_prefilling();
-      if (!s) return;
-      const int64_t cost = std::min(chunk_, int64_t(s->prompt.size()) - s->prefilled) + kPieceOverheadTokens;
-      if (cost > budget) return;  // the step's budget is spent; its turn comes next step
-      last_prefill_ = s->id;
-      prefill_piece(*s, on_event);
-      budget -= cost;
-    }
-  }
-
-  // The next prefilling sequence after the last one served, else the first (nullptr: none).
-  Slot* next_prefilling() const {
-    Slot* s = nullptr;
-    for (auto& o : open_)
-      if (!o->closed && o->prefilling() && (!s || (s->id <= last_prefill_ && o->id > last_prefill_))) s = o.get();
-    return s;
-  }
-
-  // Runs slot s's next chunk (or its whole prompt: prompt-wide methods).
-  void prefill_piece(Slot& s, const SequenceEventFn& on_event) {
+  // Slot s's next chunk (generate's boundaries: the same greedy tokens), or its whole prompt,
+  // layer-major, for methods that estimate per prompt (MInference), as generate does.
+  int64_t prefill_piece(Slot& s) override {
     const int64_t n = int64_t(s.prompt.size()), c0 = s.prefilled;
-    const auto t0 = Clock::now();
-    int64_t c1 = n;
-    {
-      const Attached on(m_.model, s.state.get());
-      const std::span<const int32_t> p(s.prompt);
-      if (c0 == 0 && m_.model.prompt_wide(n, chunk_)) {
-        m_.model.forward_prompt(p, chunk_, 1, &logits_);
-      } else {
-        c1 = std::min(n, c0 + chunk_);
-        m_.model.forward(p.subspan(size_t(c0), size_t(c1 - c0)), c1 == n ? 1 : 0, &logits_);
-      }
+    const Attached on(m_.model, s.seq.get());
+    const std::span<const int32_t> p(s.prompt);
+    if (c0 == 0 && m_.model.prompt_wide(n, chunk_)) {
+      m_.model.forward_prompt(p, chunk_, 1, &logits_);
+      return n;
     }
-    stats_.prefill_s += seconds_since(t0);
-    stats_.prefill_tokens += c1 - c0;
-    s.prefilled = c1;
-    if (c1 == n) {
-      --stats_.prefilling;
-      emit(s, std::span<const float>(logits_.data(), size_t(m_.cfg.vocab_size)), on_event);
-    }
+    const int64_t c1 = std::min(n, c0 + chunk_);
+    m_.model.forward(p.subspan(size_t(c0), size_t(c1 - c0)), c1 == n ? 1 : 0, &logits_);
+    return c1;
   }
 
-  // Frees the closed sequences.
-  void sweep() {
-    std::erase_if(open_, [&](const std::unique_ptr<Slot>& s) {
-      if (!s->closed) return false;
-      if (s->prefilling()) --stats_.prefilling;
-      release(s->reserved);
-      return true;
-    });
-  }
+  int64_t seq_tokens(const SequenceState& seq) const override { return seq.cache.size(); }
 
   CpuBatchModel m_;
-  int64_t chunk_;
-  std::vector<std::unique_ptr<Slot>> open_;  // in arrival order (the oldest prefills first)
-  std::vector<float> logits_;                // [rows, vocab] scratch
-  int64_t last_prefill_ = 0;                 // id of the sequence the last prefill chunk was of
   mutable std::map<std::string, std::shared_ptr<const AttentionMethod>> methods_;
 };
 
