@@ -1,7 +1,8 @@
 // test_block_ops.cpp (tests/cuda): the op variants the Gemma 3 / Qwen3 / YaRN / LongRoPE blocks
 // need, vs fp64 twins of kernels/ref (the CPU forward's ops) on fresh random bf16 inputs:
 // embedding scale, RMSNorm over head_dim rows (QK-norm) and with add_to_y (post-norm residual
-// add), RoPE with a cos/sin factor (YaRN / LongRoPE attention factor), GELU-tanh gated MLP.
+// add), RoPE with a cos/sin factor (YaRN / LongRoPE attention factor); the GELU-tanh gated MLP is
+// tested with SiLU's in test_ops.cpp (OpsSmall.GeluTanhGated).
 // Tolerances as test_ops.cpp: one bf16 rounding of the output plus fp32 arithmetic.
 // Run: build-gpu/tests/cuda/test_cuda --gtest_filter='BlockOps*'
 #include <gtest/gtest.h>
@@ -132,36 +133,6 @@ TEST(BlockOpsSmall, RopeAttentionFactor) {
   std::printf("  rope factor %.4f d=%d: q %s | k %s\n", factor, d, eq.str().c_str(), ek.str().c_str());
   EXPECT_EQ(eq.n_bad + eq.n_nan, 0) << eq.str();
   EXPECT_EQ(ek.n_bad + ek.n_nan, 0) << ek.str();
-}
-
-TEST(BlockOpsSmall, GeluTanhGated) {
-  LC_REQUIRE_GPU();
-  const int64_t rows = 17, dim = 2048;
-  std::vector<double> gu;
-  auto h = random_bf16(size_t(rows) * 2 * dim, 4.0, gu);  // [rows][gate | up]
-  DevBuf buf(h.size() * 2), out(size_t(rows) * dim * 2);
-  buf.upload(h);
-  out.poison();
-  SwiGluParams p;
-  p.gate = buf.p;
-  p.up = static_cast<uint16_t*>(buf.p) + dim;
-  p.out = out.p;
-  p.n_rows = rows;
-  p.dim = dim;
-  p.gate_stride = p.up_stride = 2 * dim;
-  p.gelu_tanh = true;
-  swiglu(p);
-  device_sync();
-  std::vector<double> ref(size_t(rows) * dim);
-  const double k = std::sqrt(2.0 / 3.14159265358979323846);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < dim; ++j) {
-      const double g = gu[r * 2 * dim + j], u = gu[r * 2 * dim + dim + j];
-      ref[r * dim + j] = 0.5 * g * (1 + std::tanh(k * (g + 0.044715 * g * g * g))) * u;
-    }
-  const auto es = compare(to_double(out.download<uint16_t>(ref.size())), ref, 1e-3 * max_abs(ref), 8e-3);
-  std::printf("  gelu_tanh gated rows=%lld dim=%lld: %s\n", (long long)rows, (long long)dim, es.str().c_str());
-  EXPECT_EQ(es.n_bad + es.n_nan, 0) << es.str();
 }
 
 }  // namespace

@@ -185,11 +185,12 @@ TEST(OpsSmall, RopeLlama3) {
   run_rope(40, 8, 2, 64, 0, true, true);            // explicit random positions
 }
 
-TEST(OpsSmall, SwiGluFusedLayout) {
-  LC_REQUIRE_GPU();
-  const int64_t rows = 19, dim = 1024;
+// The gated MLP's activation on the fused [rows][gate | up] layout: SiLU (Llama) or GELU-tanh
+// (Gemma 3), vs fp64.
+void run_gated_mlp(int64_t rows, int64_t dim, bool gelu_tanh) {
+  SCOPED_TRACE(::testing::Message() << "rows=" << rows << " dim=" << dim << " gelu_tanh=" << gelu_tanh);
   std::vector<double> gu;
-  auto h = random_bf16(size_t(rows) * 2 * dim, 3.0, gu);  // [rows][gate | up]
+  auto h = random_bf16(size_t(rows) * 2 * dim, gelu_tanh ? 4.0 : 3.0, gu);  // [rows][gate | up]
   DevBuf buf(h.size() * 2), out(size_t(rows) * dim * 2);
   buf.upload(h);
   out.poison();
@@ -200,17 +201,31 @@ TEST(OpsSmall, SwiGluFusedLayout) {
   p.n_rows = rows;
   p.dim = dim;
   p.gate_stride = p.up_stride = 2 * dim;
+  p.gelu_tanh = gelu_tanh;
   swiglu(p);
   device_sync();
   std::vector<double> ref(size_t(rows) * dim);
+  const double k = std::sqrt(2.0 / std::numbers::pi);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < dim; ++j) {
       const double g = gu[r * 2 * dim + j], u = gu[r * 2 * dim + dim + j];
-      ref[r * dim + j] = g / (1 + std::exp(-g)) * u;
+      const double act = gelu_tanh ? 0.5 * g * (1 + std::tanh(k * (g + 0.044715 * g * g * g))) : g / (1 + std::exp(-g));
+      ref[r * dim + j] = act * u;
     }
   const auto es = compare(to_double(out.download<uint16_t>(ref.size())), ref, 1e-3 * max_abs(ref), 8e-3);
-  std::printf("  swiglu rows=%lld dim=%lld: %s\n", (long long)rows, (long long)dim, es.str().c_str());
+  std::printf("  %s gated rows=%lld dim=%lld: %s\n", gelu_tanh ? "gelu_tanh" : "swiglu", (long long)rows,
+              (long long)dim, es.str().c_str());
   EXPECT_EQ(es.n_bad + es.n_nan, 0) << es.str();
+}
+
+TEST(OpsSmall, SwiGluFusedLayout) {
+  LC_REQUIRE_GPU();
+  run_gated_mlp(19, 1024, false);
+}
+
+TEST(OpsSmall, GeluTanhGated) {
+  LC_REQUIRE_GPU();
+  run_gated_mlp(17, 2048, true);
 }
 
 TEST(OpsSmall, AddWithTail) {
