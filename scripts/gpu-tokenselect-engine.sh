@@ -14,6 +14,7 @@
 #   cmake --build build-gpu -j2 --target longctx test_gpu test_tokenselect_step
 #   bash scripts/gpu-tokenselect-engine.sh --pack build-gpu /work/main/.carry/ts-engine
 # Run on the device: OUT=$OUT BIN=.carry/ts-engine bash .carry/ts-engine/gpu-tokenselect-engine.sh
+# (env: STEPS to pick steps, ATTNS the --attn specs to bench, LENGTHS the bench lengths)
 set -uo pipefail
 if [ "${1:-}" = "--pack" ]; then
   build=$2 carry=$3 tmp=/tmp/ts-engine-pack
@@ -30,6 +31,8 @@ fi
 OUT=${OUT:-out}
 BIN=${BIN:-.carry/ts-engine}
 LENGTHS=${LENGTHS:-128k}
+ATTNS=${ATTNS:-dense tokenselect}  # one bench process each, in this order
+STEPS=${STEPS:-tests_engine tests_step bench tests_hooks memcheck}
 mkdir -p "$OUT" /tmp/ts-engine-bin && tar -xJf "$BIN/bin.tar.xz" -C /tmp/ts-engine-bin || exit 2
 export LD_LIBRARY_PATH="$BIN/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 X=/tmp/ts-engine-bin
@@ -47,16 +50,17 @@ step() {  # step NAME TIMEOUT CMD...: run, keep the log, report failure without 
   [ $rc = 0 ] || { echo "$name FAILED (rc=$rc)"; status=1; }
 }
 
-step tests_engine 60 "$X/test_gpu" --gtest_filter='GpuTokenSelect*'
-step tests_step 40 "$X/test_tokenselect_step"
-for attn in dense tokenselect; do
+has() { [[ " $STEPS " == *" $1 "* ]]; }
+has tests_engine && step tests_engine 60 "$X/test_gpu" --gtest_filter='GpuTokenSelect*'
+has tests_step && step tests_step 40 "$X/test_tokenselect_step"
+has bench && for attn in $ATTNS; do
   echo "== bench model --attn $attn --lengths $LENGTHS ($(date -u +%T))"
   timeout ${BENCH_TIMEOUT:-80} "$X/longctx" bench model --device cuda --random-weights llama3-8b --attn "$attn" \
-    --lengths "$LENGTHS" --decode 32 --json "$OUT/bench_$attn.json" > "$OUT/bench_$attn.log" 2>&1; rc=$?
-  tail -6 "$OUT/bench_$attn.log"
+    --lengths "$LENGTHS" --decode 32 --json "$OUT/bench_${attn//[=,]/_}.json" > "$OUT/bench_${attn//[=,]/_}.log" 2>&1; rc=$?
+  tail -6 "$OUT/bench_${attn//[=,]/_}.log"
   [ $rc = 0 ] || { echo "bench $attn FAILED (rc=$rc)"; status=1; }
 done
-step tests_hooks ${HOOKS_TIMEOUT:-60} "$X/test_gpu" --gtest_filter='GpuModel*:GpuGraph*:GpuBatch*:GpuMInference*:GpuFailure*:DeviceChoice*'
-step memcheck ${MEMCHECK_TIMEOUT:-45} compute-sanitizer --tool memcheck --error-exitcode 99 "$X/test_gpu" \
+has tests_hooks && step tests_hooks ${HOOKS_TIMEOUT:-60} "$X/test_gpu" --gtest_filter='GpuModel*:GpuGraph*:GpuBatch*:GpuMInference*:GpuFailure*:DeviceChoice*'
+has memcheck && step memcheck ${MEMCHECK_TIMEOUT:-45} compute-sanitizer --tool memcheck --error-exitcode 99 "$X/test_gpu" \
   --gtest_filter='GpuTokenSelect.MatchesCpuTokenSelect'
 exit $status

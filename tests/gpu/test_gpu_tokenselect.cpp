@@ -7,8 +7,8 @@
 // (2) a small budget (64 + 128 + 256 keys, sub-chunks of 256) over ~1.1K tokens: prefill rows and
 // teacher-forced decode logits equal the CPU TokenSelect's within bf16 tolerance (test_util.h:
 // both run the same bf16-valued weights; the GPU selects from bf16 Q/K, the CPU from fp32), and
-// each layer's last decode selection overlaps the CPU's (equal sets where no vote is near-tied:
-// the count of equal sets is printed); (3) the selection cache: theta > 1 never reuses (every
+// each layer's last decode selection equals the CPU's except for positions whose CPU vote is near
+// the k-th largest (within a factor 2; the count of exactly equal sets is printed); (3) the selection cache: theta > 1 never reuses (every
 // decode step of every layer selects) and matches the CPU with the cache disabled; theta = -1
 // reuses after the first selection, as the CPU does, and matches the CPU's logits; (4) what the
 // GPU refuses, before any work (no GPU needed): one phase only, vote=hard, keys=rotated.
@@ -17,7 +17,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <set>
+#include <functional>
+#include <iterator>
 
 #include "gpu/device_weights.h"
 #include "gpu/gpu_transformer.h"
@@ -25,6 +26,8 @@
 #include "methods/method.h"
 #include "methods/tokenselect/tokenselect_engine_gpu.h"
 #include "methods/tokenselect/tokenselect_method.h"
+#include "kernels/ref/paged_dot.h"
+#include "kernels/ref/soft_vote.h"
 #include "model/tiny_model.h"
 #include "model/transformer.h"
 #include "test_util.h"
@@ -147,6 +150,22 @@ double worst(const Rows& a, const Rows& b, const char* what) {
   return w;
 }
 
+// The CPU's soft vote of layer l's last decode selection (made over n_kv keys with query q):
+// vote [M] of the candidates n_init.. (kernels/ref, fp32, from the CPU cache's un-rotated keys).
+std::vector<float> cpu_votes(const CpuRun& c, const TokenSelectParams& t, int l, const std::vector<float>& q,
+                             int64_t n_kv) {
+  const ModelConfig& cfg = fixture().cfg;
+  const int64_t M = n_kv - t.n_init - t.n_local;
+  std::vector<int32_t> slots(static_cast<size_t>(M));
+  for (int64_t j = 0; j < M; ++j) slots[size_t(j)] = int32_t(t.n_init + j);
+  std::vector<float> scores(static_cast<size_t>(cfg.n_head * M)), vote(static_cast<size_t>(M));
+  paged_dot_ref({.q = q.data(), .k = c.seq->cache.k(l), .slots = slots.data(), .scores = scores.data(), .n_slot = M,
+                 .n_head = cfg.n_head, .n_kv_head = cfg.n_kv_head, .head_dim = cfg.head_dim},
+                global_pool());
+  soft_vote_ref(scores.data(), cfg.n_head, M, vote.data(), global_pool());
+  return vote;
+}
+
 std::vector<int32_t> decode_tokens() { return {5, 77, 200, 42, 9, 130}; }  // byte tokens: in every vocabulary
 
 // ---- no GPU needed --------------------------------------------------------------------------
@@ -242,19 +261,37 @@ TEST(GpuTokenSelect, MatchesCpuTokenSelect) {
       EXPECT_EQ(t.misses(), kLayers);
       EXPECT_EQ(t.hits(), kLayers * (steps - 1));
     }
-    // Each layer's last decode selection: the CPU's set (bf16 vs fp32 scores may swap near-tied votes).
+    // Each layer's last decode selection: the CPU's set, except where votes are near the k-th
+    // largest (the GPU selects from bf16 activations, the CPU from fp32: such votes may swap).
+    // Near: a CPU vote within a factor kNearTie of the k-th (the tail of a softmax: a score
+    // difference d changes a vote by a factor e^d, and bf16 activations move scores by ~1%).
+    constexpr double kNearTie = 2.0;
+    const auto method = make_attention_method(spec, ctx_of(fixture().cfg));
+    const TokenSelectParams tp = static_cast<const TokenSelectMethod&>(*method).params();
+    const int64_t sel_kv = int64_t(ids.size()) + (theta == "2" ? steps : 1);  // the last selection's keys
     int equal_sets = 0;
+    double worst_ratio = 1;
     for (int l = 0; l < kLayers; ++l) {
       const std::vector<int32_t> gs = t.selection(l, g.stream());
       ASSERT_LT(size_t(l), st.layers.size());
       const std::vector<int32_t>& cs = st.layers[size_t(l)].selected;
       ASSERT_EQ(gs.size(), cs.size());
-      const std::set<int32_t> a(cs.begin(), cs.end());
-      size_t common = 0;
-      for (int32_t p : gs) common += a.count(p);
       equal_sets += gs == cs;
-      EXPECT_GE(double(common), 0.95 * double(cs.size())) << spec << " layer " << l;
+      const std::vector<float> vote = cpu_votes(c, tp, l, st.layers[size_t(l)].q, sel_kv);
+      std::vector<float> sorted = vote;
+      std::nth_element(sorted.begin(), sorted.begin() + (tp.k - 1), sorted.end(), std::greater<float>());
+      const double kth = sorted[size_t(tp.k - 1)];
+      std::vector<int32_t> only;  // positions in exactly one of the sets
+      std::set_symmetric_difference(gs.begin(), gs.end(), cs.begin(), cs.end(), std::back_inserter(only));
+      for (int32_t p : only) {
+        const double r = double(vote[size_t(p - tp.n_init)]) / kth;
+        worst_ratio = std::max({worst_ratio, r, 1 / r});
+        EXPECT_TRUE(r <= kNearTie && r >= 1 / kNearTie) << spec << " layer " << l << ": position " << p
+                                                        << " vote / k-th vote " << r;
+      }
+      EXPECT_GE(double(gs.size() - only.size() / 2), 0.9 * double(cs.size())) << spec << " layer " << l;
     }
+    std::printf("%s: differing positions' vote within x%.3f of the k-th\n", spec.c_str(), worst_ratio);
     std::printf("%s: %d of %d layers select the CPU's exact set\n", spec.c_str(), equal_sets, kLayers);
   }
 }
