@@ -7,14 +7,16 @@
 // (2) a small budget (64 + 128 + 256 keys, sub-chunks of 256) over ~1.1K tokens: prefill rows and
 // teacher-forced decode logits equal the CPU TokenSelect's within bf16 tolerance (test_util.h:
 // both run the same bf16-valued weights; the GPU selects from bf16 Q/K, the CPU from fp32), and
-// each layer's last decode selection equals the CPU's except for positions whose CPU vote is near
-// the k-th largest (within a factor 2; the count of exactly equal sets is printed); (3) the selection cache: theta > 1 never reuses (every
+// each layer's last decode selection equals the CPU's up to near-ties: positions whose CPU vote is
+// within the measured GPU-vs-CPU vote disagreement of the k-th (last layer; 90% common elsewhere;
+// the count of exactly equal sets is printed); (3) the selection cache: theta > 1 never reuses (every
 // decode step of every layer selects) and matches the CPU with the cache disabled; theta = -1
 // reuses after the first selection, as the CPU does, and matches the CPU's logits; (4) what the
 // GPU refuses, before any work (no GPU needed): one phase only, vote=hard, keys=rotated.
 //   build-gpu/tests/gpu/test_gpu --gtest_filter='GpuTokenSelect*'
 #ifdef LONGCTX_WITH_GPU
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -261,37 +263,45 @@ TEST(GpuTokenSelect, MatchesCpuTokenSelect) {
       EXPECT_EQ(t.misses(), kLayers);
       EXPECT_EQ(t.hits(), kLayers * (steps - 1));
     }
-    // Each layer's last decode selection: the CPU's set, except where votes are near the k-th
-    // largest (the GPU selects from bf16 activations, the CPU from fp32: such votes may swap).
-    // Near: a CPU vote within a factor kNearTie of the k-th (the tail of a softmax: a score
-    // difference d changes a vote by a factor e^d, and bf16 activations move scores by ~1%).
-    constexpr double kNearTie = 2.0;
+    // Each layer's last decode selection: the CPU's set up to near-ties. The GPU votes from bf16
+    // activations, the CPU from fp32, so two votes near the k-th may swap. Near, measured: eps =
+    // the largest |log(GPU vote / CPU vote)| over the candidates that matter (CPU vote >= the
+    // k-th / 100) of the last layer, whose GPU vote is still on the device; a position in only one
+    // set must have its CPU vote within a factor e^(2 eps) of the CPU's k-th vote (the two votes
+    // can order it either way). Every layer: at least 90% of the positions common.
     const auto method = make_attention_method(spec, ctx_of(fixture().cfg));
     const TokenSelectParams tp = static_cast<const TokenSelectMethod&>(*method).params();
     const int64_t sel_kv = int64_t(ids.size()) + (theta == "2" ? steps : 1);  // the last selection's keys
+    const int64_t M = sel_kv - tp.n_init - tp.n_local;
     int equal_sets = 0;
-    double worst_ratio = 1;
     for (int l = 0; l < kLayers; ++l) {
       const std::vector<int32_t> gs = t.selection(l, g.stream());
       ASSERT_LT(size_t(l), st.layers.size());
       const std::vector<int32_t>& cs = st.layers[size_t(l)].selected;
       ASSERT_EQ(gs.size(), cs.size());
       equal_sets += gs == cs;
+      std::vector<int32_t> only;  // positions in exactly one of the sets (both ascending)
+      std::set_symmetric_difference(gs.begin(), gs.end(), cs.begin(), cs.end(), std::back_inserter(only));
+      EXPECT_GE(double(gs.size() - only.size() / 2), 0.9 * double(cs.size())) << spec << " layer " << l;
+      if (l != kLayers - 1) continue;
       const std::vector<float> vote = cpu_votes(c, tp, l, st.layers[size_t(l)].q, sel_kv);
+      const std::vector<float> gvote = t.last_vote(M, g.stream());
       std::vector<float> sorted = vote;
       std::nth_element(sorted.begin(), sorted.begin() + (tp.k - 1), sorted.end(), std::greater<float>());
       const double kth = sorted[size_t(tp.k - 1)];
-      std::vector<int32_t> only;  // positions in exactly one of the sets
-      std::set_symmetric_difference(gs.begin(), gs.end(), cs.begin(), cs.end(), std::back_inserter(only));
+      double eps = 0, worst = 0;
+      for (int64_t j = 0; j < M; ++j)
+        if (vote[size_t(j)] >= kth / 100)
+          eps = std::max(eps, std::abs(std::log(std::max<double>(gvote[size_t(j)], 1e-30) / vote[size_t(j)])));
       for (int32_t p : only) {
-        const double r = double(vote[size_t(p - tp.n_init)]) / kth;
-        worst_ratio = std::max({worst_ratio, r, 1 / r});
-        EXPECT_TRUE(r <= kNearTie && r >= 1 / kNearTie) << spec << " layer " << l << ": position " << p
-                                                        << " vote / k-th vote " << r;
+        const double d = std::abs(std::log(std::max<double>(vote[size_t(p - tp.n_init)], 1e-30) / kth));
+        worst = std::max(worst, d);
+        EXPECT_LE(d, 2 * eps + 1e-6) << spec << " layer " << l << ": position " << p << " CPU vote / k-th "
+                                     << std::exp(d) << " (eps " << eps << ")";
       }
-      EXPECT_GE(double(gs.size() - only.size() / 2), 0.9 * double(cs.size())) << spec << " layer " << l;
+      std::printf("%s, layer %d: %zu positions differ, |log(vote / k-th)| <= %.4f, votes' eps %.4f\n", spec.c_str(),
+                  l, only.size(), worst, eps);
     }
-    std::printf("%s: differing positions' vote within x%.3f of the k-th\n", spec.c_str(), worst_ratio);
     std::printf("%s: %d of %d layers select the CPU's exact set\n", spec.c_str(), equal_sets, kLayers);
   }
 }

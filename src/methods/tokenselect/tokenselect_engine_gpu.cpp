@@ -140,6 +140,14 @@ std::vector<int32_t> TokenSelectGpu::selection(int l, cuda::Stream s) const {
   return out;
 }
 
+std::vector<float> TokenSelectGpu::last_vote(int64_t M, cuda::Stream s) const {
+  if (!step_ || M <= 0 || M > capacity_) fail("internal: tokenselect GPU vote of {} candidates", M);
+  std::vector<float> out(static_cast<size_t>(M));
+  cuda::copy_d2h(out.data(), step_->vote(), out.size() * sizeof(float), s);
+  cuda::stream_sync(s);
+  return out;
+}
+
 std::unique_ptr<GpuMethod> make_tokenselect_gpu(const TokenSelectMethod& m, const MethodContext& ctx) {
   const TokenSelectParams& t = m.params();
   // The GPU runs the method's default variant; paged_dot takes GQA groups of 1, 2, 4, 7 or 8.

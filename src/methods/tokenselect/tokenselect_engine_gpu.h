@@ -57,6 +57,8 @@ class TokenSelectGpu final : public GpuMethod {
   int64_t misses() const { return misses_; }
   // The k positions of layer l's last decode selection (host copy; empty before one): tests.
   std::vector<int32_t> selection(int l, cuda::Stream s) const;
+  // The soft vote [M] of the last selection made (any layer, prefill or decode; host copy): tests.
+  std::vector<float> last_vote(int64_t M, cuda::Stream s) const;
 
  private:
   TokenSelectGpuShape step_shape(const GpuShape& shape) const;

@@ -77,6 +77,7 @@ class TokenSelectGpuStep {
   // [n_head, head_dim], and the k selected positions inside keys() (a hit writes them back).
   const float* selection_query() const { return qs_; }
   int32_t* selected() { return keys_ + t_.n_init; }
+  const float* vote() const { return vote_; }  // fp32 [M] of the last stage_vote (tests)
 
  private:
   void check(const TokenSelectGpuInput& in) const;
