@@ -102,7 +102,9 @@ GpuTransformer::GpuTransformer(ModelConfig cfg, DeviceWeights w, const GpuOption
     synthetic_qk_ = std::make_unique<cuda::StructuredQk>(cfg_.n_head, cfg_.n_kv_head, kSyntheticQkSeed);
   }
   if (pre_rope()) check_pre_rope();
-  eager_decode_ = gpu_method_ && !gpu_method_->decode_graph_safe();
+  // attend() takes host lengths (GpuAttendStep), so a pre-RoPE method decodes eagerly whatever it
+  // says; TokenSelect's own reasons: tokenselect_engine_gpu.h.
+  eager_decode_ = gpu_method_ && (gpu_method_->attends() || !gpu_method_->decode_graph_safe());
   const size_t kv_row = size_t(cfg_.n_kv_head) * size_t(cfg_.head_dim) * kBf16;
   step_buf_ = cuda::dev_malloc(align_up(kStepInts * sizeof(int32_t)) + 2 * align_up(kv_row));
   if (kv_type_ == KvCacheType::fp8) amax_ = static_cast<float*>(cuda::dev_malloc(2 * sizeof(float)));
@@ -473,7 +475,7 @@ void GpuTransformer::decode_layer(int l, int64_t plan_kv) {
   else
     kv_append({k_row, v_row, k_all, v_all, d_pos, KV, seq_->rows}, stream_);
   // The route's key count is plan_kv: the captured step serves up to plan_kv keys.
-  if (pre_rope()) {  // eager (check_pre_rope): the host's length
+  if (pre_rope()) {  // eager (eager_decode_): the host's length
     attend_pre_rope(l, 1, seq_->len + 1, q, k_all, v_all, o);
   } else if (sparse_step({.layer = l, .phase = Phase::decode, .n_q = 1, .q_pos0 = plan_kv - 1, .n_kv = plan_kv})) {
     sparse_decode_attention(l, q, o, own_view(l, k_all, v_all));

@@ -70,8 +70,8 @@ struct GpuPrefillStep {
 };
 
 // One attention step of a pre-RoPE method (GpuMethod::attends): the method selects, rotates and
-// attends; the model only projects and caches. Host lengths: the step runs eagerly unless the
-// builder says decode_graph_safe() (then a replayed graph must not depend on them: not built yet).
+// attends; the model only projects and caches. The lengths are host values, so the model decodes
+// such a method eagerly (no CUDA graph); a replayable variant would read them from the device.
 struct GpuAttendStep {
   int layer = 0;
   Phase phase = Phase::prefill;  // decode: one row of a generated token (Phase::decode, n_q = 1)
@@ -117,8 +117,8 @@ class GpuMethod {
   // Pre-RoPE methods (see the header comment): attend() runs every attention step on stream s.
   virtual bool attends() const { return false; }
   virtual void attend(const GpuAttendStep& step, cuda::Stream s);
-  // Whether a decode step through attend() can be captured and replayed (no host lengths, no
-  // host branches); false: the model decodes eagerly.
+  // Whether the method's decode step could be captured and replayed (no host item counts, no
+  // host branches); false: the model decodes eagerly (as it does for any attends() method today).
   virtual bool decode_graph_safe() const { return true; }
   // Per-sequence state on the device (HiP's mask cache, kept per decode row): the GPU model then
   // decodes one sequence at a time (no batched decode) and calls start_sequence whenever the
