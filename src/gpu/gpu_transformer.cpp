@@ -101,6 +101,10 @@ GpuTransformer::GpuTransformer(ModelConfig cfg, DeviceWeights w, const GpuOption
     if (cfg_.head_dim != 128) fail("synthetic Q/K needs head_dim 128 (model has {})", cfg_.head_dim);
     synthetic_qk_ = std::make_unique<cuda::StructuredQk>(cfg_.n_head, cfg_.n_kv_head, kSyntheticQkSeed);
   }
+  if (pre_rope()) check_pre_rope();
+  // attend() takes host lengths (GpuAttendStep), so a pre-RoPE method decodes eagerly whatever it
+  // says; TokenSelect's own reasons: tokenselect_engine_gpu.h.
+  eager_decode_ = gpu_method_ && (gpu_method_->attends() || !gpu_method_->decode_graph_safe());
   const size_t kv_row = size_t(cfg_.n_kv_head) * size_t(cfg_.head_dim) * kBf16;
   step_buf_ = cuda::dev_malloc(align_up(kStepInts * sizeof(int32_t)) + 2 * align_up(kv_row));
   if (kv_type_ == KvCacheType::fp8) amax_ = static_cast<float*>(cuda::dev_malloc(2 * sizeof(float)));
@@ -412,7 +416,7 @@ void GpuTransformer::decode_token(int32_t id, float* logits) {
   const int64_t tiles = (pos + 1 + kDecodePlanKeys - 1) / kDecodePlanKeys;
   const int64_t plan_kv = std::min(tiles * kDecodePlanKeys, seq_->rows);
   bool replayed = false;
-  if (use_graph_ && with_logits && warmed_) {
+  if (use_graph_ && !eager_decode_ && with_logits && warmed_) {
     try {
       if (graph_tiles_ != tiles || graph_seq_ != seq_->id) {  // the step holds the sequence's rows
         graph_tiles_ = -1;
@@ -471,7 +475,9 @@ void GpuTransformer::decode_layer(int l, int64_t plan_kv) {
   else
     kv_append({k_row, v_row, k_all, v_all, d_pos, KV, seq_->rows}, stream_);
   // The route's key count is plan_kv: the captured step serves up to plan_kv keys.
-  if (sparse_step({.layer = l, .phase = Phase::decode, .n_q = 1, .q_pos0 = plan_kv - 1, .n_kv = plan_kv})) {
+  if (pre_rope()) {  // eager (eager_decode_): the host's length
+    attend_pre_rope(l, 1, seq_->len + 1, q, k_all, v_all, o);
+  } else if (sparse_step({.layer = l, .phase = Phase::decode, .n_q = 1, .q_pos0 = plan_kv - 1, .n_kv = plan_kv})) {
     sparse_decode_attention(l, q, o, own_view(l, k_all, v_all));
   } else {
     dense_decode_attention(l, plan_kv, q, o, k_all, v_all);
@@ -558,7 +564,9 @@ void GpuTransformer::layer(const LayerRun& r) {
   // Attention block (a prompt-wide MInference estimate made this layer's K/V already).
   project({.l = l, .T = T, .pos0 = pos0, .x = x, .q = q, .k = r.kv_ready ? nullptr : k_new,
            .v = r.kv_ready ? nullptr : v_new});
-  if (T == 1) {
+  if (pre_rope()) {
+    attend_pre_rope(l, T, pos0 + T, q, k_all, v_all, o);
+  } else if (T == 1) {
     cuda::DecodeParams dp;
     dp.q = q;
     dp.k = k_all;
@@ -689,6 +697,37 @@ void GpuTransformer::prefill_attention(int l, int64_t T, int64_t pos0, void* q, 
     cuda::sparse_attention(sp, stream_);  // the Hopper kernel for head_dim 128, else the generic one
   }
   check_cuda(cudaEventRecord(ev(e.end), s), "cudaEventRecord");
+}
+
+void GpuTransformer::check_pre_rope() const {
+  if (!gpu_method_ || !gpu_method_->attends())
+    fail("internal: attention method '{}' keeps pre-RoPE keys but its GPU side does not attend", attn_spec_);
+  const auto refuse = [&](const std::string& what) {
+    fail("--attn {} on the GPU (pre-RoPE keys) does not run with {}; use --device cpu", attn_spec_, what);
+  };
+  if (kv_type_ != KvCacheType::bf16) refuse("--kv-cache fp8 (its kernels read a bf16 cache)");
+  if (synthetic_qk_) refuse("--synthetic-qk (it replaces Q/K after RoPE)");
+  for (int l = 0; l < cfg_.n_layer; ++l)
+    if (window(l) != 0) refuse(fmt::format("sliding-window layers ({} has them)", cfg_.name));
+}
+
+void GpuTransformer::attend_pre_rope(int l, int64_t T, int64_t n_kv, const void* q, const void* k_all,
+                                     const void* v_all, void* o) {
+  // Timed like prefill_attention (a dense or sparse step by the method's route; index = attention).
+  const bool prefill = T > 1;
+  const AttnEvents* e = prefill ? &next_events() : nullptr;
+  const cudaStream_t s = static_cast<cudaStream_t>(stream_);
+  if (e) check_cuda(cudaEventRecord(ev(e->start), s), "cudaEventRecord");
+  if (e) check_cuda(cudaEventRecord(ev(e->index_end), s), "cudaEventRecord");
+  const Phase ph = T == 1 ? Phase::decode : Phase::prefill;  // as the CPU model
+  if (prefill) {
+    const AttnStep step{.layer = l, .phase = ph, .n_q = T, .q_pos0 = n_kv - T, .n_kv = n_kv};
+    ++(method_->route(step) == Route::sparse ? stats_.sparse_calls : stats_.dense_calls);
+  }
+  gpu_method_->attend({.layer = l, .phase = ph, .q = q, .k = k_all, .v = v_all, .o = o, .n_q = T, .n_kv = n_kv,
+                       .inv_freq = w_.inv_freq(l), .rope_factor = w_.rope_factor(l), .scale = cfg_.score_scale()},
+                      stream_);
+  if (e) check_cuda(cudaEventRecord(ev(e->end), s), "cudaEventRecord");
 }
 
 void GpuTransformer::read_attention_times() {

@@ -177,9 +177,10 @@ class GpuTransformer {
   int64_t capacity() const { return seq_->cap_req; }
   cuda::Stream stream() const { return stream_; }
   // Decode by graph replay (true) or eager launches (false); same kernels, same logits.
-  bool cuda_graph() const { return use_graph_; }
+  bool cuda_graph() const { return use_graph_ && !eager_decode_; }
   void set_cuda_graph(bool on) { use_graph_ = on; }
   int64_t graph_captures() const { return graph_captures_; }  // captures so far (tests, logs)
+  const GpuMethod* gpu_method() const { return gpu_method_.get(); }  // null: every step dense (tests)
   int64_t batch_graph_captures() const { return batch_captures_; }  // of batched steps
 
   // "" if a KV cache of `capacity` tokens fits in the GPU memory free now (counting the cache
@@ -307,6 +308,13 @@ class GpuTransformer {
   // (its window is its sparsity: methods apply to global layers only).
   bool sparse_step(const AttnStep& step) const;
   int64_t window(int l) const { return cfg_.layer(l).window; }
+  // A pre-RoPE method (GpuMethod::attends: TokenSelect) owns every attention step: Q and K stay
+  // un-rotated (project), the cache holds K un-rotated, and attend_pre_rope hands each step of
+  // layer l (T rows, the last of n_kv keys) to the method. Follows method_ (a capture's dense
+  // method_ rotates as usual).
+  bool pre_rope() const { return method_->needs().keys == KeyLayout::pre_rope; }
+  void attend_pre_rope(int l, int64_t T, int64_t n_kv, const void* q, const void* k_all, const void* v_all, void* o);
+  void check_pre_rope() const;  // throws Error for what a pre-RoPE method cannot run with (constructor)
   // MInference in a layer-major prefill of T > chunk tokens: the reference's estimate, once per
   // prompt. prompt_wide_lines says whether layer l does it (VS heads, sparse at the prompt's end);
   // estimate_prompt_lines writes every chunk's K/V of the layer into the staging first, then
@@ -422,6 +430,7 @@ class GpuTransformer {
   std::unique_ptr<cuda::CudaGraph> graph_;
   int64_t graph_tiles_ = -1;  // KV tiles the captured plan was made for (-1: none valid)
   bool use_graph_ = true;
+  bool eager_decode_ = false;  // the method's decode step cannot be replayed (GpuMethod::decode_graph_safe)
   bool warmed_ = false;       // one eager step ran (kernels' one-time setup precedes capture)
   int64_t graph_captures_ = 0;
 };

@@ -16,6 +16,10 @@
 // cannot fit fails before any work.
 // Tensors (bf16, device, after RoPE): q [n_q, n_head, head_dim], k/v [n_kv, n_kv_head, head_dim]
 // (the layer's keys 0..n_kv-1, contiguous).
+// Pre-RoPE methods (MethodNeeds::keys = pre_rope: TokenSelect; InfiniteHiP rope=on could follow)
+// re-number key positions per step, which the shared kernels (rotated keys at absolute positions)
+// cannot run: such a builder says attends(); the model then caches K un-rotated, leaves Q
+// un-rotated, and hands every attention step of every layer (dense ones too) to attend().
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -65,6 +69,23 @@ struct GpuPrefillStep {
   int64_t n_kv = 0;
 };
 
+// One attention step of a pre-RoPE method (GpuMethod::attends): the method selects, rotates and
+// attends; the model only projects and caches. The lengths are host values, so the model decodes
+// such a method eagerly (no CUDA graph); a replayable variant would read them from the device.
+struct GpuAttendStep {
+  int layer = 0;
+  Phase phase = Phase::prefill;  // decode: one row of a generated token (Phase::decode, n_q = 1)
+  const void* q = nullptr;       // bf16 [n_q, n_head, head_dim], un-rotated
+  const void* k = nullptr;       // bf16 [>= n_kv, n_kv_head, head_dim], un-rotated, position = row
+  const void* v = nullptr;       // bf16 [>= n_kv, n_kv_head, head_dim]
+  void* o = nullptr;             // bf16 [n_q, n_head, head_dim]
+  int64_t n_q = 0;
+  int64_t n_kv = 0;              // keys 0..n_kv-1; the rows' own keys are the last n_q
+  const float* inv_freq = nullptr;  // fp32 [head_dim / 2], the layer's RoPE frequencies
+  float rope_factor = 1.f;          // cos/sin multiplier (YaRN, LongRoPE)
+  float scale = 0.f;                // softmax scale (0: 1/sqrt(head_dim))
+};
+
 // A sparse step's index on the device and the sparse kernel's workspace for it (pointers into the
 // builder's buffers, valid until its next build).
 struct GpuIndex {
@@ -92,7 +113,13 @@ class GpuMethod {
   // The index of a decode step whose route is sparse, built on stream s with no host sync, so the
   // step can be captured in a CUDA graph and replayed (the index follows step.kv.seq_lens).
   virtual GpuDecodeIndex build_decode(const GpuDecodeStep& step, cuda::Stream s);
-  virtual bool decodes() const { return false; }  // whether build_decode is implemented
+  virtual bool decodes() const { return false; }  // whether sparse decode is (build_decode or attend)
+  // Pre-RoPE methods (see the header comment): attend() runs every attention step on stream s.
+  virtual bool attends() const { return false; }
+  virtual void attend(const GpuAttendStep& step, cuda::Stream s);
+  // Whether the method's decode step could be captured and replayed (no host item counts, no
+  // host branches); false: the model decodes eagerly (as it does for any attends() method today).
+  virtual bool decode_graph_safe() const { return true; }
   // Per-sequence state on the device (HiP's mask cache, kept per decode row): the GPU model then
   // decodes one sequence at a time (no batched decode) and calls start_sequence whenever the
   // sequence it decodes starts, so no state carries over from another sequence.

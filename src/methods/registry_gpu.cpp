@@ -7,12 +7,17 @@
 #include "methods/hip/hip_gpu.h"
 #include "methods/minference/minference_gpu.h"
 #include "methods/phase_method.h"
+#include "methods/tokenselect/tokenselect_engine_gpu.h"
 #include "util/error.h"
 
 namespace longctx {
 
 GpuDecodeIndex GpuMethod::build_decode(const GpuDecodeStep&, cuda::Stream) {
   fail("internal: this method has no GPU decode builder");
+}
+
+void GpuMethod::attend(const GpuAttendStep&, cuda::Stream) {
+  fail("internal: this method's GPU builder reads rotated keys (no attend())");
 }
 
 namespace {
@@ -31,6 +36,7 @@ const std::vector<GpuFactory>& gpu_builders() {
       of<AShapeMethod, make_a_shape_gpu>,
       of<MInferenceMethod, make_minference_gpu>,
       of<HipMethod, make_hip_gpu>,
+      of<TokenSelectMethod, make_tokenselect_gpu>,
   };
   return v;
 }
@@ -119,6 +125,12 @@ std::unique_ptr<GpuMethod> try_make(const AttentionMethod& m, const MethodContex
     return nullptr;
   }
   std::unique_ptr<GpuMethod> pre, dec;
+  // A pre-RoPE method owns every attention step of the model (gpu_method.h): one method, both phases.
+  if (m.needs().keys == KeyLayout::pre_rope && (s.prefill != &m || s.decode != &m)) {
+    why = fmt::format("attention method '{}' keeps pre-RoPE keys: on the GPU it must run both phases as one "
+                      "method (e.g. --attn tokenselect)", m.name());
+    return nullptr;
+  }
   if (s.prefill && !(pre = builder_of(*s.prefill, ctx))) {
     why = fmt::format("attention method '{}' is not implemented on the GPU", s.prefill->name());
     return nullptr;

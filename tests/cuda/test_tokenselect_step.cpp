@@ -6,7 +6,8 @@
 //     the k-th place, where fp32 may order either way), for prefill chunks and decode steps,
 //     and the whole context when it fits the budget;
 //   - its output equals attend_compacted_ref (the CPU's dense attention over the same gathered,
-//     re-rotated keys), within bf16 tolerance.
+//     re-rotated keys), within bf16 tolerance;
+//   - the selection cache's cosine (kernels/cuda/selection_cache.h) equals an fp64 oracle.
 // Needs a Hopper GPU (skips otherwise); links longctx_methods_gpu.
 #include <gtest/gtest.h>
 
@@ -14,6 +15,7 @@
 #include <numeric>
 
 #include "kernels/cuda/compact_kv.h"
+#include "kernels/cuda/selection_cache.h"
 #include "kernels/ref/ops.h"
 #include "methods/run_cpu.h"
 #include "methods/tokenselect/tokenselect_gpu.h"
@@ -126,6 +128,26 @@ TEST(TokenSelectCompactKv, EqualsGatherThenRope) {
     EXPECT_EQ(ek.n_bad, 0) << "K, D " << D << ": " << ek.str();
     EXPECT_EQ(to_double(vo.download<uint16_t>(size_t(L * W))), std::vector<double>(v_ref.begin(), v_ref.end()))
         << "V is copied bit for bit, D " << D;
+  }
+}
+
+TEST(TokenSelectSelectionCache, CosineEqualsFp64) {
+  LC_REQUIRE_GPU();
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (int64_t n : {int64_t(1), int64_t(300), int64_t(32 * 128)}) {
+    std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+    for (size_t i = 0; i < a.size(); ++i) a[i] = nd(rng()), b[i] = 0.7f * a[i] + 0.3f * nd(rng());  // correlated
+    double ab = 0, aa = 0, bb = 0;
+    for (size_t i = 0; i < a.size(); ++i) ab += double(a[i]) * b[i], aa += double(a[i]) * a[i], bb += double(b[i]) * b[i];
+    DevBuf da(a.size() * 4), db(b.size() * 4), out(4);
+    da.upload(a);
+    db.upload(b);
+    cosine({.a = da.as<float>(), .b = db.as<float>(), .n = n, .out = out.as<float>()});
+    EXPECT_NEAR(out.download<float>(1)[0], ab / std::sqrt(aa * bb), 1e-6) << "n " << n;  // fp64 sums, one fp32 rounding
+    std::vector<float> zero(static_cast<size_t>(n), 0.f);
+    db.upload(zero);
+    cosine({.a = da.as<float>(), .b = db.as<float>(), .n = n, .out = out.as<float>()});
+    EXPECT_EQ(out.download<float>(1)[0], 0.f) << "a zero vector: 0, as the CPU";
   }
 }
 

@@ -81,7 +81,7 @@ void TokenSelectGpuStep::check(const TokenSelectGpuInput& in) const {
 
 void TokenSelectGpuStep::stage_query(const TokenSelectGpuInput& in, cuda::Stream s) {
   cuda::selection_query({.q = in.q, .n_rows = in.n_rows, .pos0 = t_.n_local, .inv_freq = in.inv_freq,
-                         .n_head = shape_.n_head, .head_dim = shape_.head_dim, .out = qs_},
+                         .attn_factor = in.rope_factor, .n_head = shape_.n_head, .head_dim = shape_.head_dim, .out = qs_},
                         s);
 }
 
@@ -103,6 +103,10 @@ void TokenSelectGpuStep::stage_top_k(const TokenSelectGpuInput& in, cuda::Stream
   cuda::top_k_sorted({.vote = vote_, .M = M, .k = t_.k, .offset = int32_t(t_.n_init), .out = keys_ + t_.n_init,
                       .workspace = topk_ws_, .workspace_bytes = topk_ws_bytes_},
                      s);
+  stage_ranges(in, s);
+}
+
+void TokenSelectGpuStep::stage_ranges(const TokenSelectGpuInput& in, cuda::Stream s) {
   cuda::budget_key_ranges({.keys = keys_, .n_init = t_.n_init, .n_select = t_.k, .n_local = t_.n_local,
                            .n_kv = in.n_kv},
                           s);
@@ -123,6 +127,7 @@ void TokenSelectGpuStep::stage_compact(const TokenSelectGpuInput& in, cuda::Stre
     cuda::budget_key_ranges({.keys = keys_, .n_init = in.n_kv, .n_kv = in.n_kv}, s);
   cuda::compact_kv({.k_pool = in.k_pool, .v_pool = in.v_pool, .slots = in.slots, .keys = keys_,
                     .n_keys = n_keys(in.n_kv), .k_out = k_c_, .v_out = v_c_, .inv_freq = in.inv_freq,
+                    .attn_factor = in.rope_factor,
                     .n_kv_head = shape_.n_kv_head, .head_dim = shape_.head_dim},
                    s);
 }
@@ -138,6 +143,7 @@ void TokenSelectGpuStep::stage_attention(const TokenSelectGpuInput& in, cuda::St
   rp.n_tokens = C;
   rp.pos0 = L - C;
   rp.inv_freq = in.inv_freq;
+  rp.attn_factor = in.rope_factor;
   cuda::rope(rp, s);
   if (C == 1) {
     cuda::DecodeParams d;
@@ -146,6 +152,7 @@ void TokenSelectGpuStep::stage_attention(const TokenSelectGpuInput& in, cuda::St
     d.v = v_c_;
     d.o = in.o;
     d.n_kv = L;
+    d.scale = in.scale;
     d.n_head = shape_.n_head;
     d.n_kv_head = shape_.n_kv_head;
     d.head_dim = shape_.head_dim;
@@ -165,6 +172,7 @@ void TokenSelectGpuStep::stage_attention(const TokenSelectGpuInput& in, cuda::St
   p.n_kv_head = shape_.n_kv_head;
   p.head_dim = shape_.head_dim;
   p.q_pos0 = L - C;
+  p.scale = in.scale;
   p.causal = true;
   cuda::attention_prefill(p, s);
 }

@@ -39,6 +39,8 @@ struct TokenSelectGpuInput {
   const void* v_pool = nullptr;  // bf16 [pool_rows, n_kv_head, head_dim]
   const int32_t* slots = nullptr;  // device int32 [n_kv]: position -> pool row
   const float* inv_freq = nullptr;  // device fp32 [head_dim / 2]
+  float rope_factor = 1.f;          // cos/sin multiplier (YaRN, LongRoPE), as the model's RoPE
+  float scale = 0.f;                // softmax scale (0: 1/sqrt(head_dim))
   void* o = nullptr;                // bf16 [n_rows, n_head, head_dim]
 };
 
@@ -65,11 +67,17 @@ class TokenSelectGpuStep {
   void stage_query(const TokenSelectGpuInput& in, cuda::Stream s);
   void stage_score(const TokenSelectGpuInput& in, cuda::Stream s);
   void stage_vote(const TokenSelectGpuInput& in, cuda::Stream s);
-  void stage_top_k(const TokenSelectGpuInput& in, cuda::Stream s);
+  void stage_top_k(const TokenSelectGpuInput& in, cuda::Stream s);  // then stage_ranges
+  void stage_ranges(const TokenSelectGpuInput& in, cuda::Stream s);  // the initial and local keys
   void stage_compact(const TokenSelectGpuInput& in, cuda::Stream s);
   void stage_attention(const TokenSelectGpuInput& in, cuda::Stream s);
 
   const int32_t* keys() const { return keys_; }  // device int32 [n_keys(n_kv)] of the last step
+  // The selection cache's handles (tokenselect_engine_gpu.h): the last stage_query's fp32
+  // [n_head, head_dim], and the k selected positions inside keys() (a hit writes them back).
+  const float* selection_query() const { return qs_; }
+  int32_t* selected() { return keys_ + t_.n_init; }
+  const float* vote() const { return vote_; }  // fp32 [M] of the last stage_vote (tests)
 
  private:
   void check(const TokenSelectGpuInput& in) const;

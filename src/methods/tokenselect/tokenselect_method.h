@@ -20,9 +20,9 @@
 //   --attn tokenselect                       the paper's 2K+512, pre-RoPE keys, soft vote
 //   --attn 'tokenselect=k=4096,n_local=4096' the paper's "4K+4K"
 //   --attn 'prefill:minference=cfg.json;decode:tokenselect=keys=rotated'
-// Engine: CPU only (make_gpu_method refuses it with a message). The GPU step itself exists as
-// TokenSelectGpuStep (tokenselect_gpu.h: selection + compacted pre-RoPE attention, tested against
-// this class); the GPU model does not call it yet.
+// Engines: the CPU model, and the GPU model for keys=pre_rope with vote=soft (its GpuMethod,
+// tokenselect_engine_gpu.h, runs TokenSelectGpuStep: selection + compacted pre-RoPE attention,
+// tested against this class; the other variants are refused there with a message).
 #pragma once
 #include <memory>
 #include <string>

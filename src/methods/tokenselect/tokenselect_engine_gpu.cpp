@@ -1,0 +1,160 @@
+// tokenselect_engine_gpu.cpp: see tokenselect_engine_gpu.h.
+#include "methods/tokenselect/tokenselect_engine_gpu.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "kernels/cuda/selection_cache.h"
+#include "util/error.h"
+
+namespace longctx {
+
+namespace {
+
+constexpr size_t kAlign = cuda::DeviceArena::kDefaultAlign;
+constexpr size_t kBf16 = 2;
+
+size_t round_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// The arena's blocks besides TokenSelectGpuStep's: slots, cache keys, cache queries, cosine.
+struct CacheSizes {
+  size_t slots, keys, q, cos;
+  size_t total() const { return slots + keys + q + cos; }
+};
+
+CacheSizes cache_sizes(const TokenSelectParams& t, const MethodContext& c, int64_t capacity) {
+  const size_t L = size_t(c.n_layer);
+  return {.slots = round_up(size_t(capacity) * sizeof(int32_t)),
+          .keys = round_up(L * size_t(t.k) * sizeof(int32_t)),
+          .q = round_up(L * size_t(c.n_head) * size_t(c.head_dim) * sizeof(float)),
+          .cos = round_up(sizeof(float))};
+}
+
+const char* at_row(const void* base, int64_t row, int64_t row_elems) {
+  return static_cast<const char*>(base) + size_t(row * row_elems) * kBf16;
+}
+
+}  // namespace
+
+TokenSelectGpuShape TokenSelectGpu::step_shape(const GpuShape& shape) const {
+  return {.n_head = ctx_.n_head, .n_kv_head = ctx_.n_kv_head, .head_dim = ctx_.head_dim,
+          .max_kv = std::max<int64_t>(shape.capacity, 1), .max_rows = std::clamp<int64_t>(shape.chunk, 1, t_.chunk)};
+}
+
+size_t TokenSelectGpu::device_bytes(const GpuShape& shape) const {
+  return TokenSelectGpuStep::device_bytes(t_, step_shape(shape)) + cache_sizes(t_, ctx_, shape.capacity).total();
+}
+
+void TokenSelectGpu::allocate(const GpuShape& shape, cuda::Stream s) {
+  release();
+  step_ = std::make_unique<TokenSelectGpuStep>(t_, step_shape(shape));
+  const CacheSizes z = cache_sizes(t_, ctx_, shape.capacity);
+  arena_ = std::make_unique<cuda::DeviceArena>(z.total());
+  slots_ = static_cast<int32_t*>(arena_->alloc(z.slots));
+  cache_keys_ = static_cast<int32_t*>(arena_->alloc(z.keys));
+  cache_q_ = static_cast<float*>(arena_->alloc(z.q));
+  cos_ = static_cast<float*>(arena_->alloc(z.cos));
+  capacity_ = shape.capacity;
+  std::vector<int32_t> rows(static_cast<size_t>(capacity_));
+  std::iota(rows.begin(), rows.end(), 0);
+  cuda::copy_h2d(slots_, rows.data(), rows.size() * sizeof(int32_t), s);
+  cuda::stream_sync(s);  // rows is a local
+  start_sequence(s);
+}
+
+void TokenSelectGpu::release() {
+  step_.reset();
+  arena_.reset();
+  slots_ = cache_keys_ = nullptr;
+  cache_q_ = cos_ = nullptr;
+  capacity_ = 0;
+}
+
+GpuIndex TokenSelectGpu::build_prefill(const GpuPrefillStep&, cuda::Stream) {
+  fail("internal: tokenselect on the GPU attends through attend() (pre-RoPE keys), not a sparse index");
+}
+
+void TokenSelectGpu::start_sequence(cuda::Stream) {
+  has_selection_.assign(size_t(ctx_.n_layer), 0);
+  hits_ = misses_ = 0;
+}
+
+void TokenSelectGpu::attend(const GpuAttendStep& st, cuda::Stream s) {
+  if (!step_) fail("internal: tokenselect GPU step before allocate()");
+  if (st.n_q <= 0 || st.n_kv < st.n_q || st.n_kv > capacity_ || st.layer < 0 || st.layer >= ctx_.n_layer)
+    fail("internal: tokenselect GPU attend of {} rows over {} keys, layer {} (capacity {})", st.n_q, st.n_kv, st.layer,
+         capacity_);
+  const int64_t QW = int64_t(ctx_.n_head) * ctx_.head_dim;  // elements of one query / output row
+  TokenSelectGpuInput in{.q = st.q, .n_rows = st.n_q, .n_kv = st.n_kv, .k_pool = st.k, .v_pool = st.v,
+                         .slots = slots_, .inv_freq = st.inv_freq, .rope_factor = st.rope_factor,
+                         .scale = st.scale, .o = st.o};
+  if (st.phase == Phase::decode && st.n_q == 1) {
+    if (step_->selects(st.n_kv)) decode_select(st, in, s);
+    step_->attend(in, s);
+    return;
+  }
+  // Prefill: sub-chunks of t.chunk rows, each selecting once (the CPU plan's cut).
+  for (int64_t a = 0; a < st.n_q; a += t_.chunk) {
+    const int64_t b = std::min(st.n_q, a + t_.chunk);
+    in.q = at_row(st.q, a, QW);
+    in.o = static_cast<char*>(st.o) + size_t(a * QW) * kBf16;
+    in.n_rows = b - a;
+    in.n_kv = st.n_kv - st.n_q + b;
+    step_->step(in, s);
+  }
+}
+
+void TokenSelectGpu::decode_select(const GpuAttendStep& st, const TokenSelectGpuInput& in, cuda::Stream s) {
+  const size_t l = size_t(st.layer), QW = size_t(ctx_.n_head) * size_t(ctx_.head_dim), K = size_t(t_.k);
+  float* q_l = cache_q_ + l * QW;
+  int32_t* keys_l = cache_keys_ + l * K;
+  step_->stage_query(in, s);
+  bool hit = false;
+  if (has_selection_[l] && t_.theta <= 1.0) {  // theta > 1: no cosine reaches it
+    cuda::cosine({.a = step_->selection_query(), .b = q_l, .n = int64_t(QW), .out = cos_}, s);
+    float c = 0.f;
+    cuda::copy_d2h(&c, cos_, sizeof(c), s);
+    cuda::stream_sync(s);  // the host branch below (why decode is eager: see the header)
+    hit = double(c) >= t_.theta;
+  }
+  if (hit) {
+    cuda::copy_d2d(step_->selected(), keys_l, K * sizeof(int32_t), s);
+    step_->stage_ranges(in, s);
+    ++hits_;
+    return;
+  }
+  step_->stage_score(in, s);
+  step_->stage_vote(in, s);
+  step_->stage_top_k(in, s);
+  cuda::copy_d2d(keys_l, step_->selected(), K * sizeof(int32_t), s);
+  cuda::copy_d2d(q_l, step_->selection_query(), QW * sizeof(float), s);
+  has_selection_[l] = 1;
+  ++misses_;
+}
+
+std::vector<int32_t> TokenSelectGpu::selection(int l, cuda::Stream s) const {
+  if (l < 0 || size_t(l) >= has_selection_.size() || !has_selection_[size_t(l)]) return {};
+  std::vector<int32_t> out(size_t(t_.k));
+  cuda::copy_d2h(out.data(), cache_keys_ + size_t(l) * size_t(t_.k), out.size() * sizeof(int32_t), s);
+  cuda::stream_sync(s);
+  return out;
+}
+
+std::vector<float> TokenSelectGpu::last_vote(int64_t M, cuda::Stream s) const {
+  if (!step_ || M <= 0 || M > capacity_) fail("internal: tokenselect GPU vote of {} candidates", M);
+  std::vector<float> out(static_cast<size_t>(M));
+  cuda::copy_d2h(out.data(), step_->vote(), out.size() * sizeof(float), s);
+  cuda::stream_sync(s);
+  return out;
+}
+
+std::unique_ptr<GpuMethod> make_tokenselect_gpu(const TokenSelectMethod& m, const MethodContext& ctx) {
+  const TokenSelectParams& t = m.params();
+  // The GPU runs the method's default variant; paged_dot takes GQA groups of 1, 2, 4, 7 or 8.
+  const int g = ctx.n_kv_head > 0 ? ctx.n_head / ctx.n_kv_head : 0;
+  if (t.keys != KeyLayout::pre_rope || t.vote != VoteMode::soft || !(g == 1 || g == 2 || g == 4 || g == 7 || g == 8))
+    return nullptr;
+  return std::make_unique<TokenSelectGpu>(t, ctx);
+}
+
+}  // namespace longctx

@@ -1,0 +1,83 @@
+// tokenselect_engine_gpu.h: TokenSelect in the GPU model (`--device cuda --attn tokenselect`): its
+// GpuMethod (methods/gpu_method.h), a pre-RoPE method that runs every attention step of the model
+// through TokenSelectGpuStep (tokenselect_gpu.h). The GPU twin of TokenSelectMethod::plan +
+// attend_compacted_ref on the CPU; tested against it by tests/gpu/test_gpu_tokenselect.cpp.
+//
+// What, per attention step of a layer (GpuAttendStep: un-rotated q, the layer's un-rotated keys):
+//   prefill: sub-chunks of t.chunk rows, each one TokenSelectGpuStep::step: a selection with the
+//            sub-chunk's mean query when its context exceeds the budget, then dense attention
+//            over the budget's keys re-numbered 0..L-1 (every key at its position when it fits);
+//   decode:  the selection cache (paper Alg. 1) per layer: the step's selection query, its cosine
+//            to the query of the layer's last selection (cuda::cosine); >= theta reuses that
+//            selection's k positions (with the initial keys and the new local window), else the
+//            step selects again and keeps its query and positions. theta > 1 never reuses (no
+//            cosine is computed), the CPU's "cache disabled".
+// Decode runs eagerly (decode_graph_safe() = false), for two reasons: the top-k sorts the M
+// candidates with CUB, whose item count is a host value that grows with every token, and the
+// cache's hit or miss is read back to the host (a 4-byte copy and a stream sync per layer and
+// token) so that a hit skips the scoring, vote and top-k. A replayable step needs a top-k that
+// reads M from device memory (a radix select of the k-th vote) and selection kernels that return
+// early on a device hit flag: not built.
+// Memory (device_bytes): TokenSelectGpuStep's buffers for capacity keys and min(chunk, t.chunk)
+// rows, the identity slot table int32 [capacity] (the model's sequence is contiguous from row 0
+// of the layer's view), and per layer the cache: int32 [k] positions + fp32 [n_head * head_dim].
+// Not on the GPU (make_tokenselect_gpu gives nullptr: the registry says "not implemented on the
+// GPU; use --device cpu"): keys=rotated, vote=hard|naive. The model refuses the fp8 KV cache,
+// sliding-window layers and --synthetic-qk with it (gpu_transformer.cpp).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "methods/gpu_method.h"
+#include "methods/tokenselect/tokenselect_gpu.h"
+#include "methods/tokenselect/tokenselect_method.h"
+
+namespace longctx {
+
+class TokenSelectGpu final : public GpuMethod {
+ public:
+  TokenSelectGpu(const TokenSelectParams& t, const MethodContext& ctx) : t_(t), ctx_(ctx) {}
+
+  size_t device_bytes(const GpuShape& shape) const override;
+  void allocate(const GpuShape& shape, cuda::Stream s) override;
+  void release() override;
+  GpuIndex build_prefill(const GpuPrefillStep& step, cuda::Stream s) override;  // internal error: attend() runs
+  bool decodes() const override { return true; }
+  bool attends() const override { return true; }
+  void attend(const GpuAttendStep& step, cuda::Stream s) override;
+  bool decode_graph_safe() const override { return false; }  // see the header comment
+  // The selection cache is per sequence: the model decodes one sequence at a time and calls
+  // start_sequence, which forgets every layer's selection.
+  bool keeps_sequence_state() const override { return true; }
+  void start_sequence(cuda::Stream s) override;
+
+  // Decode selections reused / made since start_sequence (tests, statistics).
+  int64_t hits() const { return hits_; }
+  int64_t misses() const { return misses_; }
+  // The k positions of layer l's last decode selection (host copy; empty before one): tests.
+  std::vector<int32_t> selection(int l, cuda::Stream s) const;
+  // The soft vote [M] of the last selection made (any layer, prefill or decode; host copy): tests.
+  std::vector<float> last_vote(int64_t M, cuda::Stream s) const;
+
+ private:
+  TokenSelectGpuShape step_shape(const GpuShape& shape) const;
+  void decode_select(const GpuAttendStep& step, const TokenSelectGpuInput& in, cuda::Stream s);
+
+  TokenSelectParams t_;
+  MethodContext ctx_;
+  std::unique_ptr<TokenSelectGpuStep> step_;
+  std::unique_ptr<cuda::DeviceArena> arena_;  // the slot table, the per-layer cache, the cosine
+  int32_t* slots_ = nullptr;                  // [capacity]: position p -> row p
+  int32_t* cache_keys_ = nullptr;             // [n_layer, k] selected positions of the last selection
+  float* cache_q_ = nullptr;                  // [n_layer, n_head * head_dim] its selection query
+  float* cos_ = nullptr;                      // [1]
+  int64_t capacity_ = 0;
+  std::vector<char> has_selection_;  // [n_layer]: a decode selection made since start_sequence
+  int64_t hits_ = 0, misses_ = 0;
+};
+
+// The GPU side of m, or nullptr for the variants that run on the CPU only (see above).
+std::unique_ptr<GpuMethod> make_tokenselect_gpu(const TokenSelectMethod& m, const MethodContext& ctx);
+
+}  // namespace longctx

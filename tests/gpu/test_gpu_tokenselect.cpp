@@ -1,0 +1,311 @@
+// test_gpu_tokenselect.cpp: TokenSelect in the GPU model (--device cuda --attn tokenselect:
+// methods/tokenselect/tokenselect_engine_gpu.h) vs the CPU model's TokenSelect and vs dense.
+//
+// The model: a tiny random Llama with head_dim 128, 4 query / 2 KV heads, 3 layers (model/tiny_model).
+// Tests: (1) a context within the budget: the GPU's tokenselect logits equal the dense GPU's within
+// bf16 tolerance and its greedy tokens equal dense greedy while dense's margin is clear;
+// (2) a small budget (64 + 128 + 256 keys, sub-chunks of 256) over ~1.1K tokens: prefill rows and
+// teacher-forced decode logits equal the CPU TokenSelect's within bf16 tolerance (test_util.h:
+// both run the same bf16-valued weights; the GPU selects from bf16 Q/K, the CPU from fp32), and
+// each layer's last decode selection equals the CPU's up to near-ties: positions whose CPU vote is
+// within the measured GPU-vs-CPU vote disagreement of the k-th (last layer; 90% common elsewhere;
+// the count of exactly equal sets is printed); (3) the selection cache: theta > 1 never reuses (every
+// decode step of every layer selects) and matches the CPU with the cache disabled; theta = -1
+// reuses after the first selection, as the CPU does, and matches the CPU's logits; (4) what the
+// GPU refuses, before any work (no GPU needed): one phase only, vote=hard, keys=rotated.
+//   build-gpu/tests/gpu/test_gpu --gtest_filter='GpuTokenSelect*'
+#ifdef LONGCTX_WITH_GPU
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <iterator>
+
+#include "gpu/device_weights.h"
+#include "gpu/gpu_transformer.h"
+#include "methods/gpu_method.h"
+#include "methods/method.h"
+#include "methods/tokenselect/tokenselect_engine_gpu.h"
+#include "methods/tokenselect/tokenselect_method.h"
+#include "kernels/ref/paged_dot.h"
+#include "kernels/ref/soft_vote.h"
+#include "model/tiny_model.h"
+#include "model/transformer.h"
+#include "test_util.h"
+#include "util/thread_pool.h"
+
+namespace longctx {
+namespace {
+
+using test::compare_row;
+using test::contains;
+using test::error_of;
+using test::LogitDiff;
+using test::random_ids;
+
+constexpr int kLayers = 3;
+constexpr int64_t kChunk = 512;   // the model's prefill chunk (GPU and CPU)
+constexpr int64_t kRows = 4;      // prefill logit rows compared
+const std::string kSmall = "tokenselect=n_init=64,k=128,n_local=256,chunk=256";  // budget 448
+
+struct Fixture {
+  std::filesystem::path dir;
+  ModelConfig cfg;
+  std::unique_ptr<ModelFile> file;
+};
+
+Fixture& fixture() {
+  static Fixture* f = [] {
+    auto* x = new Fixture;
+    x->dir = test::temp_dir("tokenselect");
+    TinyModelSpec s;
+    s.n_layer = kLayers;
+    s.n_embd = 512;
+    s.n_head = 4;  // head_dim 128
+    s.n_kv_head = 2;
+    s.n_ff = 1024;
+    s.context_length = 8192;
+    s.seed = 33;
+    write_tiny_model(x->dir.string(), s);
+    x->file = open_model_file((x->dir / "tiny.gguf").string());
+    x->cfg = ModelConfig::from_model_file(*x->file);
+    return x;
+  }();
+  return *f;
+}
+
+MethodContext ctx_of(const ModelConfig& c) { return {c.n_layer, c.n_head, c.n_kv_head, c.head_dim, c.name}; }
+
+gpu::GpuTransformer make_gpu(const std::string& spec) {
+  Fixture& f = fixture();
+  gpu::GpuOptions o;
+  o.chunk = kChunk;
+  o.attn = spec;
+  return gpu::GpuTransformer(f.cfg, gpu::DeviceWeights::upload(f.cfg, ModelWeights::load(*f.file, f.cfg), nullptr), o);
+}
+
+const TokenSelectGpu& ts_of(const gpu::GpuTransformer& g) {
+  const auto* t = dynamic_cast<const TokenSelectGpu*>(g.gpu_method());
+  if (!t) ADD_FAILURE() << "the GPU model's method is not TokenSelectGpu";
+  return *t;
+}
+
+// The last kRows prefill rows, then one row per teacher-forced decode token.
+using Rows = std::vector<std::vector<float>>;
+
+Rows run_gpu(gpu::GpuTransformer& g, const std::vector<int32_t>& ids, const std::vector<int32_t>& decode) {
+  Rows r;
+  const int64_t V = g.config().vocab_size;
+  g.reset(int64_t(ids.size() + decode.size()));
+  std::vector<float> lg;
+  g.forward(ids, kRows, &lg);
+  for (int64_t i = 0; i < kRows; ++i) r.emplace_back(lg.begin() + i * V, lg.begin() + (i + 1) * V);
+  for (int32_t t : decode) {
+    g.forward(std::span(&t, 1), 1, &lg);
+    r.push_back(lg);
+  }
+  return r;
+}
+
+struct CpuRun {
+  Rows rows;
+  std::unique_ptr<SequenceState> seq;  // its TokenSelectMethod::State
+};
+
+CpuRun run_cpu(const std::string& spec, const std::vector<int32_t>& ids, const std::vector<int32_t>& decode) {
+  Fixture& f = fixture();
+  Transformer cpu(f.cfg, ModelWeights::load(*f.file, f.cfg), make_attention_method(spec, ctx_of(f.cfg)), global_pool());
+  CpuRun r;
+  r.seq = cpu.new_sequence(int64_t(ids.size() + decode.size()));
+  cpu.attach(r.seq.get());
+  const int64_t n = int64_t(ids.size()), V = f.cfg.vocab_size;
+  std::vector<float> lc;
+  for (int64_t c0 = 0; c0 < n; c0 += kChunk) {  // the GPU's chunks
+    const int64_t c1 = std::min(n, c0 + kChunk);
+    cpu.forward(std::span(ids).subspan(size_t(c0), size_t(c1 - c0)), c1 == n ? kRows : 0, &lc);
+  }
+  for (int64_t i = 0; i < kRows; ++i) r.rows.emplace_back(lc.begin() + i * V, lc.begin() + (i + 1) * V);
+  for (int32_t t : decode) {
+    cpu.forward(std::span(&t, 1), 1, &lc);
+    r.rows.push_back(lc);
+  }
+  cpu.attach(nullptr);
+  return r;
+}
+
+// a = reference, b = tested: worst max|diff| / tol over the rows (<= 1 passes).
+double worst(const Rows& a, const Rows& b, const char* what) {
+  EXPECT_EQ(a.size(), b.size()) << what;
+  double w = 0;
+  int checked = 0, equal = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    const LogitDiff d = compare_row(a[i].data(), b[i].data(), int64_t(a[i].size()));
+    w = std::max(w, d.max_abs / d.tol());
+    if (d.margin_a > 2 * d.tol()) {
+      ++checked;
+      equal += d.argmax_a == d.argmax_b;
+      EXPECT_EQ(d.argmax_a, d.argmax_b) << what << ": row " << i << " (margin " << d.margin_a << ")";
+    }
+  }
+  std::printf("%s: worst |diff|/tol %.3f, argmax equal %d of %d clear rows\n", what, w, equal, checked);
+  return w;
+}
+
+// The CPU's soft vote of layer l's last decode selection (made over n_kv keys with query q):
+// vote [M] of the candidates n_init.. (kernels/ref, fp32, from the CPU cache's un-rotated keys).
+std::vector<float> cpu_votes(const CpuRun& c, const TokenSelectParams& t, int l, const std::vector<float>& q,
+                             int64_t n_kv) {
+  const ModelConfig& cfg = fixture().cfg;
+  const int64_t M = n_kv - t.n_init - t.n_local;
+  std::vector<int32_t> slots(static_cast<size_t>(M));
+  for (int64_t j = 0; j < M; ++j) slots[size_t(j)] = int32_t(t.n_init + j);
+  std::vector<float> scores(static_cast<size_t>(cfg.n_head * M)), vote(static_cast<size_t>(M));
+  paged_dot_ref({.q = q.data(), .k = c.seq->cache.k(l), .slots = slots.data(), .scores = scores.data(), .n_slot = M,
+                 .n_head = cfg.n_head, .n_kv_head = cfg.n_kv_head, .head_dim = cfg.head_dim},
+                global_pool());
+  soft_vote_ref(scores.data(), cfg.n_head, M, vote.data(), global_pool());
+  return vote;
+}
+
+std::vector<int32_t> decode_tokens() { return {5, 77, 200, 42, 9, 130}; }  // byte tokens: in every vocabulary
+
+// ---- no GPU needed --------------------------------------------------------------------------
+
+TEST(GpuTokenSelectParse, GpuSideAndRefusals) {
+  Fixture& f = fixture();
+  const MethodContext mc = ctx_of(f.cfg);
+  const auto m = make_attention_method(kSmall, mc);
+  EXPECT_EQ(gpu_method_problem(*m, mc), "");
+  const auto g = make_gpu_method(*m, mc);
+  ASSERT_NE(g, nullptr);
+  EXPECT_TRUE(g->attends());
+  EXPECT_TRUE(g->decodes());
+  EXPECT_FALSE(g->decode_graph_safe());
+  EXPECT_TRUE(g->keeps_sequence_state());
+  // Bounded up front: more keys, more bytes (the scores [n_head, capacity]).
+  EXPECT_LT(g->device_bytes({.model = mc, .chunk = kChunk, .capacity = 4096}),
+            g->device_bytes({.model = mc, .chunk = kChunk, .capacity = 65536}));
+  std::string e = gpu_method_problem(*make_attention_method("prefill:" + kSmall, mc), mc);
+  EXPECT_TRUE(contains(e, "pre-RoPE keys") && contains(e, "both phases")) << e;
+  e = gpu_method_problem(*make_attention_method("tokenselect=vote=hard", mc), mc);
+  EXPECT_TRUE(contains(e, "not implemented on the GPU")) << e;
+  e = gpu_method_problem(*make_attention_method("tokenselect=keys=rotated", mc), mc);
+  EXPECT_TRUE(contains(e, "not implemented on the GPU")) << e;
+}
+
+// ---- GPU ------------------------------------------------------------------------------------
+
+TEST(GpuTokenSelect, RefusesFp8CacheBeforeWork) {
+  REQUIRE_GPU();
+  Fixture& f = fixture();
+  gpu::GpuOptions o;
+  o.attn = "tokenselect";
+  o.kv_cache = gpu::KvCacheType::fp8;
+  const std::string e = error_of([&] {
+    gpu::GpuTransformer g(f.cfg, gpu::DeviceWeights::upload(f.cfg, ModelWeights::load(*f.file, f.cfg), nullptr), o);
+  });
+  EXPECT_TRUE(contains(e, "--kv-cache fp8") && contains(e, "--device cpu")) << e;
+}
+
+TEST(GpuTokenSelect, WithinBudgetEqualsDenseGreedy) {
+  REQUIRE_GPU();
+  const std::vector<int32_t> ids = random_ids(700, fixture().cfg.vocab_size, 7);  // + 24 new < 2688
+  gpu::GpuTransformer dense = make_gpu("dense");
+  gpu::GpuTransformer ts = make_gpu("tokenselect");
+  EXPECT_FALSE(ts.cuda_graph());  // eager decode (tokenselect_engine_gpu.h says why)
+  EXPECT_LE(worst(run_gpu(dense, ids, decode_tokens()), run_gpu(ts, ids, decode_tokens()), "within budget vs dense"),
+            1.0);
+  // Greedy: dense generates; tokenselect, fed the same tokens, picks each of them wherever
+  // dense's top-1 is clear of its top-2 (so free-running greedy gives the same output).
+  const int64_t V = fixture().cfg.vocab_size, n_new = 24;
+  dense.reset(int64_t(ids.size()) + n_new);
+  ts.reset(int64_t(ids.size()) + n_new);
+  std::vector<float> ld, lt;
+  dense.forward(ids, 1, &ld);
+  ts.forward(ids, 1, &lt);
+  int clear = 0, equal = 0;
+  for (int64_t i = 0; i < n_new; ++i) {
+    const LogitDiff d = compare_row(ld.data(), lt.data(), V);
+    if (d.margin_a > 2 * d.tol()) {
+      ++clear;
+      equal += d.argmax_a == d.argmax_b;
+      EXPECT_EQ(d.argmax_a, d.argmax_b) << "greedy step " << i;
+    }
+    const int32_t t = d.argmax_a;
+    dense.forward(std::span(&t, 1), 1, &ld);
+    ts.forward(std::span(&t, 1), 1, &lt);
+  }
+  std::printf("greedy: tokenselect picks dense's token at %d of %d clear steps (%lld steps)\n", equal, clear,
+              (long long)n_new);
+  EXPECT_GT(clear, 0);
+}
+
+TEST(GpuTokenSelect, MatchesCpuTokenSelect) {
+  REQUIRE_GPU();
+  const std::vector<int32_t> ids = random_ids(1100, fixture().cfg.vocab_size, 11);
+  for (const std::string theta : {"2", "-1"}) {  // cache disabled / always reused after a selection
+    const std::string spec = kSmall + ",theta=" + theta;
+    gpu::GpuTransformer g = make_gpu(spec);
+    const Rows gr = run_gpu(g, ids, decode_tokens());
+    const CpuRun c = run_cpu(spec, ids, decode_tokens());
+    EXPECT_LE(worst(c.rows, gr, ("GPU vs CPU " + spec).c_str()), 1.0);
+    // The selection cache's decisions equal the CPU's.
+    const auto& st = static_cast<const TokenSelectMethod::State&>(*c.seq->method);
+    const TokenSelectGpu& t = ts_of(g);
+    const int64_t steps = int64_t(decode_tokens().size());
+    EXPECT_EQ(t.hits(), st.hits) << spec;
+    EXPECT_EQ(t.misses(), st.misses) << spec;
+    if (theta == "2") {
+      EXPECT_EQ(t.hits(), 0);
+      EXPECT_EQ(t.misses(), kLayers * steps);
+    } else {
+      EXPECT_EQ(t.misses(), kLayers);
+      EXPECT_EQ(t.hits(), kLayers * (steps - 1));
+    }
+    // Each layer's last decode selection: the CPU's set up to near-ties. The GPU votes from bf16
+    // activations, the CPU from fp32, so two votes near the k-th may swap. Near, measured: eps =
+    // the largest |log(GPU vote / CPU vote)| over the candidates that matter (CPU vote >= the
+    // k-th / 100) of the last layer, whose GPU vote is still on the device; a position in only one
+    // set must have its CPU vote within a factor e^(2 eps) of the CPU's k-th vote (the two votes
+    // can order it either way). Every layer: at least 90% of the positions common.
+    const auto method = make_attention_method(spec, ctx_of(fixture().cfg));
+    const TokenSelectParams tp = static_cast<const TokenSelectMethod&>(*method).params();
+    const int64_t sel_kv = int64_t(ids.size()) + (theta == "2" ? steps : 1);  // the last selection's keys
+    const int64_t M = sel_kv - tp.n_init - tp.n_local;
+    int equal_sets = 0;
+    for (int l = 0; l < kLayers; ++l) {
+      const std::vector<int32_t> gs = t.selection(l, g.stream());
+      ASSERT_LT(size_t(l), st.layers.size());
+      const std::vector<int32_t>& cs = st.layers[size_t(l)].selected;
+      ASSERT_EQ(gs.size(), cs.size());
+      equal_sets += gs == cs;
+      std::vector<int32_t> only;  // positions in exactly one of the sets (both ascending)
+      std::set_symmetric_difference(gs.begin(), gs.end(), cs.begin(), cs.end(), std::back_inserter(only));
+      EXPECT_GE(double(gs.size() - only.size() / 2), 0.9 * double(cs.size())) << spec << " layer " << l;
+      if (l != kLayers - 1) continue;
+      const std::vector<float> vote = cpu_votes(c, tp, l, st.layers[size_t(l)].q, sel_kv);
+      const std::vector<float> gvote = t.last_vote(M, g.stream());
+      std::vector<float> sorted = vote;
+      std::nth_element(sorted.begin(), sorted.begin() + (tp.k - 1), sorted.end(), std::greater<float>());
+      const double kth = sorted[size_t(tp.k - 1)];
+      double eps = 0, worst = 0;
+      for (int64_t j = 0; j < M; ++j)
+        if (vote[size_t(j)] >= kth / 100)
+          eps = std::max(eps, std::abs(std::log(std::max<double>(gvote[size_t(j)], 1e-30) / vote[size_t(j)])));
+      for (int32_t p : only) {
+        const double d = std::abs(std::log(std::max<double>(vote[size_t(p - tp.n_init)], 1e-30) / kth));
+        worst = std::max(worst, d);
+        EXPECT_LE(d, 2 * eps + 1e-6) << spec << " layer " << l << ": position " << p << " CPU vote / k-th "
+                                     << std::exp(d) << " (eps " << eps << ")";
+      }
+      std::printf("%s, layer %d: %zu positions differ, |log(vote / k-th)| <= %.4f, votes' eps %.4f\n", spec.c_str(),
+                  l, only.size(), worst, eps);
+    }
+    std::printf("%s: %d of %d layers select the CPU's exact set\n", spec.c_str(), equal_sets, kLayers);
+  }
+}
+
+}  // namespace
+}  // namespace longctx
+#endif  // LONGCTX_WITH_GPU
