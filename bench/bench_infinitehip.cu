@@ -295,7 +295,8 @@ std::string bench_prefill(int64_t prefix, int64_t chunk) {
   }
   const int64_t n_cand = std::max<int64_t>(1, prefix + chunk - kStream - kSink);
   const int64_t max_chunks[3] = {(n_cand + kLc[0] - 1) / kLc[0], kK[0] / kLc[1], kK[1] / kLc[2]};
-  auto* scores = static_cast<float*>(dev_malloc(size_t(n_blk * kKvHeads * max_chunks[0]) * 4));
+  const int64_t most_chunks = *std::max_element(max_chunks, max_chunks + 3);
+  auto* scores = static_cast<float*>(dev_malloc(size_t(n_blk * kKvHeads * most_chunks) * 4));
   IhipPrefillStage st[3];
   for (int i = 0; i < 3; ++i) {
     st[i].l_c = kLc[i];

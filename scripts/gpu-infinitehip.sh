@@ -14,7 +14,7 @@
 #   engine   test_gpu GpuInfiniteHip* (GPU model vs CPU model, tiny random model) and
 #            `longctx bench model --random-weights llama3-8b --lengths 128k`, dense vs
 #            prefill:infinitehip=rope=off (32K chunks)
-# Logs and JSON land in $OUT.
+# Logs and JSON land in $OUT/results.tar.gz (and summary.txt).
 # Build here (no GPU needed), then pack:
 #   cmake -S . -B build-gpu -G Ninja -DLONGCTX_CUDA=ON -DLONGCTX_BENCH=ON -DLONGCTX_TESTS=ON
 #   ninja -C build-gpu -j2 test_ihip_gpu test_ihip_gpu_method longctx_bench_infinitehip test_gpu longctx
@@ -84,4 +84,6 @@ for s in $STEPS; do
       done ;;
   esac
 done
+# One archive: the device call returns a limited number of files.
+(cd "$OUT" && tar -czf results.tar.gz --exclude=results.tar.gz . && find . -type f ! -name results.tar.gz ! -name summary.txt -delete)
 exit $status

@@ -79,9 +79,10 @@ void ihip_decode_index(const IhipIndexGpuParams& p, Stream s = nullptr);
 // + 1)) or its previous stage's list; SelectRep pools over the group's query heads x the block's
 // rows (ihip_pack_queries' queries, rotated per row), so the survivors equal ihip_prune_block's
 // and the chunk scores are bit-equal to ihip_chunk_scores (same fp32 rotation and dot order).
-// How (ihip_prune_prefill.cu): score kernel, one CTA of 256 threads per (32 chunks, or 16 with
-// relative RoPE; KV head; block): the group's queries (<= 256 at a time) rotated into shared
-// memory, each bisection step gathers the CTA's probe keys (rotated) into shared memory and every
+// How (ihip_prune_prefill.cu): score kernel, CTAs of 256 threads per (KV head, block), each
+// looping over groups of 32 chunks (16 with relative RoPE): the group's queries (<= 256 at a time)
+// rotated into shared memory once, each bisection step gathers the group's probe keys (rotated)
+// into shared memory and every
 // thread computes 4 queries x 8 probes in hip_dot's 8-lane order from registers, then a max over
 // the queries; with none / chunk-indexed RoPE a probe's left and right positions coincide, so the
 // step probes only the midpoint (the left score is kept). Select kernel: ihip_prune.cuh's

@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/cuda/check.h"
@@ -18,11 +19,12 @@ using namespace ihip;
 constexpr int kBlockQ = 64;           // rows per query block (the sparse index's block)
 constexpr int kThreads = 256;
 constexpr int kQTile = 256;           // queries in shared memory at once (fp32, transposed)
+constexpr int kQStride = kQTile + 4;  // a row of qT: 16-byte aligned, and the coalesced fill's stores spread over banks
 constexpr int kSlots = 32;            // probes per pass
 constexpr int kQuads = kQTile / 4;    // threads along the queries (4 queries each)
 constexpr int kOctets = kSlots / 8;   // threads along the probes (8 probes each)
 static_assert(kQuads * kOctets == kThreads, "one (4 queries x 8 probes) tile per thread");
-constexpr size_t kScoreSmem = size_t(kD) * kQTile * 4 + size_t(kD) * kSlots * 4 + size_t(kQuads) * kSlots * 4;
+constexpr size_t kScoreSmem = size_t(kD) * kQStride * 4 + size_t(kD) * kSlots * 4 + size_t(kQuads) * kSlots * 4;
 // The lanes of hip_dot in the order its tree adds them: ((p0+p4)+(p2+p6)) + ((p1+p5)+(p3+p7)).
 
 struct Block {  // one query block of the chunk
@@ -54,7 +56,7 @@ __device__ inline void lane_dot(const float* qT, const float* kT, int qq, int ko
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
       const int d = h * kHalf + 8 * l + e;
-      const float4 q = *reinterpret_cast<const float4*>(qT + d * kQTile + 4 * qq);
+      const float4 q = *reinterpret_cast<const float4*>(qT + d * kQStride + 4 * qq);
       const float4 k0 = *reinterpret_cast<const float4*>(kT + d * kSlots + 8 * ko);
       const float4 k1 = *reinterpret_cast<const float4*>(kT + d * kSlots + 8 * ko + 4);
       const float qv[4] = {q.x, q.y, q.z, q.w}, kv[8] = {k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w};
@@ -100,8 +102,8 @@ struct Probe {  // one slot of a pass
 // One score CTA: chunks [x * per_cta, ...) of block z for KV head y.
 __global__ void __launch_bounds__(kThreads, 1) score_kernel(IhipPrefillGpuParams p, IhipPrefillStage st) {
   extern __shared__ __align__(16) float smem[];
-  float* qT = smem;                  // [128][kQTile] the rotated queries, transposed
-  float* kT = qT + kD * kQTile;      // [128][kSlots] the pass's probe keys, rotated, transposed
+  float* qT = smem;                  // [128][kQStride] the rotated queries, transposed
+  float* kT = qT + kD * kQStride;    // [128][kSlots] the pass's probe keys, rotated, transposed
   float* red = kT + kD * kSlots;     // [kQuads][kSlots] per-thread maxima
   __shared__ Probe probe[kSlots];
   __shared__ float result[kSlots];
@@ -115,8 +117,7 @@ __global__ void __launch_bounds__(kThreads, 1) score_kernel(IhipPrefillGpuParams
   if (n_chunk > st.max_chunks) __trap();  // the host bound is broken: never write past the workspace
   const bool relative = p.rope_mode == 1;
   const int per_cta = relative ? kSlots / 2 : kSlots;
-  const int64_t j0 = int64_t(blockIdx.x) * per_cta;
-  if (n_chunk <= keep || j0 >= n_chunk) return;
+  if (n_chunk <= keep || int64_t(blockIdx.x) * per_cta >= n_chunk) return;
   const int group = p.n_head / p.n_kv_head, n_qs = group * int(blk.rows);
   const int n_qtile = (n_qs + kQTile - 1) / kQTile;
   const int qq = tid % kQuads, ko = tid / kQuads;
@@ -124,9 +125,9 @@ __global__ void __launch_bounds__(kThreads, 1) score_kernel(IhipPrefillGpuParams
   const auto* kp = static_cast<const __nv_bfloat16*>(p.k);
 
   // Queries t0 .. t0 + kQTile of the group (t = h' * rows + r), rotated (ihip_pack_queries).
-  auto load_queries = [&](int t0) {
+  auto load_queries = [&](int t0) {  // element-fastest: each warp reads a query row's contiguous elements
     for (int i = tid; i < kQTile * kHalf; i += kThreads) {
-      const int tt = i % kQTile, e = i / kQTile, t = t0 + tt;
+      const int tt = i / kHalf, e = i % kHalf, t = t0 + tt;
       float a = 0.f, bb = 0.f;
       if (t < n_qs) {
         const int h = g * group + t / int(blk.rows);
@@ -139,8 +140,8 @@ __global__ void __launch_bounds__(kThreads, 1) score_kernel(IhipPrefillGpuParams
           rotate(a, bb, p.rope_cos[qp * kHalf + e], p.rope_sin[qp * kHalf + e]);
         }
       }
-      qT[e * kQTile + tt] = a;
-      qT[(e + kHalf) * kQTile + tt] = bb;
+      qT[e * kQStride + tt] = a;
+      qT[(e + kHalf) * kQStride + tt] = bb;
     }
   };
   // One pass: result[s] = max over the group's queries of q~ . rot(key_s) for the n_slots probes.
@@ -204,60 +205,64 @@ __global__ void __launch_bounds__(kThreads, 1) score_kernel(IhipPrefillGpuParams
   };
 
   if (n_qtile == 1) load_queries(0);  // else each pass loads its tiles
-  const int64_t n_mine = n_chunk - j0 < per_cta ? n_chunk - j0 : per_cta;
-  if (tid < per_cta) {
-    const int64_t j = j0 + tid;
-    lo[tid] = 0;
-    hi[tid] = tid < n_mine ? int(c.n - j * st.l_c < st.l_c ? c.n - j * st.l_c : st.l_c) : 0;
-  }
   int n_iter = 0;
   while ((1 << n_iter) < st.l_c) ++n_iter;
-  // Slot of chunk i's probe of entry e at RoPE branch br (0 left, 1 right).
-  auto set_probe = [&](int slot, int i, int e, int br, bool on) {
-    const int64_t j = j0 + i;
-    probe[slot].key = on ? c.at(j * st.l_c + e) : -1;
-    probe[slot].kpos = relative ? br : int32_t(j);
-  };
-  if (!relative) {  // the first entry's score (left = right position)
+  // The CTA's groups of per_cta chunks, the queries loaded once for all of them.
+  for (int64_t j0 = int64_t(blockIdx.x) * per_cta; j0 < n_chunk; j0 += int64_t(gridDim.x) * per_cta) {
     __syncthreads();
-    if (tid < per_cta) set_probe(tid, tid, 0, 0, tid < n_mine);
-    __syncthreads();
-    run_pass(per_cta);
-    if (tid < per_cta) lo_score[tid] = result[tid];
-  }
-  for (int it = 0; it < n_iter; ++it) {
-    __syncthreads();
+    const int64_t n_mine = n_chunk - j0 < per_cta ? n_chunk - j0 : per_cta;
     if (tid < per_cta) {
-      const bool active = tid < n_mine && hi[tid] - lo[tid] > 1;
-      const int mid = lo[tid] + (hi[tid] - lo[tid]) / 2;
-      if (relative) {
-        set_probe(tid, tid, lo[tid], 0, active);
-        set_probe(per_cta + tid, tid, mid, 1, active);
-      } else {
-        set_probe(tid, tid, mid, 0, active);
+      const int64_t j = j0 + tid;
+      lo[tid] = 0;
+      hi[tid] = tid < n_mine ? int(c.n - j * st.l_c < st.l_c ? c.n - j * st.l_c : st.l_c) : 0;
+    }
+    // Slot of chunk i's probe of entry e at RoPE branch br (0 left, 1 right).
+    auto set_probe = [&](int slot, int i, int e, int br, bool on) {
+      const int64_t j = j0 + i;
+      probe[slot].key = on ? c.at(j * st.l_c + e) : -1;
+      probe[slot].kpos = relative ? br : int32_t(j);
+    };
+    if (!relative) {  // the first entry's score (left = right position)
+      __syncthreads();
+      if (tid < per_cta) set_probe(tid, tid, 0, 0, tid < n_mine);
+      __syncthreads();
+      run_pass(per_cta);
+      if (tid < per_cta) lo_score[tid] = result[tid];
+    }
+    for (int it = 0; it < n_iter; ++it) {
+      __syncthreads();
+      if (tid < per_cta) {
+        const bool active = tid < n_mine && hi[tid] - lo[tid] > 1;
+        const int mid = lo[tid] + (hi[tid] - lo[tid]) / 2;
+        if (relative) {
+          set_probe(tid, tid, lo[tid], 0, active);
+          set_probe(per_cta + tid, tid, mid, 1, active);
+        } else {
+          set_probe(tid, tid, mid, 0, active);
+        }
+      }
+      __syncthreads();
+      run_pass(relative ? 2 * per_cta : per_cta);
+      if (tid < per_cta && tid < n_mine && hi[tid] - lo[tid] > 1) {
+        const int mid = lo[tid] + (hi[tid] - lo[tid]) / 2;
+        const float left = relative ? result[tid] : lo_score[tid], right = relative ? result[per_cta + tid] : result[tid];
+        if (left >= right) {
+          hi[tid] = mid;
+        } else {
+          lo[tid] = mid;
+          lo_score[tid] = right;
+        }
       }
     }
-    __syncthreads();
-    run_pass(relative ? 2 * per_cta : per_cta);
-    if (tid < per_cta && tid < n_mine && hi[tid] - lo[tid] > 1) {
-      const int mid = lo[tid] + (hi[tid] - lo[tid]) / 2;
-      const float left = relative ? result[tid] : lo_score[tid], right = relative ? result[per_cta + tid] : result[tid];
-      if (left >= right) {
-        hi[tid] = mid;
-      } else {
-        lo[tid] = mid;
-        lo_score[tid] = right;
-      }
+    if (relative) {  // the representative's score at the right-branch position
+      __syncthreads();
+      if (tid < per_cta) set_probe(tid, tid, lo[tid], 1, tid < n_mine);
+      __syncthreads();
+      run_pass(per_cta);
+      if (tid < per_cta) lo_score[tid] = result[tid];
     }
+    if (tid < n_mine) st.scores[(b * p.n_kv_head + g) * st.max_chunks + j0 + tid] = lo_score[tid];
   }
-  if (relative) {  // the representative's score at the right-branch position
-    __syncthreads();
-    if (tid < per_cta) set_probe(tid, tid, lo[tid], 1, tid < n_mine);
-    __syncthreads();
-    run_pass(per_cta);
-    if (tid < per_cta) lo_score[tid] = result[tid];
-  }
-  if (tid < n_mine) st.scores[(b * p.n_kv_head + g) * st.max_chunks + j0 + tid] = lo_score[tid];
 }
 
 __global__ void __launch_bounds__(kSelectThreads) select_kernel(IhipPrefillGpuParams p, IhipPrefillStage st) {
@@ -339,7 +344,17 @@ void ihip_score_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage& s
   if (p.n_q <= 0) return;
   const int per_cta = p.rope_mode == 1 ? kSlots / 2 : kSlots;
   allow_smem(reinterpret_cast<const void*>(score_kernel), kScoreSmem, g_score_smem, "the prefill queries");
-  score_kernel<<<dim3(unsigned((st.max_chunks + per_cta - 1) / per_cta), unsigned(p.n_kv_head), unsigned(p.n_blk())),
+  // CTAs per (block, KV head): enough for ~4 waves over the SMs, each looping over its share of
+  // the chunk groups (the queries are loaded once per CTA).
+  static int n_sm = 0;
+  if (!n_sm) {
+    int dev = 0;
+    LC_CUDA_CHECK(cudaGetDevice(&dev), "ihip device");
+    LC_CUDA_CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev), "ihip SM count");
+  }
+  const int64_t groups = (st.max_chunks + per_cta - 1) / per_cta, pairs = p.n_blk() * p.n_kv_head;
+  const int64_t per_pair = std::min<int64_t>(groups, std::max<int64_t>(1, (4 * n_sm + pairs - 1) / pairs));
+  score_kernel<<<dim3(unsigned(per_pair), unsigned(p.n_kv_head), unsigned(p.n_blk())),
                  kThreads, kScoreSmem, static_cast<cudaStream_t>(s)>>>(p, st);
   LC_LAUNCH_CHECK("ihip prefill score l_c=%d max_chunks=%lld", st.l_c, (long long)st.max_chunks);
 }
