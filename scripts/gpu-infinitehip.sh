@@ -85,5 +85,5 @@ for s in $STEPS; do
   esac
 done
 # One archive: the device call returns a limited number of files.
-(cd "$OUT" && tar -czf results.tar.gz --exclude=results.tar.gz . && find . -type f ! -name results.tar.gz ! -name summary.txt -delete)
+tar -C "$OUT" -czf /tmp/ihip-results.tar.gz . && find "$OUT" -type f ! -name summary.txt -delete && mv /tmp/ihip-results.tar.gz "$OUT/"
 exit $status

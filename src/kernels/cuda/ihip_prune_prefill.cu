@@ -195,13 +195,25 @@ __global__ void __launch_bounds__(kThreads, 1) score_kernel(IhipPrefillGpuParams
 #pragma unroll
     for (int j = 0; j < 8; ++j) red[qq * kSlots + 8 * ko + j] = best[j];
     __syncthreads();
-    if (tid < n_slots) {
+    {  // max over the quads: 8 threads per slot, then across them (red holds no NaN)
+      const int s = tid / 8, part = tid % 8;
       float m = -INFINITY;
-      for (int i = 0; i < kQuads; ++i)
-        if (red[i * kSlots + tid] > m) m = red[i * kSlots + tid];
-      result[tid] = m;
+      for (int i = part; i < kQuads; i += 8)
+        if (red[i * kSlots + s] > m) m = red[i * kSlots + s];
+#pragma unroll
+      for (int off = 4; off; off >>= 1) {
+        const float o = __shfl_xor_sync(0xffffffffu, m, off);
+        if (o > m) m = o;
+      }
+      if (part == 0 && s < n_slots) result[s] = m;
     }
     __syncthreads();
+  };
+  // Warms L2 with a key row the next step may probe (its gather then waits less).
+  auto prefetch_key = [&](int32_t key) {
+    const char* a = reinterpret_cast<const char*>(kp + (int64_t(key) * p.n_kv_head + g) * kD);
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(a + 128));
   };
 
   if (n_qtile == 1) load_queries(0);  // else each pass loads its tiles
@@ -239,6 +251,11 @@ __global__ void __launch_bounds__(kThreads, 1) score_kernel(IhipPrefillGpuParams
           set_probe(per_cta + tid, tid, mid, 1, active);
         } else {
           set_probe(tid, tid, mid, 0, active);
+        }
+        if (active && it + 1 < n_iter) {  // the next step probes the midpoint of one of the halves
+          const int64_t first = (j0 + tid) * st.l_c;
+          if (mid - lo[tid] > 1) prefetch_key(c.at(first + lo[tid] + (mid - lo[tid]) / 2));
+          if (hi[tid] - mid > 1) prefetch_key(c.at(first + mid + (hi[tid] - mid) / 2));
         }
       }
       __syncthreads();
