@@ -1,7 +1,9 @@
-// ihip_prune.h (cuda): InfiniteHiP's pruning stage at decode (one query token per sequence),
-// the CUDA twin of kernels/ref/ihip_prune.h, and the decode index of the last stage's output.
+// ihip_prune.h (cuda): InfiniteHiP's pruning stage, the CUDA twin of kernels/ref/ihip_prune.h:
+// at decode (one query token per sequence) with the decode index of the last stage's output, and
+// for a prefill chunk (every 64-query block at once; "Prefill" below) with its sparse index.
+// Tests: tests/cuda/test_ihip_gpu.cpp; benchmark: bench/bench_infinitehip.cu.
 //
-// What, per sequence s (length len = kv.seq_lens[s], query position pos = len - 1) and stage
+// Decode. What, per sequence s (length len = kv.seq_lens[s], query position pos = len - 1) and stage
 // (l_c, k): candidates are either the stage-0 range [n_sink, cand_end), cand_end =
 // max(n_sink, pos - n_stream + 1) (in == nullptr), or the previous stage's output
 // in[s * in_cap + i], i < in_len[s]. Chunks, SelectRep, chunk scores, ranking and the output
