@@ -13,8 +13,14 @@
 // and 3K-fast's (32, 16, 8): (None + S1 + 2 S1&2 + 28 All) / 32. Pruning RoPE: none (rope=off:
 // keys rotated in the cache) for the steps; each stage alone is also timed with relative RoPE
 // (rope=on's pruning: every probed key rotated from the cos/sin table).
+// Prefill (--prefix): a chunk of --chunk queries (32K) after each prefix of keys, contiguous bf16
+// K/V as the GPU model holds a layer: the three stages over every 64-query block
+// (ihip_prune_stage_prefill; score and select timed apart), the index (ihip_prefill_index) and
+// cuda::sparse_attention over it, against our dense causal prefill (attention_prefill) of the same
+// chunk; torch cuDNN runs beside it (torch_baseline.py --chunk-lens). Pruning RoPE none (rope=off).
 // Inputs are random (never zeros): the pruning cost does not depend on the values.
-// Run: build-gpu/bench/longctx_bench_infinitehip [--lens 131072,1048576] [--json F]
+// Run: build-gpu/bench/longctx_bench_infinitehip [--lens 131072,1048576] [--prefix 131072,..]
+//      [--chunk 32768] [--json F]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -31,6 +37,7 @@
 #include "kernels/cuda/ihip_prune.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/runtime.h"
+#include "kernels/cuda/sparse_attention.h"
 #include "kernels/cuda/sparse_decode.h"
 
 using namespace longctx;
@@ -246,16 +253,143 @@ std::string bench_decode(int64_t len) {
   return buf;
 }
 
+std::string bench_prefill(int64_t prefix, int64_t chunk) {
+  const int64_t n_kv = prefix + chunk, n_blk = (chunk + 63) / 64;
+  void* k = dev_malloc(size_t(n_kv * kKvHeads * kHeadDim) * 2);
+  void* v = dev_malloc(size_t(n_kv * kKvHeads * kHeadDim) * 2);
+  void* q = dev_malloc(size_t(chunk * kHeads * kHeadDim) * 2);
+  void* o = dev_malloc(size_t(chunk * kHeads * kHeadDim) * 2);
+  fill_random_bf16(k, n_kv * kKvHeads * kHeadDim, 22, 1.f);
+  fill_random_bf16(v, n_kv * kKvHeads * kHeadDim, 23, 1.f);
+  fill_random_bf16(q, chunk * kHeads * kHeadDim, 21, 1.f);
+  PrefillParams dp;
+  dp.q = q;
+  dp.k = k;
+  dp.v = v;
+  dp.o = o;
+  dp.n_q = chunk;
+  dp.n_kv = n_kv;
+  dp.n_head = kHeads;
+  dp.n_kv_head = kKvHeads;
+  dp.head_dim = kHeadDim;
+  dp.q_pos0 = prefix;
+  const int reps = prefix >= (int64_t(1) << 20) ? 2 : 3;
+  const double dense = time_ms([&] { attention_prefill(dp); }, 1, reps);
+
+  IhipPrefillGpuParams p;
+  p.q = q;
+  p.k = k;
+  p.n_q = chunk;
+  p.n_kv = n_kv;
+  p.q_pos0 = prefix;
+  p.n_head = kHeads;
+  p.n_kv_head = kKvHeads;
+  p.rope_mode = 0;
+  p.n_sink = kSink;
+  p.n_stream = kStream;
+  int32_t* out[3];
+  int32_t* out_len[3];
+  for (int i = 0; i < 3; ++i) {
+    out[i] = static_cast<int32_t*>(dev_malloc(size_t(n_blk * kK[i]) * 4));
+    out_len[i] = static_cast<int32_t*>(dev_malloc(size_t(n_blk) * 4));
+  }
+  const int64_t n_cand = std::max<int64_t>(1, prefix + chunk - kStream - kSink);
+  const int64_t max_chunks[3] = {(n_cand + kLc[0] - 1) / kLc[0], kK[0] / kLc[1], kK[1] / kLc[2]};
+  const int64_t most_chunks = *std::max_element(max_chunks, max_chunks + 3);
+  auto* scores = static_cast<float*>(dev_malloc(size_t(n_blk * kKvHeads * most_chunks) * 4));
+  IhipPrefillStage st[3];
+  for (int i = 0; i < 3; ++i) {
+    st[i].l_c = kLc[i];
+    st[i].k = kK[i];
+    st[i].in = i ? out[i - 1] : nullptr;
+    st[i].in_len = i ? out_len[i - 1] : nullptr;
+    st[i].in_cap = i ? kK[i - 1] : 0;
+    st[i].out = out[i];
+    st[i].out_len = out_len[i];
+    st[i].out_cap = kK[i];
+    st[i].scores = scores;
+    st[i].max_chunks = max_chunks[i];
+  }
+  IhipPrefillIndexParams ip;
+  ip.sel = out[2];
+  ip.sel_len = out_len[2];
+  ip.sel_cap = kK[2];
+  ip.l_c = kLc[2];
+  ip.n_q = chunk;
+  ip.q_pos0 = prefix;
+  ip.n_sink = kSink;
+  ip.n_stream = kStream;
+  const int64_t R = ip.ranges_per_blk();
+  ip.range_ptr = static_cast<int64_t*>(dev_malloc(size_t(n_blk + 1) * 8));
+  ip.col_ptr = static_cast<int64_t*>(dev_malloc(size_t(n_blk + 1) * 8));
+  ip.ranges = static_cast<int32_t*>(dev_malloc(size_t(n_blk * R) * 8));
+  SparseAttnParams sp;
+  sp.q = q;
+  sp.k = k;
+  sp.v = v;
+  sp.o = o;
+  sp.n_q = chunk;
+  sp.n_kv = n_kv;
+  sp.n_head = kHeads;
+  sp.n_kv_head = kKvHeads;
+  sp.q_pos0 = prefix;
+  sp.index.n_index_head = 1;
+  sp.index.n_qblk = n_blk;
+  sp.index.range_ptr = ip.range_ptr;
+  sp.index.ranges = ip.ranges;
+  sp.index.col_ptr = ip.col_ptr;
+  sp.index.n_ranges = n_blk * R;
+  sp.workspace_bytes = sparse_attention_workspace_bytes(sp.index);
+  sp.workspace = dev_malloc(sp.workspace_bytes);
+  auto whole = [&] {
+    for (int i = 0; i < 3; ++i) ihip_prune_stage_prefill(p, st[i]);
+    ihip_prefill_index(ip);
+    sparse_attention(sp);
+  };
+  const double total = time_ms(whole, 1, reps);
+  double score[3], select[3];
+  for (int i = 0; i < 3; ++i) {
+    score[i] = time_ms([&] { ihip_score_prefill(p, st[i]); }, 0, reps);
+    select[i] = time_ms([&] { ihip_select_prefill(p, st[i]); }, 0, reps);
+  }
+  const double index = time_ms([&] { ihip_prefill_index(ip); }, 1, reps);
+  const double attn = time_ms([&] { sparse_attention(sp); }, 1, reps);
+  std::vector<int32_t> kept(3);
+  for (int i = 0; i < 3; ++i) copy_d2h(&kept[size_t(i)], out_len[i] + n_blk - 1, 4);  // the last block's
+  device_sync();
+  for (void* x : {k, v, q, o, (void*)scores, (void*)ip.range_ptr, (void*)ip.col_ptr, (void*)ip.ranges, sp.workspace})
+    dev_free(x);
+  for (int i = 0; i < 3; ++i) dev_free(out[i]), dev_free(out_len[i]);
+  const double prune = score[0] + select[0] + score[1] + select[1] + score[2] + select[2];
+  std::fprintf(stderr,
+               "prefill chunk=%lld after %lld: dense %.2f ms | infinitehip %.2f ms = %.2fx dense (stages %.2f: score "
+               "%.2f %.2f %.2f, select %.2f %.2f %.2f; index %.3f; sparse attention %.2f) | last block kept %d/%d/%d\n",
+               (long long)chunk, (long long)prefix, dense, total, dense / total, prune, score[0], score[1], score[2],
+               select[0], select[1], select[2], index, attn, kept[0], kept[1], kept[2]);
+  char buf[1200];
+  std::snprintf(buf, sizeof buf,
+                "{\"case\": \"prefill\", \"prefix\": %lld, \"chunk\": %lld, \"dense_ms\": %.4f, \"infinitehip_ms\": "
+                "%.4f, \"score_ms\": [%.4f, %.4f, %.4f], \"select_ms\": [%.4f, %.4f, %.4f], \"index_ms\": %.4f, "
+                "\"sparse_attention_ms\": %.4f, \"kept_last_block\": [%d, %d, %d], \"ratio_dense_over_infinitehip\": "
+                "%.2f}",
+                (long long)prefix, (long long)chunk, dense, total, score[0], score[1], score[2], select[0], select[1],
+                select[2], index, attn, kept[0], kept[1], kept[2], dense / total);
+  return buf;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<int64_t> lens = {131072, 1048576};
+  std::vector<int64_t> lens = {131072, 1048576}, prefixes;
+  int64_t chunk = 32768;
   const char* json_path = nullptr;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--lens") && i + 1 < argc) lens = bench::parse_list(argv[++i]);
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
+    else if (!std::strcmp(argv[i], "--prefix") && i + 1 < argc) prefixes = bench::parse_list(argv[++i]);
+    else if (!std::strcmp(argv[i], "--chunk") && i + 1 < argc) chunk = bench::parse_list(argv[++i]).at(0);
     else {
-      std::fprintf(stderr, "usage: %s [--lens N,..] [--json FILE]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--lens N,..] [--prefix N,..] [--chunk N] [--json FILE]\n", argv[0]);
       return 2;
     }
   }
@@ -269,6 +403,7 @@ int main(int argc, char** argv) {
                   kHeads, kKvHeads, kHeadDim, kPageSize, (long long)kSink, (long long)kStream);
     bench::JsonRecord js(device_info(0), extra);
     for (int64_t n : lens) js.add(bench_decode(n));
+    for (int64_t n : prefixes) js.add(bench_prefill(n, chunk));
     js.finish(json_path);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "longctx_bench_infinitehip: %s\n", e.what());

@@ -1,58 +1,89 @@
 #!/usr/bin/env bash
-# gpu-infinitehip.sh: the device-machine run of InfiniteHiP: GPU tests, memcheck, benchmark beside
-# torch SDPA.
+# gpu-infinitehip.sh: the device-machine run of InfiniteHiP: GPU tests, memcheck, benchmarks beside
+# torch SDPA, the engine end to end.
 #
-# What: (1) test_ihip_gpu (the CUDA pruning stage bit-equal to the CPU reference in every RoPE
-# mode, ties, the 3K preset at 70K with 32/8 heads, the decode index); (2) compute-sanitizer
-# memcheck on its small cases; (3) longctx_bench_infinitehip (decode step types None / S1 / S1&2 /
-# All at 128K and 1M, averaged over the (16,8,4) and (32,16,8) schedules, vs our dense decode);
-# (4) torch SDPA (cuDNN and flash) decode on the same shapes (bench/torch_baseline.py).
-# Logs and JSON land in $OUT.
+# Steps (STEPS, space-separated; default all):
+#   tests    test_ihip_gpu (decode and prefill pruning stages bit-equal to the CPU reference in
+#            every RoPE mode, the decode / prefill indices, sparse attention over the prefill index
+#            vs fp64 dense with the same mask) and test_ihip_gpu_method (the GpuMethod's index vs
+#            the CPU method's key sets; what the GPU refuses)
+#   memcheck compute-sanitizer memcheck on the small cases
+#   decode   longctx_bench_infinitehip decode step types at 128K and 1M vs our dense decode
+#   prefill  longctx_bench_infinitehip: a 32K chunk after 128K / 512K / 1M keys vs our dense
+#            prefill, and torch SDPA (cuDNN, flash) on the same chunk shapes (bench/torch_baseline.py)
+#   engine   test_gpu GpuInfiniteHip* (GPU model vs CPU model, tiny random model) and
+#            `longctx bench model --random-weights llama3-8b --lengths 128k`, dense vs
+#            prefill:infinitehip=rope=off (32K chunks)
+# Logs and JSON land in $OUT/results.tar.gz (and summary.txt).
 # Build here (no GPU needed), then pack:
 #   cmake -S . -B build-gpu -G Ninja -DLONGCTX_CUDA=ON -DLONGCTX_BENCH=ON -DLONGCTX_TESTS=ON
-#   ninja -C build-gpu -j2 test_ihip_gpu longctx_bench_infinitehip
-#   scripts/gpu-infinitehip.sh --pack build-gpu /work/main/.carry/ihip
-# Run on the device: OUT=/tmp/out BIN=.carry/ihip bash .carry/ihip/gpu-infinitehip.sh
+#   ninja -C build-gpu -j2 test_ihip_gpu test_ihip_gpu_method longctx_bench_infinitehip test_gpu longctx
+#   scripts/gpu-infinitehip.sh --pack build-gpu /work/main/.carry/ihip-gpu
+# Run on the device: STEPS="tests prefill" OUT=/tmp/out BIN=.carry/ihip-gpu bash .carry/ihip-gpu/gpu-infinitehip.sh
 set -uo pipefail
 if [ "${1:-}" = "--pack" ]; then
-  build=$2 carry=$3
-  rm -rf "$carry" && mkdir -p "$carry"
-  cp "$build/tests/cuda/test_ihip_gpu" "$build/bench/longctx_bench_infinitehip" "$carry/"
-  strip "$carry/test_ihip_gpu" "$carry/longctx_bench_infinitehip"
+  build=$2 carry=$3 tmp=/tmp/gpu-ihip-pack
+  source "$(dirname "$0")/gpu-carry.sh"
+  rm -rf "$carry" "$tmp" && mkdir -p "$carry" "$tmp/lib"
+  for f in tests/cuda/test_ihip_gpu tests/cuda/test_ihip_gpu_method bench/longctx_bench_infinitehip tests/gpu/test_gpu \
+           src/cli/longctx; do
+    [ -x "$build/$f" ] && cp "$build/$f" "$tmp/" && strip "$tmp/$(basename "$f")"  # absent: that step fails there
+  done
+  carry_libs "$tmp/lib" $(ls "$tmp"/test_ihip_gpu_method "$tmp"/test_gpu "$tmp"/longctx 2>/dev/null)
+  tar -C "$tmp" -cJf "$carry/bin.tar.xz" .
   cp "$0" "$carry/gpu-infinitehip.sh"
   cp "$(dirname "$0")/../bench/torch_baseline.py" "$carry/"
   du -sh "$carry"
   exit 0
 fi
 OUT=${OUT:-out}
-BIN=${BIN:-.carry/ihip}
-mkdir -p "$OUT"
-status=0
+CARRY=${BIN:-.carry/ihip-gpu}
+STEPS=${STEPS:-tests memcheck decode prefill engine}
+B=/tmp/ihip-bin
+mkdir -p "$OUT" "$B"
+[ -x "$B/test_ihip_gpu" ] || tar -C "$B" -xJf "$CARRY/bin.tar.xz"
+export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 { nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv;
   echo "commit ${GIT_COMMIT:-unknown}"; date -u; } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
+status=0
+step() {  # step NAME LIMIT_S CMD...: output in $OUT/NAME.log, one summary line
+  local name=$1 limit=$2 t0=$(date +%s); shift 2
+  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
+  echo "== $name rc=$rc $(( $(date +%s) - t0 ))s" | tee -a "$OUT/summary.txt"
+  [ $rc = 0 ] || status=1
+  return $rc
+}
+gtest_summary() { grep -E "Failure|Expected|Which is|^\[  (PASSED|FAILED|SKIPPED)|tests ran|^\[ gpu" "$OUT/$1.log" | head -30; }
 
-echo "== tests"
-timeout ${TEST_TIMEOUT:-90} "$BIN/test_ihip_gpu" > "$OUT/test_ihip_gpu.log" 2>&1; rc=$?
-grep -E "FAILED|Failure|error|Expected|Which is" "$OUT/test_ihip_gpu.log" | head -30
-grep -E "^\[  (PASSED|FAILED|SKIPPED)|tests ran|OK \]" "$OUT/test_ihip_gpu.log"
-[ $rc = 0 ] || { echo "test_ihip_gpu FAILED (rc=$rc)"; status=1; }
-
-echo "== compute-sanitizer memcheck (test_ihip_gpu, small cases)"
-timeout ${MEMCHECK_TIMEOUT:-90} compute-sanitizer --tool memcheck --error-exitcode 99 "$BIN/test_ihip_gpu" \
-  --gtest_filter='IhipGpu.Ties*:IhipGpu.StagesEqual*' > "$OUT/memcheck.log" 2>&1; rc=$?
-tail -3 "$OUT/memcheck.log"
-[ $rc = 0 ] || { echo "MEMCHECK FAILED (rc=$rc)"; status=1; }
-
-echo "== longctx_bench_infinitehip"
-timeout ${BENCH_TIMEOUT:-60} "$BIN/longctx_bench_infinitehip" --json "$OUT/bench_infinitehip.json" > /dev/null \
-  2> "$OUT/bench_infinitehip.log"; rc=$?
-cat "$OUT/bench_infinitehip.log"
-[ $rc = 0 ] || { echo "INFINITEHIP BENCH FAILED (rc=$rc)"; status=1; }
-
-echo "== torch SDPA baseline"
-timeout ${TORCH_TIMEOUT:-60} python3 "$BIN/torch_baseline.py" --prefill "" --decode 131072,1048576 \
-  --json "$OUT/bench_torch.json" > /dev/null 2> "$OUT/torch.log"; rc=$?
-cat "$OUT/torch.log"
-[ $rc = 0 ] || { echo "TORCH BASELINE FAILED (rc=$rc)"; status=1; }
+for s in $STEPS; do
+  case $s in
+    tests)
+      step test_ihip_gpu 120 "$B/test_ihip_gpu" --gtest_filter="${IHIP_FILTER:-*}"; gtest_summary test_ihip_gpu
+      step test_ihip_gpu_method 60 "$B/test_ihip_gpu_method"; gtest_summary test_ihip_gpu_method ;;
+    memcheck)
+      step memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 99 "$B/test_ihip_gpu" \
+        --gtest_filter='IhipGpu.Ties*:IhipGpuPrefill.ChunkAtTheStart*:IhipGpuPrefill.WideGroups*'
+      tail -3 "$OUT/memcheck.log" ;;
+    decode)
+      step bench_decode 60 "$B/longctx_bench_infinitehip" --json "$OUT/bench_decode.json"; cat "$OUT/bench_decode.log" ;;
+    prefill)
+      step bench_prefill 100 "$B/longctx_bench_infinitehip" --lens "" --prefix 131072,524288,1048576 --chunk 32768 \
+        --json "$OUT/bench_prefill.json"
+      grep -v "^{" "$OUT/bench_prefill.log" | grep -v '^ *"' | head -20
+      step torch_chunk 100 python3 "$CARRY/torch_baseline.py" --prefill "" --decode "" --chunk 32768 \
+        --chunk-lens 163840,557056,1081344 --json "$OUT/torch_chunk.json"
+      grep "^chunk" "$OUT/torch_chunk.log" ;;
+    engine)
+      step test_gpu_ihip 90 "$B/test_gpu" --gtest_filter='GpuInfiniteHip*'; gtest_summary test_gpu_ihip
+      for attn in dense 'prefill:infinitehip=rope=off'; do
+        name=e2e_$(echo "$attn" | tr -c 'a-z0-9' '_')
+        step "$name" 150 "$B/longctx" bench model --device cuda --random-weights llama3-8b --lengths 128k --decode 32 \
+          --gpu-chunk 32768 --attn "$attn" --json "$OUT/$name.json"
+        tail -4 "$OUT/$name.log"
+      done ;;
+  esac
+done
+# One archive: the device call returns a limited number of files.
+tar -C "$OUT" -czf /tmp/ihip-results.tar.gz . && find "$OUT" -type f ! -name summary.txt -delete && mv /tmp/ihip-results.tar.gz "$OUT/"
 exit $status

@@ -5,6 +5,7 @@
 #include "methods/a_shape/a_shape_gpu.h"
 #include "methods/gpu_method.h"
 #include "methods/hip/hip_gpu.h"
+#include "methods/infinitehip/infinitehip_gpu.h"
 #include "methods/minference/minference_gpu.h"
 #include "methods/phase_method.h"
 #include "methods/tokenselect/tokenselect_engine_gpu.h"
@@ -37,6 +38,7 @@ const std::vector<GpuFactory>& gpu_builders() {
       of<MInferenceMethod, make_minference_gpu>,
       of<HipMethod, make_hip_gpu>,
       of<TokenSelectMethod, make_tokenselect_gpu>,
+      of<InfiniteHipMethod, make_infinitehip_gpu>,
   };
   return v;
 }
@@ -108,9 +110,14 @@ Sides sparse_sides(const AttentionMethod& m, const MethodContext& ctx) {
   return s;
 }
 
-std::unique_ptr<GpuMethod> builder_of(const AttentionMethod& m, const MethodContext& ctx) {
-  for (GpuFactory f : gpu_builders())
-    if (auto g = f(m, ctx)) return g;
+// A factory that cannot serve this configuration throws Error saying why: that text becomes why.
+std::unique_ptr<GpuMethod> builder_of(const AttentionMethod& m, const MethodContext& ctx, std::string& why) {
+  try {
+    for (GpuFactory f : gpu_builders())
+      if (auto g = f(m, ctx)) return g;
+  } catch (const Error& e) {
+    why = e.what();
+  }
   return nullptr;
 }
 
@@ -125,22 +132,23 @@ std::unique_ptr<GpuMethod> try_make(const AttentionMethod& m, const MethodContex
     return nullptr;
   }
   std::unique_ptr<GpuMethod> pre, dec;
-  // A pre-RoPE method owns every attention step of the model (gpu_method.h): one method, both phases.
+  if (s.prefill && !(pre = builder_of(*s.prefill, ctx, why))) {
+    if (why.empty()) why = fmt::format("attention method '{}' is not implemented on the GPU", s.prefill->name());
+    return nullptr;
+  }
+  // A pre-RoPE method owns every attention step of the model (gpu_method.h): one method, both
+  // phases. Checked after the builder, whose own refusal (e.g. InfiniteHiP's rope=on) names its reason.
   if (m.needs().keys == KeyLayout::pre_rope && (s.prefill != &m || s.decode != &m)) {
     why = fmt::format("attention method '{}' keeps pre-RoPE keys: on the GPU it must run both phases as one "
                       "method (e.g. --attn tokenselect)", m.name());
-    return nullptr;
-  }
-  if (s.prefill && !(pre = builder_of(*s.prefill, ctx))) {
-    why = fmt::format("attention method '{}' is not implemented on the GPU", s.prefill->name());
     return nullptr;
   }
   if (s.decode == s.prefill && pre) {  // one method for both phases: one builder serves both
     if (!pre->decodes()) why = fmt::format("sparse decode ('{}') is not implemented on the GPU", s.decode->name());
     return why.empty() ? std::move(pre) : nullptr;
   }
-  if (s.decode && (!(dec = builder_of(*s.decode, ctx)) || !dec->decodes())) {
-    why = fmt::format("sparse decode ('{}') is not implemented on the GPU", s.decode->name());
+  if (s.decode && (!(dec = builder_of(*s.decode, ctx, why)) || !dec->decodes())) {
+    if (why.empty()) why = fmt::format("sparse decode ('{}') is not implemented on the GPU", s.decode->name());
     return nullptr;
   }
   return std::make_unique<GpuPhaseMethod>(std::move(pre), std::move(dec));

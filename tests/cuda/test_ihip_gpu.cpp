@@ -4,7 +4,11 @@
 // lengths, the chunk scores are bit-equal and the surviving lists equal (ties included: a
 // sequence whose keys are all equal keeps its earliest chunks); the paper's 3K preset at 70K
 // keys with Llama-3-8B's 32/8 heads; the decode index (sinks, one range per kept chunk, pads,
-// anchored window) matches the key set.
+// anchored window) matches the key set. Prefill (every 64-row block of a chunk at once): per
+// RoPE mode and GQA shape (groups of 4, and 16 = over one shared-memory query tile), each stage's
+// chunk scores (max over KV heads) bit-equal and lists equal to the CPU reference per block, the
+// index's key sets equal sinks + survivors + window, and cuda::sparse_attention over that index
+// equal to an fp64 dense attention restricted to the same key sets.
 // Run: build-gpu/tests/cuda/test_ihip_gpu (skips without a Hopper GPU).
 #include <gtest/gtest.h>
 
@@ -14,6 +18,7 @@
 #include <random>
 
 #include "kernels/cuda/ihip_prune.h"
+#include "kernels/cuda/sparse_attention.h"
 #include "kernels/ref/ihip_prune.h"
 #include "test_util.h"
 
@@ -145,8 +150,9 @@ void check_chain(const ChainCase& su, int mode) {
       ASSERT_EQ(got_len[size_t(s)], int32_t(want.size())) << "mode " << mode << " stage " << i << " seq " << s;
       EXPECT_TRUE(std::equal(want.begin(), want.end(), got.begin() + s * st.k))
           << "mode " << mode << " stage " << i << " seq " << s;
-      if (su.equal_keys_seq1 && s == 1 && n_chunk > st.keep_chunks())  // ties: the earliest chunks
+      if (su.equal_keys_seq1 && s == 1 && n_chunk > st.keep_chunks()) {  // ties: the earliest chunks
         EXPECT_TRUE(std::equal(want.begin(), want.end(), cand[size_t(s)].begin()));
+      }
       cand[size_t(s)] = want;
     }
     if (i == 0) {
@@ -222,6 +228,259 @@ TEST(IhipGpu, PaperPreset3KAt70KWithLlama3Heads) {
   su.stages = {{256, 32768}, {32, 8192}, {8, 2048}};
   check_chain(su, 1);
   check_chain(su, 2);
+}
+
+// ---- Prefill: a chunk of n_q queries at q_pos0.. against keys 0..q_pos0 + n_q - 1.
+struct PrefillCase {
+  int H = 8, Hkv = 2;
+  int64_t n_q = 200, q_pos0 = 20000;
+  int64_t n_sink = 256, n_stream = 1024;
+  std::vector<IhipStage> stages{{256, 4096}, {32, 1024}, {8, 256}};
+  bool prunes = true;  // whether some stage of some block has more chunks than it keeps
+};
+
+// fp64 softmax attention of each row over its block's key set (keys <= the row's position).
+std::vector<double> masked_attention(const std::vector<float>& q, const std::vector<float>& k,
+                                     const std::vector<float>& v, const PrefillCase& su,
+                                     const std::vector<std::vector<int32_t>>& keys) {
+  const int H = su.H, Hkv = su.Hkv, group = H / Hkv;
+  std::vector<double> o(size_t(su.n_q * H * kD), 0.0);
+  const double scale = 1.0 / std::sqrt(double(kD));
+  std::vector<double> w;
+  for (int64_t i = 0; i < su.n_q; ++i) {
+    const auto& ks = keys[size_t(i / 64)];
+    const int64_t pos = su.q_pos0 + i;
+    for (int h = 0; h < H; ++h) {
+      const float* qi = q.data() + (i * H + h) * kD;
+      const int g = h / group;
+      w.assign(ks.size(), -INFINITY);
+      double m = -INFINITY;
+      for (size_t t = 0; t < ks.size(); ++t) {
+        if (ks[t] > pos) continue;
+        const float* kj = k.data() + (int64_t(ks[t]) * Hkv + g) * kD;
+        double d = 0;
+        for (int e = 0; e < kD; ++e) d += double(qi[e]) * kj[e];
+        w[t] = d * scale;
+        m = std::max(m, w[t]);
+      }
+      double den = 0;
+      for (double& x : w) den += (x = x == -INFINITY ? 0.0 : std::exp(x - m));
+      double* oi = o.data() + (i * H + h) * kD;
+      for (size_t t = 0; t < ks.size(); ++t) {
+        if (w[t] == 0.0) continue;
+        const float* vj = v.data() + (int64_t(ks[t]) * Hkv + g) * kD;
+        for (int e = 0; e < kD; ++e) oi[e] += w[t] / den * vj[e];
+      }
+    }
+  }
+  return o;
+}
+
+void check_prefill(const PrefillCase& su, int mode) {
+  const int H = su.H, Hkv = su.Hkv, group = H / Hkv;
+  const int64_t n_kv = su.q_pos0 + su.n_q, n_blk = (su.n_q + 63) / 64;
+  std::vector<double> tmp;
+  const auto hq = random_bf16(size_t(su.n_q * H * kD), 1.0, tmp);
+  const auto hk = random_bf16(size_t(n_kv * Hkv * kD), 1.0, tmp);
+  const auto hv = random_bf16(size_t(n_kv * Hkv * kD), 1.0, tmp);
+  std::vector<float> fq(hq.size()), fk(hk.size()), fv(hv.size());
+  for (size_t i = 0; i < hq.size(); ++i) fq[i] = bf16_to_f32(hq[i]);
+  for (size_t i = 0; i < hk.size(); ++i) fk[i] = bf16_to_f32(hk[i]), fv[i] = bf16_to_f32(hv[i]);
+  const auto inv = inv_freq(500000.0);
+  const IhipRopeTable table = ihip_rope_table(inv.data(), kD, su.n_stream + 2 + n_kv);
+  DevBuf q(hq.size() * 2), k(hk.size() * 2), v(hv.size() * 2), cosb(table.cos.size() * 4), sinb(table.sin.size() * 4);
+  q.upload(hq);
+  k.upload(hk);
+  v.upload(hv);
+  cosb.upload(table.cos);
+  sinb.upload(table.sin);
+  IhipPrefillGpuParams p;
+  p.q = q.p;
+  p.k = k.p;
+  p.n_q = su.n_q;
+  p.n_kv = n_kv;
+  p.q_pos0 = su.q_pos0;
+  p.n_head = H;
+  p.n_kv_head = Hkv;
+  p.rope_mode = mode;
+  p.n_sink = su.n_sink;
+  p.n_stream = su.n_stream;
+  p.rope_cos = cosb.as<float>();
+  p.rope_sin = sinb.as<float>();
+  p.rope_n_pos = table.n_pos;
+  // CPU: each block's candidates, stage by stage.
+  std::vector<std::vector<int32_t>> cand(static_cast<size_t>(n_blk));
+  for (int64_t b = 0; b < n_blk; ++b) {
+    const int64_t q_last = su.q_pos0 + std::min(su.n_q, (b + 1) * 64) - 1;
+    for (int64_t j = su.n_sink; j < std::max(su.n_sink, q_last - su.n_stream + 1); ++j) cand[size_t(b)].push_back(int32_t(j));
+  }
+  std::unique_ptr<DevBuf> prev_out, prev_len;
+  int64_t prev_cap = 0, pruned = 0, n_cand = int64_t(cand.back().size());
+  for (size_t i = 0; i < su.stages.size(); ++i) {
+    const IhipStage st = su.stages[i];
+    const int64_t max_chunks = std::max<int64_t>(1, (n_cand + st.l_c - 1) / st.l_c);
+    auto out = std::make_unique<DevBuf>(size_t(n_blk * st.k) * 4), olen = std::make_unique<DevBuf>(size_t(n_blk) * 4);
+    DevBuf scores(size_t(n_blk * Hkv * max_chunks) * 4);
+    scores.poison();
+    IhipPrefillStage ps;
+    ps.l_c = st.l_c;
+    ps.k = st.k;
+    ps.in = i ? prev_out->as<int32_t>() : nullptr;
+    ps.in_len = i ? prev_len->as<int32_t>() : nullptr;
+    ps.in_cap = prev_cap;
+    ps.out = out->as<int32_t>();
+    ps.out_len = olen->as<int32_t>();
+    ps.out_cap = st.k;
+    ps.scores = scores.as<float>();
+    ps.max_chunks = max_chunks;
+    ihip_prune_stage_prefill(p, ps);
+    device_sync();
+    const auto got = out->download<int32_t>(size_t(n_blk * st.k));
+    const auto got_len = olen->download<int32_t>(size_t(n_blk));
+    const auto got_sc = scores.download<float>(size_t(n_blk * Hkv * max_chunks));
+    for (int64_t b = 0; b < n_blk; ++b) {
+      const int64_t row0 = b * 64, rows = std::min<int64_t>(64, su.n_q - row0);
+      auto& cb = cand[size_t(b)];
+      const int64_t n_chunk = (int64_t(cb.size()) + st.l_c - 1) / st.l_c;
+      std::vector<float> qp;
+      ihip_pack_queries(fq.data(), H, Hkv, kD, row0, rows, su.q_pos0 + row0, IhipRopeMode(mode), &table, n_chunk,
+                        su.n_stream, qp);
+      const IhipStageInput in{.q = qp.data(), .n_qs = int(group * rows), .k = fk.data(), .k_stride = Hkv * kD,
+                              .n_kv_head = Hkv, .head_dim = kD, .rope = IhipRopeMode(mode), .table = &table};
+      std::vector<int32_t> want;
+      ihip_prune_stage(st, in, cb, want);
+      if (n_chunk > st.keep_chunks()) {
+        ++pruned;
+        const auto sc = ihip_chunk_scores(st, in, cb);
+        for (int64_t j = 0; j < n_chunk; ++j) {
+          float m = -INFINITY;  // the select kernel's chunk score: max over KV heads
+          for (int g = 0; g < Hkv; ++g) m = std::max(m, got_sc[size_t((b * Hkv + g) * max_chunks + j)]);
+          ASSERT_EQ(std::memcmp(&m, &sc[size_t(j)], 4), 0)
+              << "score of chunk " << j << ", mode " << mode << " stage " << i << " block " << b << ": " << m
+              << " vs " << sc[size_t(j)];
+        }
+      }
+      ASSERT_EQ(got_len[size_t(b)], int32_t(want.size())) << "mode " << mode << " stage " << i << " block " << b;
+      EXPECT_TRUE(std::equal(want.begin(), want.end(), got.begin() + b * st.k))
+          << "mode " << mode << " stage " << i << " block " << b;
+      cb = want;
+    }
+    prev_out = std::move(out);
+    prev_len = std::move(olen);
+    prev_cap = st.k;
+    n_cand = std::min(n_cand, st.k);
+  }
+  EXPECT_EQ(pruned > 0, su.prunes);
+  // The index: sinks + survivors + window per block; the attention over it vs fp64.
+  const IhipStage last = su.stages.back();
+  IhipPrefillIndexParams ip;
+  ip.sel = prev_out->as<int32_t>();
+  ip.sel_len = prev_len->as<int32_t>();
+  ip.sel_cap = last.k;
+  ip.l_c = last.l_c;
+  ip.n_q = su.n_q;
+  ip.q_pos0 = su.q_pos0;
+  ip.n_sink = su.n_sink;
+  ip.n_stream = su.n_stream;
+  const int64_t R = ip.ranges_per_blk();
+  DevBuf rptr(size_t(n_blk + 1) * 8), rg(size_t(n_blk * R) * 8), cptr(size_t(n_blk + 1) * 8);
+  ip.range_ptr = rptr.as<int64_t>();
+  ip.ranges = rg.as<int32_t>();
+  ip.col_ptr = cptr.as<int64_t>();
+  ihip_prefill_index(ip);
+  device_sync();
+  const auto r = rg.download<int32_t>(size_t(n_blk * R * 2));
+  const auto rp = rptr.download<int64_t>(size_t(n_blk + 1));
+  std::vector<std::vector<int32_t>> keys(static_cast<size_t>(n_blk));
+  for (int64_t b = 0; b < n_blk; ++b) {
+    const int64_t q_last = su.q_pos0 + std::min(su.n_q, (b + 1) * 64) - 1;
+    EXPECT_EQ(rp[size_t(b + 1)], (b + 1) * R);
+    std::vector<int32_t> got;
+    for (int64_t i = 0; i < R; ++i) {
+      const int32_t a = r[size_t(2 * (b * R + i))], e = r[size_t(2 * (b * R + i) + 1)];
+      ASSERT_LE(a, e) << "block " << b << " range " << i;
+      if (i) {
+        ASSERT_LE(r[size_t(2 * (b * R + i - 1))], a) << "ranges sorted by start, block " << b;
+      }
+      for (int32_t j = a; j < e; ++j) got.push_back(j);
+    }
+    auto& want = keys[size_t(b)];
+    for (int64_t j = 0; j < std::min(su.n_sink, q_last + 1); ++j) want.push_back(int32_t(j));
+    want.insert(want.end(), cand[size_t(b)].begin(), cand[size_t(b)].end());
+    for (int64_t j = std::max(su.n_sink, q_last - su.n_stream + 1); j <= q_last; ++j) want.push_back(int32_t(j));
+    EXPECT_EQ(got, want) << "block " << b;
+  }
+  DeviceSparseIndex di;
+  di.n_index_head = 1;
+  di.n_qblk = n_blk;
+  di.range_ptr = rptr.as<int64_t>();
+  di.ranges = rg.as<int32_t>();
+  di.col_ptr = cptr.as<int64_t>();
+  di.n_ranges = n_blk * R;
+  DevBuf o(size_t(su.n_q * H * kD) * 2), ws(sparse_attention_workspace_bytes(di) + 16);
+  SparseAttnParams sp;
+  sp.q = q.p;
+  sp.k = k.p;
+  sp.v = v.p;
+  sp.o = o.p;
+  sp.n_q = su.n_q;
+  sp.n_kv = n_kv;
+  sp.n_head = H;
+  sp.n_kv_head = Hkv;
+  sp.q_pos0 = su.q_pos0;
+  sp.index = di;
+  sp.workspace = ws.p;
+  sp.workspace_bytes = ws.bytes;
+  sparse_attention(sp);
+  device_sync();
+  const auto got_o = to_double(o.download<uint16_t>(size_t(su.n_q * H * kD)));
+  std::vector<double> vd(fv.begin(), fv.end());
+  const auto ref = masked_attention(fq, fk, fv, su, keys);
+  const auto err = compare(got_o, ref, 5e-3 * max_abs(vd), 1e-2);
+  EXPECT_EQ(err.n_bad, 0) << err.str();
+  EXPECT_EQ(err.n_nan, 0) << err.str();
+}
+
+TEST(IhipGpuPrefill, StagesIndexAndAttentionEqualTheCpuReferenceInEveryRopeMode) {
+  LC_REQUIRE_GPU();
+  PrefillCase su;
+  for (int mode : {0, 1, 2}) {
+    SCOPED_TRACE(mode);
+    check_prefill(su, mode);
+  }
+}
+
+TEST(IhipGpuPrefill, Llama3HeadsFillOneQueryTile) {  // 32 / 8 heads: 4 x 64 = 256 queries per KV head
+  LC_REQUIRE_GPU();
+  PrefillCase su;
+  su.H = 32;
+  su.Hkv = 8;
+  su.n_q = 130;
+  su.q_pos0 = 40000;
+  su.stages = {{256, 8192}, {32, 2048}, {8, 512}};
+  check_prefill(su, 0);
+  check_prefill(su, 1);
+}
+
+TEST(IhipGpuPrefill, WideGroupsSpanSeveralQueryTiles) {  // 16 heads on 1 KV head: 1024 queries per probe
+  LC_REQUIRE_GPU();
+  PrefillCase su;
+  su.H = 16;
+  su.Hkv = 1;
+  su.n_q = 100;
+  su.q_pos0 = 12000;
+  su.stages = {{64, 2048}, {16, 512}};
+  check_prefill(su, 0);
+  check_prefill(su, 2);
+}
+
+TEST(IhipGpuPrefill, ChunkAtTheStartKeepsEverything) {  // few candidates: every stage keeps them all
+  LC_REQUIRE_GPU();
+  PrefillCase su;
+  su.n_q = 1500;
+  su.q_pos0 = 0;
+  su.prunes = false;
+  check_prefill(su, 0);
 }
 
 }  // namespace

@@ -5,67 +5,25 @@
 #include <cstdint>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/ihip_prune.cuh"
 #include "kernels/cuda/ihip_prune.h"
 
 namespace longctx::cuda {
 
 namespace {
 
-constexpr int kD = 128, kHalf = kD / 2;  // head_dim; rotate-half pairs (i, i + 64)
+using namespace ihip;
 constexpr int kLanes = 8;                 // threads per dot product (hip_topk.h's order)
 constexpr int kScoreThreads = 256, kGroups = kScoreThreads / kLanes;
-constexpr int kSelectThreads = 1024;
 constexpr int kMaxGroupHeads = 16;        // query heads per KV head
 constexpr int kMaxHeads = 32;             // query heads (the rotated queries live in shared memory)
 constexpr size_t kScoreStaticSmem = (kMaxHeads * kD + 32) * 4;  // the score kernel's static shared memory
 constexpr int32_t kOpenEnd = 0x7fffffff;  // the decode window's end: clipped to the length by sparse_decode
 
-struct Cands {  // one sequence's stage input
-  const int32_t* list;  // nullptr: the range base + i
-  int64_t base, n;
-  __device__ int32_t at(int64_t i) const { return list ? list[i] : int32_t(base + i); }
-};
-
 __device__ inline Cands cands_of(const IhipStageGpuParams& p, int seq, int64_t pos) {
-  Cands c;
-  if (p.in) {
-    c.list = p.in + int64_t(seq) * p.in_cap;
-    c.base = 0;
-    c.n = p.in_len[seq];
-  } else {
-    const int64_t end = pos - p.n_stream + 1 > p.n_sink ? pos - p.n_stream + 1 : p.n_sink;
-    c.list = nullptr;
-    c.base = p.n_sink;
-    c.n = pos < 0 ? 0 : end - p.n_sink;
-  }
-  return c;
+  return ihip::cands_of(p.in ? p.in + int64_t(seq) * p.in_cap : nullptr, p.in ? p.in_len[seq] : 0, pos, p.n_sink,
+                        p.n_stream);
 }
-
-__device__ inline int64_t query_pos(int mode, int64_t pos, int64_t n_chunk, int64_t n_stream) {
-  if (mode == 1) return n_stream + 1;
-  if (mode == 2) {
-    const int64_t cap = (n_chunk - 1 > 0 ? n_chunk - 1 : 0) + n_stream;
-    return pos < cap ? pos : cap;
-  }
-  return pos;
-}
-
-// Rotate-half of the pair (a, b) = (x[i], x[i + 64]) at the table row: ihip_rotate's formula.
-__device__ inline void rotate(float& a, float& b, float c, float s) {
-  const float bs = __fmul_rn(b, s), as = __fmul_rn(a, s);
-  const float na = fmaf(a, c, -bs), nb = fmaf(b, c, as);
-  a = na;
-  b = nb;
-}
-
-// Sort key: ascending = higher score first, then the earlier chunk (-0 counts as +0).
-__device__ inline uint64_t sort_key(float score, int64_t chunk) {
-  if (score == 0.f) score = 0.f;
-  const uint32_t bits = __float_as_uint(score);
-  const uint32_t ordered = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
-  return (uint64_t(~ordered) << 32) | uint64_t(uint32_t(chunk));
-}
-constexpr uint64_t kEmptyKey = ~uint64_t(0);
 
 struct KeyRegs {
   uint4 u0, u1;  // bf16 elements 8*lane .. +8 and 64 + 8*lane .. +8 (kept packed: fewer registers)
@@ -191,75 +149,15 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(IhipStageGpuPar
   }
 }
 
-__host__ __device__ inline int64_t pow2_at_least(int64_t n) {
-  int64_t v = 1;
-  while (v < n) v *= 2;
-  return v;
-}
-
 __global__ void __launch_bounds__(kSelectThreads) select_kernel(IhipStageGpuParams p) {
   extern __shared__ __align__(16) char smem[];
-  const int seq = blockIdx.x, tid = threadIdx.x;
+  const int seq = blockIdx.x;
   const int64_t pos = int64_t(p.kv.seq_lens[seq]) - 1;
   const Cands c = cands_of(p, seq, pos);
-  const int64_t n_chunk = (c.n + p.l_c - 1) / p.l_c, keep = p.k / p.l_c;
-  int32_t* out = p.out + int64_t(seq) * p.out_cap;
-  if (n_chunk > p.max_chunks) __trap();
-  if (tid == 0 && p.win_begin && !p.in) p.win_begin[seq] = int32_t(c.base + c.n);  // cand_end
-  if (n_chunk <= keep) {  // every candidate survives
-    for (int64_t i = tid; i < c.n; i += kSelectThreads) out[i] = c.at(i);
-    if (tid == 0) p.out_len[seq] = int32_t(c.n);
-    return;
-  }
-  const int64_t P = pow2_at_least(n_chunk), M = pow2_at_least(p.max_chunks);
-  uint64_t* key = reinterpret_cast<uint64_t*>(smem);
-  int* flag = reinterpret_cast<int*>(key + M);
-  int* scan = flag + M;  // [kSelectThreads]
-  int32_t* chunk_of_rank = reinterpret_cast<int32_t*>(scan + kSelectThreads);  // [keep]
+  if (threadIdx.x == 0 && p.win_begin && !p.in) p.win_begin[seq] = int32_t(c.base + c.n);  // cand_end
   const float* sc = p.scores + int64_t(seq) * p.max_chunks;
-  for (int64_t i = tid; i < P; i += kSelectThreads) {
-    key[i] = i < n_chunk ? sort_key(sc[i], i) : kEmptyKey;
-    flag[i] = 0;
-  }
-  __syncthreads();
-  for (int64_t kk = 2; kk <= P; kk *= 2)
-    for (int64_t jj = kk / 2; jj > 0; jj /= 2) {
-      for (int64_t i = tid; i < P; i += kSelectThreads) {
-        const int64_t ixj = i ^ jj;
-        if (ixj > i) {
-          const uint64_t a = key[i], b = key[ixj];
-          if ((a > b) == ((i & kk) == 0)) key[i] = b, key[ixj] = a;
-        }
-      }
-      __syncthreads();
-    }
-  for (int64_t i = tid; i < keep; i += kSelectThreads) flag[uint32_t(key[i])] = 1;
-  __syncthreads();
-  // Ranks of the kept chunks in chunk (= position) order: per-thread runs, block prefix sum.
-  const int64_t per = (n_chunk + kSelectThreads - 1) / kSelectThreads;
-  int kept = 0;
-  for (int64_t i = tid * per; i < (tid + 1) * per && i < n_chunk; ++i) kept += flag[i];
-  scan[tid] = kept;
-  __syncthreads();
-  for (int off = 1; off < kSelectThreads; off *= 2) {
-    const int v = tid >= off ? scan[tid - off] : 0;
-    __syncthreads();
-    scan[tid] += v;
-    __syncthreads();
-  }
-  int r = scan[tid] - kept;
-  for (int64_t i = tid * per; i < (tid + 1) * per && i < n_chunk; ++i)
-    if (flag[i]) chunk_of_rank[r++] = int32_t(i);
-  __syncthreads();
-  // Entries: rank r's chunk fills out[r * l_c ...]; only the last chunk may be short, and it ranks last.
-  for (int64_t o = tid; o < keep * p.l_c; o += kSelectThreads) {
-    const int64_t e = int64_t(chunk_of_rank[o / p.l_c]) * p.l_c + o % p.l_c;
-    if (e < c.n) out[o] = c.at(e);
-  }
-  if (tid == 0) {
-    const int64_t last = chunk_of_rank[keep - 1];
-    p.out_len[seq] = int32_t((keep - 1) * p.l_c + (c.n - last * p.l_c < p.l_c ? c.n - last * p.l_c : p.l_c));
-  }
+  select_chunks(c, p.l_c, p.k / p.l_c, p.max_chunks, [sc](int64_t i) { return sc[i]; }, p.out + int64_t(seq) * p.out_cap,
+                p.out_len + seq, smem);
 }
 
 __global__ void index_kernel(IhipIndexGpuParams p) {
@@ -289,11 +187,6 @@ __global__ void index_kernel(IhipIndexGpuParams p) {
     p.col_ptr[seq + 1] = 0;
     if (seq == 0) p.range_ptr[0] = p.col_ptr[0] = 0;
   }
-}
-
-size_t select_smem(int64_t max_chunks, int64_t keep) {
-  const int64_t M = pow2_at_least(max_chunks);
-  return size_t(M) * 8 + size_t(M) * 4 + kSelectThreads * 4 + size_t(keep) * 4;
 }
 
 size_t g_select_smem = 0, g_score_smem = 0;

@@ -1,7 +1,9 @@
-// ihip_prune.h (cuda): InfiniteHiP's pruning stage at decode (one query token per sequence),
-// the CUDA twin of kernels/ref/ihip_prune.h, and the decode index of the last stage's output.
+// ihip_prune.h (cuda): InfiniteHiP's pruning stage, the CUDA twin of kernels/ref/ihip_prune.h:
+// at decode (one query token per sequence) with the decode index of the last stage's output, and
+// for a prefill chunk (every 64-query block at once; "Prefill" below) with its sparse index.
+// Tests: tests/cuda/test_ihip_gpu.cpp; benchmark: bench/bench_infinitehip.cu.
 //
-// What, per sequence s (length len = kv.seq_lens[s], query position pos = len - 1) and stage
+// Decode. What, per sequence s (length len = kv.seq_lens[s], query position pos = len - 1) and stage
 // (l_c, k): candidates are either the stage-0 range [n_sink, cand_end), cand_end =
 // max(n_sink, pos - n_stream + 1) (in == nullptr), or the previous stage's output
 // in[s * in_cap + i], i < in_len[s]. Chunks, SelectRep, chunk scores, ranking and the output
@@ -72,5 +74,66 @@ struct IhipIndexGpuParams {
   constexpr int64_t ranges_per_seq() const { return 2 + sel_cap / l_c; }  // constexpr: device-callable
 };
 void ihip_decode_index(const IhipIndexGpuParams& p, Stream s = nullptr);
+
+// ---- Prefill: a chunk of queries, one stage per call for all its 64-row query blocks at once.
+// Query block b holds chunk rows [64 b, min(64 b + 64, n_q)) at positions q_pos0 + row, its last
+// query at q_last(b); its stage input is the stage-0 range [n_sink, max(n_sink, q_last - n_stream
+// + 1)) or its previous stage's list; SelectRep pools over the group's query heads x the block's
+// rows (ihip_pack_queries' queries, rotated per row), so the survivors equal ihip_prune_block's
+// and the chunk scores are bit-equal to ihip_chunk_scores (same fp32 rotation and dot order).
+// How (ihip_prune_prefill.cu): score kernel, CTAs of 256 threads per (KV head, block), each
+// looping over groups of 32 chunks (16 with relative RoPE): the group's queries (<= 256 at a time)
+// rotated into shared memory once, each bisection step gathers the group's probe keys (rotated)
+// into shared memory and every
+// thread computes 4 queries x 8 probes in hip_dot's 8-lane order from registers, then a max over
+// the queries; with none / chunk-indexed RoPE a probe's left and right positions coincide, so the
+// step probes only the midpoint (the left score is kept). Select kernel: ihip_prune.cuh's
+// select_chunks per block over the max of the KV heads' scores.
+struct IhipPrefillGpuParams {
+  const void* q = nullptr;  // bf16 [n_q, n_head, 128] (un-rotated unless rope_mode == 0)
+  const void* k = nullptr;  // bf16 [n_kv, n_kv_head, 128], keys 0..n_kv-1 contiguous
+  int64_t n_q = 0, n_kv = 0, q_pos0 = 0;
+  int n_head = 0, n_kv_head = 0;
+  int rope_mode = 0;  // IhipRopeMode: 0 none, 1 relative, 2 chunk-indexed
+  int64_t n_sink = 256, n_stream = 1024;
+  const float* rope_cos = nullptr;  // [rope_n_pos, 64] device (ihip_rope_table's values)
+  const float* rope_sin = nullptr;
+  int64_t rope_n_pos = 0;
+  int64_t n_blk() const { return (n_q + 63) / 64; }
+};
+struct IhipPrefillStage {
+  int l_c = 256;
+  int64_t k = 32768;
+  const int32_t* in = nullptr;      // [n_blk, in_cap] or nullptr: the stage-0 range
+  const int32_t* in_len = nullptr;  // [n_blk]
+  int64_t in_cap = 0;
+  int32_t* out = nullptr;      // [n_blk, out_cap], out_cap >= k
+  int32_t* out_len = nullptr;  // [n_blk]
+  int64_t out_cap = 0;
+  float* scores = nullptr;     // workspace [n_blk, n_kv_head, max_chunks]: per KV head chunk scores
+  int64_t max_chunks = 0;      // bound on ceil(candidates / l_c) of any block (grid size)
+};
+void ihip_prune_stage_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage& st, Stream s = nullptr);
+// Its two launches, separately (benchmarks).
+void ihip_score_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage& st, Stream s = nullptr);
+void ihip_select_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage& st, Stream s = nullptr);
+
+// The prefill sparse index (cuda::DeviceSparseIndex layout, one index head, no columns) of the
+// last stage's lists: per block exactly ranges_per_blk() ranges: [0, min(n_sink, q_last + 1)),
+// one per l_c-run of the list (consecutive positions), pads [w, w) and the window [w, q_last + 1)
+// with w = max(n_sink, q_last - n_stream + 1): ihip_key_set's keys.
+struct IhipPrefillIndexParams {
+  const int32_t* sel = nullptr;      // [n_blk, sel_cap]
+  const int32_t* sel_len = nullptr;  // [n_blk]
+  int64_t sel_cap = 0;
+  int l_c = 8;
+  int64_t n_q = 0, q_pos0 = 0, n_sink = 256, n_stream = 1024;
+  int64_t* range_ptr = nullptr;  // [n_blk + 1]
+  int32_t* ranges = nullptr;     // [n_blk * ranges_per_blk()][2]
+  int64_t* col_ptr = nullptr;    // [n_blk + 1], all 0
+  int64_t n_blk() const { return (n_q + 63) / 64; }
+  constexpr int64_t ranges_per_blk() const { return 2 + sel_cap / l_c; }  // constexpr: device-callable
+};
+void ihip_prefill_index(const IhipPrefillIndexParams& p, Stream s = nullptr);
 
 }  // namespace longctx::cuda

@@ -1,0 +1,401 @@
+// ihip_prune_prefill.cu: InfiniteHiP's pruning stage for a prefill chunk (every 64-row query block
+// at once) and its sparse index; see ihip_prune.h ("Prefill").
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/ihip_prune.cuh"
+#include "kernels/cuda/ihip_prune.h"
+
+namespace longctx::cuda {
+
+namespace {
+
+using namespace ihip;
+
+constexpr int kBlockQ = 64;           // rows per query block (the sparse index's block)
+constexpr int kThreads = 256;
+constexpr int kQTile = 256;           // queries in shared memory at once (fp32, transposed)
+constexpr int kQStride = kQTile + 4;  // a row of qT: 16-byte aligned, and the coalesced fill's stores spread over banks
+constexpr int kSlots = 32;            // probes per pass
+constexpr int kQuads = kQTile / 4;    // threads along the queries (4 queries each)
+constexpr int kOctets = kSlots / 8;   // threads along the probes (8 probes each)
+static_assert(kQuads * kOctets == kThreads, "one (4 queries x 8 probes) tile per thread");
+constexpr size_t kScoreSmem = size_t(kD) * kQStride * 4 + size_t(kD) * kSlots * 4 + size_t(kQuads) * kSlots * 4;
+// The lanes of hip_dot in the order its tree adds them: ((p0+p4)+(p2+p6)) + ((p1+p5)+(p3+p7)).
+
+struct Block {  // one query block of the chunk
+  int64_t row0, rows, q_last;
+};
+__device__ inline Block block_of(const IhipPrefillGpuParams& p, int64_t b) {
+  Block k;
+  k.row0 = b * kBlockQ;
+  k.rows = p.n_q - k.row0 < kBlockQ ? p.n_q - k.row0 : kBlockQ;
+  k.q_last = p.q_pos0 + k.row0 + k.rows - 1;
+  return k;
+}
+
+__device__ inline Cands block_cands(const IhipPrefillGpuParams& p, const IhipPrefillStage& st, int64_t b,
+                                    const Block& blk) {
+  return cands_of(st.in ? st.in + b * st.in_cap : nullptr, st.in ? st.in_len[b] : 0, blk.q_last, p.n_sink,
+                  p.n_stream);
+}
+
+// acc[i][j] (query 4 qq + i, probe 8 ko + j) = lane l's partial of hip_dot: fp32 FMAs over its
+// elements 8l..8l+7, then 64+8l..64+8l+7, in order.
+__device__ inline void lane_dot(const float* qT, const float* kT, int qq, int ko, int l, float (&acc)[4][8]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[i][j] = 0.f;
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const int d = h * kHalf + 8 * l + e;
+      const float4 q = *reinterpret_cast<const float4*>(qT + d * kQStride + 4 * qq);
+      const float4 k0 = *reinterpret_cast<const float4*>(kT + d * kSlots + 8 * ko);
+      const float4 k1 = *reinterpret_cast<const float4*>(kT + d * kSlots + 8 * ko + 4);
+      const float qv[4] = {q.x, q.y, q.z, q.w}, kv[8] = {k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(qv[i], kv[j], acc[i][j]);
+    }
+}
+
+__device__ inline void add_to(float (&a)[4][8], const float (&b)[4][8]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) a[i][j] = a[i][j] + b[i][j];
+}
+
+// The 4 x 8 dots of the thread's tile in hip_dot's order.
+__device__ inline void tile_dots(const float* qT, const float* kT, int qq, int ko, float (&r)[4][8]) {
+  float s1[4][8], a[4][8], b[4][8];
+  lane_dot(qT, kT, qq, ko, 0, r);
+  lane_dot(qT, kT, qq, ko, 4, a);
+  add_to(r, a);  // p0 + p4
+  lane_dot(qT, kT, qq, ko, 2, a);
+  lane_dot(qT, kT, qq, ko, 6, b);
+  add_to(a, b);  // p2 + p6
+  add_to(r, a);  // t0
+  lane_dot(qT, kT, qq, ko, 1, s1);
+  lane_dot(qT, kT, qq, ko, 5, a);
+  add_to(s1, a);  // p1 + p5
+  lane_dot(qT, kT, qq, ko, 3, a);
+  lane_dot(qT, kT, qq, ko, 7, b);
+  add_to(a, b);   // p3 + p7
+  add_to(s1, a);  // t1
+  add_to(r, s1);
+}
+
+struct Probe {  // one slot of a pass
+  int32_t key;  // absolute key position; < 0: unused slot
+  int32_t kpos; // RoPE position of the key (relative: 0 / 1; chunk-indexed: the chunk)
+};
+
+// One score CTA: chunks [x * per_cta, ...) of block z for KV head y.
+__global__ void __launch_bounds__(kThreads, 1) score_kernel(IhipPrefillGpuParams p, IhipPrefillStage st) {
+  extern __shared__ __align__(16) float smem[];
+  float* qT = smem;                  // [128][kQStride] the rotated queries, transposed
+  float* kT = qT + kD * kQStride;    // [128][kSlots] the pass's probe keys, rotated, transposed
+  float* red = kT + kD * kSlots;     // [kQuads][kSlots] per-thread maxima
+  __shared__ Probe probe[kSlots];
+  __shared__ float result[kSlots];
+  __shared__ int lo[kSlots], hi[kSlots];
+  __shared__ float lo_score[kSlots];
+  const int tid = threadIdx.x, g = blockIdx.y;
+  const int64_t b = blockIdx.z;
+  const Block blk = block_of(p, b);
+  const Cands c = block_cands(p, st, b, blk);
+  const int64_t n_chunk = (c.n + st.l_c - 1) / st.l_c, keep = st.k / st.l_c;
+  if (n_chunk > st.max_chunks) __trap();  // the host bound is broken: never write past the workspace
+  const bool relative = p.rope_mode == 1;
+  const int per_cta = relative ? kSlots / 2 : kSlots;
+  if (n_chunk <= keep || int64_t(blockIdx.x) * per_cta >= n_chunk) return;
+  const int group = p.n_head / p.n_kv_head, n_qs = group * int(blk.rows);
+  const int n_qtile = (n_qs + kQTile - 1) / kQTile;
+  const int qq = tid % kQuads, ko = tid / kQuads;
+  const auto* q = static_cast<const __nv_bfloat16*>(p.q);
+  const auto* kp = static_cast<const __nv_bfloat16*>(p.k);
+
+  // Queries t0 .. t0 + kQTile of the group (t = h' * rows + r), rotated (ihip_pack_queries).
+  auto load_queries = [&](int t0) {  // element-fastest: each warp reads a query row's contiguous elements
+    for (int i = tid; i < kQTile * kHalf; i += kThreads) {
+      const int tt = i / kHalf, e = i % kHalf, t = t0 + tt;
+      float a = 0.f, bb = 0.f;
+      if (t < n_qs) {
+        const int h = g * group + t / int(blk.rows);
+        const int64_t r = t % int(blk.rows), row = blk.row0 + r;
+        const __nv_bfloat16* src = q + (row * p.n_head + h) * kD;
+        a = __bfloat162float(src[e]);
+        bb = __bfloat162float(src[e + kHalf]);
+        if (p.rope_mode != 0) {
+          const int64_t qp = query_pos(p.rope_mode, p.q_pos0 + row, n_chunk, p.n_stream);
+          rotate(a, bb, p.rope_cos[qp * kHalf + e], p.rope_sin[qp * kHalf + e]);
+        }
+      }
+      qT[e * kQStride + tt] = a;
+      qT[(e + kHalf) * kQStride + tt] = bb;
+    }
+  };
+  // One pass: result[s] = max over the group's queries of q~ . rot(key_s) for the n_slots probes.
+  auto run_pass = [&](int n_slots) {
+    {  // gather: 8 threads per slot (the lane layout of hip_dot: elements 8l.. and 64+8l..)
+      const int s = tid / 8, l = tid % 8;
+      float y0[8], y1[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) y0[e] = y1[e] = 0.f;
+      if (s < n_slots && probe[s].key >= 0) {
+        const __nv_bfloat16* src = kp + (int64_t(probe[s].key) * p.n_kv_head + g) * kD;
+        const uint4 u0 = *reinterpret_cast<const uint4*>(src + 8 * l);
+        const uint4 u1 = *reinterpret_cast<const uint4*>(src + kHalf + 8 * l);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float2 a = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&u0)[e]);
+          const float2 bb = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&u1)[e]);
+          y0[2 * e] = a.x, y0[2 * e + 1] = a.y, y1[2 * e] = bb.x, y1[2 * e + 1] = bb.y;
+        }
+        if (p.rope_mode != 0) {
+          const float* cs = p.rope_cos + int64_t(probe[s].kpos) * kHalf + 8 * l;
+          const float* sn = p.rope_sin + int64_t(probe[s].kpos) * kHalf + 8 * l;
+#pragma unroll
+          for (int e = 0; e < 8; ++e) rotate(y0[e], y1[e], cs[e], sn[e]);
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        kT[(8 * l + e) * kSlots + s] = y0[e];
+        kT[(kHalf + 8 * l + e) * kSlots + s] = y1[e];
+      }
+    }
+    float best[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) best[j] = -INFINITY;
+    for (int qt = 0; qt < n_qtile; ++qt) {
+      if (n_qtile > 1) {
+        __syncthreads();
+        load_queries(qt * kQTile);
+      }
+      __syncthreads();
+      float r[4][8];
+      tile_dots(qT, kT, qq, ko, r);
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        if (qt * kQTile + 4 * qq + i < n_qs)
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+            if (r[i][j] > best[j]) best[j] = r[i][j];  // NaN never wins
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) red[qq * kSlots + 8 * ko + j] = best[j];
+    __syncthreads();
+    {  // max over the quads: 8 threads per slot, then across them (red holds no NaN)
+      const int s = tid / 8, part = tid % 8;
+      float m = -INFINITY;
+      for (int i = part; i < kQuads; i += 8)
+        if (red[i * kSlots + s] > m) m = red[i * kSlots + s];
+#pragma unroll
+      for (int off = 4; off; off >>= 1) {
+        const float o = __shfl_xor_sync(0xffffffffu, m, off);
+        if (o > m) m = o;
+      }
+      if (part == 0 && s < n_slots) result[s] = m;
+    }
+    __syncthreads();
+  };
+  // Warms L2 with a key row the next step may probe (its gather then waits less).
+  auto prefetch_key = [&](int32_t key) {
+    const char* a = reinterpret_cast<const char*>(kp + (int64_t(key) * p.n_kv_head + g) * kD);
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(a + 128));
+  };
+
+  if (n_qtile == 1) load_queries(0);  // else each pass loads its tiles
+  int n_iter = 0;
+  while ((1 << n_iter) < st.l_c) ++n_iter;
+  // The CTA's groups of per_cta chunks, the queries loaded once for all of them.
+  for (int64_t j0 = int64_t(blockIdx.x) * per_cta; j0 < n_chunk; j0 += int64_t(gridDim.x) * per_cta) {
+    __syncthreads();
+    const int64_t n_mine = n_chunk - j0 < per_cta ? n_chunk - j0 : per_cta;
+    if (tid < per_cta) {
+      const int64_t j = j0 + tid;
+      lo[tid] = 0;
+      hi[tid] = tid < n_mine ? int(c.n - j * st.l_c < st.l_c ? c.n - j * st.l_c : st.l_c) : 0;
+    }
+    // Slot of chunk i's probe of entry e at RoPE branch br (0 left, 1 right).
+    auto set_probe = [&](int slot, int i, int e, int br, bool on) {
+      const int64_t j = j0 + i;
+      probe[slot].key = on ? c.at(j * st.l_c + e) : -1;
+      probe[slot].kpos = relative ? br : int32_t(j);
+    };
+    if (!relative) {  // the first entry's score (left = right position)
+      __syncthreads();
+      if (tid < per_cta) set_probe(tid, tid, 0, 0, tid < n_mine);
+      __syncthreads();
+      run_pass(per_cta);
+      if (tid < per_cta) lo_score[tid] = result[tid];
+    }
+    for (int it = 0; it < n_iter; ++it) {
+      __syncthreads();
+      if (tid < per_cta) {
+        const bool active = tid < n_mine && hi[tid] - lo[tid] > 1;
+        const int mid = lo[tid] + (hi[tid] - lo[tid]) / 2;
+        if (relative) {
+          set_probe(tid, tid, lo[tid], 0, active);
+          set_probe(per_cta + tid, tid, mid, 1, active);
+        } else {
+          set_probe(tid, tid, mid, 0, active);
+        }
+        if (active && it + 1 < n_iter) {  // the next step probes the midpoint of one of the halves
+          const int64_t first = (j0 + tid) * st.l_c;
+          if (mid - lo[tid] > 1) prefetch_key(c.at(first + lo[tid] + (mid - lo[tid]) / 2));
+          if (hi[tid] - mid > 1) prefetch_key(c.at(first + mid + (hi[tid] - mid) / 2));
+        }
+      }
+      __syncthreads();
+      run_pass(relative ? 2 * per_cta : per_cta);
+      if (tid < per_cta && tid < n_mine && hi[tid] - lo[tid] > 1) {
+        const int mid = lo[tid] + (hi[tid] - lo[tid]) / 2;
+        const float left = relative ? result[tid] : lo_score[tid], right = relative ? result[per_cta + tid] : result[tid];
+        if (left >= right) {
+          hi[tid] = mid;
+        } else {
+          lo[tid] = mid;
+          lo_score[tid] = right;
+        }
+      }
+    }
+    if (relative) {  // the representative's score at the right-branch position
+      __syncthreads();
+      if (tid < per_cta) set_probe(tid, tid, lo[tid], 1, tid < n_mine);
+      __syncthreads();
+      run_pass(per_cta);
+      if (tid < per_cta) lo_score[tid] = result[tid];
+    }
+    if (tid < n_mine) st.scores[(b * p.n_kv_head + g) * st.max_chunks + j0 + tid] = lo_score[tid];
+  }
+}
+
+__global__ void __launch_bounds__(kSelectThreads) select_kernel(IhipPrefillGpuParams p, IhipPrefillStage st) {
+  extern __shared__ __align__(16) char sel_smem[];
+  const int64_t b = blockIdx.x;
+  const Cands c = block_cands(p, st, b, block_of(p, b));
+  const float* sc = st.scores + b * p.n_kv_head * st.max_chunks;
+  const int n_kv = p.n_kv_head;
+  const int64_t mc = st.max_chunks;
+  auto score = [sc, n_kv, mc](int64_t i) {  // max over KV heads (NaN never wins)
+    float m = -INFINITY;
+    for (int g = 0; g < n_kv; ++g)
+      if (sc[g * mc + i] > m) m = sc[g * mc + i];
+    return m;
+  };
+  select_chunks(c, st.l_c, st.k / st.l_c, st.max_chunks, score, st.out + b * st.out_cap, st.out_len + b, sel_smem);
+}
+
+__global__ void index_kernel(IhipPrefillIndexParams p) {
+  const int64_t b = blockIdx.x, R = p.ranges_per_blk(), kmax = p.sel_cap / p.l_c;
+  const int64_t rows = p.n_q - b * kBlockQ < kBlockQ ? p.n_q - b * kBlockQ : kBlockQ;
+  const int64_t q_last = p.q_pos0 + b * kBlockQ + rows - 1, end = q_last + 1;
+  const int64_t w = q_last - p.n_stream + 1 > p.n_sink ? q_last - p.n_stream + 1 : p.n_sink;
+  const int32_t* sel = p.sel + b * p.sel_cap;
+  const int64_t n = p.sel_len[b], n_run = (n + p.l_c - 1) / p.l_c;
+  int32_t* rg = p.ranges + 2 * b * R;
+  for (int64_t i = threadIdx.x; i < R; i += blockDim.x) {
+    int64_t a, e;
+    if (i == 0) {
+      a = 0, e = p.n_sink < end ? p.n_sink : end;
+    } else if (i <= kmax && i - 1 < n_run) {  // the run's entries are consecutive positions
+      const int64_t f = (i - 1) * p.l_c, len = n - f < p.l_c ? n - f : p.l_c;
+      a = sel[f], e = sel[f] + len;
+    } else if (i <= kmax) {
+      a = e = w;
+    } else {
+      a = w, e = end > w ? end : w;
+    }
+    rg[2 * i] = int32_t(a);
+    rg[2 * i + 1] = int32_t(e);
+  }
+  if (threadIdx.x == 0) {
+    p.range_ptr[b + 1] = (b + 1) * R;
+    p.col_ptr[b + 1] = 0;
+    if (b == 0) p.range_ptr[0] = p.col_ptr[0] = 0;
+  }
+}
+
+size_t g_score_smem = 0, g_select_smem = 0;
+
+void allow_smem(const void* kernel, size_t bytes, size_t& done, const char* what) {
+  if (bytes <= done) return;
+  int dev = 0, limit = 0;
+  LC_CUDA_CHECK(cudaGetDevice(&dev), "ihip device");
+  LC_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "ihip smem limit");
+  // + the score kernel's static arrays (probe slots, results, chunk states)
+  LC_REQUIRE(bytes + 1024 <= size_t(limit), "infinitehip: %s needs %zu bytes of shared memory, over the device's %d", what,
+             bytes, limit);
+  LC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)), "ihip smem %s",
+                what);
+  done = bytes;
+}
+
+void check_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage& st) {
+  LC_REQUIRE(p.n_kv_head >= 1 && p.n_head % p.n_kv_head == 0,
+             "infinitehip: GPU pruning needs n_head a multiple of n_kv_head (got %d / %d)", p.n_head, p.n_kv_head);
+  LC_REQUIRE(p.n_blk() <= 65535, "infinitehip: a prefill chunk of %lld queries exceeds 65535 query blocks",
+             (long long)p.n_q);
+  LC_REQUIRE(st.l_c >= 1 && st.k >= st.l_c && st.k % st.l_c == 0 && st.out_cap >= st.k && st.max_chunks >= 1,
+             "internal: infinitehip stage l_c=%d k=%lld out_cap=%lld", st.l_c, (long long)st.k, (long long)st.out_cap);
+  LC_REQUIRE(p.rope_mode == 0 || (p.rope_cos && p.rope_sin), "internal: infinitehip RoPE table missing");
+  LC_REQUIRE(p.n_kv < (int64_t(1) << 31), "infinitehip: %lld keys exceed 2^31", (long long)p.n_kv);
+}
+
+}  // namespace
+
+void ihip_score_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage& st, Stream s) {
+  check_prefill(p, st);
+  if (p.n_q <= 0) return;
+  const int per_cta = p.rope_mode == 1 ? kSlots / 2 : kSlots;
+  allow_smem(reinterpret_cast<const void*>(score_kernel), kScoreSmem, g_score_smem, "the prefill queries");
+  // CTAs per (block, KV head): enough for ~4 waves over the SMs, each looping over its share of
+  // the chunk groups (the queries are loaded once per CTA).
+  static int n_sm = 0;
+  if (!n_sm) {
+    int dev = 0;
+    LC_CUDA_CHECK(cudaGetDevice(&dev), "ihip device");
+    LC_CUDA_CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev), "ihip SM count");
+  }
+  const int64_t groups = (st.max_chunks + per_cta - 1) / per_cta, pairs = p.n_blk() * p.n_kv_head;
+  const int64_t per_pair = std::min<int64_t>(groups, std::max<int64_t>(1, (4 * n_sm + pairs - 1) / pairs));
+  score_kernel<<<dim3(unsigned(per_pair), unsigned(p.n_kv_head), unsigned(p.n_blk())),
+                 kThreads, kScoreSmem, static_cast<cudaStream_t>(s)>>>(p, st);
+  LC_LAUNCH_CHECK("ihip prefill score l_c=%d max_chunks=%lld", st.l_c, (long long)st.max_chunks);
+}
+
+void ihip_select_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage& st, Stream s) {
+  check_prefill(p, st);
+  if (p.n_q <= 0) return;
+  const size_t bytes = select_smem(st.max_chunks, st.k / st.l_c);
+  allow_smem(reinterpret_cast<const void*>(select_kernel), bytes, g_select_smem, "the chunk ranking");
+  select_kernel<<<unsigned(p.n_blk()), kSelectThreads, bytes, static_cast<cudaStream_t>(s)>>>(p, st);
+  LC_LAUNCH_CHECK("ihip prefill select l_c=%d max_chunks=%lld", st.l_c, (long long)st.max_chunks);
+}
+
+void ihip_prune_stage_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage& st, Stream s) {
+  ihip_score_prefill(p, st, s);
+  ihip_select_prefill(p, st, s);
+}
+
+void ihip_prefill_index(const IhipPrefillIndexParams& p, Stream s) {
+  if (p.n_q <= 0) return;
+  LC_REQUIRE(p.l_c >= 1 && p.sel_cap % p.l_c == 0, "internal: infinitehip index l_c=%d sel_cap=%lld", p.l_c,
+             (long long)p.sel_cap);
+  index_kernel<<<unsigned(p.n_blk()), 128, 0, static_cast<cudaStream_t>(s)>>>(p);
+  LC_LAUNCH_CHECK("ihip prefill index n_q=%lld", (long long)p.n_q);
+}
+
+}  // namespace longctx::cuda

@@ -1,0 +1,156 @@
+// test_gpu_infinitehip.cpp: InfiniteHiP prefill on the GPU model (--attn
+// 'prefill:infinitehip=...,rope=off': pruning stages + sparse index on the device, the shared sparse
+// kernel, dense decode) vs the CPU model with the same method on the same (bf16-valued) weights.
+// The model: a tiny random Llama with head_dim 128, 4 query / 2 KV heads, 3 layers
+// (model/tiny_model); stages small enough that ~1.5K tokens prune at every stage (so sparse and
+// dense logits differ clearly). Checked: GPU == CPU logits within the bf16 tolerance of
+// test_util.h (last prefill rows and teacher-forced dense decode steps), one chunk and chunks of
+// 512 (chunks after a prefix), greedy argmax equal where the margin is clear, and every layer's
+// prefill chunk routed sparse. The GPU prunes on bf16 Q/K and the CPU on fp32, so a near-tied
+// chunk could differ: the measured margin is printed.
+//   build-gpu/tests/gpu/test_gpu --gtest_filter='GpuInfiniteHip*'
+#ifdef LONGCTX_WITH_GPU
+#include <cstdio>
+#include <filesystem>
+
+#include "gpu/device_weights.h"
+#include "gpu/gpu_transformer.h"
+#include "methods/method.h"
+#include "model/tiny_model.h"
+#include "model/transformer.h"
+#include "test_util.h"
+#include "util/thread_pool.h"
+
+namespace longctx {
+namespace {
+
+using test::compare_row;
+using test::LogitDiff;
+using test::random_ids;
+
+constexpr int kLayers = 3;
+constexpr int64_t kRows = 4;  // prefill rows compared
+// 3 stages, early layer 0 with its own last k; n_sink + n_stream well below the prompt.
+const char* kSpec = "prefill:infinitehip=l_c=64/16/4,k=512/128/32,n_sink=16,n_stream=64,early_layers=1,k_early=64,"
+                    "rope=off";
+
+struct Fixture {
+  ModelConfig cfg;
+  std::unique_ptr<ModelFile> file;
+};
+
+Fixture& fixture() {
+  static Fixture* f = [] {
+    auto* x = new Fixture;
+    const auto dir = test::temp_dir("infinitehip");
+    TinyModelSpec s;
+    s.n_layer = kLayers;
+    s.n_embd = 512;
+    s.n_head = 4;  // head dim 128
+    s.n_kv_head = 2;
+    s.n_ff = 1024;
+    s.context_length = 8192;
+    s.seed = 23;
+    write_tiny_model(dir.string(), s);
+    x->file = open_model_file((dir / "tiny.gguf").string());
+    x->cfg = ModelConfig::from_model_file(*x->file);
+    return x;
+  }();
+  return *f;
+}
+
+using Rows = std::vector<std::vector<float>>;
+
+Rows run_gpu(gpu::GpuTransformer& g, const std::vector<int32_t>& ids, int64_t chunk, const std::vector<int32_t>& dec) {
+  Rows r;
+  const int64_t n = int64_t(ids.size()), V = g.config().vocab_size;
+  g.reset(n + int64_t(dec.size()));
+  std::vector<float> lg;
+  for (int64_t c0 = 0; c0 < n; c0 += chunk) {
+    const int64_t c1 = std::min(n, c0 + chunk);
+    g.forward(std::span(ids).subspan(size_t(c0), size_t(c1 - c0)), c1 == n ? kRows : 0, &lg);
+  }
+  for (int64_t i = 0; i < kRows; ++i) r.emplace_back(lg.begin() + i * V, lg.begin() + (i + 1) * V);
+  for (int32_t t : dec) {
+    g.forward(std::span(&t, 1), 1, &lg);
+    r.push_back(lg);
+  }
+  return r;
+}
+
+Rows run_cpu(const std::string& spec, const ModelWeights& w, const std::vector<int32_t>& ids, int64_t chunk,
+             const std::vector<int32_t>& dec) {
+  const ModelConfig& cfg = fixture().cfg;
+  const MethodContext mc{cfg.n_layer, cfg.n_head, cfg.n_kv_head, cfg.head_dim, cfg.name};
+  Transformer cpu(cfg, w, make_attention_method(spec, mc), global_pool());
+  Rows r;
+  const int64_t n = int64_t(ids.size()), V = cfg.vocab_size;
+  cpu.reset(n + int64_t(dec.size()));
+  std::vector<float> lc;
+  for (int64_t c0 = 0; c0 < n; c0 += chunk) {
+    const int64_t c1 = std::min(n, c0 + chunk);
+    cpu.forward(std::span(ids).subspan(size_t(c0), size_t(c1 - c0)), c1 == n ? kRows : 0, &lc);
+  }
+  for (int64_t i = 0; i < kRows; ++i) r.emplace_back(lc.begin() + i * V, lc.begin() + (i + 1) * V);
+  for (int32_t t : dec) {
+    cpu.forward(std::span(&t, 1), 1, &lc);
+    r.push_back(lc);
+  }
+  return r;
+}
+
+struct Cmp {
+  double worst = 0;  // max over rows of max|diff| / tol
+  int argmax_checked = 0, argmax_equal = 0;
+};
+Cmp compare(const Rows& a, const Rows& b) {  // a = reference
+  Cmp c;
+  EXPECT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    const LogitDiff d = compare_row(a[i].data(), b[i].data(), int64_t(a[i].size()));
+    c.worst = std::max(c.worst, d.max_abs / d.tol());
+    if (d.margin_a > 2 * d.tol()) {
+      ++c.argmax_checked;
+      c.argmax_equal += d.argmax_a == d.argmax_b;
+    }
+  }
+  return c;
+}
+
+class GpuInfiniteHip : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!test::have_usable_gpu()) GTEST_SKIP() << "no usable (Hopper) GPU";
+  }
+};
+
+TEST_F(GpuInfiniteHip, PrefillMatchesTheCpuMethod) {
+  Fixture& f = fixture();
+  const int64_t n = 1500;
+  const auto ids = random_ids(n, f.cfg.vocab_size, 4);
+  const std::vector<int32_t> dec = {5, 77, 200};
+  for (int64_t chunk : {n, int64_t(512)}) {
+    gpu::GpuOptions o;
+    o.chunk = chunk;
+    o.attn = kSpec;
+    gpu::GpuTransformer g(f.cfg, gpu::DeviceWeights::upload(f.cfg, ModelWeights::load(*f.file, f.cfg), nullptr), o);
+    const ModelWeights w = g.weights().download(g.stream());
+    const Rows gi = run_gpu(g, ids, chunk, dec);
+    const gpu::GpuPrefillStats stats = gpu::last_gpu_prefill_stats();
+    const Rows ci = run_cpu(kSpec, w, ids, chunk, dec);
+    const Rows cd = run_cpu("dense", w, ids, chunk, dec);
+    const Cmp gc = compare(ci, gi), sd = compare(cd, ci);
+    std::printf("[ gpu infinitehip ] chunk %4lld: GPU vs CPU infinitehip max|diff|/tol %.3f (argmax %d/%d); CPU "
+                "infinitehip vs CPU dense %.3f; sparse calls %lld, dense %lld\n",
+                (long long)chunk, gc.worst, gc.argmax_equal, gc.argmax_checked, sd.worst,
+                (long long)stats.sparse_calls, (long long)stats.dense_calls);
+    EXPECT_LE(gc.worst, 1.0) << "GPU infinitehip logits outside the bf16 tolerance of the CPU's";
+    EXPECT_EQ(gc.argmax_equal, gc.argmax_checked);
+    EXPECT_GT(sd.worst, 1.0) << "sparse and dense logits differ by less than the tolerance: the test proves nothing";
+    EXPECT_GT(stats.sparse_calls, 0);
+  }
+}
+
+}  // namespace
+}  // namespace longctx
+#endif  // LONGCTX_WITH_GPU
