@@ -41,17 +41,26 @@ HipTopkParams topk_of(const HipEstimateConfig& c) {
   return t;
 }
 
+// Inputs: N(0, 1) bf16, or (ties) small integers in [-2, 2], whose dot products are exact integers:
+// many equal scores, so the ranking's tie rule (the earlier branch) decides.
+std::vector<uint16_t> inputs(size_t n, bool ties) {
+  std::vector<double> tmp;
+  auto h = random_bf16(n, 1.0, tmp);
+  if (ties)
+    for (size_t i = 0; i < n; ++i) h[i] = f32_to_bf16(std::round(std::clamp(float(tmp[i]) * 1.5f, -2.f, 2.f)));
+  return h;
+}
+
 std::vector<float> to_float(const std::vector<uint16_t>& h) {
   std::vector<float> f(h.size());
   for (size_t i = 0; i < h.size(); ++i) f[i] = bf16_to_f32(h[i]);
   return f;
 }
 
-void check_prefill(const HipEstimateConfig& cfg, int64_t n_q, int64_t q_pos0, int H, int Hkv, int d) {
+void check_prefill(const HipEstimateConfig& cfg, int64_t n_q, int64_t q_pos0, int H, int Hkv, int d, bool ties = false) {
   const int64_t n_kv = q_pos0 + n_q, n_qblk = (n_q + cfg.b_q - 1) / cfg.b_q, M = cfg.budget_blocks(),
                 R = cfg.ranges_per_row();
-  std::vector<double> dq, dk;
-  const auto hq = random_bf16(size_t(n_q * H * d), 1.0, dq), hk = random_bf16(size_t(n_kv * Hkv * d), 1.0, dk);
+  const auto hq = inputs(size_t(n_q * H * d), ties), hk = inputs(size_t(n_kv * Hkv * d), ties);
   const auto fq = to_float(hq), fk = to_float(hk);
   DevBuf q(hq.size() * 2), k(hk.size() * 2), blocks(size_t(H * n_qblk * M) * 4), nb(size_t(H * n_qblk) * 4),
       rp(size_t(H * n_qblk + 1) * 8), rg(size_t(H * n_qblk * R) * 8), cp(size_t(H * n_qblk + 1) * 8);
@@ -72,6 +81,9 @@ void check_prefill(const HipEstimateConfig& cfg, int64_t n_q, int64_t q_pos0, in
   p.range_ptr = rp.as<int64_t>();
   p.ranges = rg.as<int32_t>();
   p.col_ptr = cp.as<int64_t>();
+  for (int variant : {0, 1}) {
+  p.variant = variant;
+  blocks.poison();
   hip_estimate_prefill(p);
   device_sync();
   const auto got = blocks.download<int32_t>(size_t(H * n_qblk * M));
@@ -113,6 +125,7 @@ void check_prefill(const HipEstimateConfig& cfg, int64_t n_q, int64_t q_pos0, in
       EXPECT_EQ(r[2 * (R - 1) + 1], q_pos0 + row0 + rows);
     }
   EXPECT_GT(pruned, 0) << "the problem should prune some blocks";
+  }
 }
 
 TEST(HipEstimate, PrefillBlockIdsEqualTheCpuReference) {
@@ -129,14 +142,12 @@ TEST(HipEstimate, PrefillBlockIdsEqualTheCpuReference) {
   strided.b_sq = 4;
   check_prefill(strided, 128, 5000, 4, 2, 128);
   check_prefill(HipEstimateConfig{}, 128, 20000, 2, 1, 128);  // paper defaults: 256 blocks of 2
+  check_prefill(HipEstimateConfig{}, 128, 20000, 2, 1, 128, true);  // equal scores: the tie rule
+  check_prefill(small, 200, 3000, 4, 2, 128, true);
 }
 
-TEST(HipEstimate, DecodeRefreshAndCachedStepsOverAPagedCache) {
-  LC_REQUIRE_GPU();
-  HipEstimateConfig cfg;
-  cfg.k = 128;
-  cfg.window = 64;
-  cfg.sinks = 4;
+void check_decode(const HipEstimateConfig& cfg, int variant, bool ties) {
+  SCOPED_TRACE(testing::Message() << "k=" << cfg.k << " variant=" << variant << " ties=" << ties);
   const int H = 4, Hkv = 2, d = 128, page = 16, refresh = 4, M = int(cfg.budget_blocks()), R = M + 2;
   std::vector<int32_t> lens = {3001, 7777};
   const int n_seq = 2, cap = 8000 + 64, max_pages = (cap + page - 1) / page;
@@ -144,8 +155,7 @@ TEST(HipEstimate, DecodeRefreshAndCachedStepsOverAPagedCache) {
   std::vector<int32_t> tab(static_cast<size_t>(n_pages));
   std::iota(tab.begin(), tab.end(), 0);
   std::shuffle(tab.begin(), tab.end(), std::mt19937_64(3));
-  std::vector<double> tmp;
-  const auto hk = random_bf16(size_t(n_pages * page * Hkv * d), 1.0, tmp);
+  const auto hk = inputs(size_t(n_pages * page * Hkv * d), ties);
   const auto fk = to_float(hk);
   DevBuf kp(hk.size() * 2), table(tab.size() * 4), dlens(8), q(size_t(n_seq * H * d) * 2), rpos(size_t(n_seq * H) * 4),
       blocks(size_t(n_seq * H * M) * 4), rptr(size_t(n_seq * H + 1) * 4), rg(size_t(n_seq * H * R) * 8),
@@ -175,13 +185,13 @@ TEST(HipEstimate, DecodeRefreshAndCachedStepsOverAPagedCache) {
   p.range_ptr = rptr.as<int32_t>();
   p.ranges = rg.as<int32_t>();
   p.col_ptr = cptr.as<int32_t>();
+  p.variant = variant;
   std::vector<int32_t> last_ranges;
   int64_t estimated_steps = 0;
   for (int step = 0; step < 9; ++step) {
     std::vector<int32_t> cur = {lens[0] + step, lens[1] + step};
     dlens.upload(cur);
-    std::vector<double> dq;
-    const auto hq = random_bf16(size_t(n_seq * H * d), 1.0, dq);
+    const auto hq = inputs(size_t(n_seq * H * d), ties);
     q.upload(hq);
     blocks.poison();
     hip_estimate_decode(p);
@@ -227,6 +237,19 @@ TEST(HipEstimate, DecodeRefreshAndCachedStepsOverAPagedCache) {
   EXPECT_EQ(estimated_steps, 3);
   const auto ptr = rptr.download<int32_t>(size_t(n_seq * H + 1));
   for (int r = 0; r <= n_seq * H; ++r) EXPECT_EQ(ptr[size_t(r)], r * R);
+}
+
+TEST(HipEstimate, DecodeRefreshAndCachedStepsOverAPagedCache) {
+  LC_REQUIRE_GPU();
+  HipEstimateConfig small;
+  small.k = 128;
+  small.window = 64;
+  small.sinks = 4;
+  for (int variant : {0, 1, 2, 4, 8})
+    for (bool ties : {false, true}) {
+      check_decode(small, variant, ties);
+      check_decode(HipEstimateConfig{}, variant, ties);  // paper defaults: 256 blocks of 2
+    }
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cooperative_groups.h>
+
 #include <cstdint>
 
 #include "kernels/cuda/check.h"
@@ -16,6 +18,7 @@ namespace longctx::cuda {
 
 namespace {
 
+namespace cg = cooperative_groups;
 constexpr int kThreads = 512, kLanes = 8, kGroups = kThreads / kLanes;
 constexpr int32_t kOpenEnd = 0x7fffffff;  // a decode window's end: clipped to the length by the kernel
 
@@ -28,14 +31,24 @@ struct Shape {  // one CTA's search, after its region is known
   int64_t block_begin, block_end, key_end;
 };
 
-// Shared memory carve: q samples (fp32), their positions, chunks, branches, the branches' sort
-// keys (a power of two of them), keep flags, per-thread counts.
+// Shared memory carve: q samples (fp32), their positions, chunks, branches, the branches' rank
+// keys (two buffers: a cluster's CTAs write the next iteration's while the last is still read),
+// the radix histograms and selection state, the per-warp counts of the branch-order scans.
+// kBitonic (the previous selection, kept for the A/B benchmark): sort keys of a power of two of
+// them, keep flags, per-thread counts.
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxRounds = 8;       // branches per thread in the selection: 2 * k / b_k <= 4096
+constexpr int kRadixBits = 8, kBins = 1 << kRadixBits, kPasses = 32 / kRadixBits;
 struct Smem {
   float* q;
   int64_t* pos;
   Branch* chunks;
   Branch* br;
-  uint64_t* key;
+  uint32_t* key[2];
+  int* hist;   // [kPasses][kBins]
+  int* sel;    // [3] the threshold's digits so far, the rank left, keys equal to them
+  int* cnt;    // [2][kMaxRounds][kWarps]
+  uint64_t* key64;
   int* keep;
   int* scan;
 };
@@ -49,6 +62,7 @@ __host__ __device__ inline int64_t pow2_at_least(int64_t n) {
 
 __host__ __device__ inline size_t smem_bytes(int n_qs, int d, int64_t m) {
   return align16(size_t(n_qs) * d * 4) + align16(size_t(n_qs) * 8) + align16(size_t(m) * 8) + align16(size_t(2 * m) * 8) +
+         2 * align16(size_t(2 * m) * 4) + align16(kPasses * kBins * 4) + align16(3 * 4) + align16(2 * kMaxRounds * kWarps * 4) +
          align16(size_t(pow2_at_least(2 * m)) * 8) + align16(size_t(2 * m) * 4) + kThreads * 4;
 }
 
@@ -62,7 +76,17 @@ __device__ Smem carve(char* base, int n_qs, int d, int64_t m) {
   base += align16(size_t(m) * 8);
   s.br = reinterpret_cast<Branch*>(base);
   base += align16(size_t(2 * m) * 8);
-  s.key = reinterpret_cast<uint64_t*>(base);
+  for (int b = 0; b < 2; ++b) {
+    s.key[b] = reinterpret_cast<uint32_t*>(base);
+    base += align16(size_t(2 * m) * 4);
+  }
+  s.hist = reinterpret_cast<int*>(base);
+  base += align16(kPasses * kBins * 4);
+  s.sel = reinterpret_cast<int*>(base);
+  base += align16(3 * 4);
+  s.cnt = reinterpret_cast<int*>(base);
+  base += align16(2 * kMaxRounds * kWarps * 4);
+  s.key64 = reinterpret_cast<uint64_t*>(base);
   base += align16(size_t(pow2_at_least(2 * m)) * 8);
   s.keep = reinterpret_cast<int*>(base);
   base += align16(size_t(2 * m) * 4);
@@ -70,37 +94,195 @@ __device__ Smem carve(char* base, int n_qs, int d, int64_t m) {
   return s;
 }
 
-// Sort key of a live branch: ascending order = higher score first, then the earlier branch (the
-// CPU's total order; -0 counts as +0, as the CPU's == does). Empty branches sort last.
-__device__ inline uint64_t sort_key(float score, int64_t branch) {
+// Rank key of a live branch's score: ascending = higher score first (-0 counts as +0, as the
+// CPU's == does). Equal keys rank by branch index (the CPU's total order). Empty branches get
+// kEmptyRank, above every live key (the lowest score, -inf, maps to 0xff800000; a NaN is never a
+// best score).
+__device__ inline uint32_t rank_key(float score) {
   if (score == 0.f) score = 0.f;
   const uint32_t bits = __float_as_uint(score);
   const uint32_t ordered = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);  // increasing in score
-  return (uint64_t(~ordered) << 32) | uint64_t(uint32_t(branch));
+  return ~ordered;
+}
+constexpr uint32_t kEmptyRank = 0xffffffffu;
+__device__ inline uint64_t sort_key(float score, int64_t branch) {
+  return (uint64_t(rank_key(score)) << 32) | uint64_t(uint32_t(branch));
 }
 constexpr uint64_t kEmptyKey = ~uint64_t(0);
+
+// Keeps the m best of the nb branches s.br ranked by key (ascending, ties by branch index) and
+// writes them to s.chunks[0, m) in branch order. The threshold T (the m-th smallest key) comes
+// from a radix select, 8 bits a pass from the top (warp-aggregated shared-memory histograms; one
+// warp scans the 256 bins); a branch is kept when its key is below T, or equal to T and among the
+// first `need` such in branch order. ~10 barriers (a bitonic sort of 512 keys takes 45).
+// s.hist must be zero on entry.
+__device__ void keep_best(int64_t m, int nb, const Smem& s, const uint32_t* key) {
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int rounds = (nb + kThreads - 1) / kThreads;
+  uint32_t prefix = 0;
+  int rem = int(m);
+#pragma unroll 1
+  for (int pass = 0; pass < kPasses; ++pass) {
+    const int shift = 32 - kRadixBits * (pass + 1);
+    const uint32_t hi = pass == 0 ? 0u : ~0u << (shift + kRadixBits);
+    int* hist = s.hist + pass * kBins;
+    for (int r = 0; r < rounds; ++r) {  // uniform over the warp: __match_any_sync needs all lanes
+      const int i = r * kThreads + tid;
+      const uint32_t u = i < nb ? key[i] : kEmptyRank;
+      const bool in = i < nb && (u & hi) == prefix;
+      const uint32_t dg = in ? (u >> shift) & (kBins - 1) : uint32_t(kBins);
+      const unsigned peers = __match_any_sync(0xffffffffu, dg);
+      if (in && lane == __ffs(peers) - 1) atomicAdd(&hist[dg], __popc(peers));
+    }
+    __syncthreads();
+    if (warp == 0) {  // the digit where the running count reaches rem: lane L scans bins 8L..8L+7
+      constexpr int kPer = kBins / 32;
+      const int* c = hist + kPer * lane;
+      int sum = 0;
+#pragma unroll
+      for (int b = 0; b < kPer; ++b) sum += c[b];
+      int incl = sum;
+#pragma unroll
+      for (int off = 1; off < 32; off *= 2) {
+        const int v = __shfl_up_sync(0xffffffffu, incl, off);
+        if (lane >= off) incl += v;
+      }
+      const int excl = incl - sum;
+      if (excl < rem && rem <= incl) {
+        int acc = excl, dg = -1, eq = 0;
+#pragma unroll
+        for (int b = 0; b < kPer; ++b)
+          if (dg < 0) {
+            if (acc + c[b] >= rem) dg = b, eq = c[b];
+            else acc += c[b];
+          }
+        s.sel[0] = int(prefix | (uint32_t(kPer * lane + dg) << shift));
+        s.sel[1] = rem - acc;
+        s.sel[2] = eq;
+      }
+    }
+    __syncthreads();
+    prefix = uint32_t(s.sel[0]);
+    rem = s.sel[1];
+  }
+  // Keep flags and compaction in branch order: thread t holds branches t + r * kThreads (r <
+  // rounds); a branch's place among the flagged ones is the flagged count of the warps and rounds
+  // before it (per-warp ballot counts in s.cnt) plus its lanes below.
+  const uint32_t T = prefix;
+  const bool split_ties = s.sel[2] > rem;  // uniform: some keys equal to T are left out
+  const unsigned lower = (1u << lane) - 1u;
+  int* cnt_eq = s.cnt;
+  int* cnt_kept = s.cnt + kMaxRounds * kWarps;
+  const auto before = [&](const int* cnt, int r) {
+    int b = 0;
+    for (int idx = 0; idx < r * kWarps + warp; ++idx) b += cnt[idx];
+    return b;
+  };
+  if (split_ties) {
+    for (int r = 0; r < rounds; ++r) {
+      const int i = r * kThreads + tid;
+      const unsigned eq = __ballot_sync(0xffffffffu, i < nb && key[i] == T);
+      if (lane == 0) cnt_eq[r * kWarps + warp] = __popc(eq);
+    }
+    __syncthreads();
+  }
+  const auto kept_at = [&](int r) {  // warp-uniform call (ballot)
+    const int i = r * kThreads + tid;
+    const uint32_t u = i < nb ? key[i] : kEmptyRank;
+    if (!split_ties) return u <= T;
+    const unsigned eq = __ballot_sync(0xffffffffu, u == T);
+    return u < T || (u == T && before(cnt_eq, r) + __popc(eq & lower) < rem);
+  };
+  for (int r = 0; r < rounds; ++r) {
+    const unsigned kept = __ballot_sync(0xffffffffu, kept_at(r));
+    if (lane == 0) cnt_kept[r * kWarps + warp] = __popc(kept);
+  }
+  __syncthreads();
+  for (int r = 0; r < rounds; ++r) {
+    const bool k = kept_at(r);
+    const unsigned kept = __ballot_sync(0xffffffffu, k);
+    if (k) s.chunks[before(cnt_kept, r) + __popc(kept & lower)] = s.br[r * kThreads + tid];
+  }
+}
+
+// The previous selection (A/B benchmark only): bitonic sort of the P 64-bit keys, keep flags,
+// prefix sum.
+__device__ void keep_best_bitonic(int64_t m, int64_t nb, const Smem& s) {
+  const int tid = threadIdx.x;
+  const int64_t P = pow2_at_least(nb);
+  const int per_thread = int((nb + kThreads - 1) / kThreads);
+  for (int k = 2; k <= int(P); k *= 2) {
+    for (int j = k / 2; j > 0; j /= 2) {
+      for (int i = tid; i < int(P); i += kThreads) {
+        const int ixj = i ^ j;
+        if (ixj > i) {
+          const uint64_t a = s.key64[i], b = s.key64[ixj];
+          if ((a > b) == ((i & k) == 0)) s.key64[i] = b, s.key64[ixj] = a;
+        }
+      }
+      __syncthreads();
+    }
+  }
+  for (int64_t i = tid; i < nb; i += kThreads) s.keep[i] = 0;
+  __syncthreads();
+  for (int64_t i = tid; i < m; i += kThreads) s.keep[uint32_t(s.key64[i])] = 1;
+  __syncthreads();
+  int kept = 0;
+  for (int k = 0; k < per_thread; ++k) {
+    const int64_t i = int64_t(tid) * per_thread + k;
+    kept += i < nb ? s.keep[i] : 0;
+  }
+  s.scan[tid] = kept;
+  __syncthreads();
+  for (int off = 1; off < kThreads; off *= 2) {
+    const int v = tid >= off ? s.scan[tid - off] : 0;
+    __syncthreads();
+    s.scan[tid] += v;
+    __syncthreads();
+  }
+  int out = s.scan[tid] - kept;
+  for (int k = 0; k < per_thread; ++k) {
+    const int64_t i = int64_t(tid) * per_thread + k;
+    if (i < nb && s.keep[i]) s.chunks[out++] = s.br[i];
+  }
+}
 
 constexpr int kMaxChunksPerLane = 2;  // head_dim <= 128: chunks l and l + 8 of 8 elements
 // (branch, sampled key) items a group loads at once: decode is bound by load latency (one query),
 // prefill by the FMAs over its 32 sampled queries (fewer items: no register spills).
 constexpr int kDecodeItems = 8, kPrefillItems = 4;
+// CTAs sharing one decode search (a cluster): 32 heads x 4 fill the H100's 132 SMs.
+constexpr int kDecodeCluster = 4;
+// Items a decode lane loads at once in a cluster of `cluster` CTAs: the paper's defaults give each
+// group 16 / cluster items (1024 (branch, key) items, 64 groups a CTA); one batch where the
+// registers allow (8 items: 124 registers), no more than the group has.
+constexpr int decode_items(int cluster) { return 16 / cluster > kDecodeItems ? kDecodeItems : (16 / cluster > 2 ? 16 / cluster : 2); }
 
 // The bisection of hip_topk_blocks; leaves the selected blocks in s.chunks[0 .. count) (ascending)
 // and returns count. KeyRow(j, ok) gives key j's bf16 row of this head; ok is false for padding
 // items (j = 0, row never dereferenced).
-// Scores: group g scores branches g, g + kGroups, ..., loading kItems sampled keys at a time; each
-// lane loads its 8-element chunks of them once and runs every sampled query against them: lane l accumulates
-// chunks l, l+8 with fp32 FMAs, then the xor-shuffle tree gives ((p0+p4)+(p2+p6)) +
-// ((p1+p5)+(p3+p7)): hip_topk.h's order. Every loop bound is uniform over the CTA (the shuffles
-// are warp-wide).
-template <int kItems, class KeyRow>
+// kCluster CTAs (a thread-block cluster, this CTA is `rank`) share one search: each scores a
+// 1/kCluster share of the branches and stores their rank keys into every CTA's shared memory
+// (distributed shared memory); after a cluster barrier each CTA runs the same selection on all of
+// them (the same chunks everywhere, so every CTA takes the same number of iterations).
+// Scores: group G (of kGroups * kCluster over the cluster) scores branches G, G + groups, ...,
+// loading kItems sampled keys at a time; each lane loads its 8-element chunks of them once and
+// runs every sampled query against them: lane l accumulates chunks l, l+8 with fp32 FMAs, then
+// the xor-shuffle tree gives ((p0+p4)+(p2+p6)) + ((p1+p5)+(p3+p7)): hip_topk.h's order. Every
+// loop bound is uniform over the CTA (the shuffles are warp-wide).
+template <int kItems, int kCluster, bool kBitonic, class KeyRow>
 __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem& s, KeyRow key_row) {
-  const int tid = threadIdx.x, lane = tid % kLanes, group = tid / kLanes, d = sh.head_dim;
+  static_assert(kCluster == 1 || !kBitonic, "the bitonic selection runs in one CTA");
+  const int tid = threadIdx.x, lane = tid % kLanes, d = sh.head_dim;
+  int rank = 0;
+  if constexpr (kCluster > 1) rank = int(cg::this_cluster().block_rank());
+  const int n_groups = kGroups * kCluster, group = rank * kGroups + tid / kLanes;
   const int64_t m = cfg.budget_blocks();
   const int64_t n = sh.block_end > sh.block_begin ? sh.block_end - sh.block_begin : 0;
   if (n <= m) {
     for (int64_t i = tid; i < n; i += kThreads) s.chunks[i] = {int32_t(sh.block_begin + i), 1};
-    __syncthreads();
+    if constexpr (kCluster > 1) cg::this_cluster().sync();  // the caller's writes follow every CTA's reads
+    else __syncthreads();
     return int(n);
   }
   for (int64_t c = tid; c < m; c += kThreads) {
@@ -109,9 +291,9 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
   }
   __syncthreads();
   const int n_ks = cfg.b_k / cfg.b_sk;
-  const int64_t nb = 2 * m, P = pow2_at_least(nb);
-  const int per_thread = int((nb + kThreads - 1) / kThreads);
-  for (;;) {
+  const int nb = int(2 * m);
+  const int64_t P = pow2_at_least(nb);
+  for (int iter = 0;; ++iter) {
     int wide = 0;
     for (int64_t c = tid; c < m; c += kThreads) wide |= s.chunks[c].g > 1;
     if (!__syncthreads_or(wide)) break;
@@ -123,19 +305,36 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
       s.br[2 * c] = {ch.a, h};
       s.br[2 * c + 1] = {ch.a + h, ch.g - h};
     }
-    for (int64_t i = nb + tid; i < P; i += kThreads) s.key[i] = kEmptyKey;
+    if constexpr (kBitonic) {
+      for (int64_t i = nb + tid; i < P; i += kThreads) s.key64[i] = kEmptyKey;
+    } else {
+      for (int i = tid; i < kPasses * kBins; i += kThreads) s.hist[i] = 0;
+    }
+    uint32_t* const own = iter & 1 ? s.key[1] : s.key[0];  // (a select: no local-memory copy of s)
     __syncthreads();
-    // Score every non-empty branch by its middle block. Group g owns the branches
-    // g, g + kGroups, ... (slots 0, 1, ...); its (slot, sampled key) items are loaded kItems at a
+    // Score every non-empty branch by its middle block. Group G owns the branches
+    // G, G + n_groups, ... (slots 0, 1, ...); its (slot, sampled key) items are loaded kItems at a
     // time, so that many independent key loads are in flight per lane.
     // Item indices are 32-bit (a 64-bit division by the runtime n_ks costs ~100 instructions per
     // item: the loop's main cost); key positions fit int32 (the KV cache indexes keys as int32).
-    const int slots = int((nb + kGroups - 1) / kGroups), n_items = slots * n_ks;
+    const int slots = (nb + n_groups - 1) / n_groups, n_items = slots * n_ks;
     int cur_slot = -1;  // the slot whose best score `cur_best` is being built (items are in slot order)
     float cur_best = -INFINITY;
     auto flush = [&](int slot, float best) {
-      const int64_t bi = slot * kGroups + group;
-      if (slot >= 0 && lane == 0 && bi < nb) s.key[bi] = s.br[bi].g > 0 ? sort_key(best, bi) : kEmptyKey;
+      const int bi = slot * n_groups + group;
+      if (slot < 0 || lane != 0 || bi >= nb) return;
+      const bool live = s.br[bi].g > 0;
+      if constexpr (kBitonic) {
+        s.key64[bi] = live ? sort_key(best, bi) : kEmptyKey;
+      } else {
+        const uint32_t u = live ? rank_key(best) : kEmptyRank;
+        if constexpr (kCluster > 1) {
+#pragma unroll
+          for (int c = 0; c < kCluster; ++c) cg::this_cluster().map_shared_rank(own, c)[bi] = u;
+        } else {
+          own[bi] = u;
+        }
+      }
     };
     for (int base = 0; base < n_items; base += kItems) {
       uint4 raw[kItems][kMaxChunksPerLane];
@@ -144,7 +343,7 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
       float ibest[kItems];
 #pragma unroll
       for (int x = 0; x < kItems; ++x) {
-        const int item = base + x, slot = item / n_ks, sk = item - slot * n_ks, bi = slot * kGroups + group;
+        const int item = base + x, slot = item / n_ks, sk = item - slot * n_ks, bi = slot * n_groups + group;
         const Branch br = item < n_items && bi < nb ? s.br[bi] : Branch{0, 0};
         key[x] = (br.a + br.g / 2) * cfg.b_k + sk * cfg.b_sk + cfg.b_sk - 1;
         kok[x] = br.g > 0 && key[x] < sh.key_end;
@@ -198,43 +397,11 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
       }
     }
     flush(cur_slot, cur_best);
-    __syncthreads();
-    // Keep the m best: bitonic sort of the P keys (ascending = best first), flag the first m.
-    for (int k = 2; k <= int(P); k *= 2) {
-      for (int j = k / 2; j > 0; j /= 2) {
-        for (int i = tid; i < int(P); i += kThreads) {
-          const int ixj = i ^ j;
-          if (ixj > i) {
-            const uint64_t a = s.key[i], b = s.key[ixj];
-            if ((a > b) == ((i & k) == 0)) s.key[i] = b, s.key[ixj] = a;
-          }
-        }
-        __syncthreads();
-      }
-    }
-    for (int64_t i = tid; i < nb; i += kThreads) s.keep[i] = 0;
-    __syncthreads();
-    for (int64_t i = tid; i < m; i += kThreads) s.keep[uint32_t(s.key[i])] = 1;
-    __syncthreads();
-    // Compact the kept branches in branch (= position) order: per-thread counts, prefix sum.
-    int kept = 0;
-    for (int k = 0; k < per_thread; ++k) {
-      const int64_t i = int64_t(tid) * per_thread + k;
-      kept += i < nb ? s.keep[i] : 0;
-    }
-    s.scan[tid] = kept;
-    __syncthreads();
-    for (int off = 1; off < kThreads; off *= 2) {  // inclusive prefix sum of the kept counts
-      const int v = tid >= off ? s.scan[tid - off] : 0;
-      __syncthreads();
-      s.scan[tid] += v;
-      __syncthreads();
-    }
-    int out = s.scan[tid] - kept;
-    for (int k = 0; k < per_thread; ++k) {
-      const int64_t i = int64_t(tid) * per_thread + k;
-      if (i < nb && s.keep[i]) s.chunks[out++] = s.br[i];
-    }
+    // Every CTA's keys are in place (the cluster barrier orders the remote stores before the reads).
+    if constexpr (kCluster > 1) cg::this_cluster().sync();
+    else __syncthreads();
+    if constexpr (kBitonic) keep_best_bitonic(m, nb, s);
+    else keep_best(m, nb, s, own);
     __syncthreads();
   }
   return int(m);
@@ -278,6 +445,7 @@ __device__ void load_q(const Smem& s, const __nv_bfloat16* q, int64_t q_row_stri
   __syncthreads();
 }
 
+template <bool kBitonic>
 __global__ void __launch_bounds__(kThreads) prefill_kernel(HipPrefillParams p) {
   extern __shared__ __align__(16) char smem[];
   const HipEstimateConfig& cfg = p.cfg;
@@ -293,7 +461,7 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(HipPrefillParams p) {
   const Shape sh{n_qs, p.head_dim, r.block_begin, r.block_end, r.key_end < p.n_kv ? r.key_end : p.n_kv};
   const auto* k = static_cast<const __nv_bfloat16*>(p.k) + int64_t(h / (p.n_head / p.n_kv_head)) * p.head_dim;
   const int64_t k_stride = int64_t(p.n_kv_head) * p.head_dim;
-  const int count = search<kPrefillItems>(cfg, sh, s, [=](int64_t j, bool) { return k + j * k_stride; });
+  const int count = search<kPrefillItems, 1, kBitonic>(cfg, sh, s, [=](int64_t j, bool) { return k + j * k_stride; });
   const int64_t e = int64_t(h) * n_qblk + b, m = cfg.budget_blocks();
   if (p.blocks)
     for (int i = threadIdx.x; i < count; i += kThreads) p.blocks[e * m + i] = s.chunks[i].a;
@@ -312,18 +480,23 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(HipPrefillParams p) {
 // kOffload: keys are read through p.offload's GPU cache (hits from the bank, misses zero-copy
 // from the host pools of p.kv, recorded for kv_offload_update); the same bf16 values either way,
 // so the selected blocks are the same.
-template <bool kOffload>
+// kCluster CTAs (one thread-block cluster, consecutive blockIdx.x) share each head's search;
+// the first (rank 0) writes the outputs.
+template <bool kOffload, int kCluster, bool kBitonic>
 __global__ void __launch_bounds__(kThreads) decode_kernel(HipDecodeParams p) {
   extern __shared__ __align__(16) char smem[];
   const HipEstimateConfig& cfg = p.cfg;
-  const int h = blockIdx.x, seq = blockIdx.y;
+  const int h = blockIdx.x / kCluster, seq = blockIdx.y;
+  const bool writer = blockIdx.x % kCluster == 0;
   const int64_t r = int64_t(seq) * p.n_head + h, R = cfg.ranges_per_row();
-  if (threadIdx.x == 0) {
+  if (writer && threadIdx.x == 0) {
     p.range_ptr[r + 1] = int32_t((r + 1) * R);
     p.col_ptr[r + 1] = 0;
     if (r == 0) p.range_ptr[0] = p.col_ptr[0] = 0;
   }
   const int64_t len = p.kv.seq_lens[seq], pos = len - 1;
+  // Every CTA of the cluster reads refresh_pos before the writer updates it: the update follows
+  // the search's last cluster barrier.
   const int64_t last = p.refresh_pos[r];
   if (pos < 0 || !(last < 0 || pos < last || pos - last >= p.refresh)) return;  // cached step
   const Smem s = carve(smem, 1, p.kv.head_dim, cfg.budget_blocks());
@@ -345,7 +518,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(HipDecodeParams p) {
     const auto* bank = static_cast<const __nv_bfloat16*>(c.bank_k);
     const bool counter = threadIdx.x % kLanes == 0;  // one thread of each 8 reading a key counts it
     unsigned reads = 0, misses = 0;
-    count = search<kDecodeItems>(cfg, sh, s, [&](int64_t j, bool ok) {
+    count = search<decode_items(kCluster), kCluster, kBitonic>(cfg, sh, s, [&](int64_t j, bool ok) {
       const int32_t t = int32_t(j), slot = offload_lookup(c, hk, t, ok && counter);
       reads += ok && counter;
       misses += ok && counter && slot < 0;
@@ -354,8 +527,9 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(HipDecodeParams p) {
     });
     offload_add_stats(c, reads, misses);
   } else {
-    count = search<kDecodeItems>(cfg, sh, s, [=](int64_t j, bool) { return host_row(j); });
+    count = search<decode_items(kCluster), kCluster, kBitonic>(cfg, sh, s, [=](int64_t j, bool) { return host_row(j); });
   }
+  if (!writer) return;
   const int64_t m = cfg.budget_blocks();
   if (p.blocks)
     for (int i = threadIdx.x; i < m; i += kThreads) p.blocks[r * m + i] = i < count ? s.chunks[i].a : -1;
@@ -368,6 +542,8 @@ void check_cfg(const HipEstimateConfig& c, int head_dim) {
                  c.b_k % c.b_sk == 0 && c.b_q % c.b_sq == 0,
              "internal: hip estimate with k=%lld b_q=%d b_sq=%d b_k=%d b_sk=%d", (long long)c.k, c.b_q, c.b_sq, c.b_k,
              c.b_sk);
+  LC_REQUIRE(2 * c.budget_blocks() <= int64_t(kThreads) * kMaxRounds, "hip: k/b_k = %lld blocks is over the GPU estimator's %d",
+             (long long)c.budget_blocks(), kThreads * kMaxRounds / 2);
   LC_REQUIRE(head_dim > 0 && head_dim % 8 == 0 && head_dim <= 8 * kLanes * kMaxChunksPerLane,
              "internal: hip estimate needs head_dim a multiple of 8 up to 128, got %d", head_dim);
 }
@@ -386,7 +562,25 @@ void set_smem(const void* kernel, size_t bytes, size_t& done) {
   done = bytes;
 }
 
-size_t g_prefill_smem = 0, g_decode_smem = 0, g_offload_smem = 0;  // what set_smem has allowed so far
+// What set_smem has allowed so far, per kernel.
+size_t g_smem[16] = {};
+
+template <class Kernel>
+void launch(Kernel kernel, int slot, dim3 grid, int cluster, size_t bytes, Stream s, const HipDecodeParams& p) {
+  set_smem(reinterpret_cast<const void*>(kernel), bytes, g_smem[slot]);
+  cudaLaunchConfig_t lc = {};
+  lc.gridDim = grid;
+  lc.blockDim = dim3(kThreads);
+  lc.dynamicSmemBytes = bytes;
+  lc.stream = static_cast<cudaStream_t>(s);
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = unsigned(cluster);
+  attr[0].val.clusterDim.y = attr[0].val.clusterDim.z = 1;
+  lc.attrs = attr;
+  lc.numAttrs = 1;
+  LC_CUDA_CHECK(cudaLaunchKernelEx(&lc, kernel, p), "hip_estimate_decode launch (cluster %d)", cluster);
+}
 
 }  // namespace
 
@@ -399,8 +593,14 @@ void hip_estimate_prefill(const HipPrefillParams& p, Stream s) {
   if (p.n_q <= 0) return;
   const int64_t n_qblk = (p.n_q + p.cfg.b_q - 1) / p.cfg.b_q;
   const size_t bytes = hip_estimate_smem_bytes(p.cfg, p.head_dim);
-  set_smem(reinterpret_cast<const void*>(prefill_kernel), bytes, g_prefill_smem);
-  prefill_kernel<<<dim3(unsigned(n_qblk), unsigned(p.n_head)), kThreads, bytes, static_cast<cudaStream_t>(s)>>>(p);
+  const dim3 grid(unsigned(n_qblk), unsigned(p.n_head));
+  if (p.variant == 0) {
+    set_smem(reinterpret_cast<const void*>(prefill_kernel<true>), bytes, g_smem[0]);
+    prefill_kernel<true><<<grid, kThreads, bytes, static_cast<cudaStream_t>(s)>>>(p);
+  } else {
+    set_smem(reinterpret_cast<const void*>(prefill_kernel<false>), bytes, g_smem[1]);
+    prefill_kernel<false><<<grid, kThreads, bytes, static_cast<cudaStream_t>(s)>>>(p);
+  }
   LC_LAUNCH_CHECK("hip_estimate_prefill n_q=%lld n_kv=%lld heads=%d", (long long)p.n_q, (long long)p.n_kv, p.n_head);
 }
 
@@ -409,16 +609,22 @@ void hip_estimate_decode(const HipDecodeParams& p, Stream s) {
   LC_REQUIRE(p.kv.elem == KvElem::bf16, "hip: GPU decode estimation reads bf16 keys (the KV cache is not bf16)");
   if (p.kv.n_seq <= 0) return;
   const size_t bytes = smem_bytes(1, p.kv.head_dim, p.cfg.budget_blocks());
-  const dim3 grid(unsigned(p.n_head), unsigned(p.kv.n_seq));
+  const auto grid = [&](int cluster) { return dim3(unsigned(p.n_head * cluster), unsigned(p.kv.n_seq)); };
   if (p.offload.enabled()) {
     LC_REQUIRE(p.kv.n_seq == 1 && p.offload.n_kv_head == p.kv.n_kv_head && p.offload.bank_k,
                "hip: offloaded decode estimation serves one sequence through a keys cache of the view's %d KV heads",
                p.kv.n_kv_head);
-    set_smem(reinterpret_cast<const void*>(decode_kernel<true>), bytes, g_offload_smem);
-    decode_kernel<true><<<grid, kThreads, bytes, static_cast<cudaStream_t>(s)>>>(p);
+    launch(decode_kernel<true, kDecodeCluster, false>, 2, grid(kDecodeCluster), kDecodeCluster, bytes, s, p);
+  } else if (p.variant == 0) {
+    launch(decode_kernel<false, 1, true>, 3, grid(1), 1, bytes, s, p);
+  } else if (p.variant == 1) {
+    launch(decode_kernel<false, 1, false>, 4, grid(1), 1, bytes, s, p);
+  } else if (p.variant == 2) {
+    launch(decode_kernel<false, 2, false>, 5, grid(2), 2, bytes, s, p);
+  } else if (p.variant == 8) {
+    launch(decode_kernel<false, 8, false>, 7, grid(8), 8, bytes, s, p);
   } else {
-    set_smem(reinterpret_cast<const void*>(decode_kernel<false>), bytes, g_decode_smem);
-    decode_kernel<false><<<grid, kThreads, bytes, static_cast<cudaStream_t>(s)>>>(p);
+    launch(decode_kernel<false, 4, false>, 6, grid(4), 4, bytes, s, p);
   }
   LC_LAUNCH_CHECK("hip_estimate_decode n_seq=%d heads=%d", p.kv.n_seq, p.n_head);
 }

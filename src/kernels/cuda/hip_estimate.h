@@ -48,6 +48,7 @@ struct HipPrefillParams {
   int64_t* range_ptr = nullptr; // [n_head * n_qblk + 1] = e * R (b_q must be 64 for the index)
   int32_t* ranges = nullptr;    // [n_head * n_qblk * R][2]
   int64_t* col_ptr = nullptr;   // [n_head * n_qblk + 1], all 0
+  int variant = 1;  // A/B benchmark switch (temporary): 0 the bitonic selection, 1 the radix select
 };
 void hip_estimate_prefill(const HipPrefillParams& p, Stream s = nullptr);
 
@@ -66,6 +67,9 @@ struct HipDecodeParams {
   // the keys are read through this keys cache (misses recorded for kv_offload_update). One
   // sequence. The selected blocks are the same as without it.
   KvOffloadCache offload;
+  // A/B benchmark switch (temporary): 0 the bitonic selection in one CTA per head, 1 the radix
+  // select in one CTA, 2/4/8 the radix select in a cluster of that many CTAs per head.
+  int variant = 4;
 };
 void hip_estimate_decode(const HipDecodeParams& p, Stream s = nullptr);
 
