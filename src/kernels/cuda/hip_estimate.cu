@@ -13,6 +13,7 @@
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/hip_estimate.h"
 #include "kernels/cuda/kv_offload.cuh"
+#include "kernels/cuda/mma.cuh"
 
 namespace longctx::cuda {
 
@@ -51,6 +52,8 @@ struct Smem {
   uint64_t* key64;
   int* keep;
   int* scan;
+  __nv_bfloat16* qb;  // kMma: [kMmaQueries][d + kQPad] the sampled queries, bf16
+  float* item;        // kMma: [2m * n_ks] each (branch, sampled key) item's best score
 };
 
 __host__ __device__ inline size_t align16(size_t n) { return (n + 15) / 16 * 16; }
@@ -60,13 +63,15 @@ __host__ __device__ inline int64_t pow2_at_least(int64_t n) {
   return p;
 }
 
-__host__ __device__ inline size_t smem_bytes(int n_qs, int d, int64_t m) {
+constexpr int kMmaQueries = 32, kQPad = 8;  // two m16 tiles; the row pad spreads ldmatrix-free uint4 loads over banks
+__host__ __device__ inline size_t smem_bytes(int n_qs, int d, int64_t m, int n_ks) {
   return align16(size_t(n_qs) * d * 4) + align16(size_t(n_qs) * 8) + align16(size_t(m) * 8) + align16(size_t(2 * m) * 8) +
          2 * align16(size_t(2 * m) * 4) + align16(kPasses * kBins * 4) + align16(3 * 4) + align16(2 * kMaxRounds * kWarps * 4) +
-         align16(size_t(pow2_at_least(2 * m)) * 8) + align16(size_t(2 * m) * 4) + kThreads * 4;
+         align16(size_t(pow2_at_least(2 * m)) * 8) + align16(size_t(2 * m) * 4) + kThreads * 4 +
+         align16(size_t(kMmaQueries) * (d + kQPad) * 2) + align16(size_t(2 * m) * n_ks * 4);
 }
 
-__device__ Smem carve(char* base, int n_qs, int d, int64_t m) {
+__device__ Smem carve(char* base, int n_qs, int d, int64_t m, int n_ks) {
   Smem s;
   s.q = reinterpret_cast<float*>(base);
   base += align16(size_t(n_qs) * d * 4);
@@ -91,6 +96,10 @@ __device__ Smem carve(char* base, int n_qs, int d, int64_t m) {
   s.keep = reinterpret_cast<int*>(base);
   base += align16(size_t(2 * m) * 4);
   s.scan = reinterpret_cast<int*>(base);
+  base += kThreads * 4;
+  s.qb = reinterpret_cast<__nv_bfloat16*>(base);
+  base += align16(size_t(kMmaQueries) * (d + kQPad) * 2);
+  s.item = reinterpret_cast<float*>(base);
   return s;
 }
 
@@ -258,6 +267,81 @@ constexpr int kDecodeCluster = 4;
 // registers allow (8 items: 124 registers), no more than the group has.
 constexpr int decode_items(int cluster) { return 16 / cluster > kDecodeItems ? kDecodeItems : (16 / cluster > 2 ? 16 / cluster : 2); }
 
+// Tensor-core scoring (prefill): every (branch, sampled key) item's best score over the sampled
+// queries, into s.item. Q [32 x d] (s.qb, bf16) times the items' keys [d x 8 per n-tile] with
+// mma.m16n8k16 (bf16 in, fp32 accumulate), masked (causal, key_end, padding), max over the
+// queries. Warp w takes n-tiles w, w + kWarps, ... kMmaTiles at a time. The head dimension is
+// permuted the same way in A and B (a dot product does not depend on the order of its terms), so
+// that each lane reads its B fragments of two k-steps as one 16-byte load of 8 consecutive
+// elements: k-step 2p + j, half h, element e of lane t lives at 32p + 8t + 4j + 2h + e.
+// The fp32 sums are not the CPU's FMA order: scores may differ in the last bits (near ties).
+constexpr int kMmaTiles = 2;
+template <class KeyRow>
+__device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const Smem& s, KeyRow key_row, int nb) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4, d = sh.head_dim;
+  const int n_ks = cfg.b_k / cfg.b_sk, n_items = nb * n_ks, n_tiles = (n_items + 7) / 8, pitch = d + kQPad;
+  int32_t qpos[4];  // this lane's query rows g, g + 8, g + 16, g + 24 (-1: padding, never valid)
+#pragma unroll
+  for (int r = 0; r < 4; ++r) qpos[r] = g + 8 * r < sh.n_qs ? int32_t(s.pos[g + 8 * r]) : -1;
+  for (int tile0 = warp * kMmaTiles; tile0 < n_tiles; tile0 += kWarps * kMmaTiles) {
+    uint4 kb[kMmaTiles][kMaxChunksPerLane * 2];  // [tile][k-step pair], d <= 128
+    int32_t key[kMmaTiles];                      // item g's key position (INT32_MAX: no key)
+#pragma unroll
+    for (int j = 0; j < kMmaTiles; ++j) {
+      const int item = (tile0 + j) * 8 + g, bi = item / n_ks, sk = item - bi * n_ks;
+      const Branch br = item < n_items ? s.br[bi] : Branch{0, 0};
+      const int32_t kk = (br.a + br.g / 2) * cfg.b_k + sk * cfg.b_sk + cfg.b_sk - 1;
+      const bool ok = br.g > 0 && kk < sh.key_end;
+      key[j] = ok ? kk : INT32_MAX;
+      const __nv_bfloat16* row = key_row(ok ? kk : 0, ok);
+#pragma unroll
+      for (int p = 0; p < kMaxChunksPerLane * 2; ++p)
+        kb[j][p] = ok && 32 * p < d ? *reinterpret_cast<const uint4*>(row + 32 * p + 8 * t) : make_uint4(0, 0, 0, 0);
+    }
+    float acc[kMmaTiles][2][4] = {};
+#pragma unroll
+    for (int p = 0; p < kMaxChunksPerLane * 2; ++p) {
+      if (32 * p >= d) break;
+      uint32_t a[2][2][4];  // [m-tile][k-step of the pair]
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        const uint4 lo = *reinterpret_cast<const uint4*>(s.qb + (16 * mt + g) * pitch + 32 * p + 8 * t);
+        const uint4 hi = *reinterpret_cast<const uint4*>(s.qb + (16 * mt + g + 8) * pitch + 32 * p + 8 * t);
+        a[mt][0][0] = lo.x, a[mt][0][1] = hi.x, a[mt][0][2] = lo.y, a[mt][0][3] = hi.y;
+        a[mt][1][0] = lo.z, a[mt][1][1] = hi.z, a[mt][1][2] = lo.w, a[mt][1][3] = hi.w;
+      }
+#pragma unroll
+      for (int j = 0; j < kMmaTiles; ++j)
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          mma::mma_bf16_16816(acc[j][mt], a[mt][0], kb[j][p].x, kb[j][p].y);
+          mma::mma_bf16_16816(acc[j][mt], a[mt][1], kb[j][p].z, kb[j][p].w);
+        }
+    }
+    // C: acc[j][mt][0..1] = (query 16mt + g, items 2t, 2t + 1), [2..3] = query 16mt + g + 8.
+#pragma unroll
+    for (int j = 0; j < kMmaTiles; ++j) {
+      const int32_t k0 = __shfl_sync(0xffffffffu, key[j], 8 * t), k1 = __shfl_sync(0xffffffffu, key[j], 8 * t + 4);
+      float b0 = -INFINITY, b1 = -INFINITY;
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {  // query row g + 8r: m-tile r / 2, half r % 2
+        const float v0 = acc[j][r / 2][2 * (r % 2)], v1 = acc[j][r / 2][2 * (r % 2) + 1];
+        if (k0 <= qpos[r]) b0 = fmaxf(b0, v0);
+        if (k1 <= qpos[r]) b1 = fmaxf(b1, v1);
+      }
+#pragma unroll
+      for (int off = 4; off < 32; off *= 2) {
+        b0 = fmaxf(b0, __shfl_xor_sync(0xffffffffu, b0, off));
+        b1 = fmaxf(b1, __shfl_xor_sync(0xffffffffu, b1, off));
+      }
+      const int item = (tile0 + j) * 8 + 2 * t;
+      if (g == 0 && item < n_items) s.item[item] = b0;
+      if (g == 0 && item + 1 < n_items) s.item[item + 1] = b1;
+    }
+  }
+  __syncthreads();
+}
+
 // The bisection of hip_topk_blocks; leaves the selected blocks in s.chunks[0 .. count) (ascending)
 // and returns count. KeyRow(j, ok) gives key j's bf16 row of this head; ok is false for padding
 // items (j = 0, row never dereferenced).
@@ -270,7 +354,7 @@ constexpr int decode_items(int cluster) { return 16 / cluster > kDecodeItems ? k
 // runs every sampled query against them: lane l accumulates chunks l, l+8 with fp32 FMAs, then
 // the xor-shuffle tree gives ((p0+p4)+(p2+p6)) + ((p1+p5)+(p3+p7)): hip_topk.h's order. Every
 // loop bound is uniform over the CTA (the shuffles are warp-wide).
-template <int kItems, int kCluster, bool kBitonic, class KeyRow>
+template <int kItems, int kCluster, bool kBitonic, bool kMma, class KeyRow>
 __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem& s, KeyRow key_row) {
   static_assert(kCluster == 1 || !kBitonic, "the bitonic selection runs in one CTA");
   const int tid = threadIdx.x, lane = tid % kLanes, d = sh.head_dim;
@@ -312,91 +396,100 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
     }
     uint32_t* const own = iter & 1 ? s.key[1] : s.key[0];  // (a select: no local-memory copy of s)
     __syncthreads();
+    if constexpr (kMma) {
+      score_mma(cfg, sh, s, key_row, nb);
+      for (int bi = tid; bi < nb; bi += kThreads) {
+        float best = -INFINITY;
+        for (int sk = 0; sk < n_ks; ++sk) best = fmaxf(best, s.item[bi * n_ks + sk]);
+        own[bi] = s.br[bi].g > 0 ? rank_key(best) : kEmptyRank;
+      }
+    } else {
     // Score every non-empty branch by its middle block. Group G owns the branches
-    // G, G + n_groups, ... (slots 0, 1, ...); its (slot, sampled key) items are loaded kItems at a
-    // time, so that many independent key loads are in flight per lane.
-    // Item indices are 32-bit (a 64-bit division by the runtime n_ks costs ~100 instructions per
-    // item: the loop's main cost); key positions fit int32 (the KV cache indexes keys as int32).
-    const int slots = (nb + n_groups - 1) / n_groups, n_items = slots * n_ks;
-    int cur_slot = -1;  // the slot whose best score `cur_best` is being built (items are in slot order)
-    float cur_best = -INFINITY;
-    auto flush = [&](int slot, float best) {
-      const int bi = slot * n_groups + group;
-      if (slot < 0 || lane != 0 || bi >= nb) return;
-      const bool live = s.br[bi].g > 0;
-      if constexpr (kBitonic) {
-        s.key64[bi] = live ? sort_key(best, bi) : kEmptyKey;
-      } else {
-        const uint32_t u = live ? rank_key(best) : kEmptyRank;
-        if constexpr (kCluster > 1) {
-#pragma unroll
-          for (int c = 0; c < kCluster; ++c) cg::this_cluster().map_shared_rank(own, c)[bi] = u;
+      // G, G + n_groups, ... (slots 0, 1, ...); its (slot, sampled key) items are loaded kItems at a
+      // time, so that many independent key loads are in flight per lane.
+      // Item indices are 32-bit (a 64-bit division by the runtime n_ks costs ~100 instructions per
+      // item: the loop's main cost); key positions fit int32 (the KV cache indexes keys as int32).
+      const int slots = (nb + n_groups - 1) / n_groups, n_items = slots * n_ks;
+      int cur_slot = -1;  // the slot whose best score `cur_best` is being built (items are in slot order)
+      float cur_best = -INFINITY;
+      auto flush = [&](int slot, float best) {
+        const int bi = slot * n_groups + group;
+        if (slot < 0 || lane != 0 || bi >= nb) return;
+        const bool live = s.br[bi].g > 0;
+        if constexpr (kBitonic) {
+          s.key64[bi] = live ? sort_key(best, bi) : kEmptyKey;
         } else {
-          own[bi] = u;
+          const uint32_t u = live ? rank_key(best) : kEmptyRank;
+          if constexpr (kCluster > 1) {
+  #pragma unroll
+            for (int c = 0; c < kCluster; ++c) cg::this_cluster().map_shared_rank(own, c)[bi] = u;
+          } else {
+            own[bi] = u;
+          }
         }
-      }
-    };
-    for (int base = 0; base < n_items; base += kItems) {
-      uint4 raw[kItems][kMaxChunksPerLane];
-      int32_t key[kItems];
-      bool kok[kItems];
-      float ibest[kItems];
-#pragma unroll
-      for (int x = 0; x < kItems; ++x) {
-        const int item = base + x, slot = item / n_ks, sk = item - slot * n_ks, bi = slot * n_groups + group;
-        const Branch br = item < n_items && bi < nb ? s.br[bi] : Branch{0, 0};
-        key[x] = (br.a + br.g / 2) * cfg.b_k + sk * cfg.b_sk + cfg.b_sk - 1;
-        kok[x] = br.g > 0 && key[x] < sh.key_end;
-        ibest[x] = -INFINITY;
-        const __nv_bfloat16* row = key_row(kok[x] ? key[x] : 0, kok[x]);
-#pragma unroll
-        for (int cc = 0; cc < kMaxChunksPerLane; ++cc) {
-          const int c = lane + kLanes * cc;
-          raw[x][cc] = kok[x] && c * 8 < d ? *reinterpret_cast<const uint4*>(row + 8 * c) : make_uint4(0, 0, 0, 0);
+      };
+      for (int base = 0; base < n_items; base += kItems) {
+        uint4 raw[kItems][kMaxChunksPerLane];
+        int32_t key[kItems];
+        bool kok[kItems];
+        float ibest[kItems];
+  #pragma unroll
+        for (int x = 0; x < kItems; ++x) {
+          const int item = base + x, slot = item / n_ks, sk = item - slot * n_ks, bi = slot * n_groups + group;
+          const Branch br = item < n_items && bi < nb ? s.br[bi] : Branch{0, 0};
+          key[x] = (br.a + br.g / 2) * cfg.b_k + sk * cfg.b_sk + cfg.b_sk - 1;
+          kok[x] = br.g > 0 && key[x] < sh.key_end;
+          ibest[x] = -INFINITY;
+          const __nv_bfloat16* row = key_row(kok[x] ? key[x] : 0, kok[x]);
+  #pragma unroll
+          for (int cc = 0; cc < kMaxChunksPerLane; ++cc) {
+            const int c = lane + kLanes * cc;
+            raw[x][cc] = kok[x] && c * 8 < d ? *reinterpret_cast<const uint4*>(row + 8 * c) : make_uint4(0, 0, 0, 0);
+          }
         }
-      }
-      for (int i = 0; i < sh.n_qs; ++i) {
-        const float* q = s.q + size_t(i) * d;
-        float acc[kItems];
-#pragma unroll
-        for (int x = 0; x < kItems; ++x) acc[x] = 0.f;
-#pragma unroll
-        for (int cc = 0; cc < kMaxChunksPerLane; ++cc) {
-          const int c = lane + kLanes * cc;
-          if (c * 8 < d) {
-#pragma unroll
-            for (int e2 = 0; e2 < 4; ++e2) {
-              const float q0 = q[8 * c + 2 * e2], q1 = q[8 * c + 2 * e2 + 1];
-#pragma unroll
-              for (int x = 0; x < kItems; ++x) {
-                const float2 kf = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&raw[x][cc])[e2]);
-                acc[x] = fmaf(q0, kf.x, acc[x]);
-                acc[x] = fmaf(q1, kf.y, acc[x]);
+        for (int i = 0; i < sh.n_qs; ++i) {
+          const float* q = s.q + size_t(i) * d;
+          float acc[kItems];
+  #pragma unroll
+          for (int x = 0; x < kItems; ++x) acc[x] = 0.f;
+  #pragma unroll
+          for (int cc = 0; cc < kMaxChunksPerLane; ++cc) {
+            const int c = lane + kLanes * cc;
+            if (c * 8 < d) {
+  #pragma unroll
+              for (int e2 = 0; e2 < 4; ++e2) {
+                const float q0 = q[8 * c + 2 * e2], q1 = q[8 * c + 2 * e2 + 1];
+  #pragma unroll
+                for (int x = 0; x < kItems; ++x) {
+                  const float2 kf = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&raw[x][cc])[e2]);
+                  acc[x] = fmaf(q0, kf.x, acc[x]);
+                  acc[x] = fmaf(q1, kf.y, acc[x]);
+                }
               }
             }
           }
+  #pragma unroll
+          for (int x = 0; x < kItems; ++x) {
+            acc[x] += __shfl_xor_sync(0xffffffffu, acc[x], 4);
+            acc[x] += __shfl_xor_sync(0xffffffffu, acc[x], 2);
+            acc[x] += __shfl_xor_sync(0xffffffffu, acc[x], 1);
+            if (kok[x] && key[x] <= s.pos[i] && acc[x] > ibest[x]) ibest[x] = acc[x];
+          }
         }
-#pragma unroll
+  #pragma unroll
         for (int x = 0; x < kItems; ++x) {
-          acc[x] += __shfl_xor_sync(0xffffffffu, acc[x], 4);
-          acc[x] += __shfl_xor_sync(0xffffffffu, acc[x], 2);
-          acc[x] += __shfl_xor_sync(0xffffffffu, acc[x], 1);
-          if (kok[x] && key[x] <= s.pos[i] && acc[x] > ibest[x]) ibest[x] = acc[x];
+          const int item = base + x, slot = item / n_ks;
+          if (item >= n_items) break;
+          if (slot != cur_slot) {
+            flush(cur_slot, cur_best);
+            cur_slot = slot;
+            cur_best = -INFINITY;
+          }
+          if (ibest[x] > cur_best) cur_best = ibest[x];
         }
       }
-#pragma unroll
-      for (int x = 0; x < kItems; ++x) {
-        const int item = base + x, slot = item / n_ks;
-        if (item >= n_items) break;
-        if (slot != cur_slot) {
-          flush(cur_slot, cur_best);
-          cur_slot = slot;
-          cur_best = -INFINITY;
-        }
-        if (ibest[x] > cur_best) cur_best = ibest[x];
-      }
+      flush(cur_slot, cur_best);
     }
-    flush(cur_slot, cur_best);
     // Every CTA's keys are in place (the cluster barrier orders the remote stores before the reads).
     if constexpr (kCluster > 1) cg::this_cluster().sync();
     else __syncthreads();
@@ -439,13 +532,18 @@ __device__ void load_q(const Smem& s, const __nv_bfloat16* q, int64_t q_row_stri
   for (int idx = threadIdx.x; idx < n_qs * d; idx += kThreads) {
     const int i = idx / d, e = idx % d;
     const int row = min(i * b_sq + b_sq - 1, rows - 1);
-    s.q[idx] = __bfloat162float(q[row * q_row_stride + e]);
+    const __nv_bfloat16 v = q[row * q_row_stride + e];
+    s.q[idx] = __bfloat162float(v);
+    if (n_qs <= kMmaQueries) s.qb[i * (d + kQPad) + e] = v;
     if (e == 0) s.pos[i] = pos0 + row;
   }
+  // Padding query rows of the tensor-core tile: zeros (masked anyway).
+  for (int idx = n_qs * d + threadIdx.x; idx < kMmaQueries * d; idx += kThreads)
+    s.qb[(idx / d) * (d + kQPad) + idx % d] = __float2bfloat16(0.f);
   __syncthreads();
 }
 
-template <bool kBitonic>
+template <bool kBitonic, bool kMma>
 __global__ void __launch_bounds__(kThreads) prefill_kernel(HipPrefillParams p) {
   extern __shared__ __align__(16) char smem[];
   const HipEstimateConfig& cfg = p.cfg;
@@ -454,14 +552,14 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(HipPrefillParams p) {
   const int64_t row0 = b * cfg.b_q;
   const int rows = int(p.n_q - row0 < cfg.b_q ? p.n_q - row0 : cfg.b_q);
   const int n_qs = (rows + cfg.b_sq - 1) / cfg.b_sq;
-  const Smem s = carve(smem, (cfg.b_q + cfg.b_sq - 1) / cfg.b_sq, p.head_dim, cfg.budget_blocks());
+  const Smem s = carve(smem, (cfg.b_q + cfg.b_sq - 1) / cfg.b_sq, p.head_dim, cfg.budget_blocks(), cfg.b_k / cfg.b_sk);
   const auto* q = static_cast<const __nv_bfloat16*>(p.q) + (row0 * p.n_head + h) * p.head_dim;
   load_q(s, q, int64_t(p.n_head) * p.head_dim, n_qs, cfg.b_sq, rows, p.q_pos0 + row0, p.head_dim);
   const Region r = region_of(cfg, p.q_pos0 + row0);
   const Shape sh{n_qs, p.head_dim, r.block_begin, r.block_end, r.key_end < p.n_kv ? r.key_end : p.n_kv};
   const auto* k = static_cast<const __nv_bfloat16*>(p.k) + int64_t(h / (p.n_head / p.n_kv_head)) * p.head_dim;
   const int64_t k_stride = int64_t(p.n_kv_head) * p.head_dim;
-  const int count = search<kPrefillItems, 1, kBitonic>(cfg, sh, s, [=](int64_t j, bool) { return k + j * k_stride; });
+  const int count = search<kPrefillItems, 1, kBitonic, kMma>(cfg, sh, s, [=](int64_t j, bool) { return k + j * k_stride; });
   const int64_t e = int64_t(h) * n_qblk + b, m = cfg.budget_blocks();
   if (p.blocks)
     for (int i = threadIdx.x; i < count; i += kThreads) p.blocks[e * m + i] = s.chunks[i].a;
@@ -499,7 +597,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(HipDecodeParams p) {
   // the search's last cluster barrier.
   const int64_t last = p.refresh_pos[r];
   if (pos < 0 || !(last < 0 || pos < last || pos - last >= p.refresh)) return;  // cached step
-  const Smem s = carve(smem, 1, p.kv.head_dim, cfg.budget_blocks());
+  const Smem s = carve(smem, 1, p.kv.head_dim, cfg.budget_blocks(), cfg.b_k / cfg.b_sk);
   const int d = p.kv.head_dim;
   load_q(s, static_cast<const __nv_bfloat16*>(p.q) + r * d, 0, 1, 1, 1, pos, d);
   const Region rg = region_of(cfg, pos);
@@ -518,7 +616,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(HipDecodeParams p) {
     const auto* bank = static_cast<const __nv_bfloat16*>(c.bank_k);
     const bool counter = threadIdx.x % kLanes == 0;  // one thread of each 8 reading a key counts it
     unsigned reads = 0, misses = 0;
-    count = search<decode_items(kCluster), kCluster, kBitonic>(cfg, sh, s, [&](int64_t j, bool ok) {
+    count = search<decode_items(kCluster), kCluster, kBitonic, false>(cfg, sh, s, [&](int64_t j, bool ok) {
       const int32_t t = int32_t(j), slot = offload_lookup(c, hk, t, ok && counter);
       reads += ok && counter;
       misses += ok && counter && slot < 0;
@@ -527,7 +625,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(HipDecodeParams p) {
     });
     offload_add_stats(c, reads, misses);
   } else {
-    count = search<decode_items(kCluster), kCluster, kBitonic>(cfg, sh, s, [=](int64_t j, bool) { return host_row(j); });
+    count = search<decode_items(kCluster), kCluster, kBitonic, false>(cfg, sh, s, [=](int64_t j, bool) { return host_row(j); });
   }
   if (!writer) return;
   const int64_t m = cfg.budget_blocks();
@@ -585,7 +683,7 @@ void launch(Kernel kernel, int slot, dim3 grid, int cluster, size_t bytes, Strea
 }  // namespace
 
 size_t hip_estimate_smem_bytes(const HipEstimateConfig& c, int head_dim) {
-  return smem_bytes((c.b_q + c.b_sq - 1) / c.b_sq, head_dim, c.budget_blocks());
+  return smem_bytes((c.b_q + c.b_sq - 1) / c.b_sq, head_dim, c.budget_blocks(), c.b_k / c.b_sk);
 }
 
 void hip_estimate_prefill(const HipPrefillParams& p, Stream s) {
@@ -594,12 +692,16 @@ void hip_estimate_prefill(const HipPrefillParams& p, Stream s) {
   const int64_t n_qblk = (p.n_q + p.cfg.b_q - 1) / p.cfg.b_q;
   const size_t bytes = hip_estimate_smem_bytes(p.cfg, p.head_dim);
   const dim3 grid(unsigned(n_qblk), unsigned(p.n_head));
+  const bool mma = (p.cfg.b_q + p.cfg.b_sq - 1) / p.cfg.b_sq <= kMmaQueries && p.head_dim % 32 == 0;
   if (p.variant == 0) {
-    set_smem(reinterpret_cast<const void*>(prefill_kernel<true>), bytes, g_smem[0]);
-    prefill_kernel<true><<<grid, kThreads, bytes, static_cast<cudaStream_t>(s)>>>(p);
+    set_smem(reinterpret_cast<const void*>(prefill_kernel<true, false>), bytes, g_smem[0]);
+    prefill_kernel<true, false><<<grid, kThreads, bytes, static_cast<cudaStream_t>(s)>>>(p);
+  } else if (p.variant == 1 || !mma) {
+    set_smem(reinterpret_cast<const void*>(prefill_kernel<false, false>), bytes, g_smem[1]);
+    prefill_kernel<false, false><<<grid, kThreads, bytes, static_cast<cudaStream_t>(s)>>>(p);
   } else {
-    set_smem(reinterpret_cast<const void*>(prefill_kernel<false>), bytes, g_smem[1]);
-    prefill_kernel<false><<<grid, kThreads, bytes, static_cast<cudaStream_t>(s)>>>(p);
+    set_smem(reinterpret_cast<const void*>(prefill_kernel<false, true>), bytes, g_smem[8]);
+    prefill_kernel<false, true><<<grid, kThreads, bytes, static_cast<cudaStream_t>(s)>>>(p);
   }
   LC_LAUNCH_CHECK("hip_estimate_prefill n_q=%lld n_kv=%lld heads=%d", (long long)p.n_q, (long long)p.n_kv, p.n_head);
 }
@@ -608,7 +710,7 @@ void hip_estimate_decode(const HipDecodeParams& p, Stream s) {
   check_cfg(p.cfg, p.kv.head_dim);
   LC_REQUIRE(p.kv.elem == KvElem::bf16, "hip: GPU decode estimation reads bf16 keys (the KV cache is not bf16)");
   if (p.kv.n_seq <= 0) return;
-  const size_t bytes = smem_bytes(1, p.kv.head_dim, p.cfg.budget_blocks());
+  const size_t bytes = smem_bytes(1, p.kv.head_dim, p.cfg.budget_blocks(), p.cfg.b_k / p.cfg.b_sk);
   const auto grid = [&](int cluster) { return dim3(unsigned(p.n_head * cluster), unsigned(p.kv.n_seq)); };
   if (p.offload.enabled()) {
     LC_REQUIRE(p.kv.n_seq == 1 && p.offload.n_kv_head == p.kv.n_kv_head && p.offload.bank_k,

@@ -48,7 +48,9 @@ struct HipPrefillParams {
   int64_t* range_ptr = nullptr; // [n_head * n_qblk + 1] = e * R (b_q must be 64 for the index)
   int32_t* ranges = nullptr;    // [n_head * n_qblk * R][2]
   int64_t* col_ptr = nullptr;   // [n_head * n_qblk + 1], all 0
-  int variant = 1;  // A/B benchmark switch (temporary): 0 the bitonic selection, 1 the radix select
+  // A/B benchmark switch (temporary): 0 the bitonic selection, 1 the radix select (fp32 FMA
+  // scores), 2 the radix select with tensor-core scores.
+  int variant = 1;
 };
 void hip_estimate_prefill(const HipPrefillParams& p, Stream s = nullptr);
 
