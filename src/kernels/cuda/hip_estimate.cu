@@ -275,8 +275,7 @@ constexpr int decode_items(int cluster) { return 16 / cluster > kDecodeItems ? k
 // that each lane reads its B fragments of two k-steps as one 16-byte load of 8 consecutive
 // elements: k-step 2p + j, half h, element e of lane t lives at 32p + 8t + 4j + 2h + e.
 // The fp32 sums are not the CPU's FMA order: scores may differ in the last bits (near ties).
-constexpr int kMmaTiles = 2;
-template <class KeyRow>
+template <int kMmaTiles, class KeyRow>
 __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const Smem& s, KeyRow key_row, int nb) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4, d = sh.head_dim;
   const int n_ks = cfg.b_k / cfg.b_sk, n_items = nb * n_ks, n_tiles = (n_items + 7) / 8, pitch = d + kQPad;
@@ -354,7 +353,7 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
 // runs every sampled query against them: lane l accumulates chunks l, l+8 with fp32 FMAs, then
 // the xor-shuffle tree gives ((p0+p4)+(p2+p6)) + ((p1+p5)+(p3+p7)): hip_topk.h's order. Every
 // loop bound is uniform over the CTA (the shuffles are warp-wide).
-template <int kItems, int kCluster, bool kBitonic, bool kMma, class KeyRow>
+template <int kItems, int kCluster, bool kBitonic, int kMma, class KeyRow>
 __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem& s, KeyRow key_row) {
   static_assert(kCluster == 1 || !kBitonic, "the bitonic selection runs in one CTA");
   const int tid = threadIdx.x, lane = tid % kLanes, d = sh.head_dim;
@@ -396,8 +395,8 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
     }
     uint32_t* const own = iter & 1 ? s.key[1] : s.key[0];  // (a select: no local-memory copy of s)
     __syncthreads();
-    if constexpr (kMma) {
-      score_mma(cfg, sh, s, key_row, nb);
+    if constexpr (kMma > 0) {
+      score_mma<kMma>(cfg, sh, s, key_row, nb);
       for (int bi = tid; bi < nb; bi += kThreads) {
         float best = -INFINITY;
         for (int sk = 0; sk < n_ks; ++sk) best = fmaxf(best, s.item[bi * n_ks + sk]);
@@ -543,8 +542,8 @@ __device__ void load_q(const Smem& s, const __nv_bfloat16* q, int64_t q_row_stri
   __syncthreads();
 }
 
-template <bool kBitonic, bool kMma>
-__global__ void __launch_bounds__(kThreads) prefill_kernel(HipPrefillParams p) {
+template <bool kBitonic, int kMma, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) prefill_kernel(HipPrefillParams p) {
   extern __shared__ __align__(16) char smem[];
   const HipEstimateConfig& cfg = p.cfg;
   const int h = blockIdx.y;
@@ -580,8 +579,8 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(HipPrefillParams p) {
 // so the selected blocks are the same.
 // kCluster CTAs (one thread-block cluster, consecutive blockIdx.x) share each head's search;
 // the first (rank 0) writes the outputs.
-template <bool kOffload, int kCluster, bool kBitonic>
-__global__ void __launch_bounds__(kThreads) decode_kernel(HipDecodeParams p) {
+template <bool kOffload, int kCluster, bool kBitonic, int kMinBlocks = 1>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) decode_kernel(HipDecodeParams p) {
   extern __shared__ __align__(16) char smem[];
   const HipEstimateConfig& cfg = p.cfg;
   const int h = blockIdx.x / kCluster, seq = blockIdx.y;
@@ -616,7 +615,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(HipDecodeParams p) {
     const auto* bank = static_cast<const __nv_bfloat16*>(c.bank_k);
     const bool counter = threadIdx.x % kLanes == 0;  // one thread of each 8 reading a key counts it
     unsigned reads = 0, misses = 0;
-    count = search<decode_items(kCluster), kCluster, kBitonic, false>(cfg, sh, s, [&](int64_t j, bool ok) {
+    count = search<decode_items(kCluster), kCluster, kBitonic, 0>(cfg, sh, s, [&](int64_t j, bool ok) {
       const int32_t t = int32_t(j), slot = offload_lookup(c, hk, t, ok && counter);
       reads += ok && counter;
       misses += ok && counter && slot < 0;
@@ -625,7 +624,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(HipDecodeParams p) {
     });
     offload_add_stats(c, reads, misses);
   } else {
-    count = search<decode_items(kCluster), kCluster, kBitonic, false>(cfg, sh, s, [=](int64_t j, bool) { return host_row(j); });
+    count = search<decode_items(kCluster), kCluster, kBitonic, 0>(cfg, sh, s, [=](int64_t j, bool) { return host_row(j); });
   }
   if (!writer) return;
   const int64_t m = cfg.budget_blocks();
@@ -694,14 +693,20 @@ void hip_estimate_prefill(const HipPrefillParams& p, Stream s) {
   const dim3 grid(unsigned(n_qblk), unsigned(p.n_head));
   const bool mma = (p.cfg.b_q + p.cfg.b_sq - 1) / p.cfg.b_sq <= kMmaQueries && p.head_dim % 32 == 0;
   if (p.variant == 0) {
-    set_smem(reinterpret_cast<const void*>(prefill_kernel<true, false>), bytes, g_smem[0]);
-    prefill_kernel<true, false><<<grid, kThreads, bytes, static_cast<cudaStream_t>(s)>>>(p);
+    set_smem(reinterpret_cast<const void*>(prefill_kernel<true, 0, 1>), bytes, g_smem[0]);
+    prefill_kernel<true, 0, 1><<<grid, kThreads, bytes, static_cast<cudaStream_t>(s)>>>(p);
   } else if (p.variant == 1 || !mma) {
-    set_smem(reinterpret_cast<const void*>(prefill_kernel<false, false>), bytes, g_smem[1]);
-    prefill_kernel<false, false><<<grid, kThreads, bytes, static_cast<cudaStream_t>(s)>>>(p);
+    set_smem(reinterpret_cast<const void*>(prefill_kernel<false, 0, 1>), bytes, g_smem[1]);
+    prefill_kernel<false, 0, 1><<<grid, kThreads, bytes, static_cast<cudaStream_t>(s)>>>(p);
+  } else if (p.variant == 3) {  // two CTAs an SM: one selects while the other scores
+    set_smem(reinterpret_cast<const void*>(prefill_kernel<false, 1, 2>), bytes, g_smem[9]);
+    prefill_kernel<false, 1, 2><<<grid, kThreads, bytes, static_cast<cudaStream_t>(s)>>>(p);
+  } else if (p.variant == 4) {
+    set_smem(reinterpret_cast<const void*>(prefill_kernel<false, 4, 1>), bytes, g_smem[10]);
+    prefill_kernel<false, 4, 1><<<grid, kThreads, bytes, static_cast<cudaStream_t>(s)>>>(p);
   } else {
-    set_smem(reinterpret_cast<const void*>(prefill_kernel<false, true>), bytes, g_smem[8]);
-    prefill_kernel<false, true><<<grid, kThreads, bytes, static_cast<cudaStream_t>(s)>>>(p);
+    set_smem(reinterpret_cast<const void*>(prefill_kernel<false, 2, 1>), bytes, g_smem[8]);
+    prefill_kernel<false, 2, 1><<<grid, kThreads, bytes, static_cast<cudaStream_t>(s)>>>(p);
   }
   LC_LAUNCH_CHECK("hip_estimate_prefill n_q=%lld n_kv=%lld heads=%d", (long long)p.n_q, (long long)p.n_kv, p.n_head);
 }
@@ -724,9 +729,11 @@ void hip_estimate_decode(const HipDecodeParams& p, Stream s) {
   } else if (p.variant == 2) {
     launch(decode_kernel<false, 2, false>, 5, grid(2), 2, bytes, s, p);
   } else if (p.variant == 8) {
-    launch(decode_kernel<false, 8, false>, 7, grid(8), 8, bytes, s, p);
+    launch(decode_kernel<false, 8, false, 2>, 7, grid(8), 8, bytes, s, p);
+  } else if (p.variant == 41) {
+    launch(decode_kernel<false, 4, false, 1>, 11, grid(4), 4, bytes, s, p);
   } else {
-    launch(decode_kernel<false, 4, false>, 6, grid(4), 4, bytes, s, p);
+    launch(decode_kernel<false, 4, false, 2>, 6, grid(4), 4, bytes, s, p);
   }
   LC_LAUNCH_CHECK("hip_estimate_decode n_seq=%d heads=%d", p.kv.n_seq, p.n_head);
 }
