@@ -58,7 +58,7 @@ double graph_ms(const std::function<void(Stream)>& step, int reps) {
   return g;
 }
 
-std::vector<std::string> bench_decode(int64_t len, const HipEstimateConfig& cfg, const std::vector<int>& variants) {
+std::string bench_decode(int64_t len, const HipEstimateConfig& cfg) {
   const int max_pages = int((len + kPageSize - 1) / kPageSize);
   std::vector<int32_t> tab(static_cast<size_t>(max_pages));
   std::iota(tab.begin(), tab.end(), 0);
@@ -149,54 +149,48 @@ std::vector<std::string> bench_decode(int64_t len, const HipEstimateConfig& cfg,
   sp.workspace = ws;
   sp.workspace_bytes = ws_bytes;
   const int reps = 200;
-  std::vector<std::string> out;
-  for (int variant : variants) {
-    hp.variant = variant;
-    const double estimate = graph_ms(
-        [&](Stream s) {
-          memset_async(refresh_pos, 0xff, rows * 4, s);
-          hip_estimate_decode(hp, s);
-        },
-        reps);
-    const double refresh = graph_ms(
-        [&](Stream s) {
-          memset_async(refresh_pos, 0xff, rows * 4, s);
-          hip_estimate_decode(hp, s);
-          sparse_decode(sp, s);
-        },
-        reps);
-    const double cached = graph_ms(
-        [&](Stream s) {
-          hip_estimate_decode(hp, s);
-          sparse_decode(sp, s);
-        },
-        reps);
-    const double sparse_only = graph_ms([&](Stream s) { sparse_decode(sp, s); }, reps);
-    const double avg = (refresh + (kRefresh - 1) * cached) / kRefresh;
-    std::fprintf(stderr,
-                 "decode len=%lld variant=%d: dense %.4f ms | hip refresh %.4f ms (estimate %.4f) cached %.4f ms "
-                 "(sparse decode alone %.4f) avg/%d %.4f ms | dense/hip avg %.1fx, dense/cached %.1fx, dense/refresh "
-                 "%.1fx\n",
-                 (long long)len, variant, dense, refresh, estimate, cached, sparse_only, kRefresh, avg, dense / avg,
-                 dense / cached, dense / refresh);
-    char buf[1024];
-    std::snprintf(buf, sizeof buf,
-                  "{\"case\": \"decode\", \"variant\": %d, \"len\": %lld, \"dense_ms\": %.5f, \"hip_refresh_ms\": %.5f, "
-                  "\"hip_estimate_ms\": %.5f, \"hip_cached_ms\": %.5f, \"sparse_decode_ms\": %.5f, "
-                  "\"hip_avg_ms\": %.5f, \"refresh_interval\": %d, \"ratio_dense_over_hip_avg\": %.2f, "
-                  "\"ratio_dense_over_cached\": %.2f, \"ratio_dense_over_refresh\": %.2f}",
-                  variant, (long long)len, dense, refresh, estimate, cached, sparse_only, avg, kRefresh, dense / avg,
-                  dense / cached, dense / refresh);
-    out.push_back(buf);
-  }
+  const double estimate = graph_ms(
+      [&](Stream s) {
+        memset_async(refresh_pos, 0xff, rows * 4, s);
+        hip_estimate_decode(hp, s);
+      },
+      reps);
+  const double refresh = graph_ms(
+      [&](Stream s) {
+        memset_async(refresh_pos, 0xff, rows * 4, s);
+        hip_estimate_decode(hp, s);
+        sparse_decode(sp, s);
+      },
+      reps);
+  const double cached = graph_ms(
+      [&](Stream s) {
+        hip_estimate_decode(hp, s);
+        sparse_decode(sp, s);
+      },
+      reps);
+  const double sparse_only = graph_ms([&](Stream s) { sparse_decode(sp, s); }, reps);
+  const double avg = (refresh + (kRefresh - 1) * cached) / kRefresh;
   device_sync();
   for (void* p : {k, v, q, o, dws, ws, (void*)table, (void*)d_len, (void*)refresh_pos, (void*)range_ptr,
                   (void*)col_ptr, (void*)ranges})
     dev_free(p);
-  return out;
+  std::fprintf(stderr,
+               "decode len=%lld: dense %.4f ms | hip refresh %.4f ms (estimate %.4f) cached %.4f ms (sparse decode "
+               "alone %.4f) avg/%d %.4f ms | dense/hip avg %.1fx, dense/cached %.1fx, dense/refresh %.1fx\n",
+               (long long)len, dense, refresh, estimate, cached, sparse_only, kRefresh, avg, dense / avg,
+               dense / cached, dense / refresh);
+  char buf[1024];
+  std::snprintf(buf, sizeof buf,
+                "{\"case\": \"decode\", \"len\": %lld, \"dense_ms\": %.5f, \"hip_refresh_ms\": %.5f, "
+                "\"hip_estimate_ms\": %.5f, \"hip_cached_ms\": %.5f, \"sparse_decode_ms\": %.5f, "
+                "\"hip_avg_ms\": %.5f, \"refresh_interval\": %d, \"ratio_dense_over_hip_avg\": %.2f, "
+                "\"ratio_dense_over_cached\": %.2f, \"ratio_dense_over_refresh\": %.2f}",
+                (long long)len, dense, refresh, estimate, cached, sparse_only, avg, kRefresh, dense / avg,
+                dense / cached, dense / refresh);
+  return buf;
 }
 
-std::vector<std::string> bench_prefill(int64_t n, const HipEstimateConfig& cfg, const std::vector<int>& variants) {
+std::string bench_prefill(int64_t n, const HipEstimateConfig& cfg) {
   const int64_t qe = n * kHeads * kHeadDim, ke = n * kKvHeads * kHeadDim;
   void* q = dev_malloc(size_t(qe) * 2);
   void* k = dev_malloc(size_t(ke) * 2);
@@ -232,11 +226,7 @@ std::vector<std::string> bench_prefill(int64_t n, const HipEstimateConfig& cfg, 
   hp.range_ptr = range_ptr;
   hp.ranges = ranges;
   hp.col_ptr = col_ptr;
-  std::vector<double> estimates;
-  for (int variant : variants) {
-    hp.variant = variant;
-    estimates.push_back(time_ms([&] { hip_estimate_prefill(hp, st); }, 1, 3, static_cast<cudaStream_t>(st)));
-  }
+  const double estimate = time_ms([&] { hip_estimate_prefill(hp, st); }, 1, 3, static_cast<cudaStream_t>(st));
   SparseAttnParams sa;
   sa.q = q;
   sa.k = k;
@@ -260,21 +250,17 @@ std::vector<std::string> bench_prefill(int64_t n, const HipEstimateConfig& cfg, 
   stream_sync(st);
   stream_destroy(st);
   for (void* p : {q, k, v, o, sa.workspace, (void*)range_ptr, (void*)col_ptr, (void*)ranges}) dev_free(p);
-  std::vector<std::string> out;
-  for (size_t i = 0; i < variants.size(); ++i) {
-    const double estimate = estimates[i], total = estimate + sparse;
-    std::fprintf(stderr,
-                 "prefill n=%lld variant=%d: dense %.2f ms | hip estimate %.2f ms + sparse attention %.2f ms = %.2f ms | "
-                 "dense/hip %.2fx\n",
-                 (long long)n, variants[i], dense, estimate, sparse, total, dense / total);
-    char buf[512];
-    std::snprintf(buf, sizeof buf,
-                  "{\"case\": \"prefill\", \"variant\": %d, \"len\": %lld, \"dense_ms\": %.4f, \"hip_estimate_ms\": %.4f, "
-                  "\"hip_sparse_attention_ms\": %.4f, \"hip_total_ms\": %.4f, \"ratio_dense_over_hip\": %.3f}",
-                  variants[i], (long long)n, dense, estimate, sparse, total, dense / total);
-    out.push_back(buf);
-  }
-  return out;
+  const double total = estimate + sparse;
+  std::fprintf(stderr,
+               "prefill n=%lld: dense %.2f ms | hip estimate %.2f ms + sparse attention %.2f ms = %.2f ms | "
+               "dense/hip %.2fx\n",
+               (long long)n, dense, estimate, sparse, total, dense / total);
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "{\"case\": \"prefill\", \"len\": %lld, \"dense_ms\": %.4f, \"hip_estimate_ms\": %.4f, "
+                "\"hip_sparse_attention_ms\": %.4f, \"hip_total_ms\": %.4f, \"ratio_dense_over_hip\": %.3f}",
+                (long long)n, dense, estimate, sparse, total, dense / total);
+  return buf;
 }
 
 }  // namespace
@@ -283,15 +269,12 @@ int main(int argc, char** argv) {
   std::vector<int64_t> lens = {131072, 1048576};
   std::vector<int64_t> prefill = {131072};
   const char* json_path = nullptr;
-  std::vector<int64_t> variants = {4}, prefill_variants = {1};  // hip_estimate.h's A/B switch
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--lens") && i + 1 < argc) lens = bench::parse_list(argv[++i]);
     else if (!std::strcmp(argv[i], "--prefill") && i + 1 < argc) prefill = bench::parse_list(argv[++i]);
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
-    else if (!std::strcmp(argv[i], "--variants") && i + 1 < argc) variants = bench::parse_list(argv[++i]);
-    else if (!std::strcmp(argv[i], "--prefill-variants") && i + 1 < argc) prefill_variants = bench::parse_list(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: %s [--lens N,..] [--prefill N,..] [--variants V,..] [--prefill-variants V,..] [--json FILE]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--lens N,..] [--prefill N,..] [--json FILE]\n", argv[0]);
       return 2;
     }
   }
@@ -306,11 +289,8 @@ int main(int argc, char** argv) {
                   kHeads, kKvHeads, kHeadDim, kPageSize, (long long)cfg.k, cfg.b_q, cfg.b_sq, cfg.b_k, cfg.b_sk,
                   (long long)cfg.window, (long long)cfg.sinks, kRefresh);
     bench::JsonRecord js(device_info(0), extra);
-    const std::vector<int> dv(variants.begin(), variants.end()), pv(prefill_variants.begin(), prefill_variants.end());
-    for (int64_t n : lens)
-      for (const std::string& r : bench_decode(n, cfg, dv)) js.add(r);
-    for (int64_t n : prefill)
-      for (const std::string& r : bench_prefill(n, cfg, pv)) js.add(r);
+    for (int64_t n : lens) js.add(bench_decode(n, cfg));
+    for (int64_t n : prefill) js.add(bench_prefill(n, cfg));
     js.finish(json_path);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "longctx_bench_hip: %s\n", e.what());

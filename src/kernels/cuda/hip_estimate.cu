@@ -1,8 +1,12 @@
-// hip_estimate.cu: see hip_estimate.h. One CTA of 512 threads per (query head, query block):
-// 64 groups of 8 threads, each group loading 8 (branch, sampled key) items at a time (8 threads per dot product,
-// 16-byte key loads, the xor-shuffle tree of hip_topk.h's order); the keep-the-best step sorts
-// the branches by (score desc, branch asc) as 64-bit keys (bitonic, in shared memory: the CPU's
-// total order), flags the first k/b_k and compacts them in branch order with a prefix sum.
+// hip_estimate.cu: see hip_estimate.h. One CTA of 512 threads per (query head, query block) in
+// prefill; a cluster of kDecodeCluster CTAs per (sequence, head) in decode, each scoring a share of
+// the branches and storing their rank keys into every CTA's shared memory.
+// Scores: the fp32 FMA scorer (decode; prefill with > 32 sampled queries) has 64 groups of 8
+// threads a CTA, each group loading 8 (branch, sampled key) items at a time (8 threads per dot
+// product, 16-byte key loads, the xor-shuffle tree of hip_topk.h's order: bit-equal to the CPU);
+// prefill's tensor-core scorer multiplies the 32 sampled queries by 8-key tiles (mma m16n8k16).
+// Keep-the-best: a radix select of the (score desc, branch asc) threshold over 32-bit rank keys
+// (the CPU's total order) and ballot-based compaction in branch order (~10 barriers an iteration).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -34,9 +38,8 @@ struct Shape {  // one CTA's search, after its region is known
 
 // Shared memory carve: q samples (fp32), their positions, chunks, branches, the branches' rank
 // keys (two buffers: a cluster's CTAs write the next iteration's while the last is still read),
-// the radix histograms and selection state, the per-warp counts of the branch-order scans.
-// kBitonic (the previous selection, kept for the A/B benchmark): sort keys of a power of two of
-// them, keep flags, per-thread counts.
+// the radix histograms and selection state, the per-warp counts of the branch-order scans, and
+// for the tensor-core scorer the bf16 queries and per-item scores.
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxRounds = 8;       // branches per thread in the selection: 2 * k / b_k <= 4096
 constexpr int kRadixBits = 8, kBins = 1 << kRadixBits, kPasses = 32 / kRadixBits;
@@ -49,25 +52,16 @@ struct Smem {
   int* hist;   // [kPasses][kBins]
   int* sel;    // [3] the threshold's digits so far, the rank left, keys equal to them
   int* cnt;    // [2][kMaxRounds][kWarps]
-  uint64_t* key64;
-  int* keep;
-  int* scan;
   __nv_bfloat16* qb;  // kMma: [kMmaQueries][d + kQPad] the sampled queries, bf16
   float* item;        // kMma: [2m * n_ks] each (branch, sampled key) item's best score
 };
 
 __host__ __device__ inline size_t align16(size_t n) { return (n + 15) / 16 * 16; }
-__host__ __device__ inline int64_t pow2_at_least(int64_t n) {
-  int64_t p = 1;
-  while (p < n) p *= 2;
-  return p;
-}
 
 constexpr int kMmaQueries = 32, kQPad = 8;  // two m16 tiles; the row pad spreads ldmatrix-free uint4 loads over banks
 __host__ __device__ inline size_t smem_bytes(int n_qs, int d, int64_t m, int n_ks) {
   return align16(size_t(n_qs) * d * 4) + align16(size_t(n_qs) * 8) + align16(size_t(m) * 8) + align16(size_t(2 * m) * 8) +
          2 * align16(size_t(2 * m) * 4) + align16(kPasses * kBins * 4) + align16(3 * 4) + align16(2 * kMaxRounds * kWarps * 4) +
-         align16(size_t(pow2_at_least(2 * m)) * 8) + align16(size_t(2 * m) * 4) + kThreads * 4 +
          align16(size_t(kMmaQueries) * (d + kQPad) * 2) + align16(size_t(2 * m) * n_ks * 4);
 }
 
@@ -91,12 +85,6 @@ __device__ Smem carve(char* base, int n_qs, int d, int64_t m, int n_ks) {
   base += align16(3 * 4);
   s.cnt = reinterpret_cast<int*>(base);
   base += align16(2 * kMaxRounds * kWarps * 4);
-  s.key64 = reinterpret_cast<uint64_t*>(base);
-  base += align16(size_t(pow2_at_least(2 * m)) * 8);
-  s.keep = reinterpret_cast<int*>(base);
-  base += align16(size_t(2 * m) * 4);
-  s.scan = reinterpret_cast<int*>(base);
-  base += kThreads * 4;
   s.qb = reinterpret_cast<__nv_bfloat16*>(base);
   base += align16(size_t(kMmaQueries) * (d + kQPad) * 2);
   s.item = reinterpret_cast<float*>(base);
@@ -114,10 +102,6 @@ __device__ inline uint32_t rank_key(float score) {
   return ~ordered;
 }
 constexpr uint32_t kEmptyRank = 0xffffffffu;
-__device__ inline uint64_t sort_key(float score, int64_t branch) {
-  return (uint64_t(rank_key(score)) << 32) | uint64_t(uint32_t(branch));
-}
-constexpr uint64_t kEmptyKey = ~uint64_t(0);
 
 // Keeps the m best of the nb branches s.br ranked by key (ascending, ties by branch index) and
 // writes them to s.chunks[0, m) in branch order. The threshold T (the m-th smallest key) comes
@@ -214,58 +198,18 @@ __device__ void keep_best(int64_t m, int nb, const Smem& s, const uint32_t* key)
   }
 }
 
-// The previous selection (A/B benchmark only): bitonic sort of the P 64-bit keys, keep flags,
-// prefix sum.
-__device__ void keep_best_bitonic(int64_t m, int64_t nb, const Smem& s) {
-  const int tid = threadIdx.x;
-  const int64_t P = pow2_at_least(nb);
-  const int per_thread = int((nb + kThreads - 1) / kThreads);
-  for (int k = 2; k <= int(P); k *= 2) {
-    for (int j = k / 2; j > 0; j /= 2) {
-      for (int i = tid; i < int(P); i += kThreads) {
-        const int ixj = i ^ j;
-        if (ixj > i) {
-          const uint64_t a = s.key64[i], b = s.key64[ixj];
-          if ((a > b) == ((i & k) == 0)) s.key64[i] = b, s.key64[ixj] = a;
-        }
-      }
-      __syncthreads();
-    }
-  }
-  for (int64_t i = tid; i < nb; i += kThreads) s.keep[i] = 0;
-  __syncthreads();
-  for (int64_t i = tid; i < m; i += kThreads) s.keep[uint32_t(s.key64[i])] = 1;
-  __syncthreads();
-  int kept = 0;
-  for (int k = 0; k < per_thread; ++k) {
-    const int64_t i = int64_t(tid) * per_thread + k;
-    kept += i < nb ? s.keep[i] : 0;
-  }
-  s.scan[tid] = kept;
-  __syncthreads();
-  for (int off = 1; off < kThreads; off *= 2) {
-    const int v = tid >= off ? s.scan[tid - off] : 0;
-    __syncthreads();
-    s.scan[tid] += v;
-    __syncthreads();
-  }
-  int out = s.scan[tid] - kept;
-  for (int k = 0; k < per_thread; ++k) {
-    const int64_t i = int64_t(tid) * per_thread + k;
-    if (i < nb && s.keep[i]) s.chunks[out++] = s.br[i];
-  }
-}
-
 constexpr int kMaxChunksPerLane = 2;  // head_dim <= 128: chunks l and l + 8 of 8 elements
 // (branch, sampled key) items a group loads at once: decode is bound by load latency (one query),
 // prefill by the FMAs over its 32 sampled queries (fewer items: no register spills).
+// With a decode cluster of 2 CTAs the paper's defaults give each group exactly 8 items (1024
+// (branch, key) items over 128 groups): one batch of loads per iteration.
 constexpr int kDecodeItems = 8, kPrefillItems = 4;
-// CTAs sharing one decode search (a cluster): 32 heads x 4 fill the H100's 132 SMs.
-constexpr int kDecodeCluster = 4;
-// Items a decode lane loads at once in a cluster of `cluster` CTAs: the paper's defaults give each
-// group 16 / cluster items (1024 (branch, key) items, 64 groups a CTA); one batch where the
-// registers allow (8 items: 124 registers), no more than the group has.
-constexpr int decode_items(int cluster) { return 16 / cluster > kDecodeItems ? kDecodeItems : (16 / cluster > 2 ? 16 / cluster : 2); }
+// CTAs sharing one decode search (a thread-block cluster). Measured with 32 heads (bench_hip,
+// docs/benchmarks.md): 2 beat 1, 4 and 8; clusters of 4 or 8 CTAs of 512 threads do not all fit
+// the GPCs at once, and 2 CTAs an SM (64 registers) spill.
+constexpr int kDecodeCluster = 2;
+// Tensor-core prefill scoring: n-tiles of 8 items a warp loads at once (4 beat 1 and 2).
+constexpr int kMmaTiles = 4;
 
 // Tensor-core scoring (prefill): every (branch, sampled key) item's best score over the sampled
 // queries, into s.item. Q [32 x d] (s.qb, bf16) times the items' keys [d x 8 per n-tile] with
@@ -275,7 +219,7 @@ constexpr int decode_items(int cluster) { return 16 / cluster > kDecodeItems ? k
 // that each lane reads its B fragments of two k-steps as one 16-byte load of 8 consecutive
 // elements: k-step 2p + j, half h, element e of lane t lives at 32p + 8t + 4j + 2h + e.
 // The fp32 sums are not the CPU's FMA order: scores may differ in the last bits (near ties).
-template <int kMmaTiles, class KeyRow>
+template <class KeyRow>
 __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const Smem& s, KeyRow key_row, int nb) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4, d = sh.head_dim;
   const int n_ks = cfg.b_k / cfg.b_sk, n_items = nb * n_ks, n_tiles = (n_items + 7) / 8, pitch = d + kQPad;
@@ -353,9 +297,8 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
 // runs every sampled query against them: lane l accumulates chunks l, l+8 with fp32 FMAs, then
 // the xor-shuffle tree gives ((p0+p4)+(p2+p6)) + ((p1+p5)+(p3+p7)): hip_topk.h's order. Every
 // loop bound is uniform over the CTA (the shuffles are warp-wide).
-template <int kItems, int kCluster, bool kBitonic, int kMma, class KeyRow>
+template <int kItems, int kCluster, bool kMma, class KeyRow>
 __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem& s, KeyRow key_row) {
-  static_assert(kCluster == 1 || !kBitonic, "the bitonic selection runs in one CTA");
   const int tid = threadIdx.x, lane = tid % kLanes, d = sh.head_dim;
   int rank = 0;
   if constexpr (kCluster > 1) rank = int(cg::this_cluster().block_rank());
@@ -375,7 +318,6 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
   __syncthreads();
   const int n_ks = cfg.b_k / cfg.b_sk;
   const int nb = int(2 * m);
-  const int64_t P = pow2_at_least(nb);
   for (int iter = 0;; ++iter) {
     int wide = 0;
     for (int64_t c = tid; c < m; c += kThreads) wide |= s.chunks[c].g > 1;
@@ -388,15 +330,11 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
       s.br[2 * c] = {ch.a, h};
       s.br[2 * c + 1] = {ch.a + h, ch.g - h};
     }
-    if constexpr (kBitonic) {
-      for (int64_t i = nb + tid; i < P; i += kThreads) s.key64[i] = kEmptyKey;
-    } else {
-      for (int i = tid; i < kPasses * kBins; i += kThreads) s.hist[i] = 0;
-    }
+    for (int i = tid; i < kPasses * kBins; i += kThreads) s.hist[i] = 0;
     uint32_t* const own = iter & 1 ? s.key[1] : s.key[0];  // (a select: no local-memory copy of s)
     __syncthreads();
-    if constexpr (kMma > 0) {
-      score_mma<kMma>(cfg, sh, s, key_row, nb);
+    if constexpr (kMma) {
+      score_mma(cfg, sh, s, key_row, nb);
       for (int bi = tid; bi < nb; bi += kThreads) {
         float best = -INFINITY;
         for (int sk = 0; sk < n_ks; ++sk) best = fmaxf(best, s.item[bi * n_ks + sk]);
@@ -414,17 +352,12 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
       auto flush = [&](int slot, float best) {
         const int bi = slot * n_groups + group;
         if (slot < 0 || lane != 0 || bi >= nb) return;
-        const bool live = s.br[bi].g > 0;
-        if constexpr (kBitonic) {
-          s.key64[bi] = live ? sort_key(best, bi) : kEmptyKey;
+        const uint32_t u = s.br[bi].g > 0 ? rank_key(best) : kEmptyRank;
+        if constexpr (kCluster > 1) {
+#pragma unroll
+          for (int c = 0; c < kCluster; ++c) cg::this_cluster().map_shared_rank(own, c)[bi] = u;
         } else {
-          const uint32_t u = live ? rank_key(best) : kEmptyRank;
-          if constexpr (kCluster > 1) {
-  #pragma unroll
-            for (int c = 0; c < kCluster; ++c) cg::this_cluster().map_shared_rank(own, c)[bi] = u;
-          } else {
-            own[bi] = u;
-          }
+          own[bi] = u;
         }
       };
       for (int base = 0; base < n_items; base += kItems) {
@@ -432,7 +365,7 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
         int32_t key[kItems];
         bool kok[kItems];
         float ibest[kItems];
-  #pragma unroll
+#pragma unroll
         for (int x = 0; x < kItems; ++x) {
           const int item = base + x, slot = item / n_ks, sk = item - slot * n_ks, bi = slot * n_groups + group;
           const Branch br = item < n_items && bi < nb ? s.br[bi] : Branch{0, 0};
@@ -440,7 +373,7 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
           kok[x] = br.g > 0 && key[x] < sh.key_end;
           ibest[x] = -INFINITY;
           const __nv_bfloat16* row = key_row(kok[x] ? key[x] : 0, kok[x]);
-  #pragma unroll
+#pragma unroll
           for (int cc = 0; cc < kMaxChunksPerLane; ++cc) {
             const int c = lane + kLanes * cc;
             raw[x][cc] = kok[x] && c * 8 < d ? *reinterpret_cast<const uint4*>(row + 8 * c) : make_uint4(0, 0, 0, 0);
@@ -449,16 +382,16 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
         for (int i = 0; i < sh.n_qs; ++i) {
           const float* q = s.q + size_t(i) * d;
           float acc[kItems];
-  #pragma unroll
+#pragma unroll
           for (int x = 0; x < kItems; ++x) acc[x] = 0.f;
-  #pragma unroll
+#pragma unroll
           for (int cc = 0; cc < kMaxChunksPerLane; ++cc) {
             const int c = lane + kLanes * cc;
             if (c * 8 < d) {
-  #pragma unroll
+#pragma unroll
               for (int e2 = 0; e2 < 4; ++e2) {
                 const float q0 = q[8 * c + 2 * e2], q1 = q[8 * c + 2 * e2 + 1];
-  #pragma unroll
+#pragma unroll
                 for (int x = 0; x < kItems; ++x) {
                   const float2 kf = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&raw[x][cc])[e2]);
                   acc[x] = fmaf(q0, kf.x, acc[x]);
@@ -467,7 +400,7 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
               }
             }
           }
-  #pragma unroll
+#pragma unroll
           for (int x = 0; x < kItems; ++x) {
             acc[x] += __shfl_xor_sync(0xffffffffu, acc[x], 4);
             acc[x] += __shfl_xor_sync(0xffffffffu, acc[x], 2);
@@ -475,7 +408,7 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
             if (kok[x] && key[x] <= s.pos[i] && acc[x] > ibest[x]) ibest[x] = acc[x];
           }
         }
-  #pragma unroll
+#pragma unroll
         for (int x = 0; x < kItems; ++x) {
           const int item = base + x, slot = item / n_ks;
           if (item >= n_items) break;
@@ -492,8 +425,7 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
     // Every CTA's keys are in place (the cluster barrier orders the remote stores before the reads).
     if constexpr (kCluster > 1) cg::this_cluster().sync();
     else __syncthreads();
-    if constexpr (kBitonic) keep_best_bitonic(m, nb, s);
-    else keep_best(m, nb, s, own);
+    keep_best(m, nb, s, own);
     __syncthreads();
   }
   return int(m);
@@ -542,8 +474,10 @@ __device__ void load_q(const Smem& s, const __nv_bfloat16* q, int64_t q_row_stri
   __syncthreads();
 }
 
-template <bool kBitonic, int kMma, int kMinBlocks>
-__global__ void __launch_bounds__(kThreads, kMinBlocks) prefill_kernel(HipPrefillParams p) {
+// kMma: tensor-core scores (else the fp32 FMA scorer: more than 32 sampled queries, or head_dim
+// not a multiple of 32).
+template <bool kMma>
+__global__ void __launch_bounds__(kThreads) prefill_kernel(HipPrefillParams p) {
   extern __shared__ __align__(16) char smem[];
   const HipEstimateConfig& cfg = p.cfg;
   const int h = blockIdx.y;
@@ -558,7 +492,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) prefill_kernel(HipPrefil
   const Shape sh{n_qs, p.head_dim, r.block_begin, r.block_end, r.key_end < p.n_kv ? r.key_end : p.n_kv};
   const auto* k = static_cast<const __nv_bfloat16*>(p.k) + int64_t(h / (p.n_head / p.n_kv_head)) * p.head_dim;
   const int64_t k_stride = int64_t(p.n_kv_head) * p.head_dim;
-  const int count = search<kPrefillItems, 1, kBitonic, kMma>(cfg, sh, s, [=](int64_t j, bool) { return k + j * k_stride; });
+  const int count = search<kPrefillItems, 1, kMma>(cfg, sh, s, [=](int64_t j, bool) { return k + j * k_stride; });
   const int64_t e = int64_t(h) * n_qblk + b, m = cfg.budget_blocks();
   if (p.blocks)
     for (int i = threadIdx.x; i < count; i += kThreads) p.blocks[e * m + i] = s.chunks[i].a;
@@ -579,8 +513,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) prefill_kernel(HipPrefil
 // so the selected blocks are the same.
 // kCluster CTAs (one thread-block cluster, consecutive blockIdx.x) share each head's search;
 // the first (rank 0) writes the outputs.
-template <bool kOffload, int kCluster, bool kBitonic, int kMinBlocks = 1>
-__global__ void __launch_bounds__(kThreads, kMinBlocks) decode_kernel(HipDecodeParams p) {
+template <bool kOffload, int kCluster>
+__global__ void __launch_bounds__(kThreads) decode_kernel(HipDecodeParams p) {
   extern __shared__ __align__(16) char smem[];
   const HipEstimateConfig& cfg = p.cfg;
   const int h = blockIdx.x / kCluster, seq = blockIdx.y;
@@ -615,7 +549,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) decode_kernel(HipDecodeP
     const auto* bank = static_cast<const __nv_bfloat16*>(c.bank_k);
     const bool counter = threadIdx.x % kLanes == 0;  // one thread of each 8 reading a key counts it
     unsigned reads = 0, misses = 0;
-    count = search<decode_items(kCluster), kCluster, kBitonic, 0>(cfg, sh, s, [&](int64_t j, bool ok) {
+    count = search<kDecodeItems, kCluster, false>(cfg, sh, s, [&](int64_t j, bool ok) {
       const int32_t t = int32_t(j), slot = offload_lookup(c, hk, t, ok && counter);
       reads += ok && counter;
       misses += ok && counter && slot < 0;
@@ -624,7 +558,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) decode_kernel(HipDecodeP
     });
     offload_add_stats(c, reads, misses);
   } else {
-    count = search<decode_items(kCluster), kCluster, kBitonic, 0>(cfg, sh, s, [=](int64_t j, bool) { return host_row(j); });
+    count = search<kDecodeItems, kCluster, false>(cfg, sh, s, [=](int64_t j, bool) { return host_row(j); });
   }
   if (!writer) return;
   const int64_t m = cfg.budget_blocks();
@@ -659,24 +593,23 @@ void set_smem(const void* kernel, size_t bytes, size_t& done) {
   done = bytes;
 }
 
-// What set_smem has allowed so far, per kernel.
-size_t g_smem[16] = {};
+size_t g_prefill_smem[2] = {}, g_decode_smem[2] = {};  // what set_smem has allowed so far, per kernel
 
-template <class Kernel>
-void launch(Kernel kernel, int slot, dim3 grid, int cluster, size_t bytes, Stream s, const HipDecodeParams& p) {
-  set_smem(reinterpret_cast<const void*>(kernel), bytes, g_smem[slot]);
+// Launches a decode kernel as clusters of kDecodeCluster CTAs (graph-capturable).
+void launch_decode(void (*kernel)(HipDecodeParams), size_t bytes, size_t& done, Stream s, const HipDecodeParams& p) {
+  set_smem(reinterpret_cast<const void*>(kernel), bytes, done);
   cudaLaunchConfig_t lc = {};
-  lc.gridDim = grid;
+  lc.gridDim = dim3(unsigned(p.n_head * kDecodeCluster), unsigned(p.kv.n_seq));
   lc.blockDim = dim3(kThreads);
   lc.dynamicSmemBytes = bytes;
   lc.stream = static_cast<cudaStream_t>(s);
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = unsigned(cluster);
+  attr[0].val.clusterDim.x = kDecodeCluster;
   attr[0].val.clusterDim.y = attr[0].val.clusterDim.z = 1;
   lc.attrs = attr;
   lc.numAttrs = 1;
-  LC_CUDA_CHECK(cudaLaunchKernelEx(&lc, kernel, p), "hip_estimate_decode launch (cluster %d)", cluster);
+  LC_CUDA_CHECK(cudaLaunchKernelEx(&lc, kernel, p), "hip_estimate_decode launch");
 }
 
 }  // namespace
@@ -691,22 +624,14 @@ void hip_estimate_prefill(const HipPrefillParams& p, Stream s) {
   const int64_t n_qblk = (p.n_q + p.cfg.b_q - 1) / p.cfg.b_q;
   const size_t bytes = hip_estimate_smem_bytes(p.cfg, p.head_dim);
   const dim3 grid(unsigned(n_qblk), unsigned(p.n_head));
+  const auto st = static_cast<cudaStream_t>(s);
   const bool mma = (p.cfg.b_q + p.cfg.b_sq - 1) / p.cfg.b_sq <= kMmaQueries && p.head_dim % 32 == 0;
-  if (p.variant == 0) {
-    set_smem(reinterpret_cast<const void*>(prefill_kernel<true, 0, 1>), bytes, g_smem[0]);
-    prefill_kernel<true, 0, 1><<<grid, kThreads, bytes, static_cast<cudaStream_t>(s)>>>(p);
-  } else if (p.variant == 1 || !mma) {
-    set_smem(reinterpret_cast<const void*>(prefill_kernel<false, 0, 1>), bytes, g_smem[1]);
-    prefill_kernel<false, 0, 1><<<grid, kThreads, bytes, static_cast<cudaStream_t>(s)>>>(p);
-  } else if (p.variant == 3) {  // two CTAs an SM: one selects while the other scores
-    set_smem(reinterpret_cast<const void*>(prefill_kernel<false, 1, 2>), bytes, g_smem[9]);
-    prefill_kernel<false, 1, 2><<<grid, kThreads, bytes, static_cast<cudaStream_t>(s)>>>(p);
-  } else if (p.variant == 4) {
-    set_smem(reinterpret_cast<const void*>(prefill_kernel<false, 4, 1>), bytes, g_smem[10]);
-    prefill_kernel<false, 4, 1><<<grid, kThreads, bytes, static_cast<cudaStream_t>(s)>>>(p);
+  if (mma) {
+    set_smem(reinterpret_cast<const void*>(prefill_kernel<true>), bytes, g_prefill_smem[1]);
+    prefill_kernel<true><<<grid, kThreads, bytes, st>>>(p);
   } else {
-    set_smem(reinterpret_cast<const void*>(prefill_kernel<false, 2, 1>), bytes, g_smem[8]);
-    prefill_kernel<false, 2, 1><<<grid, kThreads, bytes, static_cast<cudaStream_t>(s)>>>(p);
+    set_smem(reinterpret_cast<const void*>(prefill_kernel<false>), bytes, g_prefill_smem[0]);
+    prefill_kernel<false><<<grid, kThreads, bytes, st>>>(p);
   }
   LC_LAUNCH_CHECK("hip_estimate_prefill n_q=%lld n_kv=%lld heads=%d", (long long)p.n_q, (long long)p.n_kv, p.n_head);
 }
@@ -716,24 +641,13 @@ void hip_estimate_decode(const HipDecodeParams& p, Stream s) {
   LC_REQUIRE(p.kv.elem == KvElem::bf16, "hip: GPU decode estimation reads bf16 keys (the KV cache is not bf16)");
   if (p.kv.n_seq <= 0) return;
   const size_t bytes = smem_bytes(1, p.kv.head_dim, p.cfg.budget_blocks(), p.cfg.b_k / p.cfg.b_sk);
-  const auto grid = [&](int cluster) { return dim3(unsigned(p.n_head * cluster), unsigned(p.kv.n_seq)); };
   if (p.offload.enabled()) {
     LC_REQUIRE(p.kv.n_seq == 1 && p.offload.n_kv_head == p.kv.n_kv_head && p.offload.bank_k,
                "hip: offloaded decode estimation serves one sequence through a keys cache of the view's %d KV heads",
                p.kv.n_kv_head);
-    launch(decode_kernel<true, kDecodeCluster, false>, 2, grid(kDecodeCluster), kDecodeCluster, bytes, s, p);
-  } else if (p.variant == 0) {
-    launch(decode_kernel<false, 1, true>, 3, grid(1), 1, bytes, s, p);
-  } else if (p.variant == 1) {
-    launch(decode_kernel<false, 1, false>, 4, grid(1), 1, bytes, s, p);
-  } else if (p.variant == 2) {
-    launch(decode_kernel<false, 2, false>, 5, grid(2), 2, bytes, s, p);
-  } else if (p.variant == 8) {
-    launch(decode_kernel<false, 8, false, 2>, 7, grid(8), 8, bytes, s, p);
-  } else if (p.variant == 41) {
-    launch(decode_kernel<false, 4, false, 1>, 11, grid(4), 4, bytes, s, p);
+    launch_decode(decode_kernel<true, kDecodeCluster>, bytes, g_decode_smem[1], s, p);
   } else {
-    launch(decode_kernel<false, 4, false, 2>, 6, grid(4), 4, bytes, s, p);
+    launch_decode(decode_kernel<false, kDecodeCluster>, bytes, g_decode_smem[0], s, p);
   }
   LC_LAUNCH_CHECK("hip_estimate_decode n_seq=%d heads=%d", p.kv.n_seq, p.n_head);
 }
