@@ -6,7 +6,7 @@
 # indexes = the CPU method's key sets, decode as one replayed CUDA graph) and test_kv_offload (HiP
 # decode through the KV offload tier bit-identical to without it); (2) compute-sanitizer
 # memcheck on test_hip_gpu; (3) longctx_bench_hip (decode 128K/1M refresh/cached/avg over r_m=8,
-# prefill 128K estimation + sparse attention, vs our dense kernels); (4) torch SDPA (cuDNN and
+# prefill 16K-128K estimation + sparse attention, vs our dense kernels); (4) torch SDPA (cuDNN and
 # flash) on the same shapes (bench/torch_baseline.py). Logs and JSON land in $OUT.
 # Build here (no GPU needed), then pack:
 #   cmake -S . -B build-gpu -G Ninja -DLONGCTX_CUDA=ON -DLONGCTX_BENCH=ON -DLONGCTX_TESTS=ON
@@ -54,12 +54,12 @@ tail -3 "$OUT/memcheck.log"
 [ $rc = 0 ] || { echo "MEMCHECK FAILED (rc=$rc)"; status=1; }
 
 echo "== longctx_bench_hip"
-timeout ${BENCH_TIMEOUT:-100} "$BIN/longctx_bench_hip" ${BENCH_ARGS:-} --json "$OUT/bench_hip.json" > /dev/null 2> "$OUT/bench_hip.log"; rc=$?
+timeout ${BENCH_TIMEOUT:-100} "$BIN/longctx_bench_hip" --prefill ${PREFILL_LENS:-16384,32768,65536,131072} ${BENCH_ARGS:-} --json "$OUT/bench_hip.json" > /dev/null 2> "$OUT/bench_hip.log"; rc=$?
 cat "$OUT/bench_hip.log"
 [ $rc = 0 ] || { echo "HIP BENCH FAILED (rc=$rc)"; status=1; }
 
 echo "== torch SDPA baseline"
-timeout ${TORCH_TIMEOUT:-80} python3 bench/torch_baseline.py --prefill 131072 --decode 131072,1048576 \
+timeout ${TORCH_TIMEOUT:-80} python3 bench/torch_baseline.py --prefill ${PREFILL_LENS:-16384,32768,65536,131072} --decode 131072,1048576 \
   --json "$OUT/bench_torch.json" > /dev/null 2> "$OUT/torch.log"; rc=$?
 cat "$OUT/torch.log"
 [ $rc = 0 ] || { echo "TORCH BASELINE FAILED (rc=$rc)"; status=1; }
