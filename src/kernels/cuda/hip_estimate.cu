@@ -58,7 +58,9 @@ struct Smem {
 
 __host__ __device__ inline size_t align16(size_t n) { return (n + 15) / 16 * 16; }
 
-constexpr int kMmaQueries = 32, kQPad = 8;  // two m16 tiles; the row pad spreads ldmatrix-free uint4 loads over banks
+// Tensor-core scorer: two m16 tiles of sampled queries; the row pad (8 bf16) puts the 8 rows one
+// warp's 16-byte query loads touch in distinct shared-memory banks.
+constexpr int kMmaQueries = 32, kQPad = 8;
 __host__ __device__ inline size_t smem_bytes(int n_qs, int d, int64_t m, int n_ks) {
   return align16(size_t(n_qs) * d * 4) + align16(size_t(n_qs) * 8) + align16(size_t(m) * 8) + align16(size_t(2 * m) * 8) +
          2 * align16(size_t(2 * m) * 4) + align16(kPasses * kBins * 4) + align16(3 * 4) + align16(2 * kMaxRounds * kWarps * 4) +
@@ -107,7 +109,8 @@ constexpr uint32_t kEmptyRank = 0xffffffffu;
 // writes them to s.chunks[0, m) in branch order. The threshold T (the m-th smallest key) comes
 // from a radix select, 8 bits a pass from the top (warp-aggregated shared-memory histograms; one
 // warp scans the 256 bins); a branch is kept when its key is below T, or equal to T and among the
-// first `need` such in branch order. ~10 barriers (a bitonic sort of 512 keys takes 45).
+// first `rem` (the rank left at T) such in branch order. ~10 barriers (a bitonic sort of 512 keys
+// takes 45).
 // s.hist must be zero on entry.
 __device__ void keep_best(int64_t m, int nb, const Smem& s, const uint32_t* key) {
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -208,7 +211,8 @@ constexpr int kDecodeItems = 8, kPrefillItems = 4;
 // docs/benchmarks.md): 2 beat 1, 4 and 8; clusters of 4 or 8 CTAs of 512 threads do not all fit
 // the GPCs at once, and 2 CTAs an SM (64 registers) spill.
 constexpr int kDecodeCluster = 2;
-// Tensor-core prefill scoring: n-tiles of 8 items a warp loads at once (4 beat 1 and 2).
+// Tensor-core prefill scoring: n-tiles of 8 items a warp loads at once (measured: 4 beat 2, and 1
+// at 2 CTAs an SM).
 constexpr int kMmaTiles = 4;
 
 // Tensor-core scoring (prefill): every (branch, sampled key) item's best score over the sampled
