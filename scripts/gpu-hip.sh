@@ -2,7 +2,7 @@
 # gpu-hip.sh: the device-machine run of HiP: GPU tests, memcheck, benchmark beside torch SDPA.
 #
 # What: (1) test_hip_gpu (the CUDA mask estimation bit-equal to the CPU reference, prefill and
-# paged decode with the refresh rule), test_hip_gpu_method (the GpuMethod's prefill and decode
+# paged decode with the refresh rule; tensor-core prefill judged against fp64 on random inputs), test_hip_gpu_method (the GpuMethod's prefill and decode
 # indexes = the CPU method's key sets, decode as one replayed CUDA graph) and test_kv_offload (HiP
 # decode through the KV offload tier bit-identical to without it); (2) compute-sanitizer
 # memcheck on test_hip_gpu; (3) longctx_bench_hip (decode 128K/1M refresh/cached/avg over r_m=8,
