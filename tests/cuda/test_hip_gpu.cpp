@@ -1,12 +1,16 @@
-// test_hip_estimate.cpp: HiP's GPU mask estimation (kernels/cuda/hip_estimate.h) against the CPU
+// test_hip_gpu.cpp: HiP's GPU mask estimation (kernels/cuda/hip_estimate.h) against the CPU
 // reference (kernels/ref/hip_topk.h): the selected key-block ids are bit-equal for the same bf16
-// inputs (prefill: every (head, query block); decode: every (sequence, head) over a paged,
-// shuffled cache), the ranges follow the format (sinks, blocks, pads, window), and the decode
-// mask cache re-estimates only on refresh steps (graph-safe: the decision is on the device).
+// inputs (prefill: every (head, query block), on exact small-integer inputs for the tensor-core
+// scorer; decode: every (sequence, head) over a paged, shuffled cache, random and tie-heavy
+// inputs), the tensor-core prefill keeps the fp64 oracle's best up to near ties on random inputs,
+// the ranges follow the format (sinks, blocks, pads, window), and the decode mask cache
+// re-estimates only on refresh steps (graph-safe: the decision is on the device).
 // Run: build-gpu/tests/cuda/test_hip_gpu (skips without a Hopper GPU).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <iterator>
 #include <numeric>
 #include <random>
 
@@ -41,17 +45,26 @@ HipTopkParams topk_of(const HipEstimateConfig& c) {
   return t;
 }
 
+// Inputs: N(0, 1) bf16, or (ties) small integers in [-2, 2], whose dot products are exact integers:
+// many equal scores, so the ranking's tie rule (the earlier branch) decides.
+std::vector<uint16_t> inputs(size_t n, bool ties) {
+  std::vector<double> tmp;
+  auto h = random_bf16(n, 1.0, tmp);
+  if (ties)
+    for (size_t i = 0; i < n; ++i) h[i] = f32_to_bf16(std::round(std::clamp(float(tmp[i]) * 1.5f, -2.f, 2.f)));
+  return h;
+}
+
 std::vector<float> to_float(const std::vector<uint16_t>& h) {
   std::vector<float> f(h.size());
   for (size_t i = 0; i < h.size(); ++i) f[i] = bf16_to_f32(h[i]);
   return f;
 }
 
-void check_prefill(const HipEstimateConfig& cfg, int64_t n_q, int64_t q_pos0, int H, int Hkv, int d) {
+void check_prefill(const HipEstimateConfig& cfg, int64_t n_q, int64_t q_pos0, int H, int Hkv, int d, bool ties = false) {
   const int64_t n_kv = q_pos0 + n_q, n_qblk = (n_q + cfg.b_q - 1) / cfg.b_q, M = cfg.budget_blocks(),
                 R = cfg.ranges_per_row();
-  std::vector<double> dq, dk;
-  const auto hq = random_bf16(size_t(n_q * H * d), 1.0, dq), hk = random_bf16(size_t(n_kv * Hkv * d), 1.0, dk);
+  const auto hq = inputs(size_t(n_q * H * d), ties), hk = inputs(size_t(n_kv * Hkv * d), ties);
   const auto fq = to_float(hq), fk = to_float(hk);
   DevBuf q(hq.size() * 2), k(hk.size() * 2), blocks(size_t(H * n_qblk * M) * 4), nb(size_t(H * n_qblk) * 4),
       rp(size_t(H * n_qblk + 1) * 8), rg(size_t(H * n_qblk * R) * 8), cp(size_t(H * n_qblk + 1) * 8);
@@ -115,28 +128,137 @@ void check_prefill(const HipEstimateConfig& cfg, int64_t n_q, int64_t q_pos0, in
   EXPECT_GT(pruned, 0) << "the problem should prune some blocks";
 }
 
+// Tensor-core prefill scores on random inputs, judged against an fp64 oracle. One bisection
+// iteration (m < N <= 2m blocks): the kept set is one top-m selection over known branches, so a
+// GPU choice is right when every branch it keeps instead of an oracle's one scores, in fp64,
+// within the fp32 accumulation bound of it: |s_x - s_y| <= d * 2^-22 * max |q|.|k| sums.
+void check_prefill_mma_judged(const HipEstimateConfig& cfg, int64_t q_pos0, int H, int Hkv, int d, int64_t& swaps) {
+  const int64_t n_q = cfg.b_q, n_kv = q_pos0 + n_q, M = cfg.budget_blocks(), R = cfg.ranges_per_row();
+  const auto hq = inputs(size_t(n_q * H * d), false), hk = inputs(size_t(n_kv * Hkv * d), false);
+  const auto fq = to_float(hq), fk = to_float(hk);
+  DevBuf q(hq.size() * 2), k(hk.size() * 2), blocks(size_t(H * M) * 4), nb(size_t(H) * 4), rp(size_t(H + 1) * 8),
+      rg(size_t(H * R) * 8), cp(size_t(H + 1) * 8);
+  q.upload(hq);
+  k.upload(hk);
+  HipPrefillParams p;
+  p.cfg = cfg;
+  p.q = q.p;
+  p.k = k.p;
+  p.n_q = n_q;
+  p.q_pos0 = q_pos0;
+  p.n_kv = n_kv;
+  p.n_head = H;
+  p.n_kv_head = Hkv;
+  p.head_dim = d;
+  p.blocks = blocks.as<int32_t>();
+  p.n_blocks = nb.as<int32_t>();
+  p.range_ptr = rp.as<int64_t>();
+  p.ranges = rg.as<int32_t>();
+  p.col_ptr = cp.as<int64_t>();
+  hip_estimate_prefill(p);
+  device_sync();
+  const auto got = blocks.download<int32_t>(size_t(H * M));
+  const auto got_n = nb.download<int32_t>(size_t(H));
+  const Region rg_ = region_of(cfg, q_pos0);
+  const int64_t n = rg_.block_end - rg_.block_begin;
+  ASSERT_GT(n, M);
+  ASSERT_LE(n, 2 * M) << "one iteration";
+  const auto sample = hip_sample_rows(int(n_q), cfg.b_sq);
+  for (int h = 0; h < H; ++h) {
+    ASSERT_EQ(got_n[size_t(h)], M);
+    // Branches of the one split, their fp64 scores and |q|.|k| bounds.
+    struct Br {
+      int64_t block;
+      double score, abs;
+    };
+    std::vector<Br> br;
+    for (int64_t c = 0; c < M; ++c) {
+      const int64_t lo = n * c / M, hi = n * (c + 1) / M, a = rg_.block_begin + lo, g = hi - lo;
+      for (int64_t half = 0; half < 2; ++half) {
+        const int64_t ba = half == 0 ? a : a + g / 2, bg = half == 0 ? g / 2 : g - g / 2;
+        if (bg == 0) continue;
+        Br b{ba, -INFINITY, 0};
+        const int64_t u = ba + bg / 2;
+        for (int t = 0; t < cfg.b_k / cfg.b_sk; ++t) {
+          const int64_t key = u * cfg.b_k + t * cfg.b_sk + cfg.b_sk - 1;
+          if (key >= rg_.key_end) break;
+          for (int r : sample) {
+            if (key > q_pos0 + r) continue;
+            double dot = 0, abs = 0;
+            for (int e = 0; e < d; ++e) {
+              const double x = fq[size_t(((r)*H + h) * d + e)], y = fk[size_t((key * Hkv + h / (H / Hkv)) * d + e)];
+              dot += x * y;
+              abs += std::fabs(x * y);
+            }
+            if (dot > b.score) b.score = dot;
+            b.abs = std::max(b.abs, abs);
+          }
+        }
+        br.push_back(b);
+      }
+    }
+    std::vector<size_t> order(br.size());
+    std::iota(order.begin(), order.end(), size_t(0));
+    std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return br[x].score > br[y].score; });
+    std::vector<int64_t> want, mine(got.begin() + h * M, got.begin() + (h + 1) * M);
+    for (int64_t i = 0; i < M; ++i) want.push_back(br[order[size_t(i)]].block);
+    std::sort(want.begin(), want.end());
+    ASSERT_TRUE(std::is_sorted(mine.begin(), mine.end()));
+    std::vector<int64_t> extra, missing;
+    std::set_difference(mine.begin(), mine.end(), want.begin(), want.end(), std::back_inserter(extra));
+    std::set_difference(want.begin(), want.end(), mine.begin(), mine.end(), std::back_inserter(missing));
+    ASSERT_EQ(extra.size(), missing.size());
+    const auto find = [&](int64_t block) {
+      return *std::find_if(br.begin(), br.end(), [&](const Br& b) { return b.block == block; });
+    };
+    for (int64_t x : extra)
+      for (int64_t y : missing) {
+        const Br bx = find(x), by = find(y);
+        EXPECT_LE(by.score - bx.score, d * std::ldexp(1.0, -22) * std::max(bx.abs, by.abs))
+            << "head " << h << ": kept block " << x << " (" << bx.score << ") over block " << y << " (" << by.score << ")";
+      }
+    swaps += int64_t(extra.size());
+  }
+}
+
+TEST(HipEstimate, PrefillTensorCoreScoresKeepTheOracleBestUpToNearTies) {
+  LC_REQUIRE_GPU();
+  HipEstimateConfig small;
+  small.k = 64;
+  small.window = 64;
+  small.sinks = 8;
+  int64_t swaps = 0;
+  for (int64_t pos0 = 140; pos0 <= 196; pos0 += 8) check_prefill_mma_judged(small, pos0, 8, 2, 128, swaps);
+  for (int64_t pos0 : {800, 1000, 1200}) check_prefill_mma_judged(HipEstimateConfig{}, pos0, 8, 2, 128, swaps);
+  for (int64_t pos0 : {150, 190}) check_prefill_mma_judged(small, pos0, 4, 4, 64, swaps);
+  std::printf("[hip mma] %lld near-tie swaps against the fp64 oracle\n", (long long)swaps);
+}
+
+// Bit-equality: the tensor-core scorer (<= 32 sampled queries) on small-integer inputs (exact
+// sums in any order), the fp32 FMA scorer (64 sampled queries) on random ones too.
 TEST(HipEstimate, PrefillBlockIdsEqualTheCpuReference) {
   LC_REQUIRE_GPU();
   HipEstimateConfig small;
   small.k = 64;
   small.window = 64;
   small.sinks = 8;
-  check_prefill(small, 200, 3000, 4, 2, 128);  // ragged last block, GQA
-  check_prefill(small, 130, 900, 2, 1, 64);
+  check_prefill(small, 200, 3000, 4, 2, 128, true);  // ragged last block, GQA
+  check_prefill(small, 130, 900, 2, 1, 64, true);
   HipEstimateConfig strided = small;
   strided.b_k = 4;
   strided.b_sk = 2;
   strided.b_sq = 4;
-  check_prefill(strided, 128, 5000, 4, 2, 128);
-  check_prefill(HipEstimateConfig{}, 128, 20000, 2, 1, 128);  // paper defaults: 256 blocks of 2
+  check_prefill(strided, 128, 5000, 4, 2, 128, true);
+  check_prefill(HipEstimateConfig{}, 128, 20000, 2, 1, 128, true);  // paper defaults: 256 blocks of 2
+  HipEstimateConfig wide_q = small;  // 64 sampled queries: the fp32 FMA scorer
+  wide_q.b_sq = 1;
+  check_prefill(wide_q, 200, 3000, 4, 2, 128, false);
+  check_prefill(wide_q, 130, 900, 2, 1, 64, false);
+  check_prefill(wide_q, 128, 2000, 2, 1, 128, true);
 }
 
-TEST(HipEstimate, DecodeRefreshAndCachedStepsOverAPagedCache) {
-  LC_REQUIRE_GPU();
-  HipEstimateConfig cfg;
-  cfg.k = 128;
-  cfg.window = 64;
-  cfg.sinks = 4;
+void check_decode(const HipEstimateConfig& cfg, bool ties) {
+  SCOPED_TRACE(testing::Message() << "k=" << cfg.k << " ties=" << ties);
   const int H = 4, Hkv = 2, d = 128, page = 16, refresh = 4, M = int(cfg.budget_blocks()), R = M + 2;
   std::vector<int32_t> lens = {3001, 7777};
   const int n_seq = 2, cap = 8000 + 64, max_pages = (cap + page - 1) / page;
@@ -144,8 +266,7 @@ TEST(HipEstimate, DecodeRefreshAndCachedStepsOverAPagedCache) {
   std::vector<int32_t> tab(static_cast<size_t>(n_pages));
   std::iota(tab.begin(), tab.end(), 0);
   std::shuffle(tab.begin(), tab.end(), std::mt19937_64(3));
-  std::vector<double> tmp;
-  const auto hk = random_bf16(size_t(n_pages * page * Hkv * d), 1.0, tmp);
+  const auto hk = inputs(size_t(n_pages * page * Hkv * d), ties);
   const auto fk = to_float(hk);
   DevBuf kp(hk.size() * 2), table(tab.size() * 4), dlens(8), q(size_t(n_seq * H * d) * 2), rpos(size_t(n_seq * H) * 4),
       blocks(size_t(n_seq * H * M) * 4), rptr(size_t(n_seq * H + 1) * 4), rg(size_t(n_seq * H * R) * 8),
@@ -180,8 +301,7 @@ TEST(HipEstimate, DecodeRefreshAndCachedStepsOverAPagedCache) {
   for (int step = 0; step < 9; ++step) {
     std::vector<int32_t> cur = {lens[0] + step, lens[1] + step};
     dlens.upload(cur);
-    std::vector<double> dq;
-    const auto hq = random_bf16(size_t(n_seq * H * d), 1.0, dq);
+    const auto hq = inputs(size_t(n_seq * H * d), ties);
     q.upload(hq);
     blocks.poison();
     hip_estimate_decode(p);
@@ -227,6 +347,18 @@ TEST(HipEstimate, DecodeRefreshAndCachedStepsOverAPagedCache) {
   EXPECT_EQ(estimated_steps, 3);
   const auto ptr = rptr.download<int32_t>(size_t(n_seq * H + 1));
   for (int r = 0; r <= n_seq * H; ++r) EXPECT_EQ(ptr[size_t(r)], r * R);
+}
+
+TEST(HipEstimate, DecodeRefreshAndCachedStepsOverAPagedCache) {
+  LC_REQUIRE_GPU();
+  HipEstimateConfig small;
+  small.k = 128;
+  small.window = 64;
+  small.sinks = 4;
+  for (bool ties : {false, true}) {
+    check_decode(small, ties);
+    check_decode(HipEstimateConfig{}, ties);  // paper defaults: 256 blocks of 2
+  }
 }
 
 }  // namespace

@@ -1,21 +1,29 @@
-// hip_estimate.cu: see hip_estimate.h. One CTA of 512 threads per (query head, query block):
-// 64 groups of 8 threads, each group loading 8 (branch, sampled key) items at a time (8 threads per dot product,
-// 16-byte key loads, the xor-shuffle tree of hip_topk.h's order); the keep-the-best step sorts
-// the branches by (score desc, branch asc) as 64-bit keys (bitonic, in shared memory: the CPU's
-// total order), flags the first k/b_k and compacts them in branch order with a prefix sum.
+// hip_estimate.cu: see hip_estimate.h. One CTA of 512 threads per (query head, query block) in
+// prefill; a cluster of kDecodeCluster CTAs per (sequence, head) in decode, each scoring a share of
+// the branches and storing their rank keys into every CTA's shared memory.
+// Scores: the fp32 FMA scorer (decode; prefill with > 32 sampled queries) has 64 groups of 8
+// threads a CTA, each group loading 8 (branch, sampled key) items at a time (8 threads per dot
+// product, 16-byte key loads, the xor-shuffle tree of hip_topk.h's order: bit-equal to the CPU);
+// prefill's tensor-core scorer multiplies the 32 sampled queries by 8-key tiles (mma m16n8k16).
+// Keep-the-best: a radix select of the (score desc, branch asc) threshold over 32-bit rank keys
+// (the CPU's total order) and ballot-based compaction in branch order (~10 barriers an iteration).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+
+#include <cooperative_groups.h>
 
 #include <cstdint>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/hip_estimate.h"
 #include "kernels/cuda/kv_offload.cuh"
+#include "kernels/cuda/mma.cuh"
 
 namespace longctx::cuda {
 
 namespace {
 
+namespace cg = cooperative_groups;
 constexpr int kThreads = 512, kLanes = 8, kGroups = kThreads / kLanes;
 constexpr int32_t kOpenEnd = 0x7fffffff;  // a decode window's end: clipped to the length by the kernel
 
@@ -28,31 +36,38 @@ struct Shape {  // one CTA's search, after its region is known
   int64_t block_begin, block_end, key_end;
 };
 
-// Shared memory carve: q samples (fp32), their positions, chunks, branches, the branches' sort
-// keys (a power of two of them), keep flags, per-thread counts.
+// Shared memory carve: q samples (fp32), their positions, chunks, branches, the branches' rank
+// keys (two buffers: a cluster's CTAs write the next iteration's while the last is still read),
+// the radix histograms and selection state, the per-warp counts of the branch-order scans, and
+// for the tensor-core scorer the bf16 queries and per-item scores.
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxRounds = 8;       // branches per thread in the selection: 2 * k / b_k <= 4096
+constexpr int kRadixBits = 8, kBins = 1 << kRadixBits, kPasses = 32 / kRadixBits;
 struct Smem {
   float* q;
   int64_t* pos;
   Branch* chunks;
   Branch* br;
-  uint64_t* key;
-  int* keep;
-  int* scan;
+  uint32_t* key[2];
+  int* hist;   // [kPasses][kBins]
+  int* sel;    // [3] the threshold's digits so far, the rank left, keys equal to them
+  int* cnt;    // [2][kMaxRounds][kWarps]
+  __nv_bfloat16* qb;  // kMma: [kMmaQueries][d + kQPad] the sampled queries, bf16
+  float* item;        // kMma: [2m * n_ks] each (branch, sampled key) item's best score
 };
 
 __host__ __device__ inline size_t align16(size_t n) { return (n + 15) / 16 * 16; }
-__host__ __device__ inline int64_t pow2_at_least(int64_t n) {
-  int64_t p = 1;
-  while (p < n) p *= 2;
-  return p;
-}
 
-__host__ __device__ inline size_t smem_bytes(int n_qs, int d, int64_t m) {
+// Tensor-core scorer: two m16 tiles of sampled queries; the row pad (8 bf16) puts the 8 rows one
+// warp's 16-byte query loads touch in distinct shared-memory banks.
+constexpr int kMmaQueries = 32, kQPad = 8;
+__host__ __device__ inline size_t smem_bytes(int n_qs, int d, int64_t m, int n_ks) {
   return align16(size_t(n_qs) * d * 4) + align16(size_t(n_qs) * 8) + align16(size_t(m) * 8) + align16(size_t(2 * m) * 8) +
-         align16(size_t(pow2_at_least(2 * m)) * 8) + align16(size_t(2 * m) * 4) + kThreads * 4;
+         2 * align16(size_t(2 * m) * 4) + align16(kPasses * kBins * 4) + align16(3 * 4) + align16(2 * kMaxRounds * kWarps * 4) +
+         align16(size_t(kMmaQueries) * (d + kQPad) * 2) + align16(size_t(2 * m) * n_ks * 4);
 }
 
-__device__ Smem carve(char* base, int n_qs, int d, int64_t m) {
+__device__ Smem carve(char* base, int n_qs, int d, int64_t m, int n_ks) {
   Smem s;
   s.q = reinterpret_cast<float*>(base);
   base += align16(size_t(n_qs) * d * 4);
@@ -62,45 +77,242 @@ __device__ Smem carve(char* base, int n_qs, int d, int64_t m) {
   base += align16(size_t(m) * 8);
   s.br = reinterpret_cast<Branch*>(base);
   base += align16(size_t(2 * m) * 8);
-  s.key = reinterpret_cast<uint64_t*>(base);
-  base += align16(size_t(pow2_at_least(2 * m)) * 8);
-  s.keep = reinterpret_cast<int*>(base);
-  base += align16(size_t(2 * m) * 4);
-  s.scan = reinterpret_cast<int*>(base);
+  for (int b = 0; b < 2; ++b) {
+    s.key[b] = reinterpret_cast<uint32_t*>(base);
+    base += align16(size_t(2 * m) * 4);
+  }
+  s.hist = reinterpret_cast<int*>(base);
+  base += align16(kPasses * kBins * 4);
+  s.sel = reinterpret_cast<int*>(base);
+  base += align16(3 * 4);
+  s.cnt = reinterpret_cast<int*>(base);
+  base += align16(2 * kMaxRounds * kWarps * 4);
+  s.qb = reinterpret_cast<__nv_bfloat16*>(base);
+  base += align16(size_t(kMmaQueries) * (d + kQPad) * 2);
+  s.item = reinterpret_cast<float*>(base);
   return s;
 }
 
-// Sort key of a live branch: ascending order = higher score first, then the earlier branch (the
-// CPU's total order; -0 counts as +0, as the CPU's == does). Empty branches sort last.
-__device__ inline uint64_t sort_key(float score, int64_t branch) {
+// Rank key of a live branch's score: ascending = higher score first (-0 counts as +0, as the
+// CPU's == does). Equal keys rank by branch index (the CPU's total order). Empty branches get
+// kEmptyRank, above every live key (the lowest score, -inf, maps to 0xff800000; a NaN is never a
+// best score).
+__device__ inline uint32_t rank_key(float score) {
   if (score == 0.f) score = 0.f;
   const uint32_t bits = __float_as_uint(score);
   const uint32_t ordered = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);  // increasing in score
-  return (uint64_t(~ordered) << 32) | uint64_t(uint32_t(branch));
+  return ~ordered;
 }
-constexpr uint64_t kEmptyKey = ~uint64_t(0);
+constexpr uint32_t kEmptyRank = 0xffffffffu;
+
+// Keeps the m best of the nb branches s.br ranked by key (ascending, ties by branch index) and
+// writes them to s.chunks[0, m) in branch order. The threshold T (the m-th smallest key) comes
+// from a radix select, 8 bits a pass from the top (warp-aggregated shared-memory histograms; one
+// warp scans the 256 bins); a branch is kept when its key is below T, or equal to T and among the
+// first `rem` (the rank left at T) such in branch order. ~10 barriers (a bitonic sort of 512 keys
+// takes 45).
+// s.hist must be zero on entry.
+__device__ void keep_best(int64_t m, int nb, const Smem& s, const uint32_t* key) {
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int rounds = (nb + kThreads - 1) / kThreads;
+  uint32_t prefix = 0;
+  int rem = int(m);
+#pragma unroll 1
+  for (int pass = 0; pass < kPasses; ++pass) {
+    const int shift = 32 - kRadixBits * (pass + 1);
+    const uint32_t hi = pass == 0 ? 0u : ~0u << (shift + kRadixBits);
+    int* hist = s.hist + pass * kBins;
+    for (int r = 0; r < rounds; ++r) {  // uniform over the warp: __match_any_sync needs all lanes
+      const int i = r * kThreads + tid;
+      const uint32_t u = i < nb ? key[i] : kEmptyRank;
+      const bool in = i < nb && (u & hi) == prefix;
+      const uint32_t dg = in ? (u >> shift) & (kBins - 1) : uint32_t(kBins);
+      const unsigned peers = __match_any_sync(0xffffffffu, dg);
+      if (in && lane == __ffs(peers) - 1) atomicAdd(&hist[dg], __popc(peers));
+    }
+    __syncthreads();
+    if (warp == 0) {  // the digit where the running count reaches rem: lane L scans bins 8L..8L+7
+      constexpr int kPer = kBins / 32;
+      const int* c = hist + kPer * lane;
+      int sum = 0;
+#pragma unroll
+      for (int b = 0; b < kPer; ++b) sum += c[b];
+      int incl = sum;
+#pragma unroll
+      for (int off = 1; off < 32; off *= 2) {
+        const int v = __shfl_up_sync(0xffffffffu, incl, off);
+        if (lane >= off) incl += v;
+      }
+      const int excl = incl - sum;
+      if (excl < rem && rem <= incl) {
+        int acc = excl, dg = -1, eq = 0;
+#pragma unroll
+        for (int b = 0; b < kPer; ++b)
+          if (dg < 0) {
+            if (acc + c[b] >= rem) dg = b, eq = c[b];
+            else acc += c[b];
+          }
+        s.sel[0] = int(prefix | (uint32_t(kPer * lane + dg) << shift));
+        s.sel[1] = rem - acc;
+        s.sel[2] = eq;
+      }
+    }
+    __syncthreads();
+    prefix = uint32_t(s.sel[0]);
+    rem = s.sel[1];
+  }
+  // Keep flags and compaction in branch order: thread t holds branches t + r * kThreads (r <
+  // rounds); a branch's place among the flagged ones is the flagged count of the warps and rounds
+  // before it (per-warp ballot counts in s.cnt) plus its lanes below.
+  const uint32_t T = prefix;
+  const bool split_ties = s.sel[2] > rem;  // uniform: some keys equal to T are left out
+  const unsigned lower = (1u << lane) - 1u;
+  int* cnt_eq = s.cnt;
+  int* cnt_kept = s.cnt + kMaxRounds * kWarps;
+  const auto before = [&](const int* cnt, int r) {
+    int b = 0;
+    for (int idx = 0; idx < r * kWarps + warp; ++idx) b += cnt[idx];
+    return b;
+  };
+  if (split_ties) {
+    for (int r = 0; r < rounds; ++r) {
+      const int i = r * kThreads + tid;
+      const unsigned eq = __ballot_sync(0xffffffffu, i < nb && key[i] == T);
+      if (lane == 0) cnt_eq[r * kWarps + warp] = __popc(eq);
+    }
+    __syncthreads();
+  }
+  const auto kept_at = [&](int r) {  // warp-uniform call (ballot)
+    const int i = r * kThreads + tid;
+    const uint32_t u = i < nb ? key[i] : kEmptyRank;
+    if (!split_ties) return u <= T;
+    const unsigned eq = __ballot_sync(0xffffffffu, u == T);
+    return u < T || (u == T && before(cnt_eq, r) + __popc(eq & lower) < rem);
+  };
+  for (int r = 0; r < rounds; ++r) {
+    const unsigned kept = __ballot_sync(0xffffffffu, kept_at(r));
+    if (lane == 0) cnt_kept[r * kWarps + warp] = __popc(kept);
+  }
+  __syncthreads();
+  for (int r = 0; r < rounds; ++r) {
+    const bool k = kept_at(r);
+    const unsigned kept = __ballot_sync(0xffffffffu, k);
+    if (k) s.chunks[before(cnt_kept, r) + __popc(kept & lower)] = s.br[r * kThreads + tid];
+  }
+}
 
 constexpr int kMaxChunksPerLane = 2;  // head_dim <= 128: chunks l and l + 8 of 8 elements
 // (branch, sampled key) items a group loads at once: decode is bound by load latency (one query),
 // prefill by the FMAs over its 32 sampled queries (fewer items: no register spills).
+// With a decode cluster of 2 CTAs the paper's defaults give each group exactly 8 items (1024
+// (branch, key) items over 128 groups): one batch of loads per iteration.
 constexpr int kDecodeItems = 8, kPrefillItems = 4;
+// CTAs sharing one decode search (a thread-block cluster). Measured with 32 heads (bench_hip,
+// docs/benchmarks.md): 2 beat 1, 4 and 8; clusters of 4 or 8 CTAs of 512 threads do not all fit
+// the GPCs at once, and 2 CTAs an SM (64 registers) spill.
+constexpr int kDecodeCluster = 2;
+// Tensor-core prefill scoring: n-tiles of 8 items a warp loads at once (measured: 4 beat 2, and 1
+// at 2 CTAs an SM).
+constexpr int kMmaTiles = 4;
+
+// Tensor-core scoring (prefill): every (branch, sampled key) item's best score over the sampled
+// queries, into s.item. Q [32 x d] (s.qb, bf16) times the items' keys [d x 8 per n-tile] with
+// mma.m16n8k16 (bf16 in, fp32 accumulate), masked (causal, key_end, padding), max over the
+// queries. Warp w takes n-tiles w, w + kWarps, ... kMmaTiles at a time. The head dimension is
+// permuted the same way in A and B (a dot product does not depend on the order of its terms), so
+// that each lane reads its B fragments of two k-steps as one 16-byte load of 8 consecutive
+// elements: k-step 2p + j, half h, element e of lane t lives at 32p + 8t + 4j + 2h + e.
+// The fp32 sums are not the CPU's FMA order: scores may differ in the last bits (near ties).
+template <class KeyRow>
+__device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const Smem& s, KeyRow key_row, int nb) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4, d = sh.head_dim;
+  const int n_ks = cfg.b_k / cfg.b_sk, n_items = nb * n_ks, n_tiles = (n_items + 7) / 8, pitch = d + kQPad;
+  int32_t qpos[4];  // this lane's query rows g, g + 8, g + 16, g + 24 (-1: padding, never valid)
+#pragma unroll
+  for (int r = 0; r < 4; ++r) qpos[r] = g + 8 * r < sh.n_qs ? int32_t(s.pos[g + 8 * r]) : -1;
+  for (int tile0 = warp * kMmaTiles; tile0 < n_tiles; tile0 += kWarps * kMmaTiles) {
+    uint4 kb[kMmaTiles][kMaxChunksPerLane * 2];  // [tile][k-step pair], d <= 128
+    int32_t key[kMmaTiles];                      // item g's key position (INT32_MAX: no key)
+#pragma unroll
+    for (int j = 0; j < kMmaTiles; ++j) {
+      const int item = (tile0 + j) * 8 + g, bi = item / n_ks, sk = item - bi * n_ks;
+      const Branch br = item < n_items ? s.br[bi] : Branch{0, 0};
+      const int32_t kk = (br.a + br.g / 2) * cfg.b_k + sk * cfg.b_sk + cfg.b_sk - 1;
+      const bool ok = br.g > 0 && kk < sh.key_end;
+      key[j] = ok ? kk : INT32_MAX;
+      const __nv_bfloat16* row = key_row(ok ? kk : 0, ok);
+#pragma unroll
+      for (int p = 0; p < kMaxChunksPerLane * 2; ++p)
+        kb[j][p] = ok && 32 * p < d ? *reinterpret_cast<const uint4*>(row + 32 * p + 8 * t) : make_uint4(0, 0, 0, 0);
+    }
+    float acc[kMmaTiles][2][4] = {};
+#pragma unroll
+    for (int p = 0; p < kMaxChunksPerLane * 2; ++p) {
+      if (32 * p >= d) break;
+      uint32_t a[2][2][4];  // [m-tile][k-step of the pair]
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        const uint4 lo = *reinterpret_cast<const uint4*>(s.qb + (16 * mt + g) * pitch + 32 * p + 8 * t);
+        const uint4 hi = *reinterpret_cast<const uint4*>(s.qb + (16 * mt + g + 8) * pitch + 32 * p + 8 * t);
+        a[mt][0][0] = lo.x, a[mt][0][1] = hi.x, a[mt][0][2] = lo.y, a[mt][0][3] = hi.y;
+        a[mt][1][0] = lo.z, a[mt][1][1] = hi.z, a[mt][1][2] = lo.w, a[mt][1][3] = hi.w;
+      }
+#pragma unroll
+      for (int j = 0; j < kMmaTiles; ++j)
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          mma::mma_bf16_16816(acc[j][mt], a[mt][0], kb[j][p].x, kb[j][p].y);
+          mma::mma_bf16_16816(acc[j][mt], a[mt][1], kb[j][p].z, kb[j][p].w);
+        }
+    }
+    // C: acc[j][mt][0..1] = (query 16mt + g, items 2t, 2t + 1), [2..3] = query 16mt + g + 8.
+#pragma unroll
+    for (int j = 0; j < kMmaTiles; ++j) {
+      const int32_t k0 = __shfl_sync(0xffffffffu, key[j], 8 * t), k1 = __shfl_sync(0xffffffffu, key[j], 8 * t + 4);
+      float b0 = -INFINITY, b1 = -INFINITY;
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {  // query row g + 8r: m-tile r / 2, half r % 2
+        const float v0 = acc[j][r / 2][2 * (r % 2)], v1 = acc[j][r / 2][2 * (r % 2) + 1];
+        if (k0 <= qpos[r]) b0 = fmaxf(b0, v0);
+        if (k1 <= qpos[r]) b1 = fmaxf(b1, v1);
+      }
+#pragma unroll
+      for (int off = 4; off < 32; off *= 2) {
+        b0 = fmaxf(b0, __shfl_xor_sync(0xffffffffu, b0, off));
+        b1 = fmaxf(b1, __shfl_xor_sync(0xffffffffu, b1, off));
+      }
+      const int item = (tile0 + j) * 8 + 2 * t;
+      if (g == 0 && item < n_items) s.item[item] = b0;
+      if (g == 0 && item + 1 < n_items) s.item[item + 1] = b1;
+    }
+  }
+  __syncthreads();
+}
 
 // The bisection of hip_topk_blocks; leaves the selected blocks in s.chunks[0 .. count) (ascending)
 // and returns count. KeyRow(j, ok) gives key j's bf16 row of this head; ok is false for padding
 // items (j = 0, row never dereferenced).
-// Scores: group g scores branches g, g + kGroups, ..., loading kItems sampled keys at a time; each
-// lane loads its 8-element chunks of them once and runs every sampled query against them: lane l accumulates
-// chunks l, l+8 with fp32 FMAs, then the xor-shuffle tree gives ((p0+p4)+(p2+p6)) +
-// ((p1+p5)+(p3+p7)): hip_topk.h's order. Every loop bound is uniform over the CTA (the shuffles
-// are warp-wide).
-template <int kItems, class KeyRow>
+// kCluster CTAs (a thread-block cluster, this CTA is `rank`) share one search: each scores a
+// 1/kCluster share of the branches and stores their rank keys into every CTA's shared memory
+// (distributed shared memory); after a cluster barrier each CTA runs the same selection on all of
+// them (the same chunks everywhere, so every CTA takes the same number of iterations).
+// Scores: group G (of kGroups * kCluster over the cluster) scores branches G, G + groups, ...,
+// loading kItems sampled keys at a time; each lane loads its 8-element chunks of them once and
+// runs every sampled query against them: lane l accumulates chunks l, l+8 with fp32 FMAs, then
+// the xor-shuffle tree gives ((p0+p4)+(p2+p6)) + ((p1+p5)+(p3+p7)): hip_topk.h's order. Every
+// loop bound is uniform over the CTA (the shuffles are warp-wide).
+template <int kItems, int kCluster, bool kMma, class KeyRow>
 __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem& s, KeyRow key_row) {
-  const int tid = threadIdx.x, lane = tid % kLanes, group = tid / kLanes, d = sh.head_dim;
+  const int tid = threadIdx.x, lane = tid % kLanes, d = sh.head_dim;
+  int rank = 0;
+  if constexpr (kCluster > 1) rank = int(cg::this_cluster().block_rank());
+  const int n_groups = kGroups * kCluster, group = rank * kGroups + tid / kLanes;
   const int64_t m = cfg.budget_blocks();
   const int64_t n = sh.block_end > sh.block_begin ? sh.block_end - sh.block_begin : 0;
   if (n <= m) {
     for (int64_t i = tid; i < n; i += kThreads) s.chunks[i] = {int32_t(sh.block_begin + i), 1};
-    __syncthreads();
+    if constexpr (kCluster > 1) cg::this_cluster().sync();  // the caller's writes follow every CTA's reads
+    else __syncthreads();
     return int(n);
   }
   for (int64_t c = tid; c < m; c += kThreads) {
@@ -109,9 +321,8 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
   }
   __syncthreads();
   const int n_ks = cfg.b_k / cfg.b_sk;
-  const int64_t nb = 2 * m, P = pow2_at_least(nb);
-  const int per_thread = int((nb + kThreads - 1) / kThreads);
-  for (;;) {
+  const int nb = int(2 * m);
+  for (int iter = 0;; ++iter) {
     int wide = 0;
     for (int64_t c = tid; c < m; c += kThreads) wide |= s.chunks[c].g > 1;
     if (!__syncthreads_or(wide)) break;
@@ -123,118 +334,102 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
       s.br[2 * c] = {ch.a, h};
       s.br[2 * c + 1] = {ch.a + h, ch.g - h};
     }
-    for (int64_t i = nb + tid; i < P; i += kThreads) s.key[i] = kEmptyKey;
+    for (int i = tid; i < kPasses * kBins; i += kThreads) s.hist[i] = 0;
+    uint32_t* const own = iter & 1 ? s.key[1] : s.key[0];  // (a select: no local-memory copy of s)
     __syncthreads();
-    // Score every non-empty branch by its middle block. Group g owns the branches
-    // g, g + kGroups, ... (slots 0, 1, ...); its (slot, sampled key) items are loaded kItems at a
-    // time, so that many independent key loads are in flight per lane.
-    // Item indices are 32-bit (a 64-bit division by the runtime n_ks costs ~100 instructions per
-    // item: the loop's main cost); key positions fit int32 (the KV cache indexes keys as int32).
-    const int slots = int((nb + kGroups - 1) / kGroups), n_items = slots * n_ks;
-    int cur_slot = -1;  // the slot whose best score `cur_best` is being built (items are in slot order)
-    float cur_best = -INFINITY;
-    auto flush = [&](int slot, float best) {
-      const int64_t bi = slot * kGroups + group;
-      if (slot >= 0 && lane == 0 && bi < nb) s.key[bi] = s.br[bi].g > 0 ? sort_key(best, bi) : kEmptyKey;
-    };
-    for (int base = 0; base < n_items; base += kItems) {
-      uint4 raw[kItems][kMaxChunksPerLane];
-      int32_t key[kItems];
-      bool kok[kItems];
-      float ibest[kItems];
-#pragma unroll
-      for (int x = 0; x < kItems; ++x) {
-        const int item = base + x, slot = item / n_ks, sk = item - slot * n_ks, bi = slot * kGroups + group;
-        const Branch br = item < n_items && bi < nb ? s.br[bi] : Branch{0, 0};
-        key[x] = (br.a + br.g / 2) * cfg.b_k + sk * cfg.b_sk + cfg.b_sk - 1;
-        kok[x] = br.g > 0 && key[x] < sh.key_end;
-        ibest[x] = -INFINITY;
-        const __nv_bfloat16* row = key_row(kok[x] ? key[x] : 0, kok[x]);
-#pragma unroll
-        for (int cc = 0; cc < kMaxChunksPerLane; ++cc) {
-          const int c = lane + kLanes * cc;
-          raw[x][cc] = kok[x] && c * 8 < d ? *reinterpret_cast<const uint4*>(row + 8 * c) : make_uint4(0, 0, 0, 0);
-        }
+    if constexpr (kMma) {
+      score_mma(cfg, sh, s, key_row, nb);
+      for (int bi = tid; bi < nb; bi += kThreads) {
+        float best = -INFINITY;
+        for (int sk = 0; sk < n_ks; ++sk) best = fmaxf(best, s.item[bi * n_ks + sk]);
+        own[bi] = s.br[bi].g > 0 ? rank_key(best) : kEmptyRank;
       }
-      for (int i = 0; i < sh.n_qs; ++i) {
-        const float* q = s.q + size_t(i) * d;
-        float acc[kItems];
+    } else {
+    // Score every non-empty branch by its middle block. Group G owns the branches
+      // G, G + n_groups, ... (slots 0, 1, ...); its (slot, sampled key) items are loaded kItems at a
+      // time, so that many independent key loads are in flight per lane.
+      // Item indices are 32-bit (a 64-bit division by the runtime n_ks costs ~100 instructions per
+      // item: the loop's main cost); key positions fit int32 (the KV cache indexes keys as int32).
+      const int slots = (nb + n_groups - 1) / n_groups, n_items = slots * n_ks;
+      int cur_slot = -1;  // the slot whose best score `cur_best` is being built (items are in slot order)
+      float cur_best = -INFINITY;
+      auto flush = [&](int slot, float best) {
+        const int bi = slot * n_groups + group;
+        if (slot < 0 || lane != 0 || bi >= nb) return;
+        const uint32_t u = s.br[bi].g > 0 ? rank_key(best) : kEmptyRank;
+        if constexpr (kCluster > 1) {
 #pragma unroll
-        for (int x = 0; x < kItems; ++x) acc[x] = 0.f;
+          for (int c = 0; c < kCluster; ++c) cg::this_cluster().map_shared_rank(own, c)[bi] = u;
+        } else {
+          own[bi] = u;
+        }
+      };
+      for (int base = 0; base < n_items; base += kItems) {
+        uint4 raw[kItems][kMaxChunksPerLane];
+        int32_t key[kItems];
+        bool kok[kItems];
+        float ibest[kItems];
 #pragma unroll
-        for (int cc = 0; cc < kMaxChunksPerLane; ++cc) {
-          const int c = lane + kLanes * cc;
-          if (c * 8 < d) {
+        for (int x = 0; x < kItems; ++x) {
+          const int item = base + x, slot = item / n_ks, sk = item - slot * n_ks, bi = slot * n_groups + group;
+          const Branch br = item < n_items && bi < nb ? s.br[bi] : Branch{0, 0};
+          key[x] = (br.a + br.g / 2) * cfg.b_k + sk * cfg.b_sk + cfg.b_sk - 1;
+          kok[x] = br.g > 0 && key[x] < sh.key_end;
+          ibest[x] = -INFINITY;
+          const __nv_bfloat16* row = key_row(kok[x] ? key[x] : 0, kok[x]);
 #pragma unroll
-            for (int e2 = 0; e2 < 4; ++e2) {
-              const float q0 = q[8 * c + 2 * e2], q1 = q[8 * c + 2 * e2 + 1];
+          for (int cc = 0; cc < kMaxChunksPerLane; ++cc) {
+            const int c = lane + kLanes * cc;
+            raw[x][cc] = kok[x] && c * 8 < d ? *reinterpret_cast<const uint4*>(row + 8 * c) : make_uint4(0, 0, 0, 0);
+          }
+        }
+        for (int i = 0; i < sh.n_qs; ++i) {
+          const float* q = s.q + size_t(i) * d;
+          float acc[kItems];
 #pragma unroll
-              for (int x = 0; x < kItems; ++x) {
-                const float2 kf = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&raw[x][cc])[e2]);
-                acc[x] = fmaf(q0, kf.x, acc[x]);
-                acc[x] = fmaf(q1, kf.y, acc[x]);
+          for (int x = 0; x < kItems; ++x) acc[x] = 0.f;
+#pragma unroll
+          for (int cc = 0; cc < kMaxChunksPerLane; ++cc) {
+            const int c = lane + kLanes * cc;
+            if (c * 8 < d) {
+#pragma unroll
+              for (int e2 = 0; e2 < 4; ++e2) {
+                const float q0 = q[8 * c + 2 * e2], q1 = q[8 * c + 2 * e2 + 1];
+#pragma unroll
+                for (int x = 0; x < kItems; ++x) {
+                  const float2 kf = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&raw[x][cc])[e2]);
+                  acc[x] = fmaf(q0, kf.x, acc[x]);
+                  acc[x] = fmaf(q1, kf.y, acc[x]);
+                }
               }
             }
+          }
+#pragma unroll
+          for (int x = 0; x < kItems; ++x) {
+            acc[x] += __shfl_xor_sync(0xffffffffu, acc[x], 4);
+            acc[x] += __shfl_xor_sync(0xffffffffu, acc[x], 2);
+            acc[x] += __shfl_xor_sync(0xffffffffu, acc[x], 1);
+            if (kok[x] && key[x] <= s.pos[i] && acc[x] > ibest[x]) ibest[x] = acc[x];
           }
         }
 #pragma unroll
         for (int x = 0; x < kItems; ++x) {
-          acc[x] += __shfl_xor_sync(0xffffffffu, acc[x], 4);
-          acc[x] += __shfl_xor_sync(0xffffffffu, acc[x], 2);
-          acc[x] += __shfl_xor_sync(0xffffffffu, acc[x], 1);
-          if (kok[x] && key[x] <= s.pos[i] && acc[x] > ibest[x]) ibest[x] = acc[x];
-        }
-      }
-#pragma unroll
-      for (int x = 0; x < kItems; ++x) {
-        const int item = base + x, slot = item / n_ks;
-        if (item >= n_items) break;
-        if (slot != cur_slot) {
-          flush(cur_slot, cur_best);
-          cur_slot = slot;
-          cur_best = -INFINITY;
-        }
-        if (ibest[x] > cur_best) cur_best = ibest[x];
-      }
-    }
-    flush(cur_slot, cur_best);
-    __syncthreads();
-    // Keep the m best: bitonic sort of the P keys (ascending = best first), flag the first m.
-    for (int k = 2; k <= int(P); k *= 2) {
-      for (int j = k / 2; j > 0; j /= 2) {
-        for (int i = tid; i < int(P); i += kThreads) {
-          const int ixj = i ^ j;
-          if (ixj > i) {
-            const uint64_t a = s.key[i], b = s.key[ixj];
-            if ((a > b) == ((i & k) == 0)) s.key[i] = b, s.key[ixj] = a;
+          const int item = base + x, slot = item / n_ks;
+          if (item >= n_items) break;
+          if (slot != cur_slot) {
+            flush(cur_slot, cur_best);
+            cur_slot = slot;
+            cur_best = -INFINITY;
           }
+          if (ibest[x] > cur_best) cur_best = ibest[x];
         }
-        __syncthreads();
       }
+      flush(cur_slot, cur_best);
     }
-    for (int64_t i = tid; i < nb; i += kThreads) s.keep[i] = 0;
-    __syncthreads();
-    for (int64_t i = tid; i < m; i += kThreads) s.keep[uint32_t(s.key[i])] = 1;
-    __syncthreads();
-    // Compact the kept branches in branch (= position) order: per-thread counts, prefix sum.
-    int kept = 0;
-    for (int k = 0; k < per_thread; ++k) {
-      const int64_t i = int64_t(tid) * per_thread + k;
-      kept += i < nb ? s.keep[i] : 0;
-    }
-    s.scan[tid] = kept;
-    __syncthreads();
-    for (int off = 1; off < kThreads; off *= 2) {  // inclusive prefix sum of the kept counts
-      const int v = tid >= off ? s.scan[tid - off] : 0;
-      __syncthreads();
-      s.scan[tid] += v;
-      __syncthreads();
-    }
-    int out = s.scan[tid] - kept;
-    for (int k = 0; k < per_thread; ++k) {
-      const int64_t i = int64_t(tid) * per_thread + k;
-      if (i < nb && s.keep[i]) s.chunks[out++] = s.br[i];
-    }
+    // Every CTA's keys are in place (the cluster barrier orders the remote stores before the reads).
+    if constexpr (kCluster > 1) cg::this_cluster().sync();
+    else __syncthreads();
+    keep_best(m, nb, s, own);
     __syncthreads();
   }
   return int(m);
@@ -272,12 +467,20 @@ __device__ void load_q(const Smem& s, const __nv_bfloat16* q, int64_t q_row_stri
   for (int idx = threadIdx.x; idx < n_qs * d; idx += kThreads) {
     const int i = idx / d, e = idx % d;
     const int row = min(i * b_sq + b_sq - 1, rows - 1);
-    s.q[idx] = __bfloat162float(q[row * q_row_stride + e]);
+    const __nv_bfloat16 v = q[row * q_row_stride + e];
+    s.q[idx] = __bfloat162float(v);
+    if (n_qs <= kMmaQueries) s.qb[i * (d + kQPad) + e] = v;
     if (e == 0) s.pos[i] = pos0 + row;
   }
+  // Padding query rows of the tensor-core tile: zeros (masked anyway).
+  for (int idx = n_qs * d + threadIdx.x; idx < kMmaQueries * d; idx += kThreads)
+    s.qb[(idx / d) * (d + kQPad) + idx % d] = __float2bfloat16(0.f);
   __syncthreads();
 }
 
+// kMma: tensor-core scores (else the fp32 FMA scorer: more than 32 sampled queries, or head_dim
+// not a multiple of 32).
+template <bool kMma>
 __global__ void __launch_bounds__(kThreads) prefill_kernel(HipPrefillParams p) {
   extern __shared__ __align__(16) char smem[];
   const HipEstimateConfig& cfg = p.cfg;
@@ -286,14 +489,14 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(HipPrefillParams p) {
   const int64_t row0 = b * cfg.b_q;
   const int rows = int(p.n_q - row0 < cfg.b_q ? p.n_q - row0 : cfg.b_q);
   const int n_qs = (rows + cfg.b_sq - 1) / cfg.b_sq;
-  const Smem s = carve(smem, (cfg.b_q + cfg.b_sq - 1) / cfg.b_sq, p.head_dim, cfg.budget_blocks());
+  const Smem s = carve(smem, (cfg.b_q + cfg.b_sq - 1) / cfg.b_sq, p.head_dim, cfg.budget_blocks(), cfg.b_k / cfg.b_sk);
   const auto* q = static_cast<const __nv_bfloat16*>(p.q) + (row0 * p.n_head + h) * p.head_dim;
   load_q(s, q, int64_t(p.n_head) * p.head_dim, n_qs, cfg.b_sq, rows, p.q_pos0 + row0, p.head_dim);
   const Region r = region_of(cfg, p.q_pos0 + row0);
   const Shape sh{n_qs, p.head_dim, r.block_begin, r.block_end, r.key_end < p.n_kv ? r.key_end : p.n_kv};
   const auto* k = static_cast<const __nv_bfloat16*>(p.k) + int64_t(h / (p.n_head / p.n_kv_head)) * p.head_dim;
   const int64_t k_stride = int64_t(p.n_kv_head) * p.head_dim;
-  const int count = search<kPrefillItems>(cfg, sh, s, [=](int64_t j, bool) { return k + j * k_stride; });
+  const int count = search<kPrefillItems, 1, kMma>(cfg, sh, s, [=](int64_t j, bool) { return k + j * k_stride; });
   const int64_t e = int64_t(h) * n_qblk + b, m = cfg.budget_blocks();
   if (p.blocks)
     for (int i = threadIdx.x; i < count; i += kThreads) p.blocks[e * m + i] = s.chunks[i].a;
@@ -312,21 +515,26 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(HipPrefillParams p) {
 // kOffload: keys are read through p.offload's GPU cache (hits from the bank, misses zero-copy
 // from the host pools of p.kv, recorded for kv_offload_update); the same bf16 values either way,
 // so the selected blocks are the same.
-template <bool kOffload>
+// kCluster CTAs (one thread-block cluster, consecutive blockIdx.x) share each head's search;
+// the first (rank 0) writes the outputs.
+template <bool kOffload, int kCluster>
 __global__ void __launch_bounds__(kThreads) decode_kernel(HipDecodeParams p) {
   extern __shared__ __align__(16) char smem[];
   const HipEstimateConfig& cfg = p.cfg;
-  const int h = blockIdx.x, seq = blockIdx.y;
+  const int h = blockIdx.x / kCluster, seq = blockIdx.y;
+  const bool writer = blockIdx.x % kCluster == 0;
   const int64_t r = int64_t(seq) * p.n_head + h, R = cfg.ranges_per_row();
-  if (threadIdx.x == 0) {
+  if (writer && threadIdx.x == 0) {
     p.range_ptr[r + 1] = int32_t((r + 1) * R);
     p.col_ptr[r + 1] = 0;
     if (r == 0) p.range_ptr[0] = p.col_ptr[0] = 0;
   }
   const int64_t len = p.kv.seq_lens[seq], pos = len - 1;
+  // Every CTA of the cluster reads refresh_pos before the writer updates it: the update follows
+  // the search's last cluster barrier.
   const int64_t last = p.refresh_pos[r];
   if (pos < 0 || !(last < 0 || pos < last || pos - last >= p.refresh)) return;  // cached step
-  const Smem s = carve(smem, 1, p.kv.head_dim, cfg.budget_blocks());
+  const Smem s = carve(smem, 1, p.kv.head_dim, cfg.budget_blocks(), cfg.b_k / cfg.b_sk);
   const int d = p.kv.head_dim;
   load_q(s, static_cast<const __nv_bfloat16*>(p.q) + r * d, 0, 1, 1, 1, pos, d);
   const Region rg = region_of(cfg, pos);
@@ -345,7 +553,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(HipDecodeParams p) {
     const auto* bank = static_cast<const __nv_bfloat16*>(c.bank_k);
     const bool counter = threadIdx.x % kLanes == 0;  // one thread of each 8 reading a key counts it
     unsigned reads = 0, misses = 0;
-    count = search<kDecodeItems>(cfg, sh, s, [&](int64_t j, bool ok) {
+    count = search<kDecodeItems, kCluster, false>(cfg, sh, s, [&](int64_t j, bool ok) {
       const int32_t t = int32_t(j), slot = offload_lookup(c, hk, t, ok && counter);
       reads += ok && counter;
       misses += ok && counter && slot < 0;
@@ -354,8 +562,9 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(HipDecodeParams p) {
     });
     offload_add_stats(c, reads, misses);
   } else {
-    count = search<kDecodeItems>(cfg, sh, s, [=](int64_t j, bool) { return host_row(j); });
+    count = search<kDecodeItems, kCluster, false>(cfg, sh, s, [=](int64_t j, bool) { return host_row(j); });
   }
+  if (!writer) return;
   const int64_t m = cfg.budget_blocks();
   if (p.blocks)
     for (int i = threadIdx.x; i < m; i += kThreads) p.blocks[r * m + i] = i < count ? s.chunks[i].a : -1;
@@ -368,6 +577,8 @@ void check_cfg(const HipEstimateConfig& c, int head_dim) {
                  c.b_k % c.b_sk == 0 && c.b_q % c.b_sq == 0,
              "internal: hip estimate with k=%lld b_q=%d b_sq=%d b_k=%d b_sk=%d", (long long)c.k, c.b_q, c.b_sq, c.b_k,
              c.b_sk);
+  LC_REQUIRE(2 * c.budget_blocks() <= int64_t(kThreads) * kMaxRounds, "hip: k/b_k = %lld blocks is over the GPU estimator's %d",
+             (long long)c.budget_blocks(), kThreads * kMaxRounds / 2);
   LC_REQUIRE(head_dim > 0 && head_dim % 8 == 0 && head_dim <= 8 * kLanes * kMaxChunksPerLane,
              "internal: hip estimate needs head_dim a multiple of 8 up to 128, got %d", head_dim);
 }
@@ -386,12 +597,29 @@ void set_smem(const void* kernel, size_t bytes, size_t& done) {
   done = bytes;
 }
 
-size_t g_prefill_smem = 0, g_decode_smem = 0, g_offload_smem = 0;  // what set_smem has allowed so far
+size_t g_prefill_smem[2] = {}, g_decode_smem[2] = {};  // what set_smem has allowed so far, per kernel
+
+// Launches a decode kernel as clusters of kDecodeCluster CTAs (graph-capturable).
+void launch_decode(void (*kernel)(HipDecodeParams), size_t bytes, size_t& done, Stream s, const HipDecodeParams& p) {
+  set_smem(reinterpret_cast<const void*>(kernel), bytes, done);
+  cudaLaunchConfig_t lc = {};
+  lc.gridDim = dim3(unsigned(p.n_head * kDecodeCluster), unsigned(p.kv.n_seq));
+  lc.blockDim = dim3(kThreads);
+  lc.dynamicSmemBytes = bytes;
+  lc.stream = static_cast<cudaStream_t>(s);
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = kDecodeCluster;
+  attr[0].val.clusterDim.y = attr[0].val.clusterDim.z = 1;
+  lc.attrs = attr;
+  lc.numAttrs = 1;
+  LC_CUDA_CHECK(cudaLaunchKernelEx(&lc, kernel, p), "hip_estimate_decode launch");
+}
 
 }  // namespace
 
 size_t hip_estimate_smem_bytes(const HipEstimateConfig& c, int head_dim) {
-  return smem_bytes((c.b_q + c.b_sq - 1) / c.b_sq, head_dim, c.budget_blocks());
+  return smem_bytes((c.b_q + c.b_sq - 1) / c.b_sq, head_dim, c.budget_blocks(), c.b_k / c.b_sk);
 }
 
 void hip_estimate_prefill(const HipPrefillParams& p, Stream s) {
@@ -399,8 +627,16 @@ void hip_estimate_prefill(const HipPrefillParams& p, Stream s) {
   if (p.n_q <= 0) return;
   const int64_t n_qblk = (p.n_q + p.cfg.b_q - 1) / p.cfg.b_q;
   const size_t bytes = hip_estimate_smem_bytes(p.cfg, p.head_dim);
-  set_smem(reinterpret_cast<const void*>(prefill_kernel), bytes, g_prefill_smem);
-  prefill_kernel<<<dim3(unsigned(n_qblk), unsigned(p.n_head)), kThreads, bytes, static_cast<cudaStream_t>(s)>>>(p);
+  const dim3 grid(unsigned(n_qblk), unsigned(p.n_head));
+  const auto st = static_cast<cudaStream_t>(s);
+  const bool mma = (p.cfg.b_q + p.cfg.b_sq - 1) / p.cfg.b_sq <= kMmaQueries && p.head_dim % 32 == 0;
+  if (mma) {
+    set_smem(reinterpret_cast<const void*>(prefill_kernel<true>), bytes, g_prefill_smem[1]);
+    prefill_kernel<true><<<grid, kThreads, bytes, st>>>(p);
+  } else {
+    set_smem(reinterpret_cast<const void*>(prefill_kernel<false>), bytes, g_prefill_smem[0]);
+    prefill_kernel<false><<<grid, kThreads, bytes, st>>>(p);
+  }
   LC_LAUNCH_CHECK("hip_estimate_prefill n_q=%lld n_kv=%lld heads=%d", (long long)p.n_q, (long long)p.n_kv, p.n_head);
 }
 
@@ -408,17 +644,14 @@ void hip_estimate_decode(const HipDecodeParams& p, Stream s) {
   check_cfg(p.cfg, p.kv.head_dim);
   LC_REQUIRE(p.kv.elem == KvElem::bf16, "hip: GPU decode estimation reads bf16 keys (the KV cache is not bf16)");
   if (p.kv.n_seq <= 0) return;
-  const size_t bytes = smem_bytes(1, p.kv.head_dim, p.cfg.budget_blocks());
-  const dim3 grid(unsigned(p.n_head), unsigned(p.kv.n_seq));
+  const size_t bytes = smem_bytes(1, p.kv.head_dim, p.cfg.budget_blocks(), p.cfg.b_k / p.cfg.b_sk);
   if (p.offload.enabled()) {
     LC_REQUIRE(p.kv.n_seq == 1 && p.offload.n_kv_head == p.kv.n_kv_head && p.offload.bank_k,
                "hip: offloaded decode estimation serves one sequence through a keys cache of the view's %d KV heads",
                p.kv.n_kv_head);
-    set_smem(reinterpret_cast<const void*>(decode_kernel<true>), bytes, g_offload_smem);
-    decode_kernel<true><<<grid, kThreads, bytes, static_cast<cudaStream_t>(s)>>>(p);
+    launch_decode(decode_kernel<true, kDecodeCluster>, bytes, g_decode_smem[1], s, p);
   } else {
-    set_smem(reinterpret_cast<const void*>(decode_kernel<false>), bytes, g_decode_smem);
-    decode_kernel<false><<<grid, kThreads, bytes, static_cast<cudaStream_t>(s)>>>(p);
+    launch_decode(decode_kernel<false, kDecodeCluster>, bytes, g_decode_smem[0], s, p);
   }
   LC_LAUNCH_CHECK("hip_estimate_decode n_seq=%d heads=%d", p.kv.n_seq, p.n_head);
 }

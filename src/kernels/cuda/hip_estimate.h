@@ -2,12 +2,17 @@
 // indexes it feeds (prefill: cuda::sparse_attention's DeviceSparseIndex; decode: DecodeIndex).
 //
 // What: the CUDA twin of kernels/ref/hip_topk.h + methods/hip/hip_mask.h: one CTA per (query
-// head, query block) runs the bisection (chunks, split, middle-block representative, max over the
-// sampled query x key pairs, keep the best k/b_k) and writes, per (head, block), a fixed run of
+// head, query block) in prefill, a thread-block cluster of CTAs per (sequence, head) in decode,
+// runs the bisection (chunks, split, middle-block representative, max over the sampled query x
+// key pairs, keep the best k/b_k) and writes, per (head, block), a fixed run of
 // R = k/b_k + 2 ranges: the sinks [0, sinks), the selected blocks in ascending order (unmerged;
 // empty ranges [key_end, key_end) pad a region of fewer blocks), and the window [key_end, end).
-// The block ids equal the CPU reference's bit for bit for the same bf16 inputs: the scores use the
-// same fp32 dot order (8 threads per dot, hip_topk.h) and the same ranking (score, then branch).
+// Both keep the CPU's ranking (score, then branch). Decode (and prefill with more than 32 sampled
+// queries) scores with the CPU's fp32 dot order (8 threads per dot, hip_topk.h): block ids bit-equal
+// to the reference for the same bf16 inputs. Prefill with <= 32 sampled queries (the paper's b_q 64,
+// b_sq 2) and head_dim a multiple of 32 scores on tensor cores (bf16 x bf16, fp32 accumulation in
+// the hardware's order): the same rule, but near-equal scores may rank differently than on the CPU
+// (tested against an fp64 oracle with near-tie judging; exact on small-integer inputs).
 // Decode (graph-safe, no host sync): each (sequence, head) row keeps its last estimate's position
 // in `refresh_pos` (device, per layer); a step re-estimates only when methods/hip/hip_method.h's
 // hip_refreshes rule says so, otherwise the kernel returns at once and the cached ranges stay

@@ -1,5 +1,6 @@
 // hip_topk.h: HiP's hierarchical top-k key-block search (the paper's Algorithm B core), CPU
-// reference; the CUDA twin is kernels/cuda/hip_estimate.cu (tested bit-equal on block ids).
+// reference; the CUDA twin is kernels/cuda/hip_estimate.cu (tested bit-equal on block ids; its
+// tensor-core prefill scorer rounds differently: bit-equal on exact inputs, near ties judged).
 //
 // What: for one query block (a sample of its query rows) and one head's keys, the `k / b_k` key
 // blocks of b_k tokens whose representative scores are the highest, found by bisection:
