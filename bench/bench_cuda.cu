@@ -135,7 +135,10 @@ int bench_attention_main(int argc, char** argv) {
                    {1, Sm90Variant::overlap, 3, "sm90_overlap_s3"},   {1, Sm90Variant::pingpong, 3, "sm90_pingpong_s3"},
                    {0, Sm90Variant::simple, 0, "fa2_mma_sync"}};
       for (const auto& im : impls) {
-        if (im.kind != 0 && (g_head_dim != 128 || g_window > 0)) continue;  // Hopper kernel: d 128, no window
+        // Hopper kernel: d 128 (2 or 3 stages) or 256 (2 stages), no window
+        if (im.kind != 0 && ((g_head_dim != 128 && g_head_dim != 256) || g_window > 0 ||
+                             im.stages > sm90_max_stages(g_head_dim)))
+          continue;
         auto run = [&] {
           if (im.kind == 0) {
             p.impl = PrefillImpl::fa2_mma_sync;

@@ -85,7 +85,8 @@ std::vector<double> pick_rows_lse(const std::vector<double>& lse, const Shape& s
 }
 
 // One case: fresh inputs and the fp64 reference once, then every kernel that applies (the FA2
-// mma.sync kernel; for head_dim 128 each Hopper variant x ring depth), each on poisoned outputs.
+// mma.sync kernel; for head_dim 128 and 256 each Hopper variant x ring depth), each on poisoned
+// outputs.
 // page_size > 0: K/V go to a paged pool (pages in random order, spare rows filled with NaN,
 // which the kernels must never let through).
 void run_prefill_case(const Shape& s, double q_scale, int n_check_rows = 0, int page_size = 0) {
@@ -137,7 +138,9 @@ void run_prefill_case(const Shape& s, double q_scale, int n_check_rows = 0, int 
   const auto lse_ref_rows = pick_rows_lse(lse_ref, s, rows);
   const double vmax = max_abs(vd);
 
-  const int n_kinds = (s.d == 128 && s.window == 0 && page_size % 128 == 0) ? 7 : 1;
+  // Hopper kernel: head_dim 128 (stages 2, 3; pages of 128 keys) or 256 (stages 2; pages of 64).
+  const bool sm90 = s.window == 0 && ((s.d == 128 && page_size % 128 == 0) || (s.d == 256 && page_size % 64 == 0));
+  const int n_kinds = sm90 ? 1 + 3 * (sm90_max_stages(s.d) - 1) : 1;
   for (int kind = 0; kind < n_kinds; ++kind) {
     const int variant = (kind - 1) % 3, stages = kind <= 3 ? 2 : 3;
     char name[32];
@@ -224,13 +227,19 @@ TEST(AttnPrefillSmall, PagedKvWithNanSpareRows) {
   run_prefill_case({64, 500, 0, 4, 2, 128, false}, 1.0, 0, 128);     // non-causal: every key seen
 }
 
-// Gemma 3's head_dim (FA2 kernel; Q read from shared memory per tile).
+// Gemma 3's head_dim: the FA2 kernel (Q read from shared memory per tile) and the Hopper kernel
+// (64-key tiles, O as two 128-column accumulators).
 TEST(AttnPrefillSmall, HeadDim256) {
   LC_REQUIRE_GPU();
   run_prefill_case({300, 300, 0, 8, 1, 256, true}, 1.0);
   run_prefill_case({77, 600, 523, 4, 1, 256, true}, 2.0);   // chunk over a cached prefix
   run_prefill_case({65, 400, 0, 4, 2, 256, false}, 1.0);    // non-causal
   run_prefill_case({100, 700, 600, 4, 1, 256, true}, 1.0, 0, 64);  // paged
+  run_prefill_case({200, 1000, 800, 4, 2, 256, true}, 3.0);        // sharp softmax: large q
+  run_prefill_case({1, 1, 0, 2, 1, 256, true}, 1.0);               // one key
+  run_prefill_case({129, 129, 0, 2, 2, 256, true}, 1.0);           // one row past a query block
+  run_prefill_case({64, 500, 0, 4, 2, 256, false}, 1.0, 0, 128);   // paged, non-causal: every key
+  run_prefill_case({150, 1000, 850, 16, 8, 256, true}, 1.0, 0, 64);  // Gemma 3 12B's heads, paged
 }
 
 // Sliding windows (Gemma 3's local layers): windows inside one tile, across tiles, past a
@@ -251,6 +260,7 @@ TEST(AttnPrefill, Causal4KSampledRows) {
   LC_REQUIRE_GPU();
   run_prefill_case({4096, 4096, 0, 32, 8, 128, true}, 1.0, 48);
   run_prefill_case({3000, 3000, 0, 16, 4, 64, true}, 1.5, 48);
+  run_prefill_case({4096, 4096, 0, 16, 8, 256, true}, 1.0, 48);
 }
 
 void run_decode_case(int n_seq, int64_t n_kv, int n_head, int n_kv_head, int d, int n_splits, double q_scale,
