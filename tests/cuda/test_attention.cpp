@@ -138,17 +138,27 @@ void run_prefill_case(const Shape& s, double q_scale, int n_check_rows = 0, int 
   const auto lse_ref_rows = pick_rows_lse(lse_ref, s, rows);
   const double vmax = max_abs(vd);
 
-  // Hopper kernel: head_dim 128 (stages 2, 3; pages of 128 keys) or 256 (stages 2; pages of 64).
-  const bool sm90 = s.window == 0 && ((s.d == 128 && page_size % 128 == 0) || (s.d == 256 && page_size % 64 == 0));
-  const int n_kinds = sm90 ? 1 + 3 * (sm90_max_stages(s.d) - 1) : 1;
-  for (int kind = 0; kind < n_kinds; ++kind) {
-    const int variant = (kind - 1) % 3, stages = kind <= 3 ? 2 : 3;
-    char name[32];
-    if (kind == 0)
+  // Every kernel that applies: FA2; the Hopper kernel at head_dim 128 (stages 2, 3; pages of 128
+  // keys) or 256 (stages 2; tiles of 64 keys, or 80 without paging; pages of 64), each variant.
+  struct Kind {
+    bool sm90;
+    int variant, stages, block_n;
+  };
+  std::vector<Kind> kinds = {{false, 0, 0, 0}};
+  if (s.window == 0 && ((s.d == 128 && page_size % 128 == 0) || (s.d == 256 && page_size % 64 == 0))) {
+    const std::vector<int> block_ns = s.d == 128 ? std::vector<int>{128} : page_size ? std::vector<int>{64}
+                                                                                     : std::vector<int>{64, 80};
+    for (int stages = 2; stages <= sm90_max_stages(s.d); ++stages)
+      for (int bn : block_ns)
+        for (int variant = 0; variant < 3; ++variant) kinds.push_back({true, variant, stages, bn});
+  }
+  for (const Kind& kind : kinds) {
+    char name[40];
+    if (!kind.sm90)
       std::snprintf(name, sizeof name, "fa2");
     else
-      std::snprintf(name, sizeof name, "sm90/%s/%d", variant == 0 ? "simple" : variant == 1 ? "overlap" : "pingpong",
-                    stages);
+      std::snprintf(name, sizeof name, "sm90/%s/%d/n%d",
+                    kind.variant == 0 ? "simple" : kind.variant == 1 ? "overlap" : "pingpong", kind.stages, kind.block_n);
     SCOPED_TRACE(name);
     o.poison();
     lse.poison();
@@ -171,11 +181,11 @@ void run_prefill_case(const Shape& s, double q_scale, int n_check_rows = 0, int 
       p.page_size = page_size;
       p.kv_pool_rows = pool_rows;
     }
-    if (kind == 0) {
+    if (!kind.sm90) {
       p.impl = PrefillImpl::fa2_mma_sync;
       attention_prefill(p);
     } else {
-      attention_prefill_sm90(p, nullptr, Sm90Variant(variant), stages);
+      attention_prefill_sm90(p, nullptr, Sm90Variant(kind.variant), kind.stages, kind.block_n);
     }
     device_sync();
     const auto o_got_all = to_double(o.download<uint16_t>(qh.size()));

@@ -44,18 +44,20 @@ using bf16 = __nv_bfloat16;
 
 constexpr float kLog2e = 1.4426950408889634f;
 
-// Tile shapes per head dim. Both: 128 queries per CTA (2 consumer warpgroups x 64 rows), 1
-// producer warpgroup, operands in shared memory as panels of 64 dims (one TMA box each, 128-byte
-// rows, 128-byte swizzle), O accumulated in registers as kD/128 parts of [64 x 128] fp32.
+// Tile shapes: kD (head dim) x kBlockN (keys per K/V tile). All: 128 queries per CTA (2 consumer
+// warpgroups x 64 rows), 1 producer warpgroup, operands in shared memory as panels of 64 dims (one
+// TMA box each, 128-byte rows, 128-byte swizzle), O accumulated in registers as kD/128 parts of
+// [64 x 128] fp32.
 //   d = 128: K/V tiles of 128 keys; a stage (K + V) is 64 KB, so the ring holds 2 or 3 stages.
-//   d = 256: O is 128 registers per thread, so S shrinks to 64 keys (32 registers; 128 keys would
-//            need O 128 + S 64 + P 32 > the 240 a consumer gets); a stage is again 64 KB, and with
-//            Q's 64 KB only 2 stages fit (3 would be 256 KB > 227 KB).
-template <int kD>
+//   d = 256: O is 128 registers per thread, so S shrinks to 64 or 80 keys (32 / 40 registers;
+//            128 keys would need O 128 + S 64 + P 32 > the 240 a consumer gets). With Q's 64 KB
+//            only 2 stages fit: 64 keys = 192 KB, 80 keys = 224 KB (96 would be 256 KB > 227 KB).
+//            80-key tiles straddle 64-key pages, so paged KV takes 64.
+template <int kD, int kBlockN_>
 struct Sm90Tile {
-  static_assert(kD == 128 || kD == 256, "Hopper prefill: head_dim 128 or 256");
-  static constexpr int kBlockN = kD == 128 ? 128 : 64;   // keys per pipeline stage (wgmma N of S)
-  static constexpr int kMaxStages = kD == 128 ? 3 : 2;
+  static_assert((kD == 128 && kBlockN_ == 128) || (kD == 256 && (kBlockN_ == 64 || kBlockN_ == 80)),
+                "Hopper prefill: head_dim 128 x 128 keys or 256 x 64 / 80 keys");
+  static constexpr int kBlockN = kBlockN_;   // keys per pipeline stage (wgmma N of S)
   static constexpr int kPanels = kD / 64;                 // 64-dim panels (TMA boxes) per row
   static constexpr int kParts = kD / 128;                 // 128-column parts of the O accumulator
   static constexpr int kPanelQ = 128 * 128;               // [128 queries][64 dims] bf16: 16 KB
@@ -67,14 +69,16 @@ constexpr int kBlockM = 128;         // queries per CTA: 2 consumer warpgroups x
 constexpr int kThreads = 384;        // 2 consumer warpgroups (warps 0-7) + 1 producer warpgroup (8-11)
 constexpr int kSmemQ = 0;
 // Shared memory: Q tile, then the K ring, the V ring and the mbarriers. d = 128: 2 stages = 160
-// KB, 3 stages = 225 KB (the most a block may opt into is 227 KB); d = 256, 2 stages: 192 KB.
-template <int kD, int kStages>
+// KB, 3 stages = 225 KB (the most a block may opt into is 227 KB); d = 256, 2 stages: 192 / 224 KB.
+template <int kD, int kBlockN, int kStages>
 struct Sm90Smem {
-  using T = Sm90Tile<kD>;
+  using T = Sm90Tile<kD, kBlockN>;
   static constexpr int kSmemK = kSmemQ + T::kTileQ;
   static constexpr int kSmemV = kSmemK + kStages * T::kTileKV;
   static constexpr int kSmemBar = kSmemV + kStages * T::kTileKV;
-  static constexpr int kNumBars = 1 + 3 * kStages;  // q_full, k_full[s], v_full[s], empty[s]
+  // q_full, k_full[s], v_full[s], k_empty[s], v_empty[s]: K and V slots are released separately
+  // (K once S is done, V once P V is), so the producer refills K while P V still reads V.
+  static constexpr int kNumBars = 1 + 4 * kStages;
   static constexpr int kBytes = kSmemBar + kNumBars * 8 + 1024;  // + slack to align the base to 1024
   static_assert(kBytes <= 227 * 1024, "shared memory per block");
 };
@@ -128,6 +132,25 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t da, uint64_t d
       : "l"(da), "l"(db), "r"(scale_d));
 }
 
+// D[64 x 80] (+)= A[64 x 16] * B[16 x 80], A and B from shared memory, both K-major (d = 256's S).
+__device__ __forceinline__ void wgmma_ss(float (&d)[40], uint64_t da, uint64_t db, int scale_d) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %42, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17,"
+      " %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33,"
+      " %34, %35, %36, %37, %38, %39}, %40, %41, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
+        "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
+      : "l"(da), "l"(db), "r"(scale_d));
+}
 // D[64 x 64] (+)= A[64 x 16] * B[16 x 64], A and B from shared memory, both K-major (d = 256's S).
 __device__ __forceinline__ void wgmma_ss(float (&d)[32], uint64_t da, uint64_t db, int scale_d) {
   asm volatile(
@@ -146,21 +169,22 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[32], uint64_t da, uint64_t d
       : "l"(da), "l"(db), "r"(scale_d));
 }
 
-template <int kD, bool kOverlap, bool kPingPong, int kStages>
+template <int kD, int kBlockN, bool kOverlap, bool kPingPong, int kStages>
 __global__ void __launch_bounds__(kThreads, 1)
     attn_prefill_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                              const __grid_constant__ CUtensorMap tm_v, const Sm90Args a) {
   extern __shared__ uint8_t smem_raw[];
   const uint32_t base = (mma::smem_u32(smem_raw) + 1023u) & ~1023u;
-  using L = Sm90Smem<kD, kStages>;
-  using T = Sm90Tile<kD>;
-  constexpr int kBlockN = T::kBlockN, kPanelQ = T::kPanelQ, kPanelKV = T::kPanelKV, kTileKV = T::kTileKV;
+  using L = Sm90Smem<kD, kBlockN, kStages>;
+  using T = Sm90Tile<kD, kBlockN>;
+  constexpr int kPanelQ = T::kPanelQ, kPanelKV = T::kPanelKV, kTileKV = T::kTileKV;
   constexpr int kSN = kBlockN / 2;  // S accumulator registers per thread ([64 x kBlockN] fp32)
   const uint32_t sQ = base + kSmemQ, sK = base + L::kSmemK, sV = base + L::kSmemV;
   const uint32_t bar_q = base + L::kSmemBar;
   auto bar_k = [&](int s) { return base + L::kSmemBar + 8u * (1 + s); };
   auto bar_v = [&](int s) { return base + L::kSmemBar + 8u * (1 + kStages + s); };
-  auto bar_e = [&](int s) { return base + L::kSmemBar + 8u * (1 + 2 * kStages + s); };
+  auto bar_ek = [&](int s) { return base + L::kSmemBar + 8u * (1 + 2 * kStages + s); };
+  auto bar_ev = [&](int s) { return base + L::kSmemBar + 8u * (1 + 3 * kStages + s); };
 
   const int h = blockIdx.x;
   const int64_t m0 = int64_t(a.n_mblocks - 1 - int(blockIdx.y)) * kBlockM;  // heaviest first
@@ -177,7 +201,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int s = 0; s < kStages; ++s) {
       mbar_init(bar_k(s), 1);
       mbar_init(bar_v(s), 1);
-      mbar_init(bar_e(s), kConsumerThreads);
+      mbar_init(bar_ek(s), kConsumerThreads);
+      mbar_init(bar_ev(s), kConsumerThreads);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -192,13 +217,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int pn = 0; pn < T::kPanels; ++pn) tma_load_3d(sQ + pn * kPanelQ, &tm_q, bar_q, 64 * pn, h, int(m0));
       for (int t = 0; t < n_tiles; ++t) {
         const int s = t % kStages;
-        if (t >= kStages) mbar_wait(bar_e(s), ((t / kStages) & 1) ^ 1);
+        const uint32_t empty_par = ((t / kStages) & 1) ^ 1;
         const int n0 = t * kBlockN;
         const int row0 = a.page_table ? a.page_table[n0 / a.page_size] * a.page_size + n0 % a.page_size : n0;
+        if (t >= kStages) mbar_wait(bar_ek(s), empty_par);
         mbar_expect_tx(bar_k(s), kTileKV);
 #pragma unroll
         for (int pn = 0; pn < T::kPanels; ++pn)
           tma_load_3d(sK + s * kTileKV + pn * kPanelKV, &tm_k, bar_k(s), 64 * pn, kvh, row0);
+        if (t >= kStages) mbar_wait(bar_ev(s), empty_par);
         mbar_expect_tx(bar_v(s), kTileKV);
 #pragma unroll
         for (int pn = 0; pn < T::kPanels; ++pn)
@@ -339,6 +366,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_wait(bar_k(0), 0);
       issue_s(sc, sK);
       wgmma_wait<0>();
+      mbar_arrive(bar_ek(0));  // K(0) no longer read by this thread
       fence_regs(sc);
       softmax(sc, 0, corr);  // O is still zero: no rescale
       to_p(sc, p);
@@ -361,12 +389,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       issue_pv(p, sV + sp * kTileKV);
       if (kPingPong && (cw == 0 || t + 1 < n_tiles)) named_arrive(other_bar);
       wgmma_wait<1>();  // S(t) done; P(t-1) V(t-1) may still run
+      mbar_arrive(bar_ek(s));
       fence_regs(sc);
       softmax(sc, t, corr);
       wgmma_wait<0>();
       fence_o();
       fence_p(p);
-      mbar_arrive(bar_e(sp));  // K(t-1) and V(t-1) no longer read by this thread
+      mbar_arrive(bar_ev(sp));  // V(t-1) no longer read by this thread
       rescale_o(corr);
       to_p(sc, p);
     }
@@ -379,7 +408,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma_wait<0>();
     fence_o();
     fence_p(p);
-    mbar_arrive(bar_e(sl));
+    mbar_arrive(bar_ev(sl));
   } else {
     for (int t = 0; t < n_tiles; ++t) {
       const int s = t % kStages;
@@ -390,6 +419,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_wait(bar_k(s), par);
       issue_s(sc, sK + s * kTileKV);
       wgmma_wait<0>();
+      mbar_arrive(bar_ek(s));  // this thread no longer reads K of stage s
       fence_regs(sc);
       softmax(sc, t, corr);
       to_p(sc, p);
@@ -402,7 +432,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_wait<0>();
       fence_o();
       fence_p(p);
-      mbar_arrive(bar_e(s));  // this thread no longer reads stage s
+      mbar_arrive(bar_ev(s));  // nor V
     }
   }
 
@@ -422,34 +452,35 @@ bool attention_prefill_sm90_supported(const PrefillParams& p) {
     return major == 9 && minor == 0;
   }();
   if (p.head_dim != 128 && p.head_dim != 256) return false;
-  const int block_n = p.head_dim == 128 ? Sm90Tile<128>::kBlockN : Sm90Tile<256>::kBlockN;
+  const int page_keys = p.head_dim == 128 ? 128 : 64;  // the tile of paged KV
   return hopper && p.window == 0 && p.n_kv > 0 && p.n_q > 0 && p.n_q <= 0x7fffffff && p.n_kv <= 0x7fffffff &&
-         (!p.page_table || (p.page_size > 0 && p.page_size % block_n == 0 && p.kv_pool_rows > 0 &&
+         (!p.page_table || (p.page_size > 0 && p.page_size % page_keys == 0 && p.kv_pool_rows > 0 &&
                             p.kv_pool_rows <= 0x7fffffff));
 }
 
-int sm90_max_stages(int head_dim) { return head_dim == 256 ? Sm90Tile<256>::kMaxStages : Sm90Tile<128>::kMaxStages; }
+int sm90_max_stages(int head_dim) { return head_dim == 256 ? 2 : 3; }
 
 using Sm90Kernel = void (*)(const CUtensorMap, const CUtensorMap, const CUtensorMap, const Sm90Args);
 
-template <int kD, bool kOverlap, bool kPingPong, int kStages>
+template <int kD, int kBlockN, bool kOverlap, bool kPingPong, int kStages>
 std::pair<Sm90Kernel, int> sm90_entry() {
-  Sm90Kernel k = attn_prefill_sm90_kernel<kD, kOverlap, kPingPong, kStages>;
-  const int smem = Sm90Smem<kD, kStages>::kBytes;
+  Sm90Kernel k = attn_prefill_sm90_kernel<kD, kBlockN, kOverlap, kPingPong, kStages>;
+  const int smem = Sm90Smem<kD, kBlockN, kStages>::kBytes;
   static const cudaError_t err =
-      cudaFuncSetAttribute(attn_prefill_sm90_kernel<kD, kOverlap, kPingPong, kStages>,
+      cudaFuncSetAttribute(attn_prefill_sm90_kernel<kD, kBlockN, kOverlap, kPingPong, kStages>,
                            cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  LC_CUDA_CHECK(err, "attn_prefill_sm90_kernel<d=%d,%d,%d,%d>: raising dynamic shared memory to %d bytes", kD,
-                int(kOverlap), int(kPingPong), kStages, smem);
+  LC_CUDA_CHECK(err, "attn_prefill_sm90_kernel<d=%d,n=%d,%d,%d,%d>: raising dynamic shared memory to %d bytes", kD,
+                kBlockN, int(kOverlap), int(kPingPong), kStages, smem);
   return {k, smem};
 }
-template <int kD, int kStages>
+template <int kD, int kBlockN, int kStages>
 std::pair<Sm90Kernel, int> sm90_entry(int mode) {
-  return mode == 0 ? sm90_entry<kD, false, false, kStages>()
-                   : mode == 1 ? sm90_entry<kD, true, false, kStages>() : sm90_entry<kD, true, true, kStages>();
+  return mode == 0   ? sm90_entry<kD, kBlockN, false, false, kStages>()
+         : mode == 1 ? sm90_entry<kD, kBlockN, true, false, kStages>()
+                     : sm90_entry<kD, kBlockN, true, true, kStages>();
 }
 
-void attention_prefill_sm90(const PrefillParams& p, Stream s, Sm90Variant variant, int stages) {
+void attention_prefill_sm90(const PrefillParams& p, Stream s, Sm90Variant variant, int stages, int block_n) {
   LC_REQUIRE(attention_prefill_sm90_supported(p), "attention_prefill_sm90: unsupported shape (head_dim %d)",
              p.head_dim);
   LC_REQUIRE(stages >= 2 && stages <= sm90_max_stages(p.head_dim),
@@ -458,9 +489,13 @@ void attention_prefill_sm90(const PrefillParams& p, Stream s, Sm90Variant varian
   const int mode = int(variant);
   LC_REQUIRE(mode >= 0 && mode < 3, "attention_prefill_sm90: bad variant %d", mode);
   const int d = p.head_dim;
-  const std::pair<Sm90Kernel, int> e =
-      d == 256 ? sm90_entry<256, 2>(mode) : stages == 2 ? sm90_entry<128, 2>(mode) : sm90_entry<128, 3>(mode);
-  const int block_n = d == 256 ? Sm90Tile<256>::kBlockN : Sm90Tile<128>::kBlockN;
+  if (block_n == 0) block_n = sm90_default_block_n(d, p.page_table != nullptr);
+  LC_REQUIRE(d == 128 ? block_n == 128 : (block_n == 64 || (block_n == 80 && !p.page_table)),
+             "attention_prefill_sm90: %d-key tiles at head_dim %d%s (128 at d 128; 64, or 80 without paging, at d 256)",
+             block_n, d, p.page_table ? " with paged KV" : "");
+  const std::pair<Sm90Kernel, int> e = d == 256 ? (block_n == 80 ? sm90_entry<256, 80, 2>(mode) : sm90_entry<256, 64, 2>(mode))
+                                       : stages == 2 ? sm90_entry<128, 128, 2>(mode)
+                                                     : sm90_entry<128, 128, 3>(mode);
   const CUtensorMap tq = make_map(p.q, p.n_q, p.n_head, kBlockM, "attention_prefill_sm90: q", d);
   const int64_t kv_rows = p.page_table ? p.kv_pool_rows : p.n_kv;
   const CUtensorMap tk = make_map(p.k, kv_rows, p.n_kv_head, block_n, "attention_prefill_sm90: k", d);
@@ -481,8 +516,8 @@ void attention_prefill_sm90(const PrefillParams& p, Stream s, Sm90Variant varian
   a.page_size = p.page_size;
   const dim3 grid(p.n_head, a.n_mblocks);
   e.first<<<grid, kThreads, e.second, static_cast<cudaStream_t>(s)>>>(tq, tk, tv, a);
-  LC_LAUNCH_CHECK("attn_prefill_sm90_kernel<d=%d,variant=%d,stages=%d> n_q=%lld n_kv=%lld q_pos0=%lld heads=%d/%d grid=(%d,%d)",
-                  d, mode, stages, (long long)p.n_q, (long long)p.n_kv, (long long)p.q_pos0, p.n_head, p.n_kv_head,
+  LC_LAUNCH_CHECK("attn_prefill_sm90_kernel<d=%d,n=%d,variant=%d,stages=%d> n_q=%lld n_kv=%lld q_pos0=%lld heads=%d/%d grid=(%d,%d)",
+                  d, block_n, mode, stages, (long long)p.n_q, (long long)p.n_kv, (long long)p.q_pos0, p.n_head, p.n_kv_head,
                   grid.x, grid.y);
 }
 
