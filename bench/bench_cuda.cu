@@ -126,7 +126,7 @@ int bench_attention_main(int argc, char** argv) {
       const double flops = 2.0 * double(S) * double(S) * g_head_dim * g_heads;  // causal: half of 4*S^2*d*H
       const int reps = std::max(3, int(reps_scale * (S <= 8192 ? 20 : S <= 32768 ? 8 : 3)));
       const struct {
-        int kind;  // 0 = FA2 mma.sync; else Hopper kernel (variant, ring stages, keys per K/V tile)
+        int kind;  // 0 = FA2 mma.sync; 1 = Hopper kernel (variant, ring stages, keys per K/V tile); 2 = default
         Sm90Variant variant;
         int stages, block_n;
         const char* name;
@@ -142,15 +142,16 @@ int bench_attention_main(int argc, char** argv) {
                    {1, Sm90Variant::simple, 2, 80, "sm90_simple_s2_n80"},
                    {1, Sm90Variant::overlap, 2, 80, "sm90_overlap_s2_n80"},
                    {1, Sm90Variant::pingpong, 2, 80, "sm90_pingpong_s2_n80"},
-                   {0, Sm90Variant::simple, 0, 0, "fa2_mma_sync"}};
+                   {0, Sm90Variant::simple, 0, 0, "fa2_mma_sync"},
+                   {2, Sm90Variant::simple, 0, 0, "default"}};  // attention_prefill's own choice
       for (const auto& im : impls) {
         // Hopper kernel: d 128 (128-key tiles, 2 or 3 stages) or 256 (64 or 80, 2 stages), no window
-        if (im.kind != 0 && ((g_head_dim != 128 && g_head_dim != 256) || g_window > 0 ||
+        if (im.kind == 1 && ((g_head_dim != 128 && g_head_dim != 256) || g_window > 0 ||
                              im.stages > sm90_max_stages(g_head_dim) || (im.block_n == 128) != (g_head_dim == 128)))
           continue;
         auto run = [&] {
-          if (im.kind == 0) {
-            p.impl = PrefillImpl::fa2_mma_sync;
+          if (im.kind != 1) {
+            p.impl = im.kind == 0 ? PrefillImpl::fa2_mma_sync : PrefillImpl::automatic;
             attention_prefill(p);
           } else {
             attention_prefill_sm90(p, nullptr, im.variant, im.stages, im.block_n);
@@ -162,7 +163,7 @@ int bench_attention_main(int argc, char** argv) {
         std::snprintf(buf, sizeof buf,
                       "    {\"seq\": %lld, \"kernel\": \"%s\", \"ms\": %.4f, \"tflops\": %.1f, \"reps\": %d}%s\n",
                       (long long)S, im.name, ms, tflops, reps,
-                      (si + 1 < prefill.size() || im.kind != 0) ? "," : "");
+                      (si + 1 < prefill.size() || im.kind != 2) ? "," : "");
         js += buf;
       }
       for (void* x : {q, k, v, o, static_cast<void*>(lse)}) dev_free(x);

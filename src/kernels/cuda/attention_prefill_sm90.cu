@@ -1,25 +1,29 @@
 // attention_prefill_sm90.cu (cuda): dense (causal) prefill attention for Hopper, FA3-style.
 //
 // What: the same function as attention_prefill.cu (attention.h: bf16 Q/K/V/O, fp32 LSE, GQA,
-// causal with q_pos0), head_dim 128 only; attention_prefill() picks this kernel on sm_90 for
-// d = 128 and the mma.sync kernel otherwise. Tested against the fp64 twin in
-// tests/cuda/test_attention.cpp (both implementations), timed by bench/bench_cuda.cu.
+// causal with q_pos0, paged KV), head_dim 128 and 256 without a window; attention_prefill()
+// picks this kernel on sm_90 for those and the mma.sync kernel otherwise. Tested against the fp64
+// twin in tests/cuda/test_attention.cpp (every variant x ring depth x tile), timed by
+// bench/bench_cuda.cu (attention_sm90.h records the measured choice of variant and tile).
 //
 // How (ideas from FlashAttention-3, written from the PTX ISA):
 // - Warp specialisation: CTA = 2 consumer warpgroups + 1 producer warpgroup. One producer
-//   thread issues TMA bulk tensor copies (Q once, then K and V tiles of 128 keys) into a 2-stage
-//   ring guarded by mbarriers (full: TMA transaction bytes; empty: released by the 256 consumer
-//   threads). setmaxnreg moves registers from the producer (24) to the consumers (240).
-// - Each consumer warpgroup owns 64 query rows: S = Q K^T with wgmma m64n128k16 (A = Q and
-//   B = K from shared memory, K-major, 128-byte swizzle written by TMA), online softmax in
-//   registers (log2 domain), then O += P V with wgmma (A = P from registers: the accumulator
-//   layout of S is the register-A layout of P; B = V from shared memory, MN-major via the
-//   transpose bit, so V needs no transpose pass).
-// - The two consumer warpgroups run unsynchronised, so one's softmax overlaps the other's
-//   tensor-core work. Query blocks run heaviest-first (causal work grows with the block index).
-// Shared memory layout per operand tile [128 rows][128 dims] bf16: two 16 KB halves of
-// [128 rows][64 dims] (the TMA box: 128-byte rows), each with the 128-byte swizzle (16-byte
-// chunk c of row r at c ^ (r % 8)); every tile 1024-byte aligned, as the swizzle requires.
+//   thread issues TMA bulk tensor copies (Q once, then K and V tiles) into a ring of 2-3 stages
+//   guarded by mbarriers (full: TMA transaction bytes; K-empty and V-empty: released by the 256
+//   consumer threads, K as soon as S is computed). setmaxnreg moves registers from the producer
+//   (24) to the consumers (240).
+// - Each consumer warpgroup owns 64 query rows: S = Q K^T with wgmma m64nNk16 (N = the tile's
+//   keys; A = Q and B = K from shared memory, K-major, 128-byte swizzle written by TMA), online
+//   softmax in registers (log2 domain), then O += P V with wgmma m64n128k16 per 128 columns of O
+//   (A = P from registers: the accumulator layout of S is the register-A layout of P; B = V from
+//   shared memory, MN-major via the transpose bit, so V needs no transpose pass).
+// - Tiles (Sm90Tile): d 128 with 128-key tiles; d 256 with 64- or 80-key tiles and O as two
+//   128-column accumulators (128 registers per thread).
+// - The two consumer warpgroups run unsynchronised (or take turns: ping-pong), so one's softmax
+//   overlaps the other's tensor-core work. Query blocks run heaviest-first.
+// Shared memory: every operand tile is stored as 64-dim panels of [rows][64 dims] (the TMA box:
+// 128-byte rows), each with the 128-byte swizzle (16-byte chunk c of row r at c ^ (r % 8)), every
+// panel 1024-byte aligned, as the swizzle requires.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cudaTypedefs.h>
