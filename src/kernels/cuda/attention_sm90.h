@@ -16,8 +16,9 @@ enum class Sm90Variant : int { simple = 0, overlap = 1, pingpong = 2 };
 // block_n: keys per K/V tile: 128 at head_dim 128; 64 or 80 at head_dim 256 (80 only without
 // paged KV: 80-key tiles straddle 64-key pages).
 int sm90_max_stages(int head_dim);
-// Automatic choice, from one H200 call (2026-11-26, bench/results/2026-11-26-h200-hd256-sm90-*,
-// ms at 8K / 32K / 128K queries, causal; K and V slots released separately):
+// Automatic choice, from an H200 call (2026-11-26, bench/results/2026-11-26-h200-hd256-sm90-call2-*,
+// ms at 8K / 32K / 128K queries, causal; K and V slots released separately; the order held in
+// the next call, ...-sm90-5955758.json):
 //   d = 256 (16 / 8 heads, 2 stages): overlap with 80-key tiles led everywhere: 0.839 / 13.28 /
 //     217.4 (64-key tiles: overlap 0.840 / 14.32 / 233.3; simple 80: 0.926 / 14.15 / 226.1;
 //     ping-pong 80: 0.916 / 15.56 / 221.6). Paged KV takes 64-key tiles, where overlap also led
