@@ -126,22 +126,35 @@ int bench_attention_main(int argc, char** argv) {
       const double flops = 2.0 * double(S) * double(S) * g_head_dim * g_heads;  // causal: half of 4*S^2*d*H
       const int reps = std::max(3, int(reps_scale * (S <= 8192 ? 20 : S <= 32768 ? 8 : 3)));
       const struct {
-        int kind;  // 0 = FA2 mma.sync; else Hopper kernel (variant, ring stages)
+        int kind;  // 0 = FA2 mma.sync; 1 = Hopper kernel (variant, ring stages, keys per K/V tile); 2 = default
         Sm90Variant variant;
-        int stages;
+        int stages, block_n;
         const char* name;
-      } impls[] = {{1, Sm90Variant::simple, 2, "sm90_simple_s2"},     {1, Sm90Variant::overlap, 2, "sm90_overlap_s2"},
-                   {1, Sm90Variant::pingpong, 2, "sm90_pingpong_s2"}, {1, Sm90Variant::simple, 3, "sm90_simple_s3"},
-                   {1, Sm90Variant::overlap, 3, "sm90_overlap_s3"},   {1, Sm90Variant::pingpong, 3, "sm90_pingpong_s3"},
-                   {0, Sm90Variant::simple, 0, "fa2_mma_sync"}};
+      } impls[] = {{1, Sm90Variant::simple, 2, 128, "sm90_simple_s2"},
+                   {1, Sm90Variant::overlap, 2, 128, "sm90_overlap_s2"},
+                   {1, Sm90Variant::pingpong, 2, 128, "sm90_pingpong_s2"},
+                   {1, Sm90Variant::simple, 3, 128, "sm90_simple_s3"},
+                   {1, Sm90Variant::overlap, 3, 128, "sm90_overlap_s3"},
+                   {1, Sm90Variant::pingpong, 3, 128, "sm90_pingpong_s3"},
+                   {1, Sm90Variant::simple, 2, 64, "sm90_simple_s2_n64"},
+                   {1, Sm90Variant::overlap, 2, 64, "sm90_overlap_s2_n64"},
+                   {1, Sm90Variant::pingpong, 2, 64, "sm90_pingpong_s2_n64"},
+                   {1, Sm90Variant::simple, 2, 80, "sm90_simple_s2_n80"},
+                   {1, Sm90Variant::overlap, 2, 80, "sm90_overlap_s2_n80"},
+                   {1, Sm90Variant::pingpong, 2, 80, "sm90_pingpong_s2_n80"},
+                   {0, Sm90Variant::simple, 0, 0, "fa2_mma_sync"},
+                   {2, Sm90Variant::simple, 0, 0, "default"}};  // attention_prefill's own choice
       for (const auto& im : impls) {
-        if (im.kind != 0 && (g_head_dim != 128 || g_window > 0)) continue;  // Hopper kernel: d 128, no window
+        // Hopper kernel: d 128 (128-key tiles, 2 or 3 stages) or 256 (64 or 80, 2 stages), no window
+        if (im.kind == 1 && ((g_head_dim != 128 && g_head_dim != 256) || g_window > 0 ||
+                             im.stages > sm90_max_stages(g_head_dim) || (im.block_n == 128) != (g_head_dim == 128)))
+          continue;
         auto run = [&] {
-          if (im.kind == 0) {
-            p.impl = PrefillImpl::fa2_mma_sync;
+          if (im.kind != 1) {
+            p.impl = im.kind == 0 ? PrefillImpl::fa2_mma_sync : PrefillImpl::automatic;
             attention_prefill(p);
           } else {
-            attention_prefill_sm90(p, nullptr, im.variant, im.stages);
+            attention_prefill_sm90(p, nullptr, im.variant, im.stages, im.block_n);
           }
         };
         const double ms = time_ms(run, 1, reps);
@@ -150,7 +163,7 @@ int bench_attention_main(int argc, char** argv) {
         std::snprintf(buf, sizeof buf,
                       "    {\"seq\": %lld, \"kernel\": \"%s\", \"ms\": %.4f, \"tflops\": %.1f, \"reps\": %d}%s\n",
                       (long long)S, im.name, ms, tflops, reps,
-                      (si + 1 < prefill.size() || im.kind != 0) ? "," : "");
+                      (si + 1 < prefill.size() || im.kind != 2) ? "," : "");
         js += buf;
       }
       for (void* x : {q, k, v, o, static_cast<void*>(lse)}) dev_free(x);

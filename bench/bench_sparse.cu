@@ -26,8 +26,11 @@
 // budget mix above. Reported: index build + plan + kernel, the build's share, the kernel's rate;
 // the block-sparse index is written to --mask-dir (bs_mask_<S>.bin) so that
 // bench/flex_baseline.py --mask-dir runs FlexAttention on the very same blocks.
+// --head-dim 256: Gemma 3 12B's global layers (16 / 8 heads, d 256), random inputs only, the
+// generic sparse kernel (sparse_attention_generic.h) against the dense Hopper kernel.
 // Run: build-gpusparse/bench/longctx_bench_sparse [--seqs 131072,524288,1048576]
-//        [--dense-seqs 131072,524288] [--inputs random|structured] [--mask-dir DIR] [--json out.json];
+//        [--dense-seqs 131072,524288] [--inputs random|structured] [--mask-dir DIR] [--json out.json]
+//        [--head-dim 256];
 //      scripts/gpu-sparse.sh runs it.
 #include <cuda_runtime.h>
 
@@ -46,6 +49,7 @@
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_sm90.h"
+#include "kernels/cuda/sparse_attention_generic.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/runtime.h"
@@ -61,7 +65,10 @@ using longctx::bench::time_ms;
 
 namespace {
 
-constexpr int kHeads = 32, kKvHeads = 8, kD = 128, kB = kSparseQBlock;
+constexpr int kB = kSparseQBlock;
+// The layer's shape: Llama-3-8B (32 / 8 heads, d 128), or with --head-dim 256 Gemma 3 12B's global
+// layers (16 / 8 heads, d 256: the generic sparse kernel, the Hopper one being d 128 only).
+int kHeads = 32, kKvHeads = 8, kD = 128;
 constexpr int kBsBlocks = 100;  // MInference block_sparse default: 100 key blocks per query block
 // The published Llama-3-8B-262K config's (vertical, slash) budgets, in proportion over 32 heads.
 struct Vs { int kv, ks, heads; };
@@ -169,7 +176,7 @@ HostIndex block_sparse_index(int64_t S) {
 HostIndex vertical_slash_index(int64_t S) {
   const int64_t nqb = (S + kB - 1) / kB;
   return build(S, [&](int h, HeadPart& p) {
-    int hh = h, mix = 0;
+    int hh = h * 32 / kHeads, mix = 0;  // the 32-head mix in proportion over kHeads
     while (hh >= kVsMix[mix].heads) hh -= kVsMix[mix++].heads;
     const int64_t kv = std::min<int64_t>(S, std::max(kVsMix[mix].kv, 30));
     const int64_t ks = std::min<int64_t>(S, std::max(kVsMix[mix].ks, 50));
@@ -367,9 +374,12 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--mask-dir") && i + 1 < argc) mask_dir = argv[++i];
     else if (!std::strcmp(argv[i], "--dense-seqs") && i + 1 < argc) dense_seqs = parse_list(argv[++i]);
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
-    else {
+    else if (!std::strcmp(argv[i], "--head-dim") && i + 1 < argc && !std::strcmp(argv[i + 1], "256")) {
+      kHeads = 16, kKvHeads = 8, kD = 256;
+      ++i;
+    } else {
       std::fprintf(stderr, "usage: %s [--seqs N,..] [--dense-seqs N,..] [--inputs random|structured] "
-                   "[--mask-dir DIR] [--json FILE]\n", argv[0]);
+                   "[--mask-dir DIR] [--json FILE] [--head-dim 256]\n", argv[0]);
       return 2;
     }
   }
@@ -378,6 +388,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   const bool structured = inputs == "structured";
+  if (structured && kD != 128) {
+    std::fprintf(stderr, "bench_sparse: --inputs structured needs head_dim 128 (the GPU index builders)\n");
+    return 2;
+  }
   try {
     require_hopper();
     const DeviceInfo dev = device_info(0);
@@ -472,8 +486,11 @@ int main(int argc, char** argv) {
         p.workspace = di.ws;
         p.workspace_bytes = di.ws_bytes;
         const int reps = S <= 131072 ? 10 : S <= 524288 ? 5 : 3;
-        const double ms_plan = time_ms([&] { sparse_attention_plan(p); }, 1, reps);
-        const double ms_run = time_ms([&] { sparse_attention_run(p); }, 1, reps);
+        p.head_dim = kD;
+        const bool hopper = kD == 128;  // else the generic kernel
+        const double ms_plan =
+            time_ms([&] { hopper ? sparse_attention_plan(p) : sparse_attention_generic_plan(p); }, 1, reps);
+        const double ms_run = time_ms([&] { hopper ? sparse_attention_run(p) : sparse_attention_generic_run(p); }, 1, reps);
         const double flops = 4.0 * kD * hix.pairs;
         const double tile_flops = 4.0 * kD * 64.0 * 64.0 * hix.tiles;
         const double ms = ms_plan + ms_run;

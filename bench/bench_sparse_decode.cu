@@ -16,8 +16,9 @@
 // non-contiguous block table; inputs are random (never zeros). CUDA events, warmup, median.
 // Reported: ms per layer, K+V bytes read and GB/s, and dense / sparse ratios (the issue's target:
 // >= 20x at 1M).
+// --head-dim 256: the same on Gemma 3 12B's global layers (16 query / 8 KV heads, d = 256).
 // Run: build-gpu/bench/longctx_bench_sparse_decode [--lens 131072,1048576] [--batch 32]
-//        [--reps-scale 1.0] [--json out.json]; scripts/gpu-sparse-decode.sh runs it with the tests.
+//        [--reps-scale 1.0] [--json out.json] [--head-dim 256]; scripts/gpu-sparse-decode.sh runs it with the tests.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -42,7 +43,8 @@ using longctx::bench::time_ms;
 
 namespace {
 
-constexpr int kHeads = 32, kKvHeads = 8, kHeadDim = 128;  // Llama-3-8B attention geometry
+// Llama-3-8B attention geometry; --head-dim 256: Gemma 3 12B's global layers (16 / 8 heads, d 256).
+int kHeads = 32, kKvHeads = 8, kHeadDim = 128;
 constexpr int kSinks = 128, kWindow = 4096;                // the issue's A-shape decode budget
 constexpr int kPageSize = 64;
 
@@ -281,8 +283,10 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--batch") && i + 1 < argc) batch = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--reps-scale") && i + 1 < argc) reps_scale = std::atof(argv[++i]);
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
+    else if (!std::strcmp(argv[i], "--head-dim") && i + 1 < argc && !std::strcmp(argv[i + 1], "256"))
+      kHeads = 16, kKvHeads = 8, kHeadDim = 256, ++i;
     else {
-      std::fprintf(stderr, "usage: %s [--lens N,..] [--batch N] [--reps-scale X] [--json FILE]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--lens N,..] [--batch N] [--reps-scale X] [--json FILE] [--head-dim 256]\n", argv[0]);
       return 2;
     }
   }

@@ -85,7 +85,8 @@ std::vector<double> pick_rows_lse(const std::vector<double>& lse, const Shape& s
 }
 
 // One case: fresh inputs and the fp64 reference once, then every kernel that applies (the FA2
-// mma.sync kernel; for head_dim 128 each Hopper variant x ring depth), each on poisoned outputs.
+// mma.sync kernel; for head_dim 128 and 256 each Hopper variant x ring depth), each on poisoned
+// outputs.
 // page_size > 0: K/V go to a paged pool (pages in random order, spare rows filled with NaN,
 // which the kernels must never let through).
 void run_prefill_case(const Shape& s, double q_scale, int n_check_rows = 0, int page_size = 0) {
@@ -137,15 +138,27 @@ void run_prefill_case(const Shape& s, double q_scale, int n_check_rows = 0, int 
   const auto lse_ref_rows = pick_rows_lse(lse_ref, s, rows);
   const double vmax = max_abs(vd);
 
-  const int n_kinds = (s.d == 128 && s.window == 0 && page_size % 128 == 0) ? 7 : 1;
-  for (int kind = 0; kind < n_kinds; ++kind) {
-    const int variant = (kind - 1) % 3, stages = kind <= 3 ? 2 : 3;
-    char name[32];
-    if (kind == 0)
+  // Every kernel that applies: FA2; the Hopper kernel at head_dim 128 (stages 2, 3; pages of 128
+  // keys) or 256 (stages 2; tiles of 64 keys, or 80 without paging; pages of 64), each variant.
+  struct Kind {
+    bool sm90;
+    int variant, stages, block_n;
+  };
+  std::vector<Kind> kinds = {{false, 0, 0, 0}};
+  if (s.window == 0 && ((s.d == 128 && page_size % 128 == 0) || (s.d == 256 && page_size % 64 == 0))) {
+    const std::vector<int> block_ns = s.d == 128 ? std::vector<int>{128} : page_size ? std::vector<int>{64}
+                                                                                     : std::vector<int>{64, 80};
+    for (int stages = 2; stages <= sm90_max_stages(s.d); ++stages)
+      for (int bn : block_ns)
+        for (int variant = 0; variant < 3; ++variant) kinds.push_back({true, variant, stages, bn});
+  }
+  for (const Kind& kind : kinds) {
+    char name[40];
+    if (!kind.sm90)
       std::snprintf(name, sizeof name, "fa2");
     else
-      std::snprintf(name, sizeof name, "sm90/%s/%d", variant == 0 ? "simple" : variant == 1 ? "overlap" : "pingpong",
-                    stages);
+      std::snprintf(name, sizeof name, "sm90/%s/%d/n%d",
+                    kind.variant == 0 ? "simple" : kind.variant == 1 ? "overlap" : "pingpong", kind.stages, kind.block_n);
     SCOPED_TRACE(name);
     o.poison();
     lse.poison();
@@ -168,11 +181,11 @@ void run_prefill_case(const Shape& s, double q_scale, int n_check_rows = 0, int 
       p.page_size = page_size;
       p.kv_pool_rows = pool_rows;
     }
-    if (kind == 0) {
+    if (!kind.sm90) {
       p.impl = PrefillImpl::fa2_mma_sync;
       attention_prefill(p);
     } else {
-      attention_prefill_sm90(p, nullptr, Sm90Variant(variant), stages);
+      attention_prefill_sm90(p, nullptr, Sm90Variant(kind.variant), kind.stages, kind.block_n);
     }
     device_sync();
     const auto o_got_all = to_double(o.download<uint16_t>(qh.size()));
@@ -224,13 +237,19 @@ TEST(AttnPrefillSmall, PagedKvWithNanSpareRows) {
   run_prefill_case({64, 500, 0, 4, 2, 128, false}, 1.0, 0, 128);     // non-causal: every key seen
 }
 
-// Gemma 3's head_dim (FA2 kernel; Q read from shared memory per tile).
+// Gemma 3's head_dim: the FA2 kernel (Q read from shared memory per tile) and the Hopper kernel
+// (64-key tiles, O as two 128-column accumulators).
 TEST(AttnPrefillSmall, HeadDim256) {
   LC_REQUIRE_GPU();
   run_prefill_case({300, 300, 0, 8, 1, 256, true}, 1.0);
   run_prefill_case({77, 600, 523, 4, 1, 256, true}, 2.0);   // chunk over a cached prefix
   run_prefill_case({65, 400, 0, 4, 2, 256, false}, 1.0);    // non-causal
   run_prefill_case({100, 700, 600, 4, 1, 256, true}, 1.0, 0, 64);  // paged
+  run_prefill_case({200, 1000, 800, 4, 2, 256, true}, 3.0);        // sharp softmax: large q
+  run_prefill_case({1, 1, 0, 2, 1, 256, true}, 1.0);               // one key
+  run_prefill_case({129, 129, 0, 2, 2, 256, true}, 1.0);           // one row past a query block
+  run_prefill_case({64, 500, 0, 4, 2, 256, false}, 1.0, 0, 128);   // paged, non-causal: every key
+  run_prefill_case({150, 1000, 850, 16, 8, 256, true}, 1.0, 0, 64);  // Gemma 3 12B's heads, paged
 }
 
 // Sliding windows (Gemma 3's local layers): windows inside one tile, across tiles, past a
@@ -251,6 +270,7 @@ TEST(AttnPrefill, Causal4KSampledRows) {
   LC_REQUIRE_GPU();
   run_prefill_case({4096, 4096, 0, 32, 8, 128, true}, 1.0, 48);
   run_prefill_case({3000, 3000, 0, 16, 4, 64, true}, 1.5, 48);
+  run_prefill_case({4096, 4096, 0, 16, 8, 256, true}, 1.0, 48);
 }
 
 void run_decode_case(int n_seq, int64_t n_kv, int n_head, int n_kv_head, int d, int n_splits, double q_scale,

@@ -1,8 +1,8 @@
-// test_sparse_attention_generic.cpp (tests/cuda): the generic (sm_80+, head_dim 64/128) sparse
+// test_sparse_attention_generic.cpp (tests/cuda): the generic (sm_80+, head_dim 64/128/256) sparse
 // attention kernel (kernels/cuda/sparse_attention_generic.h) as "dense reference with the same
 // mask": an fp64 CPU oracle that attends, per row, exactly the keys in (union of the block's
 // ranges and columns) and causal; fresh random bf16 inputs per run (seed printed by test_util.h).
-// Every case runs for head_dim 64 and 128.
+// Every case runs for head_dim 64, 128 and 256 (Gemma 3's global layers).
 // Index cases: random (overlapping ranges, ends past n_kv, duplicate columns, columns inside
 // ranges or past the causal frontier); adversarial ranges (touching, nested, identical,
 // zero-length, starting at/after n_kv, merges across the plan's 32-range warp chunks) and
@@ -297,7 +297,7 @@ TEST(SparseGeneric, RandomGqaSmolLM2Heads) {
   LC_REQUIRE_SM80();
   auto g = gen();
   const Shape sh{300, 700, 400, 9, 3};
-  for (int D : {64, 128}) {
+  for (int D : {64, 128, 256}) {
     check(sh, D, random_index(sh, 9, 0.1, g), "random/9-3/per-q-head");
     check(sh, D, random_index(sh, 3, 0.1, g), "random/9-3/per-kv-head");
     check(sh, D, random_index(sh, 1, 0.1, g), "random/9-3/shared");
@@ -309,7 +309,7 @@ TEST(SparseGeneric, RandomGqa4to1) {
   auto g = gen();
   const Shape sh{256, 256, 0, 4, 1};
   const Shape sh2{191, 900, 709, 4, 1};  // last block partial, chunk at q_pos0 709
-  for (int D : {64, 128}) {
+  for (int D : {64, 128, 256}) {
     check(sh, D, random_index(sh, 4, 0.0, g), "random/4-1/per-q-head");
     check(sh, D, random_index(sh, 2, 0.0, g), "random/4-1/2-index-heads");
     check(sh2, D, random_index(sh2, 1, 0.2, g), "random/4-1/shared/chunk");
@@ -320,7 +320,7 @@ TEST(SparseGeneric, EverythingSelectedIsDense) {
   LC_REQUIRE_SM80();
   const Shape sh{333, 333, 0, 4, 1};
   const Shape sh2{130, 500, 370, 9, 3};
-  for (int D : {64, 128}) {
+  for (int D : {64, 128, 256}) {
     check(sh, D, uniform_index(sh, 1, AllAs::ranges), "all-ranges");
     check(sh, D, uniform_index(sh, 1, AllAs::columns), "all-columns");
     check(sh, D, uniform_index(sh, 1, AllAs::both), "all-both-columns-twice");
@@ -333,7 +333,7 @@ TEST(SparseGeneric, EmptyRowsAndBlocks) {
   LC_REQUIRE_SM80();
   auto g = gen();
   const Shape sh{200, 200, 0, 2, 1};
-  for (int D : {64, 128}) {
+  for (int D : {64, 128, 256}) {
     check(sh, D, random_index(sh, 2, 1.0, g), "all-empty");
     // Only a column at the block's last row: earlier rows of the block have nothing (causal).
     SparseIndex one;
@@ -368,7 +368,7 @@ TEST(SparseGeneric, AdversarialLists) {
   auto g = gen();
   const Shape sh{300, 1500, 1200, 9, 3};
   const Shape sh2{129, 600, 0, 4, 1};  // q_pos0 0: ranges and columns reach past the causal frontier
-  for (int D : {64, 128}) {
+  for (int D : {64, 128, 256}) {
     check(sh, D, adversarial_index(sh, 9, g), "adversarial/9-3/chunk");
     check(sh2, D, adversarial_index(sh2, 4, g), "adversarial/4-1");
   }
@@ -381,7 +381,7 @@ TEST(SparseGeneric, NonCausal) {
   sh.causal = false;
   Shape sh2{200, 130, 0, 9, 3};  // more queries than keys
   sh2.causal = false;
-  for (int D : {64, 128}) {
+  for (int D : {64, 128, 256}) {
     check(sh, D, random_index(sh, 4, 0.1, g), "non-causal");
     check(sh2, D, adversarial_index(sh2, 3, g), "non-causal/adversarial");
   }
@@ -391,7 +391,7 @@ TEST(SparseGeneric, CustomScale) {
   LC_REQUIRE_SM80();
   auto g = gen();
   const Shape sh{260, 600, 340, 4, 2};
-  for (int D : {64, 128}) check(sh, D, random_index(sh, 4, 0.05, g), "random/scale-0.3", 0.3f);
+  for (int D : {64, 128, 256}) check(sh, D, random_index(sh, 4, 0.05, g), "random/scale-0.3", 0.3f);
 }
 
 
@@ -399,7 +399,7 @@ TEST(SparseGeneric, ManyShortRangesAndColumns) {
   LC_REQUIRE_SM80();
   auto g = gen();
   const Shape sh{320, 2600, 2280, 4, 2};
-  for (int D : {64, 128}) check(sh, D, many_short(sh, 4, g), "many-short-ranges");
+  for (int D : {64, 128, 256}) check(sh, D, many_short(sh, 4, g), "many-short-ranges");
 }
 
 TEST(SparseGeneric, LongerRandom) {
@@ -409,6 +409,8 @@ TEST(SparseGeneric, LongerRandom) {
   check(sh, 64, random_index(sh, 9, 0.05, g), "random/4K/9-3");
   const Shape sh2{1100, 4100, 3000, 4, 1};
   check(sh2, 128, random_index(sh2, 4, 0.05, g), "random/4K/4-1");
+  const Shape sh3{1100, 4100, 3000, 16, 8};  // Gemma 3 12B's heads
+  check(sh3, 256, random_index(sh3, 8, 0.05, g), "random/4K/16-8");
 }
 
 // The Hopper kernel (sparse_attention.h, head_dim 128) on the same index and inputs: both vs the

@@ -162,6 +162,19 @@ TEST(SparseDecodeSmall, ForcedSplitsAndPeakyScores) {
   run_case(s, 0, true);
 }
 
+// Gemma 3's global layers: head_dim 256 (two warps per key group in the split kernel), GQA 16/8
+// (12B) and 4/1 (1B), index heads shared / per KV head / per query head, pages of 1, 16 and 64
+// keys, bf16 and fp8, forced splits.
+TEST(SparseDecodeSmall, HeadDim256) {
+  LC_REQUIRE_GPU();
+  for (int ih : {1, 8, 16}) run_case({mixed_lens(3, 1, 3000), 16, 8, ih, 256, 16, KvElem::bf16});
+  for (int ps : {1, 64})
+    for (KvElem e : {KvElem::bf16, KvElem::fp8_e4m3}) run_case({mixed_lens(2, 100, 2500), 4, 1, 4, 256, ps, e});
+  DecodeCaseShape s{mixed_lens(3, 500, 3000), 16, 8, 8, 256, 16, KvElem::bf16};
+  s.q_scale = 3.0;
+  for (int splits : {1, 3, 512}) run_case(s, splits);
+}
+
 TEST(SparseDecode, LongSequences) {
   LC_REQUIRE_GPU();
   run_case({{70000, 33000}, 32, 8, 8, 128, 64, KvElem::bf16});

@@ -215,6 +215,15 @@ TEST(GpuBatch, SparseDecodeBatchedEqualsAlone) {
   expect_batched_equals_alone(f, 8, 900, 8, "fp8 decode:a_shape=16,128, 8 seqs");
 }
 
+// A-shape on the Gemma 3 geometry: sparse prefill and decode at head_dim 256 on its global layers
+// (the generic sparse prefill kernel, sparse decode's two-warps-per-key-group tiles), window
+// layers dense; prompts past sinks + window so the index matters.
+TEST(GpuBatch, SparseAShapeGemma3GeometryD256) {
+  REQUIRE_GPU();
+  auto g = make_model("gemma3-270m:6", 27, {.chunk = 256, .attn = "a_shape=16,128"});
+  expect_batched_equals_alone(g, 6, 900, 8, "a_shape=16,128 gemma3-270m:6, 6 seqs");
+}
+
 // The batched step by graph replay equals its eager launches bit for bit (and does replay).
 TEST(GpuBatch, GraphReplayEqualsEager) {
   REQUIRE_GPU();

@@ -27,7 +27,7 @@ using namespace decode_split;
 
 // Key source of dense decode: all keys 0..n of sequence b, in order, contiguous or paged.
 struct DenseKeys {
-  static constexpr bool kAllHeadDims = true;  // head_dim 16..256 (decode_split.cuh with_variant)
+  static constexpr bool kAllHeadDims = true;  // head_dim 16 and 32 too (decode_split.cuh with_variant)
   int64_t n_kv;               // the longest sequence (every sequence without kv_lens)
   const int32_t* kv_lens;     // optional per-sequence lengths
   const int32_t* page_table;  // optional: [n_seq][max_pages] page ids into the K/V pools

@@ -1,25 +1,29 @@
 // attention_prefill_sm90.cu (cuda): dense (causal) prefill attention for Hopper, FA3-style.
 //
 // What: the same function as attention_prefill.cu (attention.h: bf16 Q/K/V/O, fp32 LSE, GQA,
-// causal with q_pos0), head_dim 128 only; attention_prefill() picks this kernel on sm_90 for
-// d = 128 and the mma.sync kernel otherwise. Tested against the fp64 twin in
-// tests/cuda/test_attention.cpp (both implementations), timed by bench/bench_cuda.cu.
+// causal with q_pos0, paged KV), head_dim 128 and 256 without a window; attention_prefill()
+// picks this kernel on sm_90 for those and the mma.sync kernel otherwise. Tested against the fp64
+// twin in tests/cuda/test_attention.cpp (every variant x ring depth x tile), timed by
+// bench/bench_cuda.cu (attention_sm90.h records the measured choice of variant and tile).
 //
 // How (ideas from FlashAttention-3, written from the PTX ISA):
 // - Warp specialisation: CTA = 2 consumer warpgroups + 1 producer warpgroup. One producer
-//   thread issues TMA bulk tensor copies (Q once, then K and V tiles of 128 keys) into a 2-stage
-//   ring guarded by mbarriers (full: TMA transaction bytes; empty: released by the 256 consumer
-//   threads). setmaxnreg moves registers from the producer (24) to the consumers (240).
-// - Each consumer warpgroup owns 64 query rows: S = Q K^T with wgmma m64n128k16 (A = Q and
-//   B = K from shared memory, K-major, 128-byte swizzle written by TMA), online softmax in
-//   registers (log2 domain), then O += P V with wgmma (A = P from registers: the accumulator
-//   layout of S is the register-A layout of P; B = V from shared memory, MN-major via the
-//   transpose bit, so V needs no transpose pass).
-// - The two consumer warpgroups run unsynchronised, so one's softmax overlaps the other's
-//   tensor-core work. Query blocks run heaviest-first (causal work grows with the block index).
-// Shared memory layout per operand tile [128 rows][128 dims] bf16: two 16 KB halves of
-// [128 rows][64 dims] (the TMA box: 128-byte rows), each with the 128-byte swizzle (16-byte
-// chunk c of row r at c ^ (r % 8)); every tile 1024-byte aligned, as the swizzle requires.
+//   thread issues TMA bulk tensor copies (Q once, then K and V tiles) into a ring of 2-3 stages
+//   guarded by mbarriers (full: TMA transaction bytes; K-empty and V-empty: released by the 256
+//   consumer threads, K as soon as S is computed). setmaxnreg moves registers from the producer
+//   (24) to the consumers (240).
+// - Each consumer warpgroup owns 64 query rows: S = Q K^T with wgmma m64nNk16 (N = the tile's
+//   keys; A = Q and B = K from shared memory, K-major, 128-byte swizzle written by TMA), online
+//   softmax in registers (log2 domain), then O += P V with wgmma m64n128k16 per 128 columns of O
+//   (A = P from registers: the accumulator layout of S is the register-A layout of P; B = V from
+//   shared memory, MN-major via the transpose bit, so V needs no transpose pass).
+// - Tiles (Sm90Tile): d 128 with 128-key tiles; d 256 with 64- or 80-key tiles and O as two
+//   128-column accumulators (128 registers per thread).
+// - The two consumer warpgroups run unsynchronised (or take turns: ping-pong), so one's softmax
+//   overlaps the other's tensor-core work. Query blocks run heaviest-first.
+// Shared memory: every operand tile is stored as 64-dim panels of [rows][64 dims] (the TMA box:
+// 128-byte rows), each with the 128-byte swizzle (16-byte chunk c of row r at c ^ (r % 8)), every
+// panel 1024-byte aligned, as the swizzle requires.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cudaTypedefs.h>
@@ -44,31 +48,51 @@ using bf16 = __nv_bfloat16;
 
 constexpr float kLog2e = 1.4426950408889634f;
 
-constexpr int kD = 128;              // head dim handled here
+// Tile shapes: kD (head dim) x kBlockN (keys per K/V tile). All: 128 queries per CTA (2 consumer
+// warpgroups x 64 rows), 1 producer warpgroup, operands in shared memory as panels of 64 dims (one
+// TMA box each, 128-byte rows, 128-byte swizzle), O accumulated in registers as kD/128 parts of
+// [64 x 128] fp32.
+//   d = 128: K/V tiles of 128 keys; a stage (K + V) is 64 KB, so the ring holds 2 or 3 stages.
+//   d = 256: O is 128 registers per thread, so S shrinks to 64 or 80 keys (32 / 40 registers;
+//            128 keys would need O 128 + S 64 + P 32 > the 240 a consumer gets). With Q's 64 KB
+//            only 2 stages fit: 64 keys = 192 KB, 80 keys = 224 KB (96 would be 256 KB > 227 KB).
+//            80-key tiles straddle 64-key pages, so paged KV takes 64.
+template <int kD, int kBlockN_>
+struct Sm90Tile {
+  static_assert((kD == 128 && kBlockN_ == 128) || (kD == 256 && (kBlockN_ == 64 || kBlockN_ == 80)),
+                "Hopper prefill: head_dim 128 x 128 keys or 256 x 64 / 80 keys");
+  static constexpr int kBlockN = kBlockN_;   // keys per pipeline stage (wgmma N of S)
+  static constexpr int kPanels = kD / 64;                 // 64-dim panels (TMA boxes) per row
+  static constexpr int kParts = kD / 128;                 // 128-column parts of the O accumulator
+  static constexpr int kPanelQ = 128 * 128;               // [128 queries][64 dims] bf16: 16 KB
+  static constexpr int kPanelKV = kBlockN * 128;          // [kBlockN keys][64 dims] bf16
+  static constexpr int kTileQ = kPanels * kPanelQ;
+  static constexpr int kTileKV = kPanels * kPanelKV;
+};
 constexpr int kBlockM = 128;         // queries per CTA: 2 consumer warpgroups x 64 rows
-constexpr int kBlockN = 128;         // keys per pipeline stage (wgmma N of S = Q K^T)
 constexpr int kThreads = 384;        // 2 consumer warpgroups (warps 0-7) + 1 producer warpgroup (8-11)
-constexpr int kHalfBytes = 128 * 64 * 2;      // one [128 rows][64 dims] TMA box: 16 KB
-constexpr int kTileBytes = 2 * kHalfBytes;    // [128][128] bf16 tile: 32 KB
 constexpr int kSmemQ = 0;
-constexpr int kSmemK = kSmemQ + kTileBytes;
-// K/V ring of kStages stages: 2 stages = 160 KB of shared memory, 3 stages = 225 KB (the most
-// a block may opt into is 227 KB).
-template <int kStages>
+// Shared memory: Q tile, then the K ring, the V ring and the mbarriers. d = 128: 2 stages = 160
+// KB, 3 stages = 225 KB (the most a block may opt into is 227 KB); d = 256, 2 stages: 192 / 224 KB.
+template <int kD, int kBlockN, int kStages>
 struct Sm90Smem {
-  static constexpr int kSmemV = kSmemK + kStages * kTileBytes;
-  static constexpr int kSmemBar = kSmemV + kStages * kTileBytes;
-  static constexpr int kNumBars = 1 + 3 * kStages;  // q_full, k_full[s], v_full[s], empty[s]
+  using T = Sm90Tile<kD, kBlockN>;
+  static constexpr int kSmemK = kSmemQ + T::kTileQ;
+  static constexpr int kSmemV = kSmemK + kStages * T::kTileKV;
+  static constexpr int kSmemBar = kSmemV + kStages * T::kTileKV;
+  // q_full, k_full[s], v_full[s], k_empty[s], v_empty[s]: K and V slots are released separately
+  // (K once S is done, V once P V is), so the producer refills K while P V still reads V.
+  static constexpr int kNumBars = 1 + 4 * kStages;
   static constexpr int kBytes = kSmemBar + kNumBars * 8 + 1024;  // + slack to align the base to 1024
   static_assert(kBytes <= 227 * 1024, "shared memory per block");
 };
 constexpr int kConsumerThreads = 256;
 // Register split by setmaxnreg: 128 x 24 (producer) + 256 x 240 (consumers) = 384 x 168, what the
-// CTA holds at launch (sm90::setmaxnreg_split_fits). The consumer
-// loop needs ~200 (O 64 + S 64 + P 32 + addressing); ptxas allocates per branch only when the
-// producer/consumer roles are the two arms of one if/else with setmaxnreg at the top of each
-// (an early-return producer in warpgroup 0 left everything at 168 registers and spilling).
-// A kernel of 288 threads is not an alternative: ptxas rounds wgmma kernels to warpgroups.
+// CTA holds at launch (sm90::setmaxnreg_split_fits). The consumer loop needs ~200 (d = 128: O 64 +
+// S 64 + P 32 + addressing; d = 256: O 128 + S 32 + P 16 + addressing); ptxas allocates per branch
+// only when the producer/consumer roles are the two arms of one if/else with setmaxnreg at the
+// top of each (an early-return producer in warpgroup 0 left everything at 168 registers and
+// spilling). A kernel of 288 threads is not an alternative: ptxas rounds wgmma kernels to warpgroups.
 constexpr int kProducerRegs = 24, kConsumerRegs = 240;
 static_assert(setmaxnreg_split_fits(kThreads, 128, kProducerRegs, kConsumerRegs), "register split");
 
@@ -112,18 +136,59 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t da, uint64_t d
       : "l"(da), "l"(db), "r"(scale_d));
 }
 
-template <bool kOverlap, bool kPingPong, int kStages>
+// D[64 x 80] (+)= A[64 x 16] * B[16 x 80], A and B from shared memory, both K-major (d = 256's S).
+__device__ __forceinline__ void wgmma_ss(float (&d)[40], uint64_t da, uint64_t db, int scale_d) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %42, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17,"
+      " %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33,"
+      " %34, %35, %36, %37, %38, %39}, %40, %41, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
+        "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
+      : "l"(da), "l"(db), "r"(scale_d));
+}
+// D[64 x 64] (+)= A[64 x 16] * B[16 x 64], A and B from shared memory, both K-major (d = 256's S).
+__device__ __forceinline__ void wgmma_ss(float (&d)[32], uint64_t da, uint64_t db, int scale_d) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17,"
+      " %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31])
+      : "l"(da), "l"(db), "r"(scale_d));
+}
+
+template <int kD, int kBlockN, bool kOverlap, bool kPingPong, int kStages>
 __global__ void __launch_bounds__(kThreads, 1)
     attn_prefill_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                              const __grid_constant__ CUtensorMap tm_v, const Sm90Args a) {
   extern __shared__ uint8_t smem_raw[];
   const uint32_t base = (mma::smem_u32(smem_raw) + 1023u) & ~1023u;
-  using L = Sm90Smem<kStages>;
-  const uint32_t sQ = base + kSmemQ, sK = base + kSmemK, sV = base + L::kSmemV;
+  using L = Sm90Smem<kD, kBlockN, kStages>;
+  using T = Sm90Tile<kD, kBlockN>;
+  constexpr int kPanelQ = T::kPanelQ, kPanelKV = T::kPanelKV, kTileKV = T::kTileKV;
+  constexpr int kSN = kBlockN / 2;  // S accumulator registers per thread ([64 x kBlockN] fp32)
+  const uint32_t sQ = base + kSmemQ, sK = base + L::kSmemK, sV = base + L::kSmemV;
   const uint32_t bar_q = base + L::kSmemBar;
   auto bar_k = [&](int s) { return base + L::kSmemBar + 8u * (1 + s); };
   auto bar_v = [&](int s) { return base + L::kSmemBar + 8u * (1 + kStages + s); };
-  auto bar_e = [&](int s) { return base + L::kSmemBar + 8u * (1 + 2 * kStages + s); };
+  auto bar_ek = [&](int s) { return base + L::kSmemBar + 8u * (1 + 2 * kStages + s); };
+  auto bar_ev = [&](int s) { return base + L::kSmemBar + 8u * (1 + 3 * kStages + s); };
 
   const int h = blockIdx.x;
   const int64_t m0 = int64_t(a.n_mblocks - 1 - int(blockIdx.y)) * kBlockM;  // heaviest first
@@ -140,7 +205,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int s = 0; s < kStages; ++s) {
       mbar_init(bar_k(s), 1);
       mbar_init(bar_v(s), 1);
-      mbar_init(bar_e(s), kConsumerThreads);
+      mbar_init(bar_ek(s), kConsumerThreads);
+      mbar_init(bar_ev(s), kConsumerThreads);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -150,20 +216,24 @@ __global__ void __launch_bounds__(kThreads, 1)
     // ---------------- producer ----------------
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
     if (tid == kConsumerThreads) {
-      mbar_expect_tx(bar_q, kTileBytes);
-      tma_load_3d(sQ, &tm_q, bar_q, 0, h, int(m0));
-      tma_load_3d(sQ + kHalfBytes, &tm_q, bar_q, 64, h, int(m0));
+      mbar_expect_tx(bar_q, T::kTileQ);
+#pragma unroll
+      for (int pn = 0; pn < T::kPanels; ++pn) tma_load_3d(sQ + pn * kPanelQ, &tm_q, bar_q, 64 * pn, h, int(m0));
       for (int t = 0; t < n_tiles; ++t) {
         const int s = t % kStages;
-        if (t >= kStages) mbar_wait(bar_e(s), ((t / kStages) & 1) ^ 1);
+        const uint32_t empty_par = ((t / kStages) & 1) ^ 1;
         const int n0 = t * kBlockN;
         const int row0 = a.page_table ? a.page_table[n0 / a.page_size] * a.page_size + n0 % a.page_size : n0;
-        mbar_expect_tx(bar_k(s), kTileBytes);
-        tma_load_3d(sK + s * kTileBytes, &tm_k, bar_k(s), 0, kvh, row0);
-        tma_load_3d(sK + s * kTileBytes + kHalfBytes, &tm_k, bar_k(s), 64, kvh, row0);
-        mbar_expect_tx(bar_v(s), kTileBytes);
-        tma_load_3d(sV + s * kTileBytes, &tm_v, bar_v(s), 0, kvh, row0);
-        tma_load_3d(sV + s * kTileBytes + kHalfBytes, &tm_v, bar_v(s), 64, kvh, row0);
+        if (t >= kStages) mbar_wait(bar_ek(s), empty_par);
+        mbar_expect_tx(bar_k(s), kTileKV);
+#pragma unroll
+        for (int pn = 0; pn < T::kPanels; ++pn)
+          tma_load_3d(sK + s * kTileKV + pn * kPanelKV, &tm_k, bar_k(s), 64 * pn, kvh, row0);
+        if (t >= kStages) mbar_wait(bar_ev(s), empty_par);
+        mbar_expect_tx(bar_v(s), kTileKV);
+#pragma unroll
+        for (int pn = 0; pn < T::kPanels; ++pn)
+          tma_load_3d(sV + s * kTileKV + pn * kPanelKV, &tm_v, bar_v(s), 64 * pn, kvh, row0);
       }
     }
   } else {
@@ -177,40 +247,49 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t vis0 = a.q_pos0 + row0;
   const int64_t cw_first_row = m0 + 64 * cw;
 
-  float o[64];
+  float o[T::kParts][64];  // O columns 128*part .. 128*part + 127
 #pragma unroll
-  for (int i = 0; i < 64; ++i) o[i] = 0.f;
+  for (int part = 0; part < T::kParts; ++part)
+#pragma unroll
+    for (int i = 0; i < 64; ++i) o[part][i] = 0.f;
+  auto fence_o = [&] {
+#pragma unroll
+    for (int part = 0; part < T::kParts; ++part) fence_regs(o[part]);
+  };
   // Running row max of the raw scores (rows g, g+8) and this thread's partial row sums.
   float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.f, 0.f};
 
-  const uint32_t q_rows = sQ + uint32_t(cw) * 64u * 128u;  // this warpgroup's 64 rows in each half
-  auto issue_s = [&](float (&sc)[64], uint32_t k_tile) {     // S = Q K^T, async
+  const uint32_t q_rows = sQ + uint32_t(cw) * 64u * 128u;  // this warpgroup's 64 rows in each panel
+  auto issue_s = [&](float (&sc)[kSN], uint32_t k_tile) {     // S = Q K^T, async
     fence_regs(sc);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      const uint32_t off = (kk / 4) * kHalfBytes + (kk % 4) * 32;  // 16 dims = 32 bytes of a 128-byte row
-      wgmma_ss(sc, desc_sw128(q_rows + off, 16), desc_sw128(k_tile + off, 16), kk > 0);
+    for (int kk = 0; kk < kD / 16; ++kk) {  // 16 dims = 32 bytes of a 128-byte panel row
+      const uint32_t off_q = (kk / 4) * kPanelQ + (kk % 4) * 32, off_k = (kk / 4) * kPanelKV + (kk % 4) * 32;
+      wgmma_ss(sc, desc_sw128(q_rows + off_q, 16), desc_sw128(k_tile + off_k, 16), kk > 0);
     }
     wgmma_commit();
   };
   // O += P V, async. The caller fences o and p first, before any wgmma of the stage is in
   // flight: register moves between in-flight wgmmas make ptxas serialise them (C7513).
-  auto issue_pv = [&](uint32_t (&p)[8][4], uint32_t v_tile) {
+  // Part i of O reads V's panels 2i and 2i+1 (LBO: the stride between the two).
+  auto issue_pv = [&](uint32_t (&p)[kBlockN / 16][4], uint32_t v_tile) {
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk)  // 16 keys = 16 rows of 128 B = 2048 B per step
-      wgmma_rs_tb(o, p[kk], desc_sw128(v_tile + kk * 2048, kHalfBytes));
+#pragma unroll
+      for (int part = 0; part < T::kParts; ++part)
+        wgmma_rs_tb(o[part], p[kk], desc_sw128(v_tile + 2 * part * kPanelKV + kk * 2048, kPanelKV));
     wgmma_commit();
   };
   // Online softmax of tile t, in place: mask, new row max, S <- exp2(S*scale*log2e - m*scale*log2e),
   // l updated; corr = the factor O must be multiplied by.
-  auto softmax = [&](float (&sc)[64], int t, float (&corr)[2]) {
+  auto softmax = [&](float (&sc)[kSN], int t, float (&corr)[2]) {
     const int64_t n0 = int64_t(t) * kBlockN;
     const bool need_mask = (n0 + kBlockN > a.n_kv) || (a.causal && n0 + kBlockN - 1 > a.q_pos0 + cw_first_row);
     if (need_mask) {
 #pragma unroll
-      for (int j = 0; j < 16; ++j)
+      for (int j = 0; j < kBlockN / 8; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int64_t key = n0 + 8 * j + 2 * tq + (e & 1);
@@ -221,7 +300,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int r = 0; r < 2; ++r) {
       float mx = -INFINITY;
 #pragma unroll
-      for (int j = 0; j < 16; ++j) mx = fmaxf(mx, fmaxf(sc[4 * j + 2 * r], sc[4 * j + 2 * r + 1]));
+      for (int j = 0; j < kBlockN / 8; ++j) mx = fmaxf(mx, fmaxf(sc[4 * j + 2 * r], sc[4 * j + 2 * r + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float m_new = fmaxf(m_r[r], mx);
@@ -231,7 +310,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const float ms = m_use * a.scale_log2;
       float sum = 0.f;
 #pragma unroll
-      for (int j = 0; j < 16; ++j) {
+      for (int j = 0; j < kBlockN / 8; ++j) {
         sc[4 * j + 2 * r] = fast_exp2(fmaf(sc[4 * j + 2 * r], a.scale_log2, -ms));
         sc[4 * j + 2 * r + 1] = fast_exp2(fmaf(sc[4 * j + 2 * r + 1], a.scale_log2, -ms));
         sum += sc[4 * j + 2 * r] + sc[4 * j + 2 * r + 1];
@@ -239,9 +318,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       l_r[r] = l_r[r] * corr[r] + sum;
     }
   };
-  auto to_p = [&](const float (&sc)[64], uint32_t (&p)[8][4]) {  // P as bf16 register-A fragments
+  auto to_p = [&](const float (&sc)[kSN], uint32_t (&p)[kBlockN / 16][4]) {  // P as bf16 register-A fragments
 #pragma unroll
-    for (int kk = 0; kk < 8; ++kk) {
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
       p[kk][0] = mma::pack_bf16(sc[8 * kk + 0], sc[8 * kk + 1]);
       p[kk][1] = mma::pack_bf16(sc[8 * kk + 2], sc[8 * kk + 3]);
       p[kk][2] = mma::pack_bf16(sc[8 * kk + 4], sc[8 * kk + 5]);
@@ -250,12 +329,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   auto rescale_o = [&](const float (&corr)[2]) {
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      o[4 * j + 0] *= corr[0];
-      o[4 * j + 1] *= corr[0];
-      o[4 * j + 2] *= corr[1];
-      o[4 * j + 3] *= corr[1];
-    }
+    for (int part = 0; part < T::kParts; ++part)
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        o[part][4 * j + 0] *= corr[0];
+        o[part][4 * j + 1] *= corr[0];
+        o[part][4 * j + 2] *= corr[1];
+        o[part][4 * j + 3] *= corr[1];
+      }
   };
 
   // Paged KV: pool rows past n_kv in the last page are not ours and may hold anything (NaN
@@ -266,9 +347,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int64_t n0 = int64_t(t) * kBlockN;
     if (!a.page_table || n0 + kBlockN <= a.n_kv) return;
     const int valid = int(a.n_kv - n0);
-    for (int i = ltid; i < 2 * (kBlockN - valid) * 8; i += 128) {  // 16-byte chunks, both halves
-      const int half = i / ((kBlockN - valid) * 8), rem = i % ((kBlockN - valid) * 8);
-      const uint32_t addr = v_tile + half * kHalfBytes + (valid + rem / 8) * 128 + (rem % 8) * 16;
+    for (int i = ltid; i < T::kPanels * (kBlockN - valid) * 8; i += 128) {  // 16-byte chunks, every panel
+      const int panel = i / ((kBlockN - valid) * 8), rem = i % ((kBlockN - valid) * 8);
+      const uint32_t addr = v_tile + panel * kPanelKV + (valid + rem / 8) * 128 + (rem % 8) * 16;
       asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(addr), "r"(0u) : "memory");
     }
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -282,13 +363,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     // P is rebuilt from the exponentiated S only after the previous P V has completed, so one P
     // buffer suffices (o 64 + S 64 + P 32 registers live); register moves of P next to in-flight
     // wgmmas would make ptxas serialise them (C7513).
-    uint32_t p[8][4];
+    uint32_t p[kBlockN / 16][4];
     float corr[2];
     {
-      float sc[64];
+      float sc[kSN];
       mbar_wait(bar_k(0), 0);
       issue_s(sc, sK);
       wgmma_wait<0>();
+      mbar_arrive(bar_ek(0));  // K(0) no longer read by this thread
       fence_regs(sc);
       softmax(sc, 0, corr);  // O is still zero: no rescale
       to_p(sc, p);
@@ -300,64 +382,66 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (kPingPong && cw == 1 && n_tiles > 1) named_arrive(1);
     for (int t = 1; t < n_tiles; ++t) {
       const int s = t % kStages, sp = (t - 1) % kStages;
-      float sc[64];
-      fence_regs(o);
+      float sc[kSN];
+      fence_o();
       fence_p(p);
       mbar_wait(bar_k(s), (t / kStages) & 1);
       mbar_wait(bar_v(sp), ((t - 1) / kStages) & 1);
-      fix_v_tail(t - 1, sV + sp * kTileBytes);
+      fix_v_tail(t - 1, sV + sp * kTileKV);
       if (kPingPong) named_sync(my_bar);
-      issue_s(sc, sK + s * kTileBytes);
-      issue_pv(p, sV + sp * kTileBytes);
+      issue_s(sc, sK + s * kTileKV);
+      issue_pv(p, sV + sp * kTileKV);
       if (kPingPong && (cw == 0 || t + 1 < n_tiles)) named_arrive(other_bar);
       wgmma_wait<1>();  // S(t) done; P(t-1) V(t-1) may still run
+      mbar_arrive(bar_ek(s));
       fence_regs(sc);
       softmax(sc, t, corr);
       wgmma_wait<0>();
-      fence_regs(o);
+      fence_o();
       fence_p(p);
-      mbar_arrive(bar_e(sp));  // K(t-1) and V(t-1) no longer read by this thread
+      mbar_arrive(bar_ev(sp));  // V(t-1) no longer read by this thread
       rescale_o(corr);
       to_p(sc, p);
     }
     const int sl = (n_tiles - 1) % kStages;
-    fence_regs(o);
+    fence_o();
     fence_p(p);
     mbar_wait(bar_v(sl), ((n_tiles - 1) / kStages) & 1);
-    fix_v_tail(n_tiles - 1, sV + sl * kTileBytes);
-    issue_pv(p, sV + sl * kTileBytes);
+    fix_v_tail(n_tiles - 1, sV + sl * kTileKV);
+    issue_pv(p, sV + sl * kTileKV);
     wgmma_wait<0>();
-    fence_regs(o);
+    fence_o();
     fence_p(p);
-    mbar_arrive(bar_e(sl));
+    mbar_arrive(bar_ev(sl));
   } else {
     for (int t = 0; t < n_tiles; ++t) {
       const int s = t % kStages;
       const uint32_t par = (t / kStages) & 1;
-      float sc[64];
-      uint32_t p[8][4];
+      float sc[kSN];
+      uint32_t p[kBlockN / 16][4];
       float corr[2];
       mbar_wait(bar_k(s), par);
-      issue_s(sc, sK + s * kTileBytes);
+      issue_s(sc, sK + s * kTileKV);
       wgmma_wait<0>();
+      mbar_arrive(bar_ek(s));  // this thread no longer reads K of stage s
       fence_regs(sc);
       softmax(sc, t, corr);
       to_p(sc, p);
       rescale_o(corr);
-      fence_regs(o);
+      fence_o();
       fence_p(p);
       mbar_wait(bar_v(s), par);
-      fix_v_tail(t, sV + s * kTileBytes);
-      issue_pv(p, sV + s * kTileBytes);
+      fix_v_tail(t, sV + s * kTileKV);
+      issue_pv(p, sV + s * kTileKV);
       wgmma_wait<0>();
-      fence_regs(o);
+      fence_o();
       fence_p(p);
-      mbar_arrive(bar_e(s));  // this thread no longer reads stage s
+      mbar_arrive(bar_ev(s));  // nor V
     }
   }
 
   // Epilogue: normalise and store straight from the accumulator layout (4-byte stores).
-  store_o_lse(o, l_r, m_r, row0, tq, h, a.n_q, a.n_head, a.scale_log2, a.o, a.lse);
+  store_o_lse_parts<T::kParts>(o, l_r, m_r, row0, tq, h, a.n_q, a.n_head, a.scale_log2, a.o, a.lse);
   }  // consumers
 }
 
@@ -371,40 +455,55 @@ bool attention_prefill_sm90_supported(const PrefillParams& p) {
     cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
     return major == 9 && minor == 0;
   }();
-  return hopper && p.head_dim == kD && p.window == 0 && p.n_kv > 0 && p.n_q > 0 && p.n_q <= 0x7fffffff && p.n_kv <= 0x7fffffff &&
-         (!p.page_table || (p.page_size > 0 && p.page_size % kBlockN == 0 && p.kv_pool_rows > 0 &&
+  if (p.head_dim != 128 && p.head_dim != 256) return false;
+  const int page_keys = p.head_dim == 128 ? 128 : 64;  // the tile of paged KV
+  return hopper && p.window == 0 && p.n_kv > 0 && p.n_q > 0 && p.n_q <= 0x7fffffff && p.n_kv <= 0x7fffffff &&
+         (!p.page_table || (p.page_size > 0 && p.page_size % page_keys == 0 && p.kv_pool_rows > 0 &&
                             p.kv_pool_rows <= 0x7fffffff));
 }
 
+int sm90_max_stages(int head_dim) { return head_dim == 256 ? 2 : 3; }
+
 using Sm90Kernel = void (*)(const CUtensorMap, const CUtensorMap, const CUtensorMap, const Sm90Args);
 
-template <bool kOverlap, bool kPingPong, int kStages>
+template <int kD, int kBlockN, bool kOverlap, bool kPingPong, int kStages>
 std::pair<Sm90Kernel, int> sm90_entry() {
-  Sm90Kernel k = attn_prefill_sm90_kernel<kOverlap, kPingPong, kStages>;
-  const int smem = Sm90Smem<kStages>::kBytes;
+  Sm90Kernel k = attn_prefill_sm90_kernel<kD, kBlockN, kOverlap, kPingPong, kStages>;
+  const int smem = Sm90Smem<kD, kBlockN, kStages>::kBytes;
   static const cudaError_t err =
-      cudaFuncSetAttribute(attn_prefill_sm90_kernel<kOverlap, kPingPong, kStages>,
+      cudaFuncSetAttribute(attn_prefill_sm90_kernel<kD, kBlockN, kOverlap, kPingPong, kStages>,
                            cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  LC_CUDA_CHECK(err, "attn_prefill_sm90_kernel<%d,%d,%d>: raising dynamic shared memory to %d bytes", int(kOverlap),
-                int(kPingPong), kStages, smem);
+  LC_CUDA_CHECK(err, "attn_prefill_sm90_kernel<d=%d,n=%d,%d,%d,%d>: raising dynamic shared memory to %d bytes", kD,
+                kBlockN, int(kOverlap), int(kPingPong), kStages, smem);
   return {k, smem};
 }
+template <int kD, int kBlockN, int kStages>
+std::pair<Sm90Kernel, int> sm90_entry(int mode) {
+  return mode == 0   ? sm90_entry<kD, kBlockN, false, false, kStages>()
+         : mode == 1 ? sm90_entry<kD, kBlockN, true, false, kStages>()
+                     : sm90_entry<kD, kBlockN, true, true, kStages>();
+}
 
-void attention_prefill_sm90(const PrefillParams& p, Stream s, Sm90Variant variant, int stages) {
+void attention_prefill_sm90(const PrefillParams& p, Stream s, Sm90Variant variant, int stages, int block_n) {
   LC_REQUIRE(attention_prefill_sm90_supported(p), "attention_prefill_sm90: unsupported shape (head_dim %d)",
              p.head_dim);
-  LC_REQUIRE(stages == 2 || stages == 3, "attention_prefill_sm90: stages %d (2 or 3)", stages);
+  LC_REQUIRE(stages >= 2 && stages <= sm90_max_stages(p.head_dim),
+             "attention_prefill_sm90: stages %d (2..%d at head_dim %d)", stages, sm90_max_stages(p.head_dim),
+             p.head_dim);
   const int mode = int(variant);
   LC_REQUIRE(mode >= 0 && mode < 3, "attention_prefill_sm90: bad variant %d", mode);
-  std::pair<Sm90Kernel, int> e;
-  if (stages == 2)
-    e = mode == 0 ? sm90_entry<false, false, 2>() : mode == 1 ? sm90_entry<true, false, 2>() : sm90_entry<true, true, 2>();
-  else
-    e = mode == 0 ? sm90_entry<false, false, 3>() : mode == 1 ? sm90_entry<true, false, 3>() : sm90_entry<true, true, 3>();
-  const CUtensorMap tq = make_map(p.q, p.n_q, p.n_head, kBlockM, "attention_prefill_sm90: q");
+  const int d = p.head_dim;
+  if (block_n == 0) block_n = sm90_default_block_n(d, p.page_table != nullptr);
+  LC_REQUIRE(d == 128 ? block_n == 128 : (block_n == 64 || (block_n == 80 && !p.page_table)),
+             "attention_prefill_sm90: %d-key tiles at head_dim %d%s (128 at d 128; 64, or 80 without paging, at d 256)",
+             block_n, d, p.page_table ? " with paged KV" : "");
+  const std::pair<Sm90Kernel, int> e = d == 256 ? (block_n == 80 ? sm90_entry<256, 80, 2>(mode) : sm90_entry<256, 64, 2>(mode))
+                                       : stages == 2 ? sm90_entry<128, 128, 2>(mode)
+                                                     : sm90_entry<128, 128, 3>(mode);
+  const CUtensorMap tq = make_map(p.q, p.n_q, p.n_head, kBlockM, "attention_prefill_sm90: q", d);
   const int64_t kv_rows = p.page_table ? p.kv_pool_rows : p.n_kv;
-  const CUtensorMap tk = make_map(p.k, kv_rows, p.n_kv_head, kBlockN, "attention_prefill_sm90: k");
-  const CUtensorMap tv = make_map(p.v, kv_rows, p.n_kv_head, kBlockN, "attention_prefill_sm90: v");
+  const CUtensorMap tk = make_map(p.k, kv_rows, p.n_kv_head, block_n, "attention_prefill_sm90: k", d);
+  const CUtensorMap tv = make_map(p.v, kv_rows, p.n_kv_head, block_n, "attention_prefill_sm90: v", d);
   Sm90Args a{};
   a.o = static_cast<bf16*>(p.o);
   a.lse = p.lse;
@@ -414,15 +513,16 @@ void attention_prefill_sm90(const PrefillParams& p, Stream s, Sm90Variant varian
   a.n_head = p.n_head;
   a.group = p.n_head / p.n_kv_head;
   a.n_mblocks = int((p.n_q + kBlockM - 1) / kBlockM);
-  const float scale = p.scale > 0.f ? p.scale : 1.f / std::sqrt(float(kD));
+  const float scale = p.scale > 0.f ? p.scale : 1.f / std::sqrt(float(d));
   a.scale_log2 = scale * kLog2e;
   a.causal = p.causal;
   a.page_table = p.page_table;
   a.page_size = p.page_size;
   const dim3 grid(p.n_head, a.n_mblocks);
   e.first<<<grid, kThreads, e.second, static_cast<cudaStream_t>(s)>>>(tq, tk, tv, a);
-  LC_LAUNCH_CHECK("attn_prefill_sm90_kernel<variant=%d,stages=%d> n_q=%lld n_kv=%lld q_pos0=%lld heads=%d/%d grid=(%d,%d)",
-                  mode, stages, (long long)p.n_q, (long long)p.n_kv, (long long)p.q_pos0, p.n_head, p.n_kv_head, grid.x, grid.y);
+  LC_LAUNCH_CHECK("attn_prefill_sm90_kernel<d=%d,n=%d,variant=%d,stages=%d> n_q=%lld n_kv=%lld q_pos0=%lld heads=%d/%d grid=(%d,%d)",
+                  d, block_n, mode, stages, (long long)p.n_q, (long long)p.n_kv, (long long)p.q_pos0, p.n_head, p.n_kv_head,
+                  grid.x, grid.y);
 }
 
 }  // namespace longctx::cuda

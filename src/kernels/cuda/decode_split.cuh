@@ -9,9 +9,10 @@
 // (template parameter Keys, described at DecodeArgs): dense decode walks a sequence's keys in
 // order, sparse decode walks a gathered list of pool rows. Everything else is this file's, once.
 // How: the unit's query heads (<= 16) form the 16 rows of one mma tile, so every K/V byte is read
-// once for all heads that share it. Tiles stream through a cp.async pipeline; each of the 4 warps
-// owns 16 keys of a tile and keeps its own online-softmax state (mma.sync m16n8k16). The warps'
-// states are combined through shared memory. fp8 e4m3 tiles are widened to fp16 in shared memory.
+// once for all heads that share it. Tiles stream through a cp.async pipeline; each of 4 key groups
+// owns 16 keys of a tile and keeps its own online-softmax state (mma.sync m16n8k16): one warp per
+// group, two at head_dim 256 (each accumulating half of O's columns; DecodeTile says why). The
+// groups' states are combined through shared memory. fp8 e4m3 tiles are widened to fp16 in shared memory.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -36,10 +37,18 @@ constexpr int kMaxGroup = 16;  // query heads per CTA that fit one m16 tile
 
 template <int D, bool kFp8>
 struct DecodeTile {
-  static constexpr int kWarps = 4;
+  // 4 key groups of 16 keys each. d = 256: two warps per key group, each accumulating P V over
+  // half of the head dim (both compute the group's S): 8 warps per CTA instead of 4 and 64 O
+  // registers per thread instead of 128. One CTA fits an SM at d = 256 (the ring is 192 KB), and
+  // with 4 warps the SM had one warp per scheduler: every ldmatrix -> mma and cp.async wait was
+  // exposed (69% of copy bandwidth at 128K keys on an H200, bf16 and fp8 alike).
+  static constexpr int kKeyGroups = 4;
+  static constexpr int kDimSplit = D == 256 ? 2 : 1;
+  static constexpr int kDw = D / kDimSplit;              // O columns per warp
+  static constexpr int kWarps = kKeyGroups * kDimSplit;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kKeysPerWarp = 16;
-  static constexpr int kBlockN = kWarps * kKeysPerWarp;  // keys per pipeline stage
+  static constexpr int kBlockN = kKeyGroups * kKeysPerWarp;  // keys per pipeline stage
   // bf16: 3 stages, 2 tiles in flight while one computes (~64 KB/CTA at d=128), 2 CTAs/SM.
   // fp8: 2 stages leave room for 3 CTAs/SM (64 KB each with the fp16 widening tiles).
   static constexpr int kStages = kFp8 ? 2 : 3;
@@ -49,7 +58,7 @@ struct DecodeTile {
   static constexpr int kSmemPipe = 2 * kStages * kSmemKV;
   // fp8: each tile is widened to fp16 (same swizzled layout as bf16) before ldmatrix.
   static constexpr int kSmemConv = kFp8 ? 2 * kBlockN * D * 2 : 0;
-  static constexpr int kSmemCombine = kWarps * 16 * (D + 2) * 4;  // per-warp O [16][D] + max, sum
+  static constexpr int kSmemCombine = kKeyGroups * 16 * (D + 2) * 4;  // per-group O [16][D] + max, sum
   static constexpr int kSmemMerge = kMaxGroup * 512 * 4 + 2 * kMaxGroup * 4;  // split weights
   static constexpr int kSmem = std::max({kSmemPipe + kSmemConv, kSmemCombine, kSmemMerge});
 };
@@ -97,6 +106,8 @@ __global__ void __launch_bounds__(DecodeTile<D, kFp8>::kThreads)
   const int split = blockIdx.x, unit = blockIdx.y, b = blockIdx.z;
   const int h0 = unit * a.cta_heads, kvh = h0 / a.group;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  // Warp = (key group: 16 keys of each tile, dim part: O columns col0 .. col0 + kDw - 1).
+  const int key_group = warp % T::kKeyGroups, col0 = (warp / T::kKeyGroups) * T::kDw;
   const int g = lane >> 2, tq = lane & 3;
   const int64_t n_kv = keys.n_keys(b, h0);  // keys of this CTA's rows
   // Sliding window: keys [key_lo, n_kv), streamed from the tile holding key_lo.
@@ -164,9 +175,9 @@ __global__ void __launch_bounds__(DecodeTile<D, kFp8>::kThreads)
     }
   }
 
-  float oacc[D / 8][4];
+  float oacc[T::kDw / 8][4];  // O columns col0 .. col0 + kDw - 1 of the 16 rows
 #pragma unroll
-  for (int i = 0; i < D / 8; ++i) oacc[i][0] = oacc[i][1] = oacc[i][2] = oacc[i][3] = 0.f;
+  for (int i = 0; i < T::kDw / 8; ++i) oacc[i][0] = oacc[i][1] = oacc[i][2] = oacc[i][3] = 0.f;
   float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.f, 0.f};
 
   for (int i = 0; i < n_tiles; ++i) {
@@ -203,7 +214,7 @@ __global__ void __launch_bounds__(DecodeTile<D, kFp8>::kThreads)
       kbase = sKc;
       vbase = sVc;
     }
-    const int kr = warp * T::kKeysPerWarp;  // this warp's 16 keys within the tile
+    const int kr = key_group * T::kKeysPerWarp;  // this warp's 16 keys within the tile
     float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
@@ -228,15 +239,15 @@ __global__ void __launch_bounds__(DecodeTile<D, kFp8>::kThreads)
         if (need_mask && (key >= n_kv || key < key_lo)) x = -INFINITY;
         s[nt][e] = x;
       }
-    fa2::softmax_update<D>(s, m_r, l_r, oacc);
+    fa2::softmax_update<T::kDw>(s, m_r, l_r, oacc);
     auto pack = [](float x, float y) { return kFp8 ? pack_f16(x, y) : pack_bf16(x, y); };
     const uint32_t pa[4] = {pack(s[0][0], s[0][1]), pack(s[0][2], s[0][3]), pack(s[1][0], s[1][1]),
                             pack(s[1][2], s[1][3])};
 #pragma unroll
-    for (int dp = 0; dp < D / 16; ++dp) {
+    for (int dp = 0; dp < T::kDw / 16; ++dp) {
       uint32_t b0, b1, b2, b3;
-      ldmatrix_x4_trans(vbase + swz<D>(kr + (lane & 7) + ((lane >> 3) & 1) * 8, 2 * dp + (lane >> 4)), b0, b1, b2,
-                        b3);
+      ldmatrix_x4_trans(vbase + swz<D>(kr + (lane & 7) + ((lane >> 3) & 1) * 8, col0 / 8 + 2 * dp + (lane >> 4)), b0,
+                        b1, b2, b3);
       if constexpr (kFp8) {
         mma_f16_16816(oacc[2 * dp], pa, b0, b1);
         mma_f16_16816(oacc[2 * dp + 1], pa, b2, b3);
@@ -250,10 +261,11 @@ __global__ void __launch_bounds__(DecodeTile<D, kFp8>::kThreads)
   cp_async_wait<0>();
   __syncthreads();
 
-  // Combine the 4 warps' states: sO [warp][16][D] unnormalised, sM/sL [warp][16].
+  // Combine the 4 key groups' states: sO [group][16][D] unnormalised (each warp writes its
+  // columns), sM/sL [group][16] (the group's warps hold the same m and l).
   float* sO = reinterpret_cast<float*>(smem);
-  float* sM = sO + T::kWarps * 16 * D;
-  float* sL = sM + T::kWarps * 16;
+  float* sM = sO + T::kKeyGroups * 16 * D;
+  float* sL = sM + T::kKeyGroups * 16;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float l = l_r[r];
@@ -262,30 +274,30 @@ __global__ void __launch_bounds__(DecodeTile<D, kFp8>::kThreads)
     l_r[r] = l;
   }
 #pragma unroll
-  for (int dt = 0; dt < D / 8; ++dt) {
-    float* row_lo = sO + (warp * 16 + g) * D + dt * 8 + 2 * tq;
+  for (int dt = 0; dt < T::kDw / 8; ++dt) {
+    float* row_lo = sO + (key_group * 16 + g) * D + col0 + dt * 8 + 2 * tq;
     float* row_hi = row_lo + 8 * D;
     row_lo[0] = oacc[dt][0];
     row_lo[1] = oacc[dt][1];
     row_hi[0] = oacc[dt][2];
     row_hi[1] = oacc[dt][3];
   }
-  if (tq == 0) {
-    sM[warp * 16 + g] = m_r[0];
-    sL[warp * 16 + g] = l_r[0];
-    sM[warp * 16 + g + 8] = m_r[1];
-    sL[warp * 16 + g + 8] = l_r[1];
+  if (tq == 0 && col0 == 0) {
+    sM[key_group * 16 + g] = m_r[0];
+    sL[key_group * 16 + g] = l_r[0];
+    sM[key_group * 16 + g + 8] = m_r[1];
+    sL[key_group * 16 + g + 8] = l_r[1];
   }
   __syncthreads();
   for (int idx = tid; idx < a.cta_heads * D; idx += T::kThreads) {
     const int r = idx / D, d = idx % D;
     float M = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < T::kWarps; ++w) M = fmaxf(M, sM[w * 16 + r]);
+    for (int w = 0; w < T::kKeyGroups; ++w) M = fmaxf(M, sM[w * 16 + r]);
     float L = 0.f, acc = 0.f;
     if (M != -INFINITY) {
 #pragma unroll
-      for (int w = 0; w < T::kWarps; ++w) {
+      for (int w = 0; w < T::kKeyGroups; ++w) {
         const float wgt = exp2f(sM[w * 16 + r] - M);
         L += sL[w * 16 + r] * wgt;
         acc += sO[(w * 16 + r) * D + d] * wgt;
@@ -364,8 +376,8 @@ int ctas_per_sm() {
   return n;
 }
 
-// Head dims a key source is compiled for: 64 and 128, plus 256 and (bf16 only) 16 and 32 when the
-// source says `static constexpr bool kAllHeadDims = true` (dense decode).
+// Head dims a key source is compiled for: 64, 128 and 256, plus (bf16 only) 16 and 32 when the
+// source says `static constexpr bool kAllHeadDims = true` (dense decode: the tiny test models).
 template <class Keys>
 constexpr bool all_head_dims() {
   if constexpr (requires { Keys::kAllHeadDims; }) return Keys::kAllHeadDims;
@@ -381,8 +393,8 @@ decltype(auto) with_variant(int head_dim, bool fp8, F&& f) {
   using D64 = std::integral_constant<int, 64>;
   using D32 = std::integral_constant<int, 32>;
   using D16 = std::integral_constant<int, 16>;
+  if (head_dim == 256) return fp8 ? f(D256{}, std::true_type{}) : f(D256{}, std::false_type{});
   if constexpr (all_head_dims<Keys>()) {
-    if (head_dim == 256) return fp8 ? f(D256{}, std::true_type{}) : f(D256{}, std::false_type{});
     if (head_dim == 32) return f(D32{}, std::false_type{});
     if (head_dim == 16) return f(D16{}, std::false_type{});
   }

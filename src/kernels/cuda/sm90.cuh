@@ -121,16 +121,10 @@ __device__ __forceinline__ void wgmma_rs_tb(float (&d)[64], const uint32_t (&a)[
 }
 
 // ---- epilogue ----------------------------------------------------------------------------------
-// One consumer warpgroup's 64 rows: the row sums l_r are reduced over the quad, O / l is stored as
-// bf16 straight from the accumulator layout (4-byte stores; thread holds rows row0 and row0 + 8,
-// columns 8j + 2tq, +1) into out [n_q, n_head, 128] at head h, and the natural-log LSE
-// (m in raw-score units, scale_log2 = scale * log2(e)) into lse [n_head, n_q] if given.
-// Rows with no attended key (l = 0) get O = 0 and LSE = -inf.
-__device__ __forceinline__ void store_o_lse(const float (&o)[64], float (&l_r)[2], const float (&m_r)[2], int64_t row0,
-                                            int tq, int h, int64_t n_q, int n_head, float scale_log2,
-                                            __nv_bfloat16* out, float* lse) {
-  constexpr float kLn2f = 0.6931471805599453f;
-  float inv_l[2];
+// One consumer warpgroup's 64 rows; the thread holds rows row0 and row0 + 8, columns 8j + 2tq, +1
+// of each 128-column accumulator part. finish_row_sums reduces the row sums l_r over the quad (in
+// place) and gives 1 / l (0 for a row with no attended key, so its O is 0).
+__device__ __forceinline__ void finish_row_sums(float (&l_r)[2], float (&inv_l)[2]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float l = l_r[r];
@@ -139,20 +133,42 @@ __device__ __forceinline__ void store_o_lse(const float (&o)[64], float (&l_r)[2
     l_r[r] = l;
     inv_l[r] = l > 0.f ? 1.f / l : 0.f;
   }
-  const int64_t ldo = int64_t(n_head) * 128;
+}
+// O / l as bf16 straight from the accumulator layout (4-byte stores) into out [n_q, n_head, kD] at
+// head h (kD = 128 * kParts: part i holds columns 128i..128i+127), and the natural-log LSE (m in
+// raw-score units, scale_log2 = scale * log2(e)) into lse [n_head, n_q] if given; LSE = -inf for
+// a row with no attended key. l_r: the thread's partial row sums (reduced here).
+template <int kParts>
+__device__ __forceinline__ void store_o_lse_parts(const float (&o)[kParts][64], float (&l_r)[2], const float (&m_r)[2],
+                                                  int64_t row0, int tq, int h, int64_t n_q, int n_head,
+                                                  float scale_log2, __nv_bfloat16* out, float* lse) {
+  constexpr float kLn2f = 0.6931471805599453f;
+  constexpr int kD = 128 * kParts;
+  float inv_l[2];
+  finish_row_sums(l_r, inv_l);
+  const int64_t ldo = int64_t(n_head) * kD;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int64_t qi = row0 + 8 * r;
     if (qi < n_q) {
-      __nv_bfloat16* orow = out + qi * ldo + int64_t(h) * 128 + 2 * tq;
+      __nv_bfloat16* orow = out + qi * ldo + int64_t(h) * kD + 2 * tq;
 #pragma unroll
-      for (int j = 0; j < 16; ++j)
-        *reinterpret_cast<uint32_t*>(orow + 8 * j) =
-            mma::pack_bf16(o[4 * j + 2 * r] * inv_l[r], o[4 * j + 2 * r + 1] * inv_l[r]);
+      for (int part = 0; part < kParts; ++part)
+#pragma unroll
+        for (int j = 0; j < 16; ++j)
+          *reinterpret_cast<uint32_t*>(orow + 128 * part + 8 * j) =
+              mma::pack_bf16(o[part][4 * j + 2 * r] * inv_l[r], o[part][4 * j + 2 * r + 1] * inv_l[r]);
       if (lse && tq == 0)
         lse[int64_t(h) * n_q + qi] = l_r[r] > 0.f ? m_r[r] * scale_log2 * kLn2f + logf(l_r[r]) : -INFINITY;
     }
   }
+}
+// The head_dim 128 case with one accumulator (the sparse kernel's).
+__device__ __forceinline__ void store_o_lse(const float (&o)[64], float (&l_r)[2], const float (&m_r)[2], int64_t row0,
+                                            int tq, int h, int64_t n_q, int n_head, float scale_log2,
+                                            __nv_bfloat16* out, float* lse) {
+  store_o_lse_parts<1>(reinterpret_cast<const float(&)[1][64]>(o), l_r, m_r, row0, tq, h, n_q, n_head, scale_log2, out,
+                       lse);
 }
 
 // ---- host: tensor maps through the driver entry point (no libcuda link needed) ---------------
@@ -168,13 +184,14 @@ inline PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
   return fn;
 }
 
-// 3-D map over a token-major [n_tok, n_heads, 128] bf16 tensor; box = box_tokens tokens x 1 head x
-// 64 dims (128-byte rows, 128-byte swizzle: one half of a [tokens][128] tile per copy).
-inline CUtensorMap make_map(const void* ptr, int64_t n_tok, int n_heads, int box_tokens, const char* what) {
-  constexpr int kDim = 128;
+// 3-D map over a token-major [n_tok, n_heads, head_dim] bf16 tensor; box = box_tokens tokens x 1
+// head x 64 dims (128-byte rows, 128-byte swizzle: one 64-dim panel of a [tokens][head_dim] tile
+// per copy).
+inline CUtensorMap make_map(const void* ptr, int64_t n_tok, int n_heads, int box_tokens, const char* what,
+                            int head_dim = 128) {
   CUtensorMap m;
-  const cuuint64_t dims[3] = {cuuint64_t(kDim), cuuint64_t(n_heads), cuuint64_t(n_tok)};
-  const cuuint64_t strides[2] = {cuuint64_t(kDim) * 2, cuuint64_t(n_heads) * kDim * 2};  // bytes, dims 1..2
+  const cuuint64_t dims[3] = {cuuint64_t(head_dim), cuuint64_t(n_heads), cuuint64_t(n_tok)};
+  const cuuint64_t strides[2] = {cuuint64_t(head_dim) * 2, cuuint64_t(n_heads) * head_dim * 2};  // bytes, dims 1..2
   const cuuint32_t box[3] = {64, 1, cuuint32_t(box_tokens)};
   const cuuint32_t estr[3] = {1, 1, 1};
   const CUresult r = encode_fn()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(ptr), dims, strides, box,

@@ -48,16 +48,16 @@ struct DeviceSparseIndex {
 };
 
 struct SparseAttnParams {
-  const void* q = nullptr;  // bf16 [n_q, n_head, 128]
-  const void* k = nullptr;  // bf16 [n_kv, n_kv_head, 128]
-  const void* v = nullptr;  // bf16 [n_kv, n_kv_head, 128]
-  void* o = nullptr;        // bf16 [n_q, n_head, 128]
+  const void* q = nullptr;  // bf16 [n_q, n_head, head_dim]
+  const void* k = nullptr;  // bf16 [n_kv, n_kv_head, head_dim]
+  const void* v = nullptr;  // bf16 [n_kv, n_kv_head, head_dim]
+  void* o = nullptr;        // bf16 [n_q, n_head, head_dim]
   float* lse = nullptr;     // fp32 [n_head, n_q], optional
   int64_t n_q = 0;
   int64_t n_kv = 0;
   int n_head = 0;
   int n_kv_head = 0;
-  int head_dim = 128;       // 128 (Hopper kernel) or 64 (generic kernel, via sparse_attention())
+  int head_dim = 128;       // 128 (Hopper kernel) or 64 / 256 (generic kernel, via sparse_attention())
   int64_t q_pos0 = 0;       // query i sits at position q_pos0 + i
   float scale = 0.f;        // 0 = 1/sqrt(head_dim)
   bool causal = true;
@@ -69,7 +69,7 @@ struct SparseAttnParams {
 size_t sparse_attention_workspace_bytes(const DeviceSparseIndex& index);
 // Runs the plan kernel and the sparse kernel on stream s (asynchronous): the Hopper kernel for
 // head_dim 128 on sm_90, else the generic mma.sync kernel (sparse_attention_generic.h: head_dim
-// 64 or 128, sm_80+; same workspace). Throws Error naming the problem on unsupported shapes or
+// 64, 128 or 256, sm_80+; same workspace). Throws Error naming the problem on unsupported shapes or
 // inconsistent index sizes.
 void sparse_attention(const SparseAttnParams& p, Stream s = nullptr);
 // The Hopper kernel's two halves, for benchmarks: plan once, attend many times (the plan

@@ -1,4 +1,4 @@
-// sparse_attention_generic.cu (cuda): sparse prefill attention for head_dim 64/128 on sm_80+;
+// sparse_attention_generic.cu (cuda): sparse prefill attention for head_dim 64/128/256 on sm_80+;
 // see sparse_attention_generic.h (semantics: sparse_attention.h).
 //
 // Two kernels:
@@ -6,8 +6,9 @@
 //   canonical in the workspace (disjoint merged ranges within the causal frontier; columns
 //   unique and outside them), with counts per row.
 // - attention, FlashAttention-2 style like attention_prefill.cu: CTA = (query head h, 64-row
-//   block b), 4 warps x 16 rows, Q fragments in registers; the CTA walks its canonical lists as
-//   a sequence of 64-key tiles (each merged range cut into tiles from its own start, no
+//   block b), 4 warps x 16 rows, Q fragments in registers (head_dim 256: read from shared memory
+//   per tile, as in attention_prefill.cu: 64 more registers next to O's 128 would spill); the CTA
+//   walks its canonical lists as a sequence of 64-key tiles (each merged range cut into tiles from its own start, no
 //   alignment; then the columns, 64 per tile), K/V rows of each tile cp.async'ed (double
 //   buffered) into the swizzled layout of mma.cuh, with the tile's key positions (-1 = empty
 //   slot) in shared memory for the masks. S = Q K^T and O += P V by mma.sync m16n8k16, online
@@ -41,7 +42,8 @@ struct GTile {
   static constexpr int kWarps = 4;  // 4 x 16 rows = one query block
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kStages = 2;
-  static constexpr int kMinBlocks = D == 64 ? 4 : 2;  // CTAs per SM (caps registers at 128 / 255)
+  // CTAs per SM (caps registers at 128 / 255 / 255); d = 256: the 160 KB of shared memory allow one
+  static constexpr int kMinBlocks = D == 64 ? 4 : D == 128 ? 2 : 1;
   static constexpr int kChunks = D / 8;  // 16-byte chunks per row
   static constexpr int kSmemQ = kBQ * D * 2;
   static constexpr int kSmemKV = kBK * D * 2;  // one K (or V) tile
@@ -146,8 +148,9 @@ __global__ void __launch_bounds__(GTile<D>::kThreads, GTile<D>::kMinBlocks) spar
   cp_async_wait<1>();
   __syncthreads();
 
-  uint32_t qf[D / 16][4];
-  fa2::load_q_frags<D>(qf, sQ, warp, lane);
+  constexpr bool kQInSmem = D >= 256;
+  uint32_t qf[kQInSmem ? 1 : D / 16][4];
+  if constexpr (!kQInSmem) fa2::load_q_frags<D>(qf, sQ, warp, lane);
 
   float oacc[D / 8][4];
 #pragma unroll
@@ -173,7 +176,10 @@ __global__ void __launch_bounds__(GTile<D>::kThreads, GTile<D>::kMinBlocks) spar
     const uint32_t kbase = sK + st * T::kSmemKV, vbase = sV + st * T::kSmemKV;
     const int32_t* keys = s_keys + st * kBK;
     float s[8][4];
-    fa2::qk_tile<D>(s, qf, kbase, lane);
+    if constexpr (kQInSmem)
+      fa2::qk_tile_smem_q<D>(s, sQ, warp, kbase, lane);
+    else
+      fa2::qk_tile<D>(s, qf, kbase, lane);
 
     const int tcnt = s_cnt[st];
     // keys ascend within a tile (range: consecutive; columns: sorted), so keys[63] is the largest
@@ -210,8 +216,8 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 void check_params(const SparseAttnParams& p) {
   const int sm = current_sm();
   LC_REQUIRE(sm >= 80, "sparse_attention_generic: needs an sm_80+ GPU (found sm_%d)", sm);
-  LC_REQUIRE(p.head_dim == 64 || p.head_dim == 128, "sparse_attention_generic: head_dim %d unsupported (64 or 128)",
-             p.head_dim);
+  LC_REQUIRE(p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 256,
+             "sparse_attention_generic: head_dim %d unsupported (64, 128 or 256)", p.head_dim);
   LC_REQUIRE(p.q && p.k && p.v && p.o, "sparse_attention_generic: null q/k/v/o pointer");
   LC_REQUIRE(aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && aligned16(p.o),
              "sparse_attention_generic: q/k/v/o must be 16-byte aligned");
@@ -244,7 +250,9 @@ void sparse_attention_generic_run(const SparseAttnParams& p, Stream s) {
   const int64_t n_cta = int64_t(p.n_head) * p.index.n_qblk;
   LC_REQUIRE(n_cta <= 0x7fffffff, "sparse_attention_generic: %lld CTAs exceed the grid limit", (long long)n_cta);
   auto stream = static_cast<cudaStream_t>(s);
-  if (p.head_dim == 128)
+  if (p.head_dim == 256)
+    launch_main<256>(a, n_cta, stream);
+  else if (p.head_dim == 128)
     launch_main<128>(a, n_cta, stream);
   else
     launch_main<64>(a, n_cta, stream);

@@ -1,5 +1,5 @@
-// sparse_attention_generic.h (cuda): MInference sparse prefill attention for head_dim 64 and 128
-// on any sm_80+ GPU (mma.sync), the portable twin of the Hopper kernel of sparse_attention.h.
+// sparse_attention_generic.h (cuda): MInference sparse prefill attention for head_dim 64, 128 and
+// 256 on any sm_80+ GPU (mma.sync), the portable twin of the Hopper kernel of sparse_attention.h.
 //
 // What: exactly the semantics of sparse_attention.h (same SparseAttnParams / DeviceSparseIndex):
 // per (index head, 64-row query block) the union of its key ranges (sorted by start; may overlap
@@ -8,7 +8,7 @@
 // <= q_pos0 + i), GQA via n_head / n_kv_head, query head h uses index head
 // h / (n_head / n_index_head). Rows with no attended key get O = 0, LSE = -inf.
 // bf16 q/k/v/o, fp32 accumulation, LSE (natural log of the scaled scores) optional.
-// head_dim 64 or 128; p.scale 0 = 1/sqrt(head_dim); q/k/v/o 16-byte aligned.
+// head_dim 64, 128 or 256; p.scale 0 = 1/sqrt(head_dim); q/k/v/o 16-byte aligned.
 //
 // How (sparse_attention_generic.cu): a plan kernel (one warp per index row) writes each block's
 // canonical lists (merged disjoint ranges clipped to the block's causal frontier; unique columns
@@ -32,7 +32,7 @@ namespace longctx::cuda {
 size_t sparse_attention_generic_workspace_bytes(const DeviceSparseIndex& index);
 
 // Plan + attention on stream s (asynchronous). Throws Error naming the problem on unsupported
-// shapes (head_dim not 64/128, GPU below sm_80, inconsistent index sizes, small workspace).
+// shapes (head_dim not 64/128/256, GPU below sm_80, inconsistent index sizes, small workspace).
 void sparse_attention_generic(const SparseAttnParams& p, Stream s = nullptr);
 
 // The two halves, for benchmarks: the plan depends only on the index and the shape

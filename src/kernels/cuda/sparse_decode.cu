@@ -301,8 +301,8 @@ void check_sparse_decode(const SparseDecodeParams& p) {
   LC_REQUIRE(kv.on_device && ix.on_device, "sparse_decode: the KvView and the DecodeIndex must be device views");
   LC_REQUIRE(kv.elem == KvElem::bf16 || (kv.elem == KvElem::fp8_e4m3 && kv.k_scale > 0.f && kv.v_scale > 0.f),
              "sparse_decode: KV element %d unsupported (bf16, or fp8_e4m3 with positive scales)", int(kv.elem));
-  LC_REQUIRE(kv.head_dim == 64 || kv.head_dim == 128, "sparse_decode: head_dim %d unsupported (64 or 128)",
-             kv.head_dim);
+  LC_REQUIRE(kv.head_dim == 64 || kv.head_dim == 128 || kv.head_dim == 256,
+             "sparse_decode: head_dim %d unsupported (64, 128 or 256)", kv.head_dim);
   LC_REQUIRE(p.n_head > 0 && kv.n_kv_head > 0 && p.n_head % kv.n_kv_head == 0 && p.n_head / kv.n_kv_head <= kMaxGroup,
              "sparse_decode: n_head %d / n_kv_head %d must be a positive integer <= %d", p.n_head, kv.n_kv_head,
              kMaxGroup);

@@ -9,7 +9,7 @@
 //   q   bf16 [n_seq, n_head, head_dim]      one query token per sequence
 //   o   bf16 [n_seq, n_head, head_dim]
 //   lse fp32 [n_seq, n_head] (optional)    natural-log log-sum-exp of the scaled scores
-// head_dim 64 or 128 (kv.head_dim); n_head / kv.n_kv_head <= 16.
+// head_dim 64, 128 or 256 (kv.head_dim); n_head / kv.n_kv_head <= 16.
 //
 // How (flash-decoding over a gathered key list, no host syncs, so one step can be captured in a
 // CUDA graph and replayed while the index contents and kv.seq_lens change):
