@@ -13,23 +13,12 @@
 
 #include "kernels/cuda/sparse_decode.h"
 #include "methods/a_shape/a_shape_index.h"
+#include "methods/gpu_carve.h"
 #include "util/error.h"
 
 namespace longctx {
 
 namespace {
-
-size_t align_up(size_t n) { return (n + kAShapeAlign - 1) / kAShapeAlign * kAShapeAlign; }
-
-// Sub-buffers of one device block, each starting aligned: take(bytes) returns its offset.
-struct Carve {
-  size_t off = 0;
-  size_t take(size_t bytes) {
-    const size_t at = off;
-    off = align_up(off + bytes);
-    return at;
-  }
-};
 
 class AShapeGpu final : public GpuMethod {
  public:

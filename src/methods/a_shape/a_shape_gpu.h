@@ -9,8 +9,6 @@
 
 namespace longctx {
 
-inline constexpr size_t kAShapeAlign = 256;  // sub-buffer alignment (as gpu/memory_plan.h kAlign)
-
 // The shared index's device buffers for chunks of up to `chunk` queries, and the sparse kernel's
 // workspace for it (offsets into one block of `total` bytes).
 struct AShapeLayout {

@@ -12,22 +12,12 @@
 
 #include "kernels/cuda/hip_estimate.h"
 #include "kernels/cuda/sparse_decode.h"
+#include "methods/gpu_carve.h"
 #include "util/error.h"
 
 namespace longctx {
 
 namespace {
-
-constexpr size_t kAlign = 256;  // sub-buffer alignment (as gpu/memory_plan.h kAlign)
-
-struct Carve {
-  size_t off = 0;
-  size_t take(size_t bytes) {
-    const size_t at = off;
-    off = (off + bytes + kAlign - 1) / kAlign * kAlign;
-    return at;
-  }
-};
 
 struct Layout {
   int64_t n_qblk = 0, entries = 0;  // prefill: query blocks of a full chunk, (head, block) entries

@@ -17,22 +17,12 @@
 #include <vector>
 
 #include "kernels/cuda/ihip_prune.h"
+#include "methods/gpu_carve.h"
 #include "util/error.h"
 
 namespace longctx {
 
 namespace {
-
-constexpr size_t kAlign = 256;  // sub-buffer alignment (as gpu/memory_plan.h kAlign)
-
-struct Carve {
-  size_t off = 0;
-  size_t take(size_t bytes) {
-    const size_t at = off;
-    off = (off + bytes + kAlign - 1) / kAlign * kAlign;
-    return at;
-  }
-};
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
