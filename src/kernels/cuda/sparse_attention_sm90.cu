@@ -99,24 +99,6 @@ constexpr bool kQInRegs = true;
 // within ~2% of each other.
 constexpr int kOrderChunk = 32;
 
-// D[64 x 64] (+)= A[64 x 16] * B[16 x 64], A and B from shared memory, both K-major.
-__device__ __forceinline__ void wgmma_ss_n64(float (&d)[32], uint64_t da, uint64_t db, int scale_d) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17,"
-      " %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
-        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-        "+f"(d[30]), "+f"(d[31])
-      : "l"(da), "l"(db), "r"(scale_d));
-}
-
 // D[64 x 64] (+)= A[64 x 16] * B[16 x 64], A from registers (the m16n8k16 A-fragment layout per
 // warp: rows 16 warp + g, + 8; columns 2 tq, + 1, + 8, + 9), B from shared memory, K-major.
 // Half the shared-memory bytes per instruction of the SS form (B only): at m64n64 the SS form
@@ -355,7 +337,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           if constexpr (kQInRegs)
             wgmma_rs_n64(sc, qf[kk], desc_sw128(k_tile + off, 16), kk > 0);
           else
-            wgmma_ss_n64(sc, desc_sw128(sQ + off, 16), desc_sw128(k_tile + off, 16), kk > 0);
+            wgmma_ss(sc, desc_sw128(sQ + off, 16), desc_sw128(k_tile + off, 16), kk > 0);
         }
         wgmma_commit();
       };
