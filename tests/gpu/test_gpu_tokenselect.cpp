@@ -254,14 +254,14 @@ TEST(GpuTokenSelect, MatchesCpuTokenSelect) {
     const auto& st = static_cast<const TokenSelectMethod::State&>(*c.seq->method);
     const TokenSelectGpu& t = ts_of(g);
     const int64_t steps = int64_t(decode_tokens().size());
-    EXPECT_EQ(t.hits(), st.hits) << spec;
-    EXPECT_EQ(t.misses(), st.misses) << spec;
+    EXPECT_EQ(t.hits(g.stream()), st.hits) << spec;
+    EXPECT_EQ(t.misses(g.stream()), st.misses) << spec;
     if (theta == "2") {
-      EXPECT_EQ(t.hits(), 0);
-      EXPECT_EQ(t.misses(), kLayers * steps);
+      EXPECT_EQ(t.hits(g.stream()), 0);
+      EXPECT_EQ(t.misses(g.stream()), kLayers * steps);
     } else {
-      EXPECT_EQ(t.misses(), kLayers);
-      EXPECT_EQ(t.hits(), kLayers * (steps - 1));
+      EXPECT_EQ(t.misses(g.stream()), kLayers);
+      EXPECT_EQ(t.hits(g.stream()), kLayers * (steps - 1));
     }
     // Each layer's last decode selection: the CPU's set up to near-ties. The GPU votes from bf16
     // activations, the CPU from fp32, so two votes near the k-th may swap. Near, measured: eps =

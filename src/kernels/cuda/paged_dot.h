@@ -32,6 +32,7 @@ struct PagedDotParams {
   int n_head = 0;
   int n_kv_head = 0;
   int head_dim = 0;
+  const int32_t* skip = nullptr;  // device int32 [1] or nullptr: nonzero returns at once (a cache hit)
 };
 
 void paged_dot(const PagedDotParams& p, Stream s = nullptr);

@@ -24,6 +24,7 @@ struct SoftVoteParams {
   int64_t M = 0;
   bool naive = false;             // sum of raw scores instead of the soft vote
   void* workspace = nullptr;      // soft_vote_workspace_bytes(n_head)
+  const int32_t* skip = nullptr;  // device int32 [1] or nullptr: nonzero returns at once (a cache hit)
 };
 size_t soft_vote_workspace_bytes(int n_head);
 void soft_vote(const SoftVoteParams& p, Stream s = nullptr);

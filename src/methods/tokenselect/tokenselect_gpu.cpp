@@ -8,6 +8,7 @@
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/paged_dot.h"
 #include "kernels/cuda/soft_vote.h"
+#include "kernels/cuda/topk_select.h"
 #include "util/error.h"
 
 namespace longctx {
@@ -20,8 +21,8 @@ size_t round_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 struct Sizes {
   int64_t max_m = 0, budget = 0;
-  size_t qs, scores, vote, vote_ws, topk_ws, keys, kv_c, q_rot, decode_ws;
-  size_t total() const { return qs + scores + vote + vote_ws + topk_ws + keys + 2 * kv_c + q_rot + decode_ws; }
+  size_t qs, scores, vote, vote_ws, keys, kv_c, q_rot, decode_ws;
+  size_t total() const { return qs + scores + vote + vote_ws + keys + 2 * kv_c + q_rot + decode_ws; }
 };
 
 Sizes sizes(const TokenSelectParams& t, const TokenSelectGpuShape& s) {
@@ -33,7 +34,6 @@ Sizes sizes(const TokenSelectParams& t, const TokenSelectGpuShape& s) {
   z.scores = round_up(H * size_t(z.max_m) * 4);
   z.vote = round_up(size_t(z.max_m) * 4);
   z.vote_ws = round_up(cuda::soft_vote_workspace_bytes(s.n_head));
-  z.topk_ws = round_up(cuda::top_k_workspace_bytes(z.max_m, t.k));
   z.keys = round_up(L * 4);
   z.kv_c = round_up(L * size_t(s.n_kv_head) * D * 2);
   z.q_rot = round_up(size_t(s.max_rows) * H * D * 2);
@@ -61,8 +61,6 @@ TokenSelectGpuStep::TokenSelectGpuStep(const TokenSelectParams& t, const TokenSe
   scores_ = static_cast<float*>(arena_->alloc(z.scores));
   vote_ = static_cast<float*>(arena_->alloc(z.vote));
   vote_ws_ = arena_->alloc(z.vote_ws);
-  topk_ws_ = arena_->alloc(z.topk_ws);
-  topk_ws_bytes_ = z.topk_ws;
   keys_ = static_cast<int32_t*>(arena_->alloc(z.keys));
   k_c_ = arena_->alloc(z.kv_c);
   v_c_ = arena_->alloc(z.kv_c);
@@ -88,20 +86,20 @@ void TokenSelectGpuStep::stage_query(const TokenSelectGpuInput& in, cuda::Stream
 void TokenSelectGpuStep::stage_score(const TokenSelectGpuInput& in, cuda::Stream s) {
   cuda::paged_dot({.q_f32 = qs_, .k_pool = in.k_pool, .slots = in.slots + t_.n_init, .scores = scores_,
                    .n_slot = in.n_kv - t_.n_init - t_.n_local, .n_head = shape_.n_head,
-                   .n_kv_head = shape_.n_kv_head, .head_dim = shape_.head_dim},
+                   .n_kv_head = shape_.n_kv_head, .head_dim = shape_.head_dim, .skip = in.skip},
                   s);
 }
 
 void TokenSelectGpuStep::stage_vote(const TokenSelectGpuInput& in, cuda::Stream s) {
   cuda::soft_vote({.scores = scores_, .vote = vote_, .n_head = shape_.n_head,
-                   .M = in.n_kv - t_.n_init - t_.n_local, .naive = false, .workspace = vote_ws_},
+                   .M = in.n_kv - t_.n_init - t_.n_local, .naive = false, .workspace = vote_ws_, .skip = in.skip},
                   s);
 }
 
 void TokenSelectGpuStep::stage_top_k(const TokenSelectGpuInput& in, cuda::Stream s) {
   const int64_t M = in.n_kv - t_.n_init - t_.n_local;
-  cuda::top_k_sorted({.vote = vote_, .M = M, .k = t_.k, .offset = int32_t(t_.n_init), .out = keys_ + t_.n_init,
-                      .workspace = topk_ws_, .workspace_bytes = topk_ws_bytes_},
+  cuda::top_k_select({.vote = vote_, .max_M = M, .k = t_.k, .offset = int32_t(t_.n_init), .out = keys_ + t_.n_init,
+                      .skip = in.skip},
                      s);
   stage_ranges(in, s);
 }
