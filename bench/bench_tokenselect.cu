@@ -168,7 +168,7 @@ std::string run_len(int64_t N) {
   const Timing t_score = time_step([&](Stream s) { paged_dot(dp, s); }, reps);
   const Timing t_vote = time_step([&](Stream s) { soft_vote(vp, s); }, reps);
   const TopKSelectParams sel{.vote = vote, .max_M = M, .m_dev = d_len, .m_sub = int32_t(kInit + kLocal), .k = kTopK,
-                             .offset = kInit, .out = cols};
+                             .offset = kInit, .out = cols, .workspace = dev_malloc(top_k_select_workspace_bytes())};
   const Timing t_topk_cub = time_step([&](Stream s) { top_k_sorted(tp, s); }, reps);
   const Timing t_topk = time_step([&](Stream s) { top_k_select(sel, s); }, reps);
   const Timing t_attn = time_step([&](Stream s) { sparse_decode(sp, s); }, 300);
@@ -200,7 +200,7 @@ std::string run_len(int64_t N) {
                 (long long)N, (long long)M, t_score.graph_ms, cand_gb / (t_score.graph_ms * 1e-3), t_vote.graph_ms,
                 t_topk.graph_ms, t_topk_cub.graph_ms, t_attn.graph_ms, t_miss.graph_ms, t_miss.eager_ms, t_attn.graph_ms, t_dense.graph_ms,
                 t_dense.eager_ms, t_dense.graph_ms / t_miss.graph_ms, t_dense.graph_ms / t_attn.graph_ms);
-  for (void* p : {k, v, q, o, (void*)d_pages, (void*)d_slots, (void*)d_len, (void*)scores, (void*)vote, vote_ws, topk_ws,
+  for (void* p : {sel.workspace, k, v, q, o, (void*)d_pages, (void*)d_slots, (void*)d_len, (void*)scores, (void*)vote, vote_ws, topk_ws,
                   (void*)range_ptr, (void*)ranges, (void*)col_ptr, (void*)cols, sws, dws})
     dev_free(p);
   return buf;

@@ -33,13 +33,14 @@ std::vector<int32_t> cpu_top_k(const std::vector<float>& v, int64_t M, int64_t k
 // The kernel on v with M = m (host count, or *m_dev - sub when on_device), out pre-filled with -7.
 std::vector<int32_t> gpu_top_k(const std::vector<float>& v, int64_t m, int64_t k, int32_t offset, bool on_device) {
   const int64_t kk = std::min(k, m);
-  DevBuf dv(std::max<size_t>(v.size() * 4, 4)), dout(size_t(std::max<int64_t>(k, 1)) * 4), dm(4);
+  DevBuf dv(std::max<size_t>(v.size() * 4, 4)), dout(size_t(std::max<int64_t>(k, 1)) * 4), dm(4),
+      ws(top_k_select_workspace_bytes());
   dv.upload(v);
   dout.upload(std::vector<int32_t>(size_t(std::max<int64_t>(k, 1)), -7));
   constexpr int32_t kSub = 37;
   dm.upload(std::vector<int32_t>{int32_t(m) + kSub});
   TopKSelectParams p{.vote = dv.as<float>(), .max_M = on_device ? int64_t(v.size()) : m, .k = k, .offset = offset,
-                     .out = dout.as<int32_t>()};
+                     .out = dout.as<int32_t>(), .workspace = ws.p};
   if (on_device) p.m_dev = dm.as<int32_t>(), p.m_sub = kSub;
   top_k_select(p);
   auto got = dout.download<int32_t>(size_t(std::max<int64_t>(k, 1)));
@@ -93,13 +94,14 @@ TEST(TopKSelect, SkipFlagLeavesOutput) {
   LC_REQUIRE_GPU();
   const int64_t M = 5000, k = 100;
   const auto v = random_votes(size_t(M));
-  DevBuf dv(v.size() * 4), dout(size_t(k) * 4), dskip(4);
+  DevBuf dv(v.size() * 4), dout(size_t(k) * 4), dskip(4), ws(top_k_select_workspace_bytes());
   dv.upload(v);
   const std::vector<int32_t> before(size_t(k), 42);
   for (int32_t skip : {1, 0}) {
     dout.upload(before);
     dskip.upload(std::vector<int32_t>{skip});
-    top_k_select({.vote = dv.as<float>(), .max_M = M, .k = k, .out = dout.as<int32_t>(), .skip = dskip.as<int32_t>()});
+    top_k_select({.vote = dv.as<float>(), .max_M = M, .k = k, .out = dout.as<int32_t>(), .skip = dskip.as<int32_t>(),
+                  .workspace = ws.p});
     EXPECT_EQ(dout.download<int32_t>(size_t(k)), skip ? before : cpu_top_k(v, M, k, 0)) << "skip " << skip;
   }
 }
@@ -109,14 +111,15 @@ TEST(TopKSelect, GraphReplayFollowsDeviceCount) {
   LC_REQUIRE_GPU();
   const int64_t max_M = 30000, k = 1024;
   const auto v = random_votes(size_t(max_M));
-  DevBuf dv(v.size() * 4), dout(size_t(k) * 4), dm(4);
+  DevBuf dv(v.size() * 4), dout(size_t(k) * 4), dm(4), ws(top_k_select_workspace_bytes());
   dv.upload(v);
   dm.upload(std::vector<int32_t>{int32_t(max_M)});
   Stream s = stream_create();
   {
     CudaGraph g;
     g.begin_capture(s);
-    top_k_select({.vote = dv.as<float>(), .max_M = max_M, .m_dev = dm.as<int32_t>(), .k = k, .out = dout.as<int32_t>()},
+    top_k_select({.vote = dv.as<float>(), .max_M = max_M, .m_dev = dm.as<int32_t>(), .k = k, .out = dout.as<int32_t>(),
+                  .workspace = ws.p},
                  s);
     g.end_capture(s);
     for (int64_t M : {int64_t(29999), int64_t(1025), int64_t(17000), max_M}) {

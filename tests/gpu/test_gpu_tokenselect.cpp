@@ -241,6 +241,37 @@ TEST(GpuTokenSelect, WithinBudgetEqualsDenseGreedy) {
   EXPECT_GT(clear, 0);
 }
 
+// Decode replayed from CUDA graphs (the step reads its length from the device, the cache decides
+// on the device) equals the same decode issued eagerly, bit for bit, with the same cache hits and
+// misses: theta -1 (one miss per layer, then hits), 2 (misses only) and 0.5 (a mix). The prompt
+// is past the budget (448) so every decode tile is replayable; 60 steps cross a 64-key tile, so
+// the graph is captured again.
+TEST(GpuTokenSelect, GraphDecodeEqualsEager) {
+  REQUIRE_GPU();
+  const std::vector<int32_t> ids = random_ids(600, fixture().cfg.vocab_size, 12);
+  const std::vector<int32_t> dec = random_ids(60, fixture().cfg.vocab_size, 13);
+  for (const std::string theta : {"-1", "2", "0.5"}) {
+    const std::string spec = kSmall + ",theta=" + theta;
+    gpu::GpuTransformer g = make_gpu(spec);
+    g.set_cuda_graph(false);
+    const Rows eager = run_gpu(g, ids, dec);
+    const int64_t hits = ts_of(g).hits(g.stream()), misses = ts_of(g).misses(g.stream());
+    EXPECT_EQ(g.graph_captures(), 0) << spec;
+    EXPECT_EQ(hits + misses, kLayers * int64_t(dec.size())) << spec;
+    g.set_cuda_graph(true);
+    const Rows graph = run_gpu(g, ids, dec);
+    EXPECT_GE(g.graph_captures(), 2) << spec;
+    EXPECT_EQ(ts_of(g).hits(g.stream()), hits) << spec;
+    EXPECT_EQ(ts_of(g).misses(g.stream()), misses) << spec;
+    ASSERT_EQ(graph.size(), eager.size());
+    int64_t differ = 0;
+    for (size_t i = 0; i < eager.size(); ++i) differ += graph[i] != eager[i];
+    EXPECT_EQ(differ, 0) << spec << ": rows whose graph logits differ from eager";
+    std::printf("[ gpu     ] %s: graph == eager over %zu rows, %lld hits / %lld misses, %lld captures\n", spec.c_str(),
+                eager.size(), (long long)hits, (long long)misses, (long long)g.graph_captures());
+  }
+}
+
 TEST(GpuTokenSelect, MatchesCpuTokenSelect) {
   REQUIRE_GPU();
   const std::vector<int32_t> ids = random_ids(1100, fixture().cfg.vocab_size, 11);

@@ -25,6 +25,8 @@ struct SoftVoteParams {
   bool naive = false;             // sum of raw scores instead of the soft vote
   void* workspace = nullptr;      // soft_vote_workspace_bytes(n_head)
   const int32_t* skip = nullptr;  // device int32 [1] or nullptr: nonzero returns at once (a cache hit)
+  const int32_t* m_dev = nullptr; // device int32 [1] or nullptr: M = clamp(*m_dev - m_sub, 0, M), read
+  int32_t m_sub = 0;              // on the device (M is then the launch bound; graph replay)
 };
 size_t soft_vote_workspace_bytes(int n_head);
 void soft_vote(const SoftVoteParams& p, Stream s = nullptr);

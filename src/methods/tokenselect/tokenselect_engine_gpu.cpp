@@ -98,6 +98,8 @@ void TokenSelectGpu::attend(const GpuAttendStep& st, cuda::Stream s) {
                          .slots = slots_, .inv_freq = st.inv_freq, .rope_factor = st.rope_factor,
                          .scale = st.scale, .o = st.o};
   if (st.phase == Phase::decode && st.n_q == 1) {
+    in.n_kv_dev = st.n_kv_dev;
+    in.n_kv_bound = std::min(std::max(st.n_kv_bound, st.n_kv), capacity_);
     if (step_->selects(st.n_kv)) decode_select(st, in, s);
     step_->attend(in, s);
     return;

@@ -15,11 +15,12 @@
 // The cache runs on the device: the cosine kernel writes the hit flag (cuda::cosine with .hit),
 // paged_dot, soft_vote and top_k_select return at once when it is set, and cuda::cache_update
 // then restores the cached positions (hit) or stores the new selection (miss) and counts it; no
-// host sync, no host branch. Decode still runs eagerly (decode_graph_safe() = false): the step's
-// item counts (paged_dot's n_slot, soft_vote's M, top_k_select's M, budget_key_ranges' n_kv) are
-// host values from GpuAttendStep::n_kv. top_k_select can already read M from device memory; a
-// replayable step needs the other three to read kv.seq_lens too, and the model to re-capture
-// when a step crosses the budget (select or not): not built.
+// host sync, no host branch. The step's counts (paged_dot's n_slot, soft_vote's and
+// top_k_select's M, budget_key_ranges' n_kv) are read from GpuAttendStep::n_kv_dev and launched
+// for n_kv_bound, the rest of a selecting step has fixed sizes (the budget's keys), so decode
+// is graph-replayable (decode_graph_safe()) for lengths past the budget; a graph tile that
+// reaches down to the budget decodes eagerly (decode_graph_min_kv()). Eager and replayed steps
+// launch the same grids (both use the bound), so their results are bit-identical.
 // Memory (device_bytes): TokenSelectGpuStep's buffers for capacity keys and min(chunk, t.chunk)
 // rows, the identity slot table int32 [capacity] (the model's sequence is contiguous from row 0
 // of the layer's view), and per layer the cache: int32 [k] positions + fp32 [n_head * head_dim].
@@ -48,7 +49,8 @@ class TokenSelectGpu final : public GpuMethod {
   bool decodes() const override { return true; }
   bool attends() const override { return true; }
   void attend(const GpuAttendStep& step, cuda::Stream s) override;
-  bool decode_graph_safe() const override { return false; }  // see the header comment
+  bool decode_graph_safe() const override { return true; }  // past the budget: see the header comment
+  int64_t decode_graph_min_kv() const override { return t_.budget(); }
   // The selection cache is per sequence: the model decodes one sequence at a time and calls
   // start_sequence, which forgets every layer's selection.
   bool keeps_sequence_state() const override { return true; }

@@ -44,6 +44,11 @@ struct TokenSelectGpuInput {
   void* o = nullptr;                // bf16 [n_rows, n_head, head_dim]
   const int32_t* skip = nullptr;    // device int32 [1] or nullptr: nonzero skips score, vote and top-k
                                     // (the selection cache's hit, decided on the device)
+  // A replayable decode step: the selection's counts (candidates, the local range's end) are
+  // read from n_kv_dev (device int32 [1]: n_kv) and launched for n_kv_bound (>= every n_kv the
+  // step is replayed for, all past the budget); the host n_kv then only decides selects().
+  const int32_t* n_kv_dev = nullptr;
+  int64_t n_kv_bound = 0;
 };
 
 class TokenSelectGpuStep {
@@ -89,7 +94,7 @@ class TokenSelectGpuStep {
   int64_t max_m_ = 0;  // candidates of the longest context
   std::unique_ptr<cuda::DeviceArena> arena_;
   float *qs_ = nullptr, *scores_ = nullptr, *vote_ = nullptr;
-  void *vote_ws_ = nullptr, *k_c_ = nullptr, *v_c_ = nullptr, *q_rot_ = nullptr;
+  void *vote_ws_ = nullptr, *topk_ws_ = nullptr, *k_c_ = nullptr, *v_c_ = nullptr, *q_rot_ = nullptr;
   void* decode_ws_ = nullptr;
   size_t decode_ws_bytes_ = 0;
   int32_t* keys_ = nullptr;
