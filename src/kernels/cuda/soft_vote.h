@@ -8,7 +8,9 @@
 // the heads' normalised terms summed (each CTA first combines the slices of every head).
 // Top-k: a stable descending radix sort of (vote, index) pairs (CUB, part of the CUDA toolkit),
 // whose first k indices are the top-k with the tie rule above, then an ascending sort of those
-// k. (A radix select would avoid sorting all M; not built.)
+// k. TokenSelect's engine uses kernels/cuda/topk_select.h instead (a radix select with the item
+// count in device memory: graph-replayable, 2.5x faster at M = 128K); this one stays as its
+// baseline in bench/bench_tokenselect.cu. The soft vote's skip and m_dev: tokenselect_gpu.h.
 #pragma once
 #include <cstddef>
 #include <cstdint>
