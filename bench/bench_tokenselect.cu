@@ -4,7 +4,8 @@
 // What, at each --lens length (default 128K and 1M keys), batch 1, the paper's budget
 // (128 initial + top-2048 + 512 local = 2688 keys):
 //   - the selection of a cache miss, split: scoring (cuda::paged_dot over the M = N - 640
-//     candidates' slots), softmax + head sum (cuda::soft_vote), top-k (cuda::top_k_sorted), and
+//     candidates' slots), softmax + head sum (cuda::soft_vote), top-k (cuda::top_k_select, M read
+//     from the device's length as the engine's step does; CUB's sort, cuda::top_k_sorted, beside it), and
 //     the attention over the selected slots (cuda::sparse_decode: ranges for the initial and
 //     local keys + the k selected columns, page size 1);
 //   - the whole miss step and a hit step (attention only: the selection cache reuses the slots),
@@ -43,6 +44,7 @@
 #include "kernels/cuda/runtime.h"
 #include "kernels/cuda/soft_vote.h"
 #include "kernels/cuda/sparse_decode.h"
+#include "kernels/cuda/topk_select.h"
 #include "methods/tokenselect/tokenselect_gpu.h"
 
 using namespace longctx;
@@ -165,13 +167,16 @@ std::string run_len(int64_t N) {
   const int reps = N > (int64_t(1) << 20) - 1 ? 30 : 100;
   const Timing t_score = time_step([&](Stream s) { paged_dot(dp, s); }, reps);
   const Timing t_vote = time_step([&](Stream s) { soft_vote(vp, s); }, reps);
-  const Timing t_topk = time_step([&](Stream s) { top_k_sorted(tp, s); }, reps);
+  const TopKSelectParams sel{.vote = vote, .max_M = M, .m_dev = d_len, .m_sub = int32_t(kInit + kLocal), .k = kTopK,
+                             .offset = kInit, .out = cols, .workspace = dev_malloc(top_k_select_workspace_bytes())};
+  const Timing t_topk_cub = time_step([&](Stream s) { top_k_sorted(tp, s); }, reps);
+  const Timing t_topk = time_step([&](Stream s) { top_k_select(sel, s); }, reps);
   const Timing t_attn = time_step([&](Stream s) { sparse_decode(sp, s); }, 300);
   const Timing t_miss = time_step(
       [&](Stream s) {
         paged_dot(dp, s);
         soft_vote(vp, s);
-        top_k_sorted(tp, s);
+        top_k_select(sel, s);
         sparse_decode(sp, s);
       },
       reps);
@@ -180,22 +185,22 @@ std::string run_len(int64_t N) {
 
   const double cand_gb = double(M) * kKvHeads * kHeadDim * 2 / 1e9;  // keys read by scoring
   std::fprintf(stderr,
-               "N=%lld: miss step %.4f ms graph (%.4f eager) = score %.4f (%.0f GB/s K) + softmax+sum %.4f + top-k %.4f "
+               "N=%lld: miss step %.4f ms graph (%.4f eager) = score %.4f (%.0f GB/s K) + softmax+sum %.4f + top-k %.4f (CUB sort %.4f) "
                "+ attention %.4f | hit step (attention) %.4f ms | dense decode %.4f ms | dense/miss %.2fx, "
                "dense/hit %.1fx\n",
                (long long)N, t_miss.graph_ms, t_miss.eager_ms, t_score.graph_ms, cand_gb / (t_score.graph_ms * 1e-3),
-               t_vote.graph_ms, t_topk.graph_ms, t_attn.graph_ms, t_attn.graph_ms, t_dense.graph_ms,
+               t_vote.graph_ms, t_topk.graph_ms, t_topk_cub.graph_ms, t_attn.graph_ms, t_attn.graph_ms, t_dense.graph_ms,
                t_dense.graph_ms / t_miss.graph_ms, t_dense.graph_ms / t_attn.graph_ms);
   char buf[1024];
   std::snprintf(buf, sizeof buf,
                 "{\"n_kv\": %lld, \"candidates\": %lld, \"score_ms\": %.5f, \"score_K_GBps\": %.1f, "
-                "\"softmax_sum_ms\": %.5f, \"topk_ms\": %.5f, \"attention_ms\": %.5f, \"miss_step_ms_graph\": %.5f, "
+                "\"softmax_sum_ms\": %.5f, \"topk_ms\": %.5f, \"topk_cub_sort_ms\": %.5f, \"attention_ms\": %.5f, \"miss_step_ms_graph\": %.5f, "
                 "\"miss_step_ms_eager\": %.5f, \"hit_step_ms_graph\": %.5f, \"dense_decode_ms_graph\": %.5f, "
                 "\"dense_decode_ms_eager\": %.5f, \"dense_over_miss\": %.3f, \"dense_over_hit\": %.3f}",
                 (long long)N, (long long)M, t_score.graph_ms, cand_gb / (t_score.graph_ms * 1e-3), t_vote.graph_ms,
-                t_topk.graph_ms, t_attn.graph_ms, t_miss.graph_ms, t_miss.eager_ms, t_attn.graph_ms, t_dense.graph_ms,
+                t_topk.graph_ms, t_topk_cub.graph_ms, t_attn.graph_ms, t_miss.graph_ms, t_miss.eager_ms, t_attn.graph_ms, t_dense.graph_ms,
                 t_dense.eager_ms, t_dense.graph_ms / t_miss.graph_ms, t_dense.graph_ms / t_attn.graph_ms);
-  for (void* p : {k, v, q, o, (void*)d_pages, (void*)d_slots, (void*)d_len, (void*)scores, (void*)vote, vote_ws, topk_ws,
+  for (void* p : {sel.workspace, k, v, q, o, (void*)d_pages, (void*)d_slots, (void*)d_len, (void*)scores, (void*)vote, vote_ws, topk_ws,
                   (void*)range_ptr, (void*)ranges, (void*)col_ptr, (void*)cols, sws, dws})
     dev_free(p);
   return buf;

@@ -104,7 +104,7 @@ GpuTransformer::GpuTransformer(ModelConfig cfg, DeviceWeights w, const GpuOption
   if (pre_rope()) check_pre_rope();
   // attend() takes host lengths (GpuAttendStep), so a pre-RoPE method decodes eagerly whatever it
   // says; TokenSelect's own reasons: tokenselect_engine_gpu.h.
-  eager_decode_ = gpu_method_ && (gpu_method_->attends() || !gpu_method_->decode_graph_safe());
+  eager_decode_ = gpu_method_ && !gpu_method_->decode_graph_safe();
   const size_t kv_row = size_t(cfg_.n_kv_head) * size_t(cfg_.head_dim) * kBf16;
   step_buf_ = cuda::dev_malloc(align_up(kStepInts * sizeof(int32_t)) + 2 * align_up(kv_row));
   if (kv_type_ == KvCacheType::fp8) amax_ = static_cast<float*>(cuda::dev_malloc(2 * sizeof(float)));
@@ -416,7 +416,9 @@ void GpuTransformer::decode_token(int32_t id, float* logits) {
   const int64_t tiles = (pos + 1 + kDecodePlanKeys - 1) / kDecodePlanKeys;
   const int64_t plan_kv = std::min(tiles * kDecodePlanKeys, seq_->rows);
   bool replayed = false;
-  if (use_graph_ && !eager_decode_ && with_logits && warmed_) {
+  // A method whose step changes shape at a length replays only tiles wholly past it.
+  const bool tile_replayable = !gpu_method_ || (tiles - 1) * kDecodePlanKeys >= gpu_method_->decode_graph_min_kv();
+  if (use_graph_ && !eager_decode_ && tile_replayable && with_logits && warmed_) {
     try {
       if (graph_tiles_ != tiles || graph_seq_ != seq_->id) {  // the step holds the sequence's rows
         graph_tiles_ = -1;
@@ -475,8 +477,8 @@ void GpuTransformer::decode_layer(int l, int64_t plan_kv) {
   else
     kv_append({k_row, v_row, k_all, v_all, d_pos, KV, seq_->rows}, stream_);
   // The route's key count is plan_kv: the captured step serves up to plan_kv keys.
-  if (pre_rope()) {  // eager (eager_decode_): the host's length
-    attend_pre_rope(l, 1, seq_->len + 1, q, k_all, v_all, o);
+  if (pre_rope()) {  // the length on the device, plan_kv its bound (a replay sees later lengths)
+    attend_pre_rope(l, 1, seq_->len + 1, q, k_all, v_all, o, plan_kv);
   } else if (sparse_step({.layer = l, .phase = Phase::decode, .n_q = 1, .q_pos0 = plan_kv - 1, .n_kv = plan_kv})) {
     sparse_decode_attention(l, q, o, own_view(l, k_all, v_all));
   } else {
@@ -712,7 +714,7 @@ void GpuTransformer::check_pre_rope() const {
 }
 
 void GpuTransformer::attend_pre_rope(int l, int64_t T, int64_t n_kv, const void* q, const void* k_all,
-                                     const void* v_all, void* o) {
+                                     const void* v_all, void* o, int64_t n_kv_bound) {
   // Timed like prefill_attention (a dense or sparse step by the method's route; index = attention).
   const bool prefill = T > 1;
   const AttnEvents* e = prefill ? &next_events() : nullptr;
@@ -724,8 +726,11 @@ void GpuTransformer::attend_pre_rope(int l, int64_t T, int64_t n_kv, const void*
     const AttnStep step{.layer = l, .phase = ph, .n_q = T, .q_pos0 = n_kv - T, .n_kv = n_kv};
     ++(method_->route(step) == Route::sparse ? stats_.sparse_calls : stats_.dense_calls);
   }
+  // decode_layer's step (n_kv_bound set): its length is also in step_buf_, which a replay follows.
+  const int32_t* d_kv_len = n_kv_bound > 0 ? static_cast<const int32_t*>(step_buf_) + kStepKvLen : nullptr;
   gpu_method_->attend({.layer = l, .phase = ph, .q = q, .k = k_all, .v = v_all, .o = o, .n_q = T, .n_kv = n_kv,
-                       .inv_freq = w_.inv_freq(l), .rope_factor = w_.rope_factor(l), .scale = cfg_.score_scale()},
+                       .inv_freq = w_.inv_freq(l), .rope_factor = w_.rope_factor(l), .scale = cfg_.score_scale(),
+                       .n_kv_dev = d_kv_len, .n_kv_bound = n_kv_bound},
                       stream_);
   if (e) check_cuda(cudaEventRecord(ev(e->end), s), "cudaEventRecord");
 }

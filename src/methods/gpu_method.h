@@ -70,8 +70,9 @@ struct GpuPrefillStep {
 };
 
 // One attention step of a pre-RoPE method (GpuMethod::attends): the method selects, rotates and
-// attends; the model only projects and caches. The lengths are host values, so the model decodes
-// such a method eagerly (no CUDA graph); a replayable variant would read them from the device.
+// attends; the model only projects and caches. Prefill lengths are host values; a decode step
+// also gets its length on the device (n_kv_dev, the step's kv length that a replayed CUDA graph
+// sees change) and a bound for it (n_kv_bound), so a decode_graph_safe() method can be replayed.
 struct GpuAttendStep {
   int layer = 0;
   Phase phase = Phase::prefill;  // decode: one row of a generated token (Phase::decode, n_q = 1)
@@ -84,6 +85,8 @@ struct GpuAttendStep {
   const float* inv_freq = nullptr;  // fp32 [head_dim / 2], the layer's RoPE frequencies
   float rope_factor = 1.f;          // cos/sin multiplier (YaRN, LongRoPE)
   float scale = 0.f;                // softmax scale (0: 1/sqrt(head_dim))
+  const int32_t* n_kv_dev = nullptr;  // decode: device int32 [1] = n_kv (nullptr for prefill)
+  int64_t n_kv_bound = 0;             // decode: >= every n_kv a replay of the captured step sees
 };
 
 // A sparse step's index on the device and the sparse kernel's workspace for it (pointers into the
@@ -120,6 +123,9 @@ class GpuMethod {
   // Whether the method's decode step could be captured and replayed (no host item counts, no
   // host branches); false: the model decodes eagerly (as it does for any attends() method today).
   virtual bool decode_graph_safe() const { return true; }
+  // The model replays a decode step from a graph only when every kv length of the graph's tile
+  // exceeds this (a method whose step changes shape at a length: TokenSelect's budget).
+  virtual int64_t decode_graph_min_kv() const { return 0; }
   // Per-sequence state on the device (HiP's mask cache, kept per decode row): the GPU model then
   // decodes one sequence at a time (no batched decode) and calls start_sequence whenever the
   // sequence it decodes starts, so no state carries over from another sequence.

@@ -173,5 +173,50 @@ TEST(TokenSelectSelection, DevicePipelineEqualsFp64) {
   }
 }
 
+// The decode step's graph-replayable forms: the count read from device memory (launched for a
+// larger bound) gives bit for bit what the host count gives, and a set skip flag writes nothing.
+TEST(TokenSelectDeviceCounts, PagedDotAndVoteFollowTheDeviceCountAndSkip) {
+  LC_REQUIRE_GPU();
+  const int H = 32, Hkv = 8, D = 128;
+  const int64_t rows = 6000, bound = 5000, n = 3777;
+  constexpr int32_t kSub = 640;  // as TokenSelect: n_init + n_local subtracted from the kv length
+  std::vector<double> qd, kd;
+  const auto qb = random_bf16(size_t(H * D), 1.0, qd), kb = random_bf16(size_t(rows * Hkv * D), 1.0, kd);
+  std::vector<int32_t> slots(static_cast<size_t>(bound));
+  std::uniform_int_distribution<int32_t> pick(0, int32_t(rows - 1));
+  for (auto& x : slots) x = pick(rng());
+  DevBuf dq(qb.size() * 2), dk(kb.size() * 2), ds(slots.size() * 4), dsc(size_t(H * bound) * 4), dn(4), dskip(4),
+      dv(size_t(bound) * 4), ws(soft_vote_workspace_bytes(H));
+  dq.upload(qb);
+  dk.upload(kb);
+  ds.upload(slots);
+  dn.upload(std::vector<int32_t>{int32_t(n) + kSub});
+  PagedDotParams dp{.q = dq.p, .k_pool = dk.p, .slots = ds.as<int32_t>(), .scores = dsc.as<float>(), .n_slot = n,
+                    .n_head = H, .n_kv_head = Hkv, .head_dim = D};
+  paged_dot(dp);
+  const auto want_scores = dsc.download<float>(size_t(H * n));
+  SoftVoteParams vp{.scores = dsc.as<float>(), .vote = dv.as<float>(), .n_head = H, .M = n, .workspace = ws.p};
+  soft_vote(vp);
+  const auto want_vote = dv.download<float>(size_t(n));
+  dsc.poison();
+  dv.poison();
+  dp.n_slot = bound, dp.n_dev = dn.as<int32_t>(), dp.n_sub = kSub;
+  paged_dot(dp);
+  EXPECT_TRUE(dsc.download<float>(size_t(H * n)) == want_scores) << "paged_dot with the device count";
+  vp.M = bound, vp.m_dev = dn.as<int32_t>(), vp.m_sub = kSub;
+  soft_vote(vp);
+  EXPECT_TRUE(dv.download<float>(size_t(n)) == want_vote) << "soft_vote with the device count";
+  // A hit: both return at once (the buffers keep a marker).
+  dskip.upload(std::vector<int32_t>{1});
+  const std::vector<float> marker_s(size_t(H * bound), 3.f), marker_v(size_t(bound), 5.f);
+  dsc.upload(marker_s);
+  dv.upload(marker_v);
+  dp.skip = vp.skip = dskip.as<int32_t>();
+  paged_dot(dp);
+  soft_vote(vp);
+  EXPECT_TRUE(dsc.download<float>(marker_s.size()) == marker_s) << "paged_dot ran on a set skip flag";
+  EXPECT_TRUE(dv.download<float>(marker_v.size()) == marker_v) << "soft_vote ran on a set skip flag";
+}
+
 }  // namespace
 }  // namespace longctx::cuda::test

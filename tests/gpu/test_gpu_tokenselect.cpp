@@ -181,7 +181,8 @@ TEST(GpuTokenSelectParse, GpuSideAndRefusals) {
   ASSERT_NE(g, nullptr);
   EXPECT_TRUE(g->attends());
   EXPECT_TRUE(g->decodes());
-  EXPECT_FALSE(g->decode_graph_safe());
+  EXPECT_TRUE(g->decode_graph_safe());           // replayable past the budget:
+  EXPECT_EQ(g->decode_graph_min_kv(), 64 + 128 + 256);  // kSmall's budget
   EXPECT_TRUE(g->keeps_sequence_state());
   // Bounded up front: more keys, more bytes (the scores [n_head, capacity]).
   EXPECT_LT(g->device_bytes({.model = mc, .chunk = kChunk, .capacity = 4096}),
@@ -213,9 +214,10 @@ TEST(GpuTokenSelect, WithinBudgetEqualsDenseGreedy) {
   const std::vector<int32_t> ids = random_ids(700, fixture().cfg.vocab_size, 7);  // + 24 new < 2688
   gpu::GpuTransformer dense = make_gpu("dense");
   gpu::GpuTransformer ts = make_gpu("tokenselect");
-  EXPECT_FALSE(ts.cuda_graph());  // eager decode (tokenselect_engine_gpu.h says why)
+  EXPECT_TRUE(ts.cuda_graph());  // graph-capable, but within the budget every tile decodes eagerly
   EXPECT_LE(worst(run_gpu(dense, ids, decode_tokens()), run_gpu(ts, ids, decode_tokens()), "within budget vs dense"),
             1.0);
+  EXPECT_EQ(ts.graph_captures(), 0);
   // Greedy: dense generates; tokenselect, fed the same tokens, picks each of them wherever
   // dense's top-1 is clear of its top-2 (so free-running greedy gives the same output).
   const int64_t V = fixture().cfg.vocab_size, n_new = 24;
@@ -241,6 +243,37 @@ TEST(GpuTokenSelect, WithinBudgetEqualsDenseGreedy) {
   EXPECT_GT(clear, 0);
 }
 
+// Decode replayed from CUDA graphs (the step reads its length from the device, the cache decides
+// on the device) equals the same decode issued eagerly, bit for bit, with the same cache hits and
+// misses: theta -1 (one miss per layer, then hits), 2 (misses only) and 0.5 (a mix). The prompt
+// is past the budget (448) so every decode tile is replayable; 60 steps cross a 64-key tile, so
+// the graph is captured again.
+TEST(GpuTokenSelect, GraphDecodeEqualsEager) {
+  REQUIRE_GPU();
+  const std::vector<int32_t> ids = random_ids(600, fixture().cfg.vocab_size, 12);
+  const std::vector<int32_t> dec = random_ids(60, fixture().cfg.vocab_size, 13);
+  for (const std::string theta : {"-1", "2", "0.5"}) {
+    const std::string spec = kSmall + ",theta=" + theta;
+    gpu::GpuTransformer g = make_gpu(spec);
+    g.set_cuda_graph(false);
+    const Rows eager = run_gpu(g, ids, dec);
+    const int64_t hits = ts_of(g).hits(g.stream()), misses = ts_of(g).misses(g.stream());
+    EXPECT_EQ(g.graph_captures(), 0) << spec;
+    EXPECT_EQ(hits + misses, kLayers * int64_t(dec.size())) << spec;
+    g.set_cuda_graph(true);
+    const Rows graph = run_gpu(g, ids, dec);
+    EXPECT_GE(g.graph_captures(), 2) << spec;
+    EXPECT_EQ(ts_of(g).hits(g.stream()), hits) << spec;
+    EXPECT_EQ(ts_of(g).misses(g.stream()), misses) << spec;
+    ASSERT_EQ(graph.size(), eager.size());
+    int64_t differ = 0;
+    for (size_t i = 0; i < eager.size(); ++i) differ += graph[i] != eager[i];
+    EXPECT_EQ(differ, 0) << spec << ": rows whose graph logits differ from eager";
+    std::printf("[ gpu     ] %s: graph == eager over %zu rows, %lld hits / %lld misses, %lld captures\n", spec.c_str(),
+                eager.size(), (long long)hits, (long long)misses, (long long)g.graph_captures());
+  }
+}
+
 TEST(GpuTokenSelect, MatchesCpuTokenSelect) {
   REQUIRE_GPU();
   const std::vector<int32_t> ids = random_ids(1100, fixture().cfg.vocab_size, 11);
@@ -254,14 +287,14 @@ TEST(GpuTokenSelect, MatchesCpuTokenSelect) {
     const auto& st = static_cast<const TokenSelectMethod::State&>(*c.seq->method);
     const TokenSelectGpu& t = ts_of(g);
     const int64_t steps = int64_t(decode_tokens().size());
-    EXPECT_EQ(t.hits(), st.hits) << spec;
-    EXPECT_EQ(t.misses(), st.misses) << spec;
+    EXPECT_EQ(t.hits(g.stream()), st.hits) << spec;
+    EXPECT_EQ(t.misses(g.stream()), st.misses) << spec;
     if (theta == "2") {
-      EXPECT_EQ(t.hits(), 0);
-      EXPECT_EQ(t.misses(), kLayers * steps);
+      EXPECT_EQ(t.hits(g.stream()), 0);
+      EXPECT_EQ(t.misses(g.stream()), kLayers * steps);
     } else {
-      EXPECT_EQ(t.misses(), kLayers);
-      EXPECT_EQ(t.hits(), kLayers * (steps - 1));
+      EXPECT_EQ(t.misses(g.stream()), kLayers);
+      EXPECT_EQ(t.hits(g.stream()), kLayers * (steps - 1));
     }
     // Each layer's last decode selection: the CPU's set up to near-ties. The GPU votes from bf16
     // activations, the CPU from fp32, so two votes near the k-th may swap. Near, measured: eps =

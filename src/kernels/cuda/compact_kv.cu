@@ -84,7 +84,8 @@ __global__ void __launch_bounds__(kMaxHalf * 4) selection_query_kernel(Selection
 __global__ void budget_key_ranges_kernel(BudgetKeyRanges p) {
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t < p.n_init) p.keys[t] = int32_t(t);
-  if (t < p.n_local) p.keys[p.n_init + p.n_select + t] = int32_t(p.n_kv - p.n_local + t);
+  const int64_t n_kv = p.n_kv_dev ? int64_t(*p.n_kv_dev) : p.n_kv;
+  if (t < p.n_local) p.keys[p.n_init + p.n_select + t] = int32_t(n_kv - p.n_local + t);
 }
 
 }  // namespace

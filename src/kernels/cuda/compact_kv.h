@@ -58,6 +58,7 @@ struct BudgetKeyRanges {
   int32_t* keys = nullptr;  // int32 [n_init + n_select + n_local]
   int64_t n_init = 0, n_select = 0, n_local = 0;
   int64_t n_kv = 0;         // keys cached; the local range ends at n_kv
+  const int32_t* n_kv_dev = nullptr;  // device int32 [1] or nullptr: n_kv read on the device (graph replay)
 };
 void budget_key_ranges(const BudgetKeyRanges& p, Stream s = nullptr);
 

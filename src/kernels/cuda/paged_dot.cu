@@ -50,7 +50,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32) paged_dot_kernel(const __nv_bf
                                                                    const __nv_bfloat16* __restrict__ k,
                                                                    const int32_t* __restrict__ slots,
                                                                    float* __restrict__ scores, int64_t n_slot,
-                                                                   int n_kv_head) {
+                                                                   int n_kv_head, const int32_t* __restrict__ skip,
+                                                                   const int32_t* __restrict__ n_dev, int32_t n_sub) {
+  if (skip && *skip != 0) return;
+  if (n_dev) n_slot = min(max(int64_t(*n_dev) - n_sub, int64_t(0)), n_slot);
   constexpr int P = D / 32;  // k-step pairs
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, r = lane >> 2, t = lane & 3;
   const int kvh = int(blockIdx.y) * kMaxWarps + warp;
@@ -121,7 +124,7 @@ void launch(const PagedDotParams& p, cudaStream_t s) {
   const int64_t ctas = std::min<int64_t>(n_tiles, std::max<int64_t>(1, int64_t(sm_count()) * kCtasPerSm / head_groups));
   paged_dot_kernel<D, G><<<dim3(unsigned(ctas), head_groups), warps * 32, 0, s>>>(
       static_cast<const __nv_bfloat16*>(p.q), p.q_f32, static_cast<const __nv_bfloat16*>(p.k_pool), p.slots,
-      p.scores, p.n_slot, p.n_kv_head);
+      p.scores, p.n_slot, p.n_kv_head, p.skip, p.n_dev, p.n_sub);
 }
 
 template <int D>

@@ -32,6 +32,9 @@ struct PagedDotParams {
   int n_head = 0;
   int n_kv_head = 0;
   int head_dim = 0;
+  const int32_t* skip = nullptr;  // device int32 [1] or nullptr: nonzero returns at once (a cache hit)
+  const int32_t* n_dev = nullptr; // device int32 [1] or nullptr: n_slot = clamp(*n_dev - n_sub, 0, n_slot),
+  int32_t n_sub = 0;              // read on the device (n_slot is then the launch bound; graph replay)
 };
 
 void paged_dot(const PagedDotParams& p, Stream s = nullptr);

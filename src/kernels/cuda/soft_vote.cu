@@ -27,7 +27,10 @@ __device__ MaxSum combine(MaxSum a, MaxSum b) {
 // a time (16-byte loads; M's tail and unaligned rows element by element) and folds them into its
 // running (max, sum) with one rescale per four, so the pass streams at memory speed instead of
 // waiting on one exp chain per element.
-__global__ void head_stats_kernel(const float* __restrict__ scores, int64_t M, MaxSum* __restrict__ part) {
+__global__ void head_stats_kernel(const float* __restrict__ scores, int64_t M, MaxSum* __restrict__ part,
+                                  const int32_t* __restrict__ skip, const int32_t* __restrict__ m_dev, int32_t m_sub) {
+  if (skip && *skip != 0) return;
+  if (m_dev) M = min(max(int64_t(*m_dev) - m_sub, int64_t(0)), M);
   const int h = blockIdx.y, slice = blockIdx.x;
   const int64_t per = ((M + kSlices - 1) / kSlices + 3) / 4 * 4, j0 = slice * per, j1 = max(j0, min(M, j0 + per));
   const float* row = scores + int64_t(h) * M;
@@ -56,7 +59,10 @@ __global__ void head_stats_kernel(const float* __restrict__ scores, int64_t M, M
 
 // vote[j] = sum_h exp(s[h][j] - m_h) / Z_h (naive: sum_h s[h][j]).
 __global__ void vote_kernel(const float* __restrict__ scores, int n_head, int64_t M, const MaxSum* __restrict__ part,
-                            bool naive, float* __restrict__ vote) {
+                            bool naive, float* __restrict__ vote, const int32_t* __restrict__ skip,
+                            const int32_t* __restrict__ m_dev, int32_t m_sub) {
+  if (skip && *skip != 0) return;
+  if (m_dev) M = min(max(int64_t(*m_dev) - m_sub, int64_t(0)), M);
   __shared__ float mh[kMaxHeads], inv_z[kMaxHeads];
   if (!naive)
     for (int h = threadIdx.x; h < n_head; h += blockDim.x) {
@@ -110,8 +116,8 @@ void soft_vote(const SoftVoteParams& p, Stream s) {
   if (p.M <= 0) return;
   const auto st = static_cast<cudaStream_t>(s);
   auto* part = static_cast<MaxSum*>(p.workspace);
-  if (!p.naive) head_stats_kernel<<<dim3(kSlices, p.n_head), kThreads, 0, st>>>(p.scores, p.M, part);
-  vote_kernel<<<grid_for(p.M), kThreads, 0, st>>>(p.scores, p.n_head, p.M, part, p.naive, p.vote);
+  if (!p.naive) head_stats_kernel<<<dim3(kSlices, p.n_head), kThreads, 0, st>>>(p.scores, p.M, part, p.skip, p.m_dev, p.m_sub);
+  vote_kernel<<<grid_for(p.M), kThreads, 0, st>>>(p.scores, p.n_head, p.M, part, p.naive, p.vote, p.skip, p.m_dev, p.m_sub);
   LC_LAUNCH_CHECK("soft_vote (M %lld, heads %d)", (long long)p.M, p.n_head);
 }
 

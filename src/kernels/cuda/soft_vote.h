@@ -8,7 +8,9 @@
 // the heads' normalised terms summed (each CTA first combines the slices of every head).
 // Top-k: a stable descending radix sort of (vote, index) pairs (CUB, part of the CUDA toolkit),
 // whose first k indices are the top-k with the tie rule above, then an ascending sort of those
-// k. (A radix select would avoid sorting all M; not built.)
+// k. TokenSelect's engine uses kernels/cuda/topk_select.h instead (a radix select with the item
+// count in device memory: graph-replayable, 2.5x faster at M = 128K); this one stays as its
+// baseline in bench/bench_tokenselect.cu. The soft vote's skip and m_dev: tokenselect_gpu.h.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -24,6 +26,9 @@ struct SoftVoteParams {
   int64_t M = 0;
   bool naive = false;             // sum of raw scores instead of the soft vote
   void* workspace = nullptr;      // soft_vote_workspace_bytes(n_head)
+  const int32_t* skip = nullptr;  // device int32 [1] or nullptr: nonzero returns at once (a cache hit)
+  const int32_t* m_dev = nullptr; // device int32 [1] or nullptr: M = clamp(*m_dev - m_sub, 0, M), read
+  int32_t m_sub = 0;              // on the device (M is then the launch bound; graph replay)
 };
 size_t soft_vote_workspace_bytes(int n_head);
 void soft_vote(const SoftVoteParams& p, Stream s = nullptr);

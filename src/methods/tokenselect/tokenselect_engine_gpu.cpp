@@ -16,10 +16,11 @@ constexpr size_t kBf16 = 2;
 
 size_t round_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
-// The arena's blocks besides TokenSelectGpuStep's: slots, cache keys, cache queries, cosine.
+// The arena's blocks besides TokenSelectGpuStep's: slots, cache keys, cache queries, cosine, the
+// hit flag, the per-layer "selection cached" flags and the hit / miss counters.
 struct CacheSizes {
-  size_t slots, keys, q, cos;
-  size_t total() const { return slots + keys + q + cos; }
+  size_t slots, keys, q, cos, hit, has, counts;
+  size_t total() const { return slots + keys + q + cos + hit + has + counts; }
 };
 
 CacheSizes cache_sizes(const TokenSelectParams& t, const MethodContext& c, int64_t capacity) {
@@ -27,7 +28,10 @@ CacheSizes cache_sizes(const TokenSelectParams& t, const MethodContext& c, int64
   return {.slots = round_up(size_t(capacity) * sizeof(int32_t)),
           .keys = round_up(L * size_t(t.k) * sizeof(int32_t)),
           .q = round_up(L * size_t(c.n_head) * size_t(c.head_dim) * sizeof(float)),
-          .cos = round_up(sizeof(float))};
+          .cos = round_up(sizeof(float)),
+          .hit = round_up(sizeof(int32_t)),
+          .has = round_up(L * sizeof(int32_t)),
+          .counts = round_up(2 * sizeof(int64_t))};
 }
 
 const char* at_row(const void* base, int64_t row, int64_t row_elems) {
@@ -54,6 +58,9 @@ void TokenSelectGpu::allocate(const GpuShape& shape, cuda::Stream s) {
   cache_keys_ = static_cast<int32_t*>(arena_->alloc(z.keys));
   cache_q_ = static_cast<float*>(arena_->alloc(z.q));
   cos_ = static_cast<float*>(arena_->alloc(z.cos));
+  hit_ = static_cast<int32_t*>(arena_->alloc(z.hit));
+  has_ = static_cast<int32_t*>(arena_->alloc(z.has));
+  counts_ = static_cast<int64_t*>(arena_->alloc(z.counts));
   capacity_ = shape.capacity;
   std::vector<int32_t> rows(static_cast<size_t>(capacity_));
   std::iota(rows.begin(), rows.end(), 0);
@@ -65,8 +72,9 @@ void TokenSelectGpu::allocate(const GpuShape& shape, cuda::Stream s) {
 void TokenSelectGpu::release() {
   step_.reset();
   arena_.reset();
-  slots_ = cache_keys_ = nullptr;
+  slots_ = cache_keys_ = hit_ = has_ = nullptr;
   cache_q_ = cos_ = nullptr;
+  counts_ = nullptr;
   capacity_ = 0;
 }
 
@@ -74,9 +82,10 @@ GpuIndex TokenSelectGpu::build_prefill(const GpuPrefillStep&, cuda::Stream) {
   fail("internal: tokenselect on the GPU attends through attend() (pre-RoPE keys), not a sparse index");
 }
 
-void TokenSelectGpu::start_sequence(cuda::Stream) {
-  has_selection_.assign(size_t(ctx_.n_layer), 0);
-  hits_ = misses_ = 0;
+void TokenSelectGpu::start_sequence(cuda::Stream s) {
+  if (!arena_) return;
+  cuda::memset_async(has_, 0, size_t(ctx_.n_layer) * sizeof(int32_t), s);
+  cuda::memset_async(counts_, 0, 2 * sizeof(int64_t), s);
 }
 
 void TokenSelectGpu::attend(const GpuAttendStep& st, cuda::Stream s) {
@@ -89,6 +98,8 @@ void TokenSelectGpu::attend(const GpuAttendStep& st, cuda::Stream s) {
                          .slots = slots_, .inv_freq = st.inv_freq, .rope_factor = st.rope_factor,
                          .scale = st.scale, .o = st.o};
   if (st.phase == Phase::decode && st.n_q == 1) {
+    in.n_kv_dev = st.n_kv_dev;
+    in.n_kv_bound = std::min(std::max(st.n_kv_bound, st.n_kv), capacity_);
     if (step_->selects(st.n_kv)) decode_select(st, in, s);
     step_->attend(in, s);
     return;
@@ -109,31 +120,34 @@ void TokenSelectGpu::decode_select(const GpuAttendStep& st, const TokenSelectGpu
   float* q_l = cache_q_ + l * QW;
   int32_t* keys_l = cache_keys_ + l * K;
   step_->stage_query(in, s);
-  bool hit = false;
-  if (has_selection_[l] && t_.theta <= 1.0) {  // theta > 1: no cosine reaches it
-    cuda::cosine({.a = step_->selection_query(), .b = q_l, .n = int64_t(QW), .out = cos_}, s);
-    float c = 0.f;
-    cuda::copy_d2h(&c, cos_, sizeof(c), s);
-    cuda::stream_sync(s);  // the host branch below (why decode is eager: see the header)
-    hit = double(c) >= t_.theta;
-  }
-  if (hit) {
-    cuda::copy_d2d(step_->selected(), keys_l, K * sizeof(int32_t), s);
-    step_->stage_ranges(in, s);
-    ++hits_;
-    return;
-  }
-  step_->stage_score(in, s);
-  step_->stage_vote(in, s);
-  step_->stage_top_k(in, s);
-  cuda::copy_d2d(keys_l, step_->selected(), K * sizeof(int32_t), s);
-  cuda::copy_d2d(q_l, step_->selection_query(), QW * sizeof(float), s);
-  has_selection_[l] = 1;
-  ++misses_;
+  // The hit or miss is decided and followed on the device: no host sync, no host branch.
+  cuda::cosine({.a = step_->selection_query(), .b = q_l, .n = int64_t(QW), .out = cos_, .hit = hit_,
+                .has = has_ + l, .theta = t_.theta},
+               s);
+  TokenSelectGpuInput gated = in;
+  gated.skip = hit_;  // a hit skips score, vote and top-k
+  step_->stage_score(gated, s);
+  step_->stage_vote(gated, s);
+  step_->stage_top_k(gated, s);  // and the initial / local ranges, hit or not
+  cuda::cache_update({.hit = hit_, .keys = keys_l, .selected = step_->selected(), .k = int64_t(K), .q = q_l,
+                      .q_sel = step_->selection_query(), .n_q = int64_t(QW), .has = has_ + l, .counts = counts_},
+                     s);
+}
+
+int64_t TokenSelectGpu::count(int which, cuda::Stream s) const {
+  if (!arena_) return 0;
+  int64_t c[2] = {0, 0};
+  cuda::copy_d2h(c, counts_, sizeof(c), s);
+  cuda::stream_sync(s);
+  return c[which];
 }
 
 std::vector<int32_t> TokenSelectGpu::selection(int l, cuda::Stream s) const {
-  if (l < 0 || size_t(l) >= has_selection_.size() || !has_selection_[size_t(l)]) return {};
+  if (!arena_ || l < 0 || l >= ctx_.n_layer) return {};
+  int32_t has = 0;
+  cuda::copy_d2h(&has, has_ + l, sizeof(has), s);
+  cuda::stream_sync(s);
+  if (!has) return {};
   std::vector<int32_t> out(size_t(t_.k));
   cuda::copy_d2h(out.data(), cache_keys_ + size_t(l) * size_t(t_.k), out.size() * sizeof(int32_t), s);
   cuda::stream_sync(s);

@@ -12,12 +12,15 @@
 //            selection's k positions (with the initial keys and the new local window), else the
 //            step selects again and keeps its query and positions. theta > 1 never reuses (no
 //            cosine is computed), the CPU's "cache disabled".
-// Decode runs eagerly (decode_graph_safe() = false), for two reasons: the top-k sorts the M
-// candidates with CUB, whose item count is a host value that grows with every token, and the
-// cache's hit or miss is read back to the host (a 4-byte copy and a stream sync per layer and
-// token) so that a hit skips the scoring, vote and top-k. A replayable step needs a top-k that
-// reads M from device memory (a radix select of the k-th vote) and selection kernels that return
-// early on a device hit flag: not built.
+// The cache runs on the device: the cosine kernel writes the hit flag (cuda::cosine with .hit),
+// paged_dot, soft_vote and top_k_select return at once when it is set, and cuda::cache_update
+// then restores the cached positions (hit) or stores the new selection (miss) and counts it; no
+// host sync, no host branch. The step's counts (paged_dot's n_slot, soft_vote's and
+// top_k_select's M, budget_key_ranges' n_kv) are read from GpuAttendStep::n_kv_dev and launched
+// for n_kv_bound, the rest of a selecting step has fixed sizes (the budget's keys), so decode
+// is graph-replayable (decode_graph_safe()) for lengths past the budget; a graph tile that
+// reaches down to the budget decodes eagerly (decode_graph_min_kv()). Eager and replayed steps
+// launch the same grids (both use the bound), so their results are bit-identical.
 // Memory (device_bytes): TokenSelectGpuStep's buffers for capacity keys and min(chunk, t.chunk)
 // rows, the identity slot table int32 [capacity] (the model's sequence is contiguous from row 0
 // of the layer's view), and per layer the cache: int32 [k] positions + fp32 [n_head * head_dim].
@@ -46,15 +49,16 @@ class TokenSelectGpu final : public GpuMethod {
   bool decodes() const override { return true; }
   bool attends() const override { return true; }
   void attend(const GpuAttendStep& step, cuda::Stream s) override;
-  bool decode_graph_safe() const override { return false; }  // see the header comment
+  bool decode_graph_safe() const override { return true; }  // past the budget: see the header comment
+  int64_t decode_graph_min_kv() const override { return t_.budget(); }
   // The selection cache is per sequence: the model decodes one sequence at a time and calls
   // start_sequence, which forgets every layer's selection.
   bool keeps_sequence_state() const override { return true; }
   void start_sequence(cuda::Stream s) override;
 
-  // Decode selections reused / made since start_sequence (tests, statistics).
-  int64_t hits() const { return hits_; }
-  int64_t misses() const { return misses_; }
+  // Decode selections reused / made since start_sequence (device counters; tests, statistics).
+  int64_t hits(cuda::Stream s) const { return count(0, s); }
+  int64_t misses(cuda::Stream s) const { return count(1, s); }
   // The k positions of layer l's last decode selection (host copy; empty before one): tests.
   std::vector<int32_t> selection(int l, cuda::Stream s) const;
   // The soft vote [M] of the last selection made (any layer, prefill or decode; host copy): tests.
@@ -63,6 +67,7 @@ class TokenSelectGpu final : public GpuMethod {
  private:
   TokenSelectGpuShape step_shape(const GpuShape& shape) const;
   void decode_select(const GpuAttendStep& step, const TokenSelectGpuInput& in, cuda::Stream s);
+  int64_t count(int which, cuda::Stream s) const;
 
   TokenSelectParams t_;
   MethodContext ctx_;
@@ -72,9 +77,10 @@ class TokenSelectGpu final : public GpuMethod {
   int32_t* cache_keys_ = nullptr;             // [n_layer, k] selected positions of the last selection
   float* cache_q_ = nullptr;                  // [n_layer, n_head * head_dim] its selection query
   float* cos_ = nullptr;                      // [1]
+  int32_t* hit_ = nullptr;                    // [1] this step's cache decision (the selection's skip flag)
+  int32_t* has_ = nullptr;                    // [n_layer] a decode selection made since start_sequence
+  int64_t* counts_ = nullptr;                 // [2] hits, misses since start_sequence
   int64_t capacity_ = 0;
-  std::vector<char> has_selection_;  // [n_layer]: a decode selection made since start_sequence
-  int64_t hits_ = 0, misses_ = 0;
 };
 
 // The GPU side of m, or nullptr for the variants that run on the CPU only (see above).

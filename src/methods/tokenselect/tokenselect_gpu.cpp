@@ -8,6 +8,7 @@
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/paged_dot.h"
 #include "kernels/cuda/soft_vote.h"
+#include "kernels/cuda/topk_select.h"
 #include "util/error.h"
 
 namespace longctx {
@@ -17,6 +18,9 @@ namespace {
 constexpr size_t kAlign = cuda::DeviceArena::kDefaultAlign;
 
 size_t round_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// The key count the selection kernels are launched for: n_kv, or with a device length its bound.
+int64_t launch_kv(const TokenSelectGpuInput& in) { return in.n_kv_dev ? std::max(in.n_kv, in.n_kv_bound) : in.n_kv; }
 
 struct Sizes {
   int64_t max_m = 0, budget = 0;
@@ -33,7 +37,7 @@ Sizes sizes(const TokenSelectParams& t, const TokenSelectGpuShape& s) {
   z.scores = round_up(H * size_t(z.max_m) * 4);
   z.vote = round_up(size_t(z.max_m) * 4);
   z.vote_ws = round_up(cuda::soft_vote_workspace_bytes(s.n_head));
-  z.topk_ws = round_up(cuda::top_k_workspace_bytes(z.max_m, t.k));
+  z.topk_ws = round_up(cuda::top_k_select_workspace_bytes());
   z.keys = round_up(L * 4);
   z.kv_c = round_up(L * size_t(s.n_kv_head) * D * 2);
   z.q_rot = round_up(size_t(s.max_rows) * H * D * 2);
@@ -62,7 +66,6 @@ TokenSelectGpuStep::TokenSelectGpuStep(const TokenSelectParams& t, const TokenSe
   vote_ = static_cast<float*>(arena_->alloc(z.vote));
   vote_ws_ = arena_->alloc(z.vote_ws);
   topk_ws_ = arena_->alloc(z.topk_ws);
-  topk_ws_bytes_ = z.topk_ws;
   keys_ = static_cast<int32_t*>(arena_->alloc(z.keys));
   k_c_ = arena_->alloc(z.kv_c);
   v_c_ = arena_->alloc(z.kv_c);
@@ -74,7 +77,7 @@ TokenSelectGpuStep::TokenSelectGpuStep(const TokenSelectParams& t, const TokenSe
 
 void TokenSelectGpuStep::check(const TokenSelectGpuInput& in) const {
   if (in.n_rows <= 0 || in.n_rows > shape_.max_rows || in.n_rows > t_.chunk || in.n_kv < in.n_rows ||
-      in.n_kv > shape_.max_kv)
+      in.n_kv > shape_.max_kv || (in.n_kv_dev && (in.n_rows != 1 || launch_kv(in) > shape_.max_kv)))
     fail("internal: tokenselect GPU step of {} rows over {} keys (at most {} rows, chunk {}, {} keys)", in.n_rows,
          in.n_kv, shape_.max_rows, t_.chunk, shape_.max_kv);
 }
@@ -87,28 +90,31 @@ void TokenSelectGpuStep::stage_query(const TokenSelectGpuInput& in, cuda::Stream
 
 void TokenSelectGpuStep::stage_score(const TokenSelectGpuInput& in, cuda::Stream s) {
   cuda::paged_dot({.q_f32 = qs_, .k_pool = in.k_pool, .slots = in.slots + t_.n_init, .scores = scores_,
-                   .n_slot = in.n_kv - t_.n_init - t_.n_local, .n_head = shape_.n_head,
-                   .n_kv_head = shape_.n_kv_head, .head_dim = shape_.head_dim},
+                   .n_slot = launch_kv(in) - t_.n_init - t_.n_local, .n_head = shape_.n_head,
+                   .n_kv_head = shape_.n_kv_head, .head_dim = shape_.head_dim, .skip = in.skip,
+                   .n_dev = in.n_kv_dev, .n_sub = int32_t(t_.n_init + t_.n_local)},
                   s);
 }
 
 void TokenSelectGpuStep::stage_vote(const TokenSelectGpuInput& in, cuda::Stream s) {
   cuda::soft_vote({.scores = scores_, .vote = vote_, .n_head = shape_.n_head,
-                   .M = in.n_kv - t_.n_init - t_.n_local, .naive = false, .workspace = vote_ws_},
+                   .M = launch_kv(in) - t_.n_init - t_.n_local, .naive = false, .workspace = vote_ws_, .skip = in.skip,
+                   .m_dev = in.n_kv_dev, .m_sub = int32_t(t_.n_init + t_.n_local)},
                   s);
 }
 
 void TokenSelectGpuStep::stage_top_k(const TokenSelectGpuInput& in, cuda::Stream s) {
-  const int64_t M = in.n_kv - t_.n_init - t_.n_local;
-  cuda::top_k_sorted({.vote = vote_, .M = M, .k = t_.k, .offset = int32_t(t_.n_init), .out = keys_ + t_.n_init,
-                      .workspace = topk_ws_, .workspace_bytes = topk_ws_bytes_},
+  const int64_t M = launch_kv(in) - t_.n_init - t_.n_local;
+  cuda::top_k_select({.vote = vote_, .max_M = M, .m_dev = in.n_kv_dev, .m_sub = int32_t(t_.n_init + t_.n_local),
+                      .k = t_.k, .offset = int32_t(t_.n_init), .out = keys_ + t_.n_init,
+                      .skip = in.skip, .workspace = topk_ws_},
                      s);
   stage_ranges(in, s);
 }
 
 void TokenSelectGpuStep::stage_ranges(const TokenSelectGpuInput& in, cuda::Stream s) {
   cuda::budget_key_ranges({.keys = keys_, .n_init = t_.n_init, .n_select = t_.k, .n_local = t_.n_local,
-                           .n_kv = in.n_kv},
+                           .n_kv = in.n_kv, .n_kv_dev = in.n_kv_dev},
                           s);
 }
 

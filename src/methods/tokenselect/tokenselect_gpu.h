@@ -9,7 +9,7 @@
 //   select:  qs     = selection_query(q rows rotated at n_local + i)        fp32 [n_head, D]
 //            scores = paged_dot(qs, candidate slots [n_init, n_kv - n_local)) fp32 [n_head, M]
 //            vote   = soft_vote(scores) (or hard/naive: not built on the GPU)  fp32 [M]
-//            keys   = [0, n_init) ++ top_k_sorted(vote) + n_init ++ [n_kv - n_local, n_kv)
+//            keys   = [0, n_init) ++ top_k_select(vote) + n_init ++ [n_kv - n_local, n_kv)
 //   attend:  K, V   = compact_kv(keys): gathered, K rotated at 0..L-1        bf16 [L, n_kv_head, D]
 //            q_rot  = rope(q, L - C + i)                                      bf16 [C, n_head, D]
 //            o      = attention_prefill(q_rot, K, V, q_pos0 = L - C, causal)  (C = 1: attention_decode)
@@ -42,6 +42,13 @@ struct TokenSelectGpuInput {
   float rope_factor = 1.f;          // cos/sin multiplier (YaRN, LongRoPE), as the model's RoPE
   float scale = 0.f;                // softmax scale (0: 1/sqrt(head_dim))
   void* o = nullptr;                // bf16 [n_rows, n_head, head_dim]
+  const int32_t* skip = nullptr;    // device int32 [1] or nullptr: nonzero skips score, vote and top-k
+                                    // (the selection cache's hit, decided on the device)
+  // A replayable decode step: the selection's counts (candidates, the local range's end) are
+  // read from n_kv_dev (device int32 [1]: n_kv) and launched for n_kv_bound (>= every n_kv the
+  // step is replayed for, all past the budget); the host n_kv then only decides selects().
+  const int32_t* n_kv_dev = nullptr;
+  int64_t n_kv_bound = 0;
 };
 
 class TokenSelectGpuStep {
@@ -89,7 +96,7 @@ class TokenSelectGpuStep {
   float *qs_ = nullptr, *scores_ = nullptr, *vote_ = nullptr;
   void *vote_ws_ = nullptr, *topk_ws_ = nullptr, *k_c_ = nullptr, *v_c_ = nullptr, *q_rot_ = nullptr;
   void* decode_ws_ = nullptr;
-  size_t topk_ws_bytes_ = 0, decode_ws_bytes_ = 0;
+  size_t decode_ws_bytes_ = 0;
   int32_t* keys_ = nullptr;
 };
 
