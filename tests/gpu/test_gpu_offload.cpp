@@ -61,7 +61,9 @@ TEST(KvOffloadPlan, SplitsLayersBetweenHbmAndHost) {
   const gpu::OffloadBudget b = h200_budget(c, cap, 3);
   const size_t gpu_need = b.gpu_fixed + gpu::kReserveBytes + p.hbm_bytes + size_t(p.tier_sizes.gpu_bytes);
   EXPECT_LE(gpu_need, b.gpu_free);
-  EXPECT_GT(gpu_need + p.hbm_layer_bytes, b.gpu_free);
+  const std::string one_less = test::error_of(
+      [&] { (void)gpu::plan_offload(c, {.on = true, .host_layers = p.host_layers - 1}, h200_budget(c, cap, 3)); });
+  EXPECT_TRUE(test::contains(one_less, "GPU memory") && test::contains(one_less, "(short)")) << one_less;
   std::printf("[ plan ] 1M: %d layers in HBM, %d on the host (%.1f GiB pinned, caches %.2f GiB)\n",
               c.n_layer - p.host_layers, p.host_layers, double(p.tier_sizes.host_bytes) / double(kGiB),
               double(p.tier_sizes.gpu_bytes) / double(kGiB));
