@@ -154,6 +154,17 @@ TEST(KvOffloadModel, HostLayersEqualHbmLayersBitForBit) {
               s.refresh.kv.hit_ratio(), s.refresh.keys.hit_ratio());
 }
 
+// 2112 lines per head (a 4.1K-token sequence): the keys cache's LRU sort takes exactly 48 KiB of
+// dynamic shared memory, past the default limit once the kernel's static part is added.
+TEST(KvOffloadModel, UpdateSortOfTwoThousandSlots) {
+  REQUIRE_GPU();
+  const ModelConfig cfg = gpu::geometry_config("llama3-8b:2");
+  const std::vector<std::vector<int32_t>> prompt{random_ids(4096, cfg.vocab_size, 12)};
+  const std::vector<int32_t> steps = random_ids(8, cfg.vocab_size, 13);
+  expect_identical(run_model(cfg, {.on = true, .host_layers = 0}, prompt, steps),
+                   run_model(cfg, {.on = true, .host_layers = 2}, prompt, steps), "4.1K tokens, host vs HBM");
+}
+
 TEST(KvOffloadModel, OnEqualsOff) {
   REQUIRE_GPU();
   const ModelConfig cfg = gpu::geometry_config("llama3-8b:4");
@@ -182,7 +193,7 @@ TEST(KvOffloadModel, OnEqualsOff) {
 
 TEST(KvOffloadModel, RefusedUpFront) {
   REQUIRE_GPU();
-  const ModelConfig cfg = gpu::geometry_config("llama3-8b:1");
+  const ModelConfig cfg = gpu::geometry_config("llama3-8b:2");  // layer 1 decodes sparse (dense_layers=1)
   auto make = [&](const gpu::GpuOptions& o) {
     return test::error_of([&] { gpu::GpuTransformer g(cfg, gpu::DeviceWeights::random(cfg, 1, nullptr), o); });
   };
