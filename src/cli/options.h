@@ -192,7 +192,7 @@ inline CLI::Option* add_cpu_weights(CLI::App* c, std::string& cpu_weights) {
       ->check(one_of({"quantized", "fp32"}, "CPU weights"));
 }
 
-// --kv-offload and --kv-host-layers (generate, bench model): GPU KV offload (gpu/gpu_offload.h).
+// --kv-offload and --kv-host-layers (generate, bench model, serve): GPU KV offload (gpu/gpu_offload.h).
 struct KvOffloadArgs {
   bool on = false;
   int host_layers = -1;  // -1: automatic
