@@ -10,13 +10,15 @@
 #   ninja -C build-gpu -j2 longctx test_gpu_offload
 #   scripts/gpu-offload-engine.sh --pack build-gpu /work/main/.carry/offload-engine
 # On the device: OUT=$OUT BIN=.carry/offload-engine bash .carry/offload-engine/gpu-offload-engine.sh
-#   SKIP_TESTS=1 skips the tests; RUNS overrides the benchmark list (default below); STEP_TIMEOUT
+#   SKIP_TESTS=1 skips the tests; TEST_GPU=1 also runs test_gpu (packed when built: the GPU model's
+#   whole suite, for what the offload hooks touched); RUNS overrides the benchmark list (default below); STEP_TIMEOUT
 #   bounds each run (seconds).
 set -uo pipefail
 if [ "${1:-}" = "--pack" ]; then
   build=$2 carry=$3 stage=$(mktemp -d)
   cp "$build/src/cli/longctx" "$build/tests/gpu/test_gpu_offload" "$stage/"
-  strip "$stage/longctx" "$stage/test_gpu_offload"
+  [ -x "$build/tests/gpu/test_gpu" ] && cp "$build/tests/gpu/test_gpu" "$stage/"  # the whole GPU model suite, if built
+  strip "$stage"/*
   source "$(dirname "$0")/gpu-carry.sh"
   mkdir -p "$stage/lib" && carry_libs "$stage/lib" "$stage/longctx" "$stage/test_gpu_offload"
   rm -rf "$carry" && mkdir -p "$carry"
@@ -39,6 +41,11 @@ if [ -z "${SKIP_TESTS:-}" ]; then
   echo "== test_gpu_offload"
   timeout 240 "$B/test_gpu_offload" > "$OUT/test_gpu_offload.log" 2>&1 || status=1
   grep -E "^\[ (plan|stats|on vs off|message) \]|Failure|Expected|Which is|^\[  (PASSED|FAILED)|tests ran" "$OUT/test_gpu_offload.log" | head -40
+fi
+if [ -n "${TEST_GPU:-}" ] && [ -x "$B/test_gpu" ]; then
+  echo "== test_gpu"
+  timeout "${TEST_GPU_TIMEOUT:-150}" "$B/test_gpu" > "$OUT/test_gpu.log" 2>&1 || status=1
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) \] [0-9]|^\[  FAILED  \] [A-Za-z]|: Failure$" "$OUT/test_gpu.log" | head -20
 fi
 # Sparse prefill that runs on the GPU today (A-shape: 128 sinks + 4096 window), HiP decode (paper defaults).
 ATTN='prefill:a_shape=128,4096;decode:hip'

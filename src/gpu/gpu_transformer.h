@@ -148,7 +148,7 @@ struct GpuOptions {
   KvCacheType kv_cache = KvCacheType::bf16;  // fp8: e4m3 cache, layer-major prefill (see above)
   // KV offload (gpu/gpu_offload.h): one sequence, bf16, a method whose decode reads through the
   // offload caches (HiP); the prefill runs layer-major. Refused up front otherwise.
-  KvOffloadOptions kv_offload;
+  KvOffloadOptions kv_offload = {};  // (an initializer: designated-initializer users get no -Wextra warning)
 };
 
 // Called after each layer of a layer-major prefill (fp8 cache) with the layers done so far.
