@@ -45,6 +45,11 @@ struct LoadOptions {
   // Llama-3-8B at 1M tokens fits one 141 GB GPU; the prefill then runs layer by layer). The CPU
   // path keeps its own cache and rejects "fp8" with --device cpu.
   std::string kv_cache = "bf16";
+  // KV offload on the GPU (gpu/gpu_offload.h): the KV cache in pinned host memory behind GPU caches
+  // for layers that do not fit HBM, with a sparse decode method that reads through them (--attn
+  // hip); one sequence. kv_host_layers: layers kept in host memory (-1: as few as the GPU needs).
+  bool kv_offload = false;
+  int kv_host_layers = -1;
   // CPU matmul weights: "fp32" (dequantized at load: the exact reference path) or "quantized"
   // (the file's 4/8-bit blocks with 8-bit activations: several times less memory traffic per
   // token; model/quant_weights.h). The CLI defaults to "quantized".

@@ -31,6 +31,7 @@
 #include "methods/registry.h"
 #include "util/error.h"
 #ifdef LONGCTX_WITH_GPU
+#include "gpu/gpu_offload.h"
 #include "gpu/gpu_stats.h"
 #endif
 #ifdef LONGCTX_WITH_CUDA_BENCH
@@ -69,6 +70,7 @@ struct BenchArgs {
   int64_t chunk = LoadOptions{}.prefill_chunk;  // CPU prefill chunk
   bool synthetic_qk = false;  // GPU: Q/K replaced by structured synthetic vectors after RoPE
   std::string kv_cache = "bf16";  // GPU KV cache: bf16 or fp8
+  KvOffloadArgs offload;          // GPU: --kv-offload, --kv-host-layers
   std::string cpu_weights = kCliCpuWeights;
 };
 
@@ -124,6 +126,8 @@ void run(const BenchArgs& a) {
   lo.gpu_chunk = a.gpu_chunk;
   lo.synthetic_qk = a.synthetic_qk;
   lo.kv_cache = a.kv_cache;
+  lo.kv_offload = a.offload.on;
+  lo.kv_host_layers = a.offload.host_layers;
   lo.cpu_weights = a.cpu_weights;
   lo.prefill_chunk = a.chunk;
   // A random-weight geometry has no trained context to respect: allow the longest run.
@@ -160,6 +164,7 @@ void run(const BenchArgs& a) {
   if (random) out["random_weights"] = a.random_weights;
   if (a.synthetic_qk) out["synthetic_qk"] = true;
   if (gpu) out["kv_cache_type"] = a.kv_cache;  // the CPU path keeps fp32 K/V
+  if (gpu && a.offload.on) out["kv_offload"] = {{"host_layers_asked", a.offload.host_layers}};
   if (!gpu) out["cpu_weights"] = a.cpu_weights;
   out["matmul_params"] = matmul_params(eng->config());
   if (peak > 0) out["peak_bf16_flops"] = peak;
@@ -226,6 +231,36 @@ void run(const BenchArgs& a) {
                                 {"sparse_gib", double(ps.sparse_bytes) / kGiB}};
       attn_line = fmt::format("         prefill attention {:.3f} s (index {:.3f} s), {} dense / {} sparse layer-chunks",
                               ps.attention_s, ps.index_s, ps.dense_calls, ps.sparse_calls);
+      if (const gpu::GpuOffloadStats os = gpu::last_gpu_offload_stats(); os.on) {
+        // the last run's decode: the host layers' caches, refresh steps (HiP re-estimates) vs cached steps
+        auto part = [](const gpu::OffloadStepCounters& c) {
+          return nlohmann::json{{"steps", c.steps},
+                                {"kv_reads", c.kv.reads},
+                                {"kv_misses", c.kv.misses},
+                                {"kv_hit_ratio", c.kv.hit_ratio()},
+                                {"keys_reads", c.keys.reads},
+                                {"keys_misses", c.keys.misses},
+                                {"keys_hit_ratio", c.keys.hit_ratio()},
+                                {"pcie_bytes", c.pcie_bytes},
+                                {"pcie_bytes_per_step", c.steps ? double(c.pcie_bytes) / double(c.steps) : 0.0}};
+        };
+        r["kv_offload"] = {{"host_layers", os.host_layers},
+                           {"hbm_layers", os.hbm_layers},
+                           {"host_gib", double(os.host_bytes) / kGiB},
+                           {"gpu_cache_gib", double(os.cache_bytes) / kGiB},
+                           {"hbm_kv_gib", double(os.hbm_kv_bytes) / kGiB},
+                           {"refresh", part(os.refresh)},
+                           {"cached", part(os.cached)}};
+        attn_line += fmt::format(
+            "\n         kv offload: {} layers in host memory ({:.1f} GiB), {} in HBM ({:.1f} GiB), caches {:.2f} GiB; "
+            "K/V cache hits {:.2f}% cached / {:.2f}% refresh steps, keys cache {:.2f}%; PCIe {:.1f} KB cached / "
+            "{:.1f} MB refresh step",
+            os.host_layers, double(os.host_bytes) / kGiB, os.hbm_layers, double(os.hbm_kv_bytes) / kGiB,
+            double(os.cache_bytes) / kGiB, 100 * os.cached.kv.hit_ratio(), 100 * os.refresh.kv.hit_ratio(),
+            100 * os.refresh.keys.hit_ratio(),
+            os.cached.steps ? double(os.cached.pcie_bytes) / double(os.cached.steps) / 1e3 : 0.0,
+            os.refresh.steps ? double(os.refresh.pcie_bytes) / double(os.refresh.steps) / 1e6 : 0.0);
+      }
     }
 #endif
     if (gpu)
@@ -284,6 +319,7 @@ void register_bench(CLI::App& app) {
   m->add_option("--kv-cache", args->kv_cache,
                 "GPU KV cache: bf16, or fp8 (e4m3 with per-layer scales: half the memory; prefill runs layer by layer)")
       ->check(one_of({"bf16", "fp8"}, "KV cache type"));
+  add_kv_offload(m, args->offload);
   add_threads(m, args->threads);
   m->add_option("--json", args->json_path, "Write the JSON here instead of stdout")->check(writable_file());
   m->callback([args] { run(*args); });

@@ -20,6 +20,7 @@ struct ServeArgs {
   std::string model, host = "127.0.0.1", attn = "dense", device = "cpu", name, random_weights;
   std::string cpu_weights = kCliCpuWeights;  // as generate: greedy output through the server = generate's
   bool no_batching = false;
+  KvOffloadArgs offload;  // GPU: --kv-offload (HiP: one sequence at a time, as without it)
   int port = 8000, threads = 0, max_sequences = 32, max_queue = 128, http_threads = 0;
   int64_t kv_tokens = 0, chunk = LoadOptions{}.prefill_chunk, max_body = 16 << 20;
   double drain_timeout = 30;
@@ -39,6 +40,8 @@ void run(const ServeArgs& a) {
   o.load.prefill_chunk = a.chunk;
   o.load.device = a.device;
   o.load.cpu_weights = a.cpu_weights;
+  o.load.kv_offload = a.offload.on;
+  o.load.kv_host_layers = a.offload.host_layers;
   o.host = a.host;
   o.port = a.port;
   o.model_id = a.name;
@@ -65,6 +68,7 @@ void register_serve(CLI::App& app) {
   c->add_option("--attn", args->attn,
                 "Default attention method (a request may name another in an \"attn\" body field)");
   add_device(c, args->device);
+  add_kv_offload(c, args->offload);
   add_cpu_weights(c, args->cpu_weights);
   add_threads(c, args->threads);
   add_max_context(c, args->ctx);

@@ -192,6 +192,20 @@ inline CLI::Option* add_cpu_weights(CLI::App* c, std::string& cpu_weights) {
       ->check(one_of({"quantized", "fp32"}, "CPU weights"));
 }
 
+// --kv-offload and --kv-host-layers (generate, bench model, serve): GPU KV offload (gpu/gpu_offload.h).
+struct KvOffloadArgs {
+  bool on = false;
+  int host_layers = -1;  // -1: automatic
+};
+inline void add_kv_offload(CLI::App* c, KvOffloadArgs& a) {
+  c->add_flag("--kv-offload", a.on,
+              "GPU: keep the KV cache of layers that do not fit HBM in pinned host memory behind GPU caches (one "
+              "sequence, --attn hip decode); sized up front against the GPU and host budgets");
+  c->add_option("--kv-host-layers", a.host_layers,
+                "With --kv-offload: layers whose K/V live in host memory (default: as few as the GPU needs)")
+      ->check(integer_at_least(0));
+}
+
 inline CLI::Option* add_prefill_chunk(CLI::App* c, int64_t& chunk) {
   return c->add_option("--prefill-chunk", chunk, "Prefill chunk on the CPU in tokens (bounds activation memory)")
       ->check(integer_at_least(1));

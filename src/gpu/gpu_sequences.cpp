@@ -174,6 +174,8 @@ void GpuTransformer::reserve_sequences(std::span<const int64_t> capacities) {
 }
 
 void GpuTransformer::reserve_plan(const SequencesPlan& p) {
+  if (offload_opts_.on)
+    fail("--kv-offload serves one sequence at a time (its host tier holds one sequence's K/V): no pool of several");
   if (external_sequences() > 0)
     fail("reserve_sequences: {} sequences still hold pages of the GPU KV pool; free them first", external_sequences());
   if (seq_ != &own_) fail("reserve_sequences: a sequence is attached; attach(nullptr) first");
@@ -194,6 +196,7 @@ std::unique_ptr<GpuSequence> GpuTransformer::new_sequence(int64_t capacity, int6
   if (capacity <= 0) fail("KV cache capacity must be positive (got {})", capacity);
   if (contiguous <= 0 || contiguous > capacity)
     fail("new_sequence: {} contiguous tokens of a sequence of {} (must be 1..{})", contiguous, capacity, capacity);
+  if (offload_opts_.on) fail("--kv-offload serves the model's own sequence only (reset + forward), not new_sequence");
   auto s = std::make_unique<GpuSequence>();
   if (!try_take_pages(*s, capacity, contiguous))
     fail("new_sequence: the GPU KV pool has no run of free pages for {} tokens ({} of {} pages of {} tokens free, "

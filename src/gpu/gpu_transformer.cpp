@@ -11,6 +11,7 @@
 #include "gpu/gpu_ops.h"
 #include "gpu/kv_fp8.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/kv_offload.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/sparse_attention.h"
 #include "kernels/cuda/sparse_decode.h"
@@ -89,7 +90,9 @@ GpuTransformer::GpuTransformer(ModelConfig cfg, DeviceWeights w, const GpuOption
   if (kv_type_ == KvCacheType::fp8 && cfg_.head_dim < 64)
     fail("--kv-cache fp8 needs head dim 64 or more; {} has {}", cfg_.name, cfg_.head_dim);
   attn_spec_ = opts.attn;
-  layer_major_ = kv_type_ == KvCacheType::fp8 || prompt_wide_method();
+  offload_opts_ = opts.kv_offload;
+  if (offload_opts_.on) check_offload_options();
+  layer_major_ = kv_type_ == KvCacheType::fp8 || prompt_wide_method() || offload_opts_.on;
   stats_.attn = attn_spec_;
   layout_ = arena_layout(cfg_, opts.chunk);
   device_name_ = cuda::device_info(0).name;
@@ -144,6 +147,7 @@ void GpuTransformer::free_kv() {
   sparse_bytes_ = 0;
   own_.id = -1;  // the pool goes: so do the own sequence's pages (others hold none: see callers)
   pool_.reset();
+  offload_.reset();
   cuda::dev_free(decode_ws_);
   cuda::dev_free(stage_);
   decode_ws_ = stage_ = nullptr;
@@ -181,6 +185,7 @@ std::string GpuTransformer::kv_fit_problem(int64_t capacity) const {
     (void)cudaGetLastError();
     return "cannot query free GPU memory (cudaMemGetInfo failed)";
   }
+  if (offload_opts_.on) return offload_fit_problem(capacity);
   const int64_t caps[1] = {capacity};
   const SequencesPlan p = plan_sequences(caps, layout_.logit_rows);
   return gpu::sequences_fit_problem(cfg_, p, free_b + held_kv_bytes(), w_.bytes() + layout_.total, device_name_,
@@ -192,7 +197,9 @@ void GpuTransformer::reset(int64_t capacity) {
   if (seq_ != &own_) fail("reset() clears the model's own sequence; attach(nullptr) first");
   release_pages(own_);
   own_.broken = false;
-  if (!try_take_pages(own_, capacity)) {  // the pool must change: only when no other sequence holds pages
+  if (offload_opts_.on) {
+    reset_offload(capacity);
+  } else if (!try_take_pages(own_, capacity)) {  // the pool must change: only when no other sequence holds pages
     if (external_sequences() > 0)
       fail("the GPU KV pool has no run of free pages for {} tokens while {} other sequences hold pages ({} of {} "
            "pages free)",
@@ -217,6 +224,7 @@ void GpuTransformer::reset(int64_t capacity) {
 }
 
 void* GpuTransformer::kv_cache_at(int l, int which) const {
+  if (offload_) return offload_->rows(l, which);
   const size_t KV = size_t(cfg_.n_kv_head) * size_t(cfg_.head_dim);
   char* pool = static_cast<char*>(which ? pool_->v_pool(l) : pool_->k_pool(l));
   return pool + size_t(seq_->base_row) * KV * kv_elem_;
@@ -327,12 +335,15 @@ void GpuTransformer::forward_layer_major(std::span<const int32_t> tokens, int64_
     embed(d_ids, at(xs, size_t(c0 * E)), n);
   }
   for (int l = 0; l < cfg_.n_layer; ++l) {
-    void* k_stage = fp8 ? stage + stage_layout_.k : kv_cache_at(l, 0);  // [pos0 + T, KV] bf16 keys of layer l
-    void* v_stage = fp8 ? stage + stage_layout_.v : kv_cache_at(l, 1);  // values
+    const bool host = host_layer(l);  // KV offload: the layer's rows live in host memory
+    const bool staged = fp8 || host;
+    void* k_stage = staged ? stage + stage_layout_.k : kv_cache_at(l, 0);  // [pos0 + T, KV] bf16 keys of layer l
+    void* v_stage = staged ? stage + stage_layout_.v : kv_cache_at(l, 1);  // values
     if (fp8 && pos0 > 0) {  // the rows of earlier calls, back to bf16
       kv_dequantize({kv_cache_at(l, 0), k_stage, pos0 * KV, k_scale_[size_t(l)]}, stream_);
       kv_dequantize({kv_cache_at(l, 1), v_stage, pos0 * KV, v_scale_[size_t(l)]}, stream_);
     }
+    if (host && pos0 > 0) offload_->load(l, 0, pos0, k_stage, v_stage, stream_);
     events_used_ = 0;
     const bool wide = prompt_wide_lines(l, pos0, T);
     if (wide) estimate_prompt_lines(l, pos0, T, xs, k_stage, v_stage);
@@ -343,6 +354,7 @@ void GpuTransformer::forward_layer_major(std::span<const int32_t> tokens, int64_
     }
     if (wide) gpu_method_->end_prompt();
     if (fp8) store_layer_kv(l, pos0, T);
+    if (host) offload_->store(l, pos0, T, at(k_stage, size_t(pos0 * KV)), at(v_stage, size_t(pos0 * KV)), stream_);
     if (events_used_ > 0) read_attention_times();
     if (progress) progress(l + 1, cfg_.n_layer);
   }
@@ -450,11 +462,16 @@ void GpuTransformer::decode_token(int32_t id, float* logits) {
   }
   seq_->len = pos + 1;
   if (with_logits) copy_logits(1, logits);
+  if (offload_) {  // the step's cache counters (a sync: the logits copy synchronised already)
+    offload_->note_step(offload_stats_);
+    publish_offload_stats(offload_stats_);
+  }
 }
 
 void GpuTransformer::decode_kernels(int64_t plan_kv, bool with_logits) {
   int32_t* d_ids = static_cast<int32_t*>(step_buf_) + kStepId;
   embed(d_ids, act(layout_.x), 1);
+  if (offload_ && offload_->tick()) cuda::kv_offload_begin_step(offload_->tick(), stream_);
   for (int l = 0; l < cfg_.n_layer; ++l) decode_layer(l, plan_kv);
   if (with_logits) lm_head_device(act(layout_.x), 1);
 }
@@ -475,15 +492,19 @@ void GpuTransformer::decode_layer(int l, int64_t plan_kv) {
   if (fp8)
     kv_append_fp8({k_row, v_row, k_all, v_all, d_pos, KV, seq_->rows}, k_scale_[size_t(l)], v_scale_[size_t(l)], stream_);
   else
-    kv_append({k_row, v_row, k_all, v_all, d_pos, KV, seq_->rows}, stream_);
+    kv_append({k_row, v_row, k_all, v_all, d_pos, KV, seq_->rows}, stream_);  // a host layer: zero-copy write
+  // KV offload: the new row through to the layer's resident cache lines before the step's reads.
+  const KvOffloadLayer off = host_layer(l) ? offload_->caches(l) : KvOffloadLayer{};
+  if (host_layer(l)) cuda::kv_offload_append(off, own_view(l, k_all, v_all), k_row, v_row, stream_);
   // The route's key count is plan_kv: the captured step serves up to plan_kv keys.
   if (pre_rope()) {  // the length on the device, plan_kv its bound (a replay sees later lengths)
     attend_pre_rope(l, 1, seq_->len + 1, q, k_all, v_all, o, plan_kv);
   } else if (sparse_step({.layer = l, .phase = Phase::decode, .n_q = 1, .q_pos0 = plan_kv - 1, .n_kv = plan_kv})) {
-    sparse_decode_attention(l, q, o, own_view(l, k_all, v_all));
+    sparse_decode_attention(l, q, o, own_view(l, k_all, v_all), host_layer(l) ? &off : nullptr);
   } else {
-    dense_decode_attention(l, plan_kv, q, o, k_all, v_all);
+    dense_decode_attention(l, plan_kv, q, o, k_all, v_all);  // a host layer: every key over PCIe
   }
+  if (host_layer(l)) cuda::kv_offload_update(off, own_view(l, k_all, v_all), stream_);
   attn_out(l, o, x, 1);
   mlp(l, x, 1);
 }
@@ -536,8 +557,11 @@ KvView GpuTransformer::own_view(int l, void* k_all, void* v_all) const {
   return kv;
 }
 
-void GpuTransformer::sparse_decode_attention(int l, const void* q, void* o, const KvView& kv) {
-  const GpuDecodeIndex gi = gpu_method_->build_decode({.layer = l, .kv = kv, .q = q}, stream_);
+void GpuTransformer::sparse_decode_attention(int l, const void* q, void* o, const KvView& kv,
+                                             const KvOffloadLayer* offload) {
+  const GpuDecodeIndex gi =
+      gpu_method_->build_decode({.layer = l, .kv = kv, .q = q, .offload_keys = offload ? offload->keys : KvOffloadCache{}},
+                                stream_);
   cuda::SparseDecodeParams sp;
   sp.q = q;
   sp.o = o;
@@ -548,6 +572,7 @@ void GpuTransformer::sparse_decode_attention(int l, const void* q, void* o, cons
   sp.max_keys_per_row = gi.max_keys_per_row;
   sp.workspace = gi.workspace;
   sp.workspace_bytes = gi.workspace_bytes;
+  if (offload) sp.offload = offload->kv;
   cuda::sparse_decode(sp, stream_);
 }
 

@@ -97,6 +97,7 @@
 #include <vector>
 
 #include "gpu/device_weights.h"
+#include "gpu/gpu_offload.h"
 #include "gpu/gpu_stats.h"
 #include "gpu/memory_plan.h"
 #include "kernels/cuda/gemm.h"
@@ -145,6 +146,9 @@ struct GpuOptions {
   std::string attn = "dense";     // --attn spec (methods/spec.h): dense, minference=..., a_shape=...
   bool synthetic_qk = false;      // benchmarks only: prefill Q/K replaced after RoPE (kernels/cuda/structured_qk.h)
   KvCacheType kv_cache = KvCacheType::bf16;  // fp8: e4m3 cache, layer-major prefill (see above)
+  // KV offload (gpu/gpu_offload.h): one sequence, bf16, a method whose decode reads through the
+  // offload caches (HiP); the prefill runs layer-major. Refused up front otherwise.
+  KvOffloadOptions kv_offload = {};  // (an initializer: designated-initializer users get no -Wextra warning)
 };
 
 // Called after each layer of a layer-major prefill (fp8 cache) with the layers done so far.
@@ -173,6 +177,11 @@ class GpuTransformer {
   // estimate per prompt needs every key of a layer before the layer's first chunk attends):
   // callers should pass the whole prompt in one forward().
   bool layer_major() const { return layer_major_; }
+  bool kv_offload() const { return offload_opts_.on; }
+  // With kv_offload: the split of the sequence reset() planned last (null before), and the
+  // decode's cache counters since that reset (read after every decode step: synchronises).
+  const OffloadPlan* offload_plan() const { return offload_ ? &offload_->plan() : nullptr; }
+  const GpuOffloadStats& offload_stats() const { return offload_stats_; }
   int64_t size() const { return seq_->len; }           // of the attached sequence
   int64_t capacity() const { return seq_->cap_req; }
   cuda::Stream stream() const { return stream_; }
@@ -344,8 +353,16 @@ class GpuTransformer {
   // buffer's zero slot; length: the step's KV length in device memory, which a graph replays).
   KvView own_view(int l, void* k_all, void* v_all) const;
   // Sparse decode of q [kv.n_seq, n_head*head_dim] into o over kv, through the method's decode index.
-  void sparse_decode_attention(int l, const void* q, void* o, const KvView& kv);
+  // offload: a host layer's caches (kv is then its host view).
+  void sparse_decode_attention(int l, const void* q, void* o, const KvView& kv, const KvOffloadLayer* offload = nullptr);
   void free_kv();
+  // KV offload (gpu_transformer_offload.cpp): the budget of a sequence of `capacity` tokens, its
+  // plan's fit, the allocation for it, and the decode step's hooks around a host layer.
+  OffloadBudget offload_budget(int64_t capacity) const;
+  std::string offload_fit_problem(int64_t capacity) const;
+  void reset_offload(int64_t capacity);
+  bool host_layer(int l) const { return offload_ && offload_->on_host(l); }
+  void check_offload_options() const;
   // The pool of plan p, the decode workspace, staging and method buffers sized by it (after the
   // fit check; frees what was held: no sequence may hold pages).
   void allocate_pool(const SequencesPlan& p);
@@ -392,6 +409,10 @@ class GpuTransformer {
   bool layer_major_ = false;
   size_t kv_elem_ = 2;
   std::unique_ptr<kv::DeviceKvCache> pool_;
+  // KV offload: replaces pool_ (the own sequence's rows: offload_->rows(l, which), base row 0).
+  KvOffloadOptions offload_opts_;
+  std::unique_ptr<GpuOffload> offload_;
+  GpuOffloadStats offload_stats_;
   SequencesPlan pool_plan_;  // what the pool and the buffers below are sized for
   size_t kv_bytes_ = 0;      // the pool's bytes
   GpuSequence own_;          // forward()'s sequence unless another is attached

@@ -29,6 +29,7 @@
 #include "kernels/cuda/runtime.h"
 #include "kernels/cuda/sparse_attention.h"
 #include "kernels/params/decode_index.h"
+#include "kernels/params/kv_offload.h"
 #include "kernels/params/kv_view.h"
 #include "methods/method.h"
 
@@ -48,6 +49,9 @@ struct GpuDecodeStep {
   KvView kv;
   const void* q = nullptr;  // bf16 [kv.n_seq, n_head, head_dim], after RoPE: the step's queries
                             // (methods that estimate from them, e.g. HiP; others ignore it)
+  // KV offload (gpu/gpu_offload.h): kv's pools are in mapped host memory and a method that reads
+  // keys itself reads them through this cache (disabled: not offloaded). HiP's estimator.
+  KvOffloadCache offload_keys;
 };
 
 // A sparse decode step's index on the device, built from device data only (graph-safe), with the
@@ -126,6 +130,9 @@ class GpuMethod {
   // The model replays a decode step from a graph only when every kv length of the graph's tile
   // exceeds this (a method whose step changes shape at a length: TokenSelect's budget).
   virtual int64_t decode_graph_min_kv() const { return 0; }
+  // KV offload: the cache line (tokens of one KV head) this method's decode reads keys in, when its
+  // build_decode reads through GpuDecodeStep::offload_keys (HiP: b_k); 0: it does not (no offload).
+  virtual int offload_line_tokens() const { return 0; }
   // Per-sequence state on the device (HiP's mask cache, kept per decode row): the GPU model then
   // decodes one sequence at a time (no batched decode) and calls start_sequence whenever the
   // sequence it decodes starts, so no state carries over from another sequence.

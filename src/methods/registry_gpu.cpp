@@ -85,6 +85,7 @@ class GpuPhaseMethod final : public GpuMethod {
     return decode_->build_decode(step, s);
   }
   bool decodes() const override { return decode_ != nullptr; }
+  int offload_line_tokens() const override { return decode_ ? decode_->offload_line_tokens() : 0; }
   bool keeps_sequence_state() const override {
     return (prefill_ && prefill_->keeps_sequence_state()) || (decode_ && decode_->keeps_sequence_state());
   }

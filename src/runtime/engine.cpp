@@ -376,6 +376,10 @@ class CpuEngine final : public Engine {
     if (opts_.synthetic_qk) fail("synthetic Q/K (--synthetic-qk) is a GPU benchmark option: use --device cuda");
     if (opts_.kv_cache != "bf16" && opts_.kv_cache != "fp8")
       fail("unknown KV cache type '{}' (known: bf16, fp8)", opts_.kv_cache);
+    if (opts_.kv_offload) {
+      if (opts_.device == "cpu") fail("--kv-offload is a GPU option (the CPU path keeps its cache in host memory): use --device cuda");
+      note("--kv-offload applies on the GPU only; the CPU path keeps its cache in host memory");
+    }
     if (opts_.kv_cache != "bf16") {
       if (opts_.device == "cpu") fail("--kv-cache {} is a GPU option (the CPU path keeps its own cache): use --device cuda", opts_.kv_cache);
       note(fmt::format("--kv-cache {} applies on the GPU only; the CPU path keeps its own cache", opts_.kv_cache));
@@ -449,6 +453,8 @@ class CpuEngine final : public Engine {
     go.attn = opts_.attn;
     go.synthetic_qk = opts_.synthetic_qk;
     go.kv_cache = gpu::parse_kv_cache(opts_.kv_cache);
+    go.kv_offload.on = opts_.kv_offload;
+    go.kv_offload.host_layers = opts_.kv_host_layers;
     gpu_ = std::make_unique<gpu::GpuTransformer>(cfg_, std::move(w), go);
     return true;
   }

@@ -137,6 +137,9 @@ expect_fail not_a_model "is not a model file" "$BIN" generate -m /etc/hostname -
 printf 'hello' >"$TMP/junk.bin"
 expect_fail junk_model "junk.bin" "$BIN" inspect "$TMP/junk.bin"
 expect_fail unknown_attn "unknown attention method 'bogus'" "$BIN" generate -m "$M" -p hi --attn bogus
+expect_fail kv_offload_cpu "--kv-offload is a GPU option" "$BIN" generate -m "$M" -p hi --kv-offload
+expect_fail serve_kv_offload_cpu "--kv-offload is a GPU option" "$BIN" serve -m "$M" --kv-offload --port 1
+expect_usage kv_host_layers "--kv-host-layers" "$BIN" bench model -m "$NOPE" --kv-offload --kv-host-layers -3
 expect_fail tokenselect_local "tokenselect: n_local (64) must be >= chunk (512)" "$BIN" generate -m "$M" -p hi --attn tokenselect=n_local=64
 expect_fail tokenselect_layout "different key layouts" "$BIN" generate -m "$M" -p hi --attn 'prefill:a_shape;decode:tokenselect'
 expect_fail too_long "context" "$BIN" generate -m "$M" -p "the theater the theater the theater" -c 8 -n 1

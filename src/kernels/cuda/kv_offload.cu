@@ -260,7 +260,9 @@ void kv_offload_update(const KvOffloadLayer& l, const KvView& host, Stream s) {
   LC_REQUIRE(host.on_device && host.head_dim * kv_elem_bytes(host.elem) % 16 == 0,
              "internal: kv_offload_update needs a device-addressable host view with 16-byte rows");
   const size_t smem = update_smem(max_slots);
-  static size_t allowed = 48 << 10;
+  // Opt in above the default 48 KiB on the first launch: the kernel's static shared memory (the
+  // reduction's) comes on top of the dynamic part, so 48 KiB of keys alone already exceed it.
+  static size_t allowed = 0;
   if (smem > allowed) {
     LC_CUDA_CHECK(cudaFuncSetAttribute(update_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
                   "kv_offload_update smem %zu bytes", smem);

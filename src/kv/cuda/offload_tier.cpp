@@ -158,12 +158,17 @@ OffloadCounters OffloadTier::counters(bool kv) const {
   OffloadCounters sum;
   if ((kv ? sizes_.kv : sizes_.keys).total == 0) return sum;
   detail::cuda_check(cudaDeviceSynchronize(), "reading the offload counters");
+  // One strided copy for all layers (a layer's counters sit gpu_layer_bytes after the previous
+  // layer's): the GPU model reads them after every decode step.
+  constexpr size_t kRow = kOffloadStats * sizeof(unsigned long long);
+  std::vector<unsigned long long> s(size_t(spec_.n_layer) * kOffloadStats);
+  detail::cuda_check(cudaMemcpy2D(s.data(), kRow, cache_at(0, kv).stats, size_t(sizes_.gpu_layer_bytes), kRow,
+                                  size_t(spec_.n_layer), cudaMemcpyDeviceToHost),
+                     "offload counters");
   for (int l = 0; l < spec_.n_layer; ++l) {
-    unsigned long long s[kOffloadStats];
-    detail::cuda_check(cudaMemcpy(s, cache_at(l, kv).stats, sizeof s, cudaMemcpyDeviceToHost), "offload counters");
-    sum.reads += s[kStatReads];
-    sum.misses += s[kStatMisses];
-    sum.inserted += s[kStatInserted];
+    sum.reads += s[size_t(l) * kOffloadStats + kStatReads];
+    sum.misses += s[size_t(l) * kOffloadStats + kStatMisses];
+    sum.inserted += s[size_t(l) * kOffloadStats + kStatInserted];
   }
   return sum;
 }

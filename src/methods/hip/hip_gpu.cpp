@@ -93,6 +93,7 @@ class HipGpu final : public GpuMethod {
   }
 
   bool decodes() const override { return true; }
+  int offload_line_tokens() const override { return cfg_.b_k; }
   GpuDecodeIndex build_decode(const GpuDecodeStep& st, cuda::Stream s) override {
     if (!buf_) fail("internal: hip decode with no index buffer");
     if (!st.q) fail("internal: hip decode needs the step's queries (GpuDecodeStep::q)");
@@ -109,6 +110,7 @@ class HipGpu final : public GpuMethod {
     p.range_ptr = reinterpret_cast<int32_t*>(buf_ + l_.d_range_ptr);
     p.ranges = reinterpret_cast<int32_t*>(buf_ + l_.d_ranges) + 2 * int64_t(st.layer) * l_.rows * R;
     p.col_ptr = reinterpret_cast<int32_t*>(buf_ + l_.d_col_ptr);
+    p.offload = st.offload_keys;  // KV offload: keys through the layer's keys cache
     cuda::hip_estimate_decode(p, s);
     GpuDecodeIndex g;
     g.index.n_seq = st.kv.n_seq;

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# gpu-offload-engine.sh: KV offload in the GPU model (gpu/gpu_offload.h, issue 17), in one device
+# call: the model-level tests (test_gpu_offload: host layers == HBM layers bit for bit, offload on
+# == off, the plan and its messages), then `longctx bench model` runs of Llama-3-8B geometry
+# (random weights) with HiP decode, each a line of $RUNS: "NAME LENGTHS EXTRA-ARGS...".
+# Logs and JSON land in $OUT (bench_NAME.json / .log); env.txt has the card, host memory, commit.
+# Here (no GPU needed), build and pack (stripped, one .tar.xz, the shared libraries carried):
+#   cmake -S . -B build-gpu -G Ninja -DLONGCTX_CUDA=ON -DLONGCTX_NATIVE=OFF -DLONGCTX_BENCH=OFF -DBLA_STATIC=ON \
+#     -DLONGCTX_PICTURES=OFF -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc"
+#   ninja -C build-gpu -j2 longctx test_gpu_offload
+#   scripts/gpu-offload-engine.sh --pack build-gpu /work/main/.carry/offload-engine
+# On the device: OUT=$OUT BIN=.carry/offload-engine bash .carry/offload-engine/gpu-offload-engine.sh
+#   SKIP_TESTS=1 skips the tests; TEST_GPU=1 also runs test_gpu (packed when built: the GPU model's
+#   whole suite, for what the offload hooks touched); RUNS overrides the benchmark list (default below); STEP_TIMEOUT
+#   bounds each run (seconds).
+set -uo pipefail
+if [ "${1:-}" = "--pack" ]; then
+  build=$2 carry=$3 stage=$(mktemp -d)
+  cp "$build/src/cli/longctx" "$build/tests/gpu/test_gpu_offload" "$stage/"
+  [ -x "$build/tests/gpu/test_gpu" ] && cp "$build/tests/gpu/test_gpu" "$stage/"  # the whole GPU model suite, if built
+  strip "$stage"/*
+  source "$(dirname "$0")/gpu-carry.sh"
+  mkdir -p "$stage/lib" && carry_libs "$stage/lib" "$stage/longctx" "$stage/test_gpu_offload"
+  rm -rf "$carry" && mkdir -p "$carry"
+  tar -C "$stage" -cJf "$carry/bin.tar.xz" . && rm -rf "$stage"
+  cp "$0" "$carry/"
+  du -sh "$carry"
+  exit 0
+fi
+OUT=${OUT:-out}
+BIN=${BIN:-.carry/offload-engine}
+STEP_TIMEOUT=${STEP_TIMEOUT:-200}
+B=/tmp/offload-engine-bin
+mkdir -p "$OUT" "$B" && tar -C "$B" -xJf "$BIN/bin.tar.xz" || { echo "no $BIN/bin.tar.xz: --pack first"; exit 2; }
+export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+{ nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv;
+  grep -E "MemTotal|MemAvailable" /proc/meminfo; nproc; echo "commit ${GIT_COMMIT:-unknown}"; date -u; } > "$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
+status=0
+if [ -z "${SKIP_TESTS:-}" ]; then
+  echo "== test_gpu_offload"
+  timeout 240 "$B/test_gpu_offload" > "$OUT/test_gpu_offload.log" 2>&1 || status=1
+  grep -E "^\[ (plan|stats|on vs off|message) \]|Failure|Expected|Which is|^\[  (PASSED|FAILED)|tests ran" "$OUT/test_gpu_offload.log" | head -40
+fi
+if [ -n "${TEST_GPU:-}" ] && [ -x "$B/test_gpu" ]; then
+  echo "== test_gpu"
+  timeout "${TEST_GPU_TIMEOUT:-150}" "$B/test_gpu" > "$OUT/test_gpu.log" 2>&1 || status=1
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) \] [0-9]|^\[  FAILED  \] [A-Za-z]|: Failure$" "$OUT/test_gpu.log" | head -20
+fi
+# Sparse prefill that runs on the GPU today (A-shape: 128 sinks + 4096 window), HiP decode (paper defaults).
+ATTN='prefill:a_shape=128,4096;decode:hip'
+RUNS=${RUNS:-"offload-1m 1m --kv-offload"}
+while read -r name lengths extra; do
+  [ -z "$name" ] && continue
+  echo "== bench $name: --lengths $lengths $extra"
+  # shellcheck disable=SC2086
+  timeout "$STEP_TIMEOUT" "$B/longctx" bench model --device cuda --random-weights llama3-8b --attn "$ATTN" \
+    --lengths "$lengths" --decode "${DECODE:-64}" $extra --json "$OUT/bench_$name.json" > "$OUT/bench_$name.log" 2>&1
+  rc=$?
+  echo "rc=$rc"; tail -8 "$OUT/bench_$name.log"
+  [ $rc -ne 0 ] && status=1
+done <<< "$RUNS"
+free -g | head -2
+exit $status

@@ -1,0 +1,213 @@
+// test_gpu_offload.cpp: KV offload in the GPU model (gpu/gpu_offload.h, GpuOptions::kv_offload).
+//
+// Checks: (1) the up-front plan (no GPU needed): on Llama-3-8B geometry at 1M tokens with an H200's
+// budgets the dense-decoding layers stay in HBM and the rest fill HBM before any goes to the host;
+// 2M bf16 does not fit and the message names both budgets; a forced split is honoured; (2) on a
+// 4-layer Llama-3-8B geometry (random weights) with HiP (k 64, window 64, sinks 16, refresh 4,
+// layer 0 dense): logits of every step with the K/V of 0, 2 (a split) or all 4 layers in host
+// memory are bit-identical, prefill in one call or two (the second reads the first's rows back
+// from host memory), decode by CUDA graph replay; offload on == off bit for bit when the prompt
+// is one chunk (the layer-major prefill then runs the same launches as the chunk-major one), and
+// within the bf16 tolerance with the same argmax for a prompt of several chunks (the GEMMs of the
+// two orders may pick other algorithms); the caches are used (refresh and cached steps counted,
+// K/V hits on cached steps); (3) options the offload cannot serve are refused up front.
+//   build-gpu/tests/gpu/test_gpu --gtest_filter='KvOffload*'
+#ifdef LONGCTX_WITH_GPU
+#include <cstring>
+
+#include "gpu/device_weights.h"
+#include "gpu/geometry.h"
+#include "gpu/gpu_offload.h"
+#include "gpu/gpu_transformer.h"
+#include "gpu/memory_plan.h"
+#include "test_util.h"
+#include "util/error.h"
+
+namespace longctx {
+namespace {
+
+using test::random_ids;
+
+constexpr size_t kGiB = size_t(1) << 30;
+// HiP small enough that a 1.5K-token context is sparse (n_kv - window - sinks > k) and refreshes often.
+const std::string kHip = "hip=k=64,window=64,sinks=16,refresh=4,dense_layers=1";
+
+gpu::OffloadBudget h200_budget(const ModelConfig& c, int64_t cap, int dense_layers) {
+  gpu::OffloadBudget b;
+  b.capacity = cap;
+  b.line_tokens = 2;
+  b.gpu_free = 139 * kGiB - gpu::weight_bytes(c) - 2 * kGiB;  // weights and an activation arena held
+  b.gpu_fixed = gpu::stage_layout(c, cap, gpu::KvCacheType::bf16, true).total + gpu::decode_ws_bytes(c, cap);
+  b.host_free = 125 * int64_t(kGiB);
+  b.device_name = "NVIDIA H200";
+  b.decodes_dense = [dense_layers](int l) { return l < dense_layers; };
+  return b;
+}
+
+TEST(KvOffloadPlan, SplitsLayersBetweenHbmAndHost) {
+  const ModelConfig c = gpu::geometry_config("llama3-8b");
+  const int64_t cap = int64_t(1) << 20;
+  const gpu::OffloadPlan p = gpu::plan_offload(c, {.on = true}, h200_budget(c, cap, 3));
+  EXPECT_EQ(p.hbm_layer_bytes, 4 * kGiB);  // 1M x 8 heads x 128 x bf16, K and V
+  EXPECT_GT(p.host_layers, 0);
+  EXPECT_LT(p.host_layers, c.n_layer);
+  for (int l = 0; l < 3; ++l) EXPECT_EQ(p.tier_layer[size_t(l)], -1) << "dense layer " << l << " must stay in HBM";
+  int host = 0;
+  for (int l = 0; l < c.n_layer; ++l) host += p.tier_layer[size_t(l)] >= 0;
+  EXPECT_EQ(host, p.host_layers);
+  EXPECT_EQ(p.tier.n_layer, p.host_layers);
+  EXPECT_EQ(size_t(p.tier_sizes.host_bytes), size_t(p.host_layers) * 4 * kGiB);
+  // One HBM layer more would not fit: the plan keeps as few layers on the host as the GPU allows.
+  const gpu::OffloadBudget b = h200_budget(c, cap, 3);
+  const size_t gpu_need = b.gpu_fixed + gpu::kReserveBytes + p.hbm_bytes + size_t(p.tier_sizes.gpu_bytes);
+  EXPECT_LE(gpu_need, b.gpu_free);
+  const std::string one_less = test::error_of(
+      [&] { (void)gpu::plan_offload(c, {.on = true, .host_layers = p.host_layers - 1}, h200_budget(c, cap, 3)); });
+  EXPECT_TRUE(test::contains(one_less, "GPU memory") && test::contains(one_less, "(short)")) << one_less;
+  std::printf("[ plan ] 1M: %d layers in HBM, %d on the host (%.1f GiB pinned, caches %.2f GiB)\n",
+              c.n_layer - p.host_layers, p.host_layers, double(p.tier_sizes.host_bytes) / double(kGiB),
+              double(p.tier_sizes.gpu_bytes) / double(kGiB));
+
+  // A forced split.
+  const gpu::OffloadPlan all = gpu::plan_offload(c, {.on = true, .host_layers = 20}, h200_budget(c, cap, 3));
+  EXPECT_EQ(all.host_layers, 20);
+  for (int l = 0; l < 3; ++l) EXPECT_EQ(all.tier_layer[size_t(l)], -1);
+
+  // 2M bf16 (256 GiB of K/V) fits neither: one message with both budgets.
+  const std::string e =
+      test::error_of([&] { (void)gpu::plan_offload(c, {.on = true}, h200_budget(c, 2 * cap, 3)); });
+  EXPECT_TRUE(test::contains(e, "GPU memory") && test::contains(e, "host memory") && test::contains(e, "NVIDIA H200") &&
+              test::contains(e, "(short)"))
+      << e;
+  std::printf("[ message ] %s\n", e.c_str());
+  EXPECT_TRUE(test::contains(test::error_of([&] {
+                (void)gpu::plan_offload(c, {.on = true, .host_layers = 33}, h200_budget(c, cap, 3));
+              }),
+                             "33"));
+}
+
+struct OffloadRun {
+  std::vector<std::vector<float>> logits;  // per call: the last position's row
+  gpu::GpuOffloadStats stats;
+  int host_layers = 0;
+};
+
+// Prefill `parts` (one forward each), then decode `steps` (teacher-forced ids) with logits.
+OffloadRun run_model(const ModelConfig& cfg, const gpu::KvOffloadOptions& off, const std::vector<std::vector<int32_t>>& parts,
+        const std::vector<int32_t>& steps) {
+  gpu::GpuTransformer g(cfg, gpu::DeviceWeights::random(cfg, 41, nullptr), {.chunk = 512, .attn = kHip, .kv_offload = off});
+  int64_t cap = int64_t(steps.size());
+  for (const auto& p : parts) cap += int64_t(p.size());
+  g.reset(cap);
+  OffloadRun r;
+  std::vector<float> lg;
+  for (const auto& p : parts) {
+    g.forward(p, 1, &lg);
+    r.logits.push_back(lg);
+  }
+  for (int32_t id : steps) {
+    g.forward({&id, 1}, 1, &lg);
+    r.logits.push_back(lg);
+  }
+  r.stats = g.offload_stats();
+  r.host_layers = g.offload_plan() ? g.offload_plan()->host_layers : 0;
+  return r;
+}
+
+void expect_identical(const OffloadRun& a, const OffloadRun& b, const std::string& what) {
+  ASSERT_EQ(a.logits.size(), b.logits.size());
+  for (size_t i = 0; i < a.logits.size(); ++i)
+    ASSERT_EQ(std::memcmp(a.logits[i].data(), b.logits[i].data(), a.logits[i].size() * sizeof(float)), 0)
+        << what << ": logits of call " << i << " differ";
+}
+
+TEST(KvOffloadModel, HostLayersEqualHbmLayersBitForBit) {
+  REQUIRE_GPU();
+  const ModelConfig cfg = gpu::geometry_config("llama3-8b:4");
+  const std::vector<int32_t> prompt = random_ids(1500, cfg.vocab_size, 7), steps = random_ids(40, cfg.vocab_size, 8);
+  const std::vector<std::vector<int32_t>> one{prompt};
+  const std::vector<std::vector<int32_t>> two{{prompt.begin(), prompt.begin() + 1000}, {prompt.begin() + 1000, prompt.end()}};
+  const OffloadRun hbm = run_model(cfg, {.on = true, .host_layers = 0}, one, steps);
+  const OffloadRun all = run_model(cfg, {.on = true, .host_layers = 4}, one, steps);
+  const OffloadRun split = run_model(cfg, {.on = true, .host_layers = 2}, one, steps);
+  EXPECT_EQ(hbm.host_layers, 0);
+  EXPECT_EQ(all.host_layers, 4);
+  EXPECT_EQ(split.host_layers, 2);
+  expect_identical(hbm, all, "all 4 layers on the host vs none");
+  expect_identical(hbm, split, "2 layers on the host vs none");
+  // Two prefill calls: the second reads the host layers' first rows back into the staging.
+  const OffloadRun hbm2 = run_model(cfg, {.on = true, .host_layers = 0}, two, steps);
+  const OffloadRun all2 = run_model(cfg, {.on = true, .host_layers = 4}, two, steps);
+  expect_identical(hbm2, all2, "prefill in two calls, all on the host vs none");
+  // The caches were read: refresh steps (the estimator's keys) and cached steps (K/V only).
+  const gpu::GpuOffloadStats& s = all.stats;
+  EXPECT_TRUE(s.on);
+  EXPECT_EQ(s.refresh.steps + s.cached.steps, int64_t(steps.size()));
+  EXPECT_GT(s.refresh.steps, 0);
+  EXPECT_GT(s.cached.steps, 0);
+  EXPECT_GT(s.refresh.keys.reads, 0u);
+  EXPECT_EQ(s.cached.keys.reads, 0u);
+  EXPECT_GT(s.cached.kv.reads, 0u);
+  EXPECT_GT(s.cached.kv.hit_ratio(), 0.9) << "the K/V cache holds what cached steps re-read";
+  std::printf("[ stats ] %lld refresh / %lld cached steps; K/V hits %.4f cached, %.4f refresh; keys %.4f\n",
+              (long long)s.refresh.steps, (long long)s.cached.steps, s.cached.kv.hit_ratio(),
+              s.refresh.kv.hit_ratio(), s.refresh.keys.hit_ratio());
+}
+
+// 2112 lines per head (a 4.1K-token sequence): the keys cache's LRU sort takes exactly 48 KiB of
+// dynamic shared memory, past the default limit once the kernel's static part is added.
+TEST(KvOffloadModel, UpdateSortOfTwoThousandSlots) {
+  REQUIRE_GPU();
+  const ModelConfig cfg = gpu::geometry_config("llama3-8b:2");
+  const std::vector<std::vector<int32_t>> prompt{random_ids(4096, cfg.vocab_size, 12)};
+  const std::vector<int32_t> steps = random_ids(8, cfg.vocab_size, 13);
+  expect_identical(run_model(cfg, {.on = true, .host_layers = 0}, prompt, steps),
+                   run_model(cfg, {.on = true, .host_layers = 2}, prompt, steps), "4.1K tokens, host vs HBM");
+}
+
+TEST(KvOffloadModel, OnEqualsOff) {
+  REQUIRE_GPU();
+  const ModelConfig cfg = gpu::geometry_config("llama3-8b:4");
+  const std::vector<int32_t> steps = random_ids(24, cfg.vocab_size, 9);
+  // One chunk (<= 512 tokens): the same launches in both prefill orders, bit for bit.
+  const std::vector<std::vector<int32_t>> short_prompt{random_ids(480, cfg.vocab_size, 10)};
+  expect_identical(run_model(cfg, {}, short_prompt, steps), run_model(cfg, {.on = true, .host_layers = 4}, short_prompt, steps),
+                   "one-chunk prompt, offload off vs all layers on the host");
+  // Several chunks: within the bf16 tolerance, same argmax.
+  const std::vector<std::vector<int32_t>> long_prompt{random_ids(1500, cfg.vocab_size, 11)};
+  const OffloadRun off = run_model(cfg, {}, long_prompt, steps), on = run_model(cfg, {.on = true, .host_layers = 4}, long_prompt, steps);
+  double worst = 0;
+  int exact = 0;
+  for (size_t i = 0; i < off.logits.size(); ++i) {
+    const test::LogitDiff d = test::compare_row(off.logits[i].data(), on.logits[i].data(), cfg.vocab_size);
+    EXPECT_LE(d.max_abs, d.tol()) << "call " << i;
+    if (d.margin_a > d.tol()) {
+      EXPECT_EQ(d.argmax_a, d.argmax_b) << "call " << i;
+    }
+    worst = std::max(worst, d.max_abs / std::max(d.scale, 1e-30));
+    exact += d.max_abs == 0;
+  }
+  std::printf("[ on vs off ] 1500-token prompt: %d of %zu calls bit-identical, worst %.2e of max |logit|\n", exact,
+              off.logits.size(), worst);
+}
+
+TEST(KvOffloadModel, RefusedUpFront) {
+  REQUIRE_GPU();
+  const ModelConfig cfg = gpu::geometry_config("llama3-8b:2");  // layer 1 decodes sparse (dense_layers=1)
+  auto make = [&](const gpu::GpuOptions& o) {
+    return test::error_of([&] { gpu::GpuTransformer g(cfg, gpu::DeviceWeights::random(cfg, 1, nullptr), o); });
+  };
+  EXPECT_TRUE(test::contains(make({.attn = "dense", .kv_offload = {.on = true}}), "--attn hip"));
+  EXPECT_TRUE(test::contains(make({.attn = kHip, .kv_cache = gpu::KvCacheType::fp8, .kv_offload = {.on = true}}),
+                             "bf16"));
+  gpu::GpuTransformer g(cfg, gpu::DeviceWeights::random(cfg, 1, nullptr), {.attn = kHip, .kv_offload = {.on = true}});
+  const std::string e = g.kv_fit_problem(int64_t(1) << 30);  // 1G tokens: 128 GiB per layer
+  EXPECT_TRUE(test::contains(e, "GPU memory") && test::contains(e, "host memory")) << e;
+  EXPECT_TRUE(test::contains(test::error_of([&] { g.reset(int64_t(1) << 30); }), "host memory"));
+  const int64_t caps[2] = {100, 100};
+  EXPECT_TRUE(test::contains(test::error_of([&] { g.reserve_sequences(caps); }), "one sequence"));
+}
+
+}  // namespace
+}  // namespace longctx
+#endif  // LONGCTX_WITH_GPU
