@@ -51,7 +51,7 @@ struct GpuDecodeStep {
                             // (methods that estimate from them, e.g. HiP; others ignore it)
   // KV offload (gpu/gpu_offload.h): kv's pools are in mapped host memory and a method that reads
   // keys itself reads them through this cache (disabled: not offloaded). HiP's estimator.
-  KvOffloadCache offload_keys;
+  KvOffloadCache offload_keys{};
 };
 
 // A sparse decode step's index on the device, built from device data only (graph-safe), with the
