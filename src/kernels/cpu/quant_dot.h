@@ -75,9 +75,10 @@ void quant_gemm_tile_scalar(const QuantTile& p);
 void quant_gemm_tile_avx2(const QuantTile& p);
 void quant_gemm_tile_avx512vnni(const QuantTile& p);
 void quantize_q8_rows_avx2(const float* x, int64_t t0, int64_t t1, Q8Rows& xq);  // AVX2 and up
-// Q8_0 with AVX-512 VNNI from kQ8PanelMinTokens token rows up (quant_dot_avx512_q8.cpp: weights
-// repacked 16 rows at a time, no horizontal sums); fewer rows do not repay the repacking.
-constexpr int64_t kQ8PanelMinTokens = 8;
-void quant_gemm_tile_q8_0_avx512(const QuantTile& p);
+// Q4_0, Q4_1 and Q8_0 with AVX-512 VNNI from kPanelMinTokens token rows up
+// (quant_dot_avx512_panels.cpp: weights repacked 16 rows at a time, no horizontal sums); fewer
+// rows do not repay the repacking.
+constexpr int64_t kPanelMinTokens = 8;
+void quant_gemm_tile_panels_avx512(const QuantTile& p);
 
 }  // namespace longctx
