@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
   const std::string type_arg = argc > 2 ? argv[2] : "all";
   const bool all_isas = argc > 3 && std::string(argv[3]) == "all";
   std::mt19937_64 rng(1234);
-  const Case cases[] = {{768, 576, 64}, {288, 1536, 64}, {768, 576, 512}, {768, 576, 16}, {768, 576, 1}};
+  const Case cases[] = {{768, 576, 64}, {288, 1536, 64}, {768, 576, 128}, {768, 576, 512}, {768, 576, 16}, {768, 576, 4}, {768, 576, 2}, {768, 576, 1}};
   std::string json = "[";
   for (QuantType type : {QuantType::q4_0, QuantType::q4_1, QuantType::q8_0, QuantType::q4_k}) {
     const char* tname = quant_type_info(type).name;

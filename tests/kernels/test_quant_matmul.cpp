@@ -183,8 +183,8 @@ TEST(QuantDot, Q8_0) { check_tiles(QuantType::q8_0, kShapes32); }
 TEST(QuantDot, Q4_K) { check_tiles(QuantType::q4_k, kShapes256); }
 
 // Q4_0, Q4_1, Q8_0 from kPanelMinTokens token rows up (AVX-512 VNNI: 16-row panels, 8 token rows
-// a pass): full and partial panels (rows 16, 37, 5, 33, 18), full passes and token tails (T 8,
-// 13, 21, 64, 9), one block to 48 blocks per row.
+// a pass; kShapes32's T of 4, 5, 7, 9 reach it too): full and partial panels (rows 16, 37, 5, 33,
+// 18), full passes and token tails (T 8, 13, 21, 64, 9), one block to 48 blocks per row.
 const std::vector<Shape> kPanelShapes = {{16, 256, 8}, {37, 576, 21}, {5, 96, 13}, {33, 1536, 64}, {18, 32, 9}};
 TEST(QuantDot, Q4_0Panels) { check_tiles(QuantType::q4_0, kPanelShapes); }
 TEST(QuantDot, Q4_1Panels) { check_tiles(QuantType::q4_1, kPanelShapes); }
