@@ -182,13 +182,15 @@ TEST(QuantDot, Q4_1) { check_tiles(QuantType::q4_1, kShapes32); }
 TEST(QuantDot, Q8_0) { check_tiles(QuantType::q8_0, kShapes32); }
 TEST(QuantDot, Q4_K) { check_tiles(QuantType::q4_k, kShapes256); }
 
-// Q4_0, Q4_1, Q8_0 from kPanelMinTokens token rows up (AVX-512 VNNI: 16-row panels, 8 token rows
-// a pass; kShapes32's T of 4, 5, 7, 9 reach it too): full and partial panels (rows 16, 37, 5, 33,
-// 18), full passes and token tails (T 8, 13, 21, 64, 9), one block to 48 blocks per row.
+// Every type from kPanelMinTokens token rows up (AVX-512 VNNI: 16-row panels, 8 token rows a
+// pass; the shapes above with T of 4, 5, 7, 9 reach it too): full and partial panels (rows 16,
+// 37, 5, 33, 18), full passes and token tails (T 8, 13, 21, 64, 9), one block to 48 blocks per
+// row (Q4_K: 1 to 6 super-blocks).
 const std::vector<Shape> kPanelShapes = {{16, 256, 8}, {37, 576, 21}, {5, 96, 13}, {33, 1536, 64}, {18, 32, 9}};
 TEST(QuantDot, Q4_0Panels) { check_tiles(QuantType::q4_0, kPanelShapes); }
 TEST(QuantDot, Q4_1Panels) { check_tiles(QuantType::q4_1, kPanelShapes); }
 TEST(QuantDot, Q8_0Panels) { check_tiles(QuantType::q8_0, kPanelShapes); }
+TEST(QuantDot, Q4_KPanels) { check_tiles(QuantType::q4_k, {{16, 256, 8}, {37, 1536, 21}, {5, 512, 13}, {33, 768, 64}}); }
 
 // Q8_0 weights of -128 (not produced by the quantizer, legal in a file) take the |w| = 128 path
 // (2 token rows) and the w + 128 = 0 path (10 rows: the AVX-512 panels).

@@ -1,17 +1,19 @@
-// quant_dot_avx512_panels.cpp (cpu): the prefill GEMM for Q4_0, Q4_1 and Q8_0 with AVX-512 VNNI
-// on 512-bit vectors, without horizontal sums: quant_gemm_tile_avx512vnni sends tiles of
+// quant_dot_avx512_panels.cpp (cpu): the prefill GEMM for Q4_0, Q4_1, Q8_0 and Q4_K with AVX-512
+// VNNI on 512-bit vectors, without horizontal sums: quant_gemm_tile_avx512vnni sends tiles of
 // kPanelMinTokens or more token rows here (quant_dot.h).
 //
 // The weights are repacked, 16 rows at a time (a panel), so that one vector holds the same 4
 // inputs of 16 rows: panel dword [b][k][r] = the quants of weights 4k..4k+3 of block b of row r,
 // as unsigned bytes u (vpdpbusd multiplies unsigned by signed bytes):
-//   Q8_0: u = q + 128, w = d (u - 128)     Q4_0: u = q, w = d (u - 8)     Q4_1: u = q, w = d u + m.
+//   Q8_0: u = q + 128, w = d (u - 128)     Q4_0: u = q, w = d (u - 8)     Q4_1: u = q, w = d u + m
+//   Q4_K: u = q, w = (d s_j) u - dmin m_j per sub-block j of 32 (a block here), so it is Q4_1's
+//         form with d s_j and -dmin m_j as the block's scale and min.
 // A token's 4 activations of that k are broadcast to all 16 lanes, so 8 vpdpbusd give the 16
 // rows' block sums in 16 int32 lanes. They start from -bias * sum(q_x) (bias 128, 8 or 0), so the
 // sums come out exact: sum_i (u_i - bias) q_i. Each block's sums are then scaled by d_w (16 lanes)
-// * d_x (broadcast) into 16 fp32 lanes per token (Q4_1 adds m * s_x, s_x = d_x sum(q_x)), and
+// * d_x (broadcast) into 16 fp32 lanes per token (Q4_1, Q4_K add m * s_x, s_x = d_x sum(q_x)), and
 // those lanes are the outputs y[t, r0..r0+15]: no reduction at the end either.
-// Per token and block: 8 vpdpbusd, 1 start value, 1 convert, 1 multiply, 1 FMA (Q4_1: 2); per
+// Per token and block: 8 vpdpbusd, 1 start value, 1 convert, 1 multiply, 1 FMA (with a min: 2); per
 // panel and block the repack is ~40 shuffles (and the nibble unpacking), paid once for all the
 // tile's token rows.
 // Standard headers come before the target pragma so their inline code stays portable.
@@ -29,6 +31,8 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include "kernels/cpu/quant_blocks.h"
+
 namespace longctx {
 namespace {
 
@@ -40,6 +44,9 @@ constexpr int kTokens = 8;   // token rows per pass over a panel: 8 sums + 8 acc
 template <QuantType Q> constexpr int kBytes = Q == QuantType::q4_0 ? 18 : Q == QuantType::q4_1 ? 20 : 34;
 template <QuantType Q> constexpr int kQuants = Q == QuantType::q4_1 ? 4 : 2;
 template <QuantType Q> constexpr int kBias = Q == QuantType::q8_0 ? 128 : Q == QuantType::q4_0 ? 8 : 0;
+template <QuantType Q> constexpr bool kHasMin = Q == QuantType::q4_1 || Q == QuantType::q4_k;  // an m s_x term
+
+inline float f16(const uint8_t* p) { return _cvtsh_ss(read_u16(p)); }
 
 inline int32_t load_i32(const void* p) {
   int32_t v;
@@ -47,9 +54,15 @@ inline int32_t load_i32(const void* p) {
   return v;
 }
 
-// Block quants -> 32 unsigned bytes, weights 0..31 in order.
+// Block b (of 32 weights) of a row -> 32 unsigned bytes, weights 0..31 in order.
 template <QuantType Q>
-inline __m256i unsigned_quants(const uint8_t* blk) {
+inline __m256i unsigned_quants(const uint8_t* row, int64_t b) {
+  if constexpr (Q == QuantType::q4_k) {  // 32 bytes hold sub-blocks 2k (low nibbles) and 2k + 1 (high)
+    const int j = int(b % kQ4KSub);
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + b / kQ4KSub * kQ4KBytes + 16 + 32 * (j / 2)));
+    return _mm256_and_si256(j % 2 ? _mm256_srli_epi16(v, 4) : v, _mm256_set1_epi8(0x0F));
+  }
+  const uint8_t* blk = row + b * kBytes<Q>;
   if constexpr (Q == QuantType::q8_0) {
     return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)), _mm256_set1_epi8(char(0x80)));
   } else {  // nibbles: byte j holds weights j (low) and j + 16 (high)
@@ -59,7 +72,7 @@ inline __m256i unsigned_quants(const uint8_t* blk) {
 }
 
 // A repacked panel: wq[b * 8 + k] (16 rows' dword k of block b), wd[b] (d per row, fp32),
-// wm[b] (Q4_1's m per row); rows past n have zero scales and their outputs are not stored.
+// wm[b] (the min per row: Q4_1, Q4_K); rows past n have zero scales and their outputs are not stored.
 struct Panel {
   __m512i* wq;
   __m512* wd;
@@ -77,12 +90,12 @@ void pack_panel(const QuantTile& p, const Panel& w) {
                                                  _mm512_set1_epi32(int32_t(p.row_bytes)));
   const __mmask16 valid = __mmask16((1u << w.n) - 1);
   const uint8_t* base = p.w + w.r0 * p.row_bytes;
+  alignas(64) float k_scale[kQ4KSub][kPanel], k_min[kQ4KSub][kPanel];  // Q4_K: one super-block's, per row
   for (int64_t b = 0; b < w.nb; ++b) {
-    const uint8_t* blk = base + b * kBytes<Q>;
     __m512i v[8];  // v[i]: row i's 8 dwords, then row i + 8's
     for (int i = 0; i < 8; ++i) {
-      const __m256i lo = i < w.n ? unsigned_quants<Q>(blk + i * p.row_bytes) : _mm256_setzero_si256();
-      const __m256i hi = i + 8 < w.n ? unsigned_quants<Q>(blk + (i + 8) * p.row_bytes) : _mm256_setzero_si256();
+      const __m256i lo = i < w.n ? unsigned_quants<Q>(base + i * p.row_bytes, b) : _mm256_setzero_si256();
+      const __m256i hi = i + 8 < w.n ? unsigned_quants<Q>(base + (i + 8) * p.row_bytes, b) : _mm256_setzero_si256();
       v[i] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
     }
     __m512i s[8], u[8];
@@ -103,10 +116,27 @@ void pack_panel(const QuantTile& p, const Panel& w) {
       _mm512_store_si512(out + j, _mm512_permutex2var_epi64(u[j], lo_idx, u[j + 4]));
       _mm512_store_si512(out + j + 4, _mm512_permutex2var_epi64(u[j], hi_idx, u[j + 4]));
     }
-    // The 16 rows' fp16 d (and Q4_1's m after it): one gather of each row's block's first dword.
-    const __m512i dm = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, row_offsets, blk, 1);
-    w.wd[b] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
-    if constexpr (Q == QuantType::q4_1) w.wm[b] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
+    if constexpr (Q == QuantType::q4_k) {  // d * s_j and -dmin * m_j of sub-block j, per row
+      const int j = int(b % kQ4KSub);
+      if (j == 0) {
+        for (int r = 0; r < kPanel; ++r) {
+          const uint8_t* sup = base + r * p.row_bytes + b / kQ4KSub * kQ4KBytes;
+          const float d = r < w.n ? f16(sup) : 0.f, dmin = r < w.n ? f16(sup + 2) : 0.f;
+          for (int k = 0; k < kQ4KSub; ++k) {
+            int sc = 0, m = 0;
+            if (r < w.n) q4k_scale_min(k, sup + 4, sc, m);
+            k_scale[k][r] = d * float(sc);
+            k_min[k][r] = -dmin * float(m);
+          }
+        }
+      }
+      w.wd[b] = _mm512_load_ps(k_scale[j]);
+      w.wm[b] = _mm512_load_ps(k_min[j]);
+    } else {  // the 16 rows' fp16 d (and Q4_1's m after it): one gather of each row's block's first dword
+      const __m512i dm = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, row_offsets, base + b * kBytes<Q>, 1);
+      w.wd[b] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
+      if constexpr (Q == QuantType::q4_1) w.wm[b] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
+    }
   }
 }
 
@@ -140,7 +170,7 @@ void panel_tokens(const QuantTile& p, const Panel& w, const int32_t* start, int6
     const __m512 dw = w.wd[b];
     for (int c = 0; c < C; ++c) {
       acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[c]), _mm512_mul_ps(dw, _mm512_set1_ps(xd[c][b])), acc[c]);
-      if constexpr (Q == QuantType::q4_1) acc[c] = _mm512_fmadd_ps(w.wm[b], _mm512_set1_ps(xs[c][b]), acc[c]);
+      if constexpr (kHasMin<Q>) acc[c] = _mm512_fmadd_ps(w.wm[b], _mm512_set1_ps(xs[c][b]), acc[c]);
     }
   }
   const __mmask16 valid = __mmask16((1u << w.n) - 1);
@@ -200,7 +230,7 @@ void quant_gemm_tile_panels_avx512(const QuantTile& p) {
     case QuantType::q4_0: return panels<QuantType::q4_0>(p);
     case QuantType::q4_1: return panels<QuantType::q4_1>(p);
     case QuantType::q8_0: return panels<QuantType::q8_0>(p);
-    case QuantType::q4_k: return quant_gemm_tile_avx512vnni(p);  // not repacked (never sent here)
+    case QuantType::q4_k: return panels<QuantType::q4_k>(p);
   }
 }
 
