@@ -182,21 +182,34 @@ TEST(QuantDot, Q4_1) { check_tiles(QuantType::q4_1, kShapes32); }
 TEST(QuantDot, Q8_0) { check_tiles(QuantType::q8_0, kShapes32); }
 TEST(QuantDot, Q4_K) { check_tiles(QuantType::q4_k, kShapes256); }
 
-// Q8_0 weights of -128 (not produced by the quantizer, legal in a file) take the |w| = 128 path.
+// Every type from kPanelMinTokens token rows up (AVX-512 VNNI: 16-row panels, 8 token rows a
+// pass; the shapes above with T of 4, 5, 7, 9 reach it too): full and partial panels (rows 16,
+// 37, 5, 33, 18), full passes and token tails (T 8, 13, 21, 64, 9), one block to 48 blocks per
+// row (Q4_K: 1 to 6 super-blocks).
+const std::vector<Shape> kPanelShapes = {{16, 256, 8}, {37, 576, 21}, {5, 96, 13}, {33, 1536, 64}, {18, 32, 9}};
+TEST(QuantDot, Q4_0Panels) { check_tiles(QuantType::q4_0, kPanelShapes); }
+TEST(QuantDot, Q4_1Panels) { check_tiles(QuantType::q4_1, kPanelShapes); }
+TEST(QuantDot, Q8_0Panels) { check_tiles(QuantType::q8_0, kPanelShapes); }
+TEST(QuantDot, Q4_KPanels) { check_tiles(QuantType::q4_k, {{16, 256, 8}, {37, 1536, 21}, {5, 512, 13}, {33, 768, 64}}); }
+
+// Q8_0 weights of -128 (not produced by the quantizer, legal in a file) take the |w| = 128 path
+// (2 token rows) and the w + 128 = 0 path (10 rows: the AVX-512 panels).
 TEST(QuantDot, Q8_0ExtremeWeights) {
   for (CpuIsa isa : isas()) {
-    SCOPED_TRACE(cpu_isa_name(isa));
-    QuantMatrix m = random_matrix(QuantType::q8_0, 3, 64);
-    for (int64_t r = 0; r < 3; ++r)
-      for (int64_t b = 0; b < 2; ++b)
-        for (int j = 0; j < 32; j += 3) m.data[size_t(r * m.row_bytes + b * 34 + 2 + j)] = uint8_t(j % 2 ? 0x80 : 0x7f);
-    const std::vector<float> x = normal(2 * 64, 1.f);
-    Q8Rows xq;
-    xq.resize(2, 2);
-    quantize_q8_rows(x.data(), 0, 2, xq);
-    std::vector<float> y(6);
-    quant_gemm_tile({QuantType::q8_0, m.data.data(), m.row_bytes, 64, 3, &xq, 0, 2, y.data(), 3}, isa);
-    check_against_oracle(m, x, nullptr, 2, y, xq, 0);
+    for (int64_t T : {int64_t(2), int64_t(10)}) {
+      SCOPED_TRACE(testing::Message() << cpu_isa_name(isa) << ", T " << T);
+      QuantMatrix m = random_matrix(QuantType::q8_0, 3, 64);
+      for (int64_t r = 0; r < 3; ++r)
+        for (int64_t b = 0; b < 2; ++b)
+          for (int j = 0; j < 32; j += 3) m.data[size_t(r * m.row_bytes + b * 34 + 2 + j)] = uint8_t(j % 2 ? 0x80 : 0x7f);
+      const std::vector<float> x = normal(T * 64, 1.f);
+      Q8Rows xq;
+      xq.resize(T, 2);
+      quantize_q8_rows(x.data(), 0, T, xq);
+      std::vector<float> y(size_t(3 * T));
+      quant_gemm_tile({QuantType::q8_0, m.data.data(), m.row_bytes, 64, 3, &xq, 0, T, y.data(), 3}, isa);
+      check_against_oracle(m, x, nullptr, T, y, xq, 0);
+    }
   }
 }
 

@@ -17,7 +17,8 @@
 //
 // Kernels exist per instruction set, compiled with target attributes (never -march at run time)
 // and picked at startup by CPU feature (best_cpu_isa()): AVX-512 VNNI (vpdpbusd), AVX2
-// (vpmaddubsw), and a portable scalar one. Tests run every ISA the CPU has.
+// (vpmaddubsw), and a portable scalar one. Tests run every ISA the CPU has. For prefill-sized
+// tiles the AVX-512 set repacks the weights into 16-row panels (see below).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -75,5 +76,10 @@ void quant_gemm_tile_scalar(const QuantTile& p);
 void quant_gemm_tile_avx2(const QuantTile& p);
 void quant_gemm_tile_avx512vnni(const QuantTile& p);
 void quantize_q8_rows_avx2(const float* x, int64_t t0, int64_t t1, Q8Rows& xq);  // AVX2 and up
+// Every type with AVX-512 VNNI from kPanelMinTokens token rows up
+// (quant_dot_avx512_panels.cpp: weights repacked 16 rows at a time, no horizontal sums). At 4
+// rows the repacking already pays (1.2-1.4x the other kernel's speed, bench_quant_gemm), at 2 not.
+constexpr int64_t kPanelMinTokens = 4;
+void quant_gemm_tile_panels_avx512(const QuantTile& p);
 
 }  // namespace longctx
