@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "kernels/params/attention.h"
+#include "methods/self_extend/self_extend.h"
 #include "sparse/sparse_index.h"
 
 namespace longctx {
@@ -113,6 +114,13 @@ class AttentionMethod {
   // dense ones included (the set is then [0, n_kv)).
   virtual std::vector<KeySegment> select_keys(const AttnParams& p, Phase phase, const LayerRope& rope,
                                               MethodState& state, ThreadPool& pool) const;
+
+  // Self-Extend (methods/self_extend/self_extend.h; option self_extend=G:W of dense and hip): the
+  // grouped positions of phase's steps, or nullptr (every key at its own position). A method that
+  // returns them declares keys = pre_rope; the CPU step then scores near keys at their own
+  // positions and far keys at grouped ones (attend_self_extend_ref), over the method's index
+  // built from the grouped q/k when the step routes sparse. CPU only (the GPU refuses it).
+  virtual const SelfExtendParams* self_extend(Phase /*phase*/) const { return nullptr; }
 
   // Prompt-wide estimation (layer-major prefill, Transformer::forward_prompt). A method that
   // estimates from the whole prompt at `layer` (MInference's vertical-slash lines, from the

@@ -50,6 +50,10 @@ class PhaseMethod final : public AttentionMethod {
     for (int64_t j = 0; j < p.n_kv; ++j) all[0].keys[size_t(j)] = int32_t(j);
     return all;
   }
+  const SelfExtendParams* self_extend(Phase phase) const override {
+    const AttentionMethod* m = side(phase);
+    return m ? m->self_extend(phase) : nullptr;
+  }
   bool estimates_per_prompt(int layer, int64_t n_kv) const override {
     return prefill_ && prefill_->estimates_per_prompt(layer, n_kv);
   }

@@ -12,18 +12,15 @@ namespace longctx {
 
 const std::vector<MethodEntry>& method_registry() {
   static const std::vector<MethodEntry> entries = {
-      {"dense", "dense", {.prefill = true, .decode = true},
-       [](const std::string& arg, const MethodContext&) {
-         if (!arg.empty()) fail("attention method 'dense' takes no parameters (got '{}')", arg);
-         return make_dense_method();
-       }},
+      {"dense", "dense[=self_extend=G:W]", {.prefill = true, .decode = true},
+       [](const std::string& arg, const MethodContext&) { return make_dense_method_from(arg); }},
       {"a_shape", "a_shape[=SINK,WINDOW]", {.prefill = true, .decode = false}, make_a_shape_method},
       {"minference", "minference=CONFIG.json[:dense_below=N][:dense_layers=N][:ratio=R]",
        {.prefill = true, .decode = false},
        [](const std::string& arg, const MethodContext& ctx) { return make_minference_method(arg, ctx); }},
       {"tokenselect", "tokenselect[=n_init=N,k=N,n_local=N,chunk=N,theta=X,vote=soft|hard|naive,keys=pre_rope|rotated]",
        {.prefill = true, .decode = true}, make_tokenselect_method},
-      {"hip", "hip[=k=512,b_q=64,b_sq=2,b_k=2,b_sk=1,window=256,sinks=16,refresh=8,dense_layers=3]",
+      {"hip", "hip[=k=512,b_q=64,b_sq=2,b_k=2,b_sk=1,window=256,sinks=16,refresh=8,dense_layers=3,self_extend=G:W]",
        {.prefill = true, .decode = true}, make_hip_method},
       {"infinitehip",
        "infinitehip[=3k|3k-fast|3k-flash|5k,l_c=256/32/8,k=32768/8192/2048,refresh=16/8/4,n_sink=256,n_stream=1024,"

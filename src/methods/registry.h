@@ -30,6 +30,8 @@ const std::vector<MethodEntry>& method_registry();
 const MethodEntry* find_method(const std::string& name);
 std::string known_methods();  // "dense, a_shape[=SINK,WINDOW], ..." for messages
 
-std::unique_ptr<AttentionMethod> make_dense_method();
+std::unique_ptr<AttentionMethod> make_dense_method(SelfExtendParams se = {});
+// The dense entry's factory: "" or "self_extend=G:W" (throws Error naming anything else).
+std::unique_ptr<AttentionMethod> make_dense_method_from(const std::string& arg);
 
 }  // namespace longctx

@@ -124,6 +124,12 @@ std::unique_ptr<GpuMethod> builder_of(const AttentionMethod& m, const MethodCont
 
 // The GPU side, or why there is none ("" and a null builder: every step is dense).
 std::unique_ptr<GpuMethod> try_make(const AttentionMethod& m, const MethodContext& ctx, std::string& why) {
+  // Self-Extend re-rotates keys per pair (pre-RoPE cache): CPU only, dense steps included.
+  for (const Phase ph : {Phase::prefill, Phase::decode})
+    if (m.self_extend(ph)) {
+      why = fmt::format("attention method '{}': Self-Extend (self_extend=G:W) runs on the CPU only", m.name());
+      return nullptr;
+    }
   const Sides s = sparse_sides(m, ctx);
   if (!s.prefill && !s.decode) return nullptr;
   // Head dims: the sparse prefill and decode kernels run 64, 128 and 256 (Gemma 3's global

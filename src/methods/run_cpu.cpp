@@ -7,6 +7,7 @@
 
 #include "kernels/ref/attention.h"
 #include "kernels/ref/ops.h"
+#include "methods/self_extend/self_extend_attention.h"
 #include "sparse/sparse_attention.h"
 #include "util/error.h"
 
@@ -20,6 +21,16 @@ std::vector<KeySegment> AttentionMethod::select_keys(const AttnParams&, Phase, c
 void attend_cpu(const MethodRun& run, const AttnParams& p, ThreadPool& pool) {
   if (p.n_q == 0) return;
   if (run.rope) {
+    const SelfExtendParams* se = p.window > 0 ? nullptr : run.method.self_extend(run.phase);
+    if (se) {  // grouped positions for far keys; a sparse step's index comes from the grouped q/k
+      const SelfExtendQK g = self_extend_grouped(p, *se, *run.rope, pool);
+      SparseIndex idx;
+      const bool sparse = run.method.route(step_of(p, run.phase)) == Route::sparse;
+      if (sparse) idx = run.method.build_index(g.p, run.phase, run.state, pool);
+      attend_self_extend_ref({.p = p, .se = *se, .rope = *run.rope, .grouped = g, .index = sparse ? &idx : nullptr},
+                             pool);
+      return;
+    }
     std::vector<KeySegment> seg;
     if (p.window > 0) {  // a sliding-window layer: every key at its own position
       seg.push_back({0, p.n_q, std::vector<int32_t>(size_t(p.n_kv))});

@@ -6,6 +6,9 @@
 // Pre-RoPE keys (method.needs().keys == pre_rope; the model then passes .rope and un-rotated q
 // and keys): the method's key sets (AttentionMethod::select_keys) are gathered, rotated at their
 // compacted positions 0..L-1 (queries at L-C+i) and attended densely: attend_compacted_ref.
+// A method with Self-Extend (method.self_extend(phase)) instead scores near keys at their own
+// positions and far keys at grouped ones (methods/self_extend/self_extend_attention.h), dense or
+// over its index built from the grouped q/k.
 #pragma once
 #include <span>
 

@@ -57,7 +57,7 @@ std::unique_ptr<AttentionMethod> make_attention_method(const std::string& spec, 
   std::string name;
   for (const SpecClause& c : clauses) {
     const MethodEntry* e = find_method(c.method);
-    if (c.method == "dense") continue;  // a dense phase needs no method
+    if (c.method == "dense" && c.arg.empty()) continue;  // a plain dense phase needs no method
     if (c.prefill) {
       prefill = e->make(c.arg, ctx);
       name += fmt::format("{}prefill:{}", name.empty() ? "" : ";", prefill->name());

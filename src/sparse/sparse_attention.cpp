@@ -22,6 +22,8 @@ void check_params(const AttnParams& p) {
   if (p.n_head <= 0 || p.n_kv_head <= 0 || p.n_head % p.n_kv_head != 0)
     fail("sparse attention: n_head {} must be a positive multiple of n_kv_head {}", p.n_head, p.n_kv_head);
   if (p.head_dim <= 0) fail("sparse attention: head_dim {} must be positive", p.head_dim);
+  if (p.window < 0 || (p.window > 0 && !p.causal))
+    fail("sparse attention: sliding window {} needs causal attention and must be >= 0", p.window);
   if (p.causal && p.q_pos0 + p.n_q > p.n_kv)
     fail("sparse attention: causal queries reach position {} but only {} keys are given",
          p.q_pos0 + p.n_q - 1, p.n_kv);
@@ -50,7 +52,7 @@ void tile_update(const AttnParams& p, const float* q, int64_t ldq, int m, int64_
     if (p.causal) {
       const int64_t qp = qpos0 + r;
       for (int c = 0; c < n; ++c)
-        if (pos[c] > qp) row[c] = kNegInf;
+        if (pos[c] > qp || (p.window > 0 && pos[c] <= qp - p.window)) row[c] = kNegInf;
     }
     float tmax = kNegInf;
     for (int c = 0; c < n; ++c) tmax = std::max(tmax, row[c]);

@@ -142,6 +142,9 @@ expect_fail serve_kv_offload_cpu "--kv-offload is a GPU option" "$BIN" serve -m 
 expect_usage kv_host_layers "--kv-host-layers" "$BIN" bench model -m "$NOPE" --kv-offload --kv-host-layers -3
 expect_fail tokenselect_local "tokenselect: n_local (64) must be >= chunk (512)" "$BIN" generate -m "$M" -p hi --attn tokenselect=n_local=64
 expect_fail tokenselect_layout "different key layouts" "$BIN" generate -m "$M" -p hi --attn 'prefill:a_shape;decode:tokenselect'
+expect_fail self_extend_group "self_extend group size G must be in" "$BIN" generate -m "$M" -p hi --attn dense=self_extend=0:64
+expect_fail self_extend_window "self_extend neighbour window W must be" "$BIN" generate -m "$M" -p hi --attn hip=self_extend=4:x
+expect_fail self_extend_form "self_extend must be G:W" "$BIN" eval passkey -m "$M" --attn dense=self_extend=4
 expect_fail too_long "context" "$BIN" generate -m "$M" -p "the theater the theater the theater" -c 8 -n 1
 expect_fail budget "lower -n" "$BIN" generate -m "$M" -p "the theater" -c 16 -n 100
 head -c 1000 "$M" >"$TMP/trunc.gguf"

@@ -21,6 +21,7 @@
 
 #include "kernels/params/attention.h"
 #include "kernels/ref/hip_topk.h"
+#include "methods/self_extend/self_extend.h"
 #include "sparse/sparse_index.h"
 
 namespace longctx {
@@ -33,6 +34,7 @@ struct HipParams {
   int64_t sinks = 16;      // attention-sink keys [0, sinks), always attended
   int refresh = 8;         // r_m: decode re-estimates the mask every r_m steps (<= window)
   int dense_layers = 3;    // l_d: the first l_d layers stay dense
+  SelfExtendParams self_extend;  // off by default; on: the estimator sees grouped q/k (hip_method.h)
 };
 
 // The search region of a query block whose first row is at absolute position first.

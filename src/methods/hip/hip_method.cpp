@@ -12,8 +12,12 @@ HipParams parse_hip_params(const std::string& arg) {
   HipParams hp;
   for (const std::string& kv : split_spec(arg, ',')) {
     const auto eq = kv.find('=');
-    if (eq == std::string::npos) fail("hip: expected KEY=VALUE, got '{}' (keys: k, b_q, b_sq, b_k, b_sk, window, sinks, refresh, dense_layers)", kv);
+    if (eq == std::string::npos) fail("hip: expected KEY=VALUE, got '{}' (keys: k, b_q, b_sq, b_k, b_sk, window, sinks, refresh, dense_layers, self_extend)", kv);
     const std::string key = kv.substr(0, eq);
+    if (key == "self_extend") {
+      hp.self_extend = parse_self_extend(std::string_view(kv).substr(eq + 1), "hip");
+      continue;
+    }
     const int64_t v = parse_count(std::string_view(kv).substr(eq + 1), "hip", key);
     if (key == "k") hp.topk.k = v;
     else if (key == "b_q") hp.topk.b_q = int(v);
@@ -24,7 +28,7 @@ HipParams parse_hip_params(const std::string& arg) {
     else if (key == "sinks") hp.sinks = v;
     else if (key == "refresh") hp.refresh = int(v);
     else if (key == "dense_layers") hp.dense_layers = int(v);
-    else fail("hip: unknown key '{}' (keys: k, b_q, b_sq, b_k, b_sk, window, sinks, refresh, dense_layers)", key);
+    else fail("hip: unknown key '{}' (keys: k, b_q, b_sq, b_k, b_sk, window, sinks, refresh, dense_layers, self_extend)", key);
   }
   check_hip_topk_params(hp.topk, "hip");
   if (hp.topk.b_q != kSparseBlockQ) fail("hip: b_q must be {} (the sparse index's query block), got {}", kSparseBlockQ, hp.topk.b_q);
@@ -36,9 +40,10 @@ HipParams parse_hip_params(const std::string& arg) {
 }
 
 std::string HipMethod::name() const {
-  return fmt::format("hip=k={},b_q={},b_sq={},b_k={},b_sk={},window={},sinks={},refresh={},dense_layers={}", hp_.topk.k,
-                     hp_.topk.b_q, hp_.topk.b_sq, hp_.topk.b_k, hp_.topk.b_sk, hp_.window, hp_.sinks, hp_.refresh,
-                     hp_.dense_layers);
+  const std::string se = self_extend_spec(hp_.self_extend);
+  return fmt::format("hip=k={},b_q={},b_sq={},b_k={},b_sk={},window={},sinks={},refresh={},dense_layers={}{}{}",
+                     hp_.topk.k, hp_.topk.b_q, hp_.topk.b_sq, hp_.topk.b_k, hp_.topk.b_sk, hp_.window, hp_.sinks,
+                     hp_.refresh, hp_.dense_layers, se.empty() ? "" : ",", se);
 }
 
 Route HipMethod::route(const AttnStep& s) const {

@@ -15,6 +15,11 @@
 // Spec: hip=k=512,b_q=64,b_sq=2,b_k=2,b_sk=1,window=256,sinks=16,refresh=8,dense_layers=3 (any
 // subset, any order; these are the paper's defaults). b_q must be 64 (the sparse index's query
 // block). Composes per phase as every method: "prefill:minference=CFG;decode:hip".
+// self_extend=G:W (self_extend.h; CPU only): keys are cached pre-RoPE; the estimator ranks the
+// search region with q and k rotated at the grouped positions (SE2) for every candidate (the
+// region starts >= window keys behind each row, mostly beyond W; no score calibration across the
+// boundary, unlike the authors' kernel), and the selected pairs are scored near (SE1) or grouped
+// (SE2) per pair in one softmax (self_extend_attention.h). Decode's cached mask is reused as is.
 #pragma once
 #include <memory>
 #include <string>
@@ -51,6 +56,14 @@ class HipMethod final : public AttentionMethod {
  public:
   explicit HipMethod(HipParams hp) : hp_(hp) {}
   std::string name() const override;
+  MethodNeeds needs() const override {
+    MethodNeeds n;
+    if (hp_.self_extend.on()) n.keys = KeyLayout::pre_rope;
+    return n;
+  }
+  const SelfExtendParams* self_extend(Phase) const override {
+    return hp_.self_extend.on() ? &hp_.self_extend : nullptr;
+  }
   Route route(const AttnStep& step) const override;
   std::unique_ptr<MethodState> start_sequence() const override { return std::make_unique<HipState>(); }
   SparseIndex build_index(const AttnParams& p, Phase phase, MethodState& state, ThreadPool& pool) const override;
