@@ -67,7 +67,9 @@ void Transformer::matmul(const MatmulParams& p, const QuantMatrix* q, bool same_
   }
   const QuantizedInput key{p.x, p.T, p.n_in};
   const bool reuse = same_input && xq_input_ == key;
-  quant_matmul({.x = p.x, .w = q, .bias = p.bias, .y = p.y, .T = p.T, .xq = &xq_, .x_quantized = reuse}, pool_);
+  quant_matmul({.x = p.x, .w = q, .bias = p.bias, .y = p.y, .T = p.T, .xq = &xq_, .x_quantized = reuse,
+                .rows_alone = rows_alone_},
+               pool_);
   xq_input_ = key;
 }
 
@@ -204,6 +206,12 @@ void Transformer::decode_batch(std::span<SequenceState* const> seqs, std::span<c
     if (c.size() + 1 > c.capacity())
       fail("decode_batch: sequence {} holds {} tokens, its KV cache {}: no room for one more", i, c.size(), c.capacity());
   }
+  // Every row is a sequence: its matmuls must give what decoding it alone gives.
+  struct RowsAlone {
+    bool& flag;
+    explicit RowsAlone(bool& f) : flag(f) { flag = true; }
+    ~RowsAlone() { flag = false; }
+  } rows_alone(rows_alone_);
   const int64_t E = cfg_.n_embd, D = cfg_.head_dim;
   const int64_t Q = int64_t(cfg_.n_head) * D, KV = int64_t(cfg_.n_kv_head) * D;
   std::vector<float> x(size_t(n * E));   // [n, E] one row per sequence

@@ -147,6 +147,7 @@ class Transformer {
     int64_t T = 0, n_in = 0;
     bool operator==(const QuantizedInput&) const = default;
   } xq_input_;
+  bool rows_alone_ = false;  // in decode_batch: each matmul row is a sequence (QuantMatmulParams::rows_alone)
   std::shared_ptr<const AttentionMethod> method_;  // shared, immutable
   ThreadPool& pool_;
   SequenceState own_;            // the sequence forward() uses unless another is attached

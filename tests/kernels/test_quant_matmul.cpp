@@ -260,6 +260,25 @@ TEST(QuantMatmul, ThreadedWithBias) {
   }
 }
 
+// rows_alone (batched decode): each of T rows gives bit for bit what a T = 1 call on that row
+// gives, whichever kernel set this CPU picks for T rows (the panel kernel sums in another order).
+TEST(QuantMatmul, RowsAloneEqualOneRowCallsBitForBit) {
+  ThreadPool pool(2);
+  for (QuantType type : {QuantType::q4_0, QuantType::q4_1, QuantType::q8_0, QuantType::q4_k}) {
+    SCOPED_TRACE(quant_type_info(type).name);
+    const int64_t T = 9, rows = 67, cols = 512;
+    const QuantMatrix m = random_matrix(type, rows, cols);
+    const std::vector<float> x = normal(T * cols, 1.f);
+    Q8Rows xq;
+    std::vector<float> batched(size_t(T * rows), NAN), alone(size_t(rows), NAN);
+    quant_matmul({.x = x.data(), .w = &m, .y = batched.data(), .T = T, .xq = &xq, .rows_alone = true}, pool);
+    for (int64_t t = 0; t < T; ++t) {
+      quant_matmul({.x = x.data() + t * cols, .w = &m, .y = alone.data(), .T = 1, .xq = &xq}, pool);
+      EXPECT_EQ(std::memcmp(alone.data(), batched.data() + t * rows, size_t(rows) * sizeof(float)), 0) << "row " << t;
+    }
+  }
+}
+
 TEST(QuantDot, BadBlockMultipleIsAnError) {
   const QuantMatrix m = random_matrix(QuantType::q4_k, 1, 256);
   Q8Rows xq;

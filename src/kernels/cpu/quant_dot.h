@@ -68,6 +68,9 @@ struct QuantTile {
   int64_t t0 = 0, T = 0;
   float* y = nullptr;
   int64_t ldy = 0;
+  // false: every token row's y exactly as a tile of that row alone gives it (no panel kernel,
+  // whose fp32 summation order differs): a decode batch, whose rows are separate sequences.
+  bool panels = true;
 };
 void quant_gemm_tile(const QuantTile& p, CpuIsa isa);
 

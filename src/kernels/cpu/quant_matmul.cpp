@@ -37,7 +37,8 @@ void quant_matmul(const QuantMatmulParams& p, ThreadPool& pool) {
   pool.parallel_for(w.rows, [&](int64_t r0, int64_t r1) {
     for (int64_t t0 = 0; t0 < p.T; t0 += kTokenTile) {
       const QuantTile tile{w.type, w.data.data() + r0 * w.row_bytes, w.row_bytes, w.cols, r1 - r0,
-                           p.xq, t0, std::min(kTokenTile, p.T - t0), p.y + t0 * w.rows + r0, w.rows};
+                           p.xq, t0, std::min(kTokenTile, p.T - t0), p.y + t0 * w.rows + r0, w.rows,
+                           !p.rows_alone};
       quant_gemm_tile(tile, p.isa);
     }
     if (p.bias)

@@ -33,6 +33,9 @@ struct QuantMatmulParams {
   int64_t T = 0;
   Q8Rows* xq = nullptr;
   bool x_quantized = false;  // xq already holds x (the previous call's input): skip quantizing
+  // Each row's y exactly as a T = 1 call gives it (batched decode must equal decoding alone), so
+  // the prefill panel kernel is not used for these rows.
+  bool rows_alone = false;
   CpuIsa isa = best_cpu_isa();
 };
 void quant_matmul(const QuantMatmulParams& p, ThreadPool& pool);
