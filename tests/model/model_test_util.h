@@ -46,4 +46,28 @@ inline std::unique_ptr<Engine> default_engine(const std::string& attn, int64_t c
   return Engine::load({.model_path = path, .n_threads = 2, .attn = attn, .prefill_chunk = chunk});
 }
 
+// A prompt of `repeats` numbered facts and a question about fact 3 (~11 tokens per fact), encoded
+// by e's tokenizer: long enough to cross chunk and budget boundaries, with one answer to find.
+inline std::vector<int32_t> facts_prompt(Engine& e, int repeats) {
+  std::string text = "Here is a list of facts about the sea and the sky.";
+  for (int i = 0; i < repeats; ++i)
+    text += " Fact " + std::to_string(i) + ": the number of the day is " + std::to_string(i * 37 % 101) + ".";
+  text += " Question: what is fact 3? Answer:";
+  return e.tokenizer().encode(text, true, false);
+}
+
+// The default model's greedy tokens for ids with --attn `attn`, prefill chunks of `chunk` tokens,
+// `max_tokens` new tokens (EOS ignored).
+inline std::vector<int32_t> greedy_tokens(const std::string& attn, const std::vector<int32_t>& ids, int64_t chunk,
+                                          int max_tokens) {
+  LoadOptions o;  // the default model
+  o.attn = attn;
+  o.prefill_chunk = chunk;
+  auto e = Engine::load(o);
+  SamplingParams sp;
+  sp.max_tokens = max_tokens;
+  sp.stop_at_eos = false;
+  return e->generate(ids, sp).tokens;
+}
+
 }  // namespace longctx::test

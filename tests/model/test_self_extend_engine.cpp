@@ -5,32 +5,18 @@
 #include <gtest/gtest.h>
 
 #include "longctx/engine.h"
+#include "model_test_util.h"
 
 namespace longctx {
 namespace {
 
-std::vector<int32_t> prompt_ids(Engine& e, int repeats) {
-  std::string text = "Here is a list of facts about the sea and the sky.";
-  for (int i = 0; i < repeats; ++i)
-    text += " Fact " + std::to_string(i) + ": the number of the day is " + std::to_string(i * 37 % 101) + ".";
-  text += " Question: what is fact 3? Answer:";
-  return e.tokenizer().encode(text, true, false);
-}
-
 std::vector<int32_t> greedy(const std::string& attn, const std::vector<int32_t>& ids) {
-  LoadOptions o;  // the default model
-  o.attn = attn;
-  o.prefill_chunk = 200;  // several chunks: the grouped keys of earlier chunks are re-read
-  auto e = Engine::load(o);
-  SamplingParams sp;
-  sp.max_tokens = 16;
-  sp.stop_at_eos = false;
-  return e->generate(ids, sp).tokens;
+  return test::greedy_tokens(attn, ids, 200, 16);  // several chunks: the grouped keys of earlier chunks are re-read
 }
 
 TEST(SelfExtendEngine, PlainPositionsGreedyEqualsDense) {
   auto e = Engine::load({});
-  const auto ids = prompt_ids(*e, 40);
+  const auto ids = test::facts_prompt(*e, 40);
   ASSERT_GT(ids.size(), 400u);
   const auto dense = greedy("dense", ids);
   EXPECT_EQ(greedy("dense=self_extend=1:64", ids), dense);
@@ -39,7 +25,7 @@ TEST(SelfExtendEngine, PlainPositionsGreedyEqualsDense) {
 
 TEST(SelfExtendEngine, GroupedDenseAndHipRun) {
   auto e = Engine::load({});
-  const auto ids = prompt_ids(*e, 40);
+  const auto ids = test::facts_prompt(*e, 40);
   for (const char* spec : {"dense=self_extend=4:64", "hip=k=64,window=32,sinks=4,self_extend=4:64"}) {
     const auto got = greedy(spec, ids);
     EXPECT_EQ(got.size(), 16u) << spec;

@@ -5,32 +5,18 @@
 #include <gtest/gtest.h>
 
 #include "longctx/engine.h"
+#include "model_test_util.h"
 
 namespace longctx {
 namespace {
 
-std::vector<int32_t> prompt_ids(Engine& e, int repeats) {
-  std::string text = "Here is a list of facts about the sea and the sky.";
-  for (int i = 0; i < repeats; ++i)
-    text += " Fact " + std::to_string(i) + ": the number of the day is " + std::to_string(i * 37 % 101) + ".";
-  text += " Question: what is fact 3? Answer:";
-  return e.tokenizer().encode(text, true, false);
-}
-
 std::vector<int32_t> greedy(const std::string& attn, const std::vector<int32_t>& ids, int64_t chunk = 512) {
-  LoadOptions o;  // the default model
-  o.attn = attn;
-  o.prefill_chunk = chunk;
-  auto e = Engine::load(o);
-  SamplingParams sp;
-  sp.max_tokens = 24;
-  sp.stop_at_eos = false;
-  return e->generate(ids, sp).tokens;
+  return test::greedy_tokens(attn, ids, chunk, 24);
 }
 
 TEST(TokenSelectEngine, FitsBudgetGreedyEqualsDense) {
   auto e = Engine::load({});
-  const auto ids = prompt_ids(*e, 40);  // well under the default 2688-token budget
+  const auto ids = test::facts_prompt(*e, 40);  // well under the default 2688-token budget
   ASSERT_LT(ids.size() + 24, 2688u);
   const auto dense = greedy("dense", ids);
   EXPECT_EQ(greedy("tokenselect", ids), dense);
@@ -39,7 +25,7 @@ TEST(TokenSelectEngine, FitsBudgetGreedyEqualsDense) {
 
 TEST(TokenSelectEngine, SmallBudgetRunsSparseBothLayouts) {
   auto e = Engine::load({});
-  const auto ids = prompt_ids(*e, 60);
+  const auto ids = test::facts_prompt(*e, 60);
   const std::string budget = "tokenselect=n_init=16,k=64,n_local=128,chunk=128";
   ASSERT_GT(ids.size(), 16u + 64 + 128 + 200);
   const auto dense = greedy("dense", ids);
