@@ -14,7 +14,7 @@
 //      relative of the CPU's;
 //   4. end to end: sparse_attention() on the GPU-built index == an fp64 oracle with that index's
 //      mask (and the index is the CPU's up to near-tie swaps, by 1-2).
-// Shapes: GQA 8/2 d=128 and SmolLM2's 9/3 d=64; chunked prefill (q_pos0 > 0, n_q % 64 != 0, off
+// Shapes: GQA 8/2 d=128, SmolLM2's 9/3 d=64 and Gemma 3's d=256 (4/1, 8/4, 16/8); chunked prefill (q_pos0 > 0, n_q % 64 != 0, off
 // the 64 grid); tiny prompts (< 64 tokens); budgets larger than the prompt; mixed patterns per
 // head; multi-chunk VS estimates (20K keys); block-sparse waves split by heads and by rows and
 // rows selected from global memory; long block-sparse rows (~600 key blocks, budgets up to 100);
@@ -608,6 +608,7 @@ void check_end_to_end(const Case& c) {
   sp.n_kv = c.n_kv();
   sp.n_head = c.n_head;
   sp.n_kv_head = c.n_kv_head;
+  sp.head_dim = c.d;
   sp.q_pos0 = c.q_pos0;
   sp.index = b.build(mp);
   sp.workspace = b.attention_workspace();
@@ -670,6 +671,34 @@ TEST(MinferenceIndex, EndToEndSparseAttention) {
   check_end_to_end({.name = "e2e_mixed", .n_head = 4, .n_kv_head = 2, .n_q = 700,
                     .heads = {VS(60, 120), BS(3), AS(16, 128), VS(30, 300)}});
   check_end_to_end({.name = "e2e_chunk", .n_head = 4, .n_kv_head = 2, .n_q = 200, .q_pos0 = 300,
+                    .heads = {BS(2), VS(100, 50), VS(30, 60), BS(5)}});
+}
+
+// head_dim 256: Gemma 3's global layers (gemma-3-270m: 4 query heads, 1 KV head; the larger
+// Gemma 3 models: 8/4 and 16/8). The VS estimate runs its D = 256 instance (Q fragments of 16
+// k-steps), the BS scores four 64-wide head-dim chunks (192 KB of staged tiles per CTA).
+TEST(MinferenceIndex, GemmaHeadDim256) {
+  LC_REQUIRE_GPU();
+  check_case({.name = "gemma_d256_vs", .n_head = 4, .n_kv_head = 1, .d = 256, .n_q = 2000,
+              .heads = {VS(1000, 6096), VS(30, 800), VS(100, 800), VS(500, 700)}});
+  check_case({.name = "gemma_d256_bs", .n_head = 8, .n_kv_head = 4, .d = 256, .n_q = 1500,
+              .heads = {BS(3), BS(8), BS(1), BS(100), BS(0), BS(5), BS(2), BS(12)}});
+  check_case({.name = "gemma_d256_mixed", .n_head = 8, .n_kv_head = 4, .d = 256, .n_q = 700, .q_pos0 = 1300,
+              .heads = {VS(100, 200), BS(8), AS(64, 256), VS(30, 800), BS(3), VS(200, 60), BS(20), VS(1000, 6096)}});
+  check_case({.name = "gemma_d256_tiny", .n_head = 4, .n_kv_head = 1, .d = 256, .n_q = 37,
+              .heads = {VS(100, 200), BS(3), AS(4, 8), VS(30, 50)}});
+  // Multi-chunk VS estimate (12K keys) and long block-sparse rows, with 16 heads over 8 KV heads.
+  check_case({.name = "gemma_d256_long", .n_head = 16, .n_kv_head = 8, .d = 256, .n_q = 4000, .q_pos0 = 8000,
+              .heads = {VS(1000, 6096), BS(100), VS(30, 800), BS(10), AS(1024, 4096), VS(3500, 100), BS(50),
+                        VS(500, 700), VS(1000, 6096), BS(100), VS(30, 800), BS(10), AS(1024, 4096), VS(3500, 100),
+                        BS(50), VS(500, 700)}});
+}
+
+TEST(MinferenceIndex, EndToEndSparseAttentionHeadDim256) {
+  LC_REQUIRE_GPU();
+  check_end_to_end({.name = "e2e_d256_mixed", .n_head = 4, .n_kv_head = 1, .d = 256, .n_q = 700,
+                    .heads = {VS(60, 120), BS(3), AS(16, 128), VS(30, 300)}});
+  check_end_to_end({.name = "e2e_d256_chunk", .n_head = 4, .n_kv_head = 2, .d = 256, .n_q = 200, .q_pos0 = 300,
                     .heads = {BS(2), VS(100, 50), VS(30, 60), BS(5)}});
 }
 

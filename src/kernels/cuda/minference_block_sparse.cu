@@ -151,12 +151,14 @@ constexpr int kTileRows = 128;               // query blocks per CTA tile (4 war
 constexpr int kTileCols = 64;                // key blocks per column tile
 constexpr int kColTiles = 4;                 // column tiles per CTA (the query tile stays resident)
 constexpr int kKc = 64;                      // head-dim chunk (one 128-byte swizzled smem row)
-constexpr int kMaxChunks = 2;                // D <= 128
+constexpr int kMaxChunks = 4;                // D <= 256 (Gemma 3's global layers)
 constexpr int kGemmThreads = 128;
 constexpr uint32_t kAChunk = kTileRows * kKc * 2;  // bytes of one [128][64] fp16 tile
 constexpr uint32_t kBChunk = kTileCols * kKc * 2;  // bytes of one [64][64] fp16 tile
-// Query hi/lo (all of D, resident) + key hi/lo (all of D, one column tile): 96 KB, 2 CTAs/SM.
-constexpr size_t kGemmSmem = size_t(2) * kMaxChunks * (kAChunk + kBChunk);
+// Query hi/lo (all of D, resident) + key hi/lo (all of D, one column tile): 96 KB at D = 128
+// (2 CTAs/SM), 192 KB at D = 256 (1 CTA/SM).
+constexpr size_t gemm_smem(int D) { return size_t(2) * (D / kKc) * (kAChunk + kBChunk); }
+constexpr size_t kGemmSmemMax = gemm_smem(kMaxChunks * kKc);
 static_assert(kBsGroup == 8, "a score group is one mma n-tile of 8 key blocks");
 
 // cp.async rows [r0, r0 + kRows) x head-dim [kc, kc + 64) of hi/lo ([n_src][D] fp16; rows >= n_src
@@ -184,9 +186,9 @@ __device__ __forceinline__ void stage(uint32_t shi, uint32_t slo, const __half* 
 __global__ void __launch_bounds__(kGemmThreads, 2) bs_score_kernel(const BsScoreArgs a) {
   extern __shared__ __align__(128) uint8_t smem_raw[];
   const uint32_t sA = mma::smem_u32(smem_raw);            // [chunk][hi, lo][128][64] fp16, swizzled
-  const uint32_t sB = sA + kMaxChunks * 2 * kAChunk;      // [chunk][hi, lo][64][64]
   const Geom& g = a.g;
   const int D = g.head_dim, n_chunks = D / kKc;
+  const uint32_t sB = sA + n_chunks * 2 * kAChunk;        // [chunk][hi, lo][64][64]
   const int64_t row0 = a.b0 + int64_t(blockIdx.y) * kTileRows;
   const int64_t colA = int64_t(blockIdx.x) * (kColTiles * kTileCols);
   const int s = a.s0 + blockIdx.z;
@@ -382,13 +384,15 @@ void bs_pool(const bf16* q, const bf16* k, const int32_t* bs_heads, int n_bs, ui
 
 void bs_scores_wave(const BsScoreArgs& a, cudaStream_t s) {
   static const cudaError_t e =
-      cudaFuncSetAttribute(bs_score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kGemmSmem));
-  LC_CUDA_CHECK(e, "bs_score_kernel: raising dynamic shared memory to %zu bytes", kGemmSmem);
+      cudaFuncSetAttribute(bs_score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kGemmSmemMax));
+  LC_CUDA_CHECK(e, "bs_score_kernel: raising dynamic shared memory to %zu bytes", kGemmSmemMax);
+  LC_REQUIRE(a.g.head_dim % kKc == 0 && a.g.head_dim <= kMaxChunks * kKc, "bs_score_kernel: head_dim %d unsupported",
+             a.g.head_dim);
   const int64_t cols = bs_n_cand(a.g, a.b1 - 1);  // candidates grow with the row
   constexpr int64_t kCtaCols = int64_t(kColTiles) * kTileCols;
   const dim3 grid(unsigned((cols + kCtaCols - 1) / kCtaCols), unsigned((a.b1 - a.b0 + kTileRows - 1) / kTileRows),
                   unsigned(a.s1 - a.s0));
-  bs_score_kernel<<<grid, kGemmThreads, kGemmSmem, s>>>(a);
+  bs_score_kernel<<<grid, kGemmThreads, gemm_smem(a.g.head_dim), s>>>(a);
   LC_LAUNCH_CHECK("bs_score_kernel rows=[%lld,%lld) slots=[%d,%d) grid=(%u,%u,%u)", (long long)a.b0,
                   (long long)a.b1, a.s0, a.s1, grid.x, grid.y, grid.z);
 }

@@ -124,8 +124,8 @@ FixedLayout fixed_layout(const MinferenceBuilderShape& s) {
 void check_shape(const MinferenceBuilderShape& s) {
   LC_REQUIRE(s.n_head > 0 && s.n_kv_head > 0 && s.n_head % s.n_kv_head == 0,
              "minference index: n_head %d must be a positive multiple of n_kv_head %d", s.n_head, s.n_kv_head);
-  LC_REQUIRE(s.head_dim == 64 || s.head_dim == 128,
-             "minference index: head_dim %d unsupported (the GPU builders support 64 and 128)", s.head_dim);
+  LC_REQUIRE(s.head_dim == 64 || s.head_dim == 128 || s.head_dim == 256,
+             "minference index: head_dim %d unsupported (the GPU builders support 64, 128 and 256)", s.head_dim);
   LC_REQUIRE(s.max_q > 0 && s.max_kv > 0 && s.max_kv <= 0x7fffffff,
              "minference index: bad builder shape max_q=%lld max_kv=%lld", (long long)s.max_q, (long long)s.max_kv);
 }

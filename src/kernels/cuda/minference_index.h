@@ -28,7 +28,8 @@
 //   MinferenceIndexBuilder b({.n_head=32, .n_kv_head=8, .max_q=chunk, .max_kv=capacity});
 //   DeviceSparseIndex idx = b.build(params, stream);   // valid until the next build()
 //   sparse.index = idx; sparse.workspace = b.attention_workspace(); ... sparse_attention(sparse, s);
-// head_dim 64 and 128 are supported by the builders and by sparse_attention().
+// head_dim 64, 128 and 256 (Gemma 3's global layers) are supported by the builders and by
+// sparse_attention().
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -104,7 +105,7 @@ class MinferenceIndexBuilder {
  public:
   // Allocates the shape-determined buffers (see "How" above; the index itself and the sparse
   // kernel's workspace are grown by build()). Throws Error naming the bytes needed vs free when
-  // they do not fit, or when the GPU is not Hopper or head_dim is not 64/128.
+  // they do not fit, or when the GPU is not Hopper or head_dim is not 64/128/256.
   explicit MinferenceIndexBuilder(const MinferenceBuilderShape& shape);
   ~MinferenceIndexBuilder();
   MinferenceIndexBuilder(const MinferenceIndexBuilder&) = delete;

@@ -313,7 +313,8 @@ void vs_estimate(const VsEstimateArgs& a, cudaStream_t s) {
   if (a.n_batches == 0) return;
   if (a.g.head_dim == 128) launch<128>(a, s);
   else if (a.g.head_dim == 64) launch<64>(a, s);
-  else LC_REQUIRE(false, "minference index: head_dim %d unsupported (64 or 128)", a.g.head_dim);
+  else if (a.g.head_dim == 256) launch<256>(a, s);
+  else LC_REQUIRE(false, "minference index: head_dim %d unsupported (64, 128 or 256)", a.g.head_dim);
 }
 
 }  // namespace longctx::cuda::mindex
