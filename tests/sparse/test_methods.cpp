@@ -121,6 +121,23 @@ TEST(MInferenceMethod, PrefillMatchesOracleWithItsIndex) {
   }
 }
 
+// head_dim 256 with one KV head for four query heads (gemma-3-270m's global layers): the CPU
+// method's estimate, index and sparse attention take any head dim.
+TEST(MInferenceMethod, PrefillMatchesOracleWithItsIndexHeadDim256) {
+  const auto cfg = mixed_config();
+  Seq m = make_minference_method(cfg, {}, ctx(2, 4, 1, 256));
+  for (int layer = 0; layer < 2; ++layer) {
+    auto pr = test::make_problem(400, 200, 4, 1, 256, 60 + layer, /*q_sigma=*/2.f);
+    pr.p.layer = layer;
+    m.prefill(pr.p);
+    const SparseIndex idx = build_minference_index(pr.p, cfg.layers[size_t(layer)], pool());
+    EXPECT_LT(index_kernel_pairs(idx, 400, 200, 600, 4), dense_causal_pairs(400, 200, 4) * 9 / 10);
+    const auto e = test::compare(pr.o, pr.lse, test::oracle_attention(pr.p, test::index_mask(idx, 4)));
+    EXPECT_LT(e.o, test::kTolO) << "layer " << layer;
+    EXPECT_LT(e.lse, test::kTolLse) << "layer " << layer;
+  }
+}
+
 TEST(MInferenceMethod, ChunkedPrefillUsesEachChunksIndex) {
   // Three chunks of one prompt; each chunk's output is exact attention over its own index,
   // built from the chunk's last 64 queries against all cached keys.

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# gpu-d256.sh: the sparse methods at head_dim 256 (Gemma 3's global layers) in one device call:
+# MInference's GPU index builders at d = 256 against the CPU builders (and every other builder
+# test, as the regression check of d = 64 / 128), the Gemma 3 geometry model test (GPU MInference
+# vs CPU on the global layer, window layers dense), a compute-sanitizer memcheck of the d = 256
+# builder cases, then one-layer sparse prefill with the index estimated on the GPU (build
+# included) at d = 256 (Gemma 3 12B: 16 / 8 heads) and d = 128 (Llama-3-8B: 32 / 8, the same
+# FLOPs per token), the dense kernel at both, and torch SDPA (cuDNN, flash) on the same shapes.
+# Each step has a timeout so a hang cannot eat the device budget; logs and JSON land in $OUT.
+#
+# Here (no GPU needed): build and pack (stripped, one .tar.xz; OpenBLAS static):
+#   cmake -S . -B build-gpu -G Ninja -DLONGCTX_CUDA=ON -DLONGCTX_NATIVE=OFF -DLONGCTX_BENCH=ON -DLONGCTX_TESTS=ON -DBLA_STATIC=ON
+#   ninja -C build-gpu -j2 test_minference_index test_gpu longctx_bench_sparse
+#   scripts/gpu-d256.sh --pack            # -> .carry/d256/ (CARRY=... to change)
+# On the device (carry the folder): OUT=/tmp/out bash .carry/d256/gpu-d256.sh
+#   SEQS=32768,131072 by default.
+set -uo pipefail
+BUILD=${BUILD:-build-gpu}
+CARRY=${CARRY:-.carry/d256}
+SEQS=${SEQS:-32768,131072}
+
+if [ "${1:-}" = "--pack" ]; then
+  source "$(dirname "$0")/gpu-carry.sh"
+  rm -rf "$CARRY" /tmp/d256-pack && mkdir -p "$CARRY" /tmp/d256-pack
+  cp "$BUILD/tests/cuda/test_minference_index" "$BUILD/tests/gpu/test_gpu" "$BUILD/bench/longctx_bench_sparse" /tmp/d256-pack/
+  strip /tmp/d256-pack/*
+  tar -C /tmp/d256-pack -cJf "$CARRY/bin.tar.xz" test_minference_index test_gpu longctx_bench_sparse
+  carry_libs "$CARRY/lib" /tmp/d256-pack/*
+  cp "$0" "$CARRY/gpu-d256.sh"
+  git rev-parse HEAD > "$CARRY/commit.txt"
+  git status --short -- src tests bench scripts > "$CARRY/dirty.txt"
+  ls -la "$CARRY" "$CARRY/lib"; du -sh "$CARRY"
+  exit 0
+fi
+
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+BIN=/tmp/d256-bin
+rm -rf "$BIN" && mkdir -p "$BIN" && tar -C "$BIN" -xJf "$CARRY/bin.tar.xz" || { echo "no $CARRY/bin.tar.xz (run --pack here first)"; exit 1; }
+export LD_LIBRARY_PATH="$PWD/$CARRY/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+COMMIT=$(cat "$CARRY/commit.txt" 2>/dev/null || echo unknown)
+status=0
+{ nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv;
+  echo "commit $COMMIT (binaries built from it plus: $(tr '\n' ' ' < "$CARRY/dirty.txt" 2>/dev/null))"; date -u; } > "$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
+
+step() {  # step NAME TIMEOUT CMD...: runs CMD with a timeout, output to $OUT/NAME.log
+  local name=$1 t=$2; shift 2
+  echo "== $name"
+  local t0=$(date +%s)
+  timeout "$t" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
+  echo "   rc=$rc, $(( $(date +%s) - t0 )) s"
+  [ $rc = 0 ] || { echo "   $name FAILED"; status=1; }
+  return $rc
+}
+
+step tests_mindex 150 "$BIN/test_minference_index"
+grep -E "^  mindex|Failure|FAILED|differs|picked|dropped|too many|^\[  (PASSED|FAILED|SKIPPED)" "$OUT/tests_mindex.log" | head -60
+step tests_gpu 120 "$BIN/test_gpu" --gtest_filter='GpuMInference*:GpuBatch.SparseAShapeGemma3GeometryD256'
+grep -E "^\[ (gpu|engine)|Failure|FAILED|^\[  (PASSED|FAILED|SKIPPED)" "$OUT/tests_gpu.log" | head -40
+step memcheck_d256 120 compute-sanitizer --tool memcheck --error-exitcode 99 "$BIN/test_minference_index" \
+  --gtest_filter='MinferenceIndex.EndToEndSparseAttentionHeadDim256'
+tail -3 "$OUT/memcheck_d256.log"
+step bench_sparse_d256 150 "$BIN/longctx_bench_sparse" --head-dim 256 --estimate --seqs "$SEQS" --dense-seqs "$SEQS" \
+  --json "$OUT/bench_sparse_d256.json"
+cat "$OUT/bench_sparse_d256.log"
+step bench_sparse_d128 120 "$BIN/longctx_bench_sparse" --estimate --seqs "$SEQS" --dense-seqs "$SEQS" \
+  --json "$OUT/bench_sparse_d128.json"
+cat "$OUT/bench_sparse_d128.log"
+for shape in 16,8,256 32,8,128; do
+  step "torch_${shape//,/_}" 90 python3 bench/torch_baseline.py --shape "$shape" --prefill "$SEQS" --decode 131072 \
+    --json "$OUT/torch_${shape//,/_}.json"
+  tail -8 "$OUT/torch_${shape//,/_}.log"
+done
+echo "== done (commit $COMMIT), status $status"
+exit $status
