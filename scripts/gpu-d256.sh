@@ -13,7 +13,8 @@
 #   ninja -C build-gpu -j2 test_minference_index test_gpu longctx_bench_sparse
 #   scripts/gpu-d256.sh --pack            # -> .carry/d256/ (CARRY=... to change)
 # On the device (carry the folder): OUT=/tmp/out bash .carry/d256/gpu-d256.sh
-#   SEQS=32768,131072 by default.
+#   SEQS=32768,131072 by default. --bench-only: the Gemma 3 model test, the two benchmarks and
+#   torch at both shapes (the cuDNN baseline next to our kernels in one call).
 set -uo pipefail
 BUILD=${BUILD:-build-gpu}
 CARRY=${CARRY:-.carry/d256}
@@ -44,35 +45,58 @@ status=0
   echo "commit $COMMIT (binaries built from it plus: $(tr '\n' ' ' < "$CARRY/dirty.txt" 2>/dev/null))"; date -u; } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 
-step() {  # step NAME TIMEOUT CMD...: runs CMD with a timeout, output to $OUT/NAME.log
+# step NAME TIMEOUT CMD...: runs CMD with a timeout; its output goes to $LOGS/NAME.log and is
+# appended to $OUT/steps.log (the device call returns at most 8 files: the JSONs, env and this).
+LOGS=/tmp/d256-logs
+rm -rf "$LOGS" && mkdir -p "$LOGS"
+step() {
   local name=$1 t=$2; shift 2
   echo "== $name"
   local t0=$(date +%s)
-  timeout "$t" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
+  timeout "$t" "$@" > "$LOGS/$name.log" 2>&1; local rc=$?
   echo "   rc=$rc, $(( $(date +%s) - t0 )) s"
+  { echo "==== $name (rc=$rc): $*"; cat "$LOGS/$name.log"; } >> "$OUT/steps.log"
   [ $rc = 0 ] || { echo "   $name FAILED"; status=1; }
   return $rc
 }
 
+if [ "${1:-}" = "--bench-only" ]; then
+  step tests_gpu ${T_GPU:-60} "$BIN/test_gpu" --gtest_filter='GpuMInferenceD256*'
+  grep -E "^\[ (gpu|engine)|Failure|FAILED|^\[  (PASSED|FAILED|SKIPPED)" "$LOGS/tests_gpu.log" | head -20
+  for hd in 256 128; do
+    step bench_sparse_d$hd ${T_BENCH:-60} "$BIN/longctx_bench_sparse" $([ $hd = 256 ] && echo --head-dim 256) --estimate \
+      --seqs "$SEQS" --dense-seqs "$SEQS" --json "$OUT/bench_sparse_d$hd.json"
+    grep "^S=" "$LOGS/bench_sparse_d$hd.log"
+  done
+  for shape in 16,8,256 32,8,128; do
+    step "torch_${shape//,/_}" ${T_TORCH:-60} python3 bench/torch_baseline.py --shape "$shape" --prefill "$SEQS" \
+      --decode 131072 --json "$OUT/torch_${shape//,/_}.json"
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps(d.get('prefill', d))[:1500])" \
+      "$OUT/torch_${shape//,/_}.json"
+  done
+  echo "== done (commit $COMMIT), status $status"
+  exit $status
+fi
+
 mindex_grep() { grep -E "^  mindex|Failure|FAILED|differs|picked|dropped|too many|^\[  (PASSED|FAILED|SKIPPED)" "$1" | head -60; }
 step tests_mindex_d256 ${T_MINDEX:-70} "$BIN/test_minference_index" --gtest_filter='*HeadDim256*'
-mindex_grep "$OUT/tests_mindex_d256.log"
+mindex_grep "$LOGS/tests_mindex_d256.log"
 step tests_gpu ${T_GPU:-70} "$BIN/test_gpu" \
   --gtest_filter='GpuMInferenceD256*:GpuMInferenceParse*:GpuMInference.MatchesCpuMInference:GpuMInference.HeadDim64EngineMatchesCpuEngine'
-grep -E "^\[ (gpu|engine)|Failure|FAILED|^\[  (PASSED|FAILED|SKIPPED)" "$OUT/tests_gpu.log" | head -40
+grep -E "^\[ (gpu|engine)|Failure|FAILED|^\[  (PASSED|FAILED|SKIPPED)" "$LOGS/tests_gpu.log" | head -40
 step bench_sparse_d256 ${T_BENCH:-60} "$BIN/longctx_bench_sparse" --head-dim 256 --estimate --seqs "$SEQS" --dense-seqs "$SEQS" \
   --json "$OUT/bench_sparse_d256.json"
-cat "$OUT/bench_sparse_d256.log"
+cat "$LOGS/bench_sparse_d256.log"
 step bench_sparse_d128 ${T_BENCH:-60} "$BIN/longctx_bench_sparse" --estimate --seqs "$SEQS" --dense-seqs "$SEQS" \
   --json "$OUT/bench_sparse_d128.json"
-cat "$OUT/bench_sparse_d128.log"
+cat "$LOGS/bench_sparse_d128.log"
 step torch_16_8_256 ${T_TORCH:-45} python3 bench/torch_baseline.py --shape 16,8,256 --prefill "$SEQS" --decode 131072 \
   --json "$OUT/torch_16_8_256.json"
-tail -8 "$OUT/torch_16_8_256.log"
+grep -v "^ " "$LOGS/torch_16_8_256.log" | tail -8
 step tests_mindex_rest ${T_MINDEX_REST:-120} "$BIN/test_minference_index" --gtest_filter='-*HeadDim256*'
-mindex_grep "$OUT/tests_mindex_rest.log"
+mindex_grep "$LOGS/tests_mindex_rest.log"
 step memcheck_d256 ${T_MEMCHECK:-60} compute-sanitizer --tool memcheck --error-exitcode 99 "$BIN/test_minference_index" \
   --gtest_filter='MinferenceIndex.EndToEndSparseAttentionHeadDim256'
-tail -3 "$OUT/memcheck_d256.log"
+tail -3 "$LOGS/memcheck_d256.log"
 echo "== done (commit $COMMIT), status $status"
 exit $status

@@ -5,8 +5,8 @@
 // What it checks: the sparse method applies to the global layer only (the window layers route
 // dense on both devices: one sparse (layer, chunk) per prompt, five dense), the GPU's logits equal
 // the CPU's within the bf16 tolerance of test_util.h (prefill rows and teacher-forced dense
-// decode), and the method matters at this length (sparse vs dense logits differ by more than the
-// tolerance). The config mixes every pattern per head with budgets well below the ~1.2K keys.
+// decode), and the method matters at this length (sparse vs dense logits differ by more than 5x the
+// GPU-CPU difference). The config mixes every pattern per head with budgets well below the ~1.2K keys.
 // Run: build-gpu/tests/gpu/test_gpu --gtest_filter='GpuMInferenceD256*' (skips without a GPU).
 #ifdef LONGCTX_WITH_GPU
 #include <cstdio>
@@ -103,7 +103,10 @@ TEST(GpuMInferenceD256, Gemma3GeometryGlobalLayersSparseMatchesCpu) {
               (long long)st.index_ranges, (long long)st.index_cols, 1e3 * st.index_s);
   EXPECT_LE(gc, 1.0) << "GPU MInference logits outside the bf16 tolerance of the CPU's";
   EXPECT_EQ(equal, checked);
-  EXPECT_GT(sd, 1.0) << "sparse and dense logits differ by less than the tolerance: the test proves nothing";
+  // One global layer of six at 1.2K tokens moves the logits by less than the bf16 tolerance
+  // (measured 0.42 of it on an H100), but well above the devices' disagreement: a GPU that ran the
+  // global layer dense (or sparse with another index) would show it.
+  EXPECT_GT(sd, 5 * gc) << "sparse and dense logits differ by less than 5x the GPU-CPU difference";
   EXPECT_EQ(st.sparse_calls, n_global) << "only the global layer routes sparse";
   EXPECT_EQ(st.dense_calls, cfg.n_layer - n_global) << "the sliding-window layers route dense";
   EXPECT_GT(st.index_ranges, 0);
