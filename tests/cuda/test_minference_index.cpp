@@ -14,9 +14,10 @@
 //      relative of the CPU's;
 //   4. end to end: sparse_attention() on the GPU-built index == an fp64 oracle with that index's
 //      mask (and the index is the CPU's up to near-tie swaps, by 1-2).
-// Shapes: GQA 8/2 d=128, SmolLM2's 9/3 d=64 and Gemma 3's d=256 (4/1, 8/4, 16/8); chunked prefill (q_pos0 > 0, n_q % 64 != 0, off
-// the 64 grid); tiny prompts (< 64 tokens); budgets larger than the prompt; mixed patterns per
-// head; multi-chunk VS estimates (20K keys); block-sparse waves split by heads and by rows and
+// Shapes: GQA 8/2 d=128, SmolLM2's 9/3 d=64 and Gemma 3's d=256 (4/1, 8/4, 16/8); chunked
+// prefill (q_pos0 > 0, n_q % 64 != 0, off the 64 grid); tiny prompts (< 64 tokens); budgets
+// larger than the prompt; mixed patterns per head; multi-chunk VS estimates (20K keys);
+// block-sparse waves split by heads and by rows and
 // rows selected from global memory; long block-sparse rows (~600 key blocks, budgets up to 100);
 // exact block-sparse ties (zero queries, periodic keys: the selection must equal the CPU's
 // exactly); one builder reused across growing and shrinking builds; prompt-wide VS lines
