@@ -87,10 +87,12 @@ __device__ void select_chunks(const Cands& c, int l_c, int64_t keep, int64_t max
   for (int64_t i = tid; i < n_chunk; i += kSelectThreads) key[i] = topk::order_bits(score(i));
   __syncthreads();
   topk::block_top_k<kSelectThreads>(key, int(n_chunk), int(keep), chunk_of_rank, sh);
-  // Entries: rank r's chunk fills out[r * l_c ...]; only the last chunk may be short, and it ranks last.
-  for (int64_t o = tid; o < keep * l_c; o += kSelectThreads) {
-    const int64_t e = int64_t(chunk_of_rank[o / l_c]) * l_c + o % l_c;
-    if (e < c.n) out[o] = c.at(e);
+  // Entries: rank r's chunk fills out[r * l_c ...], one warp per rank (no divisions); only the
+  // last chunk may be short, and it ranks last.
+  const int lane = tid % 32;
+  for (int64_t r = tid / 32; r < keep; r += kSelectThreads / 32) {
+    const int64_t first = int64_t(chunk_of_rank[r]) * l_c;
+    for (int e = lane; e < l_c && first + e < c.n; e += 32) out[r * l_c + e] = c.at(first + e);
   }
   if (tid == 0) {
     const int64_t last = chunk_of_rank[keep - 1];
