@@ -53,12 +53,6 @@ __device__ inline void load_key(const IhipStageGpuParams& p, int g, int32_t row,
   }
 }
 
-// Half `line` (128 bytes) of KV head g's key at pool row `row` into L2.
-__device__ inline void prefetch_key_line(const IhipStageGpuParams& p, int g, int32_t row, int line) {
-  const auto* k = static_cast<const __nv_bfloat16*>(p.kv.k_pool) + (int64_t(row) * p.kv.n_kv_head + g) * kD + line * kHalf;
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(k));
-}
-
 // max over the group's queries of q~ . rot(key, kpos) (NaN never wins); every lane gets it.
 __device__ inline float probe(const IhipStageGpuParams& p, const float* qs, int n_qs, const KeyRegs& key, int64_t kpos,
                               int lane) {
@@ -136,10 +130,6 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(IhipStageGpuPar
     const bool active = valid && hi - lo > 1;
     const int mid = lo + (hi - lo) / 2;
     load_key(p, g, active ? rows[mid] : 0, active, lane, kmid);
-    if (active && it + 1 < n_iter) {  // warm L2 with both midpoints the next step may load
-      const int nxt = lane < 2 ? lo + (mid - lo) / 2 : mid + (hi - mid) / 2;
-      if (lane < 4 && (lane < 2 ? mid - lo : hi - mid) > 1) prefetch_key_line(p, g, rows[nxt], lane & 1);
-    }
     const float left = kRelative ? probe(p, qg, group, klo, pos_left, lane) : lo_score;
     const float right = probe(p, qg, group, kmid, pos_right, lane);
     if (active) {
