@@ -6,9 +6,11 @@
 // keys with Llama-3-8B's 32/8 heads; the decode index (sinks, one range per kept chunk, pads,
 // anchored window) matches the key set. Prefill (every 64-row block of a chunk at once): per
 // RoPE mode and GQA shape (groups of 4, and 16 = over one shared-memory query tile), each stage's
-// chunk scores (max over KV heads) bit-equal and lists equal to the CPU reference per block, the
-// index's key sets equal sinks + survivors + window, and cuda::sparse_attention over that index
-// equal to an fp64 dense attention restricted to the same key sets.
+// chunk scores (max over KV heads) bit-equal and lists equal to the CPU reference per block (RoPE
+// none, scored on tensor cores, on small-integer inputs whose dots are exact), the index's key
+// sets equal sinks + survivors + window, and cuda::sparse_attention over that index equal to an
+// fp64 dense attention restricted to the same key sets; the tensor-core scores on random inputs
+// against an fp64 replay of the bisection (both halves followed at near ties).
 // Run: build-gpu/tests/cuda/test_ihip_gpu (skips without a Hopper GPU).
 #include <gtest/gtest.h>
 
