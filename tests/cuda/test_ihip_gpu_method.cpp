@@ -1,12 +1,16 @@
 // test_ihip_gpu_method.cpp: InfiniteHiP's GpuMethod (methods/infinitehip/infinitehip_gpu.cpp)
 // against the CPU method (InfiniteHipMethod::build_index, rope=off) on the same bf16 data: every
 // 64-query block of prefill chunks (early and late layers, a chunk after a prefix and the prompt's
-// first chunk) attends the same key set; and what the GPU refuses, with the reason: rope=on, and
+// first chunk) attends the same key set (on small-integer inputs: the GPU scores rope=off prefill on
+// tensor cores, whose fp32 sums equal the CPU's only when every dot is exact; test_ihip_gpu.cpp
+// judges random inputs against fp64); and what the GPU refuses, with the reason: rope=on, and
 // sparse decode (prefill:infinitehip runs, its decode is dense).
 // Run: build-gpu/tests/cuda/test_ihip_gpu_method (skips without a Hopper GPU).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
+#include <random>
 
 #include "methods/gpu_method.h"
 #include "methods/registry.h"
@@ -42,10 +46,24 @@ std::vector<KeyRange> normalised(std::span<const KeyRange> r, int64_t limit) {
   return out.ranges;
 }
 
+// Small integers in [-2, 2], exact in bf16: every q.k is an exact integer however it is summed.
+std::vector<uint16_t> small_int_bf16(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> dist(-2, 2);
+  std::vector<uint16_t> v(n);
+  for (auto& x : v) {
+    const float f = float(dist(rng));
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    x = uint16_t(bits >> 16);
+  }
+  return v;
+}
+
 void check_chunk(GpuMethod& g, const AttentionMethod& m, int layer, int64_t n_q, int64_t q_pos0) {
   const int64_t n_kv = q_pos0 + n_q;
-  std::vector<double> tmp;
-  const auto hq = random_bf16(size_t(n_q * H * D), 1.0, tmp), hk = random_bf16(size_t(n_kv * Hkv * D), 1.0, tmp);
+  const auto hq = small_int_bf16(size_t(n_q * H * D), uint64_t(31 + q_pos0 + layer)),
+             hk = small_int_bf16(size_t(n_kv * Hkv * D), uint64_t(37 + q_pos0 + layer));
   auto fq = to_float(hq), fk = to_float(hk);
   DevBuf q(hq.size() * 2), k(hk.size() * 2);
   q.upload(hq);
