@@ -23,22 +23,31 @@
 set -uo pipefail
 if [ "${1:-}" = "--pack" ]; then
   build=$2 carry=$3 cli=${4:-}
-  rm -rf "$carry" && mkdir -p "$carry/lib"
+  rm -rf "$carry" && mkdir -p "$carry"
   bins="$build/tests/cuda/test_hip_gpu $build/tests/cuda/test_hip_gpu_method $build/tests/kv/test_kv_offload
     $build/tests/cuda/test_cuda $build/tests/cuda/test_minference_index $build/bench/longctx_bench_hip $cli"
-  for b in $bins; do cp "$b" "$carry/" && strip "$carry/$(basename "$b")"; done
+  tmp=$(mktemp -d) && mkdir -p "$tmp/lib"
+  for b in $bins; do cp "$b" "$tmp/" && strip "$tmp/$(basename "$b")"; done
   for lib in $(ldd $bins | awk '/=> \// {print $3}' | sort -u); do
     case "$(basename "$lib")" in
       libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libgcc_s.so*|ld-linux*|libcublas*|libcuda*) ;;
-      *) cp -L "$lib" "$carry/lib/" ;;
+      *) cp -L "$lib" "$tmp/lib/" ;;
     esac
   done
+  # One .tar.xz (the carry limit is 64 MiB; OpenBLAS alone is 36 MB), unpacked on the device.
+  tar -C "$tmp" -cf - . | xz -T2 -6 > "$carry/bins.tar.xz" && rm -rf "$tmp"
   cp "$0" "$carry/gpu-hip.sh"
+  cp "$(dirname "$0")/../bench/torch_baseline.py" "$carry/"
   du -sh "$carry"
   exit 0
 fi
 OUT=${OUT:-out}
 BIN=${BIN:-.carry/hip}
+TORCH_SCRIPT=bench/torch_baseline.py
+[ -f "$BIN/torch_baseline.py" ] && TORCH_SCRIPT=$BIN/torch_baseline.py  # the packed (newer) copy
+if [ -f "$BIN/bins.tar.xz" ]; then
+  mkdir -p /tmp/hip-bin && tar -C /tmp/hip-bin -xJf "$BIN/bins.tar.xz" && BIN=/tmp/hip-bin
+fi
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$BIN/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 DECODE_LENS=${DECODE_LENS-131072,1048576}
@@ -85,7 +94,7 @@ fi
 
 if [ -n "$TORCH_PREFILL_LENS" ]; then
   echo "== torch SDPA baseline (prefill: $TORCH_PREFILL_LENS)"
-  timeout ${TORCH_TIMEOUT:-120} python3 bench/torch_baseline.py --prefill "$TORCH_PREFILL_LENS" --decode "${TORCH_DECODE_LENS-}" \
+  timeout ${TORCH_TIMEOUT:-120} python3 "$TORCH_SCRIPT" --prefill "$TORCH_PREFILL_LENS" --decode "${TORCH_DECODE_LENS-}" \
     --backends "${TORCH_BACKENDS:-cudnn,flash}" --json "$OUT/bench_torch.json" > /dev/null 2> "$OUT/torch.log"; rc=$?
   cat "$OUT/torch.log"
   [ $rc = 0 ] || { echo "TORCH BASELINE FAILED (rc=$rc)"; status=1; }
