@@ -125,7 +125,8 @@ for p in g["prompts"]:
     short = {d: (row[d].get("equal_to_golden"), row[d].get("first_divergence"), row[d].get("prompt_tokens"))
              if "tokens" in row.get(d, {}) else row.get(d, {}).get("error") for d in ("cuda", "cpu")}
     print(p["name"], "golden tokens", len(p["ids"]), "(equal, first divergence, prompt tokens):", short, flush=True)
-json.dump({"golden": golden, "reference": g["reference"], "rows": rows}, open(f"{out}/greedy.json", "w"), indent=1)
+    # written after every prompt: a step killed at its limit keeps the rows it finished
+    json.dump({"golden": golden, "reference": g["reference"], "rows": rows}, open(f"{out}/greedy.json", "w"), indent=1)
 EOF
 
 GEMMA="$LONGCTX_CACHE/models/$GEMMA_NAME"
