@@ -8,9 +8,10 @@
 #   ninja -C build-gpuint -j2 longctx
 #   scripts/gpu-eval.sh --pack build-gpuint /work/main/.carry/quality
 # which writes g1..g5 (gemma's GGUF in five parts: 4 x 54 MiB, then the rest beside the stripped
-# binary, its shared libraries and these scripts), d1 and d2 (the default model's two parts, the
-# scripts beside the second). On the device, seven calls made back to back (the machine keeps /root
-# while it stays warm, 30 s idle):
+# binary with its shared libraries as one .tar.xz and these scripts), d1 and d2 (the default
+# model's two parts, the binary and scripts beside the second). On the device, two chains of calls
+# made back to back (the machine keeps /root while it stays warm, 30 s idle; each chain may start a
+# fresh machine, since a machine goes back after 30 minutes held):
 #   mkdir -p /root/longctx-cache/models && cp .carry/quality/gK/* /root/longctx-cache/models/   (K = 1..4)
 #   OUT=$OUT bash .carry/quality/g5/gpu-eval.sh gemma      # joins gemma, greedy check, evals
 #   mkdir -p /root/longctx-cache/models && cp .carry/quality/d1/* /root/longctx-cache/models/
@@ -44,17 +45,17 @@ if [ "${1:-}" = "--pack" ]; then
   carry_split "$models/$GEMMA_NAME" 5 "$carry/g" || exit 2
   carry_split "$models/$MODEL_NAME" 2 "$carry/d" || exit 2
   cp "$build/src/cli/longctx" "$tmp/" && strip "$tmp/longctx"
-  tar -C "$tmp" -cJf "$carry/g5/bin.tar.xz" longctx
-  carry_libs "$carry/g5/lib" "$build/src/cli/longctx"
+  carry_libs "$tmp/lib" "$build/src/cli/longctx"
+  tar -C "$tmp" -cJf "$tmp/bin.tar.xz" longctx lib  # the binary and its libraries, ~6 MB
   git -C "$HERE" rev-parse --short HEAD > "$tmp/commit.txt"
-  for d in g5 d2; do cp "$0" "$HERE/gpu-carry.sh" "$tmp/commit.txt" "$carry/$d/"; done
+  for d in g5 d2; do cp "$0" "$HERE/gpu-carry.sh" "$tmp/commit.txt" "$tmp/bin.tar.xz" "$carry/$d/"; done
   du -sb "$carry"/*
   exit 0
 fi
 
 what=${1:?usage: gpu-eval.sh --pack BUILD CARRY | gemma | default}
 export LONGCTX_CACHE=${LONGCTX_CACHE:-/root/longctx-cache}
-BIN=/root/longctx-eval-bin  # kept between the two calls (the second carries no binary)
+BIN=/tmp/longctx-eval-bin
 FINAL=${OUT:-out}
 OUT=$(mktemp -d /tmp/gpu-eval-out.XXXXXX)
 mkdir -p "$FINAL"
@@ -63,8 +64,7 @@ pack_out() {
   for f in env.txt greedy.json summary.txt; do [ -f "$OUT/$f" ] && cp "$OUT/$f" "$FINAL/"; done
 }
 trap pack_out EXIT
-if [ -f "$HERE/bin.tar.xz" ]; then mkdir -p "$BIN" && tar -C "$BIN" -xJf "$HERE/bin.tar.xz" && cp -r "$HERE/lib" "$BIN/"; fi
-[ -x "$BIN/longctx" ] || { echo "no $BIN/longctx: the gemma call (g5) carries it"; exit 2; }
+mkdir -p "$BIN" && tar -C "$BIN" -xJf "$HERE/bin.tar.xz" || { echo "no $HERE/bin.tar.xz: run --pack here first"; exit 2; }
 export LD_LIBRARY_PATH="$BIN/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 COMMIT=$(cat "$HERE/commit.txt" 2>/dev/null || echo unknown)
 record_env "$OUT/env.txt" "$COMMIT"
