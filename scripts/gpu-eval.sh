@@ -21,12 +21,15 @@
 # gemma: greedy continuations of the 7 golden prompts (tests/data/golden/gemma-3-270m-q4_k_m.json,
 # transformers fp32 greedy tokens) on the GPU (bf16), 4 of them on the CPU engine too (fp32
 # weights, --cpu-weights fp32: its exact path): tokens equal or the first divergence; then passkey
-# and niah_single (--no-chat) at 4K-32K, 5 depths x 2 samples, dense and A-shape (the one sparse
+# and niah_single (--no-chat) at 4K-32K, 5 depths x 10 samples, dense and A-shape (the one sparse
 # method the GPU runs at head_dim 256: the default 1024+4096 and 64+1024), and one TokenSelect run
-# to record its refusal (the GPU TokenSelect refuses sliding-window layers). default: passkey --no-chat and niah at 2K/4K/8K, 5 depths x 4 samples, dense,
-# HiP, MInference (its config for this model) and TokenSelect, with the bf16 and the fp8 KV cache;
-# then passkey --no-chat and niah at 16K/32K (past the trained 8K, -c 33000 --extrapolate), dense
-# beside TokenSelect, 5 depths x 2 samples.
+# to record its refusal; then the default grid below when the default model is on the machine.
+# default: passkey --no-chat and niah at 2K/4K/8K, 5 depths x 4 samples, dense and MInference (its
+# config for this model) with the bf16 and the fp8 KV cache, HiP alone (it refuses fp8), one
+# TokenSelect run to record its refusal; then passkey --no-chat and niah at 16K/32K (past the
+# trained 8K, -c 33000 --extrapolate), dense, 5 depths x 2 samples.
+# Recorded: bench/results/gpu-eval-gemma3-270m-2026-11-26-6871021.json,
+# gpu-eval-methods-2026-11-26-6871021.json; docs/evaluation.md (H100, 40 s + 90 s of device time).
 # Steps run in that order, each under a timeout cut to what is left of BUDGET_S (default 280 s, the
 # calls run with timeout_s 300). Progress lines go to the logs (not --quiet), so a step killed at
 # its limit still shows each finished sample's score. Everything lands in $OUT/eval-all.tgz, the
@@ -162,7 +165,7 @@ case $what in
     step greedy 75 python3 "$OUT/greedy.py" "$BIN/longctx" "$GEMMA" "$GOLDEN" "$OUT"
     for task in passkey niah_single; do
       step "gemma_${task}" 80 "${EV[@]}" "$task" -m "$GEMMA" --no-chat --device cuda --lengths 4k,8k,16k,32k \
-        --depths $DEPTHS --samples 2 --attn dense,a_shape,a_shape=64,1024 --json "$OUT/gemma_${task}.json"
+        --depths $DEPTHS --samples 10 --attn dense,a_shape,a_shape=64,1024 --json "$OUT/gemma_${task}.json"
     done
     step gemma_tokenselect 20 "${EV[@]}" passkey -m "$GEMMA" --no-chat --device cuda --lengths 4k --depths 0.5 \
       --samples 1 --attn tokenselect --json "$OUT/gemma_tokenselect.json"
