@@ -29,7 +29,7 @@
 # TokenSelect run to record its refusal; then passkey --no-chat and niah at 16K/32K (past the
 # trained 8K, -c 33000 --extrapolate), dense, 5 depths x 2 samples.
 # Recorded: bench/results/gpu-eval-gemma3-270m-2026-11-26-6871021.json,
-# gpu-eval-methods-2026-11-26-6871021.json; docs/evaluation.md (H100, 40 s + 90 s of device time).
+# gpu-eval-methods-2026-11-26-6871021.json; docs/evaluation.md (H100).
 # Steps run in that order, each under a timeout cut to what is left of BUDGET_S (default 280 s, the
 # calls run with timeout_s 300). Progress lines go to the logs (not --quiet), so a step killed at
 # its limit still shows each finished sample's score. Everything lands in $OUT/eval-all.tgz, the
