@@ -82,6 +82,8 @@ void GpuTransformer::reset_offload(int64_t capacity_asked) {
     }
   }
   offload_->reset(stream_);
+  k_scale_.assign(size_t(cfg_.n_layer), 0.f);  // fp8: a new sequence; its first prefill sets the scales
+  v_scale_.assign(size_t(cfg_.n_layer), 0.f);
   offload_stats_ = {};
   const OffloadPlan& p = offload_->plan();
   offload_stats_.on = true;
