@@ -15,7 +15,9 @@
 # On the device: OUT=$OUT BIN=.carry/offload-engine bash .carry/offload-engine/gpu-offload-engine.sh
 #   SKIP_TESTS=1 skips the tests; TEST_GPU=1 also runs test_gpu (packed when built: the GPU model's
 #   whole suite, for what the offload hooks touched); RUNS overrides the benchmark list (default below); STEP_TIMEOUT
-#   bounds each run (seconds).
+#   bounds each run (seconds). The fp8 runs of docs/benchmarks.md ("fp8 KV offload"), one H200 call:
+#   RUNS=$'fp8-offload-3m 3m --kv-cache fp8 --kv-offload\nfp8-offload-2m 2m --kv-cache fp8 --kv-offload'
+#   STEP_TIMEOUT=175 (3M: ~87 s of prefill, ~110 s in all).
 set -uo pipefail
 if [ "${1:-}" = "--pack" ]; then
   build=$2 carry=$3 stage=$(mktemp -d)
