@@ -1,4 +1,4 @@
-// infinitehip_gpu.cpp: InfiniteHiP's GPU builder (prefill).
+// infinitehip_gpu.cpp: InfiniteHiP's GPU builder (prefill and decode).
 // Per sparse prefill step of a layer: stage i (ihip_stage(hp, layer, i)) runs
 // cuda::ihip_prune_stage_prefill over every 64-query block of the chunk (stage 0 from the block's
 // candidate range, stage i from stage i-1's lists), then cuda::ihip_prefill_index turns the last
@@ -9,6 +9,15 @@
 // B * cap_i survivors (cap_i = the stage's largest k over the layers), the chunk scores
 // B * n_kv_head * max_chunks (fp32), B * (2 + cap_last / l_c_last) ranges and the sparse kernel's
 // workspace for them.
+// Per sparse decode step of a layer (one sequence): cuda::ihip_decode_plan decides on the device
+// which stages refresh (InfiniteHipMethod::decode_set's rule: kernels/cuda/ihip_decode_cache.h),
+// then every stage runs cuda::ihip_prune_stage_decode into a scratch list (a stage that does not
+// refresh gets no candidates and returns at once) and cuda::ihip_decode_commit copies a refreshed
+// one into the layer's cache; cuda::ihip_decode_index writes the index from the last stage's cache
+// and the layer's window start. The same kernels run at every step: one captured CUDA graph
+// serves every step type. Decode memory: per layer every stage's cache (cap_i entries) and its
+// refresh positions; shared: the scratch lists, the chunk scores of the largest stage at
+// `capacity` keys, one sequence's index and the sparse decode workspace.
 #include "methods/infinitehip/infinitehip_gpu.h"
 
 #include <fmt/format.h>
@@ -16,7 +25,9 @@
 #include <algorithm>
 #include <vector>
 
+#include "kernels/cuda/ihip_decode_cache.h"
 #include "kernels/cuda/ihip_prune.h"
+#include "kernels/cuda/sparse_decode.h"
 #include "methods/gpu_carve.h"
 #include "util/error.h"
 
@@ -33,6 +44,15 @@ struct Layout {
   int64_t max_chunks = 0;           // the largest stage's chunk bound (sizes the scores)
   size_t scores = 0, range_ptr = 0, ranges = 0, col_ptr = 0, workspace = 0, workspace_bytes = 0;
   int64_t ranges_per_blk = 0;
+  // Decode (one sequence): per layer caches [n_layer][cap_i] and state, shared scratch.
+  std::vector<size_t> cache;        // [N] offsets of [n_layer, cap_i]
+  std::vector<size_t> scratch;      // [N] offsets of [cap_i]
+  std::vector<int64_t> dec_chunks;  // [N] each stage's chunk bound at decode
+  size_t cache_len = 0, refresh_pos = 0, win_begin = 0;  // [n_layer, N], [n_layer, N], [n_layer]
+  size_t scratch_len = 0, refreshes = 0, in_len = 0, stage0_len = 0, counts = 0;  // [N], [N], [N], [1], [N + 1]
+  size_t dec_scores = 0, d_range_ptr = 0, d_ranges = 0, d_col_ptr = 0, d_workspace = 0, d_workspace_bytes = 0;
+  int64_t dec_ranges = 0;   // ranges of the decode index (one sequence)
+  int64_t max_keys = 0;     // most keys a decode row attends
   size_t total = 0;
 };
 
@@ -42,11 +62,32 @@ class IhipGpu final : public GpuMethod {
   ~IhipGpu() override { release(); }
 
   size_t device_bytes(const GpuShape& shape) const override { return layout(shape).total; }
-  void allocate(const GpuShape& shape, cuda::Stream) override {
+  void allocate(const GpuShape& shape, cuda::Stream s) override {
     release();
     l_ = layout(shape);
     capacity_ = shape.capacity;
     buf_ = static_cast<char*>(cuda::dev_malloc(l_.total));
+    cuda::memset_async(buf_ + l_.cache_len, 0, size_t(model_.n_layer * hp_.n_stage()) * 4, s);
+    start_sequence(s);
+    cuda::sparse_decode_workspace_init(buf_ + l_.d_workspace, l_.d_workspace_bytes, s);
+  }
+  // The decode caches belong to one sequence: forgotten when the next one starts.
+  bool keeps_sequence_state() const override { return true; }
+  void start_sequence(cuda::Stream s) override {
+    if (!buf_) return;
+    cuda::memset_async(buf_ + l_.refresh_pos, 0xff, size_t(model_.n_layer * hp_.n_stage()) * 4, s);  // -1: none
+    cuda::memset_async(buf_ + l_.counts, 0, size_t(hp_.n_stage() + 1) * 4, s);
+  }
+  bool decodes() const override { return true; }
+  GpuDecodeIndex build_decode(const GpuDecodeStep& st, cuda::Stream s) override;
+  IhipGpuDecodeCounts decode_counts(cuda::Stream s) const {
+    const int N = hp_.n_stage();
+    std::vector<int32_t> c(size_t(N + 1));
+    if (buf_) cuda::copy_d2h(c.data(), buf_ + l_.counts, c.size() * 4, s);
+    IhipGpuDecodeCounts out;
+    out.refreshes.assign(c.begin(), c.begin() + N);
+    out.cached_steps = c[size_t(N)];
+    return out;
   }
   void release() override {
     cuda::dev_free(buf_);
@@ -147,8 +188,50 @@ class IhipGpu final : public GpuMethod {
     worst.n_ranges = l.n_blk * l.ranges_per_blk;
     l.workspace_bytes = cuda::sparse_attention_workspace_bytes(worst);
     l.workspace = c.take(l.workspace_bytes);
+    decode_layout(shape, c, l);
     l.total = c.off;
     return l;
+  }
+
+  void decode_layout(const GpuShape& shape, Carve& c, Layout& l) const {
+    const int N = hp_.n_stage();
+    const int64_t L = shape.model.n_layer;
+    int64_t max_last_k = 0, most_chunks = 1;
+    for (int layer = 0; layer < L; ++layer) max_last_k = std::max(max_last_k, hp_.last_k(layer));
+    for (int i = 0; i < N; ++i) {
+      // Stage 0's candidates are fewer than the capacity; stage i's are stage i-1's survivors.
+      const int64_t n_cand = i ? l.cap[size_t(i - 1)] : std::max<int64_t>(1, shape.capacity - hp_.n_sink);
+      l.dec_chunks.push_back(std::max<int64_t>(1, ceil_div(n_cand, hp_.stages[size_t(i)].l_c)));
+      most_chunks = std::max(most_chunks, l.dec_chunks.back());
+      l.cache.push_back(c.take(size_t(L * l.cap[size_t(i)]) * 4));
+      l.scratch.push_back(c.take(size_t(l.cap[size_t(i)]) * 4));
+    }
+    l.cache_len = c.take(size_t(L * N) * 4);
+    l.refresh_pos = c.take(size_t(L * N) * 4);
+    l.win_begin = c.take(size_t(L) * 4);
+    l.scratch_len = c.take(size_t(N) * 4);
+    l.refreshes = c.take(size_t(N) * 4);
+    l.in_len = c.take(size_t(N) * 4);
+    l.stage0_len = c.take(4);
+    l.counts = c.take(size_t(N + 1) * 4);
+    l.dec_scores = c.take(size_t(most_chunks) * 4);
+    l.dec_ranges = 2 + l.cap.back() / hp_.stages.back().l_c;  // IhipIndexGpuParams::ranges_per_seq
+    l.d_range_ptr = c.take(2 * 4);
+    l.d_col_ptr = c.take(2 * 4);
+    l.d_ranges = c.take(size_t(l.dec_ranges) * 8);
+    // Sinks, the last stage's survivors and a window grown by up to refresh[0] - 1 keys.
+    l.max_keys = std::min<int64_t>(hp_.n_sink + max_last_k + hp_.n_stream + hp_.refresh[0],
+                                   std::max<int64_t>(shape.capacity, 1));
+    cuda::SparseDecodeBounds b;
+    b.n_seq = 1;
+    b.n_head = shape.model.n_head;
+    b.n_index_head = 1;
+    b.head_dim = shape.model.head_dim;
+    b.max_keys_per_row = l.max_keys;
+    b.range_capacity = l.dec_ranges;
+    b.col_capacity = 0;
+    l.d_workspace_bytes = cuda::sparse_decode_workspace_bytes(b);
+    l.d_workspace = c.take(l.d_workspace_bytes);
   }
 
   IhipParams hp_;
@@ -158,13 +241,108 @@ class IhipGpu final : public GpuMethod {
   char* buf_ = nullptr;
 };
 
+GpuDecodeIndex IhipGpu::build_decode(const GpuDecodeStep& st, cuda::Stream s) {
+  if (!buf_) fail("internal: infinitehip decode with no buffers");
+  if (!st.q) fail("internal: infinitehip decode needs the step's queries (GpuDecodeStep::q)");
+  if (st.kv.n_seq != 1) fail("internal: infinitehip decode of {} sequences (its caches hold one)", st.kv.n_seq);
+  if (st.layer < 0 || st.layer >= model_.n_layer) fail("internal: infinitehip decode of layer {}", st.layer);
+  const int N = hp_.n_stage(), layer = st.layer;
+  auto layer_state = [&](size_t off) { return at<int32_t>(off) + int64_t(layer) * N; };
+  auto cache = [&](int i) { return at<int32_t>(l_.cache[size_t(i)]) + int64_t(layer) * l_.cap[size_t(i)]; };
+
+  cuda::IhipDecodePlanParams pp;
+  pp.seq_len = st.kv.seq_lens;
+  pp.n_stage = N;
+  for (int i = 0; i < N; ++i) pp.refresh[i] = hp_.refresh[size_t(i)];
+  pp.n_sink = hp_.n_sink;
+  pp.n_stream = hp_.n_stream;
+  pp.min_k = ihip_min_k(hp_, layer);
+  pp.refresh_pos = layer_state(l_.refresh_pos);
+  pp.win_begin = at<int32_t>(l_.win_begin) + layer;
+  pp.cache_len = layer_state(l_.cache_len);
+  pp.refreshes = at<int32_t>(l_.refreshes);
+  pp.stage0_len = at<int32_t>(l_.stage0_len);
+  pp.in_len = at<int32_t>(l_.in_len);
+  pp.counts = at<int32_t>(l_.counts);
+  cuda::ihip_decode_plan(pp, s);
+
+  KvView kv0 = st.kv;  // stage 0 reads its candidate range from this length: 0 when it does not refresh
+  kv0.seq_lens = pp.stage0_len;
+  for (int i = 0; i < N; ++i) {
+    const IhipStage stage = ihip_stage(hp_, layer, i);
+    cuda::IhipStageGpuParams p;
+    p.l_c = stage.l_c;
+    p.k = stage.k;
+    p.rope_mode = 0;  // rope=off: the cache's rotated keys and the step's rotated query
+    p.n_sink = hp_.n_sink;
+    p.n_stream = hp_.n_stream;
+    p.q = st.q;
+    p.kv = i ? st.kv : kv0;
+    p.n_head = model_.n_head;
+    p.in = i ? cache(i - 1) : nullptr;
+    p.in_len = i ? pp.in_len + i : nullptr;
+    p.in_cap = i ? l_.cap[size_t(i - 1)] : 0;
+    p.out = at<int32_t>(l_.scratch[size_t(i)]);
+    p.out_len = at<int32_t>(l_.scratch_len) + i;
+    p.out_cap = l_.cap[size_t(i)];
+    p.scores = at<float>(l_.dec_scores);
+    p.max_chunks = l_.dec_chunks[size_t(i)];
+    cuda::ihip_prune_stage_decode(p, s);
+    cuda::IhipDecodeCommitParams cp;
+    cp.stage = i;
+    cp.n_stage = N;
+    cp.refreshes = pp.refreshes;
+    cp.out = p.out;
+    cp.out_len = p.out_len;
+    cp.cache = cache(i);
+    cp.cache_len = layer_state(l_.cache_len);
+    cp.cap = l_.cap[size_t(i)];
+    cp.in_len = pp.in_len;
+    cuda::ihip_decode_commit(cp, s);
+  }
+  cuda::IhipIndexGpuParams ip;
+  ip.sel = cache(N - 1);
+  ip.sel_len = layer_state(l_.cache_len) + (N - 1);
+  ip.sel_cap = l_.cap[size_t(N - 1)];
+  ip.l_c = hp_.stages.back().l_c;
+  ip.n_sink = hp_.n_sink;
+  ip.win_begin = pp.win_begin;
+  ip.n_seq = 1;
+  ip.range_ptr = at<int32_t>(l_.d_range_ptr);
+  ip.ranges = at<int32_t>(l_.d_ranges);
+  ip.col_ptr = at<int32_t>(l_.d_col_ptr);
+  cuda::ihip_decode_index(ip, s);
+  GpuDecodeIndex g;
+  g.index.n_seq = 1;
+  g.index.n_index_head = 1;
+  g.index.range_ptr = ip.range_ptr;
+  g.index.ranges = ip.ranges;
+  g.index.col_ptr = ip.col_ptr;
+  g.index.cols = nullptr;
+  g.index.range_capacity = l_.dec_ranges;
+  g.index.col_capacity = 0;
+  g.index.on_device = true;
+  g.max_keys_per_row = l_.max_keys;
+  g.workspace = buf_ + l_.d_workspace;
+  g.workspace_bytes = l_.d_workspace_bytes;
+  return g;
+}
+
 }  // namespace
+
+IhipGpuDecodeCounts infinitehip_gpu_decode_counts(const GpuMethod& g, cuda::Stream s) {
+  const auto* m = dynamic_cast<const IhipGpu*>(&g);
+  if (!m) fail("internal: not InfiniteHiP's GPU method");
+  return m->decode_counts(s);
+}
 
 std::string infinitehip_gpu_problem(const InfiniteHipMethod& m, const MethodContext& model) {
   const IhipParams& hp = m.params();
   if (hp.rope)
     return "infinitehip with rope=on is not implemented on the GPU: its pruning and attention read un-rotated keys, "
            "which the GPU model does not keep (use rope=off, or --device cpu)";
+  if (hp.n_stage() > cuda::kIhipMaxStages)
+    return fmt::format("infinitehip on the GPU runs at most {} stages (got {})", cuda::kIhipMaxStages, hp.n_stage());
   if (model.head_dim != 128 || model.n_head % model.n_kv_head != 0)
     return fmt::format("infinitehip on the GPU needs head_dim 128 (and GQA groups), but {} has head_dim {}",
                        model.model_name, model.head_dim);
