@@ -12,6 +12,8 @@
 #   engine   `longctx bench model --device cuda --random-weights llama3-8b --decode 64 --gpu-chunk 32768`
 #            at $LENGTHS (default 128k) for each of $ATTNS, one process each, dense first (the
 #            baseline in the same call)
+#   long     the same at $LONG_LENGTH (default 256k) for $LONG_ATTNS (dense and the decode-only spec,
+#            whose prefill is dense: the decode rows compare at equal prefill cost)
 # Build here (no GPU needed), then pack into the lead's checkout's carry folder:
 #   ninja -C build-gpu -j2 test_ihip_gpu_method test_ihip_gpu test_gpu longctx
 #   bash scripts/gpu-infinitehip-engine.sh --pack build-gpu /work/main/.carry/ihip-engine
@@ -32,7 +34,9 @@ if [ "${1:-}" = "--pack" ]; then
 fi
 OUT=${OUT:-out}
 CARRY=${BIN:-.carry/ihip-engine}
-STEPS=${STEPS:-tests memcheck engine}
+STEPS=${STEPS:-tests engine memcheck long}
+LONG_LENGTH=${LONG_LENGTH:-256k}
+LONG_ATTNS=${LONG_ATTNS:-dense decode:infinitehip=rope=off}
 LENGTHS=${LENGTHS:-128k}
 ATTNS=${ATTNS:-dense decode:infinitehip=rope=off infinitehip=rope=off}
 B=/tmp/ihip-engine-bin
@@ -63,9 +67,11 @@ for s in $STEPS; do
       step memcheck 60 compute-sanitizer --tool memcheck --error-exitcode 99 "$B/test_ihip_gpu_method" \
         --gtest_filter='IhipGpuMethod.Decode*'
       tail -3 "$OUT/memcheck.log" ;;
-    engine)
-      for len in ${LENGTHS//,/ }; do
-        for attn in $ATTNS; do
+    engine|long)
+      lens=$LENGTHS attns=$ATTNS
+      [ $s = long ] && lens=$LONG_LENGTH attns=$LONG_ATTNS
+      for len in ${lens//,/ }; do
+        for attn in $attns; do
           name=e2e_${len}_$(echo "$attn" | tr -c 'a-z0-9' '_')
           step "$name" ${BENCH_TIMEOUT:-75} "$B/longctx" bench model --device cuda --random-weights llama3-8b \
             --lengths "$len" --decode 64 --gpu-chunk 32768 --attn "$attn" --json "$OUT/$name.json"
