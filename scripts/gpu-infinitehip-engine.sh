@@ -5,10 +5,12 @@
 # Steps (STEPS, space-separated; default all), each under its own timeout, logs in $OUT:
 #   tests    test_ihip_gpu_method (the GpuMethod's decode index = the CPU method's key sets at every
 #            step type, the step-type counts; prefill key sets; refusals), test_gpu GpuInfiniteHip*
-#            (GPU model vs CPU model logits, sparse decode; graph == eager bit for bit), the batch
+#            (GPU model vs CPU model logits, sparse decode, rope=off and rope=on; graph == eager bit
+#            for bit), the batch
 #            test that a per-sequence-state method runs one sequence at a time, and test_ihip_gpu
 #            (the pruning kernels, unchanged: a regression check)
-#   memcheck compute-sanitizer memcheck on the decode-index test
+#   memcheck compute-sanitizer memcheck on the decode-index test and on the GPU model's rope=on
+#            graph test (prefill blocks, decode steps, graph replay)
 #   engine   `longctx bench model --device cuda --random-weights llama3-8b --decode 64 --gpu-chunk 32768`
 #            at $LENGTHS (default 128k) for each of $ATTNS, one process each, dense first (the
 #            baseline in the same call)
@@ -66,7 +68,10 @@ for s in $STEPS; do
     memcheck)
       step memcheck 60 compute-sanitizer --tool memcheck --error-exitcode 99 "$B/test_ihip_gpu_method" \
         --gtest_filter='IhipGpuMethod.Decode*'
-      tail -3 "$OUT/memcheck.log" ;;
+      tail -3 "$OUT/memcheck.log"
+      step memcheck_rope 120 compute-sanitizer --tool memcheck --error-exitcode 99 "$B/test_gpu" \
+        --gtest_filter='GpuInfiniteHip.RopeOnGraph*'
+      tail -3 "$OUT/memcheck_rope.log" ;;
     engine|long)
       lens=$LENGTHS attns=$ATTNS
       [ $s = long ] && lens=$LONG_LENGTH attns=$LONG_ATTNS

@@ -11,7 +11,9 @@
 // prefill chunk routed sparse. The GPU prunes on bf16 Q/K and the CPU on fp32, so a near-tied
 // chunk could differ: the measured margin is printed. Decode: 40 teacher-forced steps (every step
 // type of refresh=8/4/2, a 64-key tile crossed, so the graph is captured again) within the same
-// tolerance of the CPU's, sparse logits away from dense ones, and graph replay == eager bit for bit.
+// tolerance of the CPU's, sparse logits away from dense ones, and graph replay == eager bit for bit;
+// the same with rope=on (GpuMethod::attend: pre-RoPE cache, the paper's pruning RoPE, StreamingLLM
+// positions in the attention of prefill blocks and decode steps).
 //   build-gpu/tests/gpu/test_gpu --gtest_filter='GpuInfiniteHip*'
 #ifdef LONGCTX_WITH_GPU
 #include <cstdio>
@@ -167,26 +169,31 @@ std::vector<int32_t> decode_tokens(int n, int32_t vocab) {
   return t;
 }
 
-TEST_F(GpuInfiniteHip, SparseDecodeMatchesTheCpuMethod) {
+// rope=on: keys cached un-rotated, pruning with the paper's RoPE (layer 0 chunk-indexed, the rest
+// relative), attention at StreamingLLM positions (GpuMethod::attend).
+const char* kRopeSpec = "infinitehip=l_c=64/16/4,k=512/128/32,n_sink=16,n_stream=64,early_layers=1,k_early=64,"
+                        "refresh=8/4/2,rope=on";
+
+void check_decode(const char* spec) {
   Fixture& f = fixture();
   const int64_t n = 1500, chunk = 512;
   const auto ids = random_ids(n, f.cfg.vocab_size, 5);
   const auto dec = decode_tokens(40, int32_t(f.cfg.vocab_size));
   gpu::GpuOptions o;
   o.chunk = chunk;
-  o.attn = kDecodeSpec;
+  o.attn = spec;
   gpu::GpuTransformer g(f.cfg, gpu::DeviceWeights::upload(f.cfg, ModelWeights::load(*f.file, f.cfg), nullptr), o);
   ASSERT_TRUE(g.gpu_method() && g.gpu_method()->decodes());
   const ModelWeights w = g.weights().download(g.stream());
   const Rows gi = run_gpu(g, ids, chunk, dec);
   EXPECT_GT(g.graph_captures(), 1) << "the decode steps did not replay from a graph (or never re-captured)";
-  const Rows ci = run_cpu(kDecodeSpec, w, ids, chunk, dec);
+  const Rows ci = run_cpu(spec, w, ids, chunk, dec);
   const Rows cd = run_cpu("dense", w, ids, chunk, dec);
   const Rows ci_dec(ci.begin() + kRows, ci.end()), cd_dec(cd.begin() + kRows, cd.end());
   const Cmp gc = compare(ci, gi), sd = compare(cd_dec, ci_dec);
-  std::printf("[ gpu infinitehip ] decode: GPU vs CPU infinitehip max|diff|/tol %.3f (argmax %d/%d); CPU infinitehip "
+  std::printf("[ gpu infinitehip ] %s: GPU vs CPU infinitehip max|diff|/tol %.3f (argmax %d/%d); CPU infinitehip "
               "vs CPU dense over the decode steps %.3f; graph captures %lld\n",
-              gc.worst, gc.argmax_equal, gc.argmax_checked, sd.worst, (long long)g.graph_captures());
+              spec, gc.worst, gc.argmax_equal, gc.argmax_checked, sd.worst, (long long)g.graph_captures());
   EXPECT_LE(gc.worst, 1.0) << "GPU infinitehip decode logits outside the bf16 tolerance of the CPU's";
   EXPECT_EQ(gc.argmax_equal, gc.argmax_checked);
   EXPECT_GT(sd.worst, 1.0) << "sparse and dense decode logits differ by less than the tolerance: the test proves nothing";
@@ -199,14 +206,14 @@ TEST_F(GpuInfiniteHip, SparseDecodeMatchesTheCpuMethod) {
   EXPECT_GT(c.cached_steps, 0);
 }
 
-TEST_F(GpuInfiniteHip, GraphDecodeEqualsEager) {
+void check_graph(const char* spec) {
   Fixture& f = fixture();
   const int64_t n = 1500, chunk = 512;
   const auto ids = random_ids(n, f.cfg.vocab_size, 6);
   const auto dec = decode_tokens(40, int32_t(f.cfg.vocab_size));
   gpu::GpuOptions o;
   o.chunk = chunk;
-  o.attn = kDecodeSpec;
+  o.attn = spec;
   gpu::GpuTransformer g(f.cfg, gpu::DeviceWeights::upload(f.cfg, ModelWeights::load(*f.file, f.cfg), nullptr), o);
   g.set_cuda_graph(false);
   const Rows eager = run_gpu(g, ids, chunk, dec);
@@ -218,6 +225,11 @@ TEST_F(GpuInfiniteHip, GraphDecodeEqualsEager) {
   for (size_t i = 0; i < eager.size(); ++i)
     EXPECT_EQ(0, std::memcmp(eager[i].data(), graph[i].data(), eager[i].size() * sizeof(float))) << "row " << i;
 }
+
+TEST_F(GpuInfiniteHip, SparseDecodeMatchesTheCpuMethod) { check_decode(kDecodeSpec); }
+TEST_F(GpuInfiniteHip, GraphDecodeEqualsEager) { check_graph(kDecodeSpec); }
+TEST_F(GpuInfiniteHip, RopeOnMatchesTheCpuMethod) { check_decode(kRopeSpec); }
+TEST_F(GpuInfiniteHip, RopeOnGraphDecodeEqualsEager) { check_graph(kRopeSpec); }
 
 }  // namespace
 }  // namespace longctx

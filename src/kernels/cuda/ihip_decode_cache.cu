@@ -47,7 +47,29 @@ __global__ void commit_kernel(IhipDecodeCommitParams p) {
   }
 }
 
+__global__ void keys_kernel(IhipDecodeKeysParams p) {
+  const int64_t len = *p.seq_len;
+  if (!p.sel) {
+    if (threadIdx.x == 0) *p.n_keys = int32_t(len), *p.q_pos = int32_t(len - 1);
+    return;
+  }
+  const int64_t sink_end = p.n_sink < len ? p.n_sink : len, n_sel = *p.sel_len;
+  const int64_t w = *p.win_begin > sink_end ? *p.win_begin : sink_end;
+  int64_t L = sink_end + n_sel + (len - w);
+  if (L > p.cap) __trap();  // the host bound is broken: never write past the list
+  for (int64_t i = threadIdx.x; i < p.cap; i += blockDim.x)
+    p.keys[i] = int32_t(i < sink_end ? i : i < sink_end + n_sel ? p.sel[i - sink_end] : i < L ? w + (i - sink_end - n_sel) : 0);
+  if (threadIdx.x == 0) *p.n_keys = int32_t(L), *p.q_pos = int32_t(L - 1);
+}
+
 }  // namespace
+
+void ihip_decode_keys(const IhipDecodeKeysParams& p, Stream s) {
+  LC_REQUIRE(p.seq_len && p.n_keys && p.q_pos && (!p.sel || (p.sel_len && p.win_begin && p.keys && p.cap >= 1)),
+             "internal: ihip decode keys params");
+  keys_kernel<<<1, 1024, 0, static_cast<cudaStream_t>(s)>>>(p);
+  LC_LAUNCH_CHECK("ihip decode keys cap %lld", (long long)p.cap);
+}
 
 void ihip_decode_plan(const IhipDecodePlanParams& p, Stream s) {
   LC_REQUIRE(p.n_stage >= 1 && p.n_stage <= kIhipMaxStages, "infinitehip: %d stages (1..%d)", p.n_stage,

@@ -19,6 +19,12 @@
 //           layer's cache i and give stage i + 1 its length as input.
 // The pruning stages themselves are kernels/cuda/ihip_prune.h's, unchanged: a stage with no
 // candidates writes an empty scratch output that is not committed.
+//   keys    (rope=on: the pre-RoPE attention) the step's key set as a position list: [0, sink_end)
+//           + the last stage's cache + [max(win_begin, sink_end), len), sink_end = min(n_sink, len)
+//           (InfiniteHipMethod's IhipKeySet::keys), padded with position 0 up to the list's
+//           capacity; its length and the query's StreamingLLM position (length - 1) on the device.
+//           With no cache (a dense step): the length is len and the list is left alone (the
+//           caller passes 0..capacity-1).
 // One sequence per call (the method keeps its caches per sequence: GpuMethod::keeps_sequence_state).
 #pragma once
 #include <cstdint>
@@ -56,5 +62,18 @@ struct IhipDecodeCommitParams {
   int32_t* in_len = nullptr;           // [N] the next stage's input length (entry stage + 1 written)
 };
 void ihip_decode_commit(const IhipDecodeCommitParams& p, Stream s = nullptr);
+
+struct IhipDecodeKeysParams {
+  const int32_t* seq_len = nullptr;    // [1]
+  const int32_t* sel = nullptr;        // [>= *sel_len] the last stage's cache, or nullptr: every key
+  const int32_t* sel_len = nullptr;    // [1]
+  const int32_t* win_begin = nullptr;  // [1]
+  int64_t n_sink = 256;
+  int32_t* keys = nullptr;             // [cap] (sparse)
+  int64_t cap = 0;
+  int32_t* n_keys = nullptr;           // [1] out
+  int32_t* q_pos = nullptr;            // [1] out: n_keys - 1
+};
+void ihip_decode_keys(const IhipDecodeKeysParams& p, Stream s = nullptr);
 
 }  // namespace longctx::cuda
