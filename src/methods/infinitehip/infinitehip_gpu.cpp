@@ -1,4 +1,4 @@
-// infinitehip_gpu.cpp: InfiniteHiP's GPU builder (prefill and decode).
+// infinitehip_gpu.cpp: InfiniteHiP's GPU builder (prefill and decode; rope=on through attend()).
 // Per sparse prefill step of a layer: stage i (ihip_stage(hp, layer, i)) runs
 // cuda::ihip_prune_stage_prefill over every 64-query block of the chunk (stage 0 from the block's
 // candidate range, stage i from stage i-1's lists), then cuda::ihip_prefill_index turns the last
@@ -18,6 +18,12 @@
 // serves every step type. Decode memory: per layer every stage's cache (cap_i entries) and its
 // refresh positions; shared: the scratch lists, the chunk scores of the largest stage at
 // `capacity` keys, one sequence's index and the sparse decode workspace.
+// rope=on (attend): the same stages on the un-rotated cache with the layer's pruning RoPE table
+// (ihip_rope_table's values, one per RoPE frequency table, built at its first step); a prefill
+// block's key set is assembled on the host from the last stage's list (ihip_key_set) and a decode
+// step's on the device (cuda::ihip_decode_keys: graph-safe), then IhipCompactAttention attends it
+// at StreamingLLM positions. Dense steps (dense layers, short contexts) attend every key at its own
+// position through the same gather (what the CPU's select_keys + attend_compacted_ref do).
 #include "methods/infinitehip/infinitehip_gpu.h"
 
 #include <fmt/format.h>

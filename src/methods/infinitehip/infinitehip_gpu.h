@@ -3,11 +3,14 @@
 // index for the shared cuda::sparse_attention; at decode the per-stage mask caches on the device
 // (the refresh decided by a kernel: kernels/cuda/ihip_decode_cache.h), the decode stages and the
 // decode index for cuda::sparse_decode, graph-replayable.
-// What runs on the GPU: rope=off (keys rotated at their own positions, as the GPU model stores
-// them), both phases: `--device cuda --attn 'infinitehip=rope=off'` (sparse decode) and
-// `'prefill:infinitehip=rope=off'` (dense decode). Refused, with the reason: rope=on (its pruning
-// and attention need the un-rotated keys, which the GPU model keeps only for a method that
-// attends itself: not built for InfiniteHiP).
+// What runs on the GPU: both phases and both key layouts. rope=off (keys rotated at their own
+// positions, as the GPU model stores them): `--attn 'infinitehip=rope=off'` (sparse decode),
+// `'prefill:infinitehip=rope=off'` (dense decode), `'decode:infinitehip=rope=off'`. rope=on (the
+// default): the builder attends itself (GpuMethod::attends, the pre-RoPE hooks): the model caches
+// K un-rotated, the pruning stages rotate with the paper's positions from a cos/sin table
+// (chunk-indexed in the first early_layers layers, relative in the rest), and each prefill block /
+// decode step attends its key set gathered and rotated at 0..L-1 (infinitehip_attend_gpu.h);
+// composed per phase it is refused (a pre-RoPE cache serves one method for both phases).
 #pragma once
 #include <cstdint>
 #include <memory>
