@@ -79,19 +79,21 @@ constexpr Vs kVsMix[] = {{1000, 6096, 15}, {30, 800, 9}, {100, 800, 5}, {3500, 1
 constexpr int kForcedCols = 30, kForcedDiags = 100;  // the reference's forced lines
 
 // The Hopper kernel's walk over one query block's merged ranges (sparse_attention_sm90.cu):
-// whole 64-key tiles while more than kSparsePackMax keys remain, the rest as 16-key segments
-// packed four to a tile. add() each range, then take() the block's tile count.
+// whole 64-key tiles while more than kSparsePackMax keys remain, then a tail of at most
+// kSparseGatherMax keys gathered with the columns (64 a tile), a longer one as 16-key segments
+// packed four to a tile. add() each range, then take(columns) the block's tile count.
 struct RangeTiles {
   double tiles = 0;
-  int64_t segs = 0;
+  int64_t segs = 0, gathered = 0;
   void add(int64_t keys) {
     for (; keys > kSparsePackMax; keys -= kB) tiles += 1;
-    if (keys > 0) segs += (keys + kSparsePackSeg - 1) / kSparsePackSeg;
+    if (keys > 0 && keys <= kSparseGatherMax) gathered += keys;
+    else if (keys > 0) segs += (keys + kSparsePackSeg - 1) / kSparsePackSeg;
   }
-  double take() {
+  double take(int64_t cols = 0) {
     constexpr int64_t per_tile = kB / kSparsePackSeg;
-    const double t = tiles + double((segs + per_tile - 1) / per_tile);
-    tiles = 0, segs = 0;
+    const double t = tiles + double((segs + per_tile - 1) / per_tile) + double((gathered + cols + kB - 1) / kB);
+    tiles = 0, segs = 0, gathered = 0;
     return t;
   }
 };
@@ -232,7 +234,7 @@ HostIndex vertical_slash_index(int64_t S) {
       }
       flush();
       while (ci < cols.size() && cols[ci] <= last) p.cols.push_back(cols[ci++]), ++nc;
-      p.tiles += rt.take() + double((nc + kB - 1) / kB);
+      p.tiles += rt.take(nc);
       p.pairs += keys * double(rows) + double(nc) * double(rows);  // columns are all before the block (o = 0 kept)
       p.rcount.push_back(nr);
       p.ccount.push_back(nc);
@@ -321,7 +323,7 @@ IndexWork index_work(const DeviceSparseIndex& ix, int64_t S) {
       ++nc;
       w.pairs += pairs_of(c);
     }
-    w.tiles += rt.take() + double((nc + kB - 1) / kB);
+    w.tiles += rt.take(nc);
   }
   return w;
 }

@@ -23,13 +23,20 @@
 // (cuda::attention_prefill, q_pos0 = N - 512); the pre-RoPE decode step (hit: compaction +
 // attention of one query) beside them. torch SDPA's dense chunk (cuDNN, flash) runs in the same
 // device call (bench/torch_baseline.py --chunk).
+// Scoring over fp8 e4m3 keys (the pool's keys quantized as an fp8 cache stores them) beside the
+// bf16 scan, in the decode rows and the chunk's split, with the soft vote's per-head max / sum
+// fused into the scan (cuda::paged_dot's head_stats); the selection overlap of the two scorings
+// (on these random keys); decode per token vs the selection cache's hit rate (--hit-rates: runs
+// of 40 decode steps, hits and misses interleaved at that rate, each replayed from its graph).
 // Inputs random (never zeros); CUDA events, warmup, median.
 // Run: build-gpu/bench/longctx_bench_tokenselect [--lens 131072,1048576]
-//        [--chunk-lens 131072,524288,1048576] [--json out.json]
+//        [--chunk-lens 131072,524288,1048576] [--hit-rates 0.967,0.639,0.205,0.026,0,1]
+//        [--json out.json]
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <numeric>
@@ -39,6 +46,7 @@
 
 #include "bench/bench_util.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/fp8_vec.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/paged_dot.h"
 #include "kernels/cuda/runtime.h"
@@ -73,6 +81,52 @@ Timing time_step(const std::function<void(Stream)>& step, int reps) {
   const double g = time_ms([&] { graph.launch(st); }, 3, reps, static_cast<cudaStream_t>(st));
   stream_destroy(st);
   return {eager, g};
+}
+
+// The pool's keys as an fp8 cache stores them: e4m3(k / scale), n a multiple of 8.
+__global__ void quantize_keys_kernel(const uint4* __restrict__ k, uint2* __restrict__ k8, int64_t n8, float inv_scale) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n8; i += int64_t(gridDim.x) * blockDim.x)
+    k8[i] = fp8vec::quantize8(k[i], inv_scale);
+}
+// fill_random_bf16(.., scale 1) draws from [-1, 1): amax 1, the fp8 cache's scale rule amax / 448.
+constexpr float kKeyFp8Scale = 1.f / 448.f;
+void* fp8_keys(const void* k, int64_t elems) {
+  void* k8 = dev_malloc(size_t(elems));
+  quantize_keys_kernel<<<fp8vec::blocks_for(elems / 8), fp8vec::kThreads>>>(static_cast<const uint4*>(k),
+                                                                             static_cast<uint2*>(k8), elems / 8,
+                                                                             1.f / kKeyFp8Scale);
+  LC_LAUNCH_CHECK("quantize_keys (%lld)", (long long)elems);
+  return k8;
+}
+
+// Decode per token vs the selection cache's hit rate: a run of kSeq decode steps whose hits
+// (attention over the last selection) and misses (selection + attention) follow the rate
+// evenly, each kind replayed from its CUDA graph; ms per step.
+constexpr int kSeq = 40;
+double decode_run_ms(const std::function<void(Stream)>& miss, const std::function<void(Stream)>& hit, double rate) {
+  Stream st = stream_create();
+  CudaGraph gm, gh;
+  miss(st);
+  hit(st);
+  gm.begin_capture(st);
+  miss(st);
+  gm.end_capture(st);
+  gh.begin_capture(st);
+  hit(st);
+  gh.end_capture(st);
+  const double ms = time_ms(
+      [&] {
+        double acc = 0;  // Bresenham: step i hits when the running hit count crosses an integer
+        for (int i = 0; i < kSeq; ++i) {
+          const double next = acc + rate;
+          if (int(next) > int(acc)) gh.launch(st);
+          else gm.launch(st);
+          acc = next;
+        }
+      },
+      2, 10, static_cast<cudaStream_t>(st));
+  stream_destroy(st);
+  return ms / kSeq;
 }
 
 std::string run_len(int64_t N) {
@@ -167,6 +221,19 @@ std::string run_len(int64_t N) {
   const int reps = N > (int64_t(1) << 20) - 1 ? 30 : 100;
   const Timing t_score = time_step([&](Stream s) { paged_dot(dp, s); }, reps);
   const Timing t_vote = time_step([&](Stream s) { soft_vote(vp, s); }, reps);
+  // The soft vote's max / sum fused into the scan, and the scan over fp8 keys.
+  void* stats = dev_malloc(size_t(kHeads) * paged_dot_max_stats_parts() * 8);
+  PagedDotParams dpf = dp;
+  dpf.head_stats = static_cast<float*>(stats);
+  SoftVoteParams vpf = vp;
+  vpf.head_stats = dpf.head_stats;
+  vpf.stats_parts = paged_dot_stats_parts(M, kKvHeads);
+  void* k8 = fp8_keys(k, elems);
+  PagedDotParams dp8 = dpf;
+  dp8.k_pool = k8, dp8.k_elem = PagedDotKeys::fp8_e4m3, dp8.k_scale = kKeyFp8Scale;
+  const Timing t_score_f = time_step([&](Stream s) { paged_dot(dpf, s); }, reps);
+  const Timing t_vote_f = time_step([&](Stream s) { soft_vote(vpf, s); }, reps);
+  const Timing t_score8 = time_step([&](Stream s) { paged_dot(dp8, s); }, reps);
   const TopKSelectParams sel{.vote = vote, .max_M = M, .m_dev = d_len, .m_sub = int32_t(kInit + kLocal), .k = kTopK,
                              .offset = kInit, .out = cols, .workspace = dev_malloc(top_k_select_workspace_bytes())};
   const Timing t_topk_cub = time_step([&](Stream s) { top_k_sorted(tp, s); }, reps);
@@ -176,6 +243,14 @@ std::string run_len(int64_t N) {
       [&](Stream s) {
         paged_dot(dp, s);
         soft_vote(vp, s);
+        top_k_select(sel, s);
+        sparse_decode(sp, s);
+      },
+      reps);
+  const Timing t_miss8 = time_step(
+      [&](Stream s) {
+        paged_dot(dp8, s);
+        soft_vote(vpf, s);
         top_k_select(sel, s);
         sparse_decode(sp, s);
       },
@@ -191,16 +266,24 @@ std::string run_len(int64_t N) {
                (long long)N, t_miss.graph_ms, t_miss.eager_ms, t_score.graph_ms, cand_gb / (t_score.graph_ms * 1e-3),
                t_vote.graph_ms, t_topk.graph_ms, t_topk_cub.graph_ms, t_attn.graph_ms, t_attn.graph_ms, t_dense.graph_ms,
                t_dense.graph_ms / t_miss.graph_ms, t_dense.graph_ms / t_attn.graph_ms);
-  char buf[1024];
+  std::fprintf(stderr,
+               "N=%lld fused/fp8: score+stats bf16 %.4f ms, fp8 %.4f ms (%.0f GB/s K) | softmax+sum from stats %.4f ms | "
+               "fp8 miss step %.4f ms, dense/miss %.2fx\n",
+               (long long)N, t_score_f.graph_ms, t_score8.graph_ms, cand_gb / 2 / (t_score8.graph_ms * 1e-3),
+               t_vote_f.graph_ms, t_miss8.graph_ms, t_dense.graph_ms / t_miss8.graph_ms);
+  char buf[1536];
   std::snprintf(buf, sizeof buf,
                 "{\"n_kv\": %lld, \"candidates\": %lld, \"score_ms\": %.5f, \"score_K_GBps\": %.1f, "
                 "\"softmax_sum_ms\": %.5f, \"topk_ms\": %.5f, \"topk_cub_sort_ms\": %.5f, \"attention_ms\": %.5f, \"miss_step_ms_graph\": %.5f, "
                 "\"miss_step_ms_eager\": %.5f, \"hit_step_ms_graph\": %.5f, \"dense_decode_ms_graph\": %.5f, "
-                "\"dense_decode_ms_eager\": %.5f, \"dense_over_miss\": %.3f, \"dense_over_hit\": %.3f}",
+                "\"dense_decode_ms_eager\": %.5f, \"dense_over_miss\": %.3f, \"dense_over_hit\": %.3f, "
+                "\"score_stats_bf16_ms\": %.5f, \"score_stats_fp8_ms\": %.5f, \"softmax_sum_from_stats_ms\": %.5f, "
+                "\"miss_step_fp8_ms_graph\": %.5f}",
                 (long long)N, (long long)M, t_score.graph_ms, cand_gb / (t_score.graph_ms * 1e-3), t_vote.graph_ms,
                 t_topk.graph_ms, t_topk_cub.graph_ms, t_attn.graph_ms, t_miss.graph_ms, t_miss.eager_ms, t_attn.graph_ms, t_dense.graph_ms,
-                t_dense.eager_ms, t_dense.graph_ms / t_miss.graph_ms, t_dense.graph_ms / t_attn.graph_ms);
-  for (void* p : {sel.workspace, k, v, q, o, (void*)d_pages, (void*)d_slots, (void*)d_len, (void*)scores, (void*)vote, vote_ws, topk_ws,
+                t_dense.eager_ms, t_dense.graph_ms / t_miss.graph_ms, t_dense.graph_ms / t_attn.graph_ms,
+                t_score_f.graph_ms, t_score8.graph_ms, t_vote_f.graph_ms, t_miss8.graph_ms);
+  for (void* p : {stats, k8, sel.workspace, k, v, q, o, (void*)d_pages, (void*)d_slots, (void*)d_len, (void*)scores, (void*)vote, vote_ws, topk_ws,
                   (void*)range_ptr, (void*)ranges, (void*)col_ptr, (void*)cols, sws, dws})
     dev_free(p);
   return buf;
@@ -208,7 +291,7 @@ std::string run_len(int64_t N) {
 
 
 // One 512-token prefill chunk after N - 512 keys: TokenSelect's step by stages vs dense.
-std::string run_chunk(int64_t N) {
+std::string run_chunk(int64_t N, const std::vector<double>& hit_rates) {
   const int64_t W = int64_t(kKvHeads) * kHeadDim;
   void* k = dev_malloc(size_t(N * W) * 2);
   void* v = dev_malloc(size_t(N * W) * 2);
@@ -252,40 +335,98 @@ std::string run_chunk(int64_t N) {
   dp.q_pos0 = N - kChunk;
   dp.causal = true;
 
+  // The same step scoring e4m3 keys (an fp8 cache's, or a bf16 cache's fp8 shadow).
+  void* k8 = fp8_keys(k, N * W);
+  TokenSelectGpuInput in8 = in;
+  in8.k_score = k8, in8.k_score_scale = kKeyFp8Scale;
+  TokenSelectGpuInput in8_1 = in8;
+  in8_1.n_rows = 1;
+
   const int reps = N >= (int64_t(1) << 20) ? 20 : 50;
-  const Timing t_query = time_step([&](Stream s) { step.stage_query(in, s); }, reps);
-  const Timing t_score = time_step([&](Stream s) { step.stage_score(in, s); }, reps);
-  const Timing t_vote = time_step([&](Stream s) { step.stage_vote(in, s); }, reps);
-  const Timing t_topk = time_step([&](Stream s) { step.stage_top_k(in, s); }, reps);
-  const Timing t_compact = time_step([&](Stream s) { step.stage_compact(in, s); }, reps);
-  const Timing t_attn = time_step([&](Stream s) { step.stage_attention(in, s); }, reps);
-  const Timing t_step = time_step([&](Stream s) { step.step(in, s); }, reps);
+  struct Split {
+    Timing query, score, vote, topk, compact, attn, step;
+  };
+  auto split = [&](const TokenSelectGpuInput& x) {
+    Split r{};
+    r.query = time_step([&](Stream s) { step.stage_query(x, s); }, reps);
+    r.score = time_step([&](Stream s) { step.stage_score(x, s); }, reps);
+    r.vote = time_step([&](Stream s) { step.stage_vote(x, s); }, reps);
+    r.topk = time_step([&](Stream s) { step.stage_top_k(x, s); }, reps);
+    r.compact = time_step([&](Stream s) { step.stage_compact(x, s); }, reps);
+    r.attn = time_step([&](Stream s) { step.stage_attention(x, s); }, reps);
+    r.step = time_step([&](Stream s) { step.step(x, s); }, reps);
+    return r;
+  };
+  const Split b = split(in), f = split(in8);
   const Timing t_hit1 = time_step([&](Stream s) { step.attend(in1, s); }, 100);
   const Timing t_miss1 = time_step([&](Stream s) { step.step(in1, s); }, reps);
+  const Timing t_miss1_8 = time_step([&](Stream s) { step.step(in8_1, s); }, reps);
   const Timing t_dense = time_step([&](Stream s) { attention_prefill(dp, s); }, N >= (int64_t(1) << 20) ? 5 : 10);
+  // Decode per token vs the hit rate (bf16 and fp8 scoring), the rates of the CPU theta sweep.
+  std::string per_rate;
+  for (double rate : hit_rates) {
+    const double ms_b = decode_run_ms([&](Stream s) { step.step(in1, s); }, [&](Stream s) { step.attend(in1, s); }, rate);
+    const double ms_f = decode_run_ms([&](Stream s) { step.step(in8_1, s); }, [&](Stream s) { step.attend(in8_1, s); }, rate);
+    char one[160];
+    std::snprintf(one, sizeof one, "%s{\"hit_rate\": %.3f, \"bf16_ms\": %.5f, \"fp8_ms\": %.5f}", per_rate.empty() ? "" : ", ",
+                  rate, ms_b, ms_f);
+    per_rate += one;
+    std::fprintf(stderr, "decode N=%lld hit rate %.3f: %.4f ms per step (bf16 scoring), %.4f ms (fp8)\n", (long long)N,
+                 rate, ms_b, ms_f);
+  }
+  // Selection overlap of fp8 vs bf16 scoring on these (random) keys: |I_fp8 ∩ I_bf16| / k.
+  const int64_t n_sel = TokenSelectParams{}.k;
+  auto selected = [&](const TokenSelectGpuInput& x) {
+    step.select(x, nullptr);
+    std::vector<int32_t> h(static_cast<size_t>(n_sel));
+    copy_d2h(h.data(), step.selected(), h.size() * 4);
+    std::sort(h.begin(), h.end());
+    return h;
+  };
+  const std::vector<int32_t> sel_b = selected(in), sel_f = selected(in8);
+  std::vector<int32_t> common;
+  std::set_intersection(sel_b.begin(), sel_b.end(), sel_f.begin(), sel_f.end(), std::back_inserter(common));
+  const double overlap = double(common.size()) / double(n_sel);
   device_sync();
 
   const double key_gb = double(N - kInit - kLocal) * W * 2 / 1e9;
   const double dense_tflops = 4.0 * kChunk * double(N) * kHeads * kHeadDim / (t_dense.graph_ms * 1e-3) / 1e12;
+  std::string rows;
+  for (int pass = 0; pass < 2; ++pass) {
+    const Split& x = pass ? f : b;
+    const double gb = pass ? key_gb / 2 : key_gb;
+    std::fprintf(stderr,
+                 "chunk N=%lld %s keys: tokenselect step %.4f ms graph (%.4f eager) = query %.4f + score+stats %.4f "
+                 "(%.0f GB/s K) + softmax+sum %.4f + top-k %.4f + compact %.4f + attention %.4f | dense chunk %.3f ms "
+                 "(%.0f TFLOP/s) = %.1fx\n",
+                 (long long)N, pass ? "fp8" : "bf16", x.step.graph_ms, x.step.eager_ms, x.query.graph_ms,
+                 x.score.graph_ms, gb / (x.score.graph_ms * 1e-3), x.vote.graph_ms, x.topk.graph_ms,
+                 x.compact.graph_ms, x.attn.graph_ms, t_dense.graph_ms, dense_tflops,
+                 t_dense.graph_ms / x.step.graph_ms);
+    char one[512];
+    std::snprintf(one, sizeof one,
+                  "\"%s\": {\"query_ms\": %.5f, \"score_ms\": %.5f, \"score_K_GBps\": %.1f, \"softmax_sum_ms\": %.5f, "
+                  "\"topk_ms\": %.5f, \"compact_ms\": %.5f, \"attention_ms\": %.5f, \"step_ms_graph\": %.5f, "
+                  "\"step_ms_eager\": %.5f, \"dense_over_step\": %.3f}, ",
+                  pass ? "fp8_keys" : "bf16_keys", x.query.graph_ms, x.score.graph_ms, gb / (x.score.graph_ms * 1e-3),
+                  x.vote.graph_ms, x.topk.graph_ms, x.compact.graph_ms, x.attn.graph_ms, x.step.graph_ms,
+                  x.step.eager_ms, t_dense.graph_ms / x.step.graph_ms);
+    rows += one;
+  }
   std::fprintf(stderr,
-               "chunk N=%lld: tokenselect step %.4f ms graph (%.4f eager) = query %.4f + score %.4f (%.0f GB/s K) + "
-               "softmax+sum %.4f + top-k %.4f + compact %.4f + attention %.4f | dense chunk %.3f ms (%.0f TFLOP/s) "
-               "= %.1fx | pre-RoPE decode: hit %.4f ms, miss %.4f ms\n",
-               (long long)N, t_step.graph_ms, t_step.eager_ms, t_query.graph_ms, t_score.graph_ms,
-               key_gb / (t_score.graph_ms * 1e-3), t_vote.graph_ms, t_topk.graph_ms, t_compact.graph_ms,
-               t_attn.graph_ms, t_dense.graph_ms, dense_tflops, t_dense.graph_ms / t_step.graph_ms, t_hit1.graph_ms,
-               t_miss1.graph_ms);
-  char buf[1024];
-  std::snprintf(buf, sizeof buf,
-                "{\"chunk_after_n_kv\": %lld, \"chunk\": %d, \"query_ms\": %.5f, \"score_ms\": %.5f, "
-                "\"score_K_GBps\": %.1f, \"softmax_sum_ms\": %.5f, \"topk_ms\": %.5f, \"compact_ms\": %.5f, "
-                "\"attention_ms\": %.5f, \"step_ms_graph\": %.5f, \"step_ms_eager\": %.5f, "
-                "\"dense_chunk_ms\": %.5f, \"dense_chunk_tflops\": %.1f, \"dense_over_step\": %.3f, "
-                "\"pre_rope_decode_hit_ms\": %.5f, \"pre_rope_decode_miss_ms\": %.5f}",
-                (long long)N, kChunk, t_query.graph_ms, t_score.graph_ms, key_gb / (t_score.graph_ms * 1e-3),
-                t_vote.graph_ms, t_topk.graph_ms, t_compact.graph_ms, t_attn.graph_ms, t_step.graph_ms,
-                t_step.eager_ms, t_dense.graph_ms, dense_tflops, t_dense.graph_ms / t_step.graph_ms, t_hit1.graph_ms,
-                t_miss1.graph_ms);
+               "chunk N=%lld: pre-RoPE decode hit %.4f ms, miss %.4f ms (fp8 scoring %.4f) | selection overlap fp8 vs "
+               "bf16 scoring (random keys) %.4f\n",
+               (long long)N, t_hit1.graph_ms, t_miss1.graph_ms, t_miss1_8.graph_ms, overlap);
+  std::string buf = "{\"chunk_after_n_kv\": " + std::to_string(N) + ", \"chunk\": " + std::to_string(kChunk) + ", " + rows;
+  char tail[512];
+  std::snprintf(tail, sizeof tail,
+                "\"dense_chunk_ms\": %.5f, \"dense_chunk_tflops\": %.1f, \"pre_rope_decode_hit_ms\": %.5f, "
+                "\"pre_rope_decode_miss_ms\": %.5f, \"pre_rope_decode_miss_fp8_ms\": %.5f, "
+                "\"selection_overlap_fp8_vs_bf16_random_keys\": %.5f, \"fp8_key_scale\": %.6g, \"decode_vs_hit_rate\": [",
+                t_dense.graph_ms, dense_tflops, t_hit1.graph_ms, t_miss1.graph_ms, t_miss1_8.graph_ms, overlap,
+                double(kKeyFp8Scale));
+  buf += tail + per_rate + "]}";
+  dev_free(k8);
   for (void* p : {k, v, q, o, (void*)d_slots, (void*)d_inv}) dev_free(p);
   return buf;
 }
@@ -294,13 +435,29 @@ std::string run_chunk(int64_t N) {
 
 int main(int argc, char** argv) {
   std::vector<int64_t> lens = {131072, 1048576}, chunk_lens = {131072, 524288, 1048576};
+  // The selection cache's hit rates at theta 0.5 / 0.8 / 0.9 / 0.95 / off on the default model
+  // (docs/benchmarks.md, bench/tokenselect_cache.cpp), and every step a hit.
+  std::vector<double> hit_rates = {0.967, 0.639, 0.205, 0.026, 0.0, 1.0};
   const char* json_path = nullptr;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--lens") && i + 1 < argc) lens = bench::parse_list(argv[++i]);
     else if (!std::strcmp(argv[i], "--chunk-lens") && i + 1 < argc) chunk_lens = bench::parse_list(argv[++i]);
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
+    else if (!std::strcmp(argv[i], "--hit-rates") && i + 1 < argc) {
+      hit_rates.clear();
+      for (char* c = argv[++i]; *c;) {
+        char* end = nullptr;
+        const double r = std::strtod(c, &end);
+        if (end == c || r < 0.0 || r > 1.0 || (*end && *end != ',')) {
+          std::fprintf(stderr, "longctx_bench_tokenselect: --hit-rates wants rates in [0, 1], e.g. 0.5,0.9\n");
+          return 2;
+        }
+        hit_rates.push_back(r);
+        c = *end ? end + 1 : end;
+      }
+    }
     else {
-      std::fprintf(stderr, "usage: %s [--lens N,..] [--chunk-lens N,..] [--json FILE]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--lens N,..] [--chunk-lens N,..] [--hit-rates r,..] [--json FILE]\n", argv[0]);
       return 2;
     }
   }
@@ -313,7 +470,7 @@ int main(int argc, char** argv) {
                   kHeads, kKvHeads, kHeadDim, kInit, kTopK, kLocal);
     bench::JsonRecord js(device_info(0), extra);
     for (int64_t n : lens) js.add(run_len(n));
-    for (int64_t n : chunk_lens) js.add(run_chunk(n));
+    for (int64_t n : chunk_lens) js.add(run_chunk(n, hit_rates));
     js.finish(json_path);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "longctx_bench_tokenselect: %s\n", e.what());

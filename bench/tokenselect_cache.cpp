@@ -8,9 +8,12 @@
 // up (cosine of the new selection query with the cached one >= theta); with the state's audit
 // switch on, a hit also makes the fresh selection and records |reused ∩ fresh| / |fresh|.
 // Output: one JSON object per theta (hits, misses, hit rate, mean overlap at hits, the greedy
-// tokens' agreement with theta > 1 = no cache) and a table on stderr.
+// tokens' agreement with theta > 1 = no cache) and a table on stderr. --fp8: every fresh
+// selection (prefill chunks, decode misses) is also made over the keys rounded through e4m3
+// with one scale (what scoring an fp8 cache's keys sees: cuda::paged_dot's fp8 variant), and the
+// mean |fp8 ∩ exact| / |exact| is reported per phase (the quality cost of fp8 scoring).
 // Run: build/bench/longctx_bench_tokenselect_cache [--tokens 6144] [--steps 64]
-//        [--thetas 0.5,0.7,0.8,0.9,0.95] [--text FILE] [-m MODEL] [--threads 2] [--json OUT]
+//        [--thetas 0.5,0.7,0.8,0.9,0.95] [--text FILE] [-m MODEL] [--threads 2] [--fp8] [--json OUT]
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -40,6 +43,7 @@ struct Args {
   std::string model, text, json;
   int64_t tokens = 6144, steps = 64;
   int threads = 2;
+  bool fp8 = false;
   std::vector<double> thetas = {0.5, 0.7, 0.8, 0.9, 0.95};
 };
 
@@ -66,12 +70,13 @@ Args parse(int argc, char** argv) {
     else if (f == "--tokens") a.tokens = number<int64_t>(f, value(i));
     else if (f == "--steps") a.steps = number<int64_t>(f, value(i));
     else if (f == "--threads") a.threads = number<int>(f, value(i));
+    else if (f == "--fp8") a.fp8 = true;
     else if (f == "--thetas") {
       a.thetas.clear();
       std::stringstream ss(value(i));
       for (std::string x; std::getline(ss, x, ',');) a.thetas.push_back(number<double>(f, x));
     } else {
-      fail("unknown option '{}' (-m, --text, --tokens, --steps, --thetas, --threads, --json)", f);
+      fail("unknown option '{}' (-m, --text, --tokens, --steps, --thetas, --threads, --fp8, --json)", f);
     }
   }
   if (a.model.empty()) a.model = default_model_path();
@@ -88,6 +93,8 @@ struct Run {
   double theta = 0;
   int64_t hits = 0, misses = 0;
   double overlap = 0;
+  double fp8_overlap = 0;  // mean over the decode misses (--fp8)
+  int64_t fp8_n = 0;
   std::vector<int32_t> tokens;
 };
 
@@ -112,9 +119,15 @@ int main(int argc, char** argv) {
     const int64_t capacity = a.tokens + a.steps;
     auto prompt = model.new_sequence(capacity);
     model.attach(prompt.get());
+    auto& pst = static_cast<TokenSelectMethod::State&>(*prompt->method);
+    pst.audit_fp8 = a.fp8;
     std::vector<float> logits;
     fmt::print(stderr, "prefill {} tokens...\n", a.tokens);
     model.forward(ids, 1, &logits);
+    const double fp8_prefill = pst.fp8_selections[0] ? pst.fp8_overlap_sum[0] / double(pst.fp8_selections[0]) : 1.0;
+    if (a.fp8)
+      fmt::print(stderr, "fp8 scoring, prefill: {} selections, mean overlap with the exact keys' {:.4f}\n",
+                 pst.fp8_selections[0], fp8_prefill);
     const int32_t first = argmax(logits);
 
     std::vector<double> thetas = a.thetas;
@@ -128,6 +141,7 @@ int main(int argc, char** argv) {
       s.method = m->start_sequence();
       auto& st = static_cast<TokenSelectMethod::State&>(*s.method);
       st.audit = true;
+      st.audit_fp8 = a.fp8;
       model.attach(&s);
       Run r;
       r.theta = theta;
@@ -140,6 +154,8 @@ int main(int argc, char** argv) {
       r.hits = st.hits;
       r.misses = st.misses;
       r.overlap = st.hits ? st.overlap_sum / double(st.hits) : 1.0;
+      r.fp8_n = st.fp8_selections[1];
+      r.fp8_overlap = r.fp8_n ? st.fp8_overlap_sum[1] / double(r.fp8_n) : 1.0;
       runs.push_back(r);
       model.attach(prompt.get());
     }
@@ -147,8 +163,12 @@ int main(int argc, char** argv) {
     const Run& ref = runs.back();
     std::string json = fmt::format(
         "{{\"bench\": \"tokenselect decode selection cache vs theta (bench/tokenselect_cache.cpp)\", \"model\": \"{}\", "
-        "\"prompt_tokens\": {}, \"decode_steps\": {}, \"layers\": {}, \"runs\": [",
+        "\"prompt_tokens\": {}, \"decode_steps\": {}, \"layers\": {}, ",
         cfg.name, a.tokens, a.steps, cfg.n_layer);
+    if (a.fp8)
+      json += fmt::format("\"fp8_scoring_prefill\": {{\"selections\": {}, \"mean_overlap_with_exact\": {:.4f}}}, ",
+                          pst.fp8_selections[0], fp8_prefill);
+    json += "\"runs\": [";
     fmt::print(stderr, "{:>6} {:>9} {:>9} {:>12} {:>22}\n", "theta", "hit rate", "overlap", "lookups", "tokens = no cache");
     for (size_t i = 0; i < runs.size(); ++i) {
       const Run& r = runs[i];
@@ -158,8 +178,15 @@ int main(int argc, char** argv) {
       fmt::print(stderr, "{:>6} {:>9.3f} {:>9.3f} {:>12} {:>14} of {}\n", r.theta, rate, r.overlap, r.hits + r.misses,
                  same, r.tokens.size());
       json += fmt::format("{}{{\"theta\": {}, \"hits\": {}, \"misses\": {}, \"hit_rate\": {:.4f}, "
-                          "\"mean_overlap_at_hits\": {:.4f}, \"greedy_prefix_equal_to_no_cache\": {}}}",
+                          "\"mean_overlap_at_hits\": {:.4f}, \"greedy_prefix_equal_to_no_cache\": {}",
                           i ? ", " : "", r.theta, r.hits, r.misses, rate, r.overlap, same);
+      if (a.fp8) {
+        json += fmt::format(", \"fp8_scoring_decode_misses\": {}, \"fp8_mean_overlap_with_exact\": {:.4f}", r.fp8_n,
+                            r.fp8_overlap);
+        fmt::print(stderr, "{:>6} fp8 scoring at {} decode misses: mean overlap with the exact keys' {:.4f}\n", r.theta,
+                   r.fp8_n, r.fp8_overlap);
+      }
+      json += "}";
     }
     json += "]}\n";
     if (!a.json.empty()) {

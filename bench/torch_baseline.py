@@ -12,6 +12,8 @@ Run (on the GPU machine): python3 bench/torch_baseline.py [--prefill 8192,32768,
                           [--decode 131072,1048576] [--chunk 512 --chunk-lens 131072,1048576]
                           [--shape 32,8,128] [--json out.json]
 --shape H,HKV,D: another attention geometry (16,8,256: head_dim 256, as bench_cuda.cu --shape).
+Prefills longer than 256K (seconds each, T^2) run once without warm-up; --backends cudnn (or
+flash) times one backend only.
 """
 import argparse
 import json
@@ -49,9 +51,11 @@ def main():
     ap.add_argument("--chunk", type=int, default=512)
     ap.add_argument("--chunk-lens", default="")
     ap.add_argument("--shape", default="32,8,128", help="H,HKV,D")
+    ap.add_argument("--backends", default="cudnn,flash")
     ap.add_argument("--json")
     args = ap.parse_args()
     global H, HKV, D
+    backends = {name: BACKENDS[name] for name in args.backends.split(",") if name}
     H, HKV, D = (int(x) for x in args.shape.split(","))
     dev = torch.cuda.get_device_name(0)
     res = {"device": dev, "torch": torch.__version__, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -70,13 +74,14 @@ def main():
         k = torch.randn(1, HKV, s, D, device="cuda", dtype=torch.bfloat16)
         v = torch.randn(1, HKV, s, D, device="cuda", dtype=torch.bfloat16)
         flops = 2.0 * s * s * D * H  # causal: half of 4*S^2*D*H
-        reps = 20 if s <= 8192 else 8 if s <= 32768 else 3
-        for name, be in BACKENDS.items():
+        reps = 20 if s <= 8192 else 8 if s <= 32768 else 3 if s <= 262144 else 1
+        for name, be in backends.items():
             try:
                 with sdpa_kernel([be]):
                     fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-                    ms = time_ms(fn, 1, reps)
-                res["prefill"].append({"seq": s, "backend": name, "ms": ms, "tflops": flops / (ms * 1e-3) / 1e12})
+                    ms = time_ms(fn, 1 if reps > 1 else 0, reps)
+                res["prefill"].append({"seq": s, "backend": name, "ms": ms, "reps": reps,
+                                       "tflops": flops / (ms * 1e-3) / 1e12})
                 print(f"prefill {name} S={s}: {ms:.3f} ms {flops / (ms * 1e-3) / 1e12:.1f} TFLOP/s", file=sys.stderr)
             except Exception as e:  # a backend that refuses the shape is recorded, not fatal
                 res["prefill"].append({"seq": s, "backend": name, "error": str(e)[:300]})

@@ -11,8 +11,19 @@
 #   record_env FILE COMMIT        there: GPU name, clocks, driver, commit, date
 #   join_default_model CARRY      there: store carried model halves under $LONGCTX_CACHE and,
 #                                 once both are there, join them and check the SHA-256
+#   carry_split FILE N PREFIX     here: any model file as N parts, part K in the folder PREFIX<K>
+#                                 (one folder per device call), named <file>.part<K>of<N>: parts
+#                                 1..N-1 of CARRY_PART_MAX bytes, the last the rest (refused when
+#                                 the rest is more), so the last call has room for the binaries
+#   join_model CARRY NAME SHA     there: store the parts of NAME found in CARRY under
+#                                 $LONGCTX_CACHE/models and, once all N are there, join them into
+#                                 NAME and check its SHA-256 (the parts are removed either way)
 # Why: the GPU machine has no registry and no -dev packages; a file of ~100 MB must travel in two
-# calls made back to back (files under /root survive while the machine stays warm between them).
+# calls made back to back (files under /root survive while the machine stays warm between them),
+# gemma-3-270m's 253 MB (241.4 MiB) in five. Everything that travels in one call (the lead's
+# checkout, 8.4 MiB of tracked files, plus the carried folder) must stay under 64 MiB, hence
+# CARRY_PART_MAX's default of 54 MiB (a margin for the checkout's growth). Compression does not
+# save a call: zstd -3 takes 6% off the Q4_K_M file (227 MiB, still over four parts).
 MODEL_NAME=SmolLM2-135M-Instruct.Q4_1.gguf
 MODEL_SHA=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 
@@ -67,5 +78,48 @@ join_default_model() {
     else
       echo "default model parts do not match the SHA-256"; rm -f "$mdir/$MODEL_NAME.tmp"
     fi
+  fi
+}
+
+CARRY_PART_MAX=${CARRY_PART_MAX:-$((54 * 1024 * 1024))}
+
+carry_split() {
+  local file=$1 n=$2 prefix=$3 name size k part start len
+  name=$(basename "$file")
+  [ -f "$file" ] || { echo "carry_split: no $file" >&2; return 2; }
+  size=$(stat -c %s "$file")
+  if [ $(( size - (n - 1) * CARRY_PART_MAX )) -gt "$CARRY_PART_MAX" ]; then
+    echo "carry_split: $name ($size bytes) does not fit $n parts of CARRY_PART_MAX ($CARRY_PART_MAX) bytes" >&2
+    return 2
+  fi
+  for k in $(seq 1 "$n"); do
+    part="$prefix$k/$name.part${k}of$n"
+    start=$(( (k - 1) * CARRY_PART_MAX )); len=$CARRY_PART_MAX
+    [ "$k" = "$n" ] && len=$(( size - start ))
+    mkdir -p "$prefix$k" && rm -f "$prefix$k/$name".part*
+    tail -c +$(( start + 1 )) "$file" | head -c $len > "$part"
+    echo "$part: $(stat -c %s "$part") bytes, sha256 $(sha256sum "$part" | cut -c1-16)"
+  done
+}
+
+join_model() {
+  local carry=$1 name=$2 sha=$3 mdir="$LONGCTX_CACHE/models" p n k first
+  mkdir -p "$mdir"
+  for p in "$carry/$name".part*of*; do
+    [ -f "$p" ] && cp "$p" "$mdir/" && echo "$(basename "$p") stored"
+  done
+  if [ -f "$mdir/$name" ]; then rm -f "$mdir/$name".part*; echo "$name: already here"; return 0; fi
+  first=$(ls "$mdir/$name".part1of* 2>/dev/null | head -1)
+  [ -n "$first" ] || { echo "$name: part 1 not here (send the part calls first)"; return 1; }
+  n=${first##*of}
+  for k in $(seq 1 "$n"); do
+    [ -f "$mdir/$name.part${k}of$n" ] || { echo "$name: part $k of $n not here yet"; return 1; }
+  done
+  for k in $(seq 1 "$n"); do cat "$mdir/$name.part${k}of$n"; done > "$mdir/$name.tmp"
+  rm -f "$mdir/$name".part*
+  if [ "$(sha256sum "$mdir/$name.tmp" | cut -d' ' -f1)" = "$sha" ]; then
+    mv "$mdir/$name.tmp" "$mdir/$name"; echo "$name joined from $n parts, SHA-256 ok"
+  else
+    rm -f "$mdir/$name.tmp"; echo "$name: the joined parts do not match the SHA-256 $sha"; return 1
   fi
 }

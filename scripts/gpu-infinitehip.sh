@@ -4,7 +4,8 @@
 #
 # Steps (STEPS, space-separated; default all):
 #   tests    test_ihip_gpu (decode and prefill pruning stages bit-equal to the CPU reference in
-#            every RoPE mode, the decode / prefill indices, sparse attention over the prefill index
+#            every RoPE mode (prefill RoPE none on tensor cores: exact-dot inputs, and fp64-judged
+#            on random ones), the decode / prefill indices, sparse attention over the prefill index
 #            vs fp64 dense with the same mask) and test_ihip_gpu_method (the GpuMethod's index vs
 #            the CPU method's key sets; what the GPU refuses)
 #   memcheck compute-sanitizer memcheck on the small cases
@@ -63,7 +64,7 @@ for s in $STEPS; do
       step test_ihip_gpu_method 60 "$B/test_ihip_gpu_method"; gtest_summary test_ihip_gpu_method ;;
     memcheck)
       step memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 99 "$B/test_ihip_gpu" \
-        --gtest_filter='IhipGpu.Ties*:IhipGpuPrefill.ChunkAtTheStart*:IhipGpuPrefill.WideGroups*'
+        --gtest_filter='IhipGpu.Ties*:IhipGpuPrefill.ChunkAtTheStart*:IhipGpuPrefill.WideGroups*:IhipGpuPrefill.TensorCore*'
       tail -3 "$OUT/memcheck.log" ;;
     decode)
       step bench_decode 60 "$B/longctx_bench_infinitehip" --json "$OUT/bench_decode.json"; cat "$OUT/bench_decode.log" ;;

@@ -1,23 +1,29 @@
 #!/usr/bin/env bash
 # gpu-offload-engine.sh: KV offload in the GPU model (gpu/gpu_offload.h, issue 17), in one device
 # call: the model-level tests (test_gpu_offload: host layers == HBM layers bit for bit, offload on
-# == off, the plan and its messages), then `longctx bench model` runs of Llama-3-8B geometry
-# (random weights) with HiP decode, each a line of $RUNS: "NAME LENGTHS EXTRA-ARGS...".
+# == off, bf16 and fp8, the plan and its messages; with them, when packed, test_hip_gpu (HiP's
+# estimator vs the CPU reference, bf16 and fp8 keys) and test_kv_offload (the tier's kernels vs
+# the CPU twin, HiP decode offload on == off, bf16 and fp8)), then `longctx bench model` runs of
+# Llama-3-8B geometry (random weights) with HiP decode, each a line of $RUNS:
+# "NAME LENGTHS EXTRA-ARGS..." (an --attn in EXTRA-ARGS replaces the default one).
 # Logs and JSON land in $OUT (bench_NAME.json / .log); env.txt has the card, host memory, commit.
 # Here (no GPU needed), build and pack (stripped, one .tar.xz, the shared libraries carried):
 #   cmake -S . -B build-gpu -G Ninja -DLONGCTX_CUDA=ON -DLONGCTX_NATIVE=OFF -DLONGCTX_BENCH=OFF -DBLA_STATIC=ON \
 #     -DLONGCTX_PICTURES=OFF -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc"
-#   ninja -C build-gpu -j2 longctx test_gpu_offload
+#   ninja -C build-gpu -j2 longctx test_gpu_offload [test_hip_gpu test_kv_offload]
 #   scripts/gpu-offload-engine.sh --pack build-gpu /work/main/.carry/offload-engine
 # On the device: OUT=$OUT BIN=.carry/offload-engine bash .carry/offload-engine/gpu-offload-engine.sh
 #   SKIP_TESTS=1 skips the tests; TEST_GPU=1 also runs test_gpu (packed when built: the GPU model's
 #   whole suite, for what the offload hooks touched); RUNS overrides the benchmark list (default below); STEP_TIMEOUT
-#   bounds each run (seconds).
+#   bounds each run (seconds). The fp8 runs of docs/benchmarks.md ("fp8 KV offload"), one H200 call:
+#   RUNS=$'fp8-offload-3m 3m --kv-cache fp8 --kv-offload\nfp8-offload-2m 2m --kv-cache fp8 --kv-offload'
+#   STEP_TIMEOUT=175 (3M: 87 s of prefill; tests + 3M + 2M took 234 s of one call).
 set -uo pipefail
 if [ "${1:-}" = "--pack" ]; then
   build=$2 carry=$3 stage=$(mktemp -d)
   cp "$build/src/cli/longctx" "$build/tests/gpu/test_gpu_offload" "$stage/"
   [ -x "$build/tests/gpu/test_gpu" ] && cp "$build/tests/gpu/test_gpu" "$stage/"  # the whole GPU model suite, if built
+  for t in cuda/test_hip_gpu kv/test_kv_offload; do [ -x "$build/tests/$t" ] && cp "$build/tests/$t" "$stage/"; done
   strip "$stage"/*
   source "$(dirname "$0")/gpu-carry.sh"
   mkdir -p "$stage/lib" && carry_libs "$stage/lib" "$stage/longctx" "$stage/test_gpu_offload"
@@ -40,7 +46,13 @@ status=0
 if [ -z "${SKIP_TESTS:-}" ]; then
   echo "== test_gpu_offload"
   timeout 240 "$B/test_gpu_offload" > "$OUT/test_gpu_offload.log" 2>&1 || status=1
-  grep -E "^\[ (plan|stats|on vs off|message) \]|Failure|Expected|Which is|^\[  (PASSED|FAILED)|tests ran" "$OUT/test_gpu_offload.log" | head -40
+  grep -E "^\[ (plan|stats|on vs off|message|fp8) \]|Failure|Expected|Which is|^\[  (PASSED|FAILED)|tests ran" "$OUT/test_gpu_offload.log" | head -40
+  for t in test_hip_gpu test_kv_offload; do
+    [ -x "$B/$t" ] || continue
+    echo "== $t"
+    timeout 120 "$B/$t" > "$OUT/$t.log" 2>&1 || status=1
+    grep -E "Failure|^\[  (PASSED|FAILED|SKIPPED) \]|tests ran" "$OUT/$t.log" | head -20
+  done
 fi
 if [ -n "${TEST_GPU:-}" ] && [ -x "$B/test_gpu" ]; then
   echo "== test_gpu"
@@ -53,8 +65,10 @@ RUNS=${RUNS:-"offload-1m 1m --kv-offload"}
 while read -r name lengths extra; do
   [ -z "$name" ] && continue
   echo "== bench $name: --lengths $lengths $extra"
+  attn=(--attn "$ATTN")
+  [[ " $extra " == *" --attn "* ]] && attn=()
   # shellcheck disable=SC2086
-  timeout "$STEP_TIMEOUT" "$B/longctx" bench model --device cuda --random-weights llama3-8b --attn "$ATTN" \
+  timeout "$STEP_TIMEOUT" "$B/longctx" bench model --device cuda --random-weights llama3-8b "${attn[@]}" \
     --lengths "$lengths" --decode "${DECODE:-64}" $extra --json "$OUT/bench_$name.json" > "$OUT/bench_$name.log" 2>&1
   rc=$?
   echo "rc=$rc"; tail -8 "$OUT/bench_$name.log"

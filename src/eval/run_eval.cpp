@@ -42,10 +42,28 @@ std::string file_safe(const std::string& s) {
   return out;
 }
 
+// With several methods, every one is loaded (and dropped) before any prompt runs, so a method the
+// engine refuses on this model or device (e.g. one the GPU cannot run, a length past the context)
+// stops the run before the earlier methods spend their time; one method's load is already first.
+void check_methods_load(const EvalOptions& o, const EngineFactory& factory) {
+  if (o.methods.size() < 2) return;
+  for (const auto& method : o.methods) {
+    std::unique_ptr<Engine> engine;
+    try {
+      engine = factory(load_options_for(o, method));
+    } catch (const Error& e) {
+      fail("method '{}': {}", method, e.what());
+    }
+    if (!engine) fail("could not load the model for method '{}'", method);
+    check_lengths(o, *engine);
+  }
+}
+
 nlohmann::json run_eval(const EvalOptions& o, const EngineFactory& factory) {
   const bool json_to_stdout = o.json && o.json_path.empty();
   std::ostream& table_out = json_to_stdout ? std::cerr : std::cout;
   const std::vector<std::string> tasks = expand_task(o.task);  // validates the name
+  if (o.task != "attention") check_methods_load(o, factory);     // `attention` loads dense only
   nlohmann::json doc;
   if (o.task == "ppl") doc = run_perplexity(o, factory, table_out);
   else if (o.task == "attention") doc = run_attention(o, factory, table_out);

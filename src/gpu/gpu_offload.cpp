@@ -15,14 +15,14 @@ namespace longctx::gpu {
 
 namespace {
 
-constexpr size_t kBf16 = 2;
-
-kv::OffloadSpec tier_spec(const ModelConfig& c, const KvOffloadOptions& o, int64_t capacity, int line, int host_layers) {
+kv::OffloadSpec tier_spec(const ModelConfig& c, const KvOffloadOptions& o, const OffloadBudget& b, int host_layers) {
+  const int64_t capacity = b.capacity;
+  const int line = b.line_tokens;
   kv::OffloadSpec s;
   s.n_layer = std::max(host_layers, 1);
   s.n_kv_head = c.n_kv_head;
   s.head_dim = c.head_dim;
-  s.elem = KvElem::bf16;  // HiP's estimator reads bf16 keys
+  s.elem = b.elem;  // host pools and GPU caches hold the cache's element (HiP reads bf16 and e4m3 keys)
   s.capacity = capacity;
   s.line_tokens = line;
   // More slots than lines would never fill: a short context gets one slot per line.
@@ -70,16 +70,20 @@ OffloadPlan plan_offload(const ModelConfig& c, const KvOffloadOptions& opts, con
   const size_t KV = size_t(c.n_kv_head) * size_t(c.head_dim);
   OffloadPlan p;
   p.capacity = cap;
-  p.hbm_layer_bytes = 2 * align_up(size_t(cap) * KV * kBf16);
-  // The layer-major staging of one host layer's K/V (bf16, the whole prompt): needed once any layer is on the host.
-  const size_t stage_kv = stage_layout(c, cap, KvCacheType::fp8, true).total - stage_layout(c, cap, KvCacheType::bf16, true).total;
+  const size_t eb = size_t(kv_elem_bytes(b.elem));
+  p.hbm_layer_bytes = 2 * align_up(size_t(cap) * KV * eb);
+  // The layer-major staging of one host layer's K/V (bf16, the whole prompt): needed once any layer
+  // is on the host; the fp8 cache stages every layer, so its gpu_fixed holds it already.
+  const size_t stage_kv = b.elem == KvElem::bf16 ? stage_layout(c, cap, KvCacheType::fp8, true).total -
+                                                       stage_layout(c, cap, KvCacheType::bf16, true).total
+                                                 : 0;
   auto split = [&](int hbm) {
     Split s;
     s.hbm = hbm;
     const int host = L - hbm;
     s.gpu_need = b.gpu_fixed + kReserveBytes + size_t(hbm) * p.hbm_layer_bytes;
     if (host > 0) {
-      const kv::OffloadSizes z = kv::offload_sizes(tier_spec(c, opts, cap, b.line_tokens, host));
+      const kv::OffloadSizes z = kv::offload_sizes(tier_spec(c, opts, b, host));
       s.gpu_need += size_t(z.gpu_bytes) + stage_kv;
       s.host_need = size_t(z.host_bytes) + size_t(kHostReserveBytes);
     }
@@ -99,12 +103,12 @@ OffloadPlan plan_offload(const ModelConfig& c, const KvOffloadOptions& opts, con
   const int host = L - s.hbm;
   const bool gpu_ok = s.gpu_need <= b.gpu_free, host_ok = s.host_need <= size_t(std::max<int64_t>(b.host_free, 0));
   if (!gpu_ok || !host_ok) {
-    const kv::OffloadSizes one = kv::offload_sizes(tier_spec(c, opts, cap, b.line_tokens, 1));
-    fail("KV offload of {} tokens ({} layers x K,V x {} heads x {} x bf16) does not fit: {} layers in HBM and {} in "
+    const kv::OffloadSizes one = kv::offload_sizes(tier_spec(c, opts, b, 1));
+    fail("KV offload of {} tokens ({} layers x K,V x {} heads x {} x {}) does not fit: {} layers in HBM and {} in "
          "host memory need {} of GPU memory ({} per HBM layer, {} of caches per host layer, {} of staging, "
          "workspaces and reserve) while {} has {} free{}, and {} of host memory ({} per host layer, pinned, + {} for "
          "the process) while {} is available{}: use a shorter context or fewer new tokens{}",
-         cap, L, c.n_kv_head, c.head_dim, s.hbm, host, gib(s.gpu_need), gib(p.hbm_layer_bytes),
+         cap, L, c.n_kv_head, c.head_dim, b.elem == KvElem::bf16 ? "bf16" : "fp8", s.hbm, host, gib(s.gpu_need), gib(p.hbm_layer_bytes),
          gib(size_t(one.gpu_layer_bytes)), gib(b.gpu_fixed + kReserveBytes + (host ? stage_kv : 0)), b.device_name,
          gib(b.gpu_free), gpu_ok ? "" : " (short)", gib(s.host_need), gib(size_t(2 * one.host_pool_bytes)),
          gib(size_t(kHostReserveBytes)), gib(size_t(std::max<int64_t>(b.host_free, 0))), host_ok ? "" : " (short)",
@@ -122,7 +126,7 @@ OffloadPlan plan_offload(const ModelConfig& c, const KvOffloadOptions& opts, con
   p.host_layers = host;
   p.hbm_bytes = size_t(s.hbm) * p.hbm_layer_bytes;
   if (host > 0) {
-    p.tier = tier_spec(c, opts, cap, b.line_tokens, host);
+    p.tier = tier_spec(c, opts, b, host);
     p.tier_sizes = kv::offload_sizes(p.tier);
   }
   return p;
@@ -187,7 +191,7 @@ void GpuOffload::note_step(GpuOffloadStats& s) {
   ++c.steps;
   c.keys.reads += dk.reads, c.keys.misses += dk.misses, c.keys.inserted += dk.inserted;
   c.kv.reads += dv.reads, c.kv.misses += dv.misses, c.kv.inserted += dv.inserted;
-  const int64_t head_row = int64_t(cfg_.head_dim) * int64_t(kBf16), line = plan_.tier.line_tokens;
+  const int64_t head_row = int64_t(cfg_.head_dim) * kv_elem_bytes(plan_.tier.elem), line = plan_.tier.line_tokens;
   // misses read one head row each (K; the K/V cache also V), insertions copy whole lines
   c.pcie_bytes += int64_t(dk.misses + dk.inserted * line) * head_row + int64_t(dv.misses + dv.inserted * line) * 2 * head_row;
 }

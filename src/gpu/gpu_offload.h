@@ -3,7 +3,8 @@
 // up-front plan that splits them.
 //
 // What: with GpuOptions::kv_offload the model's one sequence has no paged pool. Each layer's K/V
-// rows [capacity, n_kv_head, head_dim] (bf16) are either in one HBM block (an "HBM layer", read as
+// rows [capacity, n_kv_head, head_dim] (bf16, or e4m3 with --kv-cache fp8: 1 byte an element in
+// HBM, host pools and GPU caches alike) are either in one HBM block (an "HBM layer", read as
 // the pool would be) or in the OffloadTier's host pools (a "host layer", read zero-copy by the
 // kernels through a device-mapped pointer, with HiP's keys cache and K/V cache in front).
 // plan_offload() decides the split before anything is allocated: the layers that decode dense
@@ -14,13 +15,15 @@
 // layers do not fit the host's available memory either, the Error names both budgets.
 // How the model uses it (gpu_transformer.cpp, gpu_offload.cpp):
 //   prefill (layer-major): a host layer's chunks attend over the staging buffer; at the layer's end
-//     its new rows go to the host pools (OffloadTier::copy_in); so prefill GPU memory holds one
-//     layer's K/V, never the host layers' (an HBM layer writes its block directly);
+//     its new rows go to the host pools (bf16: OffloadTier::copy_in; fp8: the quantizer writes
+//     the codes through the mapped pointer); so prefill GPU memory holds one layer's K/V, never the
+//     host layers' (an HBM layer writes its block directly);
 //   decode (one CUDA graph): kv_offload_begin_step once; per host layer: kv_append into the mapped
-//     host rows, kv_offload_append (write-through to resident lines), the estimator and the
+//     host rows, kv_offload_append (write-through to resident lines; fp8: read back from the host
+//     row the append quantized), the estimator and the
 //     sparse decode with the layer's caches, kv_offload_update; HBM layers run as without offload.
 // Outputs equal offload off bit for bit (tests/gpu/test_gpu_offload.cpp): the kernels read the
-// same bf16 rows from either place.
+// same rows (bf16 or e4m3 codes, the same per-layer scales) from either place.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -56,6 +59,8 @@ struct OffloadBudget {
   int64_t host_free = 0;       // host memory available (MemAvailable)
   std::string device_name;
   std::function<bool(int)> decodes_dense;  // layer -> whether its decode steps read every key
+  KvElem elem = KvElem::bf16;  // the cache's element: bf16, or fp8_e4m3 (--kv-cache fp8; gpu_fixed
+                               // then holds the layer-major staging, which every layer uses)
 };
 
 struct OffloadPlan {
@@ -105,14 +110,15 @@ class GpuOffload {
 
   const OffloadPlan& plan() const { return plan_; }
   bool on_host(int l) const { return plan_.tier_layer[size_t(l)] >= 0; }
-  // Layer l's K or V rows [capacity, n_kv_head, head_dim] bf16 as kernels address them: HBM, or the
-  // device address of the mapped host pool.
+  // Layer l's K or V rows [capacity, n_kv_head, head_dim] (the plan's element) as kernels address
+  // them: HBM, or the device address of the mapped host pool.
   void* rows(int l, int which) const;
   // A host layer's view (one sequence, length from seq_lens: device int32 [1]) and its caches.
   KvView host_view(int l, const int32_t* seq_lens) const;
   KvOffloadLayer caches(int l) const;
   int32_t* tick() const { return tier_ ? tier_->tick() : nullptr; }
-  // Host layer l: rows [t0, t0 + n) of bf16 K/V (device) out to host memory, and back (stream-ordered).
+  // Host layer l: rows [t0, t0 + n) of K/V (device, the plan's element) out to host memory, and back
+  // (stream-ordered).
   void store(int l, int64_t t0, int64_t n, const void* k_dev, const void* v_dev, void* stream);
   void load(int l, int64_t t0, int64_t n, void* k_dev, void* v_dev, void* stream) const;
   void reset(void* stream);  // empties the caches, zeroes the counters (a new sequence)

@@ -343,7 +343,7 @@ void GpuTransformer::forward_layer_major(std::span<const int32_t> tokens, int64_
       kv_dequantize({kv_cache_at(l, 0), k_stage, pos0 * KV, k_scale_[size_t(l)]}, stream_);
       kv_dequantize({kv_cache_at(l, 1), v_stage, pos0 * KV, v_scale_[size_t(l)]}, stream_);
     }
-    if (host && pos0 > 0) offload_->load(l, 0, pos0, k_stage, v_stage, stream_);
+    if (host && !fp8 && pos0 > 0) offload_->load(l, 0, pos0, k_stage, v_stage, stream_);  // fp8: dequantized above
     events_used_ = 0;
     const bool wide = prompt_wide_lines(l, pos0, T);
     if (wide) estimate_prompt_lines(l, pos0, T, xs, k_stage, v_stage);
@@ -354,7 +354,8 @@ void GpuTransformer::forward_layer_major(std::span<const int32_t> tokens, int64_
     }
     if (wide) gpu_method_->end_prompt();
     if (fp8) store_layer_kv(l, pos0, T);
-    if (host) offload_->store(l, pos0, T, at(k_stage, size_t(pos0 * KV)), at(v_stage, size_t(pos0 * KV)), stream_);
+    // fp8: store_layer_kv quantized into the layer's rows (a host layer's: through the mapped pointer)
+    if (host && !fp8) offload_->store(l, pos0, T, at(k_stage, size_t(pos0 * KV)), at(v_stage, size_t(pos0 * KV)), stream_);
     if (events_used_ > 0) read_attention_times();
     if (progress) progress(l + 1, cfg_.n_layer);
   }
@@ -495,7 +496,9 @@ void GpuTransformer::decode_layer(int l, int64_t plan_kv) {
     kv_append({k_row, v_row, k_all, v_all, d_pos, KV, seq_->rows}, stream_);  // a host layer: zero-copy write
   // KV offload: the new row through to the layer's resident cache lines before the step's reads.
   const KvOffloadLayer off = host_layer(l) ? offload_->caches(l) : KvOffloadLayer{};
-  if (host_layer(l)) cuda::kv_offload_append(off, own_view(l, k_all, v_all), k_row, v_row, stream_);
+  // (fp8: the quantized row exists in the host pools only; the append reads it back from there)
+  if (host_layer(l))
+    cuda::kv_offload_append(off, own_view(l, k_all, v_all), fp8 ? nullptr : k_row, fp8 ? nullptr : v_row, stream_);
   // The route's key count is plan_kv: the captured step serves up to plan_kv keys.
   if (pre_rope()) {  // the length on the device, plan_kv its bound (a replay sees later lengths)
     attend_pre_rope(l, 1, seq_->len + 1, q, k_all, v_all, o, plan_kv);

@@ -146,7 +146,7 @@ struct GpuOptions {
   std::string attn = "dense";     // --attn spec (methods/spec.h): dense, minference=..., a_shape=...
   bool synthetic_qk = false;      // benchmarks only: prefill Q/K replaced after RoPE (kernels/cuda/structured_qk.h)
   KvCacheType kv_cache = KvCacheType::bf16;  // fp8: e4m3 cache, layer-major prefill (see above)
-  // KV offload (gpu/gpu_offload.h): one sequence, bf16, a method whose decode reads through the
+  // KV offload (gpu/gpu_offload.h): one sequence, bf16 or fp8, a method whose decode reads through the
   // offload caches (HiP); the prefill runs layer-major. Refused up front otherwise.
   KvOffloadOptions kv_offload = {};  // (an initializer: designated-initializer users get no -Wextra warning)
 };

@@ -12,8 +12,6 @@
 namespace longctx::gpu {
 
 void GpuTransformer::check_offload_options() const {
-  if (kv_type_ != KvCacheType::bf16)
-    fail("--kv-offload keeps bf16 K/V (HiP's estimator reads bf16 keys); drop --kv-cache {}", kv_cache_name(kv_type_));
   if (!gpu_method_ || !gpu_method_->decodes() || gpu_method_->offload_line_tokens() <= 0)
     fail("--kv-offload needs a sparse decode method that reads through the offload caches: --attn hip (or "
          "'prefill:X;decode:hip'); '{}' decodes {}",
@@ -34,7 +32,10 @@ OffloadBudget GpuTransformer::offload_budget(int64_t capacity) const {
   b.line_tokens = gpu_method_->offload_line_tokens();
   // What reset() frees before it allocates counts as free (the held sequence's blocks and buffers).
   b.gpu_free = free_b + held_kv_bytes();
-  b.gpu_fixed = stage_layout(cfg_, capacity, KvCacheType::bf16, true).total + decode_ws_bytes(cfg_, capacity) +
+  b.elem = kv_type_ == KvCacheType::fp8 ? KvElem::fp8_e4m3 : KvElem::bf16;
+  // bf16: the residual stream (plan_offload adds one layer's K/V when a layer goes to the host);
+  // fp8: every layer stages its K/V in bf16 (the fp8 cache's layer-major prefill)
+  b.gpu_fixed = stage_layout(cfg_, capacity, kv_type_, true).total + decode_ws_bytes(cfg_, capacity) +
                 sparse_bytes(capacity);
   b.host_free = kv::host_available_bytes() + (offload_ ? offload_->plan().tier_sizes.host_bytes : 0);
   b.device_name = device_name_;
@@ -64,8 +65,9 @@ void GpuTransformer::reset_offload(int64_t capacity_asked) {
     try {
       offload_ = std::make_unique<GpuOffload>(cfg_, plan);
       kv_bytes_ = plan.hbm_bytes + size_t(plan.tier_sizes.gpu_bytes);
-      // one host layer's K/V staged in bf16 (when any) + the prompt's residual stream
-      stage_layout_ = stage_layout(cfg_, capacity, plan.host_layers > 0 ? KvCacheType::fp8 : KvCacheType::bf16, true);
+      // one layer's K/V staged in bf16 (fp8: always; bf16: when a layer is on the host) + the residual stream
+      const bool stage_kv = kv_type_ == KvCacheType::fp8 || plan.host_layers > 0;
+      stage_layout_ = stage_layout(cfg_, capacity, stage_kv ? KvCacheType::fp8 : KvCacheType::bf16, true);
       stage_ = cuda::dev_malloc(stage_layout_.total);
       decode_ws_bytes_ = decode_ws_bytes(cfg_, capacity);
       decode_ws_ = cuda::dev_malloc(decode_ws_bytes_);
@@ -80,6 +82,8 @@ void GpuTransformer::reset_offload(int64_t capacity_asked) {
     }
   }
   offload_->reset(stream_);
+  k_scale_.assign(size_t(cfg_.n_layer), 0.f);  // fp8: a new sequence; its first prefill sets the scales
+  v_scale_.assign(size_t(cfg_.n_layer), 0.f);
   offload_stats_ = {};
   const OffloadPlan& p = offload_->plan();
   offload_stats_.on = true;

@@ -16,7 +16,7 @@
 // cannot fit fails before any work.
 // Tensors (bf16, device, after RoPE): q [n_q, n_head, head_dim], k/v [n_kv, n_kv_head, head_dim]
 // (the layer's keys 0..n_kv-1, contiguous).
-// Pre-RoPE methods (MethodNeeds::keys = pre_rope: TokenSelect; InfiniteHiP rope=on could follow)
+// Pre-RoPE methods (MethodNeeds::keys = pre_rope: TokenSelect, InfiniteHiP with rope=on)
 // re-number key positions per step, which the shared kernels (rotated keys at absolute positions)
 // cannot run: such a builder says attends(); the model then caches K un-rotated, leaves Q
 // un-rotated, and hands every attention step of every layer (dense ones too) to attend().

@@ -86,9 +86,9 @@ class GpuPhaseMethod final : public GpuMethod {
   }
   bool decodes() const override { return decode_ != nullptr; }
   int offload_line_tokens() const override { return decode_ ? decode_->offload_line_tokens() : 0; }
-  bool keeps_sequence_state() const override {
-    return (prefill_ && prefill_->keeps_sequence_state()) || (decode_ && decode_->keeps_sequence_state());
-  }
+  // Prefill builders keep nothing across prompts (a builder that also decodes, e.g. InfiniteHiP's,
+  // keeps its decode caches, unused as a prefill side): the decode side decides.
+  bool keeps_sequence_state() const override { return decode_ && decode_->keeps_sequence_state(); }
   void start_sequence(cuda::Stream s) override {
     if (prefill_) prefill_->start_sequence(s);
     if (decode_) decode_->start_sequence(s);

@@ -2,7 +2,7 @@
 // reference (kernels/ref/hip_topk.h): the selected key-block ids are bit-equal for the same bf16
 // inputs (prefill: every (head, query block), on exact small-integer inputs for the tensor-core
 // scorer; decode: every (sequence, head) over a paged, shuffled cache, random and tie-heavy
-// inputs), the tensor-core prefill keeps the fp64 oracle's best up to near ties on random inputs,
+// inputs; the fp8 cache: bit-equal to the reference over the e4m3 codes), the tensor-core prefill keeps the fp64 oracle's best up to near ties on random inputs,
 // the ranges follow the format (sinks, blocks, pads, window), and the decode mask cache
 // re-estimates only on refresh steps (graph-safe: the decision is on the device).
 // Run: build-gpu/tests/cuda/test_hip_gpu (skips without a Hopper GPU).
@@ -15,6 +15,7 @@
 #include <random>
 
 #include "kernels/cuda/hip_estimate.h"
+#include "kernels/ref/fp8_e4m3.h"
 #include "kernels/ref/hip_topk.h"
 #include "test_util.h"
 
@@ -257,8 +258,10 @@ TEST(HipEstimate, PrefillBlockIdsEqualTheCpuReference) {
   check_prefill(wide_q, 128, 2000, 2, 1, 128, true);
 }
 
-void check_decode(const HipEstimateConfig& cfg, bool ties) {
-  SCOPED_TRACE(testing::Message() << "k=" << cfg.k << " ties=" << ties);
+// fp8: the keys are e4m3 codes of the same inputs (x / scale, scale 0.037: codes across the
+// normal and subnormal range), the reference scores e4m3_to_f32(code) (hip_estimate.h).
+void check_decode(const HipEstimateConfig& cfg, bool ties, bool fp8 = false) {
+  SCOPED_TRACE(testing::Message() << "k=" << cfg.k << " ties=" << ties << " fp8=" << fp8);
   const int H = 4, Hkv = 2, d = 128, page = 16, refresh = 4, M = int(cfg.budget_blocks()), R = M + 2;
   std::vector<int32_t> lens = {3001, 7777};
   const int n_seq = 2, cap = 8000 + 64, max_pages = (cap + page - 1) / page;
@@ -267,11 +270,21 @@ void check_decode(const HipEstimateConfig& cfg, bool ties) {
   std::iota(tab.begin(), tab.end(), 0);
   std::shuffle(tab.begin(), tab.end(), std::mt19937_64(3));
   const auto hk = inputs(size_t(n_pages * page * Hkv * d), ties);
-  const auto fk = to_float(hk);
-  DevBuf kp(hk.size() * 2), table(tab.size() * 4), dlens(8), q(size_t(n_seq * H * d) * 2), rpos(size_t(n_seq * H) * 4),
+  auto fk = to_float(hk);
+  constexpr float kScale = 0.037f;
+  std::vector<uint8_t> codes;
+  if (fp8) {
+    codes.resize(fk.size());
+    for (size_t i = 0; i < fk.size(); ++i) {
+      codes[i] = f32_to_e4m3(ties ? fk[i] : fk[i] / kScale);  // ties: small integers, exact codes
+      fk[i] = e4m3_to_f32(codes[i]);
+    }
+  }
+  DevBuf kp(hk.size() * (fp8 ? 1 : 2)), table(tab.size() * 4), dlens(8), q(size_t(n_seq * H * d) * 2), rpos(size_t(n_seq * H) * 4),
       blocks(size_t(n_seq * H * M) * 4), rptr(size_t(n_seq * H + 1) * 4), rg(size_t(n_seq * H * R) * 8),
       cptr(size_t(n_seq * H + 1) * 4);
-  kp.upload(hk);
+  if (fp8) kp.upload(codes);
+  else kp.upload(hk);
   table.upload(tab);
   std::vector<int32_t> minus(size_t(n_seq * H), -1);
   rpos.upload(minus);
@@ -280,7 +293,8 @@ void check_decode(const HipEstimateConfig& cfg, bool ties) {
   p.refresh = refresh;
   p.q = q.p;
   p.kv.k_pool = p.kv.v_pool = kp.p;
-  p.kv.elem = KvElem::bf16;
+  p.kv.elem = fp8 ? KvElem::fp8_e4m3 : KvElem::bf16;
+  p.kv.k_scale = p.kv.v_scale = fp8 ? kScale : 1.f;
   p.kv.block_table = table.as<int32_t>();
   p.kv.seq_lens = dlens.as<int32_t>();
   p.kv.n_seq = n_seq;
@@ -358,6 +372,19 @@ TEST(HipEstimate, DecodeRefreshAndCachedStepsOverAPagedCache) {
   for (bool ties : {false, true}) {
     check_decode(small, ties);
     check_decode(HipEstimateConfig{}, ties);  // paper defaults: 256 blocks of 2
+  }
+}
+
+// The fp8 cache: e4m3 keys widened exactly, block ids bit-equal to the reference over the codes.
+TEST(HipEstimate, DecodeOverAnFp8CacheEqualsTheReferenceOverItsCodes) {
+  LC_REQUIRE_GPU();
+  HipEstimateConfig small;
+  small.k = 128;
+  small.window = 64;
+  small.sinks = 4;
+  for (bool ties : {false, true}) {
+    check_decode(small, ties, true);
+    check_decode(HipEstimateConfig{}, ties, true);
   }
 }
 

@@ -6,14 +6,18 @@
 // keys with Llama-3-8B's 32/8 heads; the decode index (sinks, one range per kept chunk, pads,
 // anchored window) matches the key set. Prefill (every 64-row block of a chunk at once): per
 // RoPE mode and GQA shape (groups of 4, and 16 = over one shared-memory query tile), each stage's
-// chunk scores (max over KV heads) bit-equal and lists equal to the CPU reference per block, the
-// index's key sets equal sinks + survivors + window, and cuda::sparse_attention over that index
-// equal to an fp64 dense attention restricted to the same key sets.
+// chunk scores (max over KV heads) bit-equal and lists equal to the CPU reference per block (RoPE
+// none, scored on tensor cores, on small-integer inputs whose dots are exact), the index's key
+// sets equal sinks + survivors + window, and cuda::sparse_attention over that index equal to an
+// fp64 dense attention restricted to the same key sets; the tensor-core scores on random inputs
+// against an fp64 replay of the bisection (both halves followed at near ties).
 // Run: build-gpu/tests/cuda/test_ihip_gpu (skips without a Hopper GPU).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
+#include <map>
 #include <numeric>
 #include <random>
 
@@ -276,12 +280,29 @@ std::vector<double> masked_attention(const std::vector<float>& q, const std::vec
   return o;
 }
 
+// Small integers in [-2, 2] (exact in bf16): every dot product is an exact integer in fp32 however
+// it is summed, so the tensor-core scorer (RoPE none) is bit-equal to the CPU reference's FMA
+// order; many scores tie, so the tie rules (left end in the bisection, earlier chunk) decide.
+std::vector<uint16_t> small_int_bf16(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> dist(-2, 2);
+  std::vector<uint16_t> v(n);
+  for (auto& x : v) {
+    const float f = float(dist(rng));
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    x = uint16_t(bits >> 16);
+  }
+  return v;
+}
+
+// RoPE none scores on tensor cores (small-integer inputs: bit-equal); the other modes on random inputs.
 void check_prefill(const PrefillCase& su, int mode) {
   const int H = su.H, Hkv = su.Hkv, group = H / Hkv;
   const int64_t n_kv = su.q_pos0 + su.n_q, n_blk = (su.n_q + 63) / 64;
   std::vector<double> tmp;
-  const auto hq = random_bf16(size_t(su.n_q * H * kD), 1.0, tmp);
-  const auto hk = random_bf16(size_t(n_kv * Hkv * kD), 1.0, tmp);
+  const auto hq = mode == 0 ? small_int_bf16(size_t(su.n_q * H * kD), 21) : random_bf16(size_t(su.n_q * H * kD), 1.0, tmp);
+  const auto hk = mode == 0 ? small_int_bf16(size_t(n_kv * Hkv * kD), 22) : random_bf16(size_t(n_kv * Hkv * kD), 1.0, tmp);
   const auto hv = random_bf16(size_t(n_kv * Hkv * kD), 1.0, tmp);
   std::vector<float> fq(hq.size()), fk(hk.size()), fv(hv.size());
   for (size_t i = 0; i < hq.size(); ++i) fq[i] = bf16_to_f32(hq[i]);
@@ -481,6 +502,125 @@ TEST(IhipGpuPrefill, ChunkAtTheStartKeepsEverything) {  // few candidates: every
   su.q_pos0 = 0;
   su.prunes = false;
   check_prefill(su, 0);
+}
+
+// Tensor-core scores (RoPE none) on random inputs, judged against an fp64 oracle: per (block, KV
+// head, chunk) the bisection is replayed in fp64, following both halves where left and right are
+// within the fp32 summation bound (a near tie: either choice is right), and the GPU's score must
+// match, within that bound, the fp64 score of a representative one of those paths reaches. The
+// kept list must be the top-K of the GPU's own scores by the reference's rule (score desc, earlier
+// chunk), entries in position order.
+TEST(IhipGpuPrefill, TensorCoreScoresFollowTheFp64BisectionUpToNearTies) {
+  LC_REQUIRE_GPU();
+  constexpr int H = 32, Hkv = 8, group = H / Hkv;
+  const int64_t n_q = 130, q_pos0 = 16000, n_sink = 256, n_stream = 1024, n_kv = q_pos0 + n_q, n_blk = 3;
+  const IhipStage st{64, 2048};
+  std::vector<double> tmp;
+  const auto hq = random_bf16(size_t(n_q * H * kD), 1.0, tmp);
+  const auto hk = random_bf16(size_t(n_kv * Hkv * kD), 1.0, tmp);
+  std::vector<float> fq(hq.size()), fk(hk.size());
+  for (size_t i = 0; i < hq.size(); ++i) fq[i] = bf16_to_f32(hq[i]);
+  for (size_t i = 0; i < hk.size(); ++i) fk[i] = bf16_to_f32(hk[i]);
+  DevBuf q(hq.size() * 2), k(hk.size() * 2);
+  q.upload(hq);
+  k.upload(hk);
+  IhipPrefillGpuParams p;
+  p.q = q.p;
+  p.k = k.p;
+  p.n_q = n_q;
+  p.n_kv = n_kv;
+  p.q_pos0 = q_pos0;
+  p.n_head = H;
+  p.n_kv_head = Hkv;
+  p.rope_mode = 0;
+  p.n_sink = n_sink;
+  p.n_stream = n_stream;
+  const int64_t max_chunks = (n_kv + st.l_c - 1) / st.l_c;
+  DevBuf out(size_t(n_blk * st.k) * 4), olen(size_t(n_blk) * 4), scores(size_t(n_blk * Hkv * max_chunks) * 4);
+  scores.poison();
+  IhipPrefillStage ps;
+  ps.l_c = st.l_c;
+  ps.k = st.k;
+  ps.out = out.as<int32_t>();
+  ps.out_len = olen.as<int32_t>();
+  ps.out_cap = st.k;
+  ps.scores = scores.as<float>();
+  ps.max_chunks = max_chunks;
+  ihip_prune_stage_prefill(p, ps);
+  device_sync();
+  const auto got = out.download<int32_t>(size_t(n_blk * st.k));
+  const auto got_len = olen.download<int32_t>(size_t(n_blk));
+  const auto got_sc = scores.download<float>(size_t(n_blk * Hkv * max_chunks));
+  int64_t near_ties = 0, judged = 0;
+  for (int64_t b = 0; b < n_blk; ++b) {
+    const int64_t row0 = b * 64, rows = std::min<int64_t>(64, n_q - row0), q_last = q_pos0 + row0 + rows - 1;
+    const int64_t first = n_sink, n_cand = std::max(n_sink, q_last - n_stream + 1) - n_sink;
+    const int64_t n_chunk = (n_cand + st.l_c - 1) / st.l_c;
+    ASSERT_GT(n_chunk, st.keep_chunks());
+    std::vector<float> chunk_score(static_cast<size_t>(n_chunk), -INFINITY);
+    for (int g = 0; g < Hkv; ++g) {
+      // fp64 score of key e (max over the group's heads x the block's rows) and its |q|.|k| bound.
+      std::map<int64_t, std::pair<double, double>> memo;  // key -> (score, bound): a walk revisits its left ends
+      auto oracle = [&](int64_t e, double& bound) {
+        if (const auto it = memo.find(e); it != memo.end()) return bound = it->second.second, it->second.first;
+        double best = -INFINITY;
+        bound = 0;
+        const float* kk = fk.data() + (e * Hkv + g) * kD;
+        for (int h = g * group; h < (g + 1) * group; ++h)
+          for (int64_t r = 0; r < rows; ++r) {
+            const float* qq = fq.data() + ((row0 + r) * H + h) * kD;
+            double d = 0, a = 0;
+            for (int i = 0; i < kD; ++i) d += double(qq[i]) * kk[i], a += std::fabs(double(qq[i]) * kk[i]);
+            best = std::max(best, d);
+            bound = std::max(bound, a);
+          }
+        memo[e] = {best, bound};
+        return best;
+      };
+      // fp32 sums of 128 exact products: |error| <= 128 * 2^-24 * sum |q_i k_i|; twice that as the margin.
+      const auto tol = [](double bound) { return 2.0 * kD * std::ldexp(1.0, -24) * bound; };
+      for (int64_t j = 0; j < n_chunk; ++j) {
+        const int64_t c0 = first + j * st.l_c, len = std::min<int64_t>(st.l_c, n_cand - j * st.l_c);
+        const float gpu = got_sc[size_t((b * Hkv + g) * max_chunks + j)];
+        bool ok = false;
+        std::function<void(int64_t, int64_t)> walk = [&](int64_t lo, int64_t hi) {
+          if (ok) return;
+          double bl, br;
+          const double left = oracle(c0 + lo, bl);
+          if (hi - lo <= 1) {
+            ok = std::fabs(double(gpu) - left) <= tol(bl);
+            return;
+          }
+          const int64_t mid = lo + (hi - lo) / 2;
+          const double right = oracle(c0 + mid, br), margin = tol(bl) + tol(br);
+          if (left - right >= -margin) walk(lo, mid);  // left >= right, or a near tie
+          if (right - left >= -margin) {
+            if (std::fabs(left - right) <= margin) ++near_ties;
+            walk(mid, hi);
+          }
+        };
+        walk(0, len);
+        ++judged;
+        ASSERT_TRUE(ok) << "block " << b << " KV head " << g << " chunk " << j << ": GPU score " << gpu
+                        << " is no fp64 bisection outcome";
+        chunk_score[size_t(j)] = std::max(chunk_score[size_t(j)], gpu);
+      }
+    }
+    // The list: the top-K chunks of the GPU's scores (score desc, earlier chunk), in position order.
+    std::vector<int64_t> order(static_cast<size_t>(n_chunk));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t x, int64_t y) { return chunk_score[size_t(x)] > chunk_score[size_t(y)]; });
+    order.resize(size_t(st.keep_chunks()));
+    std::sort(order.begin(), order.end());
+    std::vector<int32_t> want;
+    for (int64_t j : order)
+      for (int64_t e = j * st.l_c; e < std::min(n_cand, (j + 1) * st.l_c); ++e) want.push_back(int32_t(first + e));
+    ASSERT_EQ(got_len[size_t(b)], int32_t(want.size())) << "block " << b;
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), got.begin() + b * st.k)) << "block " << b;
+  }
+  std::printf("[ihip mma] %lld chunk scores judged, %lld near-tie branches followed\n", (long long)judged,
+              (long long)near_ties);
 }
 
 }  // namespace

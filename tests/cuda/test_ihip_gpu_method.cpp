@@ -1,14 +1,24 @@
 // test_ihip_gpu_method.cpp: InfiniteHiP's GpuMethod (methods/infinitehip/infinitehip_gpu.cpp)
 // against the CPU method (InfiniteHipMethod::build_index, rope=off) on the same bf16 data: every
 // 64-query block of prefill chunks (early and late layers, a chunk after a prefix and the prompt's
-// first chunk) attends the same key set; and what the GPU refuses, with the reason: rope=on, and
-// sparse decode (prefill:infinitehip runs, its decode is dense).
+// first chunk) attends the same key set (on small-integer inputs: the GPU scores rope=off prefill on
+// tensor cores, whose fp32 sums equal the CPU's only when every dot is exact; test_ihip_gpu.cpp
+// judges random inputs against fp64); decode (InfiniteHipMethod's per-stage caches, refreshed
+// on the device): over a run of steps every step's decode index holds the CPU method's key set
+// (step types None / S1 / S1&2 / All, steps the route makes dense, a position that goes back)
+// and the step-type counts equal the CPU State's; and what the GPU refuses, with the reason: rope=on
+// composed per phase (rope=on runs as one method for both phases: tests/gpu/test_gpu_infinitehip.cpp).
 // Run: build-gpu/tests/cuda/test_ihip_gpu_method (skips without a Hopper GPU).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <random>
 
 #include "methods/gpu_method.h"
+#include "methods/infinitehip/infinitehip_gpu.h"
+#include "methods/infinitehip/infinitehip_method.h"
 #include "methods/registry.h"
 #include "sparse/sparse_index.h"
 #include "test_util.h"
@@ -42,10 +52,24 @@ std::vector<KeyRange> normalised(std::span<const KeyRange> r, int64_t limit) {
   return out.ranges;
 }
 
+// Small integers in [-2, 2], exact in bf16: every q.k is an exact integer however it is summed.
+std::vector<uint16_t> small_int_bf16(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> dist(-2, 2);
+  std::vector<uint16_t> v(n);
+  for (auto& x : v) {
+    const float f = float(dist(rng));
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    x = uint16_t(bits >> 16);
+  }
+  return v;
+}
+
 void check_chunk(GpuMethod& g, const AttentionMethod& m, int layer, int64_t n_q, int64_t q_pos0) {
   const int64_t n_kv = q_pos0 + n_q;
-  std::vector<double> tmp;
-  const auto hq = random_bf16(size_t(n_q * H * D), 1.0, tmp), hk = random_bf16(size_t(n_kv * Hkv * D), 1.0, tmp);
+  const auto hq = small_int_bf16(size_t(n_q * H * D), uint64_t(31 + q_pos0 + layer)),
+             hk = small_int_bf16(size_t(n_kv * Hkv * D), uint64_t(37 + q_pos0 + layer));
   auto fq = to_float(hq), fk = to_float(hk);
   DevBuf q(hq.size() * 2), k(hk.size() * 2);
   q.upload(hq);
@@ -104,18 +128,123 @@ TEST(IhipGpuMethod, PrefillIndexHasTheCpuKeySets) {
   g->release();
 }
 
+// Decode: keys of a sequence in a one-page device view (the GPU model's own_view), a fresh query per
+// step; the CPU method runs with its State across the same steps.
+TEST(IhipGpuMethod, DecodeIndexHasTheCpuKeySetsAtEveryStep) {
+  LC_REQUIRE_GPU();
+  // Both phases; refresh 8/4/2 so a dozen steps visit every step type (from stage 0, 1, 2; cached).
+  const char* spec = "infinitehip=l_c=64/16/4,k=1024/256/64,n_sink=32,n_stream=128,early_layers=1,k_early=128,"
+                     "refresh=8/4/2,rope=off";
+  const auto m = make_attention_method(spec, model());
+  auto g = make_gpu_method(*m, model());
+  ASSERT_TRUE(g);
+  EXPECT_TRUE(g->decodes());
+  EXPECT_TRUE(g->keeps_sequence_state());
+  constexpr int64_t cap = 8192;
+  g->allocate({.model = model(), .chunk = 512, .capacity = cap, .n_seq = 1}, nullptr);
+  std::vector<double> tmp;
+  const auto hk = random_bf16(size_t(cap * Hkv * D), 1.0, tmp);
+  const auto fk = to_float(hk);
+  DevBuf k(hk.size() * 2), table(4), len_d(4);
+  k.upload(hk);
+  table.upload(std::vector<int32_t>{0});
+  KvView kv;
+  kv.k_pool = k.p;
+  kv.v_pool = k.p;
+  kv.elem = KvElem::bf16;
+  kv.block_table = table.as<int32_t>();
+  kv.seq_lens = len_d.as<int32_t>();
+  kv.n_seq = 1;
+  kv.max_pages_per_seq = 1;
+  kv.page_size = int(cap);
+  kv.n_pages = 1;
+  kv.n_kv_head = Hkv;
+  kv.head_dim = D;
+  kv.on_device = true;
+  const auto& cpu_m = static_cast<const InfiniteHipMethod&>(*m);
+  // The route turns sparse at length 32 + 64 + 128 (min_k 64): start just before it; later a
+  // position that goes back (a new request on the same state) refreshes every stage.
+  std::vector<int64_t> lens;
+  for (int64_t n = 200; n < 240; ++n) lens.push_back(n);
+  for (int64_t n = 3000; n < 3013; ++n) lens.push_back(n);
+  for (int64_t n = 2500; n < 2505; ++n) lens.push_back(n);
+  int checked_sparse = 0;
+  for (int layer : {0, 2}) {
+    g->start_sequence(nullptr);
+    auto state = m->start_sequence();
+    auto& s2 = static_cast<InfiniteHipMethod::State&>(*state);
+    for (const int64_t n : lens) {
+      SCOPED_TRACE(::testing::Message() << "layer " << layer << " len " << n);
+      const auto hq = random_bf16(size_t(H * D), 1.0, tmp);
+      auto fq = to_float(hq);
+      DevBuf q(hq.size() * 2);
+      q.upload(hq);
+      len_d.upload(std::vector<int32_t>{int32_t(n)});
+      const GpuDecodeIndex gi = g->build_decode({.layer = layer, .kv = kv, .q = q.p}, nullptr);
+      device_sync();
+      ASSERT_EQ(gi.index.n_seq, 1);
+      ASSERT_EQ(gi.index.n_index_head, 1);
+      std::vector<int32_t> ptr(2);
+      copy_d2h(ptr.data(), gi.index.range_ptr, 8);
+      ASSERT_LE(int64_t(ptr[1]), gi.index.range_capacity);
+      std::vector<KeyRange> ranges(static_cast<size_t>(ptr[1]));
+      copy_d2h(ranges.data(), gi.index.ranges, ranges.size() * 8);
+      std::vector<KeyRange> want;
+      const AttnStep step{.layer = layer, .phase = Phase::decode, .n_q = 1, .q_pos0 = n - 1, .n_kv = n};
+      if (cpu_m.route(step) == Route::sparse) {
+        AttnParams p;
+        p.q = fq.data();
+        p.k = fk.data();
+        p.n_q = 1;
+        p.n_kv = n;
+        p.n_head = H;
+        p.n_kv_head = Hkv;
+        p.head_dim = D;
+        p.q_pos0 = n - 1;
+        p.layer = layer;
+        const SparseIndex cpu = m->build_index(p, Phase::decode, s2, pool());
+        want = normalised(cpu.heads[0].block_ranges(0), n);
+        ++checked_sparse;
+      } else {
+        want = {{0, int32_t(n)}};  // dense: every key (the GPU attends all of them through the index)
+      }
+      const auto got = normalised(ranges, n);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i)
+        EXPECT_TRUE(got[i].start == want[i].start && got[i].end == want[i].end) << "range " << i;
+      int64_t keys = 0;
+      for (const KeyRange& r : got) keys += r.end - r.start;
+      EXPECT_LE(keys, gi.max_keys_per_row);
+    }
+    const IhipGpuDecodeCounts c = infinitehip_gpu_decode_counts(*g, nullptr);
+    ASSERT_EQ(c.refreshes.size(), s2.refreshes.size());
+    for (size_t i = 0; i < c.refreshes.size(); ++i) EXPECT_EQ(c.refreshes[i], s2.refreshes[i]) << "stage " << i;
+    EXPECT_EQ(c.cached_steps, s2.cached_steps);
+    for (size_t i = 0; i < c.refreshes.size(); ++i) EXPECT_GT(c.refreshes[i], 0) << "step type from stage " << i;
+    EXPECT_GT(c.cached_steps, 0);
+    std::printf("[ ihip decode ] layer %d: refreshes from stage 0/1/2 %lld/%lld/%lld, cached %lld\n", layer,
+                (long long)c.refreshes[0], (long long)c.refreshes[1], (long long)c.refreshes[2],
+                (long long)c.cached_steps);
+  }
+  EXPECT_GT(checked_sparse, 40);
+  g->release();
+}
+
 TEST(IhipGpuMethod, RefusesWhatTheGpuCannotRunWithTheReason) {
+  // rope=on keeps pre-RoPE keys: on the GPU the method attends itself, both phases as one method.
   const auto on = make_attention_method("prefill:infinitehip", model());
   try {
     (void)make_gpu_method(*on, model());
-    ADD_FAILURE() << "rope=on accepted on the GPU";
+    ADD_FAILURE() << "rope=on composed per phase accepted on the GPU";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("un-rotated keys"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("pre-RoPE"), std::string::npos) << e.what();
   }
-  EXPECT_NE(gpu_method_problem(*on, model()).find("rope=on"), std::string::npos);
-  const auto both = make_attention_method("infinitehip=rope=off", model());
-  EXPECT_NE(gpu_method_problem(*both, model()).find("sparse decode"), std::string::npos)
-      << gpu_method_problem(*both, model());
+  const auto both_on = make_attention_method("infinitehip", model());
+  EXPECT_EQ(gpu_method_problem(*both_on, model()), "");
+  EXPECT_TRUE(make_gpu_method(*both_on, model())->attends());
+  // Sparse decode runs (both phases, or decode alone after a dense prefill).
+  EXPECT_EQ(gpu_method_problem(*make_attention_method("infinitehip=rope=off", model()), model()), "");
+  EXPECT_EQ(gpu_method_problem(*make_attention_method("decode:infinitehip=rope=off", model()), model()), "");
   EXPECT_EQ(gpu_method_problem(*make_attention_method(kSpec, model()), model()), "");
 }
 

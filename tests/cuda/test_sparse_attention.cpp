@@ -7,7 +7,7 @@
 // (== dense), all keys as gathered columns, the last partial query block, q_pos0 > 0 chunks,
 // GQA with per-query-head / per-KV-head / shared indices, non-causal, many short ranges, range
 // tails at the kernel's packing boundaries, odd head counts and block counts over the kernel's
-// task-order chunks.
+// task-order chunks, HiP's index (sinks, hundreds of 2-key blocks, window; gathered tails).
 // Run: build-gpusparse/tests/cuda/test_cuda --gtest_filter='Sparse*' (skips without a Hopper GPU).
 #include <algorithm>
 #include <cmath>
@@ -45,7 +45,7 @@ FlatIndex flatten(const SparseIndex& idx) {
 
 
 // Runs the kernel on idx and checks O (sampled heads: all) and LSE against the fp64 oracle.
-void check(const Shape& sh, const SparseIndex& idx, const char* what) {
+void check(const Shape& sh, const SparseIndex& idx, const char* what, int tail_gather_max = kSparseGatherMax) {
   constexpr int D = 128;
   std::vector<double> qd, kd, vd;
   const auto qh = random_bf16(size_t(sh.n_q) * sh.n_head * D, 1.0, qd);
@@ -76,6 +76,7 @@ void check(const Shape& sh, const SparseIndex& idx, const char* what) {
   p.n_kv_head = sh.n_kv_head;
   p.q_pos0 = sh.q_pos0;
   p.causal = sh.causal;
+  p.tail_gather_max = tail_gather_max;
   p.index.n_index_head = int(idx.heads.size());
   p.index.n_qblk = n_query_blocks(sh.n_q);
   p.index.range_ptr = rp.as<int64_t>();
@@ -255,6 +256,43 @@ TEST(SparseAttnSmall, RangeTailsPackedAtTheirBoundaries) {
       hi.end_block();
     }
   check(sh, idx, "tail-packing");
+}
+
+// HiP's prefill index (hip_estimate.h): sinks [0, 16), up to 150 selected blocks of 2 keys
+// (adjacent ones merge into 4- or 6-key ranges) before key_end, the window [key_end, end), and a
+// few columns: the tails go to gathered tiles (several per block: one in flight while the next is
+// issued; columns share the last), also with every tail gathered (kSparsePackMax) and none (0).
+TEST(SparseAttnSmall, HipBlocksOfTwoKeysGathered) {
+  LC_REQUIRE_GPU();
+  auto g = gen();
+  const Shape sh{448, 3400, 2952, 4, 2};
+  constexpr int32_t kSinks = 16, kWindow = 256, kBk = 2;
+  std::uniform_int_distribution<int> n_blocks(1, 150), n_cols(0, 5);
+  SparseIndex idx;
+  idx.n_q = sh.n_q;
+  idx.heads.resize(4);
+  for (auto& hi : idx.heads)
+    for (int64_t b = 0; b < n_query_blocks(sh.n_q); ++b) {
+      const int32_t first = int32_t(sh.q_pos0 + b * kSparseQBlock), key_end = first - kWindow + 1;
+      const int32_t end = int32_t(std::min<int64_t>(first + kSparseQBlock, sh.n_kv));
+      hi.ranges.push_back({0, kSinks});
+      std::vector<int32_t> blocks;
+      std::uniform_int_distribution<int32_t> pick(kSinks / kBk, key_end / kBk - 1);
+      for (int i = n_blocks(g); i > 0; --i) blocks.push_back(pick(g));
+      std::sort(blocks.begin(), blocks.end());
+      blocks.erase(std::unique(blocks.begin(), blocks.end()), blocks.end());
+      for (int32_t blk : blocks) hi.ranges.push_back({blk * kBk, blk * kBk + kBk});
+      hi.ranges.push_back({key_end, end});
+      std::uniform_int_distribution<int32_t> col(0, end - 1);
+      std::vector<int32_t> cs;
+      for (int i = n_cols(g); i > 0; --i) cs.push_back(col(g));
+      std::sort(cs.begin(), cs.end());
+      for (int32_t c : cs) hi.cols.push_back(c);
+      hi.end_block();
+    }
+  check(sh, idx, "hip-2-key-blocks");
+  check(sh, idx, "hip-2-key-blocks/all-gathered", kSparsePackMax);
+  check(sh, idx, "hip-2-key-blocks/segments", 0);
 }
 
 // The kernel's task order (sparse_attention_sm90.cu task_of): more query blocks than one order

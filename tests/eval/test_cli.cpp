@@ -22,6 +22,7 @@ struct Harness {
   eval::EngineFactory factory() {
     return [this](const LoadOptions& lo) {
       loads.push_back(lo);
+      if (lo.attn == "refused") fail("fake: attention method 'refused' is not implemented on this device");
       return std::make_unique<evaltest::FakeEngine>(lo, ctx);
     };
   }
@@ -98,6 +99,24 @@ TEST(EvalCli, OtherArgumentErrors) {
   EXPECT_THROW(h.run({"eval"}), CLI::ParseError);  // TASK is required
 }
 
+TEST(EvalCli, AMethodTheEngineRefusesStopsTheRunBeforeAnyPrompt) {
+  for (const std::string task : {"passkey", "ppl"}) {
+    Harness h;
+    std::vector<std::string> args{"eval", task, "--attn", "dense,refused", "--lengths", "1k", "--samples", "1", "--quiet"};
+    if (task == "ppl") {
+      const std::string text = temp_dir("refused_text") + ".txt";
+      std::ofstream(text) << std::string(20000, 'a');
+      args.insert(args.end(), {"--text", text});
+    }
+    const std::string m = h.error(args);
+    EXPECT_NE(m.find("method 'refused'"), std::string::npos) << m;
+    EXPECT_NE(m.find("not implemented on this device"), std::string::npos) << m;
+    // dense was loaded for the check only: its run (a second load) never started
+    ASSERT_EQ(h.loads.size(), 2u) << task;
+    EXPECT_EQ(h.loads[0].attn, "dense");
+  }
+}
+
 TEST(EvalCli, PasskeySideBySideTableJsonAndHeatmap) {
   Harness h;
   const std::string dir = temp_dir("passkey");
@@ -106,9 +125,11 @@ TEST(EvalCli, PasskeySideBySideTableJsonAndHeatmap) {
                                 "--depths", "0,0.5,1", "--json", json, "--quiet", "-m", "fake.gguf", "--device", "cuda"};
   if (eval::pictures_built()) args.insert(args.end(), {"--out", dir});
   const std::string out = h.run(args);
-  ASSERT_EQ(h.loads.size(), 2u);
+  ASSERT_EQ(h.loads.size(), 4u);  // each method loaded once up front (the check), then once for its run
   EXPECT_EQ(h.loads[0].attn, "dense");
   EXPECT_EQ(h.loads[1].attn, "blind");
+  EXPECT_EQ(h.loads[2].attn, "dense");
+  EXPECT_EQ(h.loads[3].attn, "blind");
   EXPECT_EQ(h.loads[0].model_path, "fake.gguf");
   EXPECT_EQ(h.loads[0].device, "cuda");
   // Table: dense 100%, blind 0%, per length.

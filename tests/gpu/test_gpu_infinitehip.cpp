@@ -1,20 +1,28 @@
-// test_gpu_infinitehip.cpp: InfiniteHiP prefill on the GPU model (--attn
-// 'prefill:infinitehip=...,rope=off': pruning stages + sparse index on the device, the shared sparse
-// kernel, dense decode) vs the CPU model with the same method on the same (bf16-valued) weights.
+// test_gpu_infinitehip.cpp: InfiniteHiP on the GPU model vs the CPU model with the same method on
+// the same (bf16-valued) weights: prefill (--attn 'prefill:infinitehip=...,rope=off': pruning
+// stages + sparse index on the device, the shared sparse kernel, dense decode) and sparse decode
+// (--attn 'infinitehip=...,rope=off': the per-stage decode caches refreshed on the device, the
+// decode stages, the decode index and cuda::sparse_decode in the replayed CUDA graph).
 // The model: a tiny random Llama with head_dim 128, 4 query / 2 KV heads, 3 layers
 // (model/tiny_model); stages small enough that ~1.5K tokens prune at every stage (so sparse and
 // dense logits differ clearly). Checked: GPU == CPU logits within the bf16 tolerance of
 // test_util.h (last prefill rows and teacher-forced dense decode steps), one chunk and chunks of
 // 512 (chunks after a prefix), greedy argmax equal where the margin is clear, and every layer's
 // prefill chunk routed sparse. The GPU prunes on bf16 Q/K and the CPU on fp32, so a near-tied
-// chunk could differ: the measured margin is printed.
+// chunk could differ: the measured margin is printed. Decode: 40 teacher-forced steps (every step
+// type of refresh=8/4/2, a 64-key tile crossed, so the graph is captured again) within the same
+// tolerance of the CPU's, sparse logits away from dense ones, and graph replay == eager bit for bit;
+// the same with rope=on (GpuMethod::attend: pre-RoPE cache, the paper's pruning RoPE, StreamingLLM
+// positions in the attention of prefill blocks and decode steps).
 //   build-gpu/tests/gpu/test_gpu --gtest_filter='GpuInfiniteHip*'
 #ifdef LONGCTX_WITH_GPU
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include "gpu/device_weights.h"
 #include "gpu/gpu_transformer.h"
+#include "methods/infinitehip/infinitehip_gpu.h"
 #include "methods/method.h"
 #include "model/tiny_model.h"
 #include "model/transformer.h"
@@ -150,6 +158,78 @@ TEST_F(GpuInfiniteHip, PrefillMatchesTheCpuMethod) {
     EXPECT_GT(stats.sparse_calls, 0);
   }
 }
+
+// Both phases sparse; refresh 8/4/2 so the decode steps visit every step type.
+const char* kDecodeSpec = "infinitehip=l_c=64/16/4,k=512/128/32,n_sink=16,n_stream=64,early_layers=1,k_early=64,"
+                          "refresh=8/4/2,rope=off";
+
+std::vector<int32_t> decode_tokens(int n, int32_t vocab) {
+  std::vector<int32_t> t;
+  for (int i = 0; i < n; ++i) t.push_back(int32_t((7919 * i + 13) % vocab));
+  return t;
+}
+
+// rope=on: keys cached un-rotated, pruning with the paper's RoPE (layer 0 chunk-indexed, the rest
+// relative), attention at StreamingLLM positions (GpuMethod::attend).
+const char* kRopeSpec = "infinitehip=l_c=64/16/4,k=512/128/32,n_sink=16,n_stream=64,early_layers=1,k_early=64,"
+                        "refresh=8/4/2,rope=on";
+
+void check_decode(const char* spec) {
+  Fixture& f = fixture();
+  const int64_t n = 1500, chunk = 512;
+  const auto ids = random_ids(n, f.cfg.vocab_size, 5);
+  const auto dec = decode_tokens(40, int32_t(f.cfg.vocab_size));
+  gpu::GpuOptions o;
+  o.chunk = chunk;
+  o.attn = spec;
+  gpu::GpuTransformer g(f.cfg, gpu::DeviceWeights::upload(f.cfg, ModelWeights::load(*f.file, f.cfg), nullptr), o);
+  ASSERT_TRUE(g.gpu_method() && g.gpu_method()->decodes());
+  const ModelWeights w = g.weights().download(g.stream());
+  const Rows gi = run_gpu(g, ids, chunk, dec);
+  EXPECT_GT(g.graph_captures(), 1) << "the decode steps did not replay from a graph (or never re-captured)";
+  const Rows ci = run_cpu(spec, w, ids, chunk, dec);
+  const Rows cd = run_cpu("dense", w, ids, chunk, dec);
+  const Rows ci_dec(ci.begin() + kRows, ci.end()), cd_dec(cd.begin() + kRows, cd.end());
+  const Cmp gc = compare(ci, gi), sd = compare(cd_dec, ci_dec);
+  std::printf("[ gpu infinitehip ] %s: GPU vs CPU infinitehip max|diff|/tol %.3f (argmax %d/%d); CPU infinitehip "
+              "vs CPU dense over the decode steps %.3f; graph captures %lld\n",
+              spec, gc.worst, gc.argmax_equal, gc.argmax_checked, sd.worst, (long long)g.graph_captures());
+  EXPECT_LE(gc.worst, 1.0) << "GPU infinitehip decode logits outside the bf16 tolerance of the CPU's";
+  EXPECT_EQ(gc.argmax_equal, gc.argmax_checked);
+  EXPECT_GT(sd.worst, 1.0) << "sparse and dense decode logits differ by less than the tolerance: the test proves nothing";
+  const IhipGpuDecodeCounts c = infinitehip_gpu_decode_counts(*g.gpu_method(), g.stream());
+  // Every layer decodes sparse (no dense_layers): each step is counted once per layer.
+  int64_t steps = c.cached_steps;
+  for (const int64_t r : c.refreshes) steps += r;
+  EXPECT_EQ(steps, int64_t(dec.size()) * kLayers);
+  for (size_t i = 0; i < c.refreshes.size(); ++i) EXPECT_GT(c.refreshes[i], 0) << "stage " << i;
+  EXPECT_GT(c.cached_steps, 0);
+}
+
+void check_graph(const char* spec) {
+  Fixture& f = fixture();
+  const int64_t n = 1500, chunk = 512;
+  const auto ids = random_ids(n, f.cfg.vocab_size, 6);
+  const auto dec = decode_tokens(40, int32_t(f.cfg.vocab_size));
+  gpu::GpuOptions o;
+  o.chunk = chunk;
+  o.attn = spec;
+  gpu::GpuTransformer g(f.cfg, gpu::DeviceWeights::upload(f.cfg, ModelWeights::load(*f.file, f.cfg), nullptr), o);
+  g.set_cuda_graph(false);
+  const Rows eager = run_gpu(g, ids, chunk, dec);
+  g.set_cuda_graph(true);
+  const Rows graph = run_gpu(g, ids, chunk, dec);  // reset() starts the caches afresh
+  ASSERT_TRUE(g.cuda_graph());
+  EXPECT_GT(g.graph_captures(), 0);
+  ASSERT_EQ(eager.size(), graph.size());
+  for (size_t i = 0; i < eager.size(); ++i)
+    EXPECT_EQ(0, std::memcmp(eager[i].data(), graph[i].data(), eager[i].size() * sizeof(float))) << "row " << i;
+}
+
+TEST_F(GpuInfiniteHip, SparseDecodeMatchesTheCpuMethod) { check_decode(kDecodeSpec); }
+TEST_F(GpuInfiniteHip, GraphDecodeEqualsEager) { check_graph(kDecodeSpec); }
+TEST_F(GpuInfiniteHip, RopeOnMatchesTheCpuMethod) { check_decode(kRopeSpec); }
+TEST_F(GpuInfiniteHip, RopeOnGraphDecodeEqualsEager) { check_graph(kRopeSpec); }
 
 }  // namespace
 }  // namespace longctx

@@ -10,7 +10,10 @@
 // is one chunk (the layer-major prefill then runs the same launches as the chunk-major one), and
 // within the bf16 tolerance with the same argmax for a prompt of several chunks (the GEMMs of the
 // two orders may pick other algorithms); the caches are used (refresh and cached steps counted,
-// K/V hits on cached steps); (3) options the offload cannot serve are refused up front.
+// K/V hits on cached steps); (3) options the offload cannot serve are refused up front; (4) the
+// fp8 cache (--kv-cache fp8): the plan sizes 1 byte an element (2M fits an H200's budgets, 3M's
+// outcome printed), host layers == HBM layers and offload on == off bit for bit (both prefill
+// layer-major: a prompt of several chunks is bit-identical too).
 //   build-gpu/tests/gpu/test_gpu --gtest_filter='KvOffload*'
 #ifdef LONGCTX_WITH_GPU
 #include <cstring>
@@ -32,12 +35,14 @@ constexpr size_t kGiB = size_t(1) << 30;
 // HiP small enough that a 1.5K-token context is sparse (n_kv - window - sinks > k) and refreshes often.
 const std::string kHip = "hip=k=64,window=64,sinks=16,refresh=4,dense_layers=1";
 
-gpu::OffloadBudget h200_budget(const ModelConfig& c, int64_t cap, int dense_layers) {
+gpu::OffloadBudget h200_budget(const ModelConfig& c, int64_t cap, int dense_layers, bool fp8 = false) {
   gpu::OffloadBudget b;
+  b.elem = fp8 ? KvElem::fp8_e4m3 : KvElem::bf16;
   b.capacity = cap;
   b.line_tokens = 2;
   b.gpu_free = 139 * kGiB - gpu::weight_bytes(c) - 2 * kGiB;  // weights and an activation arena held
-  b.gpu_fixed = gpu::stage_layout(c, cap, gpu::KvCacheType::bf16, true).total + gpu::decode_ws_bytes(c, cap);
+  b.gpu_fixed = gpu::stage_layout(c, cap, fp8 ? gpu::KvCacheType::fp8 : gpu::KvCacheType::bf16, true).total +
+                gpu::decode_ws_bytes(c, cap);
   b.host_free = 125 * int64_t(kGiB);
   b.device_name = "NVIDIA H200";
   b.decodes_dense = [dense_layers](int l) { return l < dense_layers; };
@@ -86,6 +91,31 @@ TEST(KvOffloadPlan, SplitsLayersBetweenHbmAndHost) {
                              "33"));
 }
 
+// fp8: 1 byte an element in HBM and host memory; 2M fits an H200 (139 GiB) with a 125 GiB host.
+TEST(KvOffloadPlan, Fp8SizesOneByteAnElement) {
+  const ModelConfig c = gpu::geometry_config("llama3-8b");
+  const int64_t m = int64_t(1) << 20;
+  const gpu::OffloadPlan p2 = gpu::plan_offload(c, {.on = true}, h200_budget(c, 2 * m, 3, true));
+  EXPECT_EQ(p2.hbm_layer_bytes, 4 * kGiB);  // 2M x 8 heads x 128 x 1 byte, K and V
+  EXPECT_EQ(p2.tier.elem, KvElem::fp8_e4m3);
+  EXPECT_EQ(size_t(p2.tier_sizes.host_bytes), size_t(p2.host_layers) * 4 * kGiB);
+  for (int l = 0; l < 3; ++l) EXPECT_EQ(p2.tier_layer[size_t(l)], -1) << "dense layer " << l;
+  // The fp8 budget holds the staging already: the plan adds none for host layers.
+  const gpu::OffloadBudget b = h200_budget(c, 2 * m, 3, true);
+  EXPECT_LE(b.gpu_fixed + gpu::kReserveBytes + p2.hbm_bytes + size_t(p2.tier_sizes.gpu_bytes), b.gpu_free);
+  std::printf("[ plan ] fp8 2M: %d layers in HBM, %d on the host (%.1f GiB pinned)\n", c.n_layer - p2.host_layers,
+              p2.host_layers, double(p2.tier_sizes.host_bytes) / double(kGiB));
+  const std::string e3 = gpu::offload_plan_problem(c, {.on = true}, h200_budget(c, 3 * m, 3, true));
+  if (e3.empty()) {
+    const gpu::OffloadPlan p3 = gpu::plan_offload(c, {.on = true}, h200_budget(c, 3 * m, 3, true));
+    std::printf("[ plan ] fp8 3M: %d layers in HBM, %d on the host (%.1f GiB pinned)\n", c.n_layer - p3.host_layers,
+                p3.host_layers, double(p3.tier_sizes.host_bytes) / double(kGiB));
+  } else {
+    EXPECT_TRUE(test::contains(e3, "x fp8)")) << e3;
+    std::printf("[ message ] fp8 3M: %s\n", e3.c_str());
+  }
+}
+
 struct OffloadRun {
   std::vector<std::vector<float>> logits;  // per call: the last position's row
   gpu::GpuOffloadStats stats;
@@ -94,8 +124,9 @@ struct OffloadRun {
 
 // Prefill `parts` (one forward each), then decode `steps` (teacher-forced ids) with logits.
 OffloadRun run_model(const ModelConfig& cfg, const gpu::KvOffloadOptions& off, const std::vector<std::vector<int32_t>>& parts,
-        const std::vector<int32_t>& steps) {
-  gpu::GpuTransformer g(cfg, gpu::DeviceWeights::random(cfg, 41, nullptr), {.chunk = 512, .attn = kHip, .kv_offload = off});
+        const std::vector<int32_t>& steps, gpu::KvCacheType kv = gpu::KvCacheType::bf16) {
+  gpu::GpuTransformer g(cfg, gpu::DeviceWeights::random(cfg, 41, nullptr),
+                        {.chunk = 512, .attn = kHip, .kv_cache = kv, .kv_offload = off});
   int64_t cap = int64_t(steps.size());
   for (const auto& p : parts) cap += int64_t(p.size());
   g.reset(cap);
@@ -198,14 +229,49 @@ TEST(KvOffloadModel, RefusedUpFront) {
     return test::error_of([&] { gpu::GpuTransformer g(cfg, gpu::DeviceWeights::random(cfg, 1, nullptr), o); });
   };
   EXPECT_TRUE(test::contains(make({.attn = "dense", .kv_offload = {.on = true}}), "--attn hip"));
-  EXPECT_TRUE(test::contains(make({.attn = kHip, .kv_cache = gpu::KvCacheType::fp8, .kv_offload = {.on = true}}),
-                             "bf16"));
   gpu::GpuTransformer g(cfg, gpu::DeviceWeights::random(cfg, 1, nullptr), {.attn = kHip, .kv_offload = {.on = true}});
   const std::string e = g.kv_fit_problem(int64_t(1) << 30);  // 1G tokens: 128 GiB per layer
   EXPECT_TRUE(test::contains(e, "GPU memory") && test::contains(e, "host memory")) << e;
   EXPECT_TRUE(test::contains(test::error_of([&] { g.reset(int64_t(1) << 30); }), "host memory"));
   const int64_t caps[2] = {100, 100};
   EXPECT_TRUE(test::contains(test::error_of([&] { g.reserve_sequences(caps); }), "one sequence"));
+}
+
+// The fp8 cache: e4m3 K/V in HBM and host memory alike, the estimator and sparse decode reading the
+// codes through the caches. Both sides prefill layer-major, so every call is bit-identical.
+TEST(KvOffloadModel, Fp8HostLayersAndOffloadOffBitForBit) {
+  REQUIRE_GPU();
+  const ModelConfig cfg = gpu::geometry_config("llama3-8b:4");
+  const auto fp8 = gpu::KvCacheType::fp8;
+  const std::vector<int32_t> prompt = random_ids(1500, cfg.vocab_size, 17), steps = random_ids(40, cfg.vocab_size, 18);
+  const std::vector<std::vector<int32_t>> one{prompt};
+  const std::vector<std::vector<int32_t>> two{{prompt.begin(), prompt.begin() + 1000}, {prompt.begin() + 1000, prompt.end()}};
+  const OffloadRun off = run_model(cfg, {}, one, steps, fp8);
+  const OffloadRun hbm = run_model(cfg, {.on = true, .host_layers = 0}, one, steps, fp8);
+  const OffloadRun all = run_model(cfg, {.on = true, .host_layers = 4}, one, steps, fp8);
+  const OffloadRun split = run_model(cfg, {.on = true, .host_layers = 2}, one, steps, fp8);
+  EXPECT_EQ(all.host_layers, 4);
+  EXPECT_EQ(split.host_layers, 2);
+  expect_identical(off, all, "fp8: offload off vs all 4 layers on the host");
+  expect_identical(hbm, all, "fp8: all 4 layers on the host vs none");
+  expect_identical(hbm, split, "fp8: 2 layers on the host vs none");
+  // Two prefill calls: the second dequantizes the first's codes from host memory into the staging.
+  expect_identical(run_model(cfg, {}, two, steps, fp8), run_model(cfg, {.on = true, .host_layers = 4}, two, steps, fp8),
+                   "fp8: prefill in two calls, offload off vs all on the host");
+  // fp8 is not bf16: the logits differ from the bf16 cache's, but stay close (same argmax mostly).
+  const OffloadRun bf = run_model(cfg, {.on = true, .host_layers = 4}, one, steps);
+  int same_argmax = 0;
+  for (size_t i = 0; i < bf.logits.size(); ++i) {
+    const test::LogitDiff d = test::compare_row(bf.logits[i].data(), all.logits[i].data(), cfg.vocab_size);
+    same_argmax += d.argmax_a == d.argmax_b;
+  }
+  const gpu::GpuOffloadStats& s = all.stats;
+  EXPECT_GT(s.refresh.keys.reads, 0u);
+  EXPECT_GT(s.cached.kv.reads, 0u);
+  EXPECT_GT(s.cached.kv.hit_ratio(), 0.9);
+  std::printf("[ fp8 ] %lld refresh / %lld cached steps; K/V hits %.4f cached; argmax as with bf16 in %d of %zu calls\n",
+              (long long)s.refresh.steps, (long long)s.cached.steps, s.cached.kv.hit_ratio(), same_argmax,
+              bf.logits.size());
 }
 
 }  // namespace

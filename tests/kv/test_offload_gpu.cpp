@@ -7,7 +7,7 @@
 //   each step; the last 6 replayed from one captured CUDA graph) the estimator's selected blocks
 //   and ranges and sparse decode's outputs and LSEs are bit-identical to the same kernels over a
 //   device-resident cache, with small caches so that both hit and miss paths run (keys cache
-//   admission after 1 and 2 steps);
+//   admission after 1 and 2 steps), with a bf16 and with an fp8 e4m3 cache;
 // - an offload tier that does not fit fails up front with a message naming host and GPU.
 // GPU cases GTEST_SKIP without a Hopper GPU.
 #include <cuda_runtime.h>
@@ -21,6 +21,7 @@
 #include "kernels/cuda/hip_estimate.h"
 #include "kernels/cuda/kv_offload.h"
 #include "kernels/cuda/runtime.h"
+#include "kernels/ref/fp8_e4m3.h"
 #include "kernels/cuda/sparse_decode.h"
 #include "kv/cuda/kv_scatter.h"
 #include "kv/cuda/offload_tier.h"
@@ -178,7 +179,10 @@ TEST(OffloadGpu, TierThatDoesNotFitNamesHostAndGpu) {
 }
 
 // One layer of HiP decode, baseline (device cache) and offloaded (host tier + caches) side by side.
-void check_hip_equal(int keys_admit) {
+// fp8: both caches hold e4m3 codes (scales 0.02 / 0.03), the new token is quantized by kv_scatter
+// and reaches the resident lines from the host row (kv_offload_append without new rows).
+void check_hip_equal(int keys_admit, bool fp8 = false) {
+  SCOPED_TRACE(testing::Message() << "keys_admit=" << keys_admit << " fp8=" << fp8);
   cuda::HipEstimateConfig cfg;
   cfg.k = 128;
   cfg.window = 64;
@@ -195,18 +199,29 @@ void check_hip_equal(int keys_admit) {
   spec.keys_slots = 256;  // small: the estimator's ~1300 reads per head miss and evict
   spec.kv_slots = 512;
   spec.keys_admit_steps = keys_admit;
+  spec.elem = fp8 ? KvElem::fp8_e4m3 : KvElem::bf16;
+  const size_t eb = fp8 ? 1 : 2;
+  constexpr float kKScale = 0.02f, kVScale = 0.03f;
   OffloadTier tier(spec);
   const auto hk = random_bf16(size_t(cap) * row), hv = random_bf16(size_t(cap) * row);
-  std::memcpy(tier.host_k(0), hk.data(), hk.size() * 2);
-  std::memcpy(tier.host_v(0), hv.data(), hv.size() * 2);
-  Buf dk(hk.size() * 2), dv(hv.size() * 2), table(4), dlen(4);
-  dk.up(hk);
-  dv.up(hv);
+  std::vector<uint8_t> ck, cv;  // fp8: the codes of hk / scale, hv / scale
+  for (size_t i = 0; fp8 && i < hk.size(); ++i) {
+    ck.push_back(f32_to_e4m3(bf16_to_f32(hk[i]) / kKScale));
+    cv.push_back(f32_to_e4m3(bf16_to_f32(hv[i]) / kVScale));
+  }
+  const void* src_k = fp8 ? static_cast<const void*>(ck.data()) : hk.data();
+  const void* src_v = fp8 ? static_cast<const void*>(cv.data()) : hv.data();
+  std::memcpy(tier.host_k(0), src_k, hk.size() * eb);
+  std::memcpy(tier.host_v(0), src_v, hv.size() * eb);
+  Buf dk(hk.size() * eb), dv(hv.size() * eb), table(4), dlen(4);
+  cuda::copy_h2d(dk.p, src_k, hk.size() * eb);
+  cuda::copy_h2d(dv.p, src_v, hv.size() * eb);
   table.up(std::vector<int32_t>{0});
   KvView dev;
   dev.k_pool = dk.p;
   dev.v_pool = dv.p;
-  dev.elem = KvElem::bf16;
+  dev.elem = spec.elem;
+  if (fp8) dev.k_scale = kKScale, dev.v_scale = kVScale;
   dev.block_table = table.as<int32_t>();
   dev.seq_lens = dlen.as<int32_t>();
   dev.n_seq = 1;
@@ -216,7 +231,9 @@ void check_hip_equal(int keys_admit) {
   dev.n_kv_head = Hkv;
   dev.head_dim = d;
   dev.on_device = true;
-  const KvView host = tier.host_view(0);
+  KvView host = tier.host_view(0);
+  host.k_scale = dev.k_scale;
+  host.v_scale = dev.v_scale;
 
   Buf q(size_t(H) * d * 2), knew(row * 2), vnew(row * 2);
   struct Side {  // one decode path's index and output buffers
@@ -284,7 +301,8 @@ void check_hip_equal(int keys_admit) {
   auto offload_step = [&](cuda::Stream s) {
     cuda::kv_offload_begin_step(tier.tick(), s);
     append(host, s);
-    cuda::kv_offload_append(tier.caches(0), host, knew.p, vnew.p, s);
+    if (fp8) cuda::kv_offload_append(tier.caches(0), host, nullptr, nullptr, s);  // the quantized row from the host
+    else cuda::kv_offload_append(tier.caches(0), host, knew.p, vnew.p, s);
     cuda::hip_estimate_decode(off.hp, s);
     cuda::sparse_decode(off.sp, s);
     cuda::kv_offload_update(tier.caches(0), host, s);
@@ -336,6 +354,12 @@ TEST(OffloadGpu, HipDecodeWithOffloadIsBitIdenticalToWithout) {
   KV_REQUIRE_GPU();
   check_hip_equal(1);
   check_hip_equal(2);
+}
+
+TEST(OffloadGpu, HipDecodeOverFp8WithOffloadIsBitIdenticalToWithout) {
+  KV_REQUIRE_GPU();
+  check_hip_equal(1, true);
+  check_hip_equal(2, true);
 }
 
 }  // namespace

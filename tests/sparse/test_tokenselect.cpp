@@ -2,7 +2,8 @@
 // the vote top-k (soft, hard, naive; edge cases M = k, k > M, n_kv = budget +- 1), the paged dot
 // product, compacted-position attention over pre-RoPE keys vs explicitly gathered and re-rotated
 // K/V, rotated-key selection through the sparse mainloop (chunked prefill, causal safety), the
-// decode selection cache (theta > 1 == no cache), and the spec (options, errors, composition).
+// decode selection cache (theta > 1 == no cache), the fp8-scoring audit (keys rounded through
+// e4m3 with one scale, the overlap bookkeeping), and the spec (options, errors, composition).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <numeric>
 
 #include "kernels/ref/attention.h"
+#include "kernels/ref/fp8_e4m3.h"
 #include "kernels/ref/ops.h"
 #include "kernels/ref/paged_dot.h"
 #include "kernels/ref/soft_vote.h"
@@ -218,6 +220,60 @@ TEST(TokenSelectPreRope, MethodPrefillMatchesOracleAndDenseBelowBudget) {
   double e2 = 0;
   for (size_t i = 0; i < o.size(); ++i) e2 = std::max(e2, double(std::abs(o[i] - small.o[i])));
   EXPECT_LT(e2, 1e-5);
+}
+
+// fp8_roundtrip: one scale (amax / 448), every value the e4m3 neighbour of x / scale times scale
+// (relative error <= 2^-4 for normal codes), the largest magnitude kept; the method's fp8 audit
+// selects over exactly those keys and averages |fp8 ∩ exact| / |exact| per prefill sub-chunk.
+TEST(TokenSelectFp8Audit, RoundtripAndOverlapBookkeeping) {
+  const auto x = test::randn(4096, 77, 3.f);
+  float amax = 0.f;
+  for (float v : x) amax = std::max(amax, std::abs(v));
+  const auto y = fp8_roundtrip(x.data(), int64_t(x.size()));
+  const float scale = amax / 448.f;
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(y[i], e4m3_to_f32(f32_to_e4m3(x[i] / scale)) * scale) << i;
+    if (std::abs(x[i]) / scale >= 0x1p-6f) {
+      EXPECT_LE(std::abs(y[i] - x[i]), 0x1p-4 * std::abs(x[i]) * (1 + 1e-6)) << i;
+    }
+  }
+  EXPECT_NEAR(*std::max_element(y.begin(), y.end(), [](float a, float b) { return std::abs(a) < std::abs(b); }),
+              x[size_t(std::max_element(x.begin(), x.end(), [](float a, float b) { return std::abs(a) < std::abs(b); }) -
+                       x.begin())],
+              1e-6 * amax);
+
+  const int H = 4, Hkv = 2, D = 32;
+  const auto inv = test::inv_freq_of(D, 10000.0);
+  const LayerRope rope{inv.data(), 1.f};
+  const auto m = make_tokenselect_method("n_init=8,k=32,n_local=64,chunk=64", ctx());
+  auto st = m->start_sequence();
+  auto& s = static_cast<TokenSelectMethod::State&>(*st);
+  s.audit_fp8 = true;
+  auto pr = test::make_problem(150, 500, H, Hkv, D, 4);
+  pr.p.layer = 0;
+  const auto segs = m->select_keys(pr.p, Phase::prefill, rope, *st, pool());
+  ASSERT_EQ(segs.size(), 3u);
+  EXPECT_EQ(s.fp8_selections[0], 3);
+  EXPECT_EQ(s.fp8_selections[1], 0);
+  // The same overlaps recomputed: each sub-chunk's exact selection vs the one over rounded keys.
+  const TokenSelectParams& t = ts(*m).params();
+  double want = 0;
+  for (const KeySegment& g : segs) {
+    const int64_t n_kv = pr.p.q_pos0 + g.q_end, Q = int64_t(H) * D, C = g.q_end - g.q_begin;
+    std::vector<float> rows(pr.p.q + g.q_begin * Q, pr.p.q + g.q_end * Q), qs(size_t(Q), 0.f);
+    rope_apply_ref(rows.data(), C, H, D, t.n_local, inv.data(), pool(), 1.f);
+    for (int64_t i = 0; i < C; ++i)
+      for (int64_t e = 0; e < Q; ++e) qs[size_t(e)] += rows[size_t(i * Q + e)];
+    for (float& v : qs) v /= float(C);
+    const std::vector<int32_t> exact(g.keys.begin() + t.n_init, g.keys.end() - t.n_local);
+    const auto k8 = fp8_roundtrip(pr.p.k, n_kv * Hkv * D);
+    const auto sel8 = select_tokens(t, {qs.data(), k8.data(), n_kv, H, Hkv, D}, pool());
+    std::vector<int32_t> common;
+    std::set_intersection(sel8.begin(), sel8.end(), exact.begin(), exact.end(), std::back_inserter(common));
+    want += double(common.size()) / double(exact.size());
+  }
+  EXPECT_NEAR(s.fp8_overlap_sum[0], want, 1e-12);
+  EXPECT_GT(s.fp8_overlap_sum[0] / 3, 0.5);  // e4m3 keeps most of a selection of random keys
 }
 
 // Rotated keys: the index (initial and local ranges + selected columns, per sub-chunk) run by the

@@ -1,6 +1,6 @@
 // fp8_vec.cuh (cuda, internal): e4m3 <-> float conversions and 8-element bf16 <-> e4m3 vectors
 // (16 bytes of bf16, 8 of e4m3) for the memory-bound fp8 KV-cache kernels (gpu/kv_fp8.cu,
-// kv/cuda/kv_scatter.cu), plus the grid size of their grid-stride loops. Conversions saturate
+// kv/cuda/kv_scatter.cu, paged_dot.cu's fp8 keys), plus the grid size of their grid-stride loops. Conversions saturate
 // (__NV_SATFINITE) as the host twin kernels/ref/fp8_e4m3.h does.
 #pragma once
 #include <cuda_bf16.h>
@@ -25,6 +25,13 @@ __device__ __forceinline__ uint8_t to_e4m3(float x) {
 __device__ __forceinline__ float from_e4m3(uint8_t b) {
   const __half_raw h = __nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(b), __NV_E4M3);
   return __half2float(__half(h));
+}
+
+// Two e4m3 (the low 16 bits, first element lowest) -> two fp16 packed as mma operands take
+// them (first element in the low half); exact: every e4m3 value is an fp16. One cvt on sm_89+.
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(two), __NV_E4M3);
+  return uint32_t(h.x) | (uint32_t(h.y) << 16);
 }
 
 // 8 bf16 (one uint4) -> 8 e4m3 (one uint2), x * inv_scale.

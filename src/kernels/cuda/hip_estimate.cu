@@ -8,6 +8,7 @@
 // Keep-the-best: a radix select of the (score desc, branch asc) threshold over 32-bit rank keys
 // (the CPU's total order) and ballot-based compaction in branch order (~10 barriers an iteration).
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cooperative_groups.h>
@@ -215,6 +216,26 @@ constexpr int kDecodeCluster = 2;
 // at 2 CTAs an SM).
 constexpr int kMmaTiles = 4;
 
+// 8 consecutive key elements as 8 bf16 (one uint4) for the FMA scorer. bf16 keys: one 16-byte
+// load. fp8 e4m3 keys (decode over the fp8 cache): one 8-byte load, widened exactly (every e4m3
+// value is a bf16 value: 3 mantissa bits, exponents 2^-9..2^8). The layer's scale is left out:
+// it multiplies every key of the layer, so the scores' order is that of the codes' (the search
+// ranks, it never reports a score); the CPU twin scores the codes (e4m3_to_f32) the same way.
+__device__ __forceinline__ uint4 load_key8(const __nv_bfloat16* p) { return *reinterpret_cast<const uint4*>(p); }
+__device__ __forceinline__ uint4 load_key8(const __nv_fp8_e4m3* p) {
+  const uint2 v = *reinterpret_cast<const uint2*>(p);
+  uint4 out;
+  uint32_t* o = reinterpret_cast<uint32_t*>(&out);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {  // 2 codes -> half2 (exact) -> float2 -> bf162 (exact)
+    const uint32_t w = i < 2 ? v.x : v.y;
+    const __half2 h(__nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t((w >> (16 * (i % 2))) & 0xffffu), __NV_E4M3));
+    const __nv_bfloat162 b = __float22bfloat162_rn(__half22float2(h));
+    o[i] = *reinterpret_cast<const uint32_t*>(&b);
+  }
+  return out;
+}
+
 // Tensor-core scoring (prefill): every (branch, sampled key) item's best score over the sampled
 // queries, into s.item. Q [32 x d] (s.qb, bf16) times the items' keys [d x 8 per n-tile] with
 // mma.m16n8k16 (bf16 in, fp32 accumulate), masked (causal, key_end, padding), max over the
@@ -376,11 +397,11 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
           key[x] = (br.a + br.g / 2) * cfg.b_k + sk * cfg.b_sk + cfg.b_sk - 1;
           kok[x] = br.g > 0 && key[x] < sh.key_end;
           ibest[x] = -INFINITY;
-          const __nv_bfloat16* row = key_row(kok[x] ? key[x] : 0, kok[x]);
+          const auto row = key_row(kok[x] ? key[x] : 0, kok[x]);  // bf16 or e4m3 elements
 #pragma unroll
           for (int cc = 0; cc < kMaxChunksPerLane; ++cc) {
             const int c = lane + kLanes * cc;
-            raw[x][cc] = kok[x] && c * 8 < d ? *reinterpret_cast<const uint4*>(row + 8 * c) : make_uint4(0, 0, 0, 0);
+            raw[x][cc] = kok[x] && c * 8 < d ? load_key8(row + 8 * c) : make_uint4(0, 0, 0, 0);
           }
         }
         for (int i = 0; i < sh.n_qs; ++i) {
@@ -512,12 +533,13 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(HipPrefillParams p) {
   }
 }
 
+// Key: the cache's element type, __nv_bfloat16 or __nv_fp8_e4m3 (load_key8 widens the codes).
 // kOffload: keys are read through p.offload's GPU cache (hits from the bank, misses zero-copy
-// from the host pools of p.kv, recorded for kv_offload_update); the same bf16 values either way,
-// so the selected blocks are the same.
+// from the host pools of p.kv, recorded for kv_offload_update); the same values either way, so
+// the selected blocks are the same.
 // kCluster CTAs (one thread-block cluster, consecutive blockIdx.x) share each head's search;
 // the first (rank 0) writes the outputs.
-template <bool kOffload, int kCluster>
+template <class Key, bool kOffload, int kCluster>
 __global__ void __launch_bounds__(kThreads) decode_kernel(HipDecodeParams p) {
   extern __shared__ __align__(16) char smem[];
   const HipEstimateConfig& cfg = p.cfg;
@@ -539,7 +561,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(HipDecodeParams p) {
   load_q(s, static_cast<const __nv_bfloat16*>(p.q) + r * d, 0, 1, 1, 1, pos, d);
   const Region rg = region_of(cfg, pos);
   const Shape sh{1, d, rg.block_begin, rg.block_end, rg.key_end < len ? rg.key_end : len};
-  const auto* pool = static_cast<const __nv_bfloat16*>(p.kv.k_pool);
+  const auto* pool = static_cast<const Key*>(p.kv.k_pool);
   const int32_t* table = p.kv.block_table + int64_t(seq) * p.kv.max_pages_per_seq;
   const int page = p.kv.page_size, n_kv_head = p.kv.n_kv_head, hk = h / (p.n_head / n_kv_head);
   auto host_row = [=](int64_t j) {
@@ -550,7 +572,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(HipDecodeParams p) {
   int count;
   if constexpr (kOffload) {
     const KvOffloadCache& c = p.offload;
-    const auto* bank = static_cast<const __nv_bfloat16*>(c.bank_k);
+    const auto* bank = static_cast<const Key*>(c.bank_k);
     const bool counter = threadIdx.x % kLanes == 0;  // one thread of each 8 reading a key counts it
     unsigned reads = 0, misses = 0;
     count = search<kDecodeItems, kCluster, false>(cfg, sh, s, [&](int64_t j, bool ok) {
@@ -597,7 +619,7 @@ void set_smem(const void* kernel, size_t bytes, size_t& done) {
   done = bytes;
 }
 
-size_t g_prefill_smem[2] = {}, g_decode_smem[2] = {};  // what set_smem has allowed so far, per kernel
+size_t g_prefill_smem[2] = {}, g_decode_smem[4] = {};  // what set_smem has allowed so far, per kernel
 
 // Launches a decode kernel as clusters of kDecodeCluster CTAs (graph-capturable).
 void launch_decode(void (*kernel)(HipDecodeParams), size_t bytes, size_t& done, Stream s, const HipDecodeParams& p) {
@@ -642,16 +664,20 @@ void hip_estimate_prefill(const HipPrefillParams& p, Stream s) {
 
 void hip_estimate_decode(const HipDecodeParams& p, Stream s) {
   check_cfg(p.cfg, p.kv.head_dim);
-  LC_REQUIRE(p.kv.elem == KvElem::bf16, "hip: GPU decode estimation reads bf16 keys (the KV cache is not bf16)");
+  LC_REQUIRE(p.kv.elem == KvElem::bf16 || p.kv.elem == KvElem::fp8_e4m3,
+             "hip: GPU decode estimation reads bf16 or fp8 e4m3 keys (KV element %d)", int(p.kv.elem));
   if (p.kv.n_seq <= 0) return;
+  const bool fp8 = p.kv.elem == KvElem::fp8_e4m3;
   const size_t bytes = smem_bytes(1, p.kv.head_dim, p.cfg.budget_blocks(), p.cfg.b_k / p.cfg.b_sk);
   if (p.offload.enabled()) {
     LC_REQUIRE(p.kv.n_seq == 1 && p.offload.n_kv_head == p.kv.n_kv_head && p.offload.bank_k,
                "hip: offloaded decode estimation serves one sequence through a keys cache of the view's %d KV heads",
                p.kv.n_kv_head);
-    launch_decode(decode_kernel<true, kDecodeCluster>, bytes, g_decode_smem[1], s, p);
+    if (fp8) launch_decode(decode_kernel<__nv_fp8_e4m3, true, kDecodeCluster>, bytes, g_decode_smem[3], s, p);
+    else launch_decode(decode_kernel<__nv_bfloat16, true, kDecodeCluster>, bytes, g_decode_smem[1], s, p);
   } else {
-    launch_decode(decode_kernel<false, kDecodeCluster>, bytes, g_decode_smem[0], s, p);
+    if (fp8) launch_decode(decode_kernel<__nv_fp8_e4m3, false, kDecodeCluster>, bytes, g_decode_smem[2], s, p);
+    else launch_decode(decode_kernel<__nv_bfloat16, false, kDecodeCluster>, bytes, g_decode_smem[0], s, p);
   }
   LC_LAUNCH_CHECK("hip_estimate_decode n_seq=%d heads=%d", p.kv.n_seq, p.n_head);
 }

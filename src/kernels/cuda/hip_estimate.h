@@ -19,7 +19,13 @@
 // (the window's end is open: the decode kernel clips it to the sequence's length).
 // KV offload (decode): HipDecodeParams::offload reads the keys through a GPU keys cache in front
 // of a host-memory KvView (kernels/params/kv_offload.h); same blocks as without it.
-// Tensors bf16, after RoPE, unscaled; head_dim a multiple of 8 (64 and 128 are used).
+// fp8 cache (decode): the keys may be e4m3 codes (KvView elem fp8_e4m3, one scale per layer). The
+// estimator scores the codes widened to bf16 (exact) and leaves the layer's scale out: a positive
+// factor common to every key does not change the order the search ranks by. CPU twin: the
+// reference (hip_topk.h) over keys e4m3_to_f32(code) (kernels/ref/fp8_e4m3.h) gives the same
+// block ids bit for bit (tests/cuda/test_hip_gpu.cpp).
+// Tensors bf16 (decode keys: bf16 or e4m3), after RoPE, unscaled; head_dim a multiple of 8 (64 and
+// 128 are used).
 #pragma once
 #include <cstdint>
 
@@ -60,7 +66,7 @@ struct HipDecodeParams {
   HipEstimateConfig cfg;
   int refresh = 8;            // r_m
   const void* q = nullptr;    // bf16 [n_seq, n_head, head_dim]
-  KvView kv;                  // the layer's paged cache (bf16), device; seq_lens on the device
+  KvView kv;                  // the layer's paged cache (bf16 or fp8 e4m3), device; seq_lens on the device
   int n_head = 0;
   int32_t* refresh_pos = nullptr;  // [n_seq * n_head] the layer's cache (-1: none)
   int32_t* blocks = nullptr;       // [n_seq * n_head * k/b_k] optional copy of the selected ids

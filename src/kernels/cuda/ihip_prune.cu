@@ -29,17 +29,19 @@ struct KeyRegs {
   uint4 u0, u1;  // bf16 elements 8*lane .. +8 and 64 + 8*lane .. +8 (kept packed: fewer registers)
 };
 
-// Pool row of every entry of the group's chunk, into the group's shared-memory slice: one round of
-// independent loads, so each bisection step is a single dependent key load.
-__device__ inline void load_rows(const IhipStageGpuParams& p, int seq, const Cands& c, int64_t first, int len, int lane,
+// Pool rows of the entries of the CTA's chunks (chunk jl's at rows[jl * l_c ..]), shared by the
+// chunk's KV heads: one round of independent loads by the whole CTA, so each bisection step is a
+// single dependent key load.
+__device__ inline void load_rows(const IhipStageGpuParams& p, int seq, const Cands& c, int64_t chunk0, int per_cta,
                                  int32_t* rows) {
   const int32_t* table = p.kv.block_table + int64_t(seq) * p.kv.max_pages_per_seq;
   const uint32_t page = uint32_t(p.kv.page_size);
-  for (int i = lane; i < len; i += kLanes) {
+  const int64_t first = chunk0 * p.l_c, n = per_cta * int64_t(p.l_c);
+  for (int64_t i = threadIdx.x; i < n && first + i < c.n; i += kScoreThreads) {
     const uint32_t e = uint32_t(c.at(first + i)), pg = e / page;
     rows[i] = int32_t(uint32_t(table[pg]) * page + (e - pg * page));
   }
-  __syncwarp();
+  __syncthreads();
 }
 
 __device__ inline void load_key(const IhipStageGpuParams& p, int g, int32_t row, bool ok, int lane, KeyRegs& r) {
@@ -84,10 +86,14 @@ __device__ inline float probe(const IhipStageGpuParams& p, const float* qs, int 
 }
 
 // 4 CTAs per SM (at most 64 registers): the bisection is latency-bound, so resident items count.
+// kRelative (relative RoPE): the left and right ends of a probe sit at different positions, so
+// each step scores both; otherwise the left end's score is the one the step that moved lo there
+// computed (the same fp32 operations: bit-equal), so a step scores only the midpoint.
+template <bool kRelative>
 __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(IhipStageGpuParams p) {
   __shared__ __align__(16) float qs[kMaxHeads * kD];  // [n_head][128] rotated
   __shared__ float item_score[kGroups];
-  extern __shared__ int32_t chunk_rows[];  // [kGroups][l_c] pool rows of each group's chunk
+  extern __shared__ int32_t chunk_rows[];  // [per_cta][l_c] pool rows of the CTA's chunks
   const int seq = blockIdx.y, tid = threadIdx.x, lane = tid % kLanes, grp = tid / kLanes;
   const int64_t pos = int64_t(p.kv.seq_lens[seq]) - 1;
   const Cands c = cands_of(p, seq, pos);
@@ -105,37 +111,38 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(IhipStageGpuPar
     qs[h * kD + e] = a;
     qs[h * kD + kHalf + e] = b;
   }
-  __syncthreads();
+  load_rows(p, seq, c, int64_t(blockIdx.x) * per_cta, per_cta, chunk_rows);  // ends with a barrier
   const int g = grp % n_kv, group = p.n_head / n_kv;
   const int64_t j = int64_t(blockIdx.x) * per_cta + grp / n_kv;
   const bool valid = grp < per_cta * n_kv && j < n_chunk;
   const int64_t first = j * p.l_c;
   const int len = valid ? int(c.n - first < p.l_c ? c.n - first : p.l_c) : 1;
-  const int64_t pos_left = p.rope_mode == 1 ? 0 : j, pos_right = p.rope_mode == 1 ? 1 : j;
+  const int64_t pos_left = kRelative ? 0 : j, pos_right = kRelative ? 1 : j;
   const float* qg = qs + g * group * kD;
-  int32_t* rows = chunk_rows + grp * p.l_c;
-  load_rows(p, seq, c, first, valid ? len : 0, lane, rows);
+  const int32_t* rows = chunk_rows + (grp / n_kv) * p.l_c;
   int lo = 0, hi = len;
   KeyRegs klo, kmid;
   load_key(p, g, valid ? rows[0] : 0, valid, lane, klo);
+  float lo_score = kRelative ? 0.f : probe(p, qg, group, klo, pos_left, lane);
   int n_iter = 0;
   while ((1 << n_iter) < p.l_c) ++n_iter;  // uniform over the CTA: the shuffles need every lane
   for (int it = 0; it < n_iter; ++it) {
     const bool active = valid && hi - lo > 1;
     const int mid = lo + (hi - lo) / 2;
     load_key(p, g, active ? rows[mid] : 0, active, lane, kmid);
-    const float left = probe(p, qg, group, klo, pos_left, lane);
+    const float left = kRelative ? probe(p, qg, group, klo, pos_left, lane) : lo_score;
     const float right = probe(p, qg, group, kmid, pos_right, lane);
     if (active) {
       if (left >= right) {
         hi = mid;
       } else {
         lo = mid;
-        klo = kmid;
+        if (kRelative) klo = kmid;
+        lo_score = right;
       }
     }
   }
-  const float rep = probe(p, qg, group, klo, pos_right, lane);
+  const float rep = kRelative ? probe(p, qg, group, klo, pos_right, lane) : lo_score;
   if (lane == 0) item_score[grp] = rep;
   __syncthreads();
   if (tid < per_cta) {
@@ -189,7 +196,7 @@ __global__ void index_kernel(IhipIndexGpuParams p) {
   }
 }
 
-size_t g_select_smem = 0, g_score_smem = 0;
+size_t g_select_smem = 0, g_score_smem[2] = {0, 0};  // score: per kernel instance (RoPE none/chunk, relative)
 
 // Raises a kernel's dynamic shared memory limit once per size (outside graph capture: the first
 // eager call does it).
@@ -224,10 +231,18 @@ void ihip_score_decode(const IhipStageGpuParams& p, Stream s) {
   check_stage(p);
   if (p.kv.n_seq <= 0) return;
   const int per_cta = kGroups / p.kv.n_kv_head;
-  const size_t bytes = size_t(kGroups) * p.l_c * 4;
-  allow_smem(reinterpret_cast<const void*>(score_kernel), bytes, kScoreStaticSmem, g_score_smem, "the chunk rows");
-  score_kernel<<<dim3(unsigned((p.max_chunks + per_cta - 1) / per_cta), unsigned(p.kv.n_seq)), kScoreThreads, bytes,
-                 static_cast<cudaStream_t>(s)>>>(p);
+  const size_t bytes = size_t(per_cta) * p.l_c * 4;
+  const dim3 grid(unsigned((p.max_chunks + per_cta - 1) / per_cta), unsigned(p.kv.n_seq));
+  const auto st = static_cast<cudaStream_t>(s);
+  if (p.rope_mode == 1) {
+    allow_smem(reinterpret_cast<const void*>(score_kernel<true>), bytes, kScoreStaticSmem, g_score_smem[1],
+               "the chunk rows");
+    score_kernel<true><<<grid, kScoreThreads, bytes, st>>>(p);
+  } else {
+    allow_smem(reinterpret_cast<const void*>(score_kernel<false>), bytes, kScoreStaticSmem, g_score_smem[0],
+               "the chunk rows");
+    score_kernel<false><<<grid, kScoreThreads, bytes, st>>>(p);
+  }
   LC_LAUNCH_CHECK("ihip score l_c=%d max_chunks=%lld", p.l_c, (long long)p.max_chunks);
 }
 

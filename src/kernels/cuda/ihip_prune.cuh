@@ -1,11 +1,14 @@
 // ihip_prune.cuh (cuda, internal): the device pieces InfiniteHiP's decode (ihip_prune.cu) and
 // prefill (ihip_prune_prefill.cu) pruning stages share: a stage's candidate list, the RoPE
 // positions and rotation of kernels/ref/ihip_prune.h, the ranking key, and the select step (one
-// CTA ranks one query block's / sequence's chunks and writes the kept chunks' entries).
+// CTA ranks one query block's / sequence's chunks with topk::block_top_k and writes the kept chunks'
+// entries).
 #pragma once
 #include <cuda_runtime.h>
 
 #include <cstdint>
+
+#include "kernels/cuda/topk_select.cuh"
 
 namespace longctx::cuda::ihip {
 
@@ -53,32 +56,20 @@ __device__ inline void rotate(float& a, float& b, float c, float s) {
   b = nb;
 }
 
-// Sort key: ascending = higher score first, then the earlier chunk (-0 counts as +0).
-__device__ inline uint64_t sort_key(float score, int64_t chunk) {
-  if (score == 0.f) score = 0.f;
-  const uint32_t bits = __float_as_uint(score);
-  const uint32_t ordered = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
-  return (uint64_t(~ordered) << 32) | uint64_t(uint32_t(chunk));
-}
-constexpr uint64_t kEmptyKey = ~uint64_t(0);
-
-__host__ __device__ inline int64_t pow2_at_least(int64_t n) {
-  int64_t v = 1;
-  while (v < n) v *= 2;
-  return v;
-}
+using SelectShared = topk::BlockTopKShared<kSelectThreads>;
 
 // Dynamic shared memory of select_chunks for max_chunks chunks and keep kept ones.
 inline size_t select_smem(int64_t max_chunks, int64_t keep) {
-  const int64_t M = pow2_at_least(max_chunks);
-  return size_t(M) * 8 + size_t(M) * 4 + kSelectThreads * 4 + size_t(keep) * 4;
+  return sizeof(SelectShared) + size_t(max_chunks) * 4 + size_t(keep) * 4;
 }
 
 // The select step of one stage for one block (every thread of a kSelectThreads CTA calls it):
 // chunk i's score is score(i) (i < n_chunk = ceil(c.n / l_c) <= max_chunks); writes the K = keep
 // best chunks' entries to out in position order and their count to *out_len (all candidates when
-// n_chunk <= keep). How: bitonic sort of (score desc, chunk asc) keys, the first K flagged, block
-// prefix sum over the flags, each kept chunk's entries copied to its rank's slot.
+// n_chunk <= keep). The ranking is ihip_prune.h's: score descending (-0 as +0), then the earlier
+// chunk. How: the scores' order bits into shared memory, topk::block_top_k (a radix select of
+// the K-th and ballot compaction: the kept chunks come out in chunk order), each kept chunk's
+// entries copied to its rank's slot.
 template <class Score>
 __device__ void select_chunks(const Cands& c, int l_c, int64_t keep, int64_t max_chunks, Score score, int32_t* out,
                               int32_t* out_len, char* smem) {
@@ -90,49 +81,18 @@ __device__ void select_chunks(const Cands& c, int l_c, int64_t keep, int64_t max
     if (tid == 0) *out_len = int32_t(c.n);
     return;
   }
-  const int64_t P = pow2_at_least(n_chunk), M = pow2_at_least(max_chunks);
-  uint64_t* key = reinterpret_cast<uint64_t*>(smem);
-  int* flag = reinterpret_cast<int*>(key + M);
-  int* scan = flag + M;  // [kSelectThreads]
-  int32_t* chunk_of_rank = reinterpret_cast<int32_t*>(scan + kSelectThreads);  // [keep]
-  for (int64_t i = tid; i < P; i += kSelectThreads) {
-    key[i] = i < n_chunk ? sort_key(score(i), i) : kEmptyKey;
-    flag[i] = 0;
-  }
+  auto& sh = *reinterpret_cast<SelectShared*>(smem);
+  uint32_t* key = reinterpret_cast<uint32_t*>(smem + sizeof(SelectShared));  // [max_chunks]
+  int32_t* chunk_of_rank = reinterpret_cast<int32_t*>(key + max_chunks);     // [keep]
+  for (int64_t i = tid; i < n_chunk; i += kSelectThreads) key[i] = topk::order_bits(score(i));
   __syncthreads();
-  for (int64_t kk = 2; kk <= P; kk *= 2)
-    for (int64_t jj = kk / 2; jj > 0; jj /= 2) {
-      for (int64_t i = tid; i < P; i += kSelectThreads) {
-        const int64_t ixj = i ^ jj;
-        if (ixj > i) {
-          const uint64_t a = key[i], b = key[ixj];
-          if ((a > b) == ((i & kk) == 0)) key[i] = b, key[ixj] = a;
-        }
-      }
-      __syncthreads();
-    }
-  for (int64_t i = tid; i < keep; i += kSelectThreads) flag[uint32_t(key[i])] = 1;
-  __syncthreads();
-  // Ranks of the kept chunks in chunk (= position) order: per-thread runs, block prefix sum.
-  const int64_t per = (n_chunk + kSelectThreads - 1) / kSelectThreads;
-  int kept = 0;
-  for (int64_t i = tid * per; i < (tid + 1) * per && i < n_chunk; ++i) kept += flag[i];
-  scan[tid] = kept;
-  __syncthreads();
-  for (int off = 1; off < kSelectThreads; off *= 2) {
-    const int v = tid >= off ? scan[tid - off] : 0;
-    __syncthreads();
-    scan[tid] += v;
-    __syncthreads();
-  }
-  int r = scan[tid] - kept;
-  for (int64_t i = tid * per; i < (tid + 1) * per && i < n_chunk; ++i)
-    if (flag[i]) chunk_of_rank[r++] = int32_t(i);
-  __syncthreads();
-  // Entries: rank r's chunk fills out[r * l_c ...]; only the last chunk may be short, and it ranks last.
-  for (int64_t o = tid; o < keep * l_c; o += kSelectThreads) {
-    const int64_t e = int64_t(chunk_of_rank[o / l_c]) * l_c + o % l_c;
-    if (e < c.n) out[o] = c.at(e);
+  topk::block_top_k<kSelectThreads>(key, int(n_chunk), int(keep), chunk_of_rank, sh);
+  // Entries: rank r's chunk fills out[r * l_c ...], one warp per rank (no divisions); only the
+  // last chunk may be short, and it ranks last.
+  const int lane = tid % 32;
+  for (int64_t r = tid / 32; r < keep; r += kSelectThreads / 32) {
+    const int64_t first = int64_t(chunk_of_rank[r]) * l_c;
+    for (int e = lane; e < l_c && first + e < c.n; e += 32) out[r * l_c + e] = c.at(first + e);
   }
   if (tid == 0) {
     const int64_t last = chunk_of_rank[keep - 1];

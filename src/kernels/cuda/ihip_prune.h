@@ -11,14 +11,16 @@
 // and the chunk scores bit-equal, for the same bf16 inputs (same fp32 rotation and dot order).
 // How (two kernels, no host syncs, grids sized from host bounds so a step is graph-replayable
 // while seq_lens and the cached lists change):
-//   score   one CTA of 256 threads per 32 / n_kv_head chunks; 8 threads per (chunk, KV head)
-//           item first load the pool rows of the chunk's entries into shared memory (one round
-//           of independent loads), then run the bisection, one dependent key load per step
-//           (16-byte key loads, the rotate-half pairs (i, i + 64) sit in
-//           one lane for head_dim 128, xor-shuffle dot tree of hip_topk.h), max over the group's
-//           query heads, then max over KV heads in shared memory;
-//   select  one CTA of 1024 threads per sequence: bitonic sort of (score desc, chunk asc) keys,
-//           the first K flagged, prefix sum, the kept chunks' entries written in position order.
+//   score   one CTA of 256 threads per 32 / n_kv_head chunks; the CTA first loads the pool rows of
+//           its chunks' entries into shared memory (one round of independent loads, shared by the
+//           chunk's KV heads), then 8 threads per (chunk, KV head) item run the bisection, one
+//           dependent key load per step (16-byte key loads, the rotate-half pairs (i, i + 64) sit
+//           in one lane for head_dim 128, xor-shuffle dot tree of hip_topk.h; with none /
+//           chunk-indexed RoPE a step scores only the midpoint, the left end's score is kept),
+//           max over the group's query heads, then max over KV heads in shared memory;
+//   select  one CTA of 1024 threads per sequence: topk::block_top_k (topk_select.cuh: radix
+//           select of the K-th (score desc, chunk asc) key, ballot compaction in chunk order),
+//           the kept chunks' entries written in position order.
 // bf16 keys through the paged KvView, head_dim 128, n_kv_head dividing 32.
 #pragma once
 #include <cstddef>
@@ -80,14 +82,18 @@ void ihip_decode_index(const IhipIndexGpuParams& p, Stream s = nullptr);
 // query at q_last(b); its stage input is the stage-0 range [n_sink, max(n_sink, q_last - n_stream
 // + 1)) or its previous stage's list; SelectRep pools over the group's query heads x the block's
 // rows (ihip_pack_queries' queries, rotated per row), so the survivors equal ihip_prune_block's
-// and the chunk scores are bit-equal to ihip_chunk_scores (same fp32 rotation and dot order).
+// and the chunk scores are bit-equal to ihip_chunk_scores (same fp32 rotation and dot order)
+// except on the tensor-core path below (equal up to near ties).
 // How (ihip_prune_prefill.cu): score kernel, CTAs of 256 threads per (KV head, block), each
 // looping over groups of 32 chunks (16 with relative RoPE): the group's queries (<= 256 at a time)
-// rotated into shared memory once, each bisection step gathers the group's probe keys (rotated)
-// into shared memory and every
-// thread computes 4 queries x 8 probes in hip_dot's 8-lane order from registers, then a max over
-// the queries; with none / chunk-indexed RoPE a probe's left and right positions coincide, so the
-// step probes only the midpoint (the left score is kept). Select kernel: ihip_prune.cuh's
+// into shared memory once, each bisection step gathers the group's probe keys into shared memory
+// and scores them against every query, then a max over the queries; with none / chunk-indexed
+// RoPE a probe's left and right positions coincide, so the step probes only the midpoint (the left
+// score is kept). Scoring: RoPE none with <= 4 query heads per KV head (one query tile) on tensor
+// cores (bf16 mma.m16n8k16, fp32 accumulate: the sums are not hip_dot's order, so a near tie in a
+// bisection step may go the other way: bit-equal on inputs with exact dots, fp64-judged otherwise,
+// tests/cuda/test_ihip_gpu.cpp); else fp32 FMAs in hip_dot's 8-lane order, 4 queries x 8 probes a
+// thread (rotated queries and keys: bit-equal to ihip_chunk_scores). Select kernel: ihip_prune.cuh's
 // select_chunks per block over the max of the KV heads' scores.
 struct IhipPrefillGpuParams {
   const void* q = nullptr;  // bf16 [n_q, n_head, 128] (un-rotated unless rope_mode == 0)

@@ -9,6 +9,7 @@
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/ihip_prune.cuh"
 #include "kernels/cuda/ihip_prune.h"
+#include "kernels/cuda/mma.cuh"
 
 namespace longctx::cuda {
 
@@ -26,6 +27,16 @@ constexpr int kOctets = kSlots / 8;   // threads along the probes (8 probes each
 static_assert(kQuads * kOctets == kThreads, "one (4 queries x 8 probes) tile per thread");
 constexpr size_t kScoreSmem = size_t(kD) * kQStride * 4 + size_t(kD) * kSlots * 4 + size_t(kQuads) * kSlots * 4;
 // The lanes of hip_dot in the order its tree adds them: ((p0+p4)+(p2+p6)) + ((p1+p5)+(p3+p7)).
+// Tensor-core scoring (kMma: RoPE none and <= kQTile queries per KV head, i.e. <= 4 query heads
+// per KV head): the group's bf16 queries [kQTile][128] and a pass's probe keys [kSlots][128] in
+// shared memory (16-byte chunks swizzled by row parity: conflict-free fragment loads), per-warp
+// maxima [kWarps][kSlots]. 3 CTAs an SM (74 KB each) so one CTA's gather overlaps another's math.
+constexpr int kWarps = kThreads / 32;
+constexpr int kMmaCtasPerSm = 3;
+constexpr size_t kMmaSmem = size_t(kQTile) * kD * 2 + size_t(kSlots) * kD * 2 + size_t(kWarps) * kSlots * 4;
+// Element offset of 16-byte chunk c (0..15) of row r in a swizzled [rows][128] bf16 tile: the 8
+// lanes of a quarter warp read rows of both parities, chunks 4p + t: 8 distinct bank groups.
+__device__ inline int swz(int r, int c) { return r * kD + ((c ^ ((r & 1) << 2)) << 3); }
 
 struct Block {  // one query block of the chunk
   int64_t row0, rows, q_last;
@@ -99,12 +110,73 @@ struct Probe {  // one slot of a pass
   int32_t kpos; // RoPE position of the key (relative: 0 / 1; chunk-indexed: the chunk)
 };
 
-// One score CTA: chunks [x * per_cta, ...) of block z for KV head y.
-__global__ void __launch_bounds__(kThreads, 1) score_kernel(IhipPrefillGpuParams p, IhipPrefillStage st) {
+// The tensor-core pass's dots and maxima: warp w multiplies queries [32 w, 32 w + 32) (2 m-tiles)
+// by the kSlots probes (4 n-tiles of 8) with mma.m16n8k16 (bf16 in, fp32 accumulate), masks the
+// rows past n_qs, and writes each probe's max over its rows to red[w][slot]. The head dimension
+// is permuted the same way in A and B (hip_estimate.cu's scorer): k-step 2p + j, half h, element
+// e of lane t lives at 32p + 8t + 4j + 2h + e, so each fragment pair is one 16-byte load.
+__device__ inline void mma_pass(const __nv_bfloat16* qb, const __nv_bfloat16* kb, int n_qs, float* red) {
+  constexpr int kTiles = 2;  // n-tiles at a time (two halves of the probes: no register spills)
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+#pragma unroll 1
+  for (int j0 = 0; j0 < kSlots / 8; j0 += kTiles) {
+    float acc[kTiles][2][4] = {};
+#pragma unroll
+    for (int p = 0; p < kD / 32; ++p) {
+      uint32_t a[2][2][4];  // [m-tile][k-step of the pair]
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        const int r = 32 * warp + 16 * mt + g;
+        const uint4 lo = *reinterpret_cast<const uint4*>(qb + swz(r, 4 * p + t));
+        const uint4 hi = *reinterpret_cast<const uint4*>(qb + swz(r + 8, 4 * p + t));
+        a[mt][0][0] = lo.x, a[mt][0][1] = hi.x, a[mt][0][2] = lo.y, a[mt][0][3] = hi.y;
+        a[mt][1][0] = lo.z, a[mt][1][1] = hi.z, a[mt][1][2] = lo.w, a[mt][1][3] = hi.w;
+      }
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j) {
+        const uint4 b = *reinterpret_cast<const uint4*>(kb + swz(8 * (j0 + j) + g, 4 * p + t));
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          mma::mma_bf16_16816(acc[j][mt], a[mt][0], b.x, b.y);
+          mma::mma_bf16_16816(acc[j][mt], a[mt][1], b.z, b.w);
+        }
+      }
+    }
+    // C: acc[j][mt][0..1] = (query 32w + 16mt + g, probes 8(j0 + j) + 2t, + 1), [2..3] = row + 8.
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+      float b0 = -INFINITY, b1 = -INFINITY;
+#pragma unroll
+      for (int r = 0; r < 4; ++r)  // rows g + 8r: m-tile r / 2, half r % 2 (NaN never wins)
+        if (32 * warp + 8 * r + g < n_qs) {
+          const float v0 = acc[j][r / 2][2 * (r % 2)], v1 = acc[j][r / 2][2 * (r % 2) + 1];
+          if (v0 > b0) b0 = v0;
+          if (v1 > b1) b1 = v1;
+        }
+#pragma unroll
+      for (int off = 4; off < 32; off *= 2) {
+        const float o0 = __shfl_xor_sync(0xffffffffu, b0, off), o1 = __shfl_xor_sync(0xffffffffu, b1, off);
+        if (o0 > b0) b0 = o0;
+        if (o1 > b1) b1 = o1;
+      }
+      const int slot = 8 * (j0 + j) + 2 * t;
+      if (g == 0) red[warp * kSlots + slot] = b0, red[warp * kSlots + slot + 1] = b1;
+    }
+  }
+}
+
+// One score CTA: chunks [x * per_cta, ...) of block z for KV head y. kMma: the tensor-core pass
+// (RoPE none, one query tile); else the fp32 FMA pass in hip_dot's order.
+template <bool kMma>
+__global__ void __launch_bounds__(kThreads, kMma ? kMmaCtasPerSm : 1) score_kernel(IhipPrefillGpuParams p,
+                                                                                 IhipPrefillStage st) {
   extern __shared__ __align__(16) float smem[];
   float* qT = smem;                  // [128][kQStride] the rotated queries, transposed
   float* kT = qT + kD * kQStride;    // [128][kSlots] the pass's probe keys, rotated, transposed
   float* red = kT + kD * kSlots;     // [kQuads][kSlots] per-thread maxima
+  auto* qb = reinterpret_cast<__nv_bfloat16*>(smem);  // kMma: [kQTile][128] swizzled queries
+  __nv_bfloat16* kb = qb + kQTile * kD;                // kMma: [kSlots][128] swizzled probe keys
+  float* red_mma = reinterpret_cast<float*>(kb + kSlots * kD);  // kMma: [kWarps][kSlots]
   __shared__ Probe probe[kSlots];
   __shared__ float result[kSlots];
   __shared__ int lo[kSlots], hi[kSlots];
@@ -126,6 +198,18 @@ __global__ void __launch_bounds__(kThreads, 1) score_kernel(IhipPrefillGpuParams
 
   // Queries t0 .. t0 + kQTile of the group (t = h' * rows + r), rotated (ihip_pack_queries).
   auto load_queries = [&](int t0) {  // element-fastest: each warp reads a query row's contiguous elements
+    if constexpr (kMma) {  // bf16 as stored (RoPE none), 16 bytes a thread; zeros past n_qs
+      for (int i = tid; i < kQTile * (kD / 8); i += kThreads) {
+        const int tt = i / (kD / 8), ch = i % (kD / 8), t = t0 + tt;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (t < n_qs) {
+          const int h = g * group + t / int(blk.rows);
+          const int64_t row = blk.row0 + t % int(blk.rows);
+          v = *reinterpret_cast<const uint4*>(q + (row * p.n_head + h) * kD + 8 * ch);
+        }
+        *reinterpret_cast<uint4*>(qb + swz(tt, ch)) = v;
+      }
+    } else {
     for (int i = tid; i < kQTile * kHalf; i += kThreads) {
       const int tt = i / kHalf, e = i % kHalf, t = t0 + tt;
       float a = 0.f, bb = 0.f;
@@ -143,9 +227,33 @@ __global__ void __launch_bounds__(kThreads, 1) score_kernel(IhipPrefillGpuParams
       qT[e * kQStride + tt] = a;
       qT[(e + kHalf) * kQStride + tt] = bb;
     }
+    }
   };
   // One pass: result[s] = max over the group's queries of q~ . rot(key_s) for the n_slots probes.
   auto run_pass = [&](int n_slots) {
+    if constexpr (kMma) {
+      {  // gather: 8 threads per slot, 2 chunks of 16 bytes each (zeros for an unused slot)
+        const int s = tid / 8, l = tid % 8;
+        uint4 u0 = make_uint4(0, 0, 0, 0), u1 = u0;
+        if (s < n_slots && probe[s].key >= 0) {
+          const __nv_bfloat16* src = kp + (int64_t(probe[s].key) * p.n_kv_head + g) * kD;
+          u0 = *reinterpret_cast<const uint4*>(src + 16 * l);
+          u1 = *reinterpret_cast<const uint4*>(src + 16 * l + 8);
+        }
+        *reinterpret_cast<uint4*>(kb + swz(s, 2 * l)) = u0;
+        *reinterpret_cast<uint4*>(kb + swz(s, 2 * l + 1)) = u1;
+      }
+      __syncthreads();
+      mma_pass(qb, kb, n_qs, red_mma);
+      __syncthreads();
+      if (tid < n_slots) {
+        float m = -INFINITY;
+        for (int w = 0; w < kWarps; ++w)
+          if (red_mma[w * kSlots + tid] > m) m = red_mma[w * kSlots + tid];
+        result[tid] = m;
+      }
+      __syncthreads();
+    } else {
     {  // gather: 8 threads per slot (the lane layout of hip_dot: elements 8l.. and 64+8l..)
       const int s = tid / 8, l = tid % 8;
       float y0[8], y1[8];
@@ -208,6 +316,7 @@ __global__ void __launch_bounds__(kThreads, 1) score_kernel(IhipPrefillGpuParams
       if (part == 0 && s < n_slots) result[s] = m;
     }
     __syncthreads();
+    }
   };
   // Warms L2 with a key row the next step may probe (its gather then waits less).
   auto prefetch_key = [&](int32_t key) {
@@ -328,7 +437,7 @@ __global__ void index_kernel(IhipPrefillIndexParams p) {
   }
 }
 
-size_t g_score_smem = 0, g_select_smem = 0;
+size_t g_score_smem[2] = {0, 0}, g_select_smem = 0;  // score: the FMA and the tensor-core kernels
 
 void allow_smem(const void* kernel, size_t bytes, size_t& done, const char* what) {
   if (bytes <= done) return;
@@ -356,11 +465,21 @@ void check_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage& st) {
 
 }  // namespace
 
+// The tensor-core scorer's case: RoPE none (the queries and keys are bf16 as stored) and a KV
+// head's queries of a block (group x 64) in one tile.
+bool prefill_uses_mma(const IhipPrefillGpuParams& p) {
+  return p.rope_mode == 0 && int64_t(p.n_head / p.n_kv_head) * kBlockQ <= kQTile;
+}
+
 void ihip_score_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage& st, Stream s) {
   check_prefill(p, st);
   if (p.n_q <= 0) return;
   const int per_cta = p.rope_mode == 1 ? kSlots / 2 : kSlots;
-  allow_smem(reinterpret_cast<const void*>(score_kernel), kScoreSmem, g_score_smem, "the prefill queries");
+  const bool mma = prefill_uses_mma(p);
+  const void* kernel = mma ? reinterpret_cast<const void*>(score_kernel<true>)
+                           : reinterpret_cast<const void*>(score_kernel<false>);
+  const size_t bytes = mma ? kMmaSmem : kScoreSmem;
+  allow_smem(kernel, bytes, g_score_smem[mma], "the prefill queries");
   // CTAs per (block, KV head): enough for ~4 waves over the SMs, each looping over its share of
   // the chunk groups (the queries are loaded once per CTA).
   static int n_sm = 0;
@@ -371,9 +490,13 @@ void ihip_score_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage& s
   }
   const int64_t groups = (st.max_chunks + per_cta - 1) / per_cta, pairs = p.n_blk() * p.n_kv_head;
   const int64_t per_pair = std::min<int64_t>(groups, std::max<int64_t>(1, (4 * n_sm + pairs - 1) / pairs));
-  score_kernel<<<dim3(unsigned(per_pair), unsigned(p.n_kv_head), unsigned(p.n_blk())),
-                 kThreads, kScoreSmem, static_cast<cudaStream_t>(s)>>>(p, st);
-  LC_LAUNCH_CHECK("ihip prefill score l_c=%d max_chunks=%lld", st.l_c, (long long)st.max_chunks);
+  const dim3 grid(unsigned(per_pair), unsigned(p.n_kv_head), unsigned(p.n_blk()));
+  const auto stream = static_cast<cudaStream_t>(s);
+  if (mma)
+    score_kernel<true><<<grid, kThreads, bytes, stream>>>(p, st);
+  else
+    score_kernel<false><<<grid, kThreads, bytes, stream>>>(p, st);
+  LC_LAUNCH_CHECK("ihip prefill score l_c=%d max_chunks=%lld mma=%d", st.l_c, (long long)st.max_chunks, int(mma));
 }
 
 void ihip_select_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage& st, Stream s) {

@@ -153,25 +153,32 @@ __global__ void __launch_bounds__(kThreads) update_kernel(const KvOffloadLayer l
 __global__ void begin_step_kernel(int32_t* tick) { ++*tick; }
 
 // Grid (n_kv_head, 2) as the update's; threads copy the 16-byte chunks of the new row when its
-// line is resident.
-__global__ void append_kernel(const KvOffloadLayer l, const int32_t* seq_lens, const void* k_new, const void* v_new,
+// line is resident. Source: k_new/v_new [n_kv_head, row] (rows_ld 0), or, when they are null, the
+// row just written to the host pools (token t's row of the view: rows_ld bytes per token).
+__global__ void append_kernel(const KvOffloadLayer l, const KvView host, const void* k_new, const void* v_new,
                               int row_bytes) {
   const KvOffloadCache& c = blockIdx.y == 0 ? l.keys : l.kv;
   if (c.table == nullptr) return;
   const int h = blockIdx.x;
-  const int32_t t = seq_lens[0] - 1;
+  const int32_t t = host.seq_lens[0] - 1;
   if (t < 0 || t / c.line_tokens >= c.n_lines) return;
   const int32_t slot = c.table[int64_t(h) * c.n_lines + t / c.line_tokens];
   if (slot < 0) return;
   const int64_t dst = (int64_t(slot) * c.line_tokens + t % c.line_tokens) * c.n_kv_head * row_bytes +
                       int64_t(h) * row_bytes;
+  const bool from_host = k_new == nullptr;
+  const int64_t host_row = int64_t(host.block_table[t / host.page_size]) * host.page_size + t % host.page_size;
+  const char* ks = from_host ? static_cast<const char*>(host.k_pool) + host_row * host.n_kv_head * row_bytes
+                             : static_cast<const char*>(k_new);
+  const char* vs = from_host ? static_cast<const char*>(host.v_pool) + host_row * host.n_kv_head * row_bytes
+                             : static_cast<const char*>(v_new);
   for (int ch = threadIdx.x; ch < row_bytes / 16; ch += blockDim.x) {
     const int64_t src = int64_t(h) * row_bytes + ch * 16;
     *reinterpret_cast<uint4*>(static_cast<char*>(c.bank_k) + dst + ch * 16) =
-        *reinterpret_cast<const uint4*>(static_cast<const char*>(k_new) + src);
-    if (c.bank_v && v_new)
+        *reinterpret_cast<const uint4*>(ks + src);
+    if (c.bank_v && vs)
       *reinterpret_cast<uint4*>(static_cast<char*>(c.bank_v) + dst + ch * 16) =
-          *reinterpret_cast<const uint4*>(static_cast<const char*>(v_new) + src);
+          *reinterpret_cast<const uint4*>(vs + src);
   }
 }
 
@@ -223,13 +230,15 @@ void kv_offload_begin_step(int32_t* tick, Stream s) {
 void kv_offload_append(const KvOffloadLayer& l, const KvView& host, const void* k_new, const void* v_new, Stream s) {
   if (!l.keys.enabled() && !l.kv.enabled()) return;
   for (const KvOffloadCache* c : {&l.keys, &l.kv})
-    LC_REQUIRE(!c->enabled() || (c->bank_k && k_new && (v_new || !c->bank_v) && c->n_kv_head == host.n_kv_head),
-               "internal: kv_offload_append needs caches of the view's %d KV heads and the new rows", host.n_kv_head);
-  LC_REQUIRE(host.seq_lens && host.n_seq == 1 && host.head_dim * kv_elem_bytes(host.elem) % 16 == 0,
-             "internal: kv_offload_append needs one sequence with 16-byte rows");
+    LC_REQUIRE(!c->enabled() || (c->bank_k && (!k_new || v_new || !c->bank_v) && c->n_kv_head == host.n_kv_head),
+               "internal: kv_offload_append needs caches of the view's %d KV heads and both new rows (or none)",
+               host.n_kv_head);
+  LC_REQUIRE(host.seq_lens && host.n_seq == 1 && host.head_dim * kv_elem_bytes(host.elem) % 16 == 0 &&
+                 (k_new || (host.k_pool && host.v_pool && host.block_table && host.page_size >= 1)),
+             "internal: kv_offload_append needs one sequence with 16-byte rows (and the view's pools without new rows)");
   const int row_bytes = host.head_dim * kv_elem_bytes(host.elem);
-  append_kernel<<<dim3(unsigned(host.n_kv_head), 2), 32, 0, static_cast<cudaStream_t>(s)>>>(l, host.seq_lens, k_new,
-                                                                                            v_new, row_bytes);
+  append_kernel<<<dim3(unsigned(host.n_kv_head), 2), 32, 0, static_cast<cudaStream_t>(s)>>>(l, host, k_new, v_new,
+                                                                                            row_bytes);
   LC_LAUNCH_CHECK("kv_offload_append heads=%d", host.n_kv_head);
 }
 

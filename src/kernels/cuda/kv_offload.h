@@ -32,9 +32,11 @@ void kv_offload_begin_step(int32_t* tick, Stream s = nullptr);
 
 // Write-through of a decode step's new token: after its K/V row went to the host pools (kv_scatter
 // over the host view, at position seq_lens[0] - 1), copies it into this cache's bank wherever its
-// line is resident (an inserted line may hold positions not written yet). k_new/v_new bf16
-// [n_kv_head, head_dim] (the view's type); v_new ignored for a keys-only cache. One launch for
-// both caches of the layer, after the scatter and before the step's reads.
+// line is resident (an inserted line may hold positions not written yet). k_new/v_new
+// [n_kv_head, head_dim] of the view's type (v_new ignored for a keys-only cache), or both null:
+// the row is read back from the host pools where the scatter wrote it (the fp8 cache, whose
+// quantized row exists only there; 2 x n_kv_head x head_dim bytes over PCIe). One launch for both
+// caches of the layer, after the scatter and before the step's reads.
 void kv_offload_append(const KvOffloadLayer& l, const KvView& host, const void* k_new, const void* v_new,
                        Stream s = nullptr);
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/fp8_vec.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/paged_dot.h"
 
@@ -30,28 +31,92 @@ namespace {
 constexpr int kMaxWarps = 8;
 constexpr int kCtasPerSm = 4;
 
-template <int P>
-__device__ __forceinline__ void load_tile(uint4 (&raw)[2][P], const __nv_bfloat16* __restrict__ k,
+// Keys per thread and row: bf16 loads eight keys (16 bytes) per k-step pair p, at elements
+// 32p + 8t + [0, 8); fp8 loads sixteen (16 bytes) per two pairs, at 64(p/2) + 16t + [0, 16), pair p
+// taking the half p % 2. kLoads = 16-byte loads per row and thread.
+template <bool FP8, int P>
+struct KeyTile {
+  static constexpr int kLoads = FP8 ? P / 2 : P;
+  static constexpr int kRowBytes = (FP8 ? 1 : 2) * 32 * P;
+  uint4 raw[2][kLoads];  // row r / r + 8
+};
+
+template <bool FP8>
+__device__ __forceinline__ int pair_elem(int p, int t) {
+  return FP8 ? 64 * (p / 2) + 16 * t + 8 * (p % 2) : 32 * p + 8 * t;
+}
+
+template <bool FP8, int P>
+__device__ __forceinline__ void load_tile(KeyTile<FP8, P>& kt, const uint8_t* __restrict__ k,
                                           const int32_t* __restrict__ slots, int64_t j0, int64_t n_slot,
-                                          int n_kv_head, int kvh, int r, int t) {
-  constexpr int D = 32 * P;
+                                          int n_kv_head, int kvh, int t) {
+  using T = KeyTile<FP8, P>;
+  const int r = (threadIdx.x & 31) >> 2;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int64_t j = j0 + 8 * h + r;
-    const uint4* row = reinterpret_cast<const uint4*>(k + (int64_t(slots[j < n_slot ? j : 0]) * n_kv_head + kvh) * D);
+    const uint4* row =
+        reinterpret_cast<const uint4*>(k + (int64_t(slots[j < n_slot ? j : 0]) * n_kv_head + kvh) * T::kRowBytes);
 #pragma unroll
-    for (int p = 0; p < P; ++p) raw[h][p] = j < n_slot ? __ldg(row + 4 * p + t) : make_uint4(0, 0, 0, 0);
+    for (int l = 0; l < T::kLoads; ++l) kt.raw[h][l] = j < n_slot ? __ldg(row + 4 * l + t) : make_uint4(0, 0, 0, 0);
   }
 }
 
-template <int D, int G>
+// The A fragments (a0: elements 0..3 of the pair's eight, a1: 4..7) of pair p: bf16 as loaded,
+// fp8 widened to fp16 pairs.
+template <bool FP8, int P>
+__device__ __forceinline__ void a_frags(const KeyTile<FP8, P>& kt, int p, uint32_t (&a0)[4], uint32_t (&a1)[4]) {
+  uint32_t w[2][4];  // row r / r + 8: elements (0,1) (2,3) (4,5) (6,7)
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if constexpr (FP8) {
+      const uint4& v = kt.raw[h][p / 2];
+      const uint32_t lo = p % 2 ? v.z : v.x, hi = p % 2 ? v.w : v.y;
+      w[h][0] = fp8vec::e4m3x2_to_f16x2(lo & 0xffffu);
+      w[h][1] = fp8vec::e4m3x2_to_f16x2(lo >> 16);
+      w[h][2] = fp8vec::e4m3x2_to_f16x2(hi & 0xffffu);
+      w[h][3] = fp8vec::e4m3x2_to_f16x2(hi >> 16);
+    } else {
+      const uint4& v = kt.raw[h][p];
+      w[h][0] = v.x, w[h][1] = v.y, w[h][2] = v.z, w[h][3] = v.w;
+    }
+  }
+  a0[0] = w[0][0], a0[1] = w[1][0], a0[2] = w[0][1], a0[3] = w[1][1];
+  a1[0] = w[0][2], a1[1] = w[1][2], a1[2] = w[0][3], a1[3] = w[1][3];
+}
+
+template <bool FP8>
+__device__ __forceinline__ void mma16816(float (&acc)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (FP8) mma::mma_f16_16816(acc, a, b0, b1);
+  else mma::mma_bf16_16816(acc, a, b0, b1);
+}
+
+// The running (max, sum of exp(x - max)) of one head's scores (the soft vote's first pass).
+struct MaxSum {
+  float m = -INFINITY, s = 0.f;
+  __device__ void add(float x0, float x1) {
+    const float mn = fmaxf(m, fmaxf(x0, x1));
+    if (mn == -INFINITY) return;
+    s = s * __expf(m - mn) + __expf(x0 - mn) + __expf(x1 - mn);
+    m = mn;
+  }
+  __device__ void merge(float om, float os) {
+    const float mn = fmaxf(m, om);
+    if (mn == -INFINITY) return;
+    s = s * __expf(m - mn) + os * __expf(om - mn);
+    m = mn;
+  }
+};
+
+template <int D, int G, bool FP8>
 __global__ void __launch_bounds__(kMaxWarps * 32) paged_dot_kernel(const __nv_bfloat16* __restrict__ q,
                                                                    const float* __restrict__ q_f32,
-                                                                   const __nv_bfloat16* __restrict__ k,
+                                                                   const uint8_t* __restrict__ k, float k_scale,
                                                                    const int32_t* __restrict__ slots,
                                                                    float* __restrict__ scores, int64_t n_slot,
                                                                    int n_kv_head, const int32_t* __restrict__ skip,
-                                                                   const int32_t* __restrict__ n_dev, int32_t n_sub) {
+                                                                   const int32_t* __restrict__ n_dev, int32_t n_sub,
+                                                                   float* __restrict__ head_stats) {
   if (skip && *skip != 0) return;
   if (n_dev) n_slot = min(max(int64_t(*n_dev) - n_sub, int64_t(0)), n_slot);
   constexpr int P = D / 32;  // k-step pairs
@@ -60,50 +125,77 @@ __global__ void __launch_bounds__(kMaxWarps * 32) paged_dot_kernel(const __nv_bf
   if (kvh >= n_kv_head) return;
   const int64_t n_tiles = (n_slot + 15) / 16;
   int64_t tile = blockIdx.x;
-  if (tile >= n_tiles) return;
-  uint4 raw[2][P];  // row r / r + 8, pair
-  load_tile<P>(raw, k, slots, tile * 16, n_slot, n_kv_head, kvh, r, t);
-  // B fragments: head r of the group (zero past g), elements 32p + 8t + [0, 8), as hi and lo.
-  uint32_t b_hi[P][4], b_lo[P][4];
+  MaxSum st[2];  // heads 2t, 2t + 1
+  if (tile < n_tiles) {
+    KeyTile<FP8, P> next;
+    load_tile<FP8, P>(next, k, slots, tile * 16, n_slot, n_kv_head, kvh, t);
+    // B fragments: head r of the group (zero past g), the pair's elements, as hi and lo parts
+    // (bf16, or fp16 against fp8 keys).
+    uint32_t b_hi[P][4], b_lo[P][4];
 #pragma unroll
-  for (int p = 0; p < P; ++p)
+    for (int p = 0; p < P; ++p)
 #pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      float x0 = 0.f, x1 = 0.f;
-      if (r < G) {
-        const int64_t e = (int64_t(kvh) * G + r) * D + 32 * p + 8 * t + 2 * w;
-        x0 = q_f32 ? q_f32[e] : __bfloat162float(q[e]);
-        x1 = q_f32 ? q_f32[e + 1] : __bfloat162float(q[e + 1]);
+      for (int w = 0; w < 4; ++w) {
+        float x0 = 0.f, x1 = 0.f;
+        if (r < G) {
+          const int64_t e = (int64_t(kvh) * G + r) * D + pair_elem<FP8>(p, t) + 2 * w;
+          x0 = q_f32 ? q_f32[e] : __bfloat162float(q[e]);
+          x1 = q_f32 ? q_f32[e + 1] : __bfloat162float(q[e + 1]);
+        }
+        if constexpr (FP8) {
+          const float h0 = __half2float(__float2half_rn(x0)), h1 = __half2float(__float2half_rn(x1));
+          b_hi[p][w] = mma::pack_f16(h0, h1);
+          b_lo[p][w] = mma::pack_f16(x0 - h0, x1 - h1);
+        } else {
+          const float h0 = __bfloat162float(__float2bfloat16(x0)), h1 = __bfloat162float(__float2bfloat16(x1));
+          b_hi[p][w] = mma::pack_bf16(h0, h1);
+          b_lo[p][w] = mma::pack_bf16(x0 - h0, x1 - h1);
+        }
       }
-      const float h0 = __bfloat162float(__float2bfloat16(x0)), h1 = __bfloat162float(__float2bfloat16(x1));
-      b_hi[p][w] = mma::pack_bf16(h0, h1);
-      b_lo[p][w] = mma::pack_bf16(x0 - h0, x1 - h1);
-    }
-  for (; tile < n_tiles; tile += gridDim.x) {
-    uint4 cur[2][P];
+    for (; tile < n_tiles; tile += gridDim.x) {
+      const KeyTile<FP8, P> cur = next;
+      if (tile + gridDim.x < n_tiles) load_tile<FP8, P>(next, k, slots, (tile + gridDim.x) * 16, n_slot, n_kv_head, kvh, t);
+      float acc[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
+      for (int p = 0; p < P; ++p) {
+        uint32_t a0[4], a1[4];
+        a_frags<FP8, P>(cur, p, a0, a1);
+        mma16816<FP8>(acc, a0, b_hi[p][0], b_hi[p][1]);
+        mma16816<FP8>(acc, a1, b_hi[p][2], b_hi[p][3]);
+        mma16816<FP8>(acc, a0, b_lo[p][0], b_lo[p][1]);
+        mma16816<FP8>(acc, a1, b_lo[p][2], b_lo[p][3]);
+      }
+      // acc: rows r (0, 1) and r + 8 (2, 3) for heads 2t and 2t + 1.
+      const int64_t j = tile * 16 + r;
 #pragma unroll
-      for (int p = 0; p < P; ++p) cur[h][p] = raw[h][p];
-    if (tile + gridDim.x < n_tiles) load_tile<P>(raw, k, slots, (tile + gridDim.x) * 16, n_slot, n_kv_head, kvh, r, t);
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+      for (int c = 0; c < 4; ++c) {
+        if (FP8) acc[c] *= k_scale;
+        const int head = 2 * t + (c & 1);
+        const int64_t jc = j + (c >> 1) * 8;
+        if (head < G && jc < n_slot) scores[(int64_t(kvh) * G + head) * n_slot + jc] = acc[c];
+      }
+      if (head_stats)
 #pragma unroll
-    for (int p = 0; p < P; ++p) {
-      const uint32_t a0[4] = {cur[0][p].x, cur[1][p].x, cur[0][p].y, cur[1][p].y};
-      const uint32_t a1[4] = {cur[0][p].z, cur[1][p].z, cur[0][p].w, cur[1][p].w};
-      mma::mma_bf16_16816(acc, a0, b_hi[p][0], b_hi[p][1]);
-      mma::mma_bf16_16816(acc, a1, b_hi[p][2], b_hi[p][3]);
-      mma::mma_bf16_16816(acc, a0, b_lo[p][0], b_lo[p][1]);
-      mma::mma_bf16_16816(acc, a1, b_lo[p][2], b_lo[p][3]);
-    }
-    // acc: rows r (0, 1) and r + 8 (2, 3) for heads 2t and 2t + 1.
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const int head = 2 * t + (c & 1);
-      const int64_t j = tile * 16 + r + (c >> 1) * 8;
-      if (head < G && j < n_slot) scores[(int64_t(kvh) * G + head) * n_slot + j] = acc[c];
+        for (int e = 0; e < 2; ++e)
+          st[e].add(j < n_slot ? acc[e] : -INFINITY, j + 8 < n_slot ? acc[2 + e] : -INFINITY);
     }
   }
+  if (!head_stats) return;
+  // Fold the eight rows r of each t (lanes t, t + 4, ..); lane t writes heads 2t, 2t + 1.
+#pragma unroll
+  for (int e = 0; e < 2; ++e)
+    for (int off = 4; off < 32; off <<= 1)
+      st[e].merge(__shfl_xor_sync(0xffffffffu, st[e].m, off), __shfl_xor_sync(0xffffffffu, st[e].s, off));
+  if (r == 0)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int head = 2 * t + e;
+      if (head < G) {
+        float* out = head_stats + ((int64_t(kvh) * G + head) * gridDim.x + blockIdx.x) * 2;
+        out[0] = st[e].m;
+        out[1] = st[e].s;
+      }
+    }
 }
 
 int sm_count() {
@@ -116,15 +208,20 @@ int sm_count() {
   return n;
 }
 
+unsigned head_groups(int n_kv_head) { return unsigned((n_kv_head + kMaxWarps - 1) / kMaxWarps); }
+
 template <int D, int G>
 void launch(const PagedDotParams& p, cudaStream_t s) {
   const int warps = p.n_kv_head < kMaxWarps ? p.n_kv_head : kMaxWarps;
-  const int64_t n_tiles = (p.n_slot + 15) / 16;
-  const unsigned head_groups = unsigned((p.n_kv_head + kMaxWarps - 1) / kMaxWarps);
-  const int64_t ctas = std::min<int64_t>(n_tiles, std::max<int64_t>(1, int64_t(sm_count()) * kCtasPerSm / head_groups));
-  paged_dot_kernel<D, G><<<dim3(unsigned(ctas), head_groups), warps * 32, 0, s>>>(
-      static_cast<const __nv_bfloat16*>(p.q), p.q_f32, static_cast<const __nv_bfloat16*>(p.k_pool), p.slots,
-      p.scores, p.n_slot, p.n_kv_head, p.skip, p.n_dev, p.n_sub);
+  const dim3 grid(unsigned(paged_dot_stats_parts(p.n_slot, p.n_kv_head)), head_groups(p.n_kv_head));
+  const auto* q = static_cast<const __nv_bfloat16*>(p.q);
+  const auto* k = static_cast<const uint8_t*>(p.k_pool);
+  if (p.k_elem == PagedDotKeys::fp8_e4m3)
+    paged_dot_kernel<D, G, true><<<grid, warps * 32, 0, s>>>(q, p.q_f32, k, p.k_scale, p.slots, p.scores, p.n_slot,
+                                                             p.n_kv_head, p.skip, p.n_dev, p.n_sub, p.head_stats);
+  else
+    paged_dot_kernel<D, G, false><<<grid, warps * 32, 0, s>>>(q, p.q_f32, k, 1.f, p.slots, p.scores, p.n_slot,
+                                                              p.n_kv_head, p.skip, p.n_dev, p.n_sub, p.head_stats);
 }
 
 template <int D>
@@ -141,10 +238,18 @@ void dispatch_g(const PagedDotParams& p, int g, cudaStream_t s) {
 
 }  // namespace
 
+int paged_dot_max_stats_parts() { return sm_count() * kCtasPerSm; }
+
+int paged_dot_stats_parts(int64_t n_slot, int n_kv_head) {
+  const int64_t n_tiles = (n_slot + 15) / 16;
+  return int(std::max<int64_t>(1, std::min<int64_t>(n_tiles, std::max<int64_t>(1, paged_dot_max_stats_parts() / head_groups(n_kv_head)))));
+}
+
 void paged_dot(const PagedDotParams& p, Stream s) {
   LC_REQUIRE(p.q || p.q_f32, "paged_dot: no query");
   LC_REQUIRE(p.n_head > 0 && p.n_kv_head > 0 && p.n_head % p.n_kv_head == 0, "paged_dot: heads %d / %d", p.n_head, p.n_kv_head);
   LC_REQUIRE(p.head_dim == 64 || p.head_dim == 128, "paged_dot: head_dim %d (64 or 128)", p.head_dim);
+  LC_REQUIRE(p.k_elem == PagedDotKeys::bf16 || p.k_scale > 0.f, "paged_dot: fp8 key scale %g", double(p.k_scale));
   if (p.n_slot <= 0) return;
   const auto st = static_cast<cudaStream_t>(s);
   const int g = p.n_head / p.n_kv_head;

@@ -57,6 +57,20 @@ __global__ void head_stats_kernel(const float* __restrict__ scores, int64_t M, M
   }
 }
 
+// Per head: paged_dot's per-CTA (max, sum) parts folded into the kSlices slots vote_kernel reads
+// (slot s takes parts s, s + kSlices, ..; an empty slot is (-inf, 0)).
+__global__ void fold_stats_kernel(const float* __restrict__ stats, int parts, MaxSum* __restrict__ part,
+                                  const int32_t* __restrict__ skip) {
+  if (skip && *skip != 0) return;
+  const int h = blockIdx.x, sl = threadIdx.x;
+  MaxSum acc{-INFINITY, 0.f};
+  for (int i = sl; i < parts; i += kSlices) {
+    const float* x = stats + (int64_t(h) * parts + i) * 2;
+    acc = combine(acc, MaxSum{x[0], x[1]});
+  }
+  part[h * kSlices + sl] = acc;
+}
+
 // vote[j] = sum_h exp(s[h][j] - m_h) / Z_h (naive: sum_h s[h][j]).
 __global__ void vote_kernel(const float* __restrict__ scores, int n_head, int64_t M, const MaxSum* __restrict__ part,
                             bool naive, float* __restrict__ vote, const int32_t* __restrict__ skip,
@@ -116,7 +130,10 @@ void soft_vote(const SoftVoteParams& p, Stream s) {
   if (p.M <= 0) return;
   const auto st = static_cast<cudaStream_t>(s);
   auto* part = static_cast<MaxSum*>(p.workspace);
-  if (!p.naive) head_stats_kernel<<<dim3(kSlices, p.n_head), kThreads, 0, st>>>(p.scores, p.M, part, p.skip, p.m_dev, p.m_sub);
+  LC_REQUIRE(!p.head_stats || (!p.naive && p.stats_parts > 0), "soft_vote: head stats (%d parts) for a naive vote",
+             p.stats_parts);
+  if (p.head_stats) fold_stats_kernel<<<p.n_head, kSlices, 0, st>>>(p.head_stats, p.stats_parts, part, p.skip);
+  else if (!p.naive) head_stats_kernel<<<dim3(kSlices, p.n_head), kThreads, 0, st>>>(p.scores, p.M, part, p.skip, p.m_dev, p.m_sub);
   vote_kernel<<<grid_for(p.M), kThreads, 0, st>>>(p.scores, p.n_head, p.M, part, p.naive, p.vote, p.skip, p.m_dev, p.m_sub);
   LC_LAUNCH_CHECK("soft_vote (M %lld, heads %d)", (long long)p.M, p.n_head);
 }

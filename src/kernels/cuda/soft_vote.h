@@ -5,7 +5,9 @@
 // first), ascending, plus an offset (candidate index -> position). CPU twins:
 // kernels/ref/soft_vote.h and sparse/topk.h's rule; tested by tests/cuda/test_tokenselect.cpp.
 // How: soft vote in two kernels: per (head, slice) max and sum of exp (online), then per token
-// the heads' normalised terms summed (each CTA first combines the slices of every head).
+// the heads' normalised terms summed (each CTA first combines the slices of every head). With
+// head_stats (paged_dot's fused per-CTA max / sum, paged_dot.h) the first pass over the scores
+// is replaced by a fold of those parts into the slices (one CTA per head, no pass over M).
 // Top-k: a stable descending radix sort of (vote, index) pairs (CUB, part of the CUDA toolkit),
 // whose first k indices are the top-k with the tie rule above, then an ascending sort of those
 // k. TokenSelect's engine uses kernels/cuda/topk_select.h instead (a radix select with the item
@@ -29,6 +31,8 @@ struct SoftVoteParams {
   const int32_t* skip = nullptr;  // device int32 [1] or nullptr: nonzero returns at once (a cache hit)
   const int32_t* m_dev = nullptr; // device int32 [1] or nullptr: M = clamp(*m_dev - m_sub, 0, M), read
   int32_t m_sub = 0;              // on the device (M is then the launch bound; graph replay)
+  const float* head_stats = nullptr;  // fp32 [n_head, stats_parts, 2] (max, sum exp) from paged_dot, or
+  int stats_parts = 0;                // nullptr (the scores' own pass); soft vote only
 };
 size_t soft_vote_workspace_bytes(int n_head);
 void soft_vote(const SoftVoteParams& p, Stream s = nullptr);

@@ -35,6 +35,12 @@ inline constexpr int kSparseQBlock = 64;
 // segments of several ranges, instead of one mostly masked tile per range.
 inline constexpr int kSparsePackSeg = 16;
 inline constexpr int kSparsePackMax = 48;
+// Tail gathering: a tail of at most this many keys is gathered key by key into the 64-key tiles
+// that carry the columns (with the other short tails), not loaded as a 16-key segment. HiP's
+// blocks of b_k = 2 keys as segments fill 1/8 of each tile: H100/H200 benchmarks in
+// docs/benchmarks.md ("HiP sparse attention: gathered tails"). Half a segment: a gathered key
+// moves 1/16 of a segment's bytes and no masked slots.
+inline constexpr int kSparseGatherMax = 8;
 
 struct DeviceSparseIndex {
   int n_index_head = 0;              // index heads; n_head % n_index_head == 0
@@ -64,6 +70,9 @@ struct SparseAttnParams {
   DeviceSparseIndex index;
   void* workspace = nullptr;  // device, sparse_attention_workspace_bytes(index) bytes
   size_t workspace_bytes = 0;
+  // Hopper kernel: range tails of at most this many keys are gathered (0 = 16-key segments
+  // only; benchmarks compare the two). 0..kSparsePackMax. The generic kernel ignores it.
+  int tail_gather_max = kSparseGatherMax;
 };
 
 size_t sparse_attention_workspace_bytes(const DeviceSparseIndex& index);

@@ -20,6 +20,10 @@
 //   stage (range tiles: first key and count; packed tiles: each segment's first key and count;
 //   column tiles: the key of each slot, -1 = empty; flags "needs mask", "range", "packed", "end"),
 //   so consumers never parse the index: one online softmax over range and column tiles alike.
+//   Tails of at most SparseAttnParams::tail_gather_max keys (HiP's 2-key blocks: a 16-key
+//   segment would carry 2 valid keys) join the columns in gathered tiles, 64 keys each, filled
+//   in order (range tails, then columns) and copied with cp.async; the producer keeps one
+//   gathered tile in flight while it issues the next.
 // - Consumer: S = Q K^T with wgmma m64n64k16, Q from registers (loaded once per task with
 //   ldmatrix: the SS form read Q and K from shared memory per instruction, ~32 FLOP/B, at the
 //   SM's shared-memory bandwidth), K from shared memory; online softmax in registers (log2
@@ -84,10 +88,11 @@ constexpr int kBarsPerWg = 1 + 2 * kStages;  // q_full, full[s], empty[s]
 constexpr int kSmemMeta = 2 * kWgBytes;
 constexpr int kSmemBytes = kSmemMeta + 2 * kBarsPerWg * 8 + 2 * kStages * kHdrBytes + 1024;  // + align slack
 static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
-// setmaxnreg split: 128 x 40 + 256 x 232 = 384 x 168, what the CTA holds at launch
-// (sm90::setmaxnreg_split_fits). The producers gather columns (64-bit addressing):
-// 24 registers (the dense kernel's TMA-only producer) spilled.
-constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+// setmaxnreg split: 128 x 56 + 256 x 224 = 384 x 168, what the CTA holds at launch
+// (sm90::setmaxnreg_split_fits). The producers gather columns and short tails (64-bit
+// addressing, one gathered tile in flight): 40 registers spilled 60 bytes (ptxas -v), 24 (the
+// dense kernel's TMA-only producer) more; the consumers do not spill at 224.
+constexpr int kProducerRegs = 56, kConsumerRegs = 224;
 static_assert(setmaxnreg_split_fits(kThreads, 128, kProducerRegs, kConsumerRegs), "register split");
 // S = Q K^T with Q in registers (wgmma RS, 32 registers per thread) instead of shared memory.
 // H200, structured inputs: block-sparse +0% / +3% / +5% at 128K / 512K / 1M, vertical-slash +0-1%
@@ -123,6 +128,7 @@ __device__ __forceinline__ void wgmma_rs_n64(float (&d)[32], const uint32_t (&a)
 // ---- main kernel -----------------------------------------------------------------------------
 struct MainArgs : SparseKernelArgs {
   int order_chunk;  // task order: 0 = block-major; C > 0 = chunks of C blocks, KV-group-major inside
+  int tail_gather_max;  // SparseAttnParams::tail_gather_max
 };
 
 // CTA i -> (head pair, query block b). Heaviest blocks first either way (causal work grows with b).
@@ -196,7 +202,29 @@ __global__ void __launch_bounds__(kThreads, 1)
         tma_load_3d(wb + kWgQ + kHalf, &tm_q, bar(w, 0), 64, h, int(b * kBQ));
       }
       int t = 0;
+      // The gather tile being filled: slots [0, ng) hold range-tail keys and columns, slot i in
+      // lane i's gka (i < 32) or lane i - 32's gkb (-1 = empty); gmax = the largest key. Its rows
+      // are copied with cp.async; the full barrier of the last gathered tile (tile `pend`) is
+      // arrived once the next gathered tile is issued, or before any other stage is acquired
+      // unless it is the tile just before (the consumers take tiles in order: acquiring tile t
+      // waits for tile t - 3's release, which follows tile t - 2's full barrier), so two gathered
+      // tiles' copies overlap and the ring never waits on a tile the producer holds back.
+      int ng = 0, pend = -1;
+      int32_t gka = -1, gkb = -1, gmax = -1;
+      const int64_t ld = int64_t(a.n_kv_head) * kD;
+      auto arrive_pending = [&](bool keep_newest) {
+        if (pend < 0) return;
+        if (keep_newest)
+          mma::cp_async_wait<1>();
+        else
+          mma::cp_async_wait<0>();
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bar(w, 1 + pend % kStages));
+        pend = -1;
+      };
       auto acquire = [&](int s) {
+        if (pend >= 0 && pend < t - 1) arrive_pending(false);
         if (t >= kStages) mbar_wait(bar(w, 1 + kStages + s), ((t / kStages) & 1) ^ 1);
       };
       // The packed tile being filled: segments [0, np), first keys ps[], counts pc[] (registers:
@@ -235,6 +263,46 @@ __global__ void __launch_bounds__(kThreads, 1)
           if (j == np) ps[j] = k0, pc[j] = cnt;
         if (++np == kSegs) flush_pack();
       };
+      auto flush_gather = [&] {
+        const int s = t % kStages;
+        acquire(s);
+        int32_t* hd = hdr(w, s);
+        hd[lane] = gka;
+        hd[lane + 32] = gkb;
+        const bool full = ng == kBK && (!a.causal || gmax <= first_pos);
+        if (lane == 0) hd[kHdrFlags] = full ? 0 : kHdrFlagMask;
+        const uint32_t sk = wb + kWgK + s * kTile, sv = wb + kWgV + s * kTile;
+        // 64 rows x 16 chunks of 16 bytes per operand; lane handles rows r = it*2 + lane/16, chunk lane%16.
+#pragma unroll 1
+        for (int it = 0; it < 32; ++it) {
+          const int r = it * 2 + lane / 16, c = lane % 16;
+          const int32_t ka_r = __shfl_sync(0xffffffffu, gka, r % 32), kb_r = __shfl_sync(0xffffffffu, gkb, r % 32);
+          const int32_t key = r < 32 ? ka_r : kb_r;
+          const bool ok = key >= 0;
+          const int64_t off = ok ? (int64_t(key) * ld + int64_t(kvh) * kD + c * 8) : 0;
+          const uint32_t dst = (c / 8) * kHalf + r * 128 + (((c % 8) ^ (r % 8)) * 16);
+          mma::cp_async16(sk + dst, a.k + off, ok ? 16 : 0);
+          mma::cp_async16(sv + dst, a.v + off, ok ? 16 : 0);
+        }
+        mma::cp_async_commit();
+        arrive_pending(true);
+        pend = t;
+        ++t;
+        ng = 0;
+        gka = gkb = gmax = -1;
+      };
+      // Appends n ascending keys key_at(0..n) to the gather tile (flushing it when full).
+      auto add_keys = [&](auto key_at, int n) {
+        for (int i0 = 0; i0 < n;) {
+          const int take = min(kBK - ng, n - i0);
+          if (lane >= ng && lane < ng + take) gka = key_at(i0 + lane - ng);
+          if (lane + 32 >= ng && lane + 32 < ng + take) gkb = key_at(i0 + lane + 32 - ng);
+          gmax = max(gmax, key_at(i0 + take - 1));
+          ng += take;
+          i0 += take;
+          if (ng == kBK) flush_gather();
+        }
+      };
       const int32_t* rg = a.ranges + 2 * a.range_ptr[row];
       const int nr = a.n_r[row];
       for (int i = 0; i < nr; ++i) {
@@ -261,43 +329,17 @@ __global__ void __launch_bounds__(kThreads, 1)
             tma_load_3d(sv + kHalf, &tm_v, bar(w, 1 + s), 64, kvh, t0);
           }
         }
+        if (re - t0 > 0 && re - t0 <= a.tail_gather_max) {
+          add_keys([t0](int j) { return t0 + j; }, re - t0);
+          continue;
+        }
         for (; t0 < re; t0 += kSeg) add_segment(t0, min(kSeg, re - t0));
       }
       if (np > 0) flush_pack();
       const int32_t* cl = a.cols + a.col_ptr[row];
-      const int nc = a.n_c[row];
-      const int64_t ld = int64_t(a.n_kv_head) * kD;
-      for (int c0 = 0; c0 < nc; c0 += kBK, ++t) {
-        const int s = t % kStages;
-        acquire(s);
-        const int cnt = min(kBK, nc - c0);
-        int32_t* hd = hdr(w, s);
-        const int32_t ka = lane < cnt ? cl[c0 + lane] : -1;
-        const int32_t kb = lane + 32 < cnt ? cl[c0 + lane + 32] : -1;
-        hd[lane] = ka;
-        hd[lane + 32] = kb;
-        const int32_t last_key = cl[c0 + cnt - 1];
-        const bool full = cnt == kBK && (!a.causal || last_key <= first_pos);
-        if (lane == 0) hd[kHdrFlags] = full ? 0 : kHdrFlagMask;
-        const uint32_t sk = wb + kWgK + s * kTile, sv = wb + kWgV + s * kTile;
-        // 64 rows x 16 chunks of 16 bytes per operand; lane handles rows r = it*2 + lane/16, chunk lane%16.
-#pragma unroll 1
-        for (int it = 0; it < 32; ++it) {
-          const int r = it * 2 + lane / 16, c = lane % 16;
-          const int32_t ka_r = __shfl_sync(0xffffffffu, ka, r % 32), kb_r = __shfl_sync(0xffffffffu, kb, r % 32);
-          const int32_t key = r < 32 ? ka_r : kb_r;
-          const bool ok = key >= 0;
-          const int64_t off = ok ? (int64_t(key) * ld + int64_t(kvh) * kD + c * 8) : 0;
-          const uint32_t dst = (c / 8) * kHalf + r * 128 + (((c % 8) ^ (r % 8)) * 16);
-          mma::cp_async16(sk + dst, a.k + off, ok ? 16 : 0);
-          mma::cp_async16(sv + dst, a.v + off, ok ? 16 : 0);
-        }
-        mma::cp_async_commit();
-        mma::cp_async_wait<0>();
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        __syncwarp();
-        if (lane == 0) mbar_arrive(bar(w, 1 + s));
-      }
+      add_keys([cl](int j) { return cl[j]; }, a.n_c[row]);
+      if (ng > 0) flush_gather();
+      arrive_pending(false);
       {  // end marker
         const int s = t % kStages;
         acquire(s);
@@ -510,6 +552,7 @@ void sparse_attention_run(const SparseAttnParams& p, Stream s) {
   const CUtensorMap tk16 = make_map(p.k, p.n_kv, p.n_kv_head, kSeg, "sparse_attention: k (segments)");
   const CUtensorMap tv16 = make_map(p.v, p.n_kv, p.n_kv_head, kSeg, "sparse_attention: v (segments)");
   a.order_chunk = kOrderChunk;
+  a.tail_gather_max = p.tail_gather_max;
   const int64_t n_cta = int64_t((p.n_head + 1) / 2) * p.index.n_qblk;
   LC_REQUIRE(n_cta <= 0x7fffffff, "sparse_attention: %lld CTAs exceed the grid limit", (long long)n_cta);
   const dim3 grid{unsigned(n_cta)};

@@ -127,6 +127,8 @@ void check_sparse_params(const SparseAttnParams& p, const char* who) {
              "%s: n_head %d is not a multiple of n_kv_head %d", who, p.n_head, p.n_kv_head);
   LC_REQUIRE(!p.causal || p.q_pos0 + p.n_q <= p.n_kv, "%s: causal chunk q_pos0 %lld + n_q %lld exceeds n_kv %lld",
              who, (long long)p.q_pos0, (long long)p.n_q, (long long)p.n_kv);
+  LC_REQUIRE(p.tail_gather_max >= 0 && p.tail_gather_max <= kSparsePackMax,
+             "%s: tail_gather_max %d outside [0, %d]", who, p.tail_gather_max, kSparsePackMax);
   const auto& ix = p.index;
   LC_REQUIRE(ix.n_index_head > 0 && p.n_head % ix.n_index_head == 0,
              "%s: n_head %d is not a multiple of the index's %d heads", who, p.n_head, ix.n_index_head);

@@ -16,6 +16,12 @@ std::vector<int32_t> IhipKeySet::keys() const {
   return k;
 }
 
+int64_t ihip_min_k(const IhipParams& hp, int layer) {
+  int64_t min_k = hp.last_k(layer);
+  for (const IhipStage& st : hp.stages) min_k = std::min(min_k, st.k);
+  return min_k;
+}
+
 IhipStage ihip_stage(const IhipParams& hp, int layer, int i) {
   IhipStage s = hp.stages[size_t(i)];
   if (i == hp.n_stage() - 1) s.k = hp.last_k(layer);

@@ -38,6 +38,10 @@ inline int64_t ihip_candidate_end(const IhipParams& hp, int64_t q_last) {
   return std::max(hp.n_sink, q_last - hp.n_stream + 1);
 }
 
+// The route's threshold: a step whose last row has at most this many candidates prunes nothing
+// (it keeps every stage's k, the last one's for `layer` included) and runs dense.
+int64_t ihip_min_k(const IhipParams& hp, int layer);
+
 // The stage of `layer` at index i (the last stage keeps hp.last_k(layer) tokens).
 IhipStage ihip_stage(const IhipParams& hp, int layer, int i);
 

@@ -13,10 +13,8 @@ Route InfiniteHipMethod::route(const AttnStep& s) const {
   const int layer = std::max(s.layer, 0);
   if (hp_.dense_layer(layer)) return Route::dense;
   // Nothing is pruned while the last row's candidates fit every stage's k.
-  int64_t min_k = hp_.last_k(layer);
-  for (const IhipStage& st : hp_.stages) min_k = std::min(min_k, st.k);
   const int64_t q_last = s.q_pos0 + s.n_q - 1;
-  return ihip_candidate_end(hp_, q_last) - hp_.n_sink <= min_k ? Route::dense : Route::sparse;
+  return ihip_candidate_end(hp_, q_last) - hp_.n_sink <= ihip_min_k(hp_, layer) ? Route::dense : Route::sparse;
 }
 
 IhipKeySet InfiniteHipMethod::decode_set(const AttnParams& p, const IhipRopeTable* table, State& st) const {

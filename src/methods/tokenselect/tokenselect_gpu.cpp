@@ -24,8 +24,10 @@ int64_t launch_kv(const TokenSelectGpuInput& in) { return in.n_kv_dev ? std::max
 
 struct Sizes {
   int64_t max_m = 0, budget = 0;
-  size_t qs, scores, vote, vote_ws, topk_ws, keys, kv_c, q_rot, decode_ws;
-  size_t total() const { return qs + scores + vote + vote_ws + topk_ws + keys + 2 * kv_c + q_rot + decode_ws; }
+  size_t qs, scores, head_stats, vote, vote_ws, topk_ws, keys, kv_c, q_rot, decode_ws;
+  size_t total() const {
+    return qs + scores + head_stats + vote + vote_ws + topk_ws + keys + 2 * kv_c + q_rot + decode_ws;
+  }
 };
 
 Sizes sizes(const TokenSelectParams& t, const TokenSelectGpuShape& s) {
@@ -35,6 +37,7 @@ Sizes sizes(const TokenSelectParams& t, const TokenSelectGpuShape& s) {
   const size_t H = size_t(s.n_head), D = size_t(s.head_dim), L = size_t(z.budget);
   z.qs = round_up(H * D * 4);
   z.scores = round_up(H * size_t(z.max_m) * 4);
+  z.head_stats = round_up(H * size_t(cuda::paged_dot_max_stats_parts()) * 2 * 4);
   z.vote = round_up(size_t(z.max_m) * 4);
   z.vote_ws = round_up(cuda::soft_vote_workspace_bytes(s.n_head));
   z.topk_ws = round_up(cuda::top_k_select_workspace_bytes());
@@ -63,6 +66,7 @@ TokenSelectGpuStep::TokenSelectGpuStep(const TokenSelectParams& t, const TokenSe
   arena_ = std::make_unique<cuda::DeviceArena>(z.total());
   qs_ = static_cast<float*>(arena_->alloc(z.qs));
   scores_ = static_cast<float*>(arena_->alloc(z.scores));
+  head_stats_ = static_cast<float*>(arena_->alloc(z.head_stats));
   vote_ = static_cast<float*>(arena_->alloc(z.vote));
   vote_ws_ = arena_->alloc(z.vote_ws);
   topk_ws_ = arena_->alloc(z.topk_ws);
@@ -89,17 +93,22 @@ void TokenSelectGpuStep::stage_query(const TokenSelectGpuInput& in, cuda::Stream
 }
 
 void TokenSelectGpuStep::stage_score(const TokenSelectGpuInput& in, cuda::Stream s) {
-  cuda::paged_dot({.q_f32 = qs_, .k_pool = in.k_pool, .slots = in.slots + t_.n_init, .scores = scores_,
-                   .n_slot = launch_kv(in) - t_.n_init - t_.n_local, .n_head = shape_.n_head,
+  const bool fp8 = in.k_score != nullptr;
+  cuda::paged_dot({.q_f32 = qs_, .k_pool = fp8 ? in.k_score : in.k_pool, .slots = in.slots + t_.n_init,
+                   .scores = scores_, .n_slot = launch_kv(in) - t_.n_init - t_.n_local, .n_head = shape_.n_head,
                    .n_kv_head = shape_.n_kv_head, .head_dim = shape_.head_dim, .skip = in.skip,
-                   .n_dev = in.n_kv_dev, .n_sub = int32_t(t_.n_init + t_.n_local)},
+                   .n_dev = in.n_kv_dev, .n_sub = int32_t(t_.n_init + t_.n_local),
+                   .k_elem = fp8 ? cuda::PagedDotKeys::fp8_e4m3 : cuda::PagedDotKeys::bf16,
+                   .k_scale = fp8 ? in.k_score_scale : 1.f, .head_stats = head_stats_},
                   s);
 }
 
 void TokenSelectGpuStep::stage_vote(const TokenSelectGpuInput& in, cuda::Stream s) {
-  cuda::soft_vote({.scores = scores_, .vote = vote_, .n_head = shape_.n_head,
-                   .M = launch_kv(in) - t_.n_init - t_.n_local, .naive = false, .workspace = vote_ws_, .skip = in.skip,
-                   .m_dev = in.n_kv_dev, .m_sub = int32_t(t_.n_init + t_.n_local)},
+  const int64_t M = launch_kv(in) - t_.n_init - t_.n_local;
+  cuda::soft_vote({.scores = scores_, .vote = vote_, .n_head = shape_.n_head, .M = M, .naive = false,
+                   .workspace = vote_ws_, .skip = in.skip, .m_dev = in.n_kv_dev,
+                   .m_sub = int32_t(t_.n_init + t_.n_local), .head_stats = head_stats_,
+                   .stats_parts = cuda::paged_dot_stats_parts(M, shape_.n_kv_head)},
                   s);
 }
 

@@ -8,6 +8,9 @@
 // Steps, all on one stream with no host sync and no allocation (CUDA-graph capturable):
 //   select:  qs     = selection_query(q rows rotated at n_local + i)        fp32 [n_head, D]
 //            scores = paged_dot(qs, candidate slots [n_init, n_kv - n_local)) fp32 [n_head, M]
+//                     (+ per head and CTA max / sum exp: the soft vote's first pass, fused)
+//                     over k_pool, or over k_score: e4m3 keys (an fp8 cache's, or an fp8 shadow
+//                     of a bf16 cache's pre-RoPE keys), half the bytes of the scan
 //            vote   = soft_vote(scores) (or hard/naive: not built on the GPU)  fp32 [M]
 //            keys   = [0, n_init) ++ top_k_select(vote) + n_init ++ [n_kv - n_local, n_kv)
 //   attend:  K, V   = compact_kv(keys): gathered, K rotated at 0..L-1        bf16 [L, n_kv_head, D]
@@ -42,6 +45,8 @@ struct TokenSelectGpuInput {
   float rope_factor = 1.f;          // cos/sin multiplier (YaRN, LongRoPE), as the model's RoPE
   float scale = 0.f;                // softmax scale (0: 1/sqrt(head_dim))
   void* o = nullptr;                // bf16 [n_rows, n_head, head_dim]
+  const void* k_score = nullptr;    // e4m3 [pool_rows, n_kv_head, head_dim] or nullptr: the keys the
+  float k_score_scale = 1.f;        // selection scores (real = stored * scale; default: k_pool)
   const int32_t* skip = nullptr;    // device int32 [1] or nullptr: nonzero skips score, vote and top-k
                                     // (the selection cache's hit, decided on the device)
   // A replayable decode step: the selection's counts (candidates, the local range's end) are
@@ -94,6 +99,7 @@ class TokenSelectGpuStep {
   int64_t max_m_ = 0;  // candidates of the longest context
   std::unique_ptr<cuda::DeviceArena> arena_;
   float *qs_ = nullptr, *scores_ = nullptr, *vote_ = nullptr;
+  float* head_stats_ = nullptr;  // fp32 [n_head, paged_dot_max_stats_parts(), 2]
   void *vote_ws_ = nullptr, *topk_ws_ = nullptr, *k_c_ = nullptr, *v_c_ = nullptr, *q_rot_ = nullptr;
   void* decode_ws_ = nullptr;
   size_t decode_ws_bytes_ = 0;

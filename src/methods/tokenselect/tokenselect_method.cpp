@@ -73,6 +73,15 @@ std::vector<KeySegment> TokenSelectMethod::plan(const AttnParams& p, Phase phase
       for (float& x : qs) x /= float(C);
       const SelectInput in{.q = qs.data(), .k = p.k, .n_kv = n_kv, .n_head = p.n_head, .n_kv_head = p.n_kv_head,
                            .head_dim = p.head_dim};
+      auto audit_fp8 = [&](const std::vector<int32_t>& exact) {
+        if (!st.audit_fp8) return;
+        const std::vector<float> k8 = fp8_roundtrip(p.k, n_kv * p.n_kv_head * D);
+        SelectInput in8 = in;
+        in8.k = k8.data();
+        const int ph = phase == Phase::decode ? 1 : 0;
+        st.fp8_overlap_sum[ph] += overlap(select_tokens(t_, in8, pool), exact);
+        ++st.fp8_selections[ph];
+      };
       if (phase == Phase::decode && p.n_q == 1) {  // the selection cache (Alg. 1)
         const size_t l = size_t(std::max(p.layer, 0));
         if (st.layers.size() <= l) st.layers.resize(l + 1);
@@ -83,11 +92,13 @@ std::vector<KeySegment> TokenSelectMethod::plan(const AttnParams& p, Phase phase
           if (st.audit) st.overlap_sum += overlap(selected, select_tokens(t_, in, pool));
         } else {
           selected = select_tokens(t_, in, pool);
+          audit_fp8(selected);
           c = {.first = false, .q = qs, .selected = selected};
           ++st.misses;
         }
       } else {
         selected = select_tokens(t_, in, pool);
+        audit_fp8(selected);
       }
     }
     seg.keys = budget_keys(t_, n_kv, selected);

@@ -61,6 +61,12 @@ class TokenSelectMethod final : public AttentionMethod {
     // add |reused ∩ fresh| / |fresh| to overlap_sum (so overlap_sum / hits is the mean overlap).
     bool audit = false;
     double overlap_sum = 0;
+    // audit_fp8 (statistics, bench/tokenselect_cache.cpp --fp8): at each fresh selection also
+    // select over the keys rounded through e4m3 (fp8_roundtrip: what scoring an fp8 cache's keys
+    // sees) and add |fp8 ∩ exact| / |exact| to fp8_overlap_sum, per phase.
+    bool audit_fp8 = false;
+    double fp8_overlap_sum[2] = {0, 0};  // [prefill, decode]
+    int64_t fp8_selections[2] = {0, 0};
   };
 
  private:

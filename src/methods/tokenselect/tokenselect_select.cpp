@@ -1,8 +1,10 @@
 // tokenselect_select.cpp: see tokenselect_select.h.
 #include "methods/tokenselect/tokenselect_select.h"
 
+#include <cmath>
 #include <numeric>
 
+#include "kernels/ref/fp8_e4m3.h"
 #include "kernels/ref/paged_dot.h"
 #include "sparse/topk.h"
 #include "util/error.h"
@@ -53,6 +55,15 @@ std::vector<int32_t> budget_keys(const TokenSelectParams& t, int64_t n_kv, std::
   keys.insert(keys.end(), selected.begin(), selected.end());
   for (int64_t j = n_kv - t.n_local; j < n_kv; ++j) keys.push_back(int32_t(j));
   return keys;
+}
+
+std::vector<float> fp8_roundtrip(const float* x, int64_t n) {
+  float amax = 0.f;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float scale = fp8_scale_for_amax(amax);
+  std::vector<float> out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) out[size_t(i)] = e4m3_to_f32(f32_to_e4m3(x[i] / scale)) * scale;
+  return out;
 }
 
 }  // namespace longctx

@@ -54,6 +54,12 @@ struct SelectInput {
 };
 std::vector<int32_t> select_tokens(const TokenSelectParams& t, const SelectInput& in, ThreadPool& pool);
 
+// The keys an fp8 e4m3 cache hands the scoring: x [n] quantized with one scale (amax / 448, the
+// fp8 cache's rule, gpu/kv_fp8.h) and widened back, bit-identical to the GPU's conversion
+// (kernels/ref/fp8_e4m3.h). The CPU twin of scoring e4m3 keys (kernels/cuda/paged_dot.h's fp8
+// variant): select_tokens over these keys; measures fp8 scoring's selection (State::audit_fp8).
+std::vector<float> fp8_roundtrip(const float* x, int64_t n);
+
 // The attended keys of a step over n_kv keys: [0, n_init) ++ selected ++ [n_kv - n_local, n_kv),
 // or [0, n_kv) when n_kv <= t.budget() (selected is then ignored).
 std::vector<int32_t> budget_keys(const TokenSelectParams& t, int64_t n_kv, std::span<const int32_t> selected);

@@ -1,0 +1,139 @@
+// infinitehip_attend_gpu.cpp: see infinitehip_attend_gpu.h.
+#include "methods/infinitehip/infinitehip_attend_gpu.h"
+
+#include <numeric>
+#include <vector>
+
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/compact_kv.h"
+#include "kernels/cuda/ops.h"
+#include "methods/gpu_carve.h"
+#include "util/error.h"
+
+namespace longctx {
+
+namespace {
+
+constexpr size_t kBf16 = 2;
+
+struct Parts {
+  size_t kc, vc, q_rot, iota, ws, ws_bytes, total;
+};
+
+Parts parts(const MethodContext& m, int64_t chunk, int64_t capacity) {
+  Carve c;
+  Parts p;
+  const size_t kv_row = size_t(m.n_kv_head) * size_t(m.head_dim) * kBf16;
+  p.kc = c.take(size_t(capacity) * kv_row);
+  p.vc = c.take(size_t(capacity) * kv_row);
+  p.q_rot = c.take(size_t(chunk) * size_t(m.n_head) * size_t(m.head_dim) * kBf16);
+  p.iota = c.take(size_t(capacity) * 4);
+  p.ws_bytes = cuda::decode_workspace_bytes(1, m.n_head, m.head_dim, capacity);
+  p.ws = c.take(p.ws_bytes);
+  p.total = c.off;
+  return p;
+}
+
+}  // namespace
+
+size_t IhipCompactAttention::bytes(const MethodContext& m, int64_t chunk, int64_t capacity) {
+  return parts(m, chunk, capacity).total;
+}
+
+void IhipCompactAttention::allocate(const MethodContext& m, int64_t chunk, int64_t capacity, cuda::Stream s) {
+  release();
+  m_ = m;
+  chunk_ = chunk;
+  capacity_ = capacity;
+  const Parts p = parts(m, chunk, capacity);
+  buf_ = static_cast<char*>(cuda::dev_malloc(p.total));
+  kc_ = buf_ + p.kc;
+  vc_ = buf_ + p.vc;
+  q_rot_ = buf_ + p.q_rot;
+  iota_ = reinterpret_cast<int32_t*>(buf_ + p.iota);
+  ws_ = buf_ + p.ws;
+  ws_bytes_ = p.ws_bytes;
+  std::vector<int32_t> id(static_cast<size_t>(capacity));
+  std::iota(id.begin(), id.end(), 0);
+  cuda::copy_h2d(iota_, id.data(), id.size() * 4, s);
+  cuda::stream_sync(s);  // id leaves scope
+  cuda::decode_workspace_init(ws_, ws_bytes_, s);
+}
+
+void IhipCompactAttention::release() {
+  cuda::dev_free(buf_);
+  buf_ = nullptr;
+}
+
+void IhipCompactAttention::attend_rows(const IhipCompactRows& r, cuda::Stream s) {
+  if (!buf_) fail("internal: infinitehip compact attention before allocate()");
+  if (r.n_rows < 1 || r.n_rows > chunk_ || r.n_keys < r.n_rows || r.n_keys > capacity_)
+    fail("internal: infinitehip compact attention of {} rows over {} keys (chunk {}, capacity {})", r.n_rows, r.n_keys,
+         chunk_, capacity_);
+  cuda::compact_kv({.k_pool = r.k, .v_pool = r.v, .slots = iota_, .keys = r.keys, .n_keys = r.n_keys, .k_out = kc_,
+                    .v_out = vc_, .inv_freq = r.inv_freq, .attn_factor = r.rope_factor, .n_kv_head = m_.n_kv_head,
+                    .head_dim = m_.head_dim},
+                   s);
+  const size_t q_bytes = size_t(r.n_rows) * size_t(m_.n_head) * size_t(m_.head_dim) * kBf16;
+  cuda::copy_d2d(q_rot_, r.q, q_bytes, s);
+  cuda::RopeParams rp;
+  rp.q = q_rot_;
+  rp.n_q_heads = m_.n_head;
+  rp.head_dim = m_.head_dim;
+  rp.n_tokens = r.n_rows;
+  rp.pos0 = r.n_keys - r.n_rows;
+  rp.inv_freq = r.inv_freq;
+  rp.attn_factor = r.rope_factor;
+  cuda::rope(rp, s);
+  cuda::PrefillParams p;
+  p.q = q_rot_;
+  p.k = kc_;
+  p.v = vc_;
+  p.o = r.o;
+  p.n_q = r.n_rows;
+  p.n_kv = r.n_keys;
+  p.n_head = m_.n_head;
+  p.n_kv_head = m_.n_kv_head;
+  p.head_dim = m_.head_dim;
+  p.q_pos0 = r.n_keys - r.n_rows;
+  p.scale = r.scale;
+  p.causal = true;
+  cuda::attention_prefill(p, s);
+}
+
+void IhipCompactAttention::attend_decode(const IhipCompactDecode& d, cuda::Stream s) {
+  if (!buf_) fail("internal: infinitehip compact attention before allocate()");
+  if (d.bound < 1 || d.bound > capacity_)
+    fail("internal: infinitehip compact decode over {} keys (capacity {})", d.bound, capacity_);
+  cuda::compact_kv({.k_pool = d.k, .v_pool = d.v, .slots = iota_, .keys = d.keys, .n_keys = d.bound, .k_out = kc_,
+                    .v_out = vc_, .inv_freq = d.inv_freq, .attn_factor = d.rope_factor, .n_kv_head = m_.n_kv_head,
+                    .head_dim = m_.head_dim},
+                   s);
+  cuda::copy_d2d(q_rot_, d.q, size_t(m_.n_head) * size_t(m_.head_dim) * kBf16, s);
+  cuda::RopeParams rp;
+  rp.q = q_rot_;
+  rp.n_q_heads = m_.n_head;
+  rp.head_dim = m_.head_dim;
+  rp.n_tokens = 1;
+  rp.positions = d.q_pos_dev;
+  rp.inv_freq = d.inv_freq;
+  rp.attn_factor = d.rope_factor;
+  cuda::rope(rp, s);
+  cuda::DecodeParams p;
+  p.q = q_rot_;
+  p.k = kc_;
+  p.v = vc_;
+  p.o = d.o;
+  p.n_seq = 1;
+  p.n_kv = d.bound;  // the split plan's bound; the keys attended are *n_keys_dev
+  p.kv_lens = d.n_keys_dev;
+  p.n_head = m_.n_head;
+  p.n_kv_head = m_.n_kv_head;
+  p.head_dim = m_.head_dim;
+  p.scale = d.scale;
+  p.workspace = ws_;
+  p.workspace_bytes = ws_bytes_;
+  cuda::attention_decode(p, s);
+}
+
+}  // namespace longctx
