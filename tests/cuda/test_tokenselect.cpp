@@ -1,6 +1,6 @@
 // test_tokenselect.cpp (tests/cuda): TokenSelect's selection kernels against fp64 / brute-force
 // twins of the CPU references (kernels/ref/paged_dot.h, kernels/ref/soft_vote.h, sparse/topk.h's
-// tie rule): the paged dot product on random slots, ragged sizes and GQA groups 1/4/7/8 equals
+// tie rule): the paged dot product on random slots, ragged sizes and GQA groups 1/3/4/7/8 equals
 // gather-then-matmul; the soft (and naive) vote equals the fp64 per-head softmax sum; the top-k
 // equals a stable brute force on the same votes, ties included; the whole selection step equals
 // the fp64 brute force away from ties.
@@ -62,7 +62,7 @@ DevDot run_paged_dot(const DotCase& c) {
 TEST(TokenSelectPagedDot, EqualsGatherThenMatmul) {
   LC_REQUIRE_GPU();
   for (int D : {64, 128})
-    for (auto [H, Hkv] : std::vector<std::pair<int, int>>{{8, 8}, {16, 4}, {28, 4}, {32, 4}, {64, 8}})
+    for (auto [H, Hkv] : std::vector<std::pair<int, int>>{{8, 8}, {9, 3}, {16, 4}, {28, 4}, {32, 4}, {64, 8}})
       for (int64_t n : {int64_t(1), int64_t(31), int64_t(33), int64_t(1000), int64_t(4099)}) {
         const DotCase c{H, Hkv, D, 5000, n};
         const DevDot r = run_paged_dot(c);

@@ -190,9 +190,16 @@ TEST(GpuTokenSelectParse, GpuSideAndRefusals) {
   std::string e = gpu_method_problem(*make_attention_method("prefill:" + kSmall, mc), mc);
   EXPECT_TRUE(contains(e, "pre-RoPE keys") && contains(e, "both phases")) << e;
   e = gpu_method_problem(*make_attention_method("tokenselect=vote=hard", mc), mc);
-  EXPECT_TRUE(contains(e, "not implemented on the GPU")) << e;
+  EXPECT_TRUE(contains(e, "vote=hard and vote=naive run on the CPU only")) << e;
   e = gpu_method_problem(*make_attention_method("tokenselect=keys=rotated", mc), mc);
-  EXPECT_TRUE(contains(e, "not implemented on the GPU")) << e;
+  EXPECT_TRUE(contains(e, "keys=rotated runs on the CPU only")) << e;
+  // GQA groups 1..8 run (the default model's group of 3 included); wider ones say why.
+  MethodContext g3 = mc, g16 = mc;
+  g3.n_head = 3 * mc.n_kv_head;
+  g16.n_head = 16 * mc.n_kv_head;
+  EXPECT_EQ(gpu_method_problem(*make_attention_method(kSmall, g3), g3), "");
+  e = gpu_method_problem(*make_attention_method(kSmall, g16), g16);
+  EXPECT_TRUE(contains(e, "at most 8 query heads per KV head") && contains(e, "has 16")) << e;
 }
 
 // ---- GPU ------------------------------------------------------------------------------------

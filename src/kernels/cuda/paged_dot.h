@@ -15,7 +15,7 @@
 //   CTA the (max, sum of exp(score - max)) of the scores it wrote: the soft vote's first pass,
 //   fused into the scan (soft_vote.h SoftVoteParams::head_stats folds them), so the vote reads the
 //   32 x M scores once instead of twice.
-// head_dim 64 or 128; g in {1, 2, 4, 7, 8}.
+// head_dim 64 or 128; g from 1 to 8 (the mma's 8 columns).
 // How: tensor cores (mma.m16n8k16): 16 gathered rows of one KV head x the GQA group's queries
 // (g <= 8) per instruction, so each row is read once for all g query heads; rows are loaded
 // straight into registers (16 contiguous bytes per thread) with head_dim summed in a permuted

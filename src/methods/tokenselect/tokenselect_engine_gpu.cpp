@@ -164,10 +164,17 @@ std::vector<float> TokenSelectGpu::last_vote(int64_t M, cuda::Stream s) const {
 
 std::unique_ptr<GpuMethod> make_tokenselect_gpu(const TokenSelectMethod& m, const MethodContext& ctx) {
   const TokenSelectParams& t = m.params();
-  // The GPU runs the method's default variant; paged_dot takes GQA groups of 1, 2, 4, 7 or 8.
+  // The GPU runs the method's default variant (the others are the paper's ablations, CPU only);
+  // paged_dot puts a GQA group in one mma's 8 columns.
+  constexpr int kMaxGroup = 8;
   const int g = ctx.n_kv_head > 0 ? ctx.n_head / ctx.n_kv_head : 0;
-  if (t.keys != KeyLayout::pre_rope || t.vote != VoteMode::soft || !(g == 1 || g == 2 || g == 4 || g == 7 || g == 8))
-    return nullptr;
+  if (t.keys != KeyLayout::pre_rope)
+    fail("tokenselect on the GPU keeps pre-RoPE keys (keys=rotated runs on the CPU only)");
+  if (t.vote != VoteMode::soft)
+    fail("tokenselect on the GPU runs the soft vote (vote=hard and vote=naive run on the CPU only)");
+  if (g < 1 || g > kMaxGroup)
+    fail("tokenselect on the GPU needs at most {} query heads per KV head, but {} has {} ({} / {})", kMaxGroup,
+         ctx.model_name, g, ctx.n_head, ctx.n_kv_head);
   return std::make_unique<TokenSelectGpu>(t, ctx);
 }
 
