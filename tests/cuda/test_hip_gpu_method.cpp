@@ -192,5 +192,16 @@ TEST(HipGpuMethod, DecodeGraphReplaysRefreshAndCachedSteps) {
   g->release();
 }
 
+// A budget the estimator cannot hold is refused when the method is made, before any work (no GPU
+// needed: the factory runs on the host), with what to change.
+TEST(HipGpuMethod, BudgetOverTheEstimatorIsRefusedUpFront) {
+  auto big = make_attention_method("hip=k=8192,b_k=2,dense_layers=0", model());
+  const std::string why = gpu_method_problem(*big, model());
+  EXPECT_NE(why.find("at most 2048 key blocks"), std::string::npos) << why;
+  EXPECT_NE(why.find("asks for 4096"), std::string::npos) << why;
+  auto fits = make_attention_method("hip=k=8192,b_k=4,dense_layers=0", model());
+  EXPECT_EQ(gpu_method_problem(*fits, model()), "");
+}
+
 }  // namespace
 }  // namespace longctx::cuda

@@ -599,8 +599,9 @@ void check_cfg(const HipEstimateConfig& c, int head_dim) {
                  c.b_k % c.b_sk == 0 && c.b_q % c.b_sq == 0,
              "internal: hip estimate with k=%lld b_q=%d b_sq=%d b_k=%d b_sk=%d", (long long)c.k, c.b_q, c.b_sq, c.b_k,
              c.b_sk);
-  LC_REQUIRE(2 * c.budget_blocks() <= int64_t(kThreads) * kMaxRounds, "hip: k/b_k = %lld blocks is over the GPU estimator's %d",
-             (long long)c.budget_blocks(), kThreads * kMaxRounds / 2);
+  static_assert(2 * kHipMaxBudgetBlocks == int64_t(kThreads) * kMaxRounds, "kHipMaxBudgetBlocks: the selection's registers");
+  LC_REQUIRE(c.budget_blocks() <= kHipMaxBudgetBlocks, "hip: k/b_k = %lld blocks is over the GPU estimator's %lld",
+             (long long)c.budget_blocks(), (long long)kHipMaxBudgetBlocks);
   LC_REQUIRE(head_dim > 0 && head_dim % 8 == 0 && head_dim <= 8 * kLanes * kMaxChunksPerLane,
              "internal: hip estimate needs head_dim a multiple of 8 up to 128, got %d", head_dim);
 }

@@ -44,6 +44,9 @@ struct HipEstimateConfig {
   constexpr int64_t ranges_per_row() const { return budget_blocks() + 2; }
 };
 
+// The selection keeps 2 * k/b_k branches in registers, 8 per thread of a 512-thread CTA.
+constexpr int64_t kHipMaxBudgetBlocks = 2048;
+
 // Dynamic shared memory of one CTA (throws Error when over the device's limit at launch).
 size_t hip_estimate_smem_bytes(const HipEstimateConfig& c, int head_dim);
 

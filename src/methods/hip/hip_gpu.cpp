@@ -176,6 +176,10 @@ class HipGpu final : public GpuMethod {
 }  // namespace
 
 std::unique_ptr<GpuMethod> make_hip_gpu(const HipMethod& m, const MethodContext& model) {
+  const HipTopkParams& t = m.params().topk;
+  if (t.k / t.b_k > cuda::kHipMaxBudgetBlocks)
+    fail("hip on the GPU keeps at most {} key blocks (k/b_k), but k={} b_k={} asks for {}: lower k or raise b_k",
+         cuda::kHipMaxBudgetBlocks, t.k, t.b_k, t.k / t.b_k);
   return std::make_unique<HipGpu>(m.params(), model);
 }
 
