@@ -105,6 +105,9 @@ GpuTransformer::GpuTransformer(ModelConfig cfg, DeviceWeights w, const GpuOption
     synthetic_qk_ = std::make_unique<cuda::StructuredQk>(cfg_.n_head, cfg_.n_kv_head, kSyntheticQkSeed);
   }
   if (pre_rope()) check_pre_rope();
+  if (kv_type_ == KvCacheType::fp8 && gpu_method_ && gpu_method_->decodes() && !gpu_method_->decode_reads_fp8())
+    fail("--attn {}: its GPU decode reads bf16 keys; drop --kv-cache fp8, or make only its prefill sparse "
+         "(--attn 'prefill:...')", opts.attn);
   // attend() takes host lengths (GpuAttendStep), so a pre-RoPE method decodes eagerly whatever it
   // says; TokenSelect's own reasons: tokenselect_engine_gpu.h.
   eager_decode_ = gpu_method_ && !gpu_method_->decode_graph_safe();

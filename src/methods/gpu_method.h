@@ -121,6 +121,9 @@ class GpuMethod {
   // step can be captured in a CUDA graph and replayed (the index follows step.kv.seq_lens).
   virtual GpuDecodeIndex build_decode(const GpuDecodeStep& step, cuda::Stream s);
   virtual bool decodes() const { return false; }  // whether sparse decode is (build_decode or attend)
+  // Whether build_decode reads keys from an fp8 e4m3 cache (--kv-cache fp8); false: bf16 only, and
+  // the model refuses the pair when it is made.
+  virtual bool decode_reads_fp8() const { return true; }
   // Pre-RoPE methods (see the header comment): attend() runs every attention step on stream s.
   virtual bool attends() const { return false; }
   virtual void attend(const GpuAttendStep& step, cuda::Stream s);

@@ -85,6 +85,7 @@ class GpuPhaseMethod final : public GpuMethod {
     return decode_->build_decode(step, s);
   }
   bool decodes() const override { return decode_ != nullptr; }
+  bool decode_reads_fp8() const override { return !decode_ || decode_->decode_reads_fp8(); }
   int offload_line_tokens() const override { return decode_ ? decode_->offload_line_tokens() : 0; }
   // Prefill builders keep nothing across prompts (a builder that also decodes, e.g. InfiniteHiP's,
   // keeps its decode caches, unused as a prefill side): the decode side decides.

@@ -231,6 +231,22 @@ TEST_F(GpuInfiniteHip, GraphDecodeEqualsEager) { check_graph(kDecodeSpec); }
 TEST_F(GpuInfiniteHip, RopeOnMatchesTheCpuMethod) { check_decode(kRopeSpec); }
 TEST_F(GpuInfiniteHip, RopeOnGraphDecodeEqualsEager) { check_graph(kRopeSpec); }
 
+// Its decode reads bf16 keys: with the fp8 cache the model is refused when it is made (before any
+// work), and the prefill-only composition (dense decode) still runs.
+TEST_F(GpuInfiniteHip, Fp8CacheRefusedForItsDecodeOnly) {
+  Fixture& f = fixture();
+  gpu::GpuOptions o;
+  o.attn = kDecodeSpec;
+  o.kv_cache = gpu::KvCacheType::fp8;
+  const auto weights = [&] { return gpu::DeviceWeights::upload(f.cfg, ModelWeights::load(*f.file, f.cfg), nullptr); };
+  const std::string e = test::error_of([&] { gpu::GpuTransformer g(f.cfg, weights(), o); });
+  EXPECT_NE(e.find("decode reads bf16 keys"), std::string::npos) << e;
+  EXPECT_NE(e.find("--kv-cache fp8"), std::string::npos) << e;
+  o.attn = kSpec;  // prefill:infinitehip=...
+  gpu::GpuTransformer g(f.cfg, weights(), o);
+  EXPECT_TRUE(g.gpu_method() != nullptr);
+}
+
 }  // namespace
 }  // namespace longctx
 #endif  // LONGCTX_WITH_GPU

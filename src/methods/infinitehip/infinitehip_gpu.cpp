@@ -113,6 +113,7 @@ class IhipGpu final : public GpuMethod {
     cuda::memset_async(buf_ + l_.counts, 0, size_t(hp_.n_stage() + 1) * 4, s);
   }
   bool decodes() const override { return true; }
+  bool decode_reads_fp8() const override { return false; }  // the pruning stages read bf16 keys
   GpuDecodeIndex build_decode(const GpuDecodeStep& st, cuda::Stream s) override;
   IhipGpuDecodeCounts decode_counts(cuda::Stream s) const {
     const int N = hp_.n_stage();
