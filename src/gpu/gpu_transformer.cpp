@@ -667,7 +667,8 @@ void GpuTransformer::estimate_prompt_lines(int l, int64_t pos0, int64_t T, void*
   const AttnEvents& e = next_events();
   const cudaStream_t s = static_cast<cudaStream_t>(stream_);
   check_cuda(cudaEventRecord(ev(e.start), s), "cudaEventRecord");
-  gpu_method_->prepare_prompt({.layer = l, .q = q, .k = k_stage, .n_q = R, .q_pos0 = pos0 + T - R, .n_kv = pos0 + T},
+  gpu_method_->prepare_prompt({.layer = l, .q = q, .k = k_stage, .n_q = R, .q_pos0 = pos0 + T - R, .n_kv = pos0 + T,
+                               .scale = cfg_.score_scale()},
                               stream_);
   check_cuda(cudaEventRecord(ev(e.index_end), s), "cudaEventRecord");
   check_cuda(cudaEventRecord(ev(e.end), s), "cudaEventRecord");
@@ -719,7 +720,8 @@ void GpuTransformer::prefill_attention(int l, int64_t T, int64_t pos0, void* q, 
     ++stats_.sparse_calls;
     cuda::SparseAttnParams sp;
     set_shape(sp);
-    const GpuIndex gi = gpu_method_->build_prefill({.layer = l, .q = q, .k = k_all, .n_q = T, .q_pos0 = pos0, .n_kv = n_kv},
+    const GpuIndex gi = gpu_method_->build_prefill({.layer = l, .q = q, .k = k_all, .n_q = T, .q_pos0 = pos0, .n_kv = n_kv,
+                                                    .scale = cfg_.score_scale()},
                                                    stream_);
     sp.index = gi.index;
     sp.workspace = gi.workspace;

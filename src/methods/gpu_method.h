@@ -71,6 +71,7 @@ struct GpuPrefillStep {
   int64_t n_q = 0;
   int64_t q_pos0 = 0;
   int64_t n_kv = 0;
+  float scale = 0.f;        // the model's score scale (ModelConfig::score_scale); 0 = 1/sqrt(head_dim)
 };
 
 // One attention step of a pre-RoPE method (GpuMethod::attends): the method selects, rotates and

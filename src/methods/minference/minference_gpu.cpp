@@ -71,6 +71,7 @@ class MInferenceGpu final : public GpuMethod {
     ip.n_q = st.n_q;
     ip.n_kv = st.n_kv;
     ip.q_pos0 = st.q_pos0;
+    ip.scale = st.scale;  // the CPU estimate's scale (AttnParams::scale): the model's, not 1/sqrt(d)
     ip.heads = layers_[size_t(st.layer)];
     ip.reuse_vs_lines = reuse;
     return ip;
