@@ -1,6 +1,7 @@
 // test_infinitehip.cpp: InfiniteHiP (kernels/ref/ihip_prune, methods/infinitehip) against fp64
 // and brute-force oracles: the RoPE position assignments (paper Eq. 2-3) and the rotation table,
-// SelectRep (monotone scores, ties), the pruning stage vs an independent fp64 re-implementation
+// SelectRep (monotone scores, ties, the middle probes and path maximum of the authors' kernel),
+// the pruning stage vs an independent fp64 re-implementation
 // (three RoPE modes, GQA, a short last chunk, ties, nothing to prune), multi-stage composition,
 // the method's prefill (rotated: sparse mainloop vs dense-with-the-same-mask; pre-RoPE:
 // compacted StreamingLLM positions vs the fp64 oracle), the decode mask caches and refresh
@@ -86,17 +87,16 @@ std::vector<int32_t> oracle_stage(const IhipStage& st, const OracleIn& o, const 
   for (int64_t j = 0; j < n_chunk; ++j) {
     const int64_t b = j * st.l_c, len = std::min<int64_t>(st.l_c, n - b);
     double best = -1e300;
-    for (int g = 0; g < o.p->n_kv_head; ++g) {
+    for (int g = 0; g < o.p->n_kv_head; ++g) {  // hip-attention's scan: middle probes, running max
       int64_t lo = 0, hi = len;
       while (hi - lo > 1) {
         const int64_t mid = (lo + hi) / 2;
-        if (probe_d(o, g, cand[size_t(b + lo)], kpos(0, j), n_chunk) >=
-            probe_d(o, g, cand[size_t(b + mid)], kpos(1, j), n_chunk))
-          hi = mid;
-        else
-          lo = mid;
+        const double l = probe_d(o, g, cand[size_t(b + (lo + mid) / 2)], kpos(0, j), n_chunk);
+        const double r = probe_d(o, g, cand[size_t(b + (mid + hi) / 2)], kpos(1, j), n_chunk);
+        (l > r ? hi : lo) = mid;
+        best = std::max({best, l, r});
       }
-      best = std::max(best, probe_d(o, g, cand[size_t(b + lo)], kpos(1, j), n_chunk));
+      for (const int branch : {0, 1}) best = std::max(best, probe_d(o, g, cand[size_t(b + lo)], kpos(branch, j), n_chunk));
     }
     sc.push_back({-best, j});
   }
@@ -178,20 +178,70 @@ TEST(IhipRope, TableRotationMatchesModelRopeAndRelativeDistance) {
   EXPECT_NE(error_of([&] { ihip_rotate(x.data(), z.data(), d, t, 3000); }), "");
 }
 
-TEST(IhipSelectRep, MonotoneScoresGiveTheArgmaxAndTiesGoLeft) {
+TEST(IhipSelectRep, MonotoneScoresGiveTheArgmaxAndTiesGoRight) {
   const int d = 16, n = 37;  // not a power of two
   std::vector<float> q(static_cast<size_t>(d), 0.f), k(size_t(n * d), 0.f);
   q[0] = 1.f;
   std::vector<int32_t> entries(static_cast<size_t>(n));
   std::iota(entries.begin(), entries.end(), 0);
   IhipStageInput in{.q = q.data(), .n_qs = 1, .k = k.data(), .k_stride = d, .n_kv_head = 1, .head_dim = d};
+  float score = 0.f;
   for (int j = 0; j < n; ++j) k[size_t(j * d)] = float(j);  // increasing: the last entry
-  EXPECT_EQ(ihip_select_rep(in, 0, entries.data(), n, 0), n - 1);
+  EXPECT_EQ(ihip_select_rep(in, 0, entries.data(), n, 0, &score), n - 1);
+  EXPECT_EQ(score, float(n - 1));
   for (int j = 0; j < n; ++j) k[size_t(j * d)] = float(n - j);  // decreasing: the first
-  EXPECT_EQ(ihip_select_rep(in, 0, entries.data(), n, 0), 0);
-  for (int j = 0; j < n; ++j) k[size_t(j * d)] = 3.f;  // all tied: left every time
-  EXPECT_EQ(ihip_select_rep(in, 0, entries.data(), n, 0), 0);
-  EXPECT_EQ(ihip_select_rep(in, 0, entries.data(), 1, 0), 0);
+  EXPECT_EQ(ihip_select_rep(in, 0, entries.data(), n, 0, &score), 0);
+  EXPECT_EQ(score, float(n));
+  for (int j = 0; j < n; ++j) k[size_t(j * d)] = 3.f;  // all tied: right every time (the authors' strict >)
+  EXPECT_EQ(ihip_select_rep(in, 0, entries.data(), n, 0), n - 1);
+  EXPECT_EQ(ihip_select_rep(in, 0, entries.data(), 1, 0, &score), 0);
+  EXPECT_EQ(score, 3.f);
+}
+
+// Pins the fix of issue 15 (a passkey lost at 4K): SelectRep probes the MIDDLE key of each half
+// and the chunk score is the largest probe on the path, as hip-attention's scan kernel does.
+// Probing each half's first key (the paper's text) never looks at entries 1, 3, 5 or 7 of a flat
+// 8-key chunk before the last step, so a chunk whose one strong key sits there scored as flat.
+TEST(IhipSelectRep, ProbesTheMiddleOfEachHalfAndScoresThePathsMaximum) {
+  const int d = 8, n = 8;
+  std::vector<float> q(static_cast<size_t>(d), 0.f), k(size_t(n * d), 0.f);
+  q[0] = 1.f;
+  std::vector<int32_t> entries(static_cast<size_t>(n));
+  std::iota(entries.begin(), entries.end(), 0);
+  IhipStageInput in{.q = q.data(), .n_qs = 1, .k = k.data(), .k_stride = d, .n_kv_head = 1, .head_dim = d};
+  // Flat chunk with one spike at entry 5: probes (2, 6) tie -> right half [4, 8); probes (5, 7):
+  // 5 wins -> [4, 6); probes (4, 5): 5. A first-key bisection ends at entry 0 (every tie left).
+  for (int j = 0; j < n; ++j) k[size_t(j * d)] = 1.f;
+  k[size_t(5 * d)] = 9.f;
+  float score = 0.f;
+  EXPECT_EQ(ihip_select_rep(in, 0, entries.data(), n, 0, &score), 5);
+  EXPECT_EQ(score, 9.f);
+  // The score is the path's maximum, not the representative's: probes (2, 6) = (8, 7) keep [0, 4),
+  // probes (1, 3) = (0, 6) keep [2, 4), probes (2, 3) = (8, 6): entry 2, score 8; a spike the path
+  // passes over (entry 0) does not count.
+  const float v[n] = {20.f, 0.f, 8.f, 6.f, 1.f, 1.f, 7.f, 1.f};
+  for (int j = 0; j < n; ++j) k[size_t(j * d)] = v[j];
+  EXPECT_EQ(ihip_select_rep(in, 0, entries.data(), n, 0, &score), 2);
+  EXPECT_EQ(score, 8.f);
+  // Relative RoPE: a left-branch winner counts at the left position (its score on the path).
+  const auto inv = test::inv_freq_of(d, 10000.0);
+  const IhipRopeTable table = ihip_rope_table(inv.data(), d, 8);
+  for (int j = 0; j < n; ++j)
+    for (int e = 0; e < d; ++e) k[size_t(j * d + e)] = float((j * 7 + e * 3) % 11) - 5.f;
+  for (int e = 0; e < d; ++e) q[size_t(e)] = float((e * 5) % 7) - 3.f;
+  in.rope = IhipRopeMode::relative;
+  in.table = &table;
+  float want = -1e30f;
+  int lo = 0, hi = n;
+  while (hi - lo > 1) {  // the rule written out with ihip_probe
+    const int mid = (lo + hi) / 2;
+    const float l = ihip_probe(in, 0, (lo + mid) / 2, 0), r = ihip_probe(in, 0, (mid + hi) / 2, 1);
+    (l > r ? hi : lo) = mid;
+    want = std::max({want, l, r});
+  }
+  want = std::max({want, ihip_probe(in, 0, lo, 0), ihip_probe(in, 0, lo, 1)});
+  EXPECT_EQ(ihip_select_rep(in, 0, entries.data(), n, 0, &score), lo);
+  EXPECT_EQ(score, want);
 }
 
 // The stage equals the fp64 re-implementation for every RoPE mode, GQA 4/2, 64-row blocks and a

@@ -88,27 +88,28 @@ float ihip_probe(const IhipStageInput& in, int g, int32_t key, int64_t key_pos) 
 
 int ihip_select_rep(const IhipStageInput& in, int g, const int32_t* entries, int n, int64_t chunk, float* rep_score) {
   const int64_t pos_left = ihip_key_pos(in.rope, 0, chunk), pos_right = ihip_key_pos(in.rope, 1, chunk);
-  // Scores already known are reused, never recomputed differently: a kept left half keeps its
-  // first key; and where both branches share a position (none, chunk-indexed) the right key that
-  // wins is the next left key.
-  const bool same_pos = pos_left == pos_right;
   int lo = 0, hi = n;
-  float left = 0.f;
-  bool have_left = false;
+  float best = -std::numeric_limits<float>::infinity();
   while (hi - lo > 1) {
     const int mid = lo + (hi - lo) / 2;
-    if (!have_left) left = ihip_probe(in, g, entries[lo], pos_left);
-    const float right = ihip_probe(in, g, entries[mid], pos_right);
-    if (left >= right) {
+    const float left = ihip_probe(in, g, entries[lo + (mid - lo) / 2], pos_left);
+    const float right = ihip_probe(in, g, entries[mid + (hi - mid) / 2], pos_right);
+    if (left > right)
       hi = mid;
-      have_left = true;
-    } else {
-      lo = mid;
-      left = right;
-      have_left = same_pos;
-    }
+    else
+      lo = mid;  // ties go right
+    best = std::max(best, std::max(left, right));
   }
-  if (rep_score) *rep_score = same_pos && have_left ? left : ihip_probe(in, g, entries[lo], pos_right);
+  if (rep_score) {
+    // The last comparison probed the representative at its branch's position; the authors'
+    // final (one-entry) iteration probes it at both. Where the positions coincide, and a chunk of
+    // more than one entry, that adds nothing.
+    if (pos_left != pos_right || n == 1) {
+      best = std::max(best, ihip_probe(in, g, entries[lo], pos_right));
+      if (pos_left != pos_right) best = std::max(best, ihip_probe(in, g, entries[lo], pos_left));
+    }
+    *rep_score = best;
+  }
   return lo;
 }
 

@@ -5,13 +5,18 @@
 // (sorted absolute positions):
 //   1. cand is cut into n_chunk = ceil(|cand| / l_c) chunks of l_c consecutive entries (the last
 //      one may be shorter); if n_chunk <= K = k / l_c every candidate survives (nothing to prune);
-//   2. SelectRep, per chunk and KV head g: bisection on the chunk's entries [lo, hi): while
-//      hi - lo > 1, mid = lo + (hi - lo) / 2, score the first entry of each half, left key at
-//      the left-branch RoPE position, right key at the right-branch one, and keep the left half
-//      when sigma_left >= sigma_right (ties go left); the representative is entry lo;
-//   3. chunk score = max over KV heads of the representative's score at the right-branch
-//      position; a probe's score sigma = max over the block's queries of group g (the group's
-//      query heads x the block's rows) of q~ . k~ (hip_dot order, unscaled; NaN never wins);
+//   2. SelectRep, per chunk and KV head g, as the authors' kernel runs it (hip-attention v1_2
+//      chunk_controllable_sampling_mask_cuda; the paper's Algorithm 3 text says "the first index"
+//      of each branch, the code probes the middle one): bisection on the chunk's entries
+//      [lo, hi): while hi - lo > 1, mid = lo + (hi - lo) / 2, score the MIDDLE entry of each half
+//      (entries[lo + (mid - lo) / 2] at the left-branch RoPE position, entries[mid + (hi - mid)
+//      / 2] at the right-branch one) and keep the left half only when sigma_left > sigma_right
+//      (ties go right); the representative is entry lo;
+//   3. chunk score = max over KV heads of the largest probe score on g's bisection path and of
+//      the representative at both branch positions (the authors' running max over iterations,
+//      whose last, one-entry iteration probes the representative as left and right); a probe's
+//      score sigma = max over the block's queries of group g (the group's query heads x the
+//      block's rows) of q~ . k~ (hip_dot order, unscaled; NaN never wins);
 //   4. the K best chunks (larger score first, then the earlier chunk: a total order, so the GPU
 //      twin matches, ties included), emitted as the union of their entries in position order.
 // RoPE during pruning (IhipRopeMode): none (keys cached rotated at their own positions; q and k
@@ -76,8 +81,8 @@ void ihip_pack_queries(const float* q, int n_head, int n_kv_head, int head_dim, 
                        int64_t n_stream, std::vector<float>& out);
 
 // SelectRep over one chunk's entries (n of them, the chunk's index `chunk` in the stage's list)
-// for KV head g: the representative's entry index in [0, n); rep_score (optional) gets its score
-// at the right-branch position (the chunk score's term for g).
+// for KV head g: the representative's entry index in [0, n); rep_score (optional) gets the chunk
+// score's term for g (step 3: the path's largest probe score).
 int ihip_select_rep(const IhipStageInput& in, int g, const int32_t* entries, int n, int64_t chunk,
                     float* rep_score = nullptr);
 
