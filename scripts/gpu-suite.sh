@@ -12,6 +12,7 @@
 # into one xz archive (the carry limit is 64 MiB):
 #   ninja -C build && bash scripts/gpu-suite.sh --pack build .carry/suite
 # Run on the device: OUT=$OUT BIN=.carry/suite bash .carry/suite/gpu-suite.sh
+# (TESTS="test_x test_y" puts those binaries first).
 set -uo pipefail
 if [ "${1:-}" = "--pack" ]; then
   build=$2 carry=$3 stage=$(mktemp -d)
@@ -37,7 +38,12 @@ export LD_LIBRARY_PATH="$BIN/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 mkdir -p "$OUT"
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; date -u; } | tee "$OUT/env.txt"
 status=0
-for t in "$BIN"/test_*; do
+# TESTS="test_a test_b" runs those first, in that order (the rest follow): a call cut short by the
+# device budget still reports the binaries that matter most.
+order=()
+for name in ${TESTS:-}; do [ -x "$BIN/$name" ] && order+=("$BIN/$name"); done
+for t in "$BIN"/test_*; do [[ " ${order[*]} " == *" $t "* ]] || order+=("$t"); done
+for t in "${order[@]}"; do
   name=$(basename "$t")
   timeout "${TEST_TIMEOUT:-240}" "$t" > "$OUT/$name.log" 2>&1; rc=$?
   passed=$(grep -oE "^\[  PASSED  \] [0-9]+" "$OUT/$name.log" | grep -oE "[0-9]+$")
