@@ -282,7 +282,7 @@ std::vector<double> masked_attention(const std::vector<float>& q, const std::vec
 
 // Small integers in [-2, 2] (exact in bf16): every dot product is an exact integer in fp32 however
 // it is summed, so the tensor-core scorer (RoPE none) is bit-equal to the CPU reference's FMA
-// order; many scores tie, so the tie rules (left end in the bisection, earlier chunk) decide.
+// order; many scores tie, so the tie rules (right half in the bisection, earlier chunk) decide.
 std::vector<uint16_t> small_int_bf16(size_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int> dist(-2, 2);
@@ -507,7 +507,7 @@ TEST(IhipGpuPrefill, ChunkAtTheStartKeepsEverything) {  // few candidates: every
 // Tensor-core scores (RoPE none) on random inputs, judged against an fp64 oracle: per (block, KV
 // head, chunk) the bisection is replayed in fp64, following both halves where left and right are
 // within the fp32 summation bound (a near tie: either choice is right), and the GPU's score must
-// match, within that bound, the fp64 score of a representative one of those paths reaches. The
+// match, within that bound, the fp64 score (the largest probe) of one of those paths. The
 // kept list must be the top-K of the GPU's own scores by the reference's rule (score desc, earlier
 // chunk), entries in position order.
 TEST(IhipGpuPrefill, TensorCoreScoresFollowTheFp64BisectionUpToNearTies) {
@@ -560,7 +560,7 @@ TEST(IhipGpuPrefill, TensorCoreScoresFollowTheFp64BisectionUpToNearTies) {
     std::vector<float> chunk_score(static_cast<size_t>(n_chunk), -INFINITY);
     for (int g = 0; g < Hkv; ++g) {
       // fp64 score of key e (max over the group's heads x the block's rows) and its |q|.|k| bound.
-      std::map<int64_t, std::pair<double, double>> memo;  // key -> (score, bound): a walk revisits its left ends
+      std::map<int64_t, std::pair<double, double>> memo;  // key -> (score, bound)
       auto oracle = [&](int64_t e, double& bound) {
         if (const auto it = memo.find(e); it != memo.end()) return bound = it->second.second, it->second.first;
         double best = -INFINITY;
@@ -583,23 +583,34 @@ TEST(IhipGpuPrefill, TensorCoreScoresFollowTheFp64BisectionUpToNearTies) {
         const int64_t c0 = first + j * st.l_c, len = std::min<int64_t>(st.l_c, n_cand - j * st.l_c);
         const float gpu = got_sc[size_t((b * Hkv + g) * max_chunks + j)];
         bool ok = false;
-        std::function<void(int64_t, int64_t)> walk = [&](int64_t lo, int64_t hi) {
+        // best: the path's largest fp64 probe so far; err: the largest tolerance of its probes (the
+        // fp32 max of the probes is within it of the fp64 max).
+        std::function<void(int64_t, int64_t, double, double)> walk = [&](int64_t lo, int64_t hi, double best,
+                                                                          double err) {
           if (ok) return;
-          double bl, br;
-          const double left = oracle(c0 + lo, bl);
           if (hi - lo <= 1) {
-            ok = std::fabs(double(gpu) - left) <= tol(bl);
+            if (len == 1) {  // no step: the representative's own probe is the score
+              double bound;
+              best = std::max(best, oracle(c0 + lo, bound));
+              err = std::max(err, tol(bound));
+            }
+            ok = std::fabs(double(gpu) - best) <= err;
             return;
           }
+          // ihip_select_rep: the middle key of each half; the left half only when left > right.
           const int64_t mid = lo + (hi - lo) / 2;
-          const double right = oracle(c0 + mid, br), margin = tol(bl) + tol(br);
-          if (left - right >= -margin) walk(lo, mid);  // left >= right, or a near tie
+          double bl, br;
+          const double left = oracle(c0 + lo + (mid - lo) / 2, bl), right = oracle(c0 + mid + (hi - mid) / 2, br);
+          const double margin = tol(bl) + tol(br);
+          best = std::max(best, std::max(left, right));
+          err = std::max(err, std::max(tol(bl), tol(br)));
+          if (left - right >= -margin) walk(lo, mid, best, err);  // left > right, or a near tie
           if (right - left >= -margin) {
             if (std::fabs(left - right) <= margin) ++near_ties;
-            walk(mid, hi);
+            walk(mid, hi, best, err);
           }
         };
-        walk(0, len);
+        walk(0, len, -INFINITY, 0.0);
         ++judged;
         ASSERT_TRUE(ok) << "block " << b << " KV head " << g << " chunk " << j << ": GPU score " << gpu
                         << " is no fp64 bisection outcome";

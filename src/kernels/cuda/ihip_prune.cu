@@ -30,8 +30,8 @@ struct KeyRegs {
 };
 
 // Pool rows of the entries of the CTA's chunks (chunk jl's at rows[jl * l_c ..]), shared by the
-// chunk's KV heads: one round of independent loads by the whole CTA, so each bisection step is a
-// single dependent key load.
+// chunk's KV heads: one round of independent loads by the whole CTA, so each bisection step waits
+// on one round of key loads (its two probes' keys, loaded together).
 __device__ inline void load_rows(const IhipStageGpuParams& p, int seq, const Cands& c, int64_t chunk0, int per_cta,
                                  int32_t* rows) {
   const int32_t* table = p.kv.block_table + int64_t(seq) * p.kv.max_pages_per_seq;
@@ -85,10 +85,15 @@ __device__ inline float probe(const IhipStageGpuParams& p, const float* qs, int 
   return best;
 }
 
+// std::max's choice (ihip_select_rep's running max): b when a < b, else a (signed zeros as the CPU).
+__device__ inline float max_as_std(float a, float b) { return a < b ? b : a; }
+
 // 4 CTAs per SM (at most 64 registers): the bisection is latency-bound, so resident items count.
-// kRelative (relative RoPE): the left and right ends of a probe sit at different positions, so
-// each step scores both; otherwise the left end's score is the one the step that moved lo there
-// computed (the same fp32 operations: bit-equal), so a step scores only the midpoint.
+// Each step probes the middle key of both halves (ihip_select_rep: the left one at the left-branch
+// position, the right one at the right-branch one; both keys loaded before either is scored), keeps
+// the left half only when left > right, and keeps the running max of the probes. kRelative
+// (relative RoPE): the branch positions differ, so the representative is probed at both after the
+// loop; otherwise only a one-entry chunk (no step) probes it.
 template <bool kRelative>
 __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(IhipStageGpuParams p) {
   __shared__ __align__(16) float qs[kMaxHeads * kD];  // [n_head][128] rotated
@@ -121,37 +126,41 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(IhipStageGpuPar
   const float* qg = qs + g * group * kD;
   const int32_t* rows = chunk_rows + (grp / n_kv) * p.l_c;
   int lo = 0, hi = len;
-  KeyRegs klo, kmid;
-  load_key(p, g, valid ? rows[0] : 0, valid, lane, klo);
-  float lo_score = kRelative ? 0.f : probe(p, qg, group, klo, pos_left, lane);
+  float best = -INFINITY;
+  KeyRegs kl, kr;
   int n_iter = 0;
   while ((1 << n_iter) < p.l_c) ++n_iter;  // uniform over the CTA: the shuffles need every lane
   for (int it = 0; it < n_iter; ++it) {
     const bool active = valid && hi - lo > 1;
     const int mid = lo + (hi - lo) / 2;
-    load_key(p, g, active ? rows[mid] : 0, active, lane, kmid);
-    const float left = kRelative ? probe(p, qg, group, klo, pos_left, lane) : lo_score;
-    const float right = probe(p, qg, group, kmid, pos_right, lane);
+    load_key(p, g, active ? rows[lo + (mid - lo) / 2] : 0, active, lane, kl);
+    load_key(p, g, active ? rows[mid + (hi - mid) / 2] : 0, active, lane, kr);
+    const float left = probe(p, qg, group, kl, pos_left, lane);
+    const float right = probe(p, qg, group, kr, pos_right, lane);
     if (active) {
-      if (left >= right) {
+      if (left > right)
         hi = mid;
-      } else {
-        lo = mid;
-        if (kRelative) klo = kmid;
-        lo_score = right;
-      }
+      else
+        lo = mid;  // ties go right
+      best = max_as_std(best, max_as_std(left, right));
     }
   }
-  const float rep = kRelative ? probe(p, qg, group, klo, pos_right, lane) : lo_score;
-  if (lane == 0) item_score[grp] = rep;
+  // The representative's probes after the loop (warp-uniform: the shuffles need every lane).
+  if (kRelative || __any_sync(0xffffffffu, valid && len == 1)) {
+    load_key(p, g, valid ? rows[lo] : 0, valid, lane, kl);
+    const float at_right = probe(p, qg, group, kl, pos_right, lane);
+    if (kRelative || len == 1) best = max_as_std(best, at_right);
+    if (kRelative) best = max_as_std(best, probe(p, qg, group, kl, pos_left, lane));
+  }
+  if (lane == 0) item_score[grp] = best;
   __syncthreads();
   if (tid < per_cta) {
     const int64_t jj = int64_t(blockIdx.x) * per_cta + tid;
     if (jj < n_chunk) {
-      float best = -INFINITY;
+      float top = -INFINITY;
       for (int h = 0; h < n_kv; ++h)
-        if (item_score[tid * n_kv + h] > best) best = item_score[tid * n_kv + h];
-      p.scores[int64_t(seq) * p.max_chunks + jj] = best;
+        if (item_score[tid * n_kv + h] > top) top = item_score[tid * n_kv + h];
+      p.scores[int64_t(seq) * p.max_chunks + jj] = top;
     }
   }
 }

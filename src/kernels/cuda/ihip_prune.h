@@ -13,11 +13,11 @@
 // while seq_lens and the cached lists change):
 //   score   one CTA of 256 threads per 32 / n_kv_head chunks; the CTA first loads the pool rows of
 //           its chunks' entries into shared memory (one round of independent loads, shared by the
-//           chunk's KV heads), then 8 threads per (chunk, KV head) item run the bisection, one
-//           dependent key load per step (16-byte key loads, the rotate-half pairs (i, i + 64) sit
-//           in one lane for head_dim 128, xor-shuffle dot tree of hip_topk.h; with none /
-//           chunk-indexed RoPE a step scores only the midpoint, the left end's score is kept),
-//           max over the group's query heads, then max over KV heads in shared memory;
+//           chunk's KV heads), then 8 threads per (chunk, KV head) item run the bisection, each
+//           step loading its two probe keys (the middle of each half) together and scoring both
+//           (16-byte key loads, the rotate-half pairs (i, i + 64) sit in one lane for head_dim
+//           128, xor-shuffle dot tree of hip_topk.h), max over the group's query heads, the
+//           running max of the probes, then max over KV heads in shared memory;
 //   select  one CTA of 1024 threads per sequence: topk::block_top_k (topk_select.cuh: radix
 //           select of the K-th (score desc, chunk asc) key, ballot compaction in chunk order),
 //           the kept chunks' entries written in position order.
@@ -85,16 +85,15 @@ void ihip_decode_index(const IhipIndexGpuParams& p, Stream s = nullptr);
 // and the chunk scores are bit-equal to ihip_chunk_scores (same fp32 rotation and dot order)
 // except on the tensor-core path below (equal up to near ties).
 // How (ihip_prune_prefill.cu): score kernel, CTAs of 256 threads per (KV head, block), each
-// looping over groups of 32 chunks (16 with relative RoPE): the group's queries (<= 256 at a time)
-// into shared memory once, each bisection step gathers the group's probe keys into shared memory
-// and scores them against every query, then a max over the queries; with none / chunk-indexed
-// RoPE a probe's left and right positions coincide, so the step probes only the midpoint (the left
-// score is kept). Scoring: RoPE none with <= 4 query heads per KV head (one query tile) on tensor
-// cores (bf16 mma.m16n8k16, fp32 accumulate: the sums are not hip_dot's order, so a near tie in a
-// bisection step may go the other way: bit-equal on inputs with exact dots, fp64-judged otherwise,
-// tests/cuda/test_ihip_gpu.cpp); else fp32 FMAs in hip_dot's 8-lane order, 4 queries x 8 probes a
-// thread (rotated queries and keys: bit-equal to ihip_chunk_scores). Select kernel: ihip_prune.cuh's
-// select_chunks per block over the max of the KV heads' scores.
+// looping over groups of 16 chunks: the group's queries (<= 256 at a time) into shared memory
+// once, each bisection step gathers the group's 32 probe keys (the middle of each half of each
+// chunk) into shared memory and scores them against every query, then a max over the queries and
+// the running max of each chunk's probes. Scoring: RoPE none with <= 4 query heads per KV head
+// (one query tile) on tensor cores (bf16 mma.m16n8k16, fp32 accumulate: the sums are not hip_dot's
+// order, so a near tie in a bisection step may go the other way: bit-equal on inputs with exact
+// dots, fp64-judged otherwise, tests/cuda/test_ihip_gpu.cpp); else fp32 FMAs in hip_dot's 8-lane
+// order, 4 queries x 8 probes a thread (rotated queries and keys: bit-equal to ihip_chunk_scores).
+// Select kernel: ihip_prune.cuh's select_chunks per block over the max of the KV heads' scores.
 struct IhipPrefillGpuParams {
   const void* q = nullptr;  // bf16 [n_q, n_head, 128] (un-rotated unless rope_mode == 0)
   const void* k = nullptr;  // bf16 [n_kv, n_kv_head, 128], keys 0..n_kv-1 contiguous

@@ -22,10 +22,13 @@ constexpr int kThreads = 256;
 constexpr int kQTile = 256;           // queries in shared memory at once (fp32, transposed)
 constexpr int kQStride = kQTile + 4;  // a row of qT: 16-byte aligned, and the coalesced fill's stores spread over banks
 constexpr int kSlots = 32;            // probes per pass
+constexpr int kChunks = kSlots / 2;   // chunks per pass: a bisection step probes two keys per chunk
 constexpr int kQuads = kQTile / 4;    // threads along the queries (4 queries each)
 constexpr int kOctets = kSlots / 8;   // threads along the probes (8 probes each)
 static_assert(kQuads * kOctets == kThreads, "one (4 queries x 8 probes) tile per thread");
 constexpr size_t kScoreSmem = size_t(kD) * kQStride * 4 + size_t(kD) * kSlots * 4 + size_t(kQuads) * kSlots * 4;
+// std::max's choice (ihip_select_rep's running max): b when a < b, else a (signed zeros as the CPU).
+__device__ inline float max_as_std(float a, float b) { return a < b ? b : a; }
 // The lanes of hip_dot in the order its tree adds them: ((p0+p4)+(p2+p6)) + ((p1+p5)+(p3+p7)).
 // Tensor-core scoring (kMma: RoPE none and <= kQTile queries per KV head, i.e. <= 4 query heads
 // per KV head): the group's bf16 queries [kQTile][128] and a pass's probe keys [kSlots][128] in
@@ -179,8 +182,8 @@ __global__ void __launch_bounds__(kThreads, kMma ? kMmaCtasPerSm : 1) score_kern
   float* red_mma = reinterpret_cast<float*>(kb + kSlots * kD);  // kMma: [kWarps][kSlots]
   __shared__ Probe probe[kSlots];
   __shared__ float result[kSlots];
-  __shared__ int lo[kSlots], hi[kSlots];
-  __shared__ float lo_score[kSlots];
+  __shared__ int lo[kChunks], hi[kChunks];
+  __shared__ float path_best[kChunks];  // the running max of the chunk's probes (its score)
   const int tid = threadIdx.x, g = blockIdx.y;
   const int64_t b = blockIdx.z;
   const Block blk = block_of(p, b);
@@ -188,7 +191,7 @@ __global__ void __launch_bounds__(kThreads, kMma ? kMmaCtasPerSm : 1) score_kern
   const int64_t n_chunk = (c.n + st.l_c - 1) / st.l_c, keep = st.k / st.l_c;
   if (n_chunk > st.max_chunks) __trap();  // the host bound is broken: never write past the workspace
   const bool relative = p.rope_mode == 1;
-  const int per_cta = relative ? kSlots / 2 : kSlots;
+  const int per_cta = kChunks;
   if (n_chunk <= keep || int64_t(blockIdx.x) * per_cta >= n_chunk) return;
   const int group = p.n_head / p.n_kv_head, n_qs = group * int(blk.rows);
   const int n_qtile = (n_qs + kQTile - 1) / kQTile;
@@ -332,10 +335,15 @@ __global__ void __launch_bounds__(kThreads, kMma ? kMmaCtasPerSm : 1) score_kern
   for (int64_t j0 = int64_t(blockIdx.x) * per_cta; j0 < n_chunk; j0 += int64_t(gridDim.x) * per_cta) {
     __syncthreads();
     const int64_t n_mine = n_chunk - j0 < per_cta ? n_chunk - j0 : per_cta;
+    // Chunk i's entry count (the last chunk may be shorter).
+    auto chunk_len = [&](int i) {
+      const int64_t rest = c.n - (j0 + i) * st.l_c;
+      return int(rest < st.l_c ? rest : st.l_c);
+    };
     if (tid < per_cta) {
-      const int64_t j = j0 + tid;
       lo[tid] = 0;
-      hi[tid] = tid < n_mine ? int(c.n - j * st.l_c < st.l_c ? c.n - j * st.l_c : st.l_c) : 0;
+      hi[tid] = tid < n_mine ? chunk_len(tid) : 0;
+      path_best[tid] = -INFINITY;
     }
     // Slot of chunk i's probe of entry e at RoPE branch br (0 left, 1 right).
     auto set_probe = [&](int slot, int i, int e, int br, bool on) {
@@ -343,51 +351,58 @@ __global__ void __launch_bounds__(kThreads, kMma ? kMmaCtasPerSm : 1) score_kern
       probe[slot].key = on ? c.at(j * st.l_c + e) : -1;
       probe[slot].kpos = relative ? br : int32_t(j);
     };
-    if (!relative) {  // the first entry's score (left = right position)
-      __syncthreads();
-      if (tid < per_cta) set_probe(tid, tid, 0, 0, tid < n_mine);
-      __syncthreads();
-      run_pass(per_cta);
-      if (tid < per_cta) lo_score[tid] = result[tid];
-    }
+    // Warms L2 with the two keys the next step probes if it keeps the half [a, a_end).
+    auto prefetch_half = [&](int64_t first, int a, int a_end) {
+      if (a_end - a <= 1) return;
+      const int m = a + (a_end - a) / 2;
+      prefetch_key(c.at(first + a + (m - a) / 2));
+      prefetch_key(c.at(first + m + (a_end - m) / 2));
+    };
+    // ihip_select_rep's steps: slot i probes the middle of the left half at the left position,
+    // slot per_cta + i the middle of the right half at the right one; the left half is kept only
+    // when left > right (ties go right); every step's probes enter the running max.
     for (int it = 0; it < n_iter; ++it) {
       __syncthreads();
       if (tid < per_cta) {
         const bool active = tid < n_mine && hi[tid] - lo[tid] > 1;
         const int mid = lo[tid] + (hi[tid] - lo[tid]) / 2;
-        if (relative) {
-          set_probe(tid, tid, lo[tid], 0, active);
-          set_probe(per_cta + tid, tid, mid, 1, active);
-        } else {
-          set_probe(tid, tid, mid, 0, active);
-        }
-        if (active && it + 1 < n_iter) {  // the next step probes the midpoint of one of the halves
+        set_probe(tid, tid, lo[tid] + (mid - lo[tid]) / 2, 0, active);
+        set_probe(per_cta + tid, tid, mid + (hi[tid] - mid) / 2, 1, active);
+        if (active && it + 1 < n_iter) {  // the next step probes the middles of one half's quarters
           const int64_t first = (j0 + tid) * st.l_c;
-          if (mid - lo[tid] > 1) prefetch_key(c.at(first + lo[tid] + (mid - lo[tid]) / 2));
-          if (hi[tid] - mid > 1) prefetch_key(c.at(first + mid + (hi[tid] - mid) / 2));
+          prefetch_half(first, lo[tid], mid);
+          prefetch_half(first, mid, hi[tid]);
         }
+      }
+      __syncthreads();
+      run_pass(2 * per_cta);
+      if (tid < per_cta && tid < n_mine && hi[tid] - lo[tid] > 1) {
+        const int mid = lo[tid] + (hi[tid] - lo[tid]) / 2;
+        const float left = result[tid], right = result[per_cta + tid];
+        if (left > right)
+          hi[tid] = mid;
+        else
+          lo[tid] = mid;  // ties go right
+        path_best[tid] = max_as_std(path_best[tid], max_as_std(left, right));
+      }
+    }
+    // The representative after the loop: relative RoPE probes it at both positions (right, then
+    // left, as the CPU), the other modes only for a one-entry chunk. The barrier also publishes lo.
+    const bool one_entry = __syncthreads_or(tid < n_mine && chunk_len(tid) == 1);
+    if (relative || one_entry) {
+      if (tid < per_cta) {
+        const bool on = tid < n_mine && (relative || chunk_len(tid) == 1);
+        set_probe(tid, tid, lo[tid], 1, on);
+        set_probe(per_cta + tid, tid, lo[tid], 0, on && relative);
       }
       __syncthreads();
       run_pass(relative ? 2 * per_cta : per_cta);
-      if (tid < per_cta && tid < n_mine && hi[tid] - lo[tid] > 1) {
-        const int mid = lo[tid] + (hi[tid] - lo[tid]) / 2;
-        const float left = relative ? result[tid] : lo_score[tid], right = relative ? result[per_cta + tid] : result[tid];
-        if (left >= right) {
-          hi[tid] = mid;
-        } else {
-          lo[tid] = mid;
-          lo_score[tid] = right;
-        }
+      if (tid < n_mine && (relative || chunk_len(tid) == 1)) {
+        path_best[tid] = max_as_std(path_best[tid], result[tid]);
+        if (relative) path_best[tid] = max_as_std(path_best[tid], result[per_cta + tid]);
       }
     }
-    if (relative) {  // the representative's score at the right-branch position
-      __syncthreads();
-      if (tid < per_cta) set_probe(tid, tid, lo[tid], 1, tid < n_mine);
-      __syncthreads();
-      run_pass(per_cta);
-      if (tid < per_cta) lo_score[tid] = result[tid];
-    }
-    if (tid < n_mine) st.scores[(b * p.n_kv_head + g) * st.max_chunks + j0 + tid] = lo_score[tid];
+    if (tid < n_mine) st.scores[(b * p.n_kv_head + g) * st.max_chunks + j0 + tid] = path_best[tid];
   }
 }
 
@@ -474,7 +489,7 @@ bool prefill_uses_mma(const IhipPrefillGpuParams& p) {
 void ihip_score_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage& st, Stream s) {
   check_prefill(p, st);
   if (p.n_q <= 0) return;
-  const int per_cta = p.rope_mode == 1 ? kSlots / 2 : kSlots;
+  const int per_cta = kChunks;
   const bool mma = prefill_uses_mma(p);
   const void* kernel = mma ? reinterpret_cast<const void*>(score_kernel<true>)
                            : reinterpret_cast<const void*>(score_kernel<false>);
