@@ -12,7 +12,7 @@
 # into one xz archive (the carry limit is 64 MiB):
 #   ninja -C build && bash scripts/gpu-suite.sh --pack build .carry/suite
 # Run on the device: OUT=$OUT BIN=.carry/suite bash .carry/suite/gpu-suite.sh
-# (TESTS="test_x test_y" puts those binaries first).
+# (TESTS="test_x test_y" puts those binaries first; MEMCHECK="test_z" memchecks those instead).
 set -uo pipefail
 if [ "${1:-}" = "--pack" ]; then
   build=$2 carry=$3 stage=$(mktemp -d)
@@ -53,7 +53,7 @@ for t in "${order[@]}"; do
   grep -E "^\[  FAILED  \] [A-Za-z]|: Failure$" "$OUT/$name.log" | head -10
   [ $rc = 0 ] || status=1
 done
-for t in test_hip_gpu test_kv_offload test_tokenselect_step; do
+for t in ${MEMCHECK:-test_hip_gpu test_kv_offload test_tokenselect_step}; do  # MEMCHECK="" skips
   [ -x "$BIN/$t" ] || continue
   timeout "${MEMCHECK_TIMEOUT:-240}" compute-sanitizer --tool memcheck --error-exitcode 99 "$BIN/$t" \
     > "$OUT/memcheck-$t.log" 2>&1; rc=$?
