@@ -53,7 +53,7 @@ for t in "${order[@]}"; do
   grep -E "^\[  FAILED  \] [A-Za-z]|: Failure$" "$OUT/$name.log" | head -10
   [ $rc = 0 ] || status=1
 done
-for t in ${MEMCHECK:-test_hip_gpu test_kv_offload test_tokenselect_step}; do  # MEMCHECK="" skips
+for t in ${MEMCHECK-test_hip_gpu test_kv_offload test_tokenselect_step}; do  # MEMCHECK="" skips
   [ -x "$BIN/$t" ] || continue
   timeout "${MEMCHECK_TIMEOUT:-240}" compute-sanitizer --tool memcheck --error-exitcode 99 "$BIN/$t" \
     > "$OUT/memcheck-$t.log" 2>&1; rc=$?
