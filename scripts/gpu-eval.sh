@@ -56,7 +56,7 @@ if [ "${1:-}" = "--pack" ]; then
   exit 0
 fi
 
-what=${1:?usage: gpu-eval.sh --pack BUILD CARRY | gemma | default}
+what=${1:?usage: gpu-eval.sh --pack BUILD CARRY | gemma | default | extrap}
 export LONGCTX_CACHE=${LONGCTX_CACHE:-/root/longctx-cache}
 BIN=/tmp/longctx-eval-bin
 FINAL=${OUT:-out}
@@ -158,7 +158,28 @@ default_grid() {
   done
 }
 
+# Past the default model's trained 8K (issues 15, 16): passkey --no-chat and niah at 16K/32K/64K,
+# dense (plain RoPE past its range), TokenSelect (pre-RoPE keys re-numbered over the selection)
+# and InfiniteHiP (3K preset, its RoPE extrapolation on), 5 depths x 2 samples, one method per
+# process (a refusal ends only its own step); dense at 4K on the same prompts' task as the bar.
+extrap_grid() {
+  local task name m
+  for task in "passkey --no-chat" niah; do
+    name="extrap_$(echo "$task" | tr -cd '[:alnum:]')"
+    step "${name}_dense4k" 30 "${EV[@]}" $task --device cuda --lengths 4k --depths $DEPTHS --samples 2 \
+      --attn dense --json "$OUT/${name}_dense4k.json"
+    for m in dense tokenselect infinitehip; do
+      step "${name}_$m" 70 "${EV[@]}" $task --device cuda -c 66000 --extrapolate --lengths 16k,32k,64k \
+        --depths $DEPTHS --samples 2 --attn $m --json "$OUT/${name}_$m.json"
+    done
+  done
+}
+
 case $what in
+  extrap)
+    join_model "$HERE" "$MODEL_NAME" "$MODEL_SHA" | tee -a "$OUT/summary.txt" || { echo "DEFAULT MODEL NOT HERE"; exit 1; }
+    extrap_grid
+    ;;
   gemma)
     join_model "$HERE" "$GEMMA_NAME" "$GEMMA_SHA" | tee -a "$OUT/summary.txt" || { echo "GEMMA NOT HERE"; exit 1; }
     [ -f "$LONGCTX_CACHE/models/$MODEL_NAME" ] && echo "the default model is here already" | tee -a "$OUT/summary.txt"
@@ -176,7 +197,7 @@ case $what in
     join_model "$HERE" "$MODEL_NAME" "$MODEL_SHA" | tee -a "$OUT/summary.txt" || { echo "DEFAULT MODEL NOT HERE"; exit 1; }
     default_grid
     ;;
-  *) echo "unknown: $what (gemma | default)" >&2; exit 2 ;;
+  *) echo "unknown: $what (gemma | default | extrap)" >&2; exit 2 ;;
 esac
 echo "total $(( $(date +%s) - T0 )) s"
 exit $status
