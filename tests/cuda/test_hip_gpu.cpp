@@ -4,7 +4,9 @@
 // scorer; decode: every (sequence, head) over a paged, shuffled cache, random and tie-heavy
 // inputs; the fp8 cache: bit-equal to the reference over the e4m3 codes), the tensor-core prefill keeps the fp64 oracle's best up to near ties on random inputs,
 // the ranges follow the format (sinks, blocks, pads, window), and the decode mask cache
-// re-estimates only on refresh steps (graph-safe: the decision is on the device).
+// re-estimates only on refresh steps (graph-safe: the decision is on the device). The same at
+// head_dim 256 (Gemma 3's global layers, 4 query heads / 1 KV head), and prefill over an fp8 copy
+// of the keys (HipPrefillParams::k_fp8) against the reference over its codes.
 // Run: build-gpu/tests/cuda/test_hip_gpu (skips without a Hopper GPU).
 #include <gtest/gtest.h>
 
@@ -13,11 +15,13 @@
 #include <iterator>
 #include <numeric>
 #include <random>
+#include <string>
 
 #include "kernels/cuda/hip_estimate.h"
 #include "kernels/ref/fp8_e4m3.h"
 #include "kernels/ref/hip_topk.h"
 #include "test_util.h"
+#include "util/error.h"
 
 namespace longctx::cuda {
 namespace {
@@ -62,11 +66,30 @@ std::vector<float> to_float(const std::vector<uint16_t>& h) {
   return f;
 }
 
-void check_prefill(const HipEstimateConfig& cfg, int64_t n_q, int64_t q_pos0, int H, int Hkv, int d, bool ties = false) {
+// An fp8 copy of keys fk: e4m3 codes of fk / scale (ties: the small integers as they are, exact
+// codes; else scale 0.037: codes across the normal and subnormal range); fk becomes the codes'
+// values, which the reference scores (the scale is left out on both sides: it does not change the order).
+std::vector<uint8_t> fp8_codes(std::vector<float>& fk, bool ties) {
+  constexpr float kScale = 0.037f;
+  std::vector<uint8_t> codes(fk.size());
+  for (size_t i = 0; i < fk.size(); ++i) {
+    codes[i] = f32_to_e4m3(ties ? fk[i] : fk[i] / kScale);
+    fk[i] = e4m3_to_f32(codes[i]);
+  }
+  return codes;
+}
+
+// fp8: the keys are scored from an e4m3 copy (k_fp8), the reference scores its codes.
+void check_prefill(const HipEstimateConfig& cfg, int64_t n_q, int64_t q_pos0, int H, int Hkv, int d, bool ties = false,
+                   bool fp8 = false) {
+  SCOPED_TRACE(testing::Message() << "d=" << d << " heads " << H << "/" << Hkv << " ties=" << ties << " fp8=" << fp8);
   const int64_t n_kv = q_pos0 + n_q, n_qblk = (n_q + cfg.b_q - 1) / cfg.b_q, M = cfg.budget_blocks(),
                 R = cfg.ranges_per_row();
   const auto hq = inputs(size_t(n_q * H * d), ties), hk = inputs(size_t(n_kv * Hkv * d), ties);
-  const auto fq = to_float(hq), fk = to_float(hk);
+  auto fq = to_float(hq), fk = to_float(hk);
+  const auto codes = fp8 ? fp8_codes(fk, ties) : std::vector<uint8_t>{};
+  DevBuf k8(std::max<size_t>(codes.size(), 1));
+  if (fp8) k8.upload(codes);
   DevBuf q(hq.size() * 2), k(hk.size() * 2), blocks(size_t(H * n_qblk * M) * 4), nb(size_t(H * n_qblk) * 4),
       rp(size_t(H * n_qblk + 1) * 8), rg(size_t(H * n_qblk * R) * 8), cp(size_t(H * n_qblk + 1) * 8);
   q.upload(hq);
@@ -81,6 +104,7 @@ void check_prefill(const HipEstimateConfig& cfg, int64_t n_q, int64_t q_pos0, in
   p.n_head = H;
   p.n_kv_head = Hkv;
   p.head_dim = d;
+  p.k_fp8 = fp8 ? k8.p : nullptr;
   p.blocks = blocks.as<int32_t>();
   p.n_blocks = nb.as<int32_t>();
   p.range_ptr = rp.as<int64_t>();
@@ -133,10 +157,16 @@ void check_prefill(const HipEstimateConfig& cfg, int64_t n_q, int64_t q_pos0, in
 // iteration (m < N <= 2m blocks): the kept set is one top-m selection over known branches, so a
 // GPU choice is right when every branch it keeps instead of an oracle's one scores, in fp64,
 // within the fp32 accumulation bound of it: |s_x - s_y| <= d * 2^-22 * max |q|.|k| sums.
-void check_prefill_mma_judged(const HipEstimateConfig& cfg, int64_t q_pos0, int H, int Hkv, int d, int64_t& swaps) {
+// fp8: scored from an e4m3 copy of the keys, the oracle over its codes' values.
+void check_prefill_mma_judged(const HipEstimateConfig& cfg, int64_t q_pos0, int H, int Hkv, int d, int64_t& swaps,
+                              bool fp8 = false) {
+  SCOPED_TRACE(testing::Message() << "d=" << d << " heads " << H << "/" << Hkv << " pos0=" << q_pos0 << " fp8=" << fp8);
   const int64_t n_q = cfg.b_q, n_kv = q_pos0 + n_q, M = cfg.budget_blocks(), R = cfg.ranges_per_row();
   const auto hq = inputs(size_t(n_q * H * d), false), hk = inputs(size_t(n_kv * Hkv * d), false);
-  const auto fq = to_float(hq), fk = to_float(hk);
+  auto fq = to_float(hq), fk = to_float(hk);
+  const auto codes = fp8 ? fp8_codes(fk, false) : std::vector<uint8_t>{};
+  DevBuf k8(std::max<size_t>(codes.size(), 1));
+  if (fp8) k8.upload(codes);
   DevBuf q(hq.size() * 2), k(hk.size() * 2), blocks(size_t(H * M) * 4), nb(size_t(H) * 4), rp(size_t(H + 1) * 8),
       rg(size_t(H * R) * 8), cp(size_t(H + 1) * 8);
   q.upload(hq);
@@ -151,6 +181,7 @@ void check_prefill_mma_judged(const HipEstimateConfig& cfg, int64_t q_pos0, int 
   p.n_head = H;
   p.n_kv_head = Hkv;
   p.head_dim = d;
+  p.k_fp8 = fp8 ? k8.p : nullptr;
   p.blocks = blocks.as<int32_t>();
   p.n_blocks = nb.as<int32_t>();
   p.range_ptr = rp.as<int64_t>();
@@ -260,9 +291,9 @@ TEST(HipEstimate, PrefillBlockIdsEqualTheCpuReference) {
 
 // fp8: the keys are e4m3 codes of the same inputs (x / scale, scale 0.037: codes across the
 // normal and subnormal range), the reference scores e4m3_to_f32(code) (hip_estimate.h).
-void check_decode(const HipEstimateConfig& cfg, bool ties, bool fp8 = false) {
-  SCOPED_TRACE(testing::Message() << "k=" << cfg.k << " ties=" << ties << " fp8=" << fp8);
-  const int H = 4, Hkv = 2, d = 128, page = 16, refresh = 4, M = int(cfg.budget_blocks()), R = M + 2;
+void check_decode(const HipEstimateConfig& cfg, bool ties, bool fp8 = false, int d = 128) {
+  SCOPED_TRACE(testing::Message() << "k=" << cfg.k << " ties=" << ties << " fp8=" << fp8 << " d=" << d);
+  const int H = 4, Hkv = 2, page = 16, refresh = 4, M = int(cfg.budget_blocks()), R = M + 2;
   std::vector<int32_t> lens = {3001, 7777};
   const int n_seq = 2, cap = 8000 + 64, max_pages = (cap + page - 1) / page;
   const int64_t n_pages = int64_t(n_seq) * max_pages;
@@ -385,6 +416,101 @@ TEST(HipEstimate, DecodeOverAnFp8CacheEqualsTheReferenceOverItsCodes) {
   for (bool ties : {false, true}) {
     check_decode(small, ties, true);
     check_decode(HipEstimateConfig{}, ties, true);
+  }
+}
+
+// head_dim 256 (Gemma 3's global layers; gemma-3-270m: 4 query heads, 1 KV head): 4 key chunks a
+// lane. Prefill: bit-equal on small integers (tensor cores) and on random inputs (the fp32 FMA
+// scorer, 64 sampled queries); tensor-core scores on random inputs judged against the fp64 oracle.
+TEST(HipEstimate, HeadDim256PrefillEqualsTheCpuReference) {
+  LC_REQUIRE_GPU();
+  HipEstimateConfig small;
+  small.k = 64;
+  small.window = 64;
+  small.sinks = 8;
+  check_prefill(small, 200, 3000, 4, 1, 256, true);
+  check_prefill(HipEstimateConfig{}, 128, 20000, 4, 1, 256, true);
+  check_prefill(small, 130, 2000, 4, 2, 256, true);  // 2 query heads a KV head
+  HipEstimateConfig wide_q = small;
+  wide_q.b_sq = 1;
+  check_prefill(wide_q, 200, 3000, 4, 1, 256, false);
+  check_prefill(wide_q, 128, 2000, 4, 1, 256, true);
+  HipEstimateConfig strided = small;  // 2 sampled keys a block
+  strided.b_k = 4;
+  strided.b_sk = 2;
+  check_prefill(strided, 128, 5000, 4, 1, 256, true);
+}
+
+TEST(HipEstimate, HeadDim256TensorCoreScoresKeepTheOracleBestUpToNearTies) {
+  LC_REQUIRE_GPU();
+  HipEstimateConfig small;
+  small.k = 64;
+  small.window = 64;
+  small.sinks = 8;
+  int64_t swaps = 0;
+  for (int64_t pos0 = 140; pos0 <= 196; pos0 += 8) check_prefill_mma_judged(small, pos0, 4, 1, 256, swaps);
+  for (int64_t pos0 : {800, 1200}) check_prefill_mma_judged(HipEstimateConfig{}, pos0, 4, 1, 256, swaps);
+  std::printf("[hip mma d256] %lld near-tie swaps against the fp64 oracle\n", (long long)swaps);
+}
+
+// Decode at head_dim 256 over a paged cache, bf16 and fp8 keys: bit-equal to the reference.
+TEST(HipEstimate, HeadDim256DecodeEqualsTheCpuReference) {
+  LC_REQUIRE_GPU();
+  HipEstimateConfig small;
+  small.k = 128;
+  small.window = 64;
+  small.sinks = 4;
+  for (bool fp8 : {false, true})
+    for (bool ties : {false, true}) {
+      check_decode(small, ties, fp8, 256);
+      check_decode(HipEstimateConfig{}, ties, fp8, 256);
+    }
+}
+
+// Prefill over an fp8 copy of the keys (k_fp8): the reference over its codes, bit-equal on the fp32
+// FMA scorer (random) and on tensor cores (small integers, exact codes), judged on tensor cores
+// (random), at head_dim 128 and 256.
+TEST(HipEstimate, PrefillOverAnFp8KeyCopyEqualsTheReferenceOverItsCodes) {
+  LC_REQUIRE_GPU();
+  HipEstimateConfig small;
+  small.k = 64;
+  small.window = 64;
+  small.sinks = 8;
+  HipEstimateConfig wide_q = small;
+  wide_q.b_sq = 1;
+  for (int d : {128, 256}) {
+    const int Hkv = d == 256 ? 1 : 2;
+    check_prefill(small, 200, 3000, 4, Hkv, d, true, true);
+    check_prefill(HipEstimateConfig{}, 128, 20000, 4, Hkv, d, true, true);
+    check_prefill(wide_q, 200, 3000, 4, Hkv, d, false, true);
+  }
+  int64_t swaps = 0;
+  for (int64_t pos0 = 140; pos0 <= 196; pos0 += 8) check_prefill_mma_judged(small, pos0, 8, 2, 128, swaps, true);
+  for (int64_t pos0 : {800, 1200}) {
+    check_prefill_mma_judged(HipEstimateConfig{}, pos0, 8, 2, 128, swaps, true);
+    check_prefill_mma_judged(HipEstimateConfig{}, pos0, 4, 1, 256, swaps, true);
+  }
+  std::printf("[hip mma fp8] %lld near-tie swaps against the fp64 oracle over the codes\n", (long long)swaps);
+}
+
+// Refused before any launch, naming what to lower: head_dim past 256, a CTA over 227 KiB.
+TEST(HipEstimate, ConfigsOutOfReachAreRefusedUpFront) {
+  EXPECT_NO_THROW(hip_estimate_check(HipEstimateConfig{}, 256));
+  try {
+    hip_estimate_check(HipEstimateConfig{}, 512);
+    ADD_FAILURE() << "head_dim 512 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("up to 256"), std::string::npos) << e.what();
+  }
+  HipEstimateConfig big;  // 2048 blocks x 8 sampled keys: 128 KiB of item scores alone
+  big.k = 16384;
+  big.b_k = 8;
+  EXPECT_GT(hip_estimate_smem_bytes(big, 256), kHipMaxSmemBytes);
+  try {
+    hip_estimate_check(big, 256);
+    ADD_FAILURE() << "a CTA over the shared memory limit accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("shared memory"), std::string::npos) << e.what();
   }
 }
 
