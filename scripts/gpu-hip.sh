@@ -20,8 +20,8 @@
 #     test_minference_index longctx_bench_hip
 #   scripts/gpu-hip.sh --pack build-gpu /work/main/.carry/hip [path/to/longctx]
 # Run on the device: OUT=/tmp/out BIN=.carry/hip bash .carry/hip/gpu-hip.sh
-# Steps are skipped by empty lists (DECODE_LENS= PREFILL_LENS= TORCH_RUNS=) or TESTS=0; SANITIZE=0
-# skips memcheck.
+# Steps are skipped by empty lists (DECODE_LENS= PREFILL_LENS= TORCH_RUNS= TEST_BINS=) or TESTS=0
+# (tests and memcheck); SANITIZE=0 skips memcheck.
 set -uo pipefail
 if [ "${1:-}" = "--pack" ]; then
   build=$2 carry=$3 cli=${4:-}
@@ -29,8 +29,12 @@ if [ "${1:-}" = "--pack" ]; then
   bins="$build/tests/cuda/test_hip_gpu $build/tests/cuda/test_hip_gpu_method $build/tests/kv/test_kv_offload
     $build/tests/cuda/test_cuda $build/tests/cuda/test_minference_index $build/bench/longctx_bench_hip $cli"
   tmp=$(mktemp -d) && mkdir -p "$tmp/lib"
-  for b in $bins; do cp "$b" "$tmp/" && strip "$tmp/$(basename "$b")"; done
-  for lib in $(ldd $bins | awk '/=> \// {print $3}' | sort -u); do
+  packed=""
+  for b in $bins; do
+    [ -f "$b" ] || { echo "$b: not built, not packed"; continue; }
+    cp "$b" "$tmp/" && strip "$tmp/$(basename "$b")" && packed="$packed $b"
+  done
+  for lib in $(ldd $packed | awk '/=> \// {print $3}' | sort -u); do
     case "$(basename "$lib")" in
       libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libgcc_s.so*|ld-linux*|libcublas*|libcuda*) ;;
       *) cp -L "$lib" "$tmp/lib/" ;;
@@ -73,7 +77,7 @@ run_test() {  # name [args...]
 }
 if [ "${TESTS:-1}" = 1 ]; then
   echo "== tests"
-  for t in test_hip_gpu test_hip_gpu_method test_kv_offload test_cuda test_minference_index; do run_test $t; done
+  for t in ${TEST_BINS-test_hip_gpu test_hip_gpu_method test_kv_offload test_cuda test_minference_index}; do run_test $t; done
   grep -h "  sparse hip-2-key" "$OUT/test_cuda.log" 2>/dev/null
   grep -h "^\[hip mma" "$OUT/test_hip_gpu.log" 2>/dev/null
 
