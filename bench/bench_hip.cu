@@ -329,6 +329,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--lens") && i + 1 < argc) lens = bench::parse_list(argv[++i]);
     else if (!std::strcmp(argv[i], "--prefill") && i + 1 < argc) prefill = bench::parse_list(argv[++i]);
     else if (!std::strcmp(argv[i], "--dense-max") && i + 1 < argc) dense_max = std::atoll(argv[++i]);
+    else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--geometry") && i + 1 < argc) {
       geometries.clear();
       for (const char* t = argv[++i]; *t;) {
