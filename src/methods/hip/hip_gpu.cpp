@@ -6,6 +6,8 @@
 // refresh positions stay on the device; cuda::hip_estimate_decode re-estimates a row only on a
 // refresh step (hip_refreshes, decided on the device), so one captured CUDA graph serves refresh
 // and cached steps alike. The step's queries come in GpuDecodeStep::q.
+// Refused when made (before any work, no GPU needed): k/b_k over the estimator's registers, a
+// head_dim past 256 or a CTA over the shared memory limit (cuda::hip_estimate_check).
 // Memory: prefill n_head * ceil(chunk/64) * (k/b_k + 2) ranges + the sparse kernel's workspace;
 // decode n_layer * n_seq * n_head * (k/b_k + 2) ranges + the sparse decode workspace.
 #include "methods/hip/hip_gpu.h"
