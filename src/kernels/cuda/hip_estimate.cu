@@ -2,9 +2,10 @@
 // prefill; a cluster of kDecodeCluster CTAs per (sequence, head) in decode, each scoring a share of
 // the branches and storing their rank keys into every CTA's shared memory.
 // Scores: the fp32 FMA scorer (decode; prefill with > 32 sampled queries) has 64 groups of 8
-// threads a CTA, each group loading 8 (branch, sampled key) items at a time (8 threads per dot
-// product, 16-byte key loads, the xor-shuffle tree of hip_topk.h's order: bit-equal to the CPU);
-// prefill's tensor-core scorer multiplies the 32 sampled queries by 8-key tiles (mma m16n8k16).
+// threads a CTA, each group loading up to 8 (branch, sampled key) items at a time (8 threads per
+// dot product, 16-byte key loads, the xor-shuffle tree of hip_topk.h's order: bit-equal to the
+// CPU); prefill's tensor-core scorer multiplies the 32 sampled queries by 8-key tiles (mma
+// m16n8k16). head_dim 256 holds 4 key chunks a lane instead of 2 and half the items in flight.
 // Keep-the-best: a radix select of the (score desc, branch asc) threshold over 32-bit rank keys
 // (the CPU's total order) and ballot-based compaction in branch order (~10 barriers an iteration).
 #include <cuda_bf16.h>
@@ -325,7 +326,7 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
 // them (the same chunks everywhere, so every CTA takes the same number of iterations).
 // Scores: group G (of kGroups * kCluster over the cluster) scores branches G, G + groups, ...,
 // loading kItems sampled keys at a time; each lane loads its 8-element chunks of them once and
-// runs every sampled query against them: lane l accumulates chunks l, l+8 with fp32 FMAs, then
+// runs every sampled query against them: lane l accumulates chunks l, l+8 (, l+16, l+24) with fp32 FMAs, then
 // the xor-shuffle tree gives ((p0+p4)+(p2+p6)) + ((p1+p5)+(p3+p7)): hip_topk.h's order. Every
 // loop bound is uniform over the CTA (the shuffles are warp-wide).
 template <int kItems, int kCluster, bool kMma, int kChunks, class KeyRow>
