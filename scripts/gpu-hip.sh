@@ -79,8 +79,7 @@ if [ "${TESTS:-1}" = 1 ]; then
   echo "== tests"
   for t in ${TEST_BINS-test_hip_gpu test_hip_gpu_method test_kv_offload test_cuda test_minference_index}; do run_test $t; done
   grep -h "  sparse hip-2-key" "$OUT/test_cuda.log" 2>/dev/null
-  grep -h "^\[hip mma" "$OUT/test_hip_gpu.log" 2>/dev/null
-
+  grep -h "^\[hip " "$OUT/test_hip_gpu.log" 2>/dev/null
 fi
 if [ "${TESTS:-1}" = 1 ] && [ "${SANITIZE:-1}" = 1 ]; then
   echo "== compute-sanitizer memcheck (test_hip_gpu ${MEMCHECK_FILTER:-*}; test_cuda SparseAttnSmall.Hip*)"
