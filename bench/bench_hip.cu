@@ -1,6 +1,7 @@
-// bench_hip.cu (bench): HiP attention on one layer of Llama-3-8B geometry (32 query / 8 KV heads,
-// d = 128, bf16), against our dense kernels (torch SDPA cuDNN runs beside it in
-// scripts/gpu-hip.sh, bench/torch_baseline.py, on the same shapes).
+// bench_hip.cu (bench): HiP attention on one layer, by default of Llama-3-8B geometry (32 query /
+// 8 KV heads, d = 128, bf16; --geometry H/KV/D,... for others, e.g. 4/1/256: gemma-3-270m's global
+// layers), against our dense kernels (torch SDPA cuDNN runs beside it in scripts/gpu-hip.sh,
+// bench/torch_baseline.py, on the same shapes).
 //
 // What:
 //   - decode, batch 1, at each --lens length (default 128K and 1M keys, paged cache, page 64,
@@ -11,11 +12,13 @@
 //     graphs; the estimation alone is also reported;
 //   - prefill at --prefill (default 128K) in one chunk: hip_estimate_prefill over the whole prompt
 //     (every 64-query block and head) + cuda::sparse_attention over its index, vs dense
-//     cuda::attention_prefill (timed once past 256K); the sparse attention also with
-//     tail_gather_max = 0 (HiP's 2-key blocks as 16-key segments: the kernel before gathering).
+//     cuda::attention_prefill (timed once past 256K, skipped past --dense-max); the estimate also
+//     over an fp8 e4m3 copy of K (HipPrefillParams::k_fp8), side by side, with the copy's cost
+//     (max |K| and the quantize pass, as the engine would run them once per layer).
 // Paper defaults: k = 512, b_q = 64, b_sq = 2, b_k = 2, b_sk = 1, window 256, sinks 16, r_m = 8.
 // Inputs are random (never zeros): estimation cost does not depend on the values.
-// Run: build-gpu/bench/longctx_bench_hip [--lens 131072,1048576] [--prefill 131072] [--json F]
+// Run: build-gpu/bench/longctx_bench_hip [--lens 131072,1048576] [--prefill 131072] [--geometry 32/8/128,4/1/256]
+//        [--dense-max 262144] [--json F]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -30,6 +33,7 @@
 
 #include "bench/bench_util.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/fp8_vec.cuh"
 #include "kernels/cuda/hip_estimate.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/runtime.h"
@@ -42,7 +46,9 @@ using longctx::bench::time_ms;
 
 namespace {
 
-constexpr int kHeads = 32, kKvHeads = 8, kHeadDim = 128;  // Llama-3-8B attention geometry
+struct Geometry {
+  int heads = 32, kv_heads = 8, head_dim = 128;  // Llama-3-8B attention
+};
 constexpr int kPageSize = 64;
 constexpr int kRefresh = 8;  // r_m
 constexpr int64_t kLongPrefill = 262144;  // longer prefills time the dense kernel once
@@ -60,19 +66,20 @@ double graph_ms(const std::function<void(Stream)>& step, int reps) {
   return g;
 }
 
-std::string bench_decode(int64_t len, const HipEstimateConfig& cfg) {
+std::string bench_decode(int64_t len, const HipEstimateConfig& cfg, const Geometry& g) {
+  const int n_head = g.heads, n_kv_head = g.kv_heads, head_dim = g.head_dim;
   const int max_pages = int((len + kPageSize - 1) / kPageSize);
   std::vector<int32_t> tab(static_cast<size_t>(max_pages));
   std::iota(tab.begin(), tab.end(), 0);
   std::shuffle(tab.begin(), tab.end(), std::mt19937_64(7));
-  const int64_t elems = int64_t(max_pages) * kPageSize * kKvHeads * kHeadDim;
+  const int64_t elems = int64_t(max_pages) * kPageSize * n_kv_head * head_dim;
   void* k = dev_malloc(size_t(elems) * 2);
   void* v = dev_malloc(size_t(elems) * 2);
   fill_random_bf16(k, elems, 12, 1.f);
   fill_random_bf16(v, elems, 13, 1.f);
-  void* q = dev_malloc(kHeads * kHeadDim * 2);
-  void* o = dev_malloc(kHeads * kHeadDim * 2);
-  fill_random_bf16(q, kHeads * kHeadDim, 11, 1.f);
+  void* q = dev_malloc(n_head * head_dim * 2);
+  void* o = dev_malloc(n_head * head_dim * 2);
+  fill_random_bf16(q, n_head * head_dim, 11, 1.f);
   auto* table = static_cast<int32_t*>(dev_malloc(tab.size() * 4));
   copy_h2d(table, tab.data(), tab.size() * 4);
   const int32_t len32 = int32_t(len);
@@ -91,10 +98,10 @@ std::string bench_decode(int64_t len, const HipEstimateConfig& cfg) {
   d.page_table = table;
   d.page_size = kPageSize;
   d.max_pages_per_seq = max_pages;
-  d.n_head = kHeads;
-  d.n_kv_head = kKvHeads;
-  d.head_dim = kHeadDim;
-  const size_t dws_bytes = decode_workspace_bytes(1, kHeads, kHeadDim, len);
+  d.n_head = n_head;
+  d.n_kv_head = n_kv_head;
+  d.head_dim = head_dim;
+  const size_t dws_bytes = decode_workspace_bytes(1, n_head, head_dim, len);
   void* dws = dev_malloc(dws_bytes);
   decode_workspace_init(dws, dws_bytes);
   d.workspace = dws;
@@ -102,7 +109,7 @@ std::string bench_decode(int64_t len, const HipEstimateConfig& cfg) {
   const double dense = graph_ms([&](Stream s) { attention_decode(d, s); }, len > (1 << 20) - 1 ? 30 : 100);
 
   // HiP: per-head index rows (n_index_head = n_head), R ranges each.
-  const int64_t R = cfg.ranges_per_row(), rows = kHeads;
+  const int64_t R = cfg.ranges_per_row(), rows = n_head;
   auto* refresh_pos = static_cast<int32_t*>(dev_malloc(rows * 4));
   auto* range_ptr = static_cast<int32_t*>(dev_malloc((rows + 1) * 4));
   auto* col_ptr = static_cast<int32_t*>(dev_malloc((rows + 1) * 4));
@@ -121,10 +128,10 @@ std::string bench_decode(int64_t len, const HipEstimateConfig& cfg) {
   hp.kv.max_pages_per_seq = max_pages;
   hp.kv.page_size = kPageSize;
   hp.kv.n_pages = max_pages;
-  hp.kv.n_kv_head = kKvHeads;
-  hp.kv.head_dim = kHeadDim;
+  hp.kv.n_kv_head = n_kv_head;
+  hp.kv.head_dim = head_dim;
   hp.kv.on_device = true;
-  hp.n_head = kHeads;
+  hp.n_head = n_head;
   hp.refresh_pos = refresh_pos;
   hp.range_ptr = range_ptr;
   hp.ranges = ranges;
@@ -133,10 +140,10 @@ std::string bench_decode(int64_t len, const HipEstimateConfig& cfg) {
   SparseDecodeParams sp;
   sp.q = q;
   sp.o = o;
-  sp.n_head = kHeads;
+  sp.n_head = n_head;
   sp.kv = hp.kv;
   sp.index.n_seq = 1;
-  sp.index.n_index_head = kHeads;
+  sp.index.n_index_head = n_head;
   sp.index.range_ptr = range_ptr;
   sp.index.ranges = ranges;
   sp.index.col_ptr = col_ptr;
@@ -177,23 +184,49 @@ std::string bench_decode(int64_t len, const HipEstimateConfig& cfg) {
                   (void*)col_ptr, (void*)ranges})
     dev_free(p);
   std::fprintf(stderr,
-               "decode len=%lld: dense %.4f ms | hip refresh %.4f ms (estimate %.4f) cached %.4f ms (sparse decode "
+               "decode %d/%d/%d len=%lld: dense %.4f ms | hip refresh %.4f ms (estimate %.4f) cached %.4f ms (sparse decode "
                "alone %.4f) avg/%d %.4f ms | dense/hip avg %.1fx, dense/cached %.1fx, dense/refresh %.1fx\n",
-               (long long)len, dense, refresh, estimate, cached, sparse_only, kRefresh, avg, dense / avg,
-               dense / cached, dense / refresh);
+               n_head, n_kv_head, head_dim, (long long)len, dense, refresh, estimate, cached, sparse_only, kRefresh, avg,
+               dense / avg, dense / cached, dense / refresh);
   char buf[1024];
   std::snprintf(buf, sizeof buf,
-                "{\"case\": \"decode\", \"len\": %lld, \"dense_ms\": %.5f, \"hip_refresh_ms\": %.5f, "
+                "{\"case\": \"decode\", \"n_head\": %d, \"n_kv_head\": %d, \"head_dim\": %d, \"len\": %lld, \"dense_ms\": %.5f, \"hip_refresh_ms\": %.5f, "
                 "\"hip_estimate_ms\": %.5f, \"hip_cached_ms\": %.5f, \"sparse_decode_ms\": %.5f, "
                 "\"hip_avg_ms\": %.5f, \"refresh_interval\": %d, \"ratio_dense_over_hip_avg\": %.2f, "
                 "\"ratio_dense_over_cached\": %.2f, \"ratio_dense_over_refresh\": %.2f}",
-                (long long)len, dense, refresh, estimate, cached, sparse_only, avg, kRefresh, dense / avg,
+                n_head, n_kv_head, head_dim, (long long)len, dense, refresh, estimate, cached, sparse_only, avg, kRefresh, dense / avg,
                 dense / cached, dense / refresh);
   return buf;
 }
 
-std::string bench_prefill(int64_t n, const HipEstimateConfig& cfg) {
-  const int64_t qe = n * kHeads * kHeadDim, ke = n * kKvHeads * kHeadDim;
+// The fp8 copy of K: max |K| (atomicMax over the bit patterns of non-negative floats), then
+// codes = e4m3(K * 448 / amax), the scale read on the device (no host sync), as gpu/kv_fp8.h.
+__global__ void amax_kernel(const uint4* x, int64_t n_vec, unsigned* amax_bits) {
+  float m = 0.f;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n_vec; i += int64_t(gridDim.x) * blockDim.x) {
+    const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&x[i]);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) m = fmaxf(m, fabsf(__bfloat162float(e[j])));
+  }
+  for (int off = 16; off > 0; off /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+  if (threadIdx.x % 32 == 0) atomicMax(amax_bits, __float_as_uint(m));
+}
+__global__ void quantize_kernel(const uint4* x, uint2* out, int64_t n_vec, const unsigned* amax_bits) {
+  const float amax = __uint_as_float(*amax_bits), inv = amax > 0.f ? 448.f / amax : 1.f;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n_vec; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = fp8vec::quantize8(x[i], inv);
+}
+void fp8_copy(const void* k, int64_t n, void* k8, unsigned* amax_bits, Stream s) {
+  const auto st = static_cast<cudaStream_t>(s);
+  memset_async(amax_bits, 0, 4, s);
+  amax_kernel<<<fp8vec::blocks_for(n / 8), fp8vec::kThreads, 0, st>>>(static_cast<const uint4*>(k), n / 8, amax_bits);
+  quantize_kernel<<<fp8vec::blocks_for(n / 8), fp8vec::kThreads, 0, st>>>(static_cast<const uint4*>(k),
+                                                                          static_cast<uint2*>(k8), n / 8, amax_bits);
+}
+
+std::string bench_prefill(int64_t n, const HipEstimateConfig& cfg, const Geometry& g, int64_t dense_max) {
+  const int n_head = g.heads, n_kv_head = g.kv_heads, head_dim = g.head_dim;
+  const int64_t qe = n * n_head * head_dim, ke = n * n_kv_head * head_dim;
   void* q = dev_malloc(size_t(qe) * 2);
   void* k = dev_malloc(size_t(ke) * 2);
   void* v = dev_malloc(size_t(ke) * 2);
@@ -207,16 +240,18 @@ std::string bench_prefill(int64_t n, const HipEstimateConfig& cfg) {
   dp.v = v;
   dp.o = o;
   dp.n_q = dp.n_kv = n;
-  dp.n_head = kHeads;
-  dp.n_kv_head = kKvHeads;
-  dp.head_dim = kHeadDim;
+  dp.n_head = n_head;
+  dp.n_kv_head = n_kv_head;
+  dp.head_dim = head_dim;
   Stream st = stream_create();
-  // Dense causal prefill grows as T^2 (~15 s at 1M): one timed run, no warm-up, past kLongPrefill.
-  const bool long_run = n > kLongPrefill;
-  const double dense = time_ms([&] { attention_prefill(dp, st); }, long_run ? 0 : 1, long_run ? 1 : 3,
-                               static_cast<cudaStream_t>(st));
+  // Dense causal prefill grows as T^2 (~15 s at 1M): one timed run, no warm-up, past kLongPrefill;
+  // none past dense_max (torch cuDNN in the same device call is the baseline there).
+  const bool long_run = n > kLongPrefill, run_dense = n <= dense_max;
+  const double dense = run_dense ? time_ms([&] { attention_prefill(dp, st); }, long_run ? 0 : 1, long_run ? 1 : 3,
+                                           static_cast<cudaStream_t>(st))
+                                 : 0.0;
 
-  const int64_t n_qblk = (n + kSparseQBlock - 1) / kSparseQBlock, entries = n_qblk * kHeads, R = cfg.ranges_per_row();
+  const int64_t n_qblk = (n + kSparseQBlock - 1) / kSparseQBlock, entries = n_qblk * n_head, R = cfg.ranges_per_row();
   auto* range_ptr = static_cast<int64_t*>(dev_malloc(size_t(entries + 1) * 8));
   auto* col_ptr = static_cast<int64_t*>(dev_malloc(size_t(entries + 1) * 8));
   auto* ranges = static_cast<int32_t*>(dev_malloc(size_t(entries * R) * 8));
@@ -225,23 +260,31 @@ std::string bench_prefill(int64_t n, const HipEstimateConfig& cfg) {
   hp.q = q;
   hp.k = k;
   hp.n_q = hp.n_kv = n;
-  hp.n_head = kHeads;
-  hp.n_kv_head = kKvHeads;
-  hp.head_dim = kHeadDim;
+  hp.n_head = n_head;
+  hp.n_kv_head = n_kv_head;
+  hp.head_dim = head_dim;
   hp.range_ptr = range_ptr;
   hp.ranges = ranges;
   hp.col_ptr = col_ptr;
   const double estimate = time_ms([&] { hip_estimate_prefill(hp, st); }, 1, 3, static_cast<cudaStream_t>(st));
+  // The same estimate over an fp8 copy of K (half the key bytes), and the copy's own cost.
+  void* k8 = dev_malloc(size_t(ke));
+  auto* amax = static_cast<unsigned*>(dev_malloc(4));
+  const double copy = time_ms([&] { fp8_copy(k, ke, k8, amax, st); }, 1, 3, static_cast<cudaStream_t>(st));
+  HipPrefillParams hp8 = hp;
+  hp8.k_fp8 = k8;
+  const double estimate8 = time_ms([&] { hip_estimate_prefill(hp8, st); }, 1, 3, static_cast<cudaStream_t>(st));
+  hip_estimate_prefill(hp, st);  // the bf16 index for the sparse attention below
   SparseAttnParams sa;
   sa.q = q;
   sa.k = k;
   sa.v = v;
   sa.o = o;
   sa.n_q = sa.n_kv = n;
-  sa.n_head = kHeads;
-  sa.n_kv_head = kKvHeads;
-  sa.head_dim = kHeadDim;
-  sa.index.n_index_head = kHeads;
+  sa.n_head = n_head;
+  sa.n_kv_head = n_kv_head;
+  sa.head_dim = head_dim;
+  sa.index.n_index_head = n_head;
   sa.index.n_qblk = n_qblk;
   sa.index.range_ptr = range_ptr;
   sa.index.ranges = ranges;
@@ -252,27 +295,25 @@ std::string bench_prefill(int64_t n, const HipEstimateConfig& cfg) {
   sa.workspace_bytes = sparse_attention_workspace_bytes(sa.index);
   sa.workspace = dev_malloc(sa.workspace_bytes);
   const double sparse = time_ms([&] { sparse_attention(sa, st); }, 1, 3, static_cast<cudaStream_t>(st));
-  // The same index with every range tail as 16-key segments (the kernel before tail gathering).
-  SparseAttnParams seg = sa;
-  seg.tail_gather_max = 0;
-  const double sparse_seg = time_ms([&] { sparse_attention(seg, st); }, 1, 3, static_cast<cudaStream_t>(st));
   stream_sync(st);
   stream_destroy(st);
-  for (void* p : {q, k, v, o, sa.workspace, (void*)range_ptr, (void*)col_ptr, (void*)ranges}) dev_free(p);
-  const double total = estimate + sparse;
+  for (void* p : {q, k, v, o, k8, sa.workspace, (void*)amax, (void*)range_ptr, (void*)col_ptr, (void*)ranges}) dev_free(p);
+  const double total = estimate + sparse, total8 = copy + estimate8 + sparse;
   const double est_per_block_us = 1e3 * estimate / double(n_qblk);  // all heads of one 64-query block
   std::fprintf(stderr,
-               "prefill n=%lld: dense %.2f ms | hip estimate %.2f ms (%.2f us per query block) + sparse attention "
-               "%.2f ms (16-key segments only: %.2f ms, %.2fx) = %.2f ms | dense/hip %.2fx\n",
-               (long long)n, dense, estimate, est_per_block_us, sparse, sparse_seg, sparse_seg / sparse, total,
-               dense / total);
-  char buf[768];
+               "prefill %d/%d/%d n=%lld: dense %.2f ms | hip estimate %.2f ms (%.2f us per query block) + sparse "
+               "attention %.2f ms = %.2f ms | fp8 K: copy %.2f + estimate %.2f (%.2fx) -> total %.2f ms | "
+               "dense/hip %.2fx\n",
+               n_head, n_kv_head, head_dim, (long long)n, dense, estimate, est_per_block_us, sparse, total, copy,
+               estimate8, estimate / estimate8, total8, run_dense ? dense / total : 0.0);
+  char buf[1024];
   std::snprintf(buf, sizeof buf,
-                "{\"case\": \"prefill\", \"len\": %lld, \"dense_ms\": %.4f, \"dense_reps\": %d, "
-                "\"hip_estimate_ms\": %.4f, \"hip_estimate_per_qblock_us\": %.3f, \"hip_sparse_attention_ms\": %.4f, "
-                "\"hip_sparse_attention_segments_only_ms\": %.4f, \"hip_total_ms\": %.4f, \"ratio_dense_over_hip\": %.3f}",
-                (long long)n, dense, long_run ? 1 : 3, estimate, est_per_block_us, sparse, sparse_seg, total,
-                dense / total);
+                "{\"case\": \"prefill\", \"n_head\": %d, \"n_kv_head\": %d, \"head_dim\": %d, \"len\": %lld, "
+                "\"dense_ms\": %.4f, \"dense_reps\": %d, \"hip_estimate_ms\": %.4f, \"hip_estimate_per_qblock_us\": %.3f, "
+                "\"hip_sparse_attention_ms\": %.4f, \"hip_total_ms\": %.4f, \"fp8_copy_ms\": %.4f, "
+                "\"hip_estimate_fp8_ms\": %.4f, \"hip_total_fp8_ms\": %.4f, \"ratio_dense_over_hip\": %.3f}",
+                n_head, n_kv_head, head_dim, (long long)n, dense, run_dense ? (long_run ? 1 : 3) : 0, estimate,
+                est_per_block_us, sparse, total, copy, estimate8, total8, run_dense ? dense / total : 0.0);
   return buf;
 }
 
@@ -281,13 +322,32 @@ std::string bench_prefill(int64_t n, const HipEstimateConfig& cfg) {
 int main(int argc, char** argv) {
   std::vector<int64_t> lens = {131072, 1048576};
   std::vector<int64_t> prefill = {131072};
+  std::vector<Geometry> geometries = {Geometry{}};
+  int64_t dense_max = INT64_MAX;
   const char* json_path = nullptr;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--lens") && i + 1 < argc) lens = bench::parse_list(argv[++i]);
     else if (!std::strcmp(argv[i], "--prefill") && i + 1 < argc) prefill = bench::parse_list(argv[++i]);
+    else if (!std::strcmp(argv[i], "--dense-max") && i + 1 < argc) dense_max = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
-    else {
-      std::fprintf(stderr, "usage: %s [--lens N,..] [--prefill N,..] [--json FILE]\n", argv[0]);
+    else if (!std::strcmp(argv[i], "--geometry") && i + 1 < argc) {
+      geometries.clear();
+      for (const char* t = argv[++i]; *t;) {
+        Geometry g;
+        int used = 0;
+        if (std::sscanf(t, "%d/%d/%d%n", &g.heads, &g.kv_heads, &g.head_dim, &used) != 3 || g.kv_heads < 1 ||
+            g.heads % g.kv_heads != 0) {
+          std::fprintf(stderr, "longctx_bench_hip: --geometry wants H/KV/D,... (H a multiple of KV), got '%s'\n", t);
+          return 2;
+        }
+        geometries.push_back(g);
+        t += used;
+        if (*t == ',') ++t;
+      }
+    } else {
+      std::fprintf(stderr,
+                   "usage: %s [--lens N,..] [--prefill N,..] [--geometry H/KV/D,..] [--dense-max N] [--json FILE]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -296,15 +356,28 @@ int main(int argc, char** argv) {
     const HipEstimateConfig cfg;  // the paper's defaults
     char extra[320];
     std::snprintf(extra, sizeof extra,
-                  "\"shape\": {\"n_head\": %d, \"n_kv_head\": %d, \"head_dim\": %d, \"page_size\": %d}, "
+                  "\"page_size\": %d, "
                   "\"hip\": {\"k\": %lld, \"b_q\": %d, \"b_sq\": %d, \"b_k\": %d, \"b_sk\": %d, \"window\": %lld, "
                   "\"sinks\": %lld, \"refresh\": %d}",
-                  kHeads, kKvHeads, kHeadDim, kPageSize, (long long)cfg.k, cfg.b_q, cfg.b_sq, cfg.b_k, cfg.b_sk,
-                  (long long)cfg.window, (long long)cfg.sinks, kRefresh);
+                  kPageSize, (long long)cfg.k, cfg.b_q, cfg.b_sq, cfg.b_k, cfg.b_sk, (long long)cfg.window,
+                  (long long)cfg.sinks, kRefresh);
     bench::JsonRecord js(device_info(0), extra);
-    for (int64_t n : lens) js.add(bench_decode(n, cfg));
-    for (int64_t n : prefill) js.add(bench_prefill(n, cfg));
+    // A case that fails (e.g. out of memory at a large geometry) is reported and the rest still run.
+    int failed = 0;
+    auto run_case = [&](const std::function<std::string()>& one) {
+      try {
+        js.add(one());
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "longctx_bench_hip: case failed: %s\n", e.what());
+        ++failed;
+      }
+    };
+    for (const Geometry& g : geometries) {
+      for (int64_t n : lens) run_case([&] { return bench_decode(n, cfg, g); });
+      for (int64_t n : prefill) run_case([&] { return bench_prefill(n, cfg, g, dense_max); });
+    }
     js.finish(json_path);
+    if (failed) return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "longctx_bench_hip: %s\n", e.what());
     return 1;

@@ -7,11 +7,12 @@
 # decode as one replayed CUDA graph), test_kv_offload (HiP decode through the KV offload tier
 # bit-identical to without it), and, when packed, the shared sparse attention kernel's tests
 # (test_cuda: Sparse* and everything else in it, test_minference_index: MInference's builders
-# feeding the same kernel); (2) compute-sanitizer memcheck on test_hip_gpu and on the sparse
-# kernel's HiP-shaped case (gathered tails); (3) longctx_bench_hip (decode at DECODE_LENS,
-# prefill at PREFILL_LENS: estimation + sparse attention, the sparse kernel also with 16-key
-# segments only, vs our dense kernel); (4) torch SDPA (cuDNN and flash) on the prefill shapes
-# (bench/torch_baseline.py, TORCH_PREFILL_LENS); (5) optionally (MODEL=1, a longctx binary in
+# feeding the same kernel); (2) compute-sanitizer memcheck on test_hip_gpu (MEMCHECK_FILTER: a
+# gtest filter, e.g. the newest cases) and on the sparse kernel's HiP-shaped case (gathered tails);
+# (3) longctx_bench_hip (decode at DECODE_LENS, prefill at PREFILL_LENS: estimation, bf16 and over
+# an fp8 copy of K, + sparse attention, vs our dense kernel up to DENSE_MAX; GEOMETRY: H/KV/D,...);
+# (4) torch SDPA on the prefill shapes (bench/torch_baseline.py): TORCH_RUNS, space-separated
+# H,KV,D:len,len entries (default 32,8,128:TORCH_PREFILL_LENS), each its own JSON; (5) optionally (MODEL=1, a longctx binary in
 # $BIN) the whole Llama-3-8B geometry at MODEL_LENGTHS, dense and hip. Logs and JSON land in $OUT.
 # Build here (no GPU needed), then pack:
 #   cmake -S . -B build-gpu -G Ninja -DLONGCTX_CUDA=ON -DLONGCTX_BENCH=ON -DLONGCTX_TESTS=ON
@@ -19,7 +20,8 @@
 #     test_minference_index longctx_bench_hip
 #   scripts/gpu-hip.sh --pack build-gpu /work/main/.carry/hip [path/to/longctx]
 # Run on the device: OUT=/tmp/out BIN=.carry/hip bash .carry/hip/gpu-hip.sh
-# Steps are skipped by empty lists (DECODE_LENS= PREFILL_LENS= TORCH_PREFILL_LENS=) or TESTS=0.
+# Steps are skipped by empty lists (DECODE_LENS= PREFILL_LENS= TORCH_RUNS= TEST_BINS=) or TESTS=0
+# (tests and memcheck); SANITIZE=0 skips memcheck.
 set -uo pipefail
 if [ "${1:-}" = "--pack" ]; then
   build=$2 carry=$3 cli=${4:-}
@@ -27,8 +29,12 @@ if [ "${1:-}" = "--pack" ]; then
   bins="$build/tests/cuda/test_hip_gpu $build/tests/cuda/test_hip_gpu_method $build/tests/kv/test_kv_offload
     $build/tests/cuda/test_cuda $build/tests/cuda/test_minference_index $build/bench/longctx_bench_hip $cli"
   tmp=$(mktemp -d) && mkdir -p "$tmp/lib"
-  for b in $bins; do cp "$b" "$tmp/" && strip "$tmp/$(basename "$b")"; done
-  for lib in $(ldd $bins | awk '/=> \// {print $3}' | sort -u); do
+  packed=""
+  for b in $bins; do
+    [ -f "$b" ] || { echo "$b: not built, not packed"; continue; }
+    cp "$b" "$tmp/" && strip "$tmp/$(basename "$b")" && packed="$packed $b"
+  done
+  for lib in $(ldd $packed | awk '/=> \// {print $3}' | sort -u); do
     case "$(basename "$lib")" in
       libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libgcc_s.so*|ld-linux*|libcublas*|libcuda*) ;;
       *) cp -L "$lib" "$tmp/lib/" ;;
@@ -53,6 +59,9 @@ export LD_LIBRARY_PATH="$BIN/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 DECODE_LENS=${DECODE_LENS-131072,1048576}
 PREFILL_LENS=${PREFILL_LENS-16384,32768,65536,131072}
 TORCH_PREFILL_LENS=${TORCH_PREFILL_LENS-$PREFILL_LENS}
+TORCH_RUNS=${TORCH_RUNS-${TORCH_PREFILL_LENS:+32,8,128:$TORCH_PREFILL_LENS}}
+GEOMETRY=${GEOMETRY:-32/8/128}
+DENSE_MAX=${DENSE_MAX:-1048576}
 status=0
 { nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv;
   echo "commit ${GIT_COMMIT:-unknown}"; date -u; } > "$OUT/env.txt" 2>&1
@@ -68,12 +77,14 @@ run_test() {  # name [args...]
 }
 if [ "${TESTS:-1}" = 1 ]; then
   echo "== tests"
-  for t in test_hip_gpu test_hip_gpu_method test_kv_offload test_cuda test_minference_index; do run_test $t; done
+  for t in ${TEST_BINS-test_hip_gpu test_hip_gpu_method test_kv_offload test_cuda test_minference_index}; do run_test $t; done
   grep -h "  sparse hip-2-key" "$OUT/test_cuda.log" 2>/dev/null
-
-  echo "== compute-sanitizer memcheck (test_hip_gpu; test_cuda SparseAttnSmall.Hip*)"
+  grep -h "^\[hip " "$OUT/test_hip_gpu.log" 2>/dev/null
+fi
+if [ "${TESTS:-1}" = 1 ] && [ "${SANITIZE:-1}" = 1 ]; then
+  echo "== compute-sanitizer memcheck (test_hip_gpu ${MEMCHECK_FILTER:-*}; test_cuda SparseAttnSmall.Hip*)"
   timeout ${MEMCHECK_TIMEOUT:-90} compute-sanitizer --tool memcheck --error-exitcode 99 "$BIN/test_hip_gpu" \
-    > "$OUT/memcheck.log" 2>&1; rc=$?
+    --gtest_filter="${MEMCHECK_FILTER:-*}" > "$OUT/memcheck.log" 2>&1; rc=$?
   tail -3 "$OUT/memcheck.log"
   [ $rc = 0 ] || { echo "MEMCHECK FAILED (rc=$rc)"; status=1; }
   if [ -x "$BIN/test_cuda" ]; then
@@ -85,20 +96,21 @@ if [ "${TESTS:-1}" = 1 ]; then
 fi
 
 if [ -n "$DECODE_LENS$PREFILL_LENS" ]; then
-  echo "== longctx_bench_hip (decode: ${DECODE_LENS:-none}; prefill: ${PREFILL_LENS:-none})"
+  echo "== longctx_bench_hip ($GEOMETRY; decode: ${DECODE_LENS:-none}; prefill: ${PREFILL_LENS:-none}; dense to $DENSE_MAX)"
   timeout ${BENCH_TIMEOUT:-150} "$BIN/longctx_bench_hip" --lens "$DECODE_LENS" --prefill "$PREFILL_LENS" \
-    --json "$OUT/bench_hip.json" > /dev/null 2> "$OUT/bench_hip.log"; rc=$?
+    --geometry "$GEOMETRY" --dense-max "$DENSE_MAX" --json "$OUT/bench_hip.json" > /dev/null 2> "$OUT/bench_hip.log"; rc=$?
   cat "$OUT/bench_hip.log"
   [ $rc = 0 ] || { echo "HIP BENCH FAILED (rc=$rc)"; status=1; }
 fi
 
-if [ -n "$TORCH_PREFILL_LENS" ]; then
-  echo "== torch SDPA baseline (prefill: $TORCH_PREFILL_LENS)"
-  timeout ${TORCH_TIMEOUT:-120} python3 "$TORCH_SCRIPT" --prefill "$TORCH_PREFILL_LENS" --decode "${TORCH_DECODE_LENS-}" \
-    --backends "${TORCH_BACKENDS:-cudnn,flash}" --json "$OUT/bench_torch.json" > /dev/null 2> "$OUT/torch.log"; rc=$?
-  cat "$OUT/torch.log"
-  [ $rc = 0 ] || { echo "TORCH BASELINE FAILED (rc=$rc)"; status=1; }
-fi
+for run in $TORCH_RUNS; do
+  shape=${run%%:*} lens=${run#*:} tag=$(echo "$shape" | tr , -)
+  echo "== torch SDPA baseline ($shape; prefill: $lens)"
+  timeout ${TORCH_TIMEOUT:-120} python3 "$TORCH_SCRIPT" --shape "$shape" --prefill "$lens" --decode "${TORCH_DECODE_LENS-}" \
+    --backends "${TORCH_BACKENDS:-cudnn,flash}" --json "$OUT/bench_torch_$tag.json" > /dev/null 2> "$OUT/torch_$tag.log"; rc=$?
+  cat "$OUT/torch_$tag.log"
+  [ $rc = 0 ] || { echo "TORCH BASELINE ($shape) FAILED (rc=$rc)"; status=1; }
+done
 
 if [ "${MODEL:-0}" = 1 ] && [ -x "$BIN/longctx" ]; then
   for attn in dense hip; do

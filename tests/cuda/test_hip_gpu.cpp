@@ -4,7 +4,9 @@
 // scorer; decode: every (sequence, head) over a paged, shuffled cache, random and tie-heavy
 // inputs; the fp8 cache: bit-equal to the reference over the e4m3 codes), the tensor-core prefill keeps the fp64 oracle's best up to near ties on random inputs,
 // the ranges follow the format (sinks, blocks, pads, window), and the decode mask cache
-// re-estimates only on refresh steps (graph-safe: the decision is on the device).
+// re-estimates only on refresh steps (graph-safe: the decision is on the device). The same at
+// head_dim 256 (Gemma 3's global layers, 4 query heads / 1 KV head), and prefill over an fp8 copy
+// of the keys (HipPrefillParams::k_fp8) against the reference over its codes.
 // Run: build-gpu/tests/cuda/test_hip_gpu (skips without a Hopper GPU).
 #include <gtest/gtest.h>
 
@@ -13,11 +15,13 @@
 #include <iterator>
 #include <numeric>
 #include <random>
+#include <string>
 
 #include "kernels/cuda/hip_estimate.h"
 #include "kernels/ref/fp8_e4m3.h"
 #include "kernels/ref/hip_topk.h"
 #include "test_util.h"
+#include "util/error.h"
 
 namespace longctx::cuda {
 namespace {
@@ -62,11 +66,30 @@ std::vector<float> to_float(const std::vector<uint16_t>& h) {
   return f;
 }
 
-void check_prefill(const HipEstimateConfig& cfg, int64_t n_q, int64_t q_pos0, int H, int Hkv, int d, bool ties = false) {
+// An fp8 copy of keys fk: e4m3 codes of fk / scale (ties: the small integers as they are, exact
+// codes; else scale 0.037: codes across the normal and subnormal range); fk becomes the codes'
+// values, which the reference scores (the scale is left out on both sides: it does not change the order).
+std::vector<uint8_t> fp8_codes(std::vector<float>& fk, bool ties) {
+  constexpr float kScale = 0.037f;
+  std::vector<uint8_t> codes(fk.size());
+  for (size_t i = 0; i < fk.size(); ++i) {
+    codes[i] = f32_to_e4m3(ties ? fk[i] : fk[i] / kScale);
+    fk[i] = e4m3_to_f32(codes[i]);
+  }
+  return codes;
+}
+
+// fp8: the keys are scored from an e4m3 copy (k_fp8), the reference scores its codes.
+void check_prefill(const HipEstimateConfig& cfg, int64_t n_q, int64_t q_pos0, int H, int Hkv, int d, bool ties = false,
+                   bool fp8 = false) {
+  SCOPED_TRACE(testing::Message() << "d=" << d << " heads " << H << "/" << Hkv << " ties=" << ties << " fp8=" << fp8);
   const int64_t n_kv = q_pos0 + n_q, n_qblk = (n_q + cfg.b_q - 1) / cfg.b_q, M = cfg.budget_blocks(),
                 R = cfg.ranges_per_row();
   const auto hq = inputs(size_t(n_q * H * d), ties), hk = inputs(size_t(n_kv * Hkv * d), ties);
-  const auto fq = to_float(hq), fk = to_float(hk);
+  auto fq = to_float(hq), fk = to_float(hk);
+  const auto codes = fp8 ? fp8_codes(fk, ties) : std::vector<uint8_t>{};
+  DevBuf k8(std::max<size_t>(codes.size(), 1));
+  if (fp8) k8.upload(codes);
   DevBuf q(hq.size() * 2), k(hk.size() * 2), blocks(size_t(H * n_qblk * M) * 4), nb(size_t(H * n_qblk) * 4),
       rp(size_t(H * n_qblk + 1) * 8), rg(size_t(H * n_qblk * R) * 8), cp(size_t(H * n_qblk + 1) * 8);
   q.upload(hq);
@@ -81,6 +104,7 @@ void check_prefill(const HipEstimateConfig& cfg, int64_t n_q, int64_t q_pos0, in
   p.n_head = H;
   p.n_kv_head = Hkv;
   p.head_dim = d;
+  p.k_fp8 = fp8 ? k8.p : nullptr;
   p.blocks = blocks.as<int32_t>();
   p.n_blocks = nb.as<int32_t>();
   p.range_ptr = rp.as<int64_t>();
@@ -133,10 +157,16 @@ void check_prefill(const HipEstimateConfig& cfg, int64_t n_q, int64_t q_pos0, in
 // iteration (m < N <= 2m blocks): the kept set is one top-m selection over known branches, so a
 // GPU choice is right when every branch it keeps instead of an oracle's one scores, in fp64,
 // within the fp32 accumulation bound of it: |s_x - s_y| <= d * 2^-22 * max |q|.|k| sums.
-void check_prefill_mma_judged(const HipEstimateConfig& cfg, int64_t q_pos0, int H, int Hkv, int d, int64_t& swaps) {
+// fp8: scored from an e4m3 copy of the keys, the oracle over its codes' values.
+void check_prefill_mma_judged(const HipEstimateConfig& cfg, int64_t q_pos0, int H, int Hkv, int d, int64_t& swaps,
+                              bool fp8 = false) {
+  SCOPED_TRACE(testing::Message() << "d=" << d << " heads " << H << "/" << Hkv << " pos0=" << q_pos0 << " fp8=" << fp8);
   const int64_t n_q = cfg.b_q, n_kv = q_pos0 + n_q, M = cfg.budget_blocks(), R = cfg.ranges_per_row();
   const auto hq = inputs(size_t(n_q * H * d), false), hk = inputs(size_t(n_kv * Hkv * d), false);
-  const auto fq = to_float(hq), fk = to_float(hk);
+  auto fq = to_float(hq), fk = to_float(hk);
+  const auto codes = fp8 ? fp8_codes(fk, false) : std::vector<uint8_t>{};
+  DevBuf k8(std::max<size_t>(codes.size(), 1));
+  if (fp8) k8.upload(codes);
   DevBuf q(hq.size() * 2), k(hk.size() * 2), blocks(size_t(H * M) * 4), nb(size_t(H) * 4), rp(size_t(H + 1) * 8),
       rg(size_t(H * R) * 8), cp(size_t(H + 1) * 8);
   q.upload(hq);
@@ -151,6 +181,7 @@ void check_prefill_mma_judged(const HipEstimateConfig& cfg, int64_t q_pos0, int 
   p.n_head = H;
   p.n_kv_head = Hkv;
   p.head_dim = d;
+  p.k_fp8 = fp8 ? k8.p : nullptr;
   p.blocks = blocks.as<int32_t>();
   p.n_blocks = nb.as<int32_t>();
   p.range_ptr = rp.as<int64_t>();
@@ -260,9 +291,9 @@ TEST(HipEstimate, PrefillBlockIdsEqualTheCpuReference) {
 
 // fp8: the keys are e4m3 codes of the same inputs (x / scale, scale 0.037: codes across the
 // normal and subnormal range), the reference scores e4m3_to_f32(code) (hip_estimate.h).
-void check_decode(const HipEstimateConfig& cfg, bool ties, bool fp8 = false) {
-  SCOPED_TRACE(testing::Message() << "k=" << cfg.k << " ties=" << ties << " fp8=" << fp8);
-  const int H = 4, Hkv = 2, d = 128, page = 16, refresh = 4, M = int(cfg.budget_blocks()), R = M + 2;
+void check_decode(const HipEstimateConfig& cfg, bool ties, bool fp8 = false, int d = 128) {
+  SCOPED_TRACE(testing::Message() << "k=" << cfg.k << " ties=" << ties << " fp8=" << fp8 << " d=" << d);
+  const int H = 4, Hkv = 2, page = 16, refresh = 4, M = int(cfg.budget_blocks()), R = M + 2;
   std::vector<int32_t> lens = {3001, 7777};
   const int n_seq = 2, cap = 8000 + 64, max_pages = (cap + page - 1) / page;
   const int64_t n_pages = int64_t(n_seq) * max_pages;
@@ -385,6 +416,230 @@ TEST(HipEstimate, DecodeOverAnFp8CacheEqualsTheReferenceOverItsCodes) {
   for (bool ties : {false, true}) {
     check_decode(small, ties, true);
     check_decode(HipEstimateConfig{}, ties, true);
+  }
+}
+
+// head_dim 256 (Gemma 3's global layers; gemma-3-270m: 4 query heads, 1 KV head): 4 key chunks a
+// lane. Prefill: bit-equal on small integers (tensor cores) and on random inputs (the fp32 FMA
+// scorer, 64 sampled queries); tensor-core scores on random inputs judged against the fp64 oracle.
+TEST(HipEstimate, HeadDim256PrefillEqualsTheCpuReference) {
+  LC_REQUIRE_GPU();
+  HipEstimateConfig small;
+  small.k = 64;
+  small.window = 64;
+  small.sinks = 8;
+  check_prefill(small, 200, 3000, 4, 1, 256, true);
+  check_prefill(HipEstimateConfig{}, 128, 20000, 4, 1, 256, true);
+  check_prefill(small, 130, 2000, 4, 2, 256, true);  // 2 query heads a KV head
+  HipEstimateConfig wide_q = small;
+  wide_q.b_sq = 1;
+  check_prefill(wide_q, 200, 3000, 4, 1, 256, false);
+  check_prefill(wide_q, 128, 2000, 4, 1, 256, true);
+  HipEstimateConfig strided = small;  // 2 sampled keys a block
+  strided.b_k = 4;
+  strided.b_sk = 2;
+  check_prefill(strided, 128, 5000, 4, 1, 256, true);
+}
+
+TEST(HipEstimate, HeadDim256TensorCoreScoresKeepTheOracleBestUpToNearTies) {
+  LC_REQUIRE_GPU();
+  HipEstimateConfig small;
+  small.k = 64;
+  small.window = 64;
+  small.sinks = 8;
+  int64_t swaps = 0;
+  for (int64_t pos0 = 140; pos0 <= 196; pos0 += 8) check_prefill_mma_judged(small, pos0, 4, 1, 256, swaps);
+  for (int64_t pos0 : {800, 1200}) check_prefill_mma_judged(HipEstimateConfig{}, pos0, 4, 1, 256, swaps);
+  std::printf("[hip mma d256] %lld near-tie swaps against the fp64 oracle\n", (long long)swaps);
+}
+
+// Decode at head_dim 256 over a paged cache, bf16 and fp8 keys: bit-equal to the reference.
+TEST(HipEstimate, HeadDim256DecodeEqualsTheCpuReference) {
+  LC_REQUIRE_GPU();
+  HipEstimateConfig small;
+  small.k = 128;
+  small.window = 64;
+  small.sinks = 4;
+  for (bool fp8 : {false, true})
+    for (bool ties : {false, true}) {
+      check_decode(small, ties, fp8, 256);
+      check_decode(HipEstimateConfig{}, ties, fp8, 256);
+    }
+}
+
+// Prefill over an fp8 copy of the keys (k_fp8): the reference over its codes, bit-equal on the fp32
+// FMA scorer (random) and on tensor cores (small integers, exact codes), judged on tensor cores
+// (random), at head_dim 128 and 256.
+TEST(HipEstimate, PrefillOverAnFp8KeyCopyEqualsTheReferenceOverItsCodes) {
+  LC_REQUIRE_GPU();
+  HipEstimateConfig small;
+  small.k = 64;
+  small.window = 64;
+  small.sinks = 8;
+  HipEstimateConfig wide_q = small;
+  wide_q.b_sq = 1;
+  for (int d : {128, 256}) {
+    const int Hkv = d == 256 ? 1 : 2;
+    check_prefill(small, 200, 3000, 4, Hkv, d, true, true);
+    check_prefill(HipEstimateConfig{}, 128, 20000, 4, Hkv, d, true, true);
+    check_prefill(wide_q, 200, 3000, 4, Hkv, d, false, true);
+  }
+  int64_t swaps = 0;
+  for (int64_t pos0 = 140; pos0 <= 196; pos0 += 8) check_prefill_mma_judged(small, pos0, 8, 2, 128, swaps, true);
+  for (int64_t pos0 : {800, 1200}) {
+    check_prefill_mma_judged(HipEstimateConfig{}, pos0, 8, 2, 128, swaps, true);
+    check_prefill_mma_judged(HipEstimateConfig{}, pos0, 4, 1, 256, swaps, true);
+  }
+  std::printf("[hip mma fp8] %lld near-tie swaps against the fp64 oracle over the codes\n", (long long)swaps);
+}
+
+// What scoring an fp8 copy of K costs in ranks (no GPU needed: the GPU's k_fp8 selection is the
+// reference over the codes, bit-equal on the FMA scorer and up to near ties on tensor cores, as
+// tested above). One-iteration selections on random N(0, 1) inputs (the hard case: no block
+// stands out): the reference over the e4m3 codes (scale 0.037) against the fp64 oracle over the
+// bf16 keys. Every block kept in place of an oracle one must be explained by the quantization:
+// s_y - s_x <= d_x + d_y + the fp32 ranking bound, d = a branch's largest |q.k - q.k8| over its
+// sampled pairs. Prints the share of the kept blocks that differ, and over full bisections (paper
+// defaults, ~6 iterations) the share of the bf16 reference's blocks the codes' search also keeps.
+struct Fp8RankStats {
+  int64_t kept = 0, changed = 0, full_kept = 0, full_same = 0;
+  double worst_gap = 0;  // the largest s_y - s_x of a swap, relative to d_x + d_y
+};
+void fp8_rank_changes(const HipEstimateConfig& cfg, int64_t q_pos0, int H, int Hkv, int d, Fp8RankStats& st) {
+  constexpr double kScale = 0.037;  // fp8_codes' scale for random inputs
+  const int64_t n_q = cfg.b_q, n_kv = q_pos0 + n_q, M = cfg.budget_blocks();
+  const auto hq = inputs(size_t(n_q * H * d), false), hk = inputs(size_t(n_kv * Hkv * d), false);
+  const auto fq = to_float(hq), fk = to_float(hk);
+  auto fk8 = fk;
+  fp8_codes(fk8, false);  // fk8: the codes' values (keys / scale, quantized)
+  const Region rg_ = region_of(cfg, q_pos0);
+  const int64_t n = rg_.block_end - rg_.block_begin;
+  ASSERT_GT(n, M);
+  const auto sample = hip_sample_rows(int(n_q), cfg.b_sq);
+  std::vector<float> qs;
+  std::vector<int64_t> pos;
+  for (int h = 0; h < H; ++h) {
+    qs.clear();
+    pos.clear();
+    for (int r : sample) {
+      qs.insert(qs.end(), &fq[size_t((r * H + h) * d)], &fq[size_t((r * H + h) * d + d)]);
+      pos.push_back(q_pos0 + r);
+    }
+    const int64_t kh = h / (H / Hkv);
+    auto search_over = [&](const std::vector<float>& keys, int64_t key_end, std::vector<int32_t>& out) {
+      const HipSearch hs{.q = qs.data(), .q_stride = d, .q_pos = pos.data(), .n_qs = int(sample.size()),
+                         .k = keys.data() + kh * d, .k_stride = int64_t(Hkv) * d, .head_dim = d,
+                         .block_begin = rg_.block_begin, .block_end = rg_.block_end, .key_end = key_end};
+      hip_topk_blocks(topk_of(cfg), hs, out);
+    };
+    std::vector<int32_t> mine, ref16;
+    search_over(fk8, std::min(rg_.key_end, n_kv), mine);
+    if (n > 2 * M) {  // a full bisection: overlap with the bf16 reference only
+      search_over(fk, std::min(rg_.key_end, n_kv), ref16);
+      std::vector<int32_t> both;
+      std::set_intersection(mine.begin(), mine.end(), ref16.begin(), ref16.end(), std::back_inserter(both));
+      st.full_kept += int64_t(ref16.size());
+      st.full_same += int64_t(both.size());
+      continue;
+    }
+    struct Br {
+      int64_t block;
+      double s, s8, delta, abs8;
+    };
+    std::vector<Br> br;
+    for (int64_t c = 0; c < M; ++c) {
+      const int64_t lo = n * c / M, hi = n * (c + 1) / M, a = rg_.block_begin + lo, g = hi - lo;
+      for (int64_t half = 0; half < 2; ++half) {
+        const int64_t ba = half == 0 ? a : a + g / 2, bg = half == 0 ? g / 2 : g - g / 2;
+        if (bg == 0) continue;
+        Br b{ba, -INFINITY, -INFINITY, 0, 0};
+        const int64_t u = ba + bg / 2;
+        for (int t = 0; t < cfg.b_k / cfg.b_sk; ++t) {
+          const int64_t key = u * cfg.b_k + t * cfg.b_sk + cfg.b_sk - 1;
+          if (key >= rg_.key_end) break;
+          for (int r : sample) {
+            if (key > q_pos0 + r) continue;
+            double dot = 0, dot8 = 0, abs8 = 0;
+            for (int e = 0; e < d; ++e) {
+              const double x = fq[size_t((r * H + h) * d + e)];
+              const size_t ki = size_t((key * Hkv + kh) * d + e);
+              dot += x * fk[ki];
+              dot8 += x * fk8[ki] * kScale;
+              abs8 += std::fabs(x * fk8[ki] * kScale);
+            }
+            b.s = std::max(b.s, dot);
+            b.s8 = std::max(b.s8, dot8);
+            b.delta = std::max(b.delta, std::fabs(dot - dot8));
+            b.abs8 = std::max(b.abs8, abs8);
+          }
+        }
+        br.push_back(b);
+      }
+    }
+    std::vector<size_t> order(br.size());
+    std::iota(order.begin(), order.end(), size_t(0));
+    std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return br[x].s > br[y].s; });
+    std::vector<int64_t> want, got(mine.begin(), mine.end());
+    for (int64_t i = 0; i < M; ++i) want.push_back(br[order[size_t(i)]].block);
+    std::sort(want.begin(), want.end());
+    std::vector<int64_t> extra, missing;
+    std::set_difference(got.begin(), got.end(), want.begin(), want.end(), std::back_inserter(extra));
+    std::set_difference(want.begin(), want.end(), got.begin(), got.end(), std::back_inserter(missing));
+    ASSERT_EQ(extra.size(), missing.size());
+    const auto find = [&](int64_t block) {
+      return *std::find_if(br.begin(), br.end(), [&](const Br& b) { return b.block == block; });
+    };
+    for (int64_t x : extra)
+      for (int64_t y : missing) {
+        const Br bx = find(x), by = find(y);
+        const double bound = bx.delta + by.delta + d * std::ldexp(1.0, -22) * std::max(bx.abs8, by.abs8);
+        EXPECT_LE(by.s - bx.s, bound) << "head " << h << ": fp8 kept block " << x << " over block " << y;
+        if (bx.delta + by.delta > 0) st.worst_gap = std::max(st.worst_gap, (by.s - bx.s) / (bx.delta + by.delta));
+      }
+    st.kept += M;
+    st.changed += int64_t(extra.size());
+  }
+}
+
+TEST(HipEstimate, Fp8KeyCopyChangesRanksOnlyWithinTheQuantizationError) {
+  HipEstimateConfig small;
+  small.k = 64;
+  small.window = 64;
+  small.sinks = 8;
+  for (int d : {128, 256}) {
+    const int H = d == 256 ? 4 : 8, Hkv = d == 256 ? 1 : 2;
+    Fp8RankStats st;
+    for (int64_t pos0 = 140; pos0 <= 196; pos0 += 8) fp8_rank_changes(small, pos0, H, Hkv, d, st);
+    for (int64_t pos0 : {800, 1000, 1200}) fp8_rank_changes(HipEstimateConfig{}, pos0, H, Hkv, d, st);
+    for (int64_t pos0 : {6000, 20000}) fp8_rank_changes(HipEstimateConfig{}, pos0, H, Hkv, d, st);
+    ASSERT_GT(st.kept, 0);
+    ASSERT_GT(st.full_kept, 0);
+    std::printf("[hip fp8 ranks d%d] one-iteration selections: %lld of %lld kept blocks differ from the fp64 oracle "
+                "(%.2f%%; largest swap gap %.2f of the quantization bound); full bisections: %.2f%% of the bf16 "
+                "reference's blocks kept\n",
+                d, (long long)st.changed, (long long)st.kept, 100.0 * double(st.changed) / double(st.kept), st.worst_gap,
+                100.0 * double(st.full_same) / double(st.full_kept));
+  }
+}
+
+// Refused before any launch, naming what to lower: head_dim past 256, a CTA over 227 KiB.
+TEST(HipEstimate, ConfigsOutOfReachAreRefusedUpFront) {
+  EXPECT_NO_THROW(hip_estimate_check(HipEstimateConfig{}, 256));
+  try {
+    hip_estimate_check(HipEstimateConfig{}, 512);
+    ADD_FAILURE() << "head_dim 512 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("up to 256"), std::string::npos) << e.what();
+  }
+  HipEstimateConfig big;  // 2048 blocks x 8 sampled keys: 128 KiB of item scores alone
+  big.k = 16384;
+  big.b_k = 8;
+  EXPECT_GT(hip_estimate_smem_bytes(big, 256), kHipMaxSmemBytes);
+  try {
+    hip_estimate_check(big, 256);
+    ADD_FAILURE() << "a CTA over the shared memory limit accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("shared memory"), std::string::npos) << e.what();
   }
 }
 

@@ -2,7 +2,8 @@
 // (HipMethod::build_index) on the same bf16 data: every (head, query block) of a prefill chunk and
 // every (sequence, head) row of decode steps attends the same key set (the GPU pads and does not
 // merge ranges, so key sets are compared after normalisation). Decode runs as one captured CUDA
-// graph replayed over refresh and cached steps while the lengths and queries change.
+// graph replayed over refresh and cached steps while the lengths and queries change. Both at
+// head_dim 128 (4 query / 2 KV heads) and 256 (gemma-3-270m's geometry: 4 query heads, 1 KV head).
 // Run: build-gpu/tests/cuda/test_hip_gpu_method (skips without a Hopper GPU).
 #include <gtest/gtest.h>
 
@@ -26,9 +27,12 @@ ThreadPool& pool() {
   return p;
 }
 
-constexpr int H = 4, Hkv = 2, D = 128, kLayers = 3;
+constexpr int kLayers = 3;
 const char* kSpec = "hip=k=64,window=64,sinks=8,refresh=4,dense_layers=0";
-MethodContext model() { return {.n_layer = kLayers, .n_head = H, .n_kv_head = Hkv, .head_dim = D, .model_name = "t"}; }
+MethodContext model(int n_head = 4, int n_kv_head = 2, int head_dim = 128) {
+  return {.n_layer = kLayers, .n_head = n_head, .n_kv_head = n_kv_head, .head_dim = head_dim, .model_name = "t"};
+}
+MethodContext gemma_like() { return model(4, 1, 256); }
 
 std::vector<float> to_float(const std::vector<uint16_t>& h) {
   std::vector<float> f(h.size());
@@ -50,7 +54,7 @@ bool same(const std::vector<KeyRange>& a, const std::vector<KeyRange>& b) {
          });
 }
 
-// bf16 values in {-2, ..., 2}: dot products of 128 of them are exact in fp32 in any order.
+// bf16 values in {-2, ..., 2}: dot products of up to 256 of them are exact in fp32 in any order.
 std::vector<uint16_t> small_integers(size_t n) {
   std::vector<double> tmp;
   auto h = random_bf16(n, 1.0, tmp);
@@ -58,12 +62,13 @@ std::vector<uint16_t> small_integers(size_t n) {
   return h;
 }
 
-TEST(HipGpuMethod, PrefillIndexHasTheCpuKeySets) {
-  LC_REQUIRE_GPU();
-  const auto m = make_attention_method(kSpec, model());
-  auto g = make_gpu_method(*m, model());
+void check_prefill_key_sets(const MethodContext& mc) {
+  SCOPED_TRACE(testing::Message() << "heads " << mc.n_head << "/" << mc.n_kv_head << " d=" << mc.head_dim);
+  const int H = mc.n_head, Hkv = mc.n_kv_head, D = mc.head_dim;
+  const auto m = make_attention_method(kSpec, mc);
+  auto g = make_gpu_method(*m, mc);
   ASSERT_TRUE(g);
-  g->allocate({.model = model(), .chunk = 256, .capacity = 8192, .n_seq = 1}, nullptr);
+  g->allocate({.model = mc, .chunk = 256, .capacity = 8192, .n_seq = 1}, nullptr);
   const int64_t n_q = 200, q_pos0 = 3100, n_kv = q_pos0 + n_q;
   // Small-integer inputs: the GPU's tensor-core dot products are exact, so its selection is the
   // CPU's bit for bit (test_hip_gpu judges random inputs against an fp64 oracle).
@@ -104,12 +109,24 @@ TEST(HipGpuMethod, PrefillIndexHasTheCpuKeySets) {
   g->release();
 }
 
-TEST(HipGpuMethod, DecodeGraphReplaysRefreshAndCachedSteps) {
+TEST(HipGpuMethod, PrefillIndexHasTheCpuKeySets) {
   LC_REQUIRE_GPU();
-  const auto m = make_attention_method(kSpec, model());
-  auto g = make_gpu_method(*m, model());
+  check_prefill_key_sets(model());
+}
+
+TEST(HipGpuMethod, HeadDim256PrefillIndexHasTheCpuKeySets) {
+  LC_REQUIRE_GPU();
+  check_prefill_key_sets(gemma_like());
+}
+
+void check_decode_graph(const MethodContext& mc) {
+  SCOPED_TRACE(testing::Message() << "heads " << mc.n_head << "/" << mc.n_kv_head << " d=" << mc.head_dim);
+  const int H = mc.n_head, Hkv = mc.n_kv_head, D = mc.head_dim;
+  const auto m = make_attention_method(kSpec, mc);
+  auto g = make_gpu_method(*m, mc);
+  ASSERT_TRUE(g);
   const int n_seq = 2, page = 16, cap = 6000, max_pages = cap / page, layer = 2;
-  g->allocate({.model = model(), .chunk = 64, .capacity = cap, .n_seq = n_seq}, nullptr);
+  g->allocate({.model = mc, .chunk = 64, .capacity = cap, .n_seq = n_seq}, nullptr);
   const int64_t n_pages = int64_t(n_seq) * max_pages;
   std::vector<int32_t> tab(static_cast<size_t>(n_pages));
   std::iota(tab.begin(), tab.end(), 0);
@@ -192,6 +209,16 @@ TEST(HipGpuMethod, DecodeGraphReplaysRefreshAndCachedSteps) {
   g->release();
 }
 
+TEST(HipGpuMethod, DecodeGraphReplaysRefreshAndCachedSteps) {
+  LC_REQUIRE_GPU();
+  check_decode_graph(model());
+}
+
+TEST(HipGpuMethod, HeadDim256DecodeGraphReplaysRefreshAndCachedSteps) {
+  LC_REQUIRE_GPU();
+  check_decode_graph(gemma_like());
+}
+
 // A budget the estimator cannot hold is refused when the method is made, before any work (no GPU
 // needed: the factory runs on the host), with what to change.
 TEST(HipGpuMethod, BudgetOverTheEstimatorIsRefusedUpFront) {
@@ -201,6 +228,18 @@ TEST(HipGpuMethod, BudgetOverTheEstimatorIsRefusedUpFront) {
   EXPECT_NE(why.find("asks for 4096"), std::string::npos) << why;
   auto fits = make_attention_method("hip=k=8192,b_k=4,dense_layers=0", model());
   EXPECT_EQ(gpu_method_problem(*fits, model()), "");
+}
+
+// head_dim 256 runs (the registry used to refuse HiP there); a CTA the estimator's shared memory
+// cannot hold is refused up front, naming the parameters to lower.
+TEST(HipGpuMethod, HeadDim256IsAcceptedAndOversizedSharedMemoryRefused) {
+  auto m = make_attention_method("hip=dense_layers=0", gemma_like());
+  EXPECT_EQ(gpu_method_problem(*m, gemma_like()), "");
+  auto big = make_attention_method("hip=k=16384,b_k=8,dense_layers=0", gemma_like());
+  const std::string why = gpu_method_problem(*big, gemma_like());
+  EXPECT_NE(why.find("shared memory"), std::string::npos) << why;
+  EXPECT_NE(why.find("lower k"), std::string::npos) << why;
+  EXPECT_EQ(gpu_method_problem(*big, model(4, 2, 64)), "") << "the same budget fits at head_dim 64";
 }
 
 }  // namespace

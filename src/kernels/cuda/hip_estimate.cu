@@ -2,9 +2,10 @@
 // prefill; a cluster of kDecodeCluster CTAs per (sequence, head) in decode, each scoring a share of
 // the branches and storing their rank keys into every CTA's shared memory.
 // Scores: the fp32 FMA scorer (decode; prefill with > 32 sampled queries) has 64 groups of 8
-// threads a CTA, each group loading 8 (branch, sampled key) items at a time (8 threads per dot
-// product, 16-byte key loads, the xor-shuffle tree of hip_topk.h's order: bit-equal to the CPU);
-// prefill's tensor-core scorer multiplies the 32 sampled queries by 8-key tiles (mma m16n8k16).
+// threads a CTA, each group loading up to 8 (branch, sampled key) items at a time (8 threads per
+// dot product, 16-byte key loads, the xor-shuffle tree of hip_topk.h's order: bit-equal to the
+// CPU); prefill's tensor-core scorer multiplies the 32 sampled queries by 8-key tiles (mma
+// m16n8k16). head_dim 256 holds 4 key chunks a lane instead of 2 and half the items in flight.
 // Keep-the-best: a radix select of the (score desc, branch asc) threshold over 32-bit rank keys
 // (the CPU's total order) and ballot-based compaction in branch order (~10 barriers an iteration).
 #include <cuda_bf16.h>
@@ -14,6 +15,7 @@
 #include <cooperative_groups.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/hip_estimate.h"
@@ -202,22 +204,27 @@ __device__ void keep_best(int64_t m, int nb, const Smem& s, const uint32_t* key)
   }
 }
 
-constexpr int kMaxChunksPerLane = 2;  // head_dim <= 128: chunks l and l + 8 of 8 elements
+// 8-element key chunks a lane holds (8 lanes a dot: lane l takes chunks l, l + 8, ...): kChunks = 2
+// up to head_dim 128, 4 up to 256 (Gemma 3's global layers). The batch sizes below are for
+// kChunks = 2; at 4 they halve, so the keys in flight take the same registers (no spills at
+// 128 registers a thread) and the same bytes.
+constexpr int kMaxHeadDim = 256;
+constexpr int chunks_for(int head_dim) { return head_dim <= 128 ? 2 : 4; }
 // (branch, sampled key) items a group loads at once: decode is bound by load latency (one query),
 // prefill by the FMAs over its 32 sampled queries (fewer items: no register spills).
 // With a decode cluster of 2 CTAs the paper's defaults give each group exactly 8 items (1024
-// (branch, key) items over 128 groups): one batch of loads per iteration.
+// (branch, key) items over 128 groups): one batch of loads per iteration (two at head_dim 256).
 constexpr int kDecodeItems = 8, kPrefillItems = 4;
 // CTAs sharing one decode search (a thread-block cluster). Measured with 32 heads (bench_hip,
 // docs/benchmarks.md): 2 beat 1, 4 and 8; clusters of 4 or 8 CTAs of 512 threads do not all fit
 // the GPCs at once, and 2 CTAs an SM (64 registers) spill.
 constexpr int kDecodeCluster = 2;
-// Tensor-core prefill scoring: n-tiles of 8 items a warp loads at once (measured: 4 beat 2, and 1
-// at 2 CTAs an SM).
+// Tensor-core prefill scoring: n-tiles of 8 items a warp loads at once at kChunks = 2 (measured: 4
+// beat 2, and 1 at 2 CTAs an SM); 2 at head_dim 256 (the same registers).
 constexpr int kMmaTiles = 4;
 
-// 8 consecutive key elements as 8 bf16 (one uint4) for the FMA scorer. bf16 keys: one 16-byte
-// load. fp8 e4m3 keys (decode over the fp8 cache): one 8-byte load, widened exactly (every e4m3
+// 8 consecutive key elements as 8 bf16 (one uint4) for either scorer. bf16 keys: one 16-byte
+// load. fp8 e4m3 keys (decode over the fp8 cache, prefill over HipPrefillParams::k_fp8): one 8-byte load, widened exactly (every e4m3
 // value is a bf16 value: 3 mantissa bits, exponents 2^-9..2^8). The layer's scale is left out:
 // it multiplies every key of the layer, so the scores' order is that of the codes' (the search
 // ranks, it never reports a score); the CPU twin scores the codes (e4m3_to_f32) the same way.
@@ -244,31 +251,31 @@ __device__ __forceinline__ uint4 load_key8(const __nv_fp8_e4m3* p) {
 // that each lane reads its B fragments of two k-steps as one 16-byte load of 8 consecutive
 // elements: k-step 2p + j, half h, element e of lane t lives at 32p + 8t + 4j + 2h + e.
 // The fp32 sums are not the CPU's FMA order: scores may differ in the last bits (near ties).
-template <class KeyRow>
+template <int kChunks, class KeyRow>
 __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const Smem& s, KeyRow key_row, int nb) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4, d = sh.head_dim;
   const int n_ks = cfg.b_k / cfg.b_sk, n_items = nb * n_ks, n_tiles = (n_items + 7) / 8, pitch = d + kQPad;
   int32_t qpos[4];  // this lane's query rows g, g + 8, g + 16, g + 24 (-1: padding, never valid)
 #pragma unroll
   for (int r = 0; r < 4; ++r) qpos[r] = g + 8 * r < sh.n_qs ? int32_t(s.pos[g + 8 * r]) : -1;
-  for (int tile0 = warp * kMmaTiles; tile0 < n_tiles; tile0 += kWarps * kMmaTiles) {
-    uint4 kb[kMmaTiles][kMaxChunksPerLane * 2];  // [tile][k-step pair], d <= 128
-    int32_t key[kMmaTiles];                      // item g's key position (INT32_MAX: no key)
+  constexpr int kTiles = kMmaTiles * 2 / kChunks, kPairs = 2 * kChunks;  // k-step pairs: 32 elements each
+  for (int tile0 = warp * kTiles; tile0 < n_tiles; tile0 += kWarps * kTiles) {
+    uint4 kb[kTiles][kPairs];  // [tile][k-step pair], d <= 64 * kChunks
+    int32_t key[kTiles];       // item g's key position (INT32_MAX: no key)
 #pragma unroll
-    for (int j = 0; j < kMmaTiles; ++j) {
+    for (int j = 0; j < kTiles; ++j) {
       const int item = (tile0 + j) * 8 + g, bi = item / n_ks, sk = item - bi * n_ks;
       const Branch br = item < n_items ? s.br[bi] : Branch{0, 0};
       const int32_t kk = (br.a + br.g / 2) * cfg.b_k + sk * cfg.b_sk + cfg.b_sk - 1;
       const bool ok = br.g > 0 && kk < sh.key_end;
       key[j] = ok ? kk : INT32_MAX;
-      const __nv_bfloat16* row = key_row(ok ? kk : 0, ok);
+      const auto row = key_row(ok ? kk : 0, ok);  // bf16 or e4m3 elements
 #pragma unroll
-      for (int p = 0; p < kMaxChunksPerLane * 2; ++p)
-        kb[j][p] = ok && 32 * p < d ? *reinterpret_cast<const uint4*>(row + 32 * p + 8 * t) : make_uint4(0, 0, 0, 0);
+      for (int p = 0; p < kPairs; ++p) kb[j][p] = ok && 32 * p < d ? load_key8(row + 32 * p + 8 * t) : make_uint4(0, 0, 0, 0);
     }
-    float acc[kMmaTiles][2][4] = {};
+    float acc[kTiles][2][4] = {};
 #pragma unroll
-    for (int p = 0; p < kMaxChunksPerLane * 2; ++p) {
+    for (int p = 0; p < kPairs; ++p) {
       if (32 * p >= d) break;
       uint32_t a[2][2][4];  // [m-tile][k-step of the pair]
 #pragma unroll
@@ -279,7 +286,7 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
         a[mt][1][0] = lo.z, a[mt][1][1] = hi.z, a[mt][1][2] = lo.w, a[mt][1][3] = hi.w;
       }
 #pragma unroll
-      for (int j = 0; j < kMmaTiles; ++j)
+      for (int j = 0; j < kTiles; ++j)
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
           mma::mma_bf16_16816(acc[j][mt], a[mt][0], kb[j][p].x, kb[j][p].y);
@@ -288,7 +295,7 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
     }
     // C: acc[j][mt][0..1] = (query 16mt + g, items 2t, 2t + 1), [2..3] = query 16mt + g + 8.
 #pragma unroll
-    for (int j = 0; j < kMmaTiles; ++j) {
+    for (int j = 0; j < kTiles; ++j) {
       const int32_t k0 = __shfl_sync(0xffffffffu, key[j], 8 * t), k1 = __shfl_sync(0xffffffffu, key[j], 8 * t + 4);
       float b0 = -INFINITY, b1 = -INFINITY;
 #pragma unroll
@@ -319,10 +326,10 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
 // them (the same chunks everywhere, so every CTA takes the same number of iterations).
 // Scores: group G (of kGroups * kCluster over the cluster) scores branches G, G + groups, ...,
 // loading kItems sampled keys at a time; each lane loads its 8-element chunks of them once and
-// runs every sampled query against them: lane l accumulates chunks l, l+8 with fp32 FMAs, then
+// runs every sampled query against them: lane l accumulates chunks l, l+8 (, l+16, l+24) with fp32 FMAs, then
 // the xor-shuffle tree gives ((p0+p4)+(p2+p6)) + ((p1+p5)+(p3+p7)): hip_topk.h's order. Every
 // loop bound is uniform over the CTA (the shuffles are warp-wide).
-template <int kItems, int kCluster, bool kMma, class KeyRow>
+template <int kItems, int kCluster, bool kMma, int kChunks, class KeyRow>
 __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem& s, KeyRow key_row) {
   const int tid = threadIdx.x, lane = tid % kLanes, d = sh.head_dim;
   int rank = 0;
@@ -359,7 +366,7 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
     uint32_t* const own = iter & 1 ? s.key[1] : s.key[0];  // (a select: no local-memory copy of s)
     __syncthreads();
     if constexpr (kMma) {
-      score_mma(cfg, sh, s, key_row, nb);
+      score_mma<kChunks>(cfg, sh, s, key_row, nb);
       for (int bi = tid; bi < nb; bi += kThreads) {
         float best = -INFINITY;
         for (int sk = 0; sk < n_ks; ++sk) best = fmaxf(best, s.item[bi * n_ks + sk]);
@@ -386,7 +393,7 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
         }
       };
       for (int base = 0; base < n_items; base += kItems) {
-        uint4 raw[kItems][kMaxChunksPerLane];
+        uint4 raw[kItems][kChunks];
         int32_t key[kItems];
         bool kok[kItems];
         float ibest[kItems];
@@ -399,7 +406,7 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
           ibest[x] = -INFINITY;
           const auto row = key_row(kok[x] ? key[x] : 0, kok[x]);  // bf16 or e4m3 elements
 #pragma unroll
-          for (int cc = 0; cc < kMaxChunksPerLane; ++cc) {
+          for (int cc = 0; cc < kChunks; ++cc) {
             const int c = lane + kLanes * cc;
             raw[x][cc] = kok[x] && c * 8 < d ? load_key8(row + 8 * c) : make_uint4(0, 0, 0, 0);
           }
@@ -410,7 +417,7 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
 #pragma unroll
           for (int x = 0; x < kItems; ++x) acc[x] = 0.f;
 #pragma unroll
-          for (int cc = 0; cc < kMaxChunksPerLane; ++cc) {
+          for (int cc = 0; cc < kChunks; ++cc) {
             const int c = lane + kLanes * cc;
             if (c * 8 < d) {
 #pragma unroll
@@ -499,9 +506,10 @@ __device__ void load_q(const Smem& s, const __nv_bfloat16* q, int64_t q_row_stri
   __syncthreads();
 }
 
+// Key: the scored keys' element type, __nv_bfloat16 (p.k) or __nv_fp8_e4m3 (p.k_fp8).
 // kMma: tensor-core scores (else the fp32 FMA scorer: more than 32 sampled queries, or head_dim
-// not a multiple of 32).
-template <bool kMma>
+// not a multiple of 32). kChunks: chunks_for(head_dim).
+template <class Key, bool kMma, int kChunks>
 __global__ void __launch_bounds__(kThreads) prefill_kernel(HipPrefillParams p) {
   extern __shared__ __align__(16) char smem[];
   const HipEstimateConfig& cfg = p.cfg;
@@ -515,9 +523,11 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(HipPrefillParams p) {
   load_q(s, q, int64_t(p.n_head) * p.head_dim, n_qs, cfg.b_sq, rows, p.q_pos0 + row0, p.head_dim);
   const Region r = region_of(cfg, p.q_pos0 + row0);
   const Shape sh{n_qs, p.head_dim, r.block_begin, r.block_end, r.key_end < p.n_kv ? r.key_end : p.n_kv};
-  const auto* k = static_cast<const __nv_bfloat16*>(p.k) + int64_t(h / (p.n_head / p.n_kv_head)) * p.head_dim;
+  const void* keys = std::is_same_v<Key, __nv_fp8_e4m3> ? p.k_fp8 : p.k;
+  const auto* k = static_cast<const Key*>(keys) + int64_t(h / (p.n_head / p.n_kv_head)) * p.head_dim;
   const int64_t k_stride = int64_t(p.n_kv_head) * p.head_dim;
-  const int count = search<kPrefillItems, 1, kMma>(cfg, sh, s, [=](int64_t j, bool) { return k + j * k_stride; });
+  const int count = search<kPrefillItems * 2 / kChunks, 1, kMma, kChunks>(cfg, sh, s,
+                                                                         [=](int64_t j, bool) { return k + j * k_stride; });
   const int64_t e = int64_t(h) * n_qblk + b, m = cfg.budget_blocks();
   if (p.blocks)
     for (int i = threadIdx.x; i < count; i += kThreads) p.blocks[e * m + i] = s.chunks[i].a;
@@ -538,8 +548,8 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(HipPrefillParams p) {
 // from the host pools of p.kv, recorded for kv_offload_update); the same values either way, so
 // the selected blocks are the same.
 // kCluster CTAs (one thread-block cluster, consecutive blockIdx.x) share each head's search;
-// the first (rank 0) writes the outputs.
-template <class Key, bool kOffload, int kCluster>
+// the first (rank 0) writes the outputs. kChunks: chunks_for(head_dim).
+template <class Key, bool kOffload, int kCluster, int kChunks>
 __global__ void __launch_bounds__(kThreads) decode_kernel(HipDecodeParams p) {
   extern __shared__ __align__(16) char smem[];
   const HipEstimateConfig& cfg = p.cfg;
@@ -575,7 +585,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(HipDecodeParams p) {
     const auto* bank = static_cast<const Key*>(c.bank_k);
     const bool counter = threadIdx.x % kLanes == 0;  // one thread of each 8 reading a key counts it
     unsigned reads = 0, misses = 0;
-    count = search<kDecodeItems, kCluster, false>(cfg, sh, s, [&](int64_t j, bool ok) {
+    count = search<kDecodeItems * 2 / kChunks, kCluster, false, kChunks>(cfg, sh, s, [&](int64_t j, bool ok) {
       const int32_t t = int32_t(j), slot = offload_lookup(c, hk, t, ok && counter);
       reads += ok && counter;
       misses += ok && counter && slot < 0;
@@ -584,7 +594,8 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(HipDecodeParams p) {
     });
     offload_add_stats(c, reads, misses);
   } else {
-    count = search<kDecodeItems, kCluster, false>(cfg, sh, s, [=](int64_t j, bool) { return host_row(j); });
+    count = search<kDecodeItems * 2 / kChunks, kCluster, false, kChunks>(cfg, sh, s,
+                                                                      [=](int64_t j, bool) { return host_row(j); });
   }
   if (!writer) return;
   const int64_t m = cfg.budget_blocks();
@@ -602,8 +613,9 @@ void check_cfg(const HipEstimateConfig& c, int head_dim) {
   static_assert(2 * kHipMaxBudgetBlocks == int64_t(kThreads) * kMaxRounds, "kHipMaxBudgetBlocks: the selection's registers");
   LC_REQUIRE(c.budget_blocks() <= kHipMaxBudgetBlocks, "hip: k/b_k = %lld blocks is over the GPU estimator's %lld",
              (long long)c.budget_blocks(), (long long)kHipMaxBudgetBlocks);
-  LC_REQUIRE(head_dim > 0 && head_dim % 8 == 0 && head_dim <= 8 * kLanes * kMaxChunksPerLane,
-             "internal: hip estimate needs head_dim a multiple of 8 up to 128, got %d", head_dim);
+  LC_REQUIRE(head_dim > 0 && head_dim % 8 == 0 && head_dim <= kMaxHeadDim,
+             "hip: the GPU estimator needs head_dim a multiple of 8 up to %d, got %d", kMaxHeadDim, head_dim);
+  static_assert(kMaxHeadDim == 8 * kLanes * 4, "chunks_for: 4 chunks of 8 elements a lane at most");
 }
 
 // Raises the kernel's dynamic shared memory limit once per size (outside any graph capture: the
@@ -620,7 +632,8 @@ void set_smem(const void* kernel, size_t bytes, size_t& done) {
   done = bytes;
 }
 
-size_t g_prefill_smem[2] = {}, g_decode_smem[4] = {};  // what set_smem has allowed so far, per kernel
+// What set_smem has allowed so far, per kernel: prefill [fp8][mma][chunks 4], decode [chunks 4][fp8 + 2 offload].
+size_t g_prefill_smem[2][2][2] = {}, g_decode_smem[2][4] = {};
 
 // Launches a decode kernel as clusters of kDecodeCluster CTAs (graph-capturable).
 void launch_decode(void (*kernel)(HipDecodeParams), size_t bytes, size_t& done, Stream s, const HipDecodeParams& p) {
@@ -639,10 +652,42 @@ void launch_decode(void (*kernel)(HipDecodeParams), size_t bytes, size_t& done, 
   LC_CUDA_CHECK(cudaLaunchKernelEx(&lc, kernel, p), "hip_estimate_decode launch");
 }
 
+// One prefill kernel of the 8 (key type x scorer x chunks), picked at run time.
+template <class Key, bool kMma>
+void launch_prefill(const HipPrefillParams& p, size_t bytes, dim3 grid, cudaStream_t st) {
+  const bool wide = chunks_for(p.head_dim) == 4;
+  const auto kernel = wide ? prefill_kernel<Key, kMma, 4> : prefill_kernel<Key, kMma, 2>;
+  set_smem(reinterpret_cast<const void*>(kernel), bytes, g_prefill_smem[std::is_same_v<Key, __nv_fp8_e4m3>][kMma][wide]);
+  kernel<<<grid, kThreads, bytes, st>>>(p);
+}
+
+// The decode kernel for the cache's key type, offload or not, at kChunks.
+template <int kChunks>
+void launch_decode_kernel(const HipDecodeParams& p, bool fp8, bool offload, size_t bytes, Stream s) {
+  size_t& done = g_decode_smem[kChunks == 4][int(fp8) + 2 * int(offload)];
+  if (offload) {
+    if (fp8) launch_decode(decode_kernel<__nv_fp8_e4m3, true, kDecodeCluster, kChunks>, bytes, done, s, p);
+    else launch_decode(decode_kernel<__nv_bfloat16, true, kDecodeCluster, kChunks>, bytes, done, s, p);
+  } else {
+    if (fp8) launch_decode(decode_kernel<__nv_fp8_e4m3, false, kDecodeCluster, kChunks>, bytes, done, s, p);
+    else launch_decode(decode_kernel<__nv_bfloat16, false, kDecodeCluster, kChunks>, bytes, done, s, p);
+  }
+}
+
 }  // namespace
 
 size_t hip_estimate_smem_bytes(const HipEstimateConfig& c, int head_dim) {
   return smem_bytes((c.b_q + c.b_sq - 1) / c.b_sq, head_dim, c.budget_blocks(), c.b_k / c.b_sk);
+}
+
+void hip_estimate_check(const HipEstimateConfig& c, int head_dim) {
+  check_cfg(c, head_dim);
+  const size_t bytes = hip_estimate_smem_bytes(c, head_dim);
+  LC_REQUIRE(bytes <= kHipMaxSmemBytes,
+             "hip: k/b_k = %lld blocks, %d sampled keys a block and %d sampled queries at head_dim %d need %zu bytes of "
+             "GPU shared memory per CTA, over the %zu a Hopper CTA can have: lower k, b_k/b_sk or b_q/b_sq",
+             (long long)c.budget_blocks(), c.b_k / c.b_sk, (c.b_q + c.b_sq - 1) / c.b_sq, head_dim, bytes,
+             kHipMaxSmemBytes);
 }
 
 void hip_estimate_prefill(const HipPrefillParams& p, Stream s) {
@@ -653,12 +698,12 @@ void hip_estimate_prefill(const HipPrefillParams& p, Stream s) {
   const dim3 grid(unsigned(n_qblk), unsigned(p.n_head));
   const auto st = static_cast<cudaStream_t>(s);
   const bool mma = (p.cfg.b_q + p.cfg.b_sq - 1) / p.cfg.b_sq <= kMmaQueries && p.head_dim % 32 == 0;
-  if (mma) {
-    set_smem(reinterpret_cast<const void*>(prefill_kernel<true>), bytes, g_prefill_smem[1]);
-    prefill_kernel<true><<<grid, kThreads, bytes, st>>>(p);
+  if (p.k_fp8) {
+    if (mma) launch_prefill<__nv_fp8_e4m3, true>(p, bytes, grid, st);
+    else launch_prefill<__nv_fp8_e4m3, false>(p, bytes, grid, st);
   } else {
-    set_smem(reinterpret_cast<const void*>(prefill_kernel<false>), bytes, g_prefill_smem[0]);
-    prefill_kernel<false><<<grid, kThreads, bytes, st>>>(p);
+    if (mma) launch_prefill<__nv_bfloat16, true>(p, bytes, grid, st);
+    else launch_prefill<__nv_bfloat16, false>(p, bytes, grid, st);
   }
   LC_LAUNCH_CHECK("hip_estimate_prefill n_q=%lld n_kv=%lld heads=%d", (long long)p.n_q, (long long)p.n_kv, p.n_head);
 }
@@ -670,16 +715,13 @@ void hip_estimate_decode(const HipDecodeParams& p, Stream s) {
   if (p.kv.n_seq <= 0) return;
   const bool fp8 = p.kv.elem == KvElem::fp8_e4m3;
   const size_t bytes = smem_bytes(1, p.kv.head_dim, p.cfg.budget_blocks(), p.cfg.b_k / p.cfg.b_sk);
-  if (p.offload.enabled()) {
+  const bool offload = p.offload.enabled();
+  if (offload)
     LC_REQUIRE(p.kv.n_seq == 1 && p.offload.n_kv_head == p.kv.n_kv_head && p.offload.bank_k,
                "hip: offloaded decode estimation serves one sequence through a keys cache of the view's %d KV heads",
                p.kv.n_kv_head);
-    if (fp8) launch_decode(decode_kernel<__nv_fp8_e4m3, true, kDecodeCluster>, bytes, g_decode_smem[3], s, p);
-    else launch_decode(decode_kernel<__nv_bfloat16, true, kDecodeCluster>, bytes, g_decode_smem[1], s, p);
-  } else {
-    if (fp8) launch_decode(decode_kernel<__nv_fp8_e4m3, false, kDecodeCluster>, bytes, g_decode_smem[2], s, p);
-    else launch_decode(decode_kernel<__nv_bfloat16, false, kDecodeCluster>, bytes, g_decode_smem[0], s, p);
-  }
+  if (chunks_for(p.kv.head_dim) == 4) launch_decode_kernel<4>(p, fp8, offload, bytes, s);
+  else launch_decode_kernel<2>(p, fp8, offload, bytes, s);
   LC_LAUNCH_CHECK("hip_estimate_decode n_seq=%d heads=%d", p.kv.n_seq, p.n_head);
 }
 

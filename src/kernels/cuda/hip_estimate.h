@@ -24,8 +24,13 @@
 // factor common to every key does not change the order the search ranks by. CPU twin: the
 // reference (hip_topk.h) over keys e4m3_to_f32(code) (kernels/ref/fp8_e4m3.h) gives the same
 // block ids bit for bit (tests/cuda/test_hip_gpu.cpp).
-// Tensors bf16 (decode keys: bf16 or e4m3), after RoPE, unscaled; head_dim a multiple of 8 (64 and
-// 128 are used).
+// fp8 key copy (prefill, optional): HipPrefillParams::k_fp8, e4m3 codes of the chunk's keys with
+// any positive scale (e.g. gpu/kv_fp8.h's amax / 448), is scored instead of the bf16 keys: half
+// the key bytes the search reads (it is bound by them), same rule over the codes; the CPU twin is
+// the reference over e4m3_to_f32(code) (bit-equal on the FMA scorer, near ties judged on tensor
+// cores). Quantization moves scores by up to ~2^-4 relative, so blocks can differ from bf16's.
+// Tensors bf16 (decode keys: bf16 or e4m3), after RoPE, unscaled; head_dim a multiple of 8 up to
+// 256 (64, 128 and Gemma 3's 256 are used): a lane holds 2 key chunks of 8 up to 128, 4 up to 256.
 #pragma once
 #include <cstdint>
 
@@ -50,10 +55,20 @@ constexpr int64_t kHipMaxBudgetBlocks = 2048;
 // Dynamic shared memory of one CTA (throws Error when over the device's limit at launch).
 size_t hip_estimate_smem_bytes(const HipEstimateConfig& c, int head_dim);
 
+// The most dynamic shared memory a Hopper CTA may opt into (sm_90: 227 KiB).
+constexpr size_t kHipMaxSmemBytes = 227 * 1024;
+
+// Throws Error (no GPU needed: for refusing a method up front) when the parameters, head_dim or
+// the CTA's shared memory (hip_estimate_smem_bytes vs kHipMaxSmemBytes) are out of the
+// estimator's reach, naming what to lower.
+void hip_estimate_check(const HipEstimateConfig& c, int head_dim);
+
 struct HipPrefillParams {
   HipEstimateConfig cfg;
   const void* q = nullptr;  // bf16 [n_q, n_head, head_dim]
   const void* k = nullptr;  // bf16 [n_kv, n_kv_head, head_dim]
+  // Optional e4m3 codes of k [n_kv, n_kv_head, head_dim] (any positive scale): scored instead of k.
+  const void* k_fp8 = nullptr;
   int64_t n_q = 0, q_pos0 = 0, n_kv = 0;
   int n_head = 0, n_kv_head = 0, head_dim = 0;
   // Outputs, device: entry e = h * n_qblk + b (n_qblk = ceil(n_q / b_q)).

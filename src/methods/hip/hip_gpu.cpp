@@ -6,6 +6,8 @@
 // refresh positions stay on the device; cuda::hip_estimate_decode re-estimates a row only on a
 // refresh step (hip_refreshes, decided on the device), so one captured CUDA graph serves refresh
 // and cached steps alike. The step's queries come in GpuDecodeStep::q.
+// Refused when made (before any work, no GPU needed): k/b_k over the estimator's registers, a
+// head_dim past 256 or a CTA over the shared memory limit (cuda::hip_estimate_check).
 // Memory: prefill n_head * ceil(chunk/64) * (k/b_k + 2) ranges + the sparse kernel's workspace;
 // decode n_layer * n_seq * n_head * (k/b_k + 2) ranges + the sparse decode workspace.
 #include "methods/hip/hip_gpu.h"
@@ -19,6 +21,18 @@ namespace longctx {
 
 namespace {
 
+cuda::HipEstimateConfig config_of(const HipParams& hp) {
+  cuda::HipEstimateConfig c;
+  c.k = hp.topk.k;
+  c.b_q = hp.topk.b_q;
+  c.b_sq = hp.topk.b_sq;
+  c.b_k = hp.topk.b_k;
+  c.b_sk = hp.topk.b_sk;
+  c.window = hp.window;
+  c.sinks = hp.sinks;
+  return c;
+}
+
 struct Layout {
   int64_t n_qblk = 0, entries = 0;  // prefill: query blocks of a full chunk, (head, block) entries
   size_t p_range_ptr = 0, p_ranges = 0, p_col_ptr = 0, p_workspace = 0, p_workspace_bytes = 0;
@@ -29,15 +43,7 @@ struct Layout {
 
 class HipGpu final : public GpuMethod {
  public:
-  HipGpu(HipParams hp, MethodContext model) : hp_(hp), model_(std::move(model)) {
-    cfg_.k = hp.topk.k;
-    cfg_.b_q = hp.topk.b_q;
-    cfg_.b_sq = hp.topk.b_sq;
-    cfg_.b_k = hp.topk.b_k;
-    cfg_.b_sk = hp.topk.b_sk;
-    cfg_.window = hp.window;
-    cfg_.sinks = hp.sinks;
-  }
+  HipGpu(HipParams hp, MethodContext model) : hp_(hp), model_(std::move(model)), cfg_(config_of(hp)) {}
   ~HipGpu() override { release(); }
 
   size_t device_bytes(const GpuShape& shape) const override { return layout(shape).total; }
@@ -180,6 +186,7 @@ std::unique_ptr<GpuMethod> make_hip_gpu(const HipMethod& m, const MethodContext&
   if (t.k / t.b_k > cuda::kHipMaxBudgetBlocks)
     fail("hip on the GPU keeps at most {} key blocks (k/b_k), but k={} b_k={} asks for {}: lower k or raise b_k",
          cuda::kHipMaxBudgetBlocks, t.k, t.b_k, t.k / t.b_k);
+  cuda::hip_estimate_check(config_of(m.params()), model.head_dim);  // head_dim, the CTA's shared memory
   return std::make_unique<HipGpu>(m.params(), model);
 }
 
