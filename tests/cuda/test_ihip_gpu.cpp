@@ -3,8 +3,9 @@
 // three chained decode stages over a paged, shuffled bf16 cache with two sequences of different
 // lengths, the chunk scores are bit-equal and the surviving lists equal (ties included: a
 // sequence whose keys are all equal keeps its earliest chunks); the paper's 3K preset at 70K
-// keys with Llama-3-8B's 32/8 heads; the decode index (sinks, one range per kept chunk, pads,
-// anchored window) matches the key set. Prefill (every 64-row block of a chunk at once): per
+// keys with Llama-3-8B's 32/8 heads; head_dim 256 (gemma-3's 4/1 heads, and 8/2 with ties);
+// query groups of 3 and 16 (the decode scorer takes 4 heads at a time); the decode index (sinks,
+// one range per kept chunk, pads, anchored window) matches the key set. Prefill (every 64-row block of a chunk at once): per
 // RoPE mode and GQA shape (groups of 4, and 16 = over one shared-memory query tile), each stage's
 // chunk scores (max over KV heads) bit-equal and lists equal to the CPU reference per block (RoPE
 // none, scored on tensor cores, on small-integer inputs whose dots are exact), the index's key
@@ -33,21 +34,21 @@ using namespace test;
 constexpr int kD = 128;
 
 struct ChainCase {
-  int H = 8, Hkv = 2, page = 64;
+  int H = 8, Hkv = 2, page = 64, D = 128;  // D: head_dim
   std::vector<int32_t> lens;
   int64_t n_sink = 256, n_stream = 1024;
   std::vector<IhipStage> stages;
   bool equal_keys_seq1 = false;  // sequence 1's keys all equal (every score ties)
 };
 
-std::vector<float> inv_freq(double base) {
-  std::vector<float> f(kD / 2);
-  for (int i = 0; i < kD / 2; ++i) f[size_t(i)] = float(std::pow(base, -2.0 * i / kD));
+std::vector<float> inv_freq(double base, int d = kD) {
+  std::vector<float> f(size_t(d / 2));
+  for (int i = 0; i < d / 2; ++i) f[size_t(i)] = float(std::pow(base, -2.0 * i / d));
   return f;
 }
 
 void check_chain(const ChainCase& su, int mode) {
-  const int n_seq = int(su.lens.size()), H = su.H, Hkv = su.Hkv, page = su.page;
+  const int n_seq = int(su.lens.size()), H = su.H, Hkv = su.Hkv, page = su.page, D = su.D;
   const int64_t cap = *std::max_element(su.lens.begin(), su.lens.end());
   const int max_pages = int((cap + page - 1) / page);
   const int64_t n_pages = int64_t(n_seq) * max_pages;
@@ -55,17 +56,17 @@ void check_chain(const ChainCase& su, int mode) {
   std::iota(tab.begin(), tab.end(), 0);
   std::shuffle(tab.begin(), tab.end(), std::mt19937_64(5));
   std::vector<double> tmp;
-  auto hk = random_bf16(size_t(n_pages * page * Hkv * kD), 1.0, tmp);
+  auto hk = random_bf16(size_t(n_pages * page * Hkv * D), 1.0, tmp);
   if (su.equal_keys_seq1)
     for (int64_t t = 0; t < cap; ++t) {
       const int64_t row = int64_t(tab[size_t(max_pages + t / page)]) * page + t % page;
       const int64_t row0 = int64_t(tab[size_t(max_pages)]) * page;
-      std::memcpy(&hk[size_t(row * Hkv * kD)], &hk[size_t(row0 * Hkv * kD)], size_t(Hkv * kD) * 2);
+      std::memcpy(&hk[size_t(row * Hkv * D)], &hk[size_t(row0 * Hkv * D)], size_t(Hkv * D) * 2);
     }
-  const auto hq = random_bf16(size_t(n_seq * H * kD), 1.0, tmp);
-  const auto inv = inv_freq(500000.0);
+  const auto hq = random_bf16(size_t(n_seq * H * D), 1.0, tmp);
+  const auto inv = inv_freq(500000.0, D);
   int64_t max_chunks0 = (cap + su.stages[0].l_c - 1) / su.stages[0].l_c;
-  const IhipRopeTable table = ihip_rope_table(inv.data(), kD, su.n_stream + 2 + cap);
+  const IhipRopeTable table = ihip_rope_table(inv.data(), D, su.n_stream + 2 + cap);
   DevBuf kp(hk.size() * 2), dtab(tab.size() * 4), dlens(size_t(n_seq) * 4), q(hq.size() * 2),
       cosb(table.cos.size() * 4), sinb(table.sin.size() * 4), win(size_t(n_seq) * 4);
   kp.upload(hk);
@@ -84,17 +85,17 @@ void check_chain(const ChainCase& su, int mode) {
   kv.page_size = page;
   kv.n_pages = n_pages;
   kv.n_kv_head = Hkv;
-  kv.head_dim = kD;
+  kv.head_dim = D;
   kv.on_device = true;
   // CPU side: each sequence's keys in logical order, its query.
   std::vector<std::vector<float>> fk(static_cast<size_t>(n_seq));
   std::vector<std::vector<int32_t>> cand(static_cast<size_t>(n_seq));
   for (int s = 0; s < n_seq; ++s) {
-    fk[size_t(s)].resize(size_t(su.lens[size_t(s)]) * Hkv * kD);
+    fk[size_t(s)].resize(size_t(su.lens[size_t(s)]) * Hkv * D);
     for (int64_t t = 0; t < su.lens[size_t(s)]; ++t) {
       const int64_t row = int64_t(tab[size_t(s * max_pages + t / page)]) * page + t % page;
-      for (int64_t e = 0; e < Hkv * kD; ++e)
-        fk[size_t(s)][size_t(t * Hkv * kD + e)] = bf16_to_f32(hk[size_t(row * Hkv * kD + e)]);
+      for (int64_t e = 0; e < Hkv * D; ++e)
+        fk[size_t(s)][size_t(t * Hkv * D + e)] = bf16_to_f32(hk[size_t(row * Hkv * D + e)]);
     }
     const int64_t pos = su.lens[size_t(s)] - 1, end = std::max(su.n_sink, pos - su.n_stream + 1);
     for (int64_t j = su.n_sink; j < end; ++j) cand[size_t(s)].push_back(int32_t(j));
@@ -139,10 +140,10 @@ void check_chain(const ChainCase& su, int mode) {
     for (int s = 0; s < n_seq; ++s) {
       const int64_t pos = su.lens[size_t(s)] - 1, n_chunk = (int64_t(cand[size_t(s)].size()) + st.l_c - 1) / st.l_c;
       std::vector<float> qp;
-      ihip_pack_queries(fq.data() + s * H * kD, H, Hkv, kD, 0, 1, pos, IhipRopeMode(mode), &table, n_chunk,
+      ihip_pack_queries(fq.data() + s * H * D, H, Hkv, D, 0, 1, pos, IhipRopeMode(mode), &table, n_chunk,
                         su.n_stream, qp);
-      const IhipStageInput in{.q = qp.data(), .n_qs = H / Hkv, .k = fk[size_t(s)].data(), .k_stride = Hkv * kD,
-                              .n_kv_head = Hkv, .head_dim = kD, .rope = IhipRopeMode(mode), .table = &table};
+      const IhipStageInput in{.q = qp.data(), .n_qs = H / Hkv, .k = fk[size_t(s)].data(), .k_stride = Hkv * D,
+                              .n_kv_head = Hkv, .head_dim = D, .rope = IhipRopeMode(mode), .table = &table};
       std::vector<int32_t> want;
       ihip_prune_stage(st, in, cand[size_t(s)], want);
       if (n_chunk > st.keep_chunks()) {
@@ -231,6 +232,45 @@ TEST(IhipGpu, PaperPreset3KAt70KWithLlama3Heads) {
   su.lens = {70000};
   su.stages = {{256, 32768}, {32, 8192}, {8, 2048}};
   check_chain(su, 1);
+  check_chain(su, 2);
+}
+
+// head_dim 256 (gemma-3's 4 query heads on 1 KV head, and 2 KV heads), every RoPE mode, with a
+// tie-only sequence: the lane's four 16-byte chunks and their rotate-half pairs (c, c + 2).
+TEST(IhipGpu, HeadDim256StagesEqualTheCpuReference) {
+  LC_REQUIRE_GPU();
+  ChainCase su;
+  su.D = 256;
+  su.H = 4;
+  su.Hkv = 1;
+  su.lens = {20000, 9001};
+  su.stages = {{256, 4096}, {32, 1024}, {8, 256}};
+  for (int mode : {0, 1, 2}) {
+    SCOPED_TRACE(mode);
+    check_chain(su, mode);
+  }
+  ChainCase ties = su;
+  ties.H = 8;
+  ties.Hkv = 2;
+  ties.lens = {12000, 12000};
+  ties.stages = {{64, 2048}, {16, 512}};
+  ties.equal_keys_seq1 = true;
+  check_chain(ties, 1);
+}
+
+// Query groups that are not a multiple of the 4 heads a probe pair scores at once (3), and 16
+// heads on one KV head (4 passes of 4).
+TEST(IhipGpu, OddAndWideQueryGroups) {
+  LC_REQUIRE_GPU();
+  ChainCase su;
+  su.H = 6;
+  su.Hkv = 2;
+  su.lens = {20000, 9001};
+  su.stages = {{256, 4096}, {32, 1024}, {8, 256}};
+  check_chain(su, 0);
+  check_chain(su, 1);
+  su.H = 16;
+  su.Hkv = 1;
   check_chain(su, 2);
 }
 
