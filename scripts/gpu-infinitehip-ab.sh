@@ -33,7 +33,7 @@ fi
 OUT=${OUT:-out}
 CARRY=${BIN:-.carry/ihip-gpu}
 AB_SECONDS=${AB_SECONDS:-150}  # the second pair needs <= 80 s of a 240 s call
-MEMCHECK_FILTER=${MEMCHECK_FILTER:-IhipGpu.TiesKeepTheEarliestChunks:IhipGpu.HeadDim256*}
+MEMCHECK_FILTER=${MEMCHECK_FILTER:-IhipGpu.TiesKeepTheEarliestChunks:IhipGpu.HeadDim256*:IhipGpuPrefill.HeadDim256*}
 B=/tmp/ihip-ab-bin
 T0=$(date +%s)
 mkdir -p "$OUT" "$B"

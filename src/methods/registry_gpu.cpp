@@ -135,15 +135,17 @@ std::unique_ptr<GpuMethod> try_make(const AttentionMethod& m, const MethodContex
   if (!s.prefill && !s.decode) return nullptr;
   // Head dims: the sparse prefill and decode kernels run 64, 128 and 256 (Gemma 3's global
   // layers), and so do A-shape's index and MInference's GPU index builders (minference_index.cu);
-  // HiP's estimator (hip_estimate.cu) runs 64 and 128.
+  // HiP's estimator (hip_estimate.cu) runs 64 and 128; InfiniteHiP's pruning stages
+  // (ihip_prune.h) run 128 and 256 (infinitehip_gpu_problem refuses the rest).
   auto runs_head_dim = [&](const AttentionMethod* side) {
     return !side || ctx.head_dim == 64 || ctx.head_dim == 128 ||
            (ctx.head_dim == 256 &&
-            (dynamic_cast<const AShapeMethod*>(side) || dynamic_cast<const MInferenceMethod*>(side)));
+            (dynamic_cast<const AShapeMethod*>(side) || dynamic_cast<const MInferenceMethod*>(side))) ||
+           (ctx.head_dim == 256 && dynamic_cast<const InfiniteHipMethod*>(side));
   };
   if (!runs_head_dim(s.prefill) || !runs_head_dim(s.decode)) {
-    why = fmt::format("attention method '{}' on the GPU needs head_dim 64 or 128 (or 256: A-shape, MInference), but "
-                      "{} has head_dim {}",
+    why = fmt::format("attention method '{}' on the GPU needs head_dim 64 or 128 (or 256: A-shape, MInference, "
+                      "InfiniteHiP), but {} has head_dim {}",
                       m.name(), ctx.model_name, ctx.head_dim);
     return nullptr;
   }

@@ -5,13 +5,14 @@
 // sequence whose keys are all equal keeps its earliest chunks); the paper's 3K preset at 70K
 // keys with Llama-3-8B's 32/8 heads; head_dim 256 (gemma-3's 4/1 heads, and 8/2 with ties);
 // query groups of 3 and 16 (the decode scorer takes 4 heads at a time); the decode index (sinks,
-// one range per kept chunk, pads, anchored window) matches the key set. Prefill (every 64-row block of a chunk at once): per
-// RoPE mode and GQA shape (groups of 4, and 16 = over one shared-memory query tile), each stage's
-// chunk scores (max over KV heads) bit-equal and lists equal to the CPU reference per block (RoPE
-// none, scored on tensor cores, on small-integer inputs whose dots are exact), the index's key
-// sets equal sinks + survivors + window, and cuda::sparse_attention over that index equal to an
-// fp64 dense attention restricted to the same key sets; the tensor-core scores on random inputs
-// against an fp64 replay of the bisection (both halves followed at near ties).
+// one range per kept chunk, pads, anchored window) matches the key set. Prefill (every 64-row
+// block of a chunk at once): per RoPE mode and GQA shape (groups of 4, and 16 = over one
+// shared-memory query tile), at head_dim 128 and 256, each stage's chunk scores (max over KV
+// heads) bit-equal and lists equal to the CPU reference per block (RoPE none, scored on tensor
+// cores, on small-integer inputs whose dots are exact), the index's key sets equal sinks +
+// survivors + window, and cuda::sparse_attention over that index equal to an fp64 dense
+// attention restricted to the same key sets; the tensor-core scores on random inputs against an
+// fp64 replay of the bisection (both halves followed at near ties).
 // Run: build-gpu/tests/cuda/test_ihip_gpu (skips without a Hopper GPU).
 #include <gtest/gtest.h>
 
@@ -276,7 +277,7 @@ TEST(IhipGpu, OddAndWideQueryGroups) {
 
 // ---- Prefill: a chunk of n_q queries at q_pos0.. against keys 0..q_pos0 + n_q - 1.
 struct PrefillCase {
-  int H = 8, Hkv = 2;
+  int H = 8, Hkv = 2, D = 128;  // D: head_dim
   int64_t n_q = 200, q_pos0 = 20000;
   int64_t n_sink = 256, n_stream = 1024;
   std::vector<IhipStage> stages{{256, 4096}, {32, 1024}, {8, 256}};
@@ -287,33 +288,33 @@ struct PrefillCase {
 std::vector<double> masked_attention(const std::vector<float>& q, const std::vector<float>& k,
                                      const std::vector<float>& v, const PrefillCase& su,
                                      const std::vector<std::vector<int32_t>>& keys) {
-  const int H = su.H, Hkv = su.Hkv, group = H / Hkv;
-  std::vector<double> o(size_t(su.n_q * H * kD), 0.0);
-  const double scale = 1.0 / std::sqrt(double(kD));
+  const int H = su.H, Hkv = su.Hkv, group = H / Hkv, D = su.D;
+  std::vector<double> o(size_t(su.n_q * H * D), 0.0);
+  const double scale = 1.0 / std::sqrt(double(D));
   std::vector<double> w;
   for (int64_t i = 0; i < su.n_q; ++i) {
     const auto& ks = keys[size_t(i / 64)];
     const int64_t pos = su.q_pos0 + i;
     for (int h = 0; h < H; ++h) {
-      const float* qi = q.data() + (i * H + h) * kD;
+      const float* qi = q.data() + (i * H + h) * D;
       const int g = h / group;
       w.assign(ks.size(), -INFINITY);
       double m = -INFINITY;
       for (size_t t = 0; t < ks.size(); ++t) {
         if (ks[t] > pos) continue;
-        const float* kj = k.data() + (int64_t(ks[t]) * Hkv + g) * kD;
+        const float* kj = k.data() + (int64_t(ks[t]) * Hkv + g) * D;
         double d = 0;
-        for (int e = 0; e < kD; ++e) d += double(qi[e]) * kj[e];
+        for (int e = 0; e < D; ++e) d += double(qi[e]) * kj[e];
         w[t] = d * scale;
         m = std::max(m, w[t]);
       }
       double den = 0;
       for (double& x : w) den += (x = x == -INFINITY ? 0.0 : std::exp(x - m));
-      double* oi = o.data() + (i * H + h) * kD;
+      double* oi = o.data() + (i * H + h) * D;
       for (size_t t = 0; t < ks.size(); ++t) {
         if (w[t] == 0.0) continue;
-        const float* vj = v.data() + (int64_t(ks[t]) * Hkv + g) * kD;
-        for (int e = 0; e < kD; ++e) oi[e] += w[t] / den * vj[e];
+        const float* vj = v.data() + (int64_t(ks[t]) * Hkv + g) * D;
+        for (int e = 0; e < D; ++e) oi[e] += w[t] / den * vj[e];
       }
     }
   }
@@ -338,17 +339,17 @@ std::vector<uint16_t> small_int_bf16(size_t n, uint64_t seed) {
 
 // RoPE none scores on tensor cores (small-integer inputs: bit-equal); the other modes on random inputs.
 void check_prefill(const PrefillCase& su, int mode) {
-  const int H = su.H, Hkv = su.Hkv, group = H / Hkv;
+  const int H = su.H, Hkv = su.Hkv, group = H / Hkv, D = su.D;
   const int64_t n_kv = su.q_pos0 + su.n_q, n_blk = (su.n_q + 63) / 64;
   std::vector<double> tmp;
-  const auto hq = mode == 0 ? small_int_bf16(size_t(su.n_q * H * kD), 21) : random_bf16(size_t(su.n_q * H * kD), 1.0, tmp);
-  const auto hk = mode == 0 ? small_int_bf16(size_t(n_kv * Hkv * kD), 22) : random_bf16(size_t(n_kv * Hkv * kD), 1.0, tmp);
-  const auto hv = random_bf16(size_t(n_kv * Hkv * kD), 1.0, tmp);
+  const auto hq = mode == 0 ? small_int_bf16(size_t(su.n_q * H * D), 21) : random_bf16(size_t(su.n_q * H * D), 1.0, tmp);
+  const auto hk = mode == 0 ? small_int_bf16(size_t(n_kv * Hkv * D), 22) : random_bf16(size_t(n_kv * Hkv * D), 1.0, tmp);
+  const auto hv = random_bf16(size_t(n_kv * Hkv * D), 1.0, tmp);
   std::vector<float> fq(hq.size()), fk(hk.size()), fv(hv.size());
   for (size_t i = 0; i < hq.size(); ++i) fq[i] = bf16_to_f32(hq[i]);
   for (size_t i = 0; i < hk.size(); ++i) fk[i] = bf16_to_f32(hk[i]), fv[i] = bf16_to_f32(hv[i]);
-  const auto inv = inv_freq(500000.0);
-  const IhipRopeTable table = ihip_rope_table(inv.data(), kD, su.n_stream + 2 + n_kv);
+  const auto inv = inv_freq(500000.0, D);
+  const IhipRopeTable table = ihip_rope_table(inv.data(), D, su.n_stream + 2 + n_kv);
   DevBuf q(hq.size() * 2), k(hk.size() * 2), v(hv.size() * 2), cosb(table.cos.size() * 4), sinb(table.sin.size() * 4);
   q.upload(hq);
   k.upload(hk);
@@ -363,6 +364,7 @@ void check_prefill(const PrefillCase& su, int mode) {
   p.q_pos0 = su.q_pos0;
   p.n_head = H;
   p.n_kv_head = Hkv;
+  p.head_dim = D;
   p.rope_mode = mode;
   p.n_sink = su.n_sink;
   p.n_stream = su.n_stream;
@@ -404,10 +406,10 @@ void check_prefill(const PrefillCase& su, int mode) {
       auto& cb = cand[size_t(b)];
       const int64_t n_chunk = (int64_t(cb.size()) + st.l_c - 1) / st.l_c;
       std::vector<float> qp;
-      ihip_pack_queries(fq.data(), H, Hkv, kD, row0, rows, su.q_pos0 + row0, IhipRopeMode(mode), &table, n_chunk,
+      ihip_pack_queries(fq.data(), H, Hkv, D, row0, rows, su.q_pos0 + row0, IhipRopeMode(mode), &table, n_chunk,
                         su.n_stream, qp);
-      const IhipStageInput in{.q = qp.data(), .n_qs = int(group * rows), .k = fk.data(), .k_stride = Hkv * kD,
-                              .n_kv_head = Hkv, .head_dim = kD, .rope = IhipRopeMode(mode), .table = &table};
+      const IhipStageInput in{.q = qp.data(), .n_qs = int(group * rows), .k = fk.data(), .k_stride = Hkv * D,
+                              .n_kv_head = Hkv, .head_dim = D, .rope = IhipRopeMode(mode), .table = &table};
       std::vector<int32_t> want;
       ihip_prune_stage(st, in, cb, want);
       if (n_chunk > st.keep_chunks()) {
@@ -478,7 +480,7 @@ void check_prefill(const PrefillCase& su, int mode) {
   di.ranges = rg.as<int32_t>();
   di.col_ptr = cptr.as<int64_t>();
   di.n_ranges = n_blk * R;
-  DevBuf o(size_t(su.n_q * H * kD) * 2), ws(sparse_attention_workspace_bytes(di) + 16);
+  DevBuf o(size_t(su.n_q * H * D) * 2), ws(sparse_attention_workspace_bytes(di) + 16);
   SparseAttnParams sp;
   sp.q = q.p;
   sp.k = k.p;
@@ -488,13 +490,14 @@ void check_prefill(const PrefillCase& su, int mode) {
   sp.n_kv = n_kv;
   sp.n_head = H;
   sp.n_kv_head = Hkv;
+  sp.head_dim = D;
   sp.q_pos0 = su.q_pos0;
   sp.index = di;
   sp.workspace = ws.p;
   sp.workspace_bytes = ws.bytes;
   sparse_attention(sp);
   device_sync();
-  const auto got_o = to_double(o.download<uint16_t>(size_t(su.n_q * H * kD)));
+  const auto got_o = to_double(o.download<uint16_t>(size_t(su.n_q * H * D)));
   std::vector<double> vd(fv.begin(), fv.end());
   const auto ref = masked_attention(fq, fk, fv, su, keys);
   const auto err = compare(got_o, ref, 5e-3 * max_abs(vd), 1e-2);
@@ -541,6 +544,27 @@ TEST(IhipGpuPrefill, ChunkAtTheStartKeepsEverything) {  // few candidates: every
   su.n_q = 1500;
   su.q_pos0 = 0;
   su.prunes = false;
+  check_prefill(su, 0);
+}
+
+// head_dim 256: gemma-3's 4 query heads on 1 KV head (RoPE none on tensor cores, the other modes
+// over two 128-query fp32 tiles), and 16 heads on 1 KV head (eight tiles).
+TEST(IhipGpuPrefill, HeadDim256InEveryRopeMode) {
+  LC_REQUIRE_GPU();
+  PrefillCase su;
+  su.D = 256;
+  su.H = 4;
+  su.Hkv = 1;
+  su.n_q = 150;
+  su.q_pos0 = 16000;
+  for (int mode : {0, 1, 2}) {
+    SCOPED_TRACE(mode);
+    check_prefill(su, mode);
+  }
+  su.H = 16;
+  su.n_q = 100;
+  su.q_pos0 = 12000;
+  su.stages = {{64, 2048}, {16, 512}};
   check_prefill(su, 0);
 }
 

@@ -97,13 +97,14 @@ void ihip_decode_index(const IhipIndexGpuParams& p, Stream s = nullptr);
 // order, 4 queries x 8 probes a thread (rotated queries and keys: bit-equal to ihip_chunk_scores).
 // Select kernel: ihip_prune.cuh's select_chunks per block over the max of the KV heads' scores.
 struct IhipPrefillGpuParams {
-  const void* q = nullptr;  // bf16 [n_q, n_head, 128] (un-rotated unless rope_mode == 0)
-  const void* k = nullptr;  // bf16 [n_kv, n_kv_head, 128], keys 0..n_kv-1 contiguous
+  const void* q = nullptr;  // bf16 [n_q, n_head, D] (un-rotated unless rope_mode == 0)
+  const void* k = nullptr;  // bf16 [n_kv, n_kv_head, D], keys 0..n_kv-1 contiguous
   int64_t n_q = 0, n_kv = 0, q_pos0 = 0;
   int n_head = 0, n_kv_head = 0;
+  int head_dim = 128;  // D: 128 or 256
   int rope_mode = 0;  // IhipRopeMode: 0 none, 1 relative, 2 chunk-indexed
   int64_t n_sink = 256, n_stream = 1024;
-  const float* rope_cos = nullptr;  // [rope_n_pos, 64] device (ihip_rope_table's values)
+  const float* rope_cos = nullptr;  // [rope_n_pos, D / 2] device (ihip_rope_table's values)
   const float* rope_sin = nullptr;
   int64_t rope_n_pos = 0;
   int64_t n_blk() const { return (n_q + 63) / 64; }
