@@ -12,7 +12,6 @@
 
 namespace longctx::cuda::ihip {
 
-constexpr int kD = 128, kHalf = kD / 2;  // head_dim; rotate-half pairs (i, i + 64)
 constexpr int kSelectThreads = 1024;
 constexpr int kCopyBatch = 8;  // list entries a select thread loads before it stores them
 

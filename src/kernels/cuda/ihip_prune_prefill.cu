@@ -128,7 +128,7 @@ struct Probe {  // one slot of a pass
 };
 
 // The tensor-core pass's dots and maxima: warp w multiplies queries [32 w, 32 w + 32) (2 m-tiles)
-// by the kSlots probes (4 n-tiles of 8) with mma.m16n8k16 (bf16 in, fp32 accumulate), masks the
+// by the kSlots probes (kSlots / 8 n-tiles of 8) with mma.m16n8k16 (bf16 in, fp32 accumulate), masks the
 // rows past n_qs, and writes each probe's max over its rows to red[w][slot]. The head dimension
 // is permuted the same way in A and B (hip_estimate.cu's scorer): k-step 2p + j, half h, element
 // e of lane t lives at 32p + 8t + 4j + 2h + e, so each fragment pair is one 16-byte load.
@@ -544,7 +544,8 @@ void launch_score_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage&
     score_kernel<D, true><<<grid, kThreads, bytes, stream>>>(p, st);
   else
     score_kernel<D, false><<<grid, kThreads, bytes, stream>>>(p, st);
-  LC_LAUNCH_CHECK("ihip prefill score l_c=%d max_chunks=%lld mma=%d d=%d", st.l_c, (long long)st.max_chunks, int(mma), D);
+  LC_LAUNCH_CHECK("ihip prefill score l_c=%d max_chunks=%lld mma=%d d=%d", st.l_c, (long long)st.max_chunks,
+                  int(mma), D);
 }
 
 }  // namespace
