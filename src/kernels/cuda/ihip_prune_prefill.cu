@@ -191,6 +191,7 @@ __global__ void __launch_bounds__(kThreads, kMma ? Shape<D>::kMmaCtasPerSm : 1) 
                                                                                           IhipPrefillStage st) {
   using S = Shape<D>;
   constexpr int kHalfD = D / 2, kSlots = S::kSlots, kChunks = S::kChunks, kQStride = S::kQStride;
+  constexpr int kSlotsPerRound = kThreads / 8;  // the gathers and the reduction: 8 threads per slot
   constexpr int kQuads = S::kQuads, kQTile = kMma ? kMmaQTile : S::kQTile;
   extern __shared__ __align__(16) float smem[];
   float* qT = smem;                 // [D][kQStride] the rotated queries, transposed
@@ -256,7 +257,9 @@ __global__ void __launch_bounds__(kThreads, kMma ? Shape<D>::kMmaCtasPerSm : 1) 
     if constexpr (kMma) {
       // gather: 8 threads per slot, D / 64 chunks of 16 bytes each (zeros for an unused slot)
       constexpr int kPer = D / 64;
-      for (int s = tid / 8; s < kSlots; s += kThreads / 8) {
+#pragma unroll
+      for (int round = 0; round < kSlots / kSlotsPerRound; ++round) {
+        const int s = kSlotsPerRound * round + tid / 8;
         const int l = tid % 8;
         uint4 u[kPer];
 #pragma unroll
@@ -283,7 +286,9 @@ __global__ void __launch_bounds__(kThreads, kMma ? Shape<D>::kMmaCtasPerSm : 1) 
     // gather: 8 threads per slot in the lane layout of hip_dot: lane l holds elements 64 c + 8 l
     // .. + 8 (c < D / 64), so the rotate-half pairs (i, i + D / 2) sit in runs c and c + D / 128.
     constexpr int kRuns = D / 64;
-    for (int s = tid / 8; s < kSlots; s += kThreads / 8) {
+#pragma unroll
+    for (int round = 0; round < kSlots / kSlotsPerRound; ++round) {
+      const int s = kSlotsPerRound * round + tid / 8;
       const int l = tid % 8;
       float y[8 * kRuns];
 #pragma unroll
@@ -336,8 +341,10 @@ __global__ void __launch_bounds__(kThreads, kMma ? Shape<D>::kMmaCtasPerSm : 1) 
     for (int j = 0; j < 8; ++j) red[qq * kSlots + 8 * ko + j] = best[j];
     __syncthreads();
     // max over the quads: 8 threads per slot, then across them (red holds no NaN); every thread
-    // runs kSlots / 32 rounds (the shuffles need every lane)
-    for (int s = tid / 8; s < kSlots; s += kThreads / 8) {
+    // runs the same rounds (the shuffles need every lane)
+#pragma unroll
+    for (int round = 0; round < kSlots / kSlotsPerRound; ++round) {
+      const int s = kSlotsPerRound * round + tid / 8;
       const int part = tid % 8;
       float m = -INFINITY;
       for (int i = part; i < kQuads; i += 8)
