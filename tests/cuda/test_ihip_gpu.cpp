@@ -3,14 +3,16 @@
 // three chained decode stages over a paged, shuffled bf16 cache with two sequences of different
 // lengths, the chunk scores are bit-equal and the surviving lists equal (ties included: a
 // sequence whose keys are all equal keeps its earliest chunks); the paper's 3K preset at 70K
-// keys with Llama-3-8B's 32/8 heads; the decode index (sinks, one range per kept chunk, pads,
-// anchored window) matches the key set. Prefill (every 64-row block of a chunk at once): per
-// RoPE mode and GQA shape (groups of 4, and 16 = over one shared-memory query tile), each stage's
-// chunk scores (max over KV heads) bit-equal and lists equal to the CPU reference per block (RoPE
-// none, scored on tensor cores, on small-integer inputs whose dots are exact), the index's key
-// sets equal sinks + survivors + window, and cuda::sparse_attention over that index equal to an
-// fp64 dense attention restricted to the same key sets; the tensor-core scores on random inputs
-// against an fp64 replay of the bisection (both halves followed at near ties).
+// keys with Llama-3-8B's 32/8 heads; head_dim 256 (gemma-3's 4/1 heads, and 8/2 with ties);
+// query groups of 3 and 16 (the decode scorer takes 4 heads at a time); the decode index (sinks,
+// one range per kept chunk, pads, anchored window) matches the key set. Prefill (every 64-row
+// block of a chunk at once): per RoPE mode and GQA shape (groups of 4, and 16 = over one
+// shared-memory query tile), at head_dim 128 and 256, each stage's chunk scores (max over KV
+// heads) bit-equal and lists equal to the CPU reference per block (RoPE none, scored on tensor
+// cores, on small-integer inputs whose dots are exact), the index's key sets equal sinks +
+// survivors + window, and cuda::sparse_attention over that index equal to an fp64 dense
+// attention restricted to the same key sets; the tensor-core scores on random inputs against an
+// fp64 replay of the bisection (both halves followed at near ties).
 // Run: build-gpu/tests/cuda/test_ihip_gpu (skips without a Hopper GPU).
 #include <gtest/gtest.h>
 
@@ -33,21 +35,21 @@ using namespace test;
 constexpr int kD = 128;
 
 struct ChainCase {
-  int H = 8, Hkv = 2, page = 64;
+  int H = 8, Hkv = 2, page = 64, D = 128;  // D: head_dim
   std::vector<int32_t> lens;
   int64_t n_sink = 256, n_stream = 1024;
   std::vector<IhipStage> stages;
   bool equal_keys_seq1 = false;  // sequence 1's keys all equal (every score ties)
 };
 
-std::vector<float> inv_freq(double base) {
-  std::vector<float> f(kD / 2);
-  for (int i = 0; i < kD / 2; ++i) f[size_t(i)] = float(std::pow(base, -2.0 * i / kD));
+std::vector<float> inv_freq(double base, int d = kD) {
+  std::vector<float> f(size_t(d / 2));
+  for (int i = 0; i < d / 2; ++i) f[size_t(i)] = float(std::pow(base, -2.0 * i / d));
   return f;
 }
 
 void check_chain(const ChainCase& su, int mode) {
-  const int n_seq = int(su.lens.size()), H = su.H, Hkv = su.Hkv, page = su.page;
+  const int n_seq = int(su.lens.size()), H = su.H, Hkv = su.Hkv, page = su.page, D = su.D;
   const int64_t cap = *std::max_element(su.lens.begin(), su.lens.end());
   const int max_pages = int((cap + page - 1) / page);
   const int64_t n_pages = int64_t(n_seq) * max_pages;
@@ -55,17 +57,17 @@ void check_chain(const ChainCase& su, int mode) {
   std::iota(tab.begin(), tab.end(), 0);
   std::shuffle(tab.begin(), tab.end(), std::mt19937_64(5));
   std::vector<double> tmp;
-  auto hk = random_bf16(size_t(n_pages * page * Hkv * kD), 1.0, tmp);
+  auto hk = random_bf16(size_t(n_pages * page * Hkv * D), 1.0, tmp);
   if (su.equal_keys_seq1)
     for (int64_t t = 0; t < cap; ++t) {
       const int64_t row = int64_t(tab[size_t(max_pages + t / page)]) * page + t % page;
       const int64_t row0 = int64_t(tab[size_t(max_pages)]) * page;
-      std::memcpy(&hk[size_t(row * Hkv * kD)], &hk[size_t(row0 * Hkv * kD)], size_t(Hkv * kD) * 2);
+      std::memcpy(&hk[size_t(row * Hkv * D)], &hk[size_t(row0 * Hkv * D)], size_t(Hkv * D) * 2);
     }
-  const auto hq = random_bf16(size_t(n_seq * H * kD), 1.0, tmp);
-  const auto inv = inv_freq(500000.0);
+  const auto hq = random_bf16(size_t(n_seq * H * D), 1.0, tmp);
+  const auto inv = inv_freq(500000.0, D);
   int64_t max_chunks0 = (cap + su.stages[0].l_c - 1) / su.stages[0].l_c;
-  const IhipRopeTable table = ihip_rope_table(inv.data(), kD, su.n_stream + 2 + cap);
+  const IhipRopeTable table = ihip_rope_table(inv.data(), D, su.n_stream + 2 + cap);
   DevBuf kp(hk.size() * 2), dtab(tab.size() * 4), dlens(size_t(n_seq) * 4), q(hq.size() * 2),
       cosb(table.cos.size() * 4), sinb(table.sin.size() * 4), win(size_t(n_seq) * 4);
   kp.upload(hk);
@@ -84,17 +86,17 @@ void check_chain(const ChainCase& su, int mode) {
   kv.page_size = page;
   kv.n_pages = n_pages;
   kv.n_kv_head = Hkv;
-  kv.head_dim = kD;
+  kv.head_dim = D;
   kv.on_device = true;
   // CPU side: each sequence's keys in logical order, its query.
   std::vector<std::vector<float>> fk(static_cast<size_t>(n_seq));
   std::vector<std::vector<int32_t>> cand(static_cast<size_t>(n_seq));
   for (int s = 0; s < n_seq; ++s) {
-    fk[size_t(s)].resize(size_t(su.lens[size_t(s)]) * Hkv * kD);
+    fk[size_t(s)].resize(size_t(su.lens[size_t(s)]) * Hkv * D);
     for (int64_t t = 0; t < su.lens[size_t(s)]; ++t) {
       const int64_t row = int64_t(tab[size_t(s * max_pages + t / page)]) * page + t % page;
-      for (int64_t e = 0; e < Hkv * kD; ++e)
-        fk[size_t(s)][size_t(t * Hkv * kD + e)] = bf16_to_f32(hk[size_t(row * Hkv * kD + e)]);
+      for (int64_t e = 0; e < Hkv * D; ++e)
+        fk[size_t(s)][size_t(t * Hkv * D + e)] = bf16_to_f32(hk[size_t(row * Hkv * D + e)]);
     }
     const int64_t pos = su.lens[size_t(s)] - 1, end = std::max(su.n_sink, pos - su.n_stream + 1);
     for (int64_t j = su.n_sink; j < end; ++j) cand[size_t(s)].push_back(int32_t(j));
@@ -139,10 +141,10 @@ void check_chain(const ChainCase& su, int mode) {
     for (int s = 0; s < n_seq; ++s) {
       const int64_t pos = su.lens[size_t(s)] - 1, n_chunk = (int64_t(cand[size_t(s)].size()) + st.l_c - 1) / st.l_c;
       std::vector<float> qp;
-      ihip_pack_queries(fq.data() + s * H * kD, H, Hkv, kD, 0, 1, pos, IhipRopeMode(mode), &table, n_chunk,
+      ihip_pack_queries(fq.data() + s * H * D, H, Hkv, D, 0, 1, pos, IhipRopeMode(mode), &table, n_chunk,
                         su.n_stream, qp);
-      const IhipStageInput in{.q = qp.data(), .n_qs = H / Hkv, .k = fk[size_t(s)].data(), .k_stride = Hkv * kD,
-                              .n_kv_head = Hkv, .head_dim = kD, .rope = IhipRopeMode(mode), .table = &table};
+      const IhipStageInput in{.q = qp.data(), .n_qs = H / Hkv, .k = fk[size_t(s)].data(), .k_stride = Hkv * D,
+                              .n_kv_head = Hkv, .head_dim = D, .rope = IhipRopeMode(mode), .table = &table};
       std::vector<int32_t> want;
       ihip_prune_stage(st, in, cand[size_t(s)], want);
       if (n_chunk > st.keep_chunks()) {
@@ -234,9 +236,48 @@ TEST(IhipGpu, PaperPreset3KAt70KWithLlama3Heads) {
   check_chain(su, 2);
 }
 
+// head_dim 256 (gemma-3's 4 query heads on 1 KV head, and 2 KV heads), every RoPE mode, with a
+// tie-only sequence: the lane's four 16-byte chunks and their rotate-half pairs (c, c + 2).
+TEST(IhipGpu, HeadDim256StagesEqualTheCpuReference) {
+  LC_REQUIRE_GPU();
+  ChainCase su;
+  su.D = 256;
+  su.H = 4;
+  su.Hkv = 1;
+  su.lens = {20000, 9001};
+  su.stages = {{256, 4096}, {32, 1024}, {8, 256}};
+  for (int mode : {0, 1, 2}) {
+    SCOPED_TRACE(mode);
+    check_chain(su, mode);
+  }
+  ChainCase ties = su;
+  ties.H = 8;
+  ties.Hkv = 2;
+  ties.lens = {12000, 12000};
+  ties.stages = {{64, 2048}, {16, 512}};
+  ties.equal_keys_seq1 = true;
+  check_chain(ties, 1);
+}
+
+// Query groups that are not a multiple of the 4 heads a probe pair scores at once (3), and 16
+// heads on one KV head (4 passes of 4).
+TEST(IhipGpu, OddAndWideQueryGroups) {
+  LC_REQUIRE_GPU();
+  ChainCase su;
+  su.H = 6;
+  su.Hkv = 2;
+  su.lens = {20000, 9001};
+  su.stages = {{256, 4096}, {32, 1024}, {8, 256}};
+  check_chain(su, 0);
+  check_chain(su, 1);
+  su.H = 16;
+  su.Hkv = 1;
+  check_chain(su, 2);
+}
+
 // ---- Prefill: a chunk of n_q queries at q_pos0.. against keys 0..q_pos0 + n_q - 1.
 struct PrefillCase {
-  int H = 8, Hkv = 2;
+  int H = 8, Hkv = 2, D = 128;  // D: head_dim
   int64_t n_q = 200, q_pos0 = 20000;
   int64_t n_sink = 256, n_stream = 1024;
   std::vector<IhipStage> stages{{256, 4096}, {32, 1024}, {8, 256}};
@@ -247,33 +288,33 @@ struct PrefillCase {
 std::vector<double> masked_attention(const std::vector<float>& q, const std::vector<float>& k,
                                      const std::vector<float>& v, const PrefillCase& su,
                                      const std::vector<std::vector<int32_t>>& keys) {
-  const int H = su.H, Hkv = su.Hkv, group = H / Hkv;
-  std::vector<double> o(size_t(su.n_q * H * kD), 0.0);
-  const double scale = 1.0 / std::sqrt(double(kD));
+  const int H = su.H, Hkv = su.Hkv, group = H / Hkv, D = su.D;
+  std::vector<double> o(size_t(su.n_q * H * D), 0.0);
+  const double scale = 1.0 / std::sqrt(double(D));
   std::vector<double> w;
   for (int64_t i = 0; i < su.n_q; ++i) {
     const auto& ks = keys[size_t(i / 64)];
     const int64_t pos = su.q_pos0 + i;
     for (int h = 0; h < H; ++h) {
-      const float* qi = q.data() + (i * H + h) * kD;
+      const float* qi = q.data() + (i * H + h) * D;
       const int g = h / group;
       w.assign(ks.size(), -INFINITY);
       double m = -INFINITY;
       for (size_t t = 0; t < ks.size(); ++t) {
         if (ks[t] > pos) continue;
-        const float* kj = k.data() + (int64_t(ks[t]) * Hkv + g) * kD;
+        const float* kj = k.data() + (int64_t(ks[t]) * Hkv + g) * D;
         double d = 0;
-        for (int e = 0; e < kD; ++e) d += double(qi[e]) * kj[e];
+        for (int e = 0; e < D; ++e) d += double(qi[e]) * kj[e];
         w[t] = d * scale;
         m = std::max(m, w[t]);
       }
       double den = 0;
       for (double& x : w) den += (x = x == -INFINITY ? 0.0 : std::exp(x - m));
-      double* oi = o.data() + (i * H + h) * kD;
+      double* oi = o.data() + (i * H + h) * D;
       for (size_t t = 0; t < ks.size(); ++t) {
         if (w[t] == 0.0) continue;
-        const float* vj = v.data() + (int64_t(ks[t]) * Hkv + g) * kD;
-        for (int e = 0; e < kD; ++e) oi[e] += w[t] / den * vj[e];
+        const float* vj = v.data() + (int64_t(ks[t]) * Hkv + g) * D;
+        for (int e = 0; e < D; ++e) oi[e] += w[t] / den * vj[e];
       }
     }
   }
@@ -298,17 +339,17 @@ std::vector<uint16_t> small_int_bf16(size_t n, uint64_t seed) {
 
 // RoPE none scores on tensor cores (small-integer inputs: bit-equal); the other modes on random inputs.
 void check_prefill(const PrefillCase& su, int mode) {
-  const int H = su.H, Hkv = su.Hkv, group = H / Hkv;
+  const int H = su.H, Hkv = su.Hkv, group = H / Hkv, D = su.D;
   const int64_t n_kv = su.q_pos0 + su.n_q, n_blk = (su.n_q + 63) / 64;
   std::vector<double> tmp;
-  const auto hq = mode == 0 ? small_int_bf16(size_t(su.n_q * H * kD), 21) : random_bf16(size_t(su.n_q * H * kD), 1.0, tmp);
-  const auto hk = mode == 0 ? small_int_bf16(size_t(n_kv * Hkv * kD), 22) : random_bf16(size_t(n_kv * Hkv * kD), 1.0, tmp);
-  const auto hv = random_bf16(size_t(n_kv * Hkv * kD), 1.0, tmp);
+  const auto hq = mode == 0 ? small_int_bf16(size_t(su.n_q * H * D), 21) : random_bf16(size_t(su.n_q * H * D), 1.0, tmp);
+  const auto hk = mode == 0 ? small_int_bf16(size_t(n_kv * Hkv * D), 22) : random_bf16(size_t(n_kv * Hkv * D), 1.0, tmp);
+  const auto hv = random_bf16(size_t(n_kv * Hkv * D), 1.0, tmp);
   std::vector<float> fq(hq.size()), fk(hk.size()), fv(hv.size());
   for (size_t i = 0; i < hq.size(); ++i) fq[i] = bf16_to_f32(hq[i]);
   for (size_t i = 0; i < hk.size(); ++i) fk[i] = bf16_to_f32(hk[i]), fv[i] = bf16_to_f32(hv[i]);
-  const auto inv = inv_freq(500000.0);
-  const IhipRopeTable table = ihip_rope_table(inv.data(), kD, su.n_stream + 2 + n_kv);
+  const auto inv = inv_freq(500000.0, D);
+  const IhipRopeTable table = ihip_rope_table(inv.data(), D, su.n_stream + 2 + n_kv);
   DevBuf q(hq.size() * 2), k(hk.size() * 2), v(hv.size() * 2), cosb(table.cos.size() * 4), sinb(table.sin.size() * 4);
   q.upload(hq);
   k.upload(hk);
@@ -323,6 +364,7 @@ void check_prefill(const PrefillCase& su, int mode) {
   p.q_pos0 = su.q_pos0;
   p.n_head = H;
   p.n_kv_head = Hkv;
+  p.head_dim = D;
   p.rope_mode = mode;
   p.n_sink = su.n_sink;
   p.n_stream = su.n_stream;
@@ -364,10 +406,10 @@ void check_prefill(const PrefillCase& su, int mode) {
       auto& cb = cand[size_t(b)];
       const int64_t n_chunk = (int64_t(cb.size()) + st.l_c - 1) / st.l_c;
       std::vector<float> qp;
-      ihip_pack_queries(fq.data(), H, Hkv, kD, row0, rows, su.q_pos0 + row0, IhipRopeMode(mode), &table, n_chunk,
+      ihip_pack_queries(fq.data(), H, Hkv, D, row0, rows, su.q_pos0 + row0, IhipRopeMode(mode), &table, n_chunk,
                         su.n_stream, qp);
-      const IhipStageInput in{.q = qp.data(), .n_qs = int(group * rows), .k = fk.data(), .k_stride = Hkv * kD,
-                              .n_kv_head = Hkv, .head_dim = kD, .rope = IhipRopeMode(mode), .table = &table};
+      const IhipStageInput in{.q = qp.data(), .n_qs = int(group * rows), .k = fk.data(), .k_stride = Hkv * D,
+                              .n_kv_head = Hkv, .head_dim = D, .rope = IhipRopeMode(mode), .table = &table};
       std::vector<int32_t> want;
       ihip_prune_stage(st, in, cb, want);
       if (n_chunk > st.keep_chunks()) {
@@ -438,7 +480,7 @@ void check_prefill(const PrefillCase& su, int mode) {
   di.ranges = rg.as<int32_t>();
   di.col_ptr = cptr.as<int64_t>();
   di.n_ranges = n_blk * R;
-  DevBuf o(size_t(su.n_q * H * kD) * 2), ws(sparse_attention_workspace_bytes(di) + 16);
+  DevBuf o(size_t(su.n_q * H * D) * 2), ws(sparse_attention_workspace_bytes(di) + 16);
   SparseAttnParams sp;
   sp.q = q.p;
   sp.k = k.p;
@@ -448,13 +490,14 @@ void check_prefill(const PrefillCase& su, int mode) {
   sp.n_kv = n_kv;
   sp.n_head = H;
   sp.n_kv_head = Hkv;
+  sp.head_dim = D;
   sp.q_pos0 = su.q_pos0;
   sp.index = di;
   sp.workspace = ws.p;
   sp.workspace_bytes = ws.bytes;
   sparse_attention(sp);
   device_sync();
-  const auto got_o = to_double(o.download<uint16_t>(size_t(su.n_q * H * kD)));
+  const auto got_o = to_double(o.download<uint16_t>(size_t(su.n_q * H * D)));
   std::vector<double> vd(fv.begin(), fv.end());
   const auto ref = masked_attention(fq, fk, fv, su, keys);
   const auto err = compare(got_o, ref, 5e-3 * max_abs(vd), 1e-2);
@@ -501,6 +544,27 @@ TEST(IhipGpuPrefill, ChunkAtTheStartKeepsEverything) {  // few candidates: every
   su.n_q = 1500;
   su.q_pos0 = 0;
   su.prunes = false;
+  check_prefill(su, 0);
+}
+
+// head_dim 256: gemma-3's 4 query heads on 1 KV head (RoPE none on tensor cores, the other modes
+// over two 128-query fp32 tiles), and 16 heads on 1 KV head (eight tiles).
+TEST(IhipGpuPrefill, HeadDim256InEveryRopeMode) {
+  LC_REQUIRE_GPU();
+  PrefillCase su;
+  su.D = 256;
+  su.H = 4;
+  su.Hkv = 1;
+  su.n_q = 150;
+  su.q_pos0 = 16000;
+  for (int mode : {0, 1, 2}) {
+    SCOPED_TRACE(mode);
+    check_prefill(su, mode);
+  }
+  su.H = 16;
+  su.n_q = 100;
+  su.q_pos0 = 12000;
+  su.stages = {{64, 2048}, {16, 512}};
   check_prefill(su, 0);
 }
 

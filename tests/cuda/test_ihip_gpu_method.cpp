@@ -6,7 +6,8 @@
 // judges random inputs against fp64); decode (InfiniteHipMethod's per-stage caches, refreshed
 // on the device): over a run of steps every step's decode index holds the CPU method's key set
 // (step types None / S1 / S1&2 / All, steps the route makes dense, a position that goes back)
-// and the step-type counts equal the CPU State's; and what the GPU refuses, with the reason: rope=on
+// and the step-type counts equal the CPU State's; both at head_dim 128 (8 / 2 heads) and 256
+// (gemma-3-270m's 4 / 1 heads); and what the GPU refuses, with the reason: rope=on
 // composed per phase (rope=on runs as one method for both phases: tests/gpu/test_gpu_infinitehip.cpp).
 // Run: build-gpu/tests/cuda/test_ihip_gpu_method (skips without a Hopper GPU).
 #include <gtest/gtest.h>
@@ -34,11 +35,18 @@ ThreadPool& pool() {
   return p;
 }
 
-constexpr int H = 8, Hkv = 2, D = 128, kLayers = 4;
+constexpr int kLayers = 4;
+struct Geometry {  // the test model's attention heads and head_dim
+  int H, Hkv, D;
+};
+constexpr Geometry kGqa128{8, 2, 128};  // GQA groups of 4 at head_dim 128
+constexpr Geometry kGemma3{4, 1, 256};  // gemma-3-270m's attention: 4 query heads on 1 KV head, head_dim 256
 // Small stages so a few thousand keys prune at every stage; layer 0 is early (k_early).
 const char* kSpec = "prefill:infinitehip=l_c=64/16/4,k=1024/256/64,n_sink=32,n_stream=128,early_layers=1,"
                     "k_early=128,rope=off";
-MethodContext model() { return {.n_layer = kLayers, .n_head = H, .n_kv_head = Hkv, .head_dim = D, .model_name = "t"}; }
+MethodContext model(const Geometry& ge = kGqa128) {
+  return {.n_layer = kLayers, .n_head = ge.H, .n_kv_head = ge.Hkv, .head_dim = ge.D, .model_name = "t"};
+}
 
 std::vector<float> to_float(const std::vector<uint16_t>& h) {
   std::vector<float> f(h.size());
@@ -66,7 +74,8 @@ std::vector<uint16_t> small_int_bf16(size_t n, uint64_t seed) {
   return v;
 }
 
-void check_chunk(GpuMethod& g, const AttentionMethod& m, int layer, int64_t n_q, int64_t q_pos0) {
+void check_chunk(GpuMethod& g, const AttentionMethod& m, const Geometry& ge, int layer, int64_t n_q, int64_t q_pos0) {
+  const int H = ge.H, Hkv = ge.Hkv, D = ge.D;
   const int64_t n_kv = q_pos0 + n_q;
   const auto hq = small_int_bf16(size_t(n_q * H * D), uint64_t(31 + q_pos0 + layer)),
              hk = small_int_bf16(size_t(n_kv * Hkv * D), uint64_t(37 + q_pos0 + layer));
@@ -111,37 +120,41 @@ void check_chunk(GpuMethod& g, const AttentionMethod& m, int layer, int64_t n_q,
   }
 }
 
-TEST(IhipGpuMethod, PrefillIndexHasTheCpuKeySets) {
-  LC_REQUIRE_GPU();
-  const auto m = make_attention_method(kSpec, model());
-  auto g = make_gpu_method(*m, model());
+void check_prefill_index(const Geometry& ge) {
+  const auto m = make_attention_method(kSpec, model(ge));
+  auto g = make_gpu_method(*m, model(ge));
   ASSERT_TRUE(g);
   EXPECT_FALSE(g->decodes());
-  g->allocate({.model = model(), .chunk = 512, .capacity = 16384, .n_seq = 1}, nullptr);
+  g->allocate({.model = model(ge), .chunk = 512, .capacity = 16384, .n_seq = 1}, nullptr);
   const auto* phase = m.get();
   for (int layer : {0, 2}) {
     SCOPED_TRACE(layer);
-    check_chunk(*g, *phase, layer, 300, 9000);   // a chunk after a prefix (partial last block)
-    check_chunk(*g, *phase, layer, 512, 15872);  // the buffers' full chunk at the capacity
-    check_chunk(*g, *phase, layer, 512, 0);      // the prompt's first chunk
+    check_chunk(*g, *phase, ge, layer, 300, 9000);   // a chunk after a prefix (partial last block)
+    check_chunk(*g, *phase, ge, layer, 512, 15872);  // the buffers' full chunk at the capacity
+    check_chunk(*g, *phase, ge, layer, 512, 0);      // the prompt's first chunk
   }
   g->release();
 }
 
+TEST(IhipGpuMethod, PrefillIndexHasTheCpuKeySets) {
+  LC_REQUIRE_GPU();
+  check_prefill_index(kGqa128);
+}
+
 // Decode: keys of a sequence in a one-page device view (the GPU model's own_view), a fresh query per
 // step; the CPU method runs with its State across the same steps.
-TEST(IhipGpuMethod, DecodeIndexHasTheCpuKeySetsAtEveryStep) {
-  LC_REQUIRE_GPU();
+void check_decode_index(const Geometry& ge) {
+  const int H = ge.H, Hkv = ge.Hkv, D = ge.D;
   // Both phases; refresh 8/4/2 so a dozen steps visit every step type (from stage 0, 1, 2; cached).
   const char* spec = "infinitehip=l_c=64/16/4,k=1024/256/64,n_sink=32,n_stream=128,early_layers=1,k_early=128,"
                      "refresh=8/4/2,rope=off";
-  const auto m = make_attention_method(spec, model());
-  auto g = make_gpu_method(*m, model());
+  const auto m = make_attention_method(spec, model(ge));
+  auto g = make_gpu_method(*m, model(ge));
   ASSERT_TRUE(g);
   EXPECT_TRUE(g->decodes());
   EXPECT_TRUE(g->keeps_sequence_state());
   constexpr int64_t cap = 8192;
-  g->allocate({.model = model(), .chunk = 512, .capacity = cap, .n_seq = 1}, nullptr);
+  g->allocate({.model = model(ge), .chunk = 512, .capacity = cap, .n_seq = 1}, nullptr);
   std::vector<double> tmp;
   const auto hk = random_bf16(size_t(cap * Hkv * D), 1.0, tmp);
   const auto fk = to_float(hk);
@@ -228,6 +241,19 @@ TEST(IhipGpuMethod, DecodeIndexHasTheCpuKeySetsAtEveryStep) {
   }
   EXPECT_GT(checked_sparse, 40);
   g->release();
+}
+
+TEST(IhipGpuMethod, DecodeIndexHasTheCpuKeySetsAtEveryStep) {
+  LC_REQUIRE_GPU();
+  check_decode_index(kGqa128);
+}
+
+// gemma-3-270m's attention shape (4 / 1 heads, head_dim 256): the same prefill and decode key sets.
+TEST(IhipGpuMethod, HeadDim256HasTheCpuKeySets) {
+  LC_REQUIRE_GPU();
+  EXPECT_EQ(gpu_method_problem(*make_attention_method("infinitehip=rope=off", model(kGemma3)), model(kGemma3)), "");
+  check_prefill_index(kGemma3);
+  check_decode_index(kGemma3);
 }
 
 TEST(IhipGpuMethod, RefusesWhatTheGpuCannotRunWithTheReason) {

@@ -17,17 +17,15 @@ constexpr int kLanes = 8;                 // threads per dot product (hip_topk.h
 constexpr int kScoreThreads = 256, kGroups = kScoreThreads / kLanes;
 constexpr int kMaxGroupHeads = 16;        // query heads per KV head
 constexpr int kMaxHeads = 32;             // query heads (the rotated queries live in shared memory)
-constexpr size_t kScoreStaticSmem = (kMaxHeads * kD + 32) * 4;  // the score kernel's static shared memory
+constexpr int kHeadsAtOnce = 4;           // query heads a probe pair scores together (8 FMA chains a lane)
+// The score kernel's static shared memory at head_dim D: the rotated queries and the item scores.
+constexpr size_t score_static_smem(int D) { return (size_t(kMaxHeads) * D + kGroups) * 4; }
 constexpr int32_t kOpenEnd = 0x7fffffff;  // the decode window's end: clipped to the length by sparse_decode
 
 __device__ inline Cands cands_of(const IhipStageGpuParams& p, int seq, int64_t pos) {
   return ihip::cands_of(p.in ? p.in + int64_t(seq) * p.in_cap : nullptr, p.in ? p.in_len[seq] : 0, pos, p.n_sink,
                         p.n_stream);
 }
-
-struct KeyRegs {
-  uint4 u0, u1;  // bf16 elements 8*lane .. +8 and 64 + 8*lane .. +8 (kept packed: fewer registers)
-};
 
 // Pool rows of the entries of the CTA's chunks (chunk jl's at rows[jl * l_c ..]), shared by the
 // chunk's KV heads: one round of independent loads by the whole CTA, so each bisection step waits
@@ -44,61 +42,118 @@ __device__ inline void load_rows(const IhipStageGpuParams& p, int seq, const Can
   __syncthreads();
 }
 
-__device__ inline void load_key(const IhipStageGpuParams& p, int g, int32_t row, bool ok, int lane, KeyRegs& r) {
-  r.u0 = r.u1 = make_uint4(0, 0, 0, 0);
+// A lane's part of a key row, hip_dot's lane order: 16-byte chunks c = 0 .. D / 64 - 1 at elements
+// 64 c + 8 lane (D = 128: the rotate-half pairs (i, i + 64) in chunks 0 and 1; D = 256: chunks c
+// and c + 2), kept packed until scored (fewer registers while the loads are in flight).
+template <int D>
+struct KeyRegs {
+  static constexpr int kChunks = D / 64;
+  uint4 u[kChunks];
+};
+
+template <int D>
+__device__ inline void load_key(const IhipStageGpuParams& p, int g, int32_t row, bool ok, int lane, KeyRegs<D>& r) {
+#pragma unroll
+  for (int c = 0; c < KeyRegs<D>::kChunks; ++c) r.u[c] = make_uint4(0, 0, 0, 0);
   if (ok) {
-    const auto* k = static_cast<const __nv_bfloat16*>(p.kv.k_pool) + (int64_t(row) * p.kv.n_kv_head + g) * kD;
-    r.u0 = *reinterpret_cast<const uint4*>(k + 8 * lane);
-    r.u1 = *reinterpret_cast<const uint4*>(k + kHalf + 8 * lane);
+    const auto* k = static_cast<const __nv_bfloat16*>(p.kv.k_pool) + (int64_t(row) * p.kv.n_kv_head + g) * D + 8 * lane;
+#pragma unroll
+    for (int c = 0; c < KeyRegs<D>::kChunks; ++c) r.u[c] = *reinterpret_cast<const uint4*>(k + 64 * c);
   }
 }
 
-// max over the group's queries of q~ . rot(key, kpos) (NaN never wins); every lane gets it.
-__device__ inline float probe(const IhipStageGpuParams& p, const float* qs, int n_qs, const KeyRegs& key, int64_t kpos,
-                              int lane) {
-  float y0[8], y1[8];
+// The lane's key elements in fp32, y[8 c + e] = element 64 c + 8 lane + e, rotated at table row kpos
+// when RoPE is on (ihip_rotate: pair (i, i + D / 2) sits in chunks c and c + D / 128 of one lane).
+template <int D>
+__device__ inline void unpack_key(const IhipStageGpuParams& p, const KeyRegs<D>& key, int64_t kpos, int lane,
+                                  float (&y)[D / 8]) {
+  constexpr int kC = KeyRegs<D>::kChunks;
 #pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const float2 a = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&key.u0)[e]);
-    const float2 b = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&key.u1)[e]);
-    y0[2 * e] = a.x, y0[2 * e + 1] = a.y, y1[2 * e] = b.x, y1[2 * e + 1] = b.y;
-  }
+  for (int c = 0; c < kC; ++c)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float2 v = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&key.u[c])[e]);
+      y[8 * c + 2 * e] = v.x, y[8 * c + 2 * e + 1] = v.y;
+    }
   if (p.rope_mode != 0) {
-    const float* c = p.rope_cos + kpos * kHalf + 8 * lane;
-    const float* s = p.rope_sin + kpos * kHalf + 8 * lane;
 #pragma unroll
-    for (int e = 0; e < 8; ++e) rotate(y0[e], y1[e], c[e], s[e]);
+    for (int c = 0; c < kC / 2; ++c) {
+      const float* cs = p.rope_cos + kpos * (D / 2) + 64 * c + 8 * lane;
+      const float* sn = p.rope_sin + kpos * (D / 2) + 64 * c + 8 * lane;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) rotate(y[8 * c + e], y[8 * (c + kC / 2) + e], cs[e], sn[e]);
+    }
   }
-  float best = -INFINITY;
-  for (int t = 0; t < n_qs; ++t) {
-    const float* q = qs + t * kD;
-    float acc = 0.f;
+}
+
+// The max over the group's n_qs query heads of q~ . y for two probes at once (yl, yr; NaN never
+// wins), every dot in hip_dot's order (a lane's 8-element chunks in order, then the xor tree 4, 2,
+// 1): every lane gets both. kHeadsAtOnce heads x 2 probes are independent FMA and shuffle chains,
+// interleaved, so a bisection step waits on one chain's latency instead of 2 x n_qs of them.
+template <int D>
+__device__ inline void probe_pair(const float* qs, int n_qs, const float (&yl)[D / 8], const float (&yr)[D / 8],
+                                  int lane, float& best_l, float& best_r) {
+  best_l = best_r = -INFINITY;
+  for (int t0 = 0; t0 < n_qs; t0 += kHeadsAtOnce) {  // uniform over the CTA: the shuffles need every lane
+    float al[kHeadsAtOnce], ar[kHeadsAtOnce];
+    const float* qh[kHeadsAtOnce];
 #pragma unroll
-    for (int e = 0; e < 8; ++e) acc = fmaf(q[8 * lane + e], y0[e], acc);
+    for (int u = 0; u < kHeadsAtOnce; ++u) {
+      al[u] = ar[u] = 0.f;
+      qh[u] = qs + (t0 + u < n_qs ? t0 + u : n_qs - 1) * D + 8 * lane;  // past the group: a repeat, not counted
+    }
 #pragma unroll
-    for (int e = 0; e < 8; ++e) acc = fmaf(q[kHalf + 8 * lane + e], y1[e], acc);
-    acc += __shfl_xor_sync(0xffffffffu, acc, 4);
-    acc += __shfl_xor_sync(0xffffffffu, acc, 2);
-    acc += __shfl_xor_sync(0xffffffffu, acc, 1);
-    if (acc > best) best = acc;
+    for (int c = 0; c < D / 64; ++c)
+#pragma unroll
+      for (int e = 0; e < 8; e += 4)
+#pragma unroll
+        for (int u = 0; u < kHeadsAtOnce; ++u) {
+          const float4 qv = *reinterpret_cast<const float4*>(qh[u] + 64 * c + e);
+          const int i = 8 * c + e;
+          al[u] = fmaf(qv.x, yl[i], al[u]);
+          ar[u] = fmaf(qv.x, yr[i], ar[u]);
+          al[u] = fmaf(qv.y, yl[i + 1], al[u]);
+          ar[u] = fmaf(qv.y, yr[i + 1], ar[u]);
+          al[u] = fmaf(qv.z, yl[i + 2], al[u]);
+          ar[u] = fmaf(qv.z, yr[i + 2], ar[u]);
+          al[u] = fmaf(qv.w, yl[i + 3], al[u]);
+          ar[u] = fmaf(qv.w, yr[i + 3], ar[u]);
+        }
+#pragma unroll
+    for (int off = kLanes / 2; off >= 1; off /= 2)
+#pragma unroll
+      for (int u = 0; u < kHeadsAtOnce; ++u) {
+        al[u] += __shfl_xor_sync(0xffffffffu, al[u], off);
+        ar[u] += __shfl_xor_sync(0xffffffffu, ar[u], off);
+      }
+#pragma unroll
+    for (int u = 0; u < kHeadsAtOnce; ++u)
+      if (t0 + u < n_qs) {
+        if (al[u] > best_l) best_l = al[u];
+        if (ar[u] > best_r) best_r = ar[u];
+      }
   }
-  return best;
 }
 
 // std::max's choice (ihip_select_rep's running max): b when a < b, else a (signed zeros as the CPU).
 __device__ inline float max_as_std(float a, float b) { return a < b ? b : a; }
 
-// 4 CTAs per SM (at most 64 registers): the bisection is latency-bound, so resident items count.
+// The bisection is latency-bound, so resident items count: 4 CTAs an SM at head_dim 128 (64
+// registers), 2 at 256 (two probes' 32 fp32 elements a lane each).
+template <int D>
+constexpr int kScoreCtasPerSm = D == 128 ? 4 : 2;
+
 // Each step probes the middle key of both halves (ihip_select_rep: the left one at the left-branch
 // position, the right one at the right-branch one; both keys loaded before either is scored), keeps
 // the left half only when left > right, and keeps the running max of the probes. kRelative
 // (relative RoPE): the branch positions differ, so the representative is probed at both after the
 // loop; otherwise only a one-entry chunk (no step) probes it.
-template <bool kRelative>
-__global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(IhipStageGpuParams p) {
-  __shared__ __align__(16) float qs[kMaxHeads * kD];  // [n_head][128] rotated
+template <int D, bool kRelative>
+__global__ void __launch_bounds__(kScoreThreads, kScoreCtasPerSm<D>) score_kernel(IhipStageGpuParams p) {
+  __shared__ __align__(16) float qs[kMaxHeads * D];  // [n_head][D] rotated
   __shared__ float item_score[kGroups];
   extern __shared__ int32_t chunk_rows[];  // [per_cta][l_c] pool rows of the CTA's chunks
+  constexpr int kHalfD = D / 2;
   const int seq = blockIdx.y, tid = threadIdx.x, lane = tid % kLanes, grp = tid / kLanes;
   const int64_t pos = int64_t(p.kv.seq_lens[seq]) - 1;
   const Cands c = cands_of(p, seq, pos);
@@ -108,13 +163,13 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(IhipStageGpuPar
   if (n_chunk <= keep || int64_t(blockIdx.x) * per_cta >= n_chunk) return;  // nothing to score here
   // The rotated queries (ihip_pack_queries: every head at the stage's query position).
   const int64_t qp = query_pos(p.rope_mode, pos, n_chunk, p.n_stream);
-  const auto* q = static_cast<const __nv_bfloat16*>(p.q) + int64_t(seq) * p.n_head * kD;
-  for (int i = tid; i < p.n_head * kHalf; i += kScoreThreads) {
-    const int h = i / kHalf, e = i % kHalf;
-    float a = __bfloat162float(q[h * kD + e]), b = __bfloat162float(q[h * kD + kHalf + e]);
-    if (p.rope_mode != 0) rotate(a, b, p.rope_cos[qp * kHalf + e], p.rope_sin[qp * kHalf + e]);
-    qs[h * kD + e] = a;
-    qs[h * kD + kHalf + e] = b;
+  const auto* q = static_cast<const __nv_bfloat16*>(p.q) + int64_t(seq) * p.n_head * D;
+  for (int i = tid; i < p.n_head * kHalfD; i += kScoreThreads) {
+    const int h = i / kHalfD, e = i % kHalfD;
+    float a = __bfloat162float(q[h * D + e]), b = __bfloat162float(q[h * D + kHalfD + e]);
+    if (p.rope_mode != 0) rotate(a, b, p.rope_cos[qp * kHalfD + e], p.rope_sin[qp * kHalfD + e]);
+    qs[h * D + e] = a;
+    qs[h * D + kHalfD + e] = b;
   }
   load_rows(p, seq, c, int64_t(blockIdx.x) * per_cta, per_cta, chunk_rows);  // ends with a barrier
   const int g = grp % n_kv, group = p.n_head / n_kv;
@@ -123,11 +178,12 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(IhipStageGpuPar
   const int64_t first = j * p.l_c;
   const int len = valid ? int(c.n - first < p.l_c ? c.n - first : p.l_c) : 1;
   const int64_t pos_left = kRelative ? 0 : j, pos_right = kRelative ? 1 : j;
-  const float* qg = qs + g * group * kD;
+  const float* qg = qs + g * group * D;
   const int32_t* rows = chunk_rows + (grp / n_kv) * p.l_c;
   int lo = 0, hi = len;
   float best = -INFINITY;
-  KeyRegs kl, kr;
+  KeyRegs<D> kl, kr;
+  float yl[D / 8], yr[D / 8];
   int n_iter = 0;
   while ((1 << n_iter) < p.l_c) ++n_iter;  // uniform over the CTA: the shuffles need every lane
   for (int it = 0; it < n_iter; ++it) {
@@ -135,8 +191,10 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(IhipStageGpuPar
     const int mid = lo + (hi - lo) / 2;
     load_key(p, g, active ? rows[lo + (mid - lo) / 2] : 0, active, lane, kl);
     load_key(p, g, active ? rows[mid + (hi - mid) / 2] : 0, active, lane, kr);
-    const float left = probe(p, qg, group, kl, pos_left, lane);
-    const float right = probe(p, qg, group, kr, pos_right, lane);
+    unpack_key(p, kl, pos_left, lane, yl);
+    unpack_key(p, kr, pos_right, lane, yr);
+    float left, right;
+    probe_pair<D>(qg, group, yl, yr, lane, left, right);
     if (active) {
       if (left > right)
         hi = mid;
@@ -145,12 +203,16 @@ __global__ void __launch_bounds__(kScoreThreads, 4) score_kernel(IhipStageGpuPar
       best = max_as_std(best, max_as_std(left, right));
     }
   }
-  // The representative's probes after the loop (warp-uniform: the shuffles need every lane).
+  // The representative's probes after the loop (warp-uniform: the shuffles need every lane): at
+  // the right-branch position, then (relative) at the left one.
   if (kRelative || __any_sync(0xffffffffu, valid && len == 1)) {
     load_key(p, g, valid ? rows[lo] : 0, valid, lane, kl);
-    const float at_right = probe(p, qg, group, kl, pos_right, lane);
+    unpack_key(p, kl, pos_right, lane, yl);
+    unpack_key(p, kl, pos_left, lane, yr);
+    float at_right, at_left;
+    probe_pair<D>(qg, group, yl, yr, lane, at_right, at_left);
     if (kRelative || len == 1) best = max_as_std(best, at_right);
-    if (kRelative) best = max_as_std(best, probe(p, qg, group, kl, pos_left, lane));
+    if (kRelative) best = max_as_std(best, at_left);
   }
   if (lane == 0) item_score[grp] = best;
   __syncthreads();
@@ -205,10 +267,9 @@ __global__ void index_kernel(IhipIndexGpuParams p) {
   }
 }
 
-size_t g_select_smem = 0, g_score_smem[2] = {0, 0};  // score: per kernel instance (RoPE none/chunk, relative)
+size_t g_select_smem = 0;
+size_t g_score_smem[2][2] = {};  // score: per kernel instance [head_dim 256][relative RoPE]
 
-// Raises a kernel's dynamic shared memory limit once per size (outside graph capture: the first
-// eager call does it).
 void allow_smem(const void* kernel, size_t bytes, size_t static_bytes, size_t& done, const char* what) {
   if (bytes <= done) return;
   int dev = 0, limit = 0;
@@ -222,7 +283,8 @@ void allow_smem(const void* kernel, size_t bytes, size_t static_bytes, size_t& d
 }
 
 void check_stage(const IhipStageGpuParams& p) {
-  LC_REQUIRE(p.kv.head_dim == kD, "infinitehip: the GPU pruning stage needs head_dim %d, got %d", kD, p.kv.head_dim);
+  LC_REQUIRE(p.kv.head_dim == 128 || p.kv.head_dim == 256,
+             "infinitehip: the GPU pruning stage needs head_dim 128 or 256, got %d", p.kv.head_dim);
   LC_REQUIRE(p.kv.elem == KvElem::bf16, "infinitehip: the GPU pruning stage reads bf16 keys");
   LC_REQUIRE(p.kv.n_kv_head >= 1 && kGroups % p.kv.n_kv_head == 0 && p.n_head % p.kv.n_kv_head == 0 &&
                  p.n_head / p.kv.n_kv_head <= kMaxGroupHeads && p.n_head <= kMaxHeads,
@@ -236,22 +298,29 @@ void check_stage(const IhipStageGpuParams& p) {
 
 }  // namespace
 
-void ihip_score_decode(const IhipStageGpuParams& p, Stream s) {
-  check_stage(p);
-  if (p.kv.n_seq <= 0) return;
+namespace {
+
+template <int D, bool kRelative>
+void launch_score(const IhipStageGpuParams& p, cudaStream_t st) {
   const int per_cta = kGroups / p.kv.n_kv_head;
   const size_t bytes = size_t(per_cta) * p.l_c * 4;
   const dim3 grid(unsigned((p.max_chunks + per_cta - 1) / per_cta), unsigned(p.kv.n_seq));
+  allow_smem(reinterpret_cast<const void*>(score_kernel<D, kRelative>), bytes, score_static_smem(D),
+             g_score_smem[D == 256][kRelative], "the chunk rows");
+  score_kernel<D, kRelative><<<grid, kScoreThreads, bytes, st>>>(p);
+}
+
+}  // namespace
+
+void ihip_score_decode(const IhipStageGpuParams& p, Stream s) {
+  check_stage(p);
+  if (p.kv.n_seq <= 0) return;
   const auto st = static_cast<cudaStream_t>(s);
-  if (p.rope_mode == 1) {
-    allow_smem(reinterpret_cast<const void*>(score_kernel<true>), bytes, kScoreStaticSmem, g_score_smem[1],
-               "the chunk rows");
-    score_kernel<true><<<grid, kScoreThreads, bytes, st>>>(p);
-  } else {
-    allow_smem(reinterpret_cast<const void*>(score_kernel<false>), bytes, kScoreStaticSmem, g_score_smem[0],
-               "the chunk rows");
-    score_kernel<false><<<grid, kScoreThreads, bytes, st>>>(p);
-  }
+  const bool rel = p.rope_mode == 1;
+  if (p.kv.head_dim == 128)
+    rel ? launch_score<128, true>(p, st) : launch_score<128, false>(p, st);
+  else
+    rel ? launch_score<256, true>(p, st) : launch_score<256, false>(p, st);
   LC_LAUNCH_CHECK("ihip score l_c=%d max_chunks=%lld", p.l_c, (long long)p.max_chunks);
 }
 

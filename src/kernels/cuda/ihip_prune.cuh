@@ -12,8 +12,8 @@
 
 namespace longctx::cuda::ihip {
 
-constexpr int kD = 128, kHalf = kD / 2;  // head_dim; rotate-half pairs (i, i + 64)
 constexpr int kSelectThreads = 1024;
+constexpr int kCopyBatch = 8;  // list entries a select thread loads before it stores them
 
 struct Cands {  // one sequence's / query block's stage input
   const int32_t* list;  // nullptr: the range base + i
@@ -87,12 +87,33 @@ __device__ void select_chunks(const Cands& c, int l_c, int64_t keep, int64_t max
   for (int64_t i = tid; i < n_chunk; i += kSelectThreads) key[i] = topk::order_bits(score(i));
   __syncthreads();
   topk::block_top_k<kSelectThreads>(key, int(n_chunk), int(keep), chunk_of_rank, sh);
-  // Entries: rank r's chunk fills out[r * l_c ...], one warp per rank (no divisions); only the
-  // last chunk may be short, and it ranks last.
+  // Entries: rank r's chunk fills out[r * l_c ...]; only the last chunk may be short, and it
+  // ranks last. A range (stage 0) loads nothing: one warp per rank, no divisions. A list: each
+  // thread loads kCopyBatch entries before it stores any, so the copy waits on one round of load
+  // latency per batch instead of one per rank (r = i / l_c by a shift when l_c is a power of two).
   const int lane = tid % 32;
-  for (int64_t r = tid / 32; r < keep; r += kSelectThreads / 32) {
-    const int64_t first = int64_t(chunk_of_rank[r]) * l_c;
-    for (int e = lane; e < l_c && first + e < c.n; e += 32) out[r * l_c + e] = c.at(first + e);
+  if (!c.list) {
+    for (int64_t r = tid / 32; r < keep; r += kSelectThreads / 32) {
+      const int64_t first = int64_t(chunk_of_rank[r]) * l_c;
+      for (int e = lane; e < l_c && first + e < c.n; e += 32) out[r * l_c + e] = c.at(first + e);
+    }
+  } else {
+    const uint32_t total = uint32_t(keep * l_c), lc = uint32_t(l_c);  // total = k <= out_cap < 2^31
+    const int shift = (lc & (lc - 1)) == 0 ? __ffs(int(lc)) - 1 : -1;
+    for (uint32_t i0 = tid; i0 < total; i0 += kSelectThreads * kCopyBatch) {
+      int32_t v[kCopyBatch];
+      bool ok[kCopyBatch];
+#pragma unroll
+      for (int u = 0; u < kCopyBatch; ++u) {
+        const uint32_t i = i0 + uint32_t(u) * kSelectThreads, r = shift >= 0 ? i >> shift : i / lc;
+        const int64_t src = i < total ? int64_t(chunk_of_rank[r]) * l_c + (i - r * lc) : c.n;
+        ok[u] = src < c.n;
+        v[u] = ok[u] ? c.list[src] : 0;
+      }
+#pragma unroll
+      for (int u = 0; u < kCopyBatch; ++u)
+        if (ok[u]) out[i0 + uint32_t(u) * kSelectThreads] = v[u];
+    }
   }
   if (tid == 0) {
     const int64_t last = chunk_of_rank[keep - 1];

@@ -15,13 +15,15 @@
 //           its chunks' entries into shared memory (one round of independent loads, shared by the
 //           chunk's KV heads), then 8 threads per (chunk, KV head) item run the bisection, each
 //           step loading its two probe keys (the middle of each half) together and scoring both
-//           (16-byte key loads, the rotate-half pairs (i, i + 64) sit in one lane for head_dim
-//           128, xor-shuffle dot tree of hip_topk.h), max over the group's query heads, the
-//           running max of the probes, then max over KV heads in shared memory;
+//           against the group's query heads 4 at a time (16-byte key loads in hip_topk.h's lane
+//           order: lane l holds elements 64 c + 8 l .. + 8, so the rotate-half pairs (i, i + D/2)
+//           sit in one lane; 2 probes x 4 heads are independent FMA and xor-shuffle chains, so a
+//           step waits on one chain's latency, not 2 x group of them), max over the group's query
+//           heads, the running max of the probes, then max over KV heads in shared memory;
 //   select  one CTA of 1024 threads per sequence: topk::block_top_k (topk_select.cuh: radix
 //           select of the K-th (score desc, chunk asc) key, ballot compaction in chunk order),
 //           the kept chunks' entries written in position order.
-// bf16 keys through the paged KvView, head_dim 128, n_kv_head dividing 32.
+// bf16 keys through the paged KvView, head_dim 128 or 256, n_kv_head dividing 32.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -36,10 +38,10 @@ struct IhipStageGpuParams {
   int64_t k = 32768;
   int rope_mode = 0;  // IhipRopeMode: 0 none, 1 relative, 2 chunk-indexed
   int64_t n_sink = 256, n_stream = 1024;
-  const void* q = nullptr;  // bf16 [n_seq, n_head, 128] (un-rotated unless rope_mode == 0)
-  KvView kv;                // bf16 keys, device
+  const void* q = nullptr;  // bf16 [n_seq, n_head, D] (un-rotated unless rope_mode == 0), D = kv.head_dim
+  KvView kv;                // bf16 keys, device, head_dim D = 128 or 256
   int n_head = 0;
-  const float* rope_cos = nullptr;  // [rope_n_pos, 64] device (ihip_rope_table's values)
+  const float* rope_cos = nullptr;  // [rope_n_pos, D / 2] device (ihip_rope_table's values)
   const float* rope_sin = nullptr;
   int64_t rope_n_pos = 0;
   const int32_t* in = nullptr;      // [n_seq, in_cap] or nullptr: the stage-0 range
@@ -95,13 +97,14 @@ void ihip_decode_index(const IhipIndexGpuParams& p, Stream s = nullptr);
 // order, 4 queries x 8 probes a thread (rotated queries and keys: bit-equal to ihip_chunk_scores).
 // Select kernel: ihip_prune.cuh's select_chunks per block over the max of the KV heads' scores.
 struct IhipPrefillGpuParams {
-  const void* q = nullptr;  // bf16 [n_q, n_head, 128] (un-rotated unless rope_mode == 0)
-  const void* k = nullptr;  // bf16 [n_kv, n_kv_head, 128], keys 0..n_kv-1 contiguous
+  const void* q = nullptr;  // bf16 [n_q, n_head, D] (un-rotated unless rope_mode == 0)
+  const void* k = nullptr;  // bf16 [n_kv, n_kv_head, D], keys 0..n_kv-1 contiguous
   int64_t n_q = 0, n_kv = 0, q_pos0 = 0;
   int n_head = 0, n_kv_head = 0;
+  int head_dim = 128;  // D: 128 or 256
   int rope_mode = 0;  // IhipRopeMode: 0 none, 1 relative, 2 chunk-indexed
   int64_t n_sink = 256, n_stream = 1024;
-  const float* rope_cos = nullptr;  // [rope_n_pos, 64] device (ihip_rope_table's values)
+  const float* rope_cos = nullptr;  // [rope_n_pos, D / 2] device (ihip_rope_table's values)
   const float* rope_sin = nullptr;
   int64_t rope_n_pos = 0;
   int64_t n_blk() const { return (n_q + 63) / 64; }

@@ -17,29 +17,40 @@ namespace {
 
 using namespace ihip;
 
-constexpr int kBlockQ = 64;           // rows per query block (the sparse index's block)
+constexpr int kBlockQ = 64;   // rows per query block (the sparse index's block)
 constexpr int kThreads = 256;
-constexpr int kQTile = 256;           // queries in shared memory at once (fp32, transposed)
-constexpr int kQStride = kQTile + 4;  // a row of qT: 16-byte aligned, and the coalesced fill's stores spread over banks
-constexpr int kSlots = 32;            // probes per pass
-constexpr int kChunks = kSlots / 2;   // chunks per pass: a bisection step probes two keys per chunk
-constexpr int kQuads = kQTile / 4;    // threads along the queries (4 queries each)
-constexpr int kOctets = kSlots / 8;   // threads along the probes (8 probes each)
-static_assert(kQuads * kOctets == kThreads, "one (4 queries x 8 probes) tile per thread");
-constexpr size_t kScoreSmem = size_t(kD) * kQStride * 4 + size_t(kD) * kSlots * 4 + size_t(kQuads) * kSlots * 4;
+constexpr int kMmaQTile = 256;  // the tensor-core scorer's queries (bf16): one tile, group x 64 <= 256
+constexpr int kWarps = kThreads / 32;
+
+// The shapes of one score CTA at head_dim D (128 or 256). The FMA scorer holds kQTile queries in
+// shared memory at once (fp32, transposed: [D][kQStride], so 128 of them at D = 256 to fit) and
+// gives each thread a tile of 4 queries x 8 probes, so a pass probes kSlots = 8 x (256 / (kQTile
+// / 4)) keys: kChunks = kSlots / 2 chunks, a bisection step probing two keys per chunk. The
+// tensor-core scorer uses the same kSlots.
+template <int D>
+struct Shape {
+  static_assert(D == 128 || D == 256, "head_dim 128 or 256");
+  static constexpr int kQTile = D == 128 ? 256 : 128;
+  static constexpr int kQStride = kQTile + 4;  // a row of qT: 16-byte aligned, the fill's stores spread over banks
+  static constexpr int kQuads = kQTile / 4;     // threads along the queries (4 queries each)
+  static constexpr int kOctets = kThreads / kQuads;  // threads along the probes (8 probes each)
+  static constexpr int kSlots = 8 * kOctets;    // probes per pass
+  static constexpr int kChunks = kSlots / 2;
+  static constexpr size_t kScoreSmem = size_t(D) * kQStride * 4 + size_t(D) * kSlots * 4 + size_t(kQuads) * kSlots * 4;
+  // Tensor-core scoring: the group's bf16 queries [kMmaQTile][D] and a pass's probe keys
+  // [kSlots][D] (16-byte chunks swizzled by row parity: conflict-free fragment loads at D = 128),
+  // per-warp maxima [kWarps][kSlots]. 3 CTAs an SM at D = 128 (74 KB each) so one CTA's gather
+  // overlaps another's math; 1 at D = 256 (162 KB).
+  static constexpr int kMmaCtasPerSm = D == 128 ? 3 : 1;
+  static constexpr size_t kMmaSmem =
+      size_t(kMmaQTile) * D * 2 + size_t(kSlots) * D * 2 + size_t(kWarps) * kSlots * 4;
+};
 // std::max's choice (ihip_select_rep's running max): b when a < b, else a (signed zeros as the CPU).
 __device__ inline float max_as_std(float a, float b) { return a < b ? b : a; }
-// The lanes of hip_dot in the order its tree adds them: ((p0+p4)+(p2+p6)) + ((p1+p5)+(p3+p7)).
-// Tensor-core scoring (kMma: RoPE none and <= kQTile queries per KV head, i.e. <= 4 query heads
-// per KV head): the group's bf16 queries [kQTile][128] and a pass's probe keys [kSlots][128] in
-// shared memory (16-byte chunks swizzled by row parity: conflict-free fragment loads), per-warp
-// maxima [kWarps][kSlots]. 3 CTAs an SM (74 KB each) so one CTA's gather overlaps another's math.
-constexpr int kWarps = kThreads / 32;
-constexpr int kMmaCtasPerSm = 3;
-constexpr size_t kMmaSmem = size_t(kQTile) * kD * 2 + size_t(kSlots) * kD * 2 + size_t(kWarps) * kSlots * 4;
-// Element offset of 16-byte chunk c (0..15) of row r in a swizzled [rows][128] bf16 tile: the 8
-// lanes of a quarter warp read rows of both parities, chunks 4p + t: 8 distinct bank groups.
-__device__ inline int swz(int r, int c) { return r * kD + ((c ^ ((r & 1) << 2)) << 3); }
+// Element offset of 16-byte chunk c (0 .. D / 8 - 1) of row r in a swizzled [rows][D] bf16 tile:
+// the 8 lanes of a quarter warp read rows of both parities, chunks 4p + t: 8 distinct bank groups.
+template <int D>
+__device__ inline int swz(int r, int c) { return r * D + ((c ^ ((r & 1) << 2)) << 3); }
 
 struct Block {  // one query block of the chunk
   int64_t row0, rows, q_last;
@@ -59,20 +70,22 @@ __device__ inline Cands block_cands(const IhipPrefillGpuParams& p, const IhipPre
 }
 
 // acc[i][j] (query 4 qq + i, probe 8 ko + j) = lane l's partial of hip_dot: fp32 FMAs over its
-// elements 8l..8l+7, then 64+8l..64+8l+7, in order.
+// elements 8l..8l+7, then 64+8l..64+8l+7, ... (D / 64 runs of 8), in order.
+template <int D>
 __device__ inline void lane_dot(const float* qT, const float* kT, int qq, int ko, int l, float (&acc)[4][8]) {
+  using S = Shape<D>;
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
     for (int j = 0; j < 8; ++j) acc[i][j] = 0.f;
 #pragma unroll
-  for (int h = 0; h < 2; ++h)
+  for (int h = 0; h < D / 64; ++h)
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
-      const int d = h * kHalf + 8 * l + e;
-      const float4 q = *reinterpret_cast<const float4*>(qT + d * kQStride + 4 * qq);
-      const float4 k0 = *reinterpret_cast<const float4*>(kT + d * kSlots + 8 * ko);
-      const float4 k1 = *reinterpret_cast<const float4*>(kT + d * kSlots + 8 * ko + 4);
+      const int d = 64 * h + 8 * l + e;
+      const float4 q = *reinterpret_cast<const float4*>(qT + d * S::kQStride + 4 * qq);
+      const float4 k0 = *reinterpret_cast<const float4*>(kT + d * S::kSlots + 8 * ko);
+      const float4 k1 = *reinterpret_cast<const float4*>(kT + d * S::kSlots + 8 * ko + 4);
       const float qv[4] = {q.x, q.y, q.z, q.w}, kv[8] = {k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w};
 #pragma unroll
       for (int i = 0; i < 4; ++i)
@@ -89,20 +102,21 @@ __device__ inline void add_to(float (&a)[4][8], const float (&b)[4][8]) {
 }
 
 // The 4 x 8 dots of the thread's tile in hip_dot's order.
+template <int D>
 __device__ inline void tile_dots(const float* qT, const float* kT, int qq, int ko, float (&r)[4][8]) {
   float s1[4][8], a[4][8], b[4][8];
-  lane_dot(qT, kT, qq, ko, 0, r);
-  lane_dot(qT, kT, qq, ko, 4, a);
+  lane_dot<D>(qT, kT, qq, ko, 0, r);
+  lane_dot<D>(qT, kT, qq, ko, 4, a);
   add_to(r, a);  // p0 + p4
-  lane_dot(qT, kT, qq, ko, 2, a);
-  lane_dot(qT, kT, qq, ko, 6, b);
+  lane_dot<D>(qT, kT, qq, ko, 2, a);
+  lane_dot<D>(qT, kT, qq, ko, 6, b);
   add_to(a, b);  // p2 + p6
   add_to(r, a);  // t0
-  lane_dot(qT, kT, qq, ko, 1, s1);
-  lane_dot(qT, kT, qq, ko, 5, a);
+  lane_dot<D>(qT, kT, qq, ko, 1, s1);
+  lane_dot<D>(qT, kT, qq, ko, 5, a);
   add_to(s1, a);  // p1 + p5
-  lane_dot(qT, kT, qq, ko, 3, a);
-  lane_dot(qT, kT, qq, ko, 7, b);
+  lane_dot<D>(qT, kT, qq, ko, 3, a);
+  lane_dot<D>(qT, kT, qq, ko, 7, b);
   add_to(a, b);   // p3 + p7
   add_to(s1, a);  // t1
   add_to(r, s1);
@@ -114,30 +128,32 @@ struct Probe {  // one slot of a pass
 };
 
 // The tensor-core pass's dots and maxima: warp w multiplies queries [32 w, 32 w + 32) (2 m-tiles)
-// by the kSlots probes (4 n-tiles of 8) with mma.m16n8k16 (bf16 in, fp32 accumulate), masks the
+// by the kSlots probes (kSlots / 8 n-tiles of 8) with mma.m16n8k16 (bf16 in, fp32 accumulate), masks the
 // rows past n_qs, and writes each probe's max over its rows to red[w][slot]. The head dimension
 // is permuted the same way in A and B (hip_estimate.cu's scorer): k-step 2p + j, half h, element
 // e of lane t lives at 32p + 8t + 4j + 2h + e, so each fragment pair is one 16-byte load.
+template <int D>
 __device__ inline void mma_pass(const __nv_bfloat16* qb, const __nv_bfloat16* kb, int n_qs, float* red) {
   constexpr int kTiles = 2;  // n-tiles at a time (two halves of the probes: no register spills)
+  constexpr int kSlots = Shape<D>::kSlots;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
 #pragma unroll 1
   for (int j0 = 0; j0 < kSlots / 8; j0 += kTiles) {
     float acc[kTiles][2][4] = {};
 #pragma unroll
-    for (int p = 0; p < kD / 32; ++p) {
+    for (int p = 0; p < D / 32; ++p) {
       uint32_t a[2][2][4];  // [m-tile][k-step of the pair]
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
         const int r = 32 * warp + 16 * mt + g;
-        const uint4 lo = *reinterpret_cast<const uint4*>(qb + swz(r, 4 * p + t));
-        const uint4 hi = *reinterpret_cast<const uint4*>(qb + swz(r + 8, 4 * p + t));
+        const uint4 lo = *reinterpret_cast<const uint4*>(qb + swz<D>(r, 4 * p + t));
+        const uint4 hi = *reinterpret_cast<const uint4*>(qb + swz<D>(r + 8, 4 * p + t));
         a[mt][0][0] = lo.x, a[mt][0][1] = hi.x, a[mt][0][2] = lo.y, a[mt][0][3] = hi.y;
         a[mt][1][0] = lo.z, a[mt][1][1] = hi.z, a[mt][1][2] = lo.w, a[mt][1][3] = hi.w;
       }
 #pragma unroll
       for (int j = 0; j < kTiles; ++j) {
-        const uint4 b = *reinterpret_cast<const uint4*>(kb + swz(8 * (j0 + j) + g, 4 * p + t));
+        const uint4 b = *reinterpret_cast<const uint4*>(kb + swz<D>(8 * (j0 + j) + g, 4 * p + t));
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
           mma::mma_bf16_16816(acc[j][mt], a[mt][0], b.x, b.y);
@@ -170,16 +186,20 @@ __device__ inline void mma_pass(const __nv_bfloat16* qb, const __nv_bfloat16* kb
 
 // One score CTA: chunks [x * per_cta, ...) of block z for KV head y. kMma: the tensor-core pass
 // (RoPE none, one query tile); else the fp32 FMA pass in hip_dot's order.
-template <bool kMma>
-__global__ void __launch_bounds__(kThreads, kMma ? kMmaCtasPerSm : 1) score_kernel(IhipPrefillGpuParams p,
-                                                                                 IhipPrefillStage st) {
+template <int D, bool kMma>
+__global__ void __launch_bounds__(kThreads, kMma ? Shape<D>::kMmaCtasPerSm : 1) score_kernel(IhipPrefillGpuParams p,
+                                                                                          IhipPrefillStage st) {
+  using S = Shape<D>;
+  constexpr int kHalfD = D / 2, kSlots = S::kSlots, kChunks = S::kChunks, kQStride = S::kQStride;
+  constexpr int kSlotsPerRound = kThreads / 8;  // the gathers and the reduction: 8 threads per slot
+  constexpr int kQuads = S::kQuads, kQTile = kMma ? kMmaQTile : S::kQTile;
   extern __shared__ __align__(16) float smem[];
-  float* qT = smem;                  // [128][kQStride] the rotated queries, transposed
-  float* kT = qT + kD * kQStride;    // [128][kSlots] the pass's probe keys, rotated, transposed
-  float* red = kT + kD * kSlots;     // [kQuads][kSlots] per-thread maxima
-  auto* qb = reinterpret_cast<__nv_bfloat16*>(smem);  // kMma: [kQTile][128] swizzled queries
-  __nv_bfloat16* kb = qb + kQTile * kD;                // kMma: [kSlots][128] swizzled probe keys
-  float* red_mma = reinterpret_cast<float*>(kb + kSlots * kD);  // kMma: [kWarps][kSlots]
+  float* qT = smem;                 // [D][kQStride] the rotated queries, transposed
+  float* kT = qT + D * kQStride;    // [D][kSlots] the pass's probe keys, rotated, transposed
+  float* red = kT + D * kSlots;     // [kQuads][kSlots] per-thread maxima
+  auto* qb = reinterpret_cast<__nv_bfloat16*>(smem);  // kMma: [kMmaQTile][D] swizzled queries
+  __nv_bfloat16* kb = qb + kMmaQTile * D;              // kMma: [kSlots][D] swizzled probe keys
+  float* red_mma = reinterpret_cast<float*>(kb + kSlots * D);  // kMma: [kWarps][kSlots]
   __shared__ Probe probe[kSlots];
   __shared__ float result[kSlots];
   __shared__ int lo[kChunks], hi[kChunks];
@@ -202,52 +222,58 @@ __global__ void __launch_bounds__(kThreads, kMma ? kMmaCtasPerSm : 1) score_kern
   // Queries t0 .. t0 + kQTile of the group (t = h' * rows + r), rotated (ihip_pack_queries).
   auto load_queries = [&](int t0) {  // element-fastest: each warp reads a query row's contiguous elements
     if constexpr (kMma) {  // bf16 as stored (RoPE none), 16 bytes a thread; zeros past n_qs
-      for (int i = tid; i < kQTile * (kD / 8); i += kThreads) {
-        const int tt = i / (kD / 8), ch = i % (kD / 8), t = t0 + tt;
+      for (int i = tid; i < kQTile * (D / 8); i += kThreads) {
+        const int tt = i / (D / 8), ch = i % (D / 8), t = t0 + tt;
         uint4 v = make_uint4(0, 0, 0, 0);
         if (t < n_qs) {
           const int h = g * group + t / int(blk.rows);
           const int64_t row = blk.row0 + t % int(blk.rows);
-          v = *reinterpret_cast<const uint4*>(q + (row * p.n_head + h) * kD + 8 * ch);
+          v = *reinterpret_cast<const uint4*>(q + (row * p.n_head + h) * D + 8 * ch);
         }
-        *reinterpret_cast<uint4*>(qb + swz(tt, ch)) = v;
+        *reinterpret_cast<uint4*>(qb + swz<D>(tt, ch)) = v;
       }
     } else {
-    for (int i = tid; i < kQTile * kHalf; i += kThreads) {
-      const int tt = i / kHalf, e = i % kHalf, t = t0 + tt;
+    for (int i = tid; i < kQTile * kHalfD; i += kThreads) {
+      const int tt = i / kHalfD, e = i % kHalfD, t = t0 + tt;
       float a = 0.f, bb = 0.f;
       if (t < n_qs) {
         const int h = g * group + t / int(blk.rows);
         const int64_t r = t % int(blk.rows), row = blk.row0 + r;
-        const __nv_bfloat16* src = q + (row * p.n_head + h) * kD;
+        const __nv_bfloat16* src = q + (row * p.n_head + h) * D;
         a = __bfloat162float(src[e]);
-        bb = __bfloat162float(src[e + kHalf]);
+        bb = __bfloat162float(src[e + kHalfD]);
         if (p.rope_mode != 0) {
           const int64_t qp = query_pos(p.rope_mode, p.q_pos0 + row, n_chunk, p.n_stream);
-          rotate(a, bb, p.rope_cos[qp * kHalf + e], p.rope_sin[qp * kHalf + e]);
+          rotate(a, bb, p.rope_cos[qp * kHalfD + e], p.rope_sin[qp * kHalfD + e]);
         }
       }
       qT[e * kQStride + tt] = a;
-      qT[(e + kHalf) * kQStride + tt] = bb;
+      qT[(e + kHalfD) * kQStride + tt] = bb;
     }
     }
   };
   // One pass: result[s] = max over the group's queries of q~ . rot(key_s) for the n_slots probes.
   auto run_pass = [&](int n_slots) {
     if constexpr (kMma) {
-      {  // gather: 8 threads per slot, 2 chunks of 16 bytes each (zeros for an unused slot)
-        const int s = tid / 8, l = tid % 8;
-        uint4 u0 = make_uint4(0, 0, 0, 0), u1 = u0;
+      // gather: 8 threads per slot, D / 64 chunks of 16 bytes each (zeros for an unused slot)
+      constexpr int kPer = D / 64;
+#pragma unroll
+      for (int round = 0; round < kSlots / kSlotsPerRound; ++round) {
+        const int s = kSlotsPerRound * round + tid / 8;
+        const int l = tid % 8;
+        uint4 u[kPer];
+#pragma unroll
+        for (int c = 0; c < kPer; ++c) u[c] = make_uint4(0, 0, 0, 0);
         if (s < n_slots && probe[s].key >= 0) {
-          const __nv_bfloat16* src = kp + (int64_t(probe[s].key) * p.n_kv_head + g) * kD;
-          u0 = *reinterpret_cast<const uint4*>(src + 16 * l);
-          u1 = *reinterpret_cast<const uint4*>(src + 16 * l + 8);
+          const __nv_bfloat16* src = kp + (int64_t(probe[s].key) * p.n_kv_head + g) * D + 8 * kPer * l;
+#pragma unroll
+          for (int c = 0; c < kPer; ++c) u[c] = *reinterpret_cast<const uint4*>(src + 8 * c);
         }
-        *reinterpret_cast<uint4*>(kb + swz(s, 2 * l)) = u0;
-        *reinterpret_cast<uint4*>(kb + swz(s, 2 * l + 1)) = u1;
+#pragma unroll
+        for (int c = 0; c < kPer; ++c) *reinterpret_cast<uint4*>(kb + swz<D>(s, kPer * l + c)) = u[c];
       }
       __syncthreads();
-      mma_pass(qb, kb, n_qs, red_mma);
+      mma_pass<D>(qb, kb, n_qs, red_mma);
       __syncthreads();
       if (tid < n_slots) {
         float m = -INFINITY;
@@ -257,33 +283,41 @@ __global__ void __launch_bounds__(kThreads, kMma ? kMmaCtasPerSm : 1) score_kern
       }
       __syncthreads();
     } else {
-    {  // gather: 8 threads per slot (the lane layout of hip_dot: elements 8l.. and 64+8l..)
-      const int s = tid / 8, l = tid % 8;
-      float y0[8], y1[8];
+    // gather: 8 threads per slot in the lane layout of hip_dot: lane l holds elements 64 c + 8 l
+    // .. + 8 (c < D / 64), so the rotate-half pairs (i, i + D / 2) sit in runs c and c + D / 128.
+    constexpr int kRuns = D / 64;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) y0[e] = y1[e] = 0.f;
+    for (int round = 0; round < kSlots / kSlotsPerRound; ++round) {
+      const int s = kSlotsPerRound * round + tid / 8;
+      const int l = tid % 8;
+      float y[8 * kRuns];
+#pragma unroll
+      for (int e = 0; e < 8 * kRuns; ++e) y[e] = 0.f;
       if (s < n_slots && probe[s].key >= 0) {
-        const __nv_bfloat16* src = kp + (int64_t(probe[s].key) * p.n_kv_head + g) * kD;
-        const uint4 u0 = *reinterpret_cast<const uint4*>(src + 8 * l);
-        const uint4 u1 = *reinterpret_cast<const uint4*>(src + kHalf + 8 * l);
+        const __nv_bfloat16* src = kp + (int64_t(probe[s].key) * p.n_kv_head + g) * D + 8 * l;
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float2 a = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&u0)[e]);
-          const float2 bb = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&u1)[e]);
-          y0[2 * e] = a.x, y0[2 * e + 1] = a.y, y1[2 * e] = bb.x, y1[2 * e + 1] = bb.y;
+        for (int c = 0; c < kRuns; ++c) {
+          const uint4 u = *reinterpret_cast<const uint4*>(src + 64 * c);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float2 a = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&u)[e]);
+            y[8 * c + 2 * e] = a.x, y[8 * c + 2 * e + 1] = a.y;
+          }
         }
         if (p.rope_mode != 0) {
-          const float* cs = p.rope_cos + int64_t(probe[s].kpos) * kHalf + 8 * l;
-          const float* sn = p.rope_sin + int64_t(probe[s].kpos) * kHalf + 8 * l;
 #pragma unroll
-          for (int e = 0; e < 8; ++e) rotate(y0[e], y1[e], cs[e], sn[e]);
+          for (int c = 0; c < kRuns / 2; ++c) {
+            const float* cs = p.rope_cos + int64_t(probe[s].kpos) * kHalfD + 64 * c + 8 * l;
+            const float* sn = p.rope_sin + int64_t(probe[s].kpos) * kHalfD + 64 * c + 8 * l;
+#pragma unroll
+            for (int e = 0; e < 8; ++e) rotate(y[8 * c + e], y[8 * (c + kRuns / 2) + e], cs[e], sn[e]);
+          }
         }
       }
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        kT[(8 * l + e) * kSlots + s] = y0[e];
-        kT[(kHalf + 8 * l + e) * kSlots + s] = y1[e];
-      }
+      for (int c = 0; c < kRuns; ++c)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) kT[(64 * c + 8 * l + e) * kSlots + s] = y[8 * c + e];
     }
     float best[8];
 #pragma unroll
@@ -295,7 +329,7 @@ __global__ void __launch_bounds__(kThreads, kMma ? kMmaCtasPerSm : 1) score_kern
       }
       __syncthreads();
       float r[4][8];
-      tile_dots(qT, kT, qq, ko, r);
+      tile_dots<D>(qT, kT, qq, ko, r);
 #pragma unroll
       for (int i = 0; i < 4; ++i)
         if (qt * kQTile + 4 * qq + i < n_qs)
@@ -306,8 +340,12 @@ __global__ void __launch_bounds__(kThreads, kMma ? kMmaCtasPerSm : 1) score_kern
 #pragma unroll
     for (int j = 0; j < 8; ++j) red[qq * kSlots + 8 * ko + j] = best[j];
     __syncthreads();
-    {  // max over the quads: 8 threads per slot, then across them (red holds no NaN)
-      const int s = tid / 8, part = tid % 8;
+    // max over the quads: 8 threads per slot, then across them (red holds no NaN); every thread
+    // runs the same rounds (the shuffles need every lane)
+#pragma unroll
+    for (int round = 0; round < kSlots / kSlotsPerRound; ++round) {
+      const int s = kSlotsPerRound * round + tid / 8;
+      const int part = tid % 8;
       float m = -INFINITY;
       for (int i = part; i < kQuads; i += 8)
         if (red[i * kSlots + s] > m) m = red[i * kSlots + s];
@@ -323,9 +361,9 @@ __global__ void __launch_bounds__(kThreads, kMma ? kMmaCtasPerSm : 1) score_kern
   };
   // Warms L2 with a key row the next step may probe (its gather then waits less).
   auto prefetch_key = [&](int32_t key) {
-    const char* a = reinterpret_cast<const char*>(kp + (int64_t(key) * p.n_kv_head + g) * kD);
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(a + 128));
+    const char* a = reinterpret_cast<const char*>(kp + (int64_t(key) * p.n_kv_head + g) * D);
+#pragma unroll
+    for (int o = 0; o < 2 * D; o += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(a + o));
   };
 
   if (n_qtile == 1) load_queries(0);  // else each pass loads its tiles
@@ -452,15 +490,15 @@ __global__ void index_kernel(IhipPrefillIndexParams p) {
   }
 }
 
-size_t g_score_smem[2] = {0, 0}, g_select_smem = 0;  // score: the FMA and the tensor-core kernels
+size_t g_score_smem[2][2] = {}, g_select_smem = 0;  // score: [head_dim 256][tensor cores]
 
 void allow_smem(const void* kernel, size_t bytes, size_t& done, const char* what) {
   if (bytes <= done) return;
   int dev = 0, limit = 0;
   LC_CUDA_CHECK(cudaGetDevice(&dev), "ihip device");
   LC_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "ihip smem limit");
-  // + the score kernel's static arrays (probe slots, results, chunk states)
-  LC_REQUIRE(bytes + 1024 <= size_t(limit), "infinitehip: %s needs %zu bytes of shared memory, over the device's %d", what,
+  // + the score kernel's static arrays (probe slots, results, chunk states: <= 1.2 KB)
+  LC_REQUIRE(bytes + 2048 <= size_t(limit), "infinitehip: %s needs %zu bytes of shared memory, over the device's %d", what,
              bytes, limit);
   LC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)), "ihip smem %s",
                 what);
@@ -468,6 +506,8 @@ void allow_smem(const void* kernel, size_t bytes, size_t& done, const char* what
 }
 
 void check_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage& st) {
+  LC_REQUIRE(p.head_dim == 128 || p.head_dim == 256, "infinitehip: GPU pruning needs head_dim 128 or 256, got %d",
+             p.head_dim);
   LC_REQUIRE(p.n_kv_head >= 1 && p.n_head % p.n_kv_head == 0,
              "infinitehip: GPU pruning needs n_head a multiple of n_kv_head (got %d / %d)", p.n_head, p.n_kv_head);
   LC_REQUIRE(p.n_blk() <= 65535, "infinitehip: a prefill chunk of %lld queries exceeds 65535 query blocks",
@@ -483,18 +523,19 @@ void check_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage& st) {
 // The tensor-core scorer's case: RoPE none (the queries and keys are bf16 as stored) and a KV
 // head's queries of a block (group x 64) in one tile.
 bool prefill_uses_mma(const IhipPrefillGpuParams& p) {
-  return p.rope_mode == 0 && int64_t(p.n_head / p.n_kv_head) * kBlockQ <= kQTile;
+  return p.rope_mode == 0 && int64_t(p.n_head / p.n_kv_head) * kBlockQ <= kMmaQTile;
 }
 
-void ihip_score_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage& st, Stream s) {
-  check_prefill(p, st);
-  if (p.n_q <= 0) return;
-  const int per_cta = kChunks;
+namespace {
+
+template <int D>
+void launch_score_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage& st, cudaStream_t stream) {
+  const int per_cta = Shape<D>::kChunks;
   const bool mma = prefill_uses_mma(p);
-  const void* kernel = mma ? reinterpret_cast<const void*>(score_kernel<true>)
-                           : reinterpret_cast<const void*>(score_kernel<false>);
-  const size_t bytes = mma ? kMmaSmem : kScoreSmem;
-  allow_smem(kernel, bytes, g_score_smem[mma], "the prefill queries");
+  const void* kernel = mma ? reinterpret_cast<const void*>(score_kernel<D, true>)
+                           : reinterpret_cast<const void*>(score_kernel<D, false>);
+  const size_t bytes = mma ? Shape<D>::kMmaSmem : Shape<D>::kScoreSmem;
+  allow_smem(kernel, bytes, g_score_smem[D == 256][mma], "the prefill queries");
   // CTAs per (block, KV head): enough for ~4 waves over the SMs, each looping over its share of
   // the chunk groups (the queries are loaded once per CTA).
   static int n_sm = 0;
@@ -506,12 +547,24 @@ void ihip_score_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage& s
   const int64_t groups = (st.max_chunks + per_cta - 1) / per_cta, pairs = p.n_blk() * p.n_kv_head;
   const int64_t per_pair = std::min<int64_t>(groups, std::max<int64_t>(1, (4 * n_sm + pairs - 1) / pairs));
   const dim3 grid(unsigned(per_pair), unsigned(p.n_kv_head), unsigned(p.n_blk()));
-  const auto stream = static_cast<cudaStream_t>(s);
   if (mma)
-    score_kernel<true><<<grid, kThreads, bytes, stream>>>(p, st);
+    score_kernel<D, true><<<grid, kThreads, bytes, stream>>>(p, st);
   else
-    score_kernel<false><<<grid, kThreads, bytes, stream>>>(p, st);
-  LC_LAUNCH_CHECK("ihip prefill score l_c=%d max_chunks=%lld mma=%d", st.l_c, (long long)st.max_chunks, int(mma));
+    score_kernel<D, false><<<grid, kThreads, bytes, stream>>>(p, st);
+  LC_LAUNCH_CHECK("ihip prefill score l_c=%d max_chunks=%lld mma=%d d=%d", st.l_c, (long long)st.max_chunks,
+                  int(mma), D);
+}
+
+}  // namespace
+
+void ihip_score_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage& st, Stream s) {
+  check_prefill(p, st);
+  if (p.n_q <= 0) return;
+  const auto stream = static_cast<cudaStream_t>(s);
+  if (p.head_dim == 128)
+    launch_score_prefill<128>(p, st, stream);
+  else
+    launch_score_prefill<256>(p, st, stream);
 }
 
 void ihip_select_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage& st, Stream s) {

@@ -191,6 +191,7 @@ class IhipGpu final : public GpuMethod {
     p.q_pos0 = st.q_pos0;
     p.n_head = model_.n_head;
     p.n_kv_head = model_.n_kv_head;
+    p.head_dim = model_.head_dim;
     p.rope_mode = r.mode;  // 0 (rope=off): the cache's rotated keys; else un-rotated q and k
     p.rope_cos = r.cos;
     p.rope_sin = r.sin;
@@ -556,8 +557,8 @@ std::string infinitehip_gpu_problem(const InfiniteHipMethod& m, const MethodCont
   const IhipParams& hp = m.params();
   if (hp.n_stage() > cuda::kIhipMaxStages)
     return fmt::format("infinitehip on the GPU runs at most {} stages (got {})", cuda::kIhipMaxStages, hp.n_stage());
-  if (model.head_dim != 128 || model.n_head % model.n_kv_head != 0)
-    return fmt::format("infinitehip on the GPU needs head_dim 128 (and GQA groups), but {} has head_dim {}",
+  if ((model.head_dim != 128 && model.head_dim != 256) || model.n_head % model.n_kv_head != 0)
+    return fmt::format("infinitehip on the GPU needs head_dim 128 or 256 (and GQA groups), but {} has head_dim {}",
                        model.model_name, model.head_dim);
   return "";
 }
