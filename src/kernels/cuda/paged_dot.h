@@ -21,7 +21,7 @@
 // straight into registers (16 contiguous bytes per thread) with head_dim summed in a permuted
 // order that the query fragments share. fp32 queries are applied as bf16 hi + lo parts
 // (relative error ~2^-16 of the query); accumulation in fp32. fp8 keys: 16 contiguous bytes per
-// thread too (16 keys), widened in registers to fp16 (exact: every e4m3 value is an fp16) for
+// thread too (16 keys; 32-row tiles: the same bytes in flight per warp), widened in registers to fp16 (exact: every e4m3 value is an fp16) for
 // mma.m16n8k16.f16, the queries as fp16 hi + lo (relative error ~2^-22; |q| < 65504, fp16's
 // range), the scale applied to the fp32 sums.
 #pragma once

@@ -4,10 +4,10 @@
 // naive: the plain sum over heads), then the indices of the k largest votes (ties: smaller index
 // first), ascending, plus an offset (candidate index -> position). CPU twins:
 // kernels/ref/soft_vote.h and sparse/topk.h's rule; tested by tests/cuda/test_tokenselect.cpp.
-// How: soft vote in two kernels: per (head, slice) max and sum of exp (online), then per token
-// the heads' normalised terms summed (each CTA first combines the slices of every head). With
-// head_stats (paged_dot's fused per-CTA max / sum, paged_dot.h) the first pass over the scores
-// is replaced by a fold of those parts into the slices (one CTA per head, no pass over M).
+// How: per (head, slice) max and sum of exp (online), folded per head into (max, 1 / Z) by one
+// CTA per head, then per token the heads' normalised terms summed. With head_stats (paged_dot's
+// fused per-CTA max / sum, paged_dot.h) the first pass over the scores is skipped: the fold takes
+// those parts, and the 32 x M scores are read once.
 // Top-k: a stable descending radix sort of (vote, index) pairs (CUB, part of the CUDA toolkit),
 // whose first k indices are the top-k with the tie rule above, then an ascending sort of those
 // k. TokenSelect's engine uses kernels/cuda/topk_select.h instead (a radix select with the item
