@@ -139,10 +139,11 @@ std::unique_ptr<GpuMethod> try_make(const AttentionMethod& m, const MethodContex
   auto runs_head_dim = [&](const AttentionMethod* side) {
     return !side || ctx.head_dim == 64 || ctx.head_dim == 128 ||
            (ctx.head_dim == 256 &&
-            (dynamic_cast<const AShapeMethod*>(side) || dynamic_cast<const MInferenceMethod*>(side)));
+            (dynamic_cast<const AShapeMethod*>(side) || dynamic_cast<const MInferenceMethod*>(side) ||
+             dynamic_cast<const TokenSelectMethod*>(side)));  // TokenSelect: paged_dot, compact_kv at 256
   };
   if (!runs_head_dim(s.prefill) || !runs_head_dim(s.decode)) {
-    why = fmt::format("attention method '{}' on the GPU needs head_dim 64 or 128 (or 256: A-shape, MInference), but "
+    why = fmt::format("attention method '{}' on the GPU needs head_dim 64 or 128 (or 256: A-shape, MInference, TokenSelect), but "
                       "{} has head_dim {}",
                       m.name(), ctx.model_name, ctx.head_dim);
     return nullptr;

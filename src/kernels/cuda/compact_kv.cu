@@ -1,13 +1,15 @@
 // compact_kv.cu: see compact_kv.h.
 // How: compact_kv runs one CTA per output key: the first head_dim/2 threads put (cos, sin) of the
 // key's new position in shared memory, then every thread rotates pairs (i, i + head_dim/2) of
-// the gathered row across the KV heads and copies the V row. selection_query runs one CTA per
+// the gathered row across the KV heads and copies the V row (fp8 pools: both rows widened from
+// e4m3 times their scale first, V eight elements per 8-byte load). selection_query runs one CTA per
 // query head and block of 16 rotation pairs; the rotated rows are summed in fp32 by interleaved row groups, then the groups'
 // sums in order (the CPU twin sums in row order: the tests allow fp32 reassociation).
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/compact_kv.h"
+#include "kernels/cuda/fp8_vec.cuh"
 
 namespace longctx::cuda {
 
@@ -24,6 +26,14 @@ __device__ __forceinline__ void rope_angle(int64_t pos, float inv_freq, float fa
   s = sn * factor;
 }
 
+// The pool's elements: bf16, or e4m3 times a scale (the fp8 cache).
+template <bool FP8>
+__device__ __forceinline__ float pool_at(const void* base, int64_t i, float scale) {
+  if constexpr (FP8) return fp8vec::from_e4m3(static_cast<const uint8_t*>(base)[i]) * scale;
+  else return __bfloat162float(static_cast<const bf16*>(base)[i]);
+}
+
+template <bool FP8>
 __global__ void __launch_bounds__(kThreads) compact_kv_kernel(CompactKvParams p) {
   __shared__ float cs[kMaxHalf], sn[kMaxHalf];
   const int64_t j = blockIdx.x;
@@ -33,19 +43,24 @@ __global__ void __launch_bounds__(kThreads) compact_kv_kernel(CompactKvParams p)
   const int32_t pos = p.keys[j];
   const int64_t row = p.slots ? int64_t(p.slots[pos]) : int64_t(pos);
   const int64_t width = int64_t(p.n_kv_head) * p.head_dim;
-  const bf16* k = static_cast<const bf16*>(p.k_pool) + row * width;
-  const bf16* v = static_cast<const bf16*>(p.v_pool) + row * width;
+  const int64_t k0 = row * width;  // the row's first element in the pools
   bf16* ko = static_cast<bf16*>(p.k_out) + j * width;
   bf16* vo = static_cast<bf16*>(p.v_out) + j * width;
   for (int e = threadIdx.x; e < p.n_kv_head * half; e += kThreads) {
     const int h = e / half, i = e % half;
-    const float a = __bfloat162float(k[h * p.head_dim + i]), b = __bfloat162float(k[h * p.head_dim + i + half]);
+    const float a = pool_at<FP8>(p.k_pool, k0 + h * p.head_dim + i, p.k_scale);
+    const float b = pool_at<FP8>(p.k_pool, k0 + h * p.head_dim + i + half, p.k_scale);
     ko[h * p.head_dim + i] = __float2bfloat16(a * cs[i] - b * sn[i]);
     ko[h * p.head_dim + i + half] = __float2bfloat16(b * cs[i] + a * sn[i]);
   }
-  const uint4* v4 = reinterpret_cast<const uint4*>(v);
-  uint4* vo4 = reinterpret_cast<uint4*>(vo);
-  for (int e = threadIdx.x; e < width / 8; e += kThreads) vo4[e] = v4[e];
+  uint4* vo4 = reinterpret_cast<uint4*>(vo);  // 8 bf16
+  if constexpr (FP8) {
+    const uint2* v8 = reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(p.v_pool) + k0);  // 8 e4m3
+    for (int e = threadIdx.x; e < width / 8; e += kThreads) vo4[e] = fp8vec::dequantize8(v8[e], p.v_scale);
+  } else {
+    const uint4* v4 = reinterpret_cast<const uint4*>(static_cast<const bf16*>(p.v_pool) + k0);
+    for (int e = threadIdx.x; e < width / 8; e += kThreads) vo4[e] = v4[e];
+  }
 }
 
 // kRowGroups threads per rotation pair split the rows (thread group g takes rows g, g + kRowGroups,
@@ -98,9 +113,14 @@ void compact_kv(const CompactKvParams& p, Stream s) {
              "compact_kv: head_dim %d (a multiple of 8, <= %d)", p.head_dim, 2 * kMaxHalf);
   LC_REQUIRE(p.n_kv_head > 0 && p.inv_freq, "compact_kv: %d KV heads, inv_freq %s", p.n_kv_head,
              p.inv_freq ? "set" : "missing");
+  LC_REQUIRE(!p.fp8 || (p.k_scale > 0.f && p.v_scale > 0.f), "compact_kv: fp8 scales %g / %g", double(p.k_scale),
+             double(p.v_scale));
   if (p.n_keys <= 0) return;
-  compact_kv_kernel<<<unsigned(p.n_keys), kThreads, 0, static_cast<cudaStream_t>(s)>>>(p);
-  LC_LAUNCH_CHECK("compact_kv (%lld keys, %d KV heads, d %d)", (long long)p.n_keys, p.n_kv_head, p.head_dim);
+  const auto st = static_cast<cudaStream_t>(s);
+  if (p.fp8) compact_kv_kernel<true><<<unsigned(p.n_keys), kThreads, 0, st>>>(p);
+  else compact_kv_kernel<false><<<unsigned(p.n_keys), kThreads, 0, st>>>(p);
+  LC_LAUNCH_CHECK("compact_kv (%lld keys, %d KV heads, d %d, %s)", (long long)p.n_keys, p.n_kv_head, p.head_dim,
+                  p.fp8 ? "e4m3" : "bf16");
 }
 
 void selection_query(const SelectionQueryParams& p, Stream s) {

@@ -1,8 +1,10 @@
 // paged_dot.cu: see paged_dot.h.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/fp8_vec.cuh"
@@ -112,12 +114,20 @@ struct MaxSum {
   }
 };
 
-template <int D, int G, bool FP8>
+// A score as stored: fp32, or fp16 rounded to nearest and kept finite (|s| <= 65504, so the
+// vote's exp(s - max) never sees inf - inf).
+template <typename S>
+__device__ __forceinline__ S to_score(float x) {
+  if constexpr (std::is_same_v<S, __half>) return __float2half_rn(fminf(fmaxf(x, -65504.f), 65504.f));
+  else return x;
+}
+
+template <int D, int G, bool FP8, typename S>
 __global__ void __launch_bounds__(kMaxWarps * 32) paged_dot_kernel(const __nv_bfloat16* __restrict__ q,
                                                                    const float* __restrict__ q_f32,
                                                                    const uint8_t* __restrict__ k, float k_scale,
                                                                    const int32_t* __restrict__ slots,
-                                                                   float* __restrict__ scores, int64_t n_slot,
+                                                                   S* __restrict__ scores, int64_t n_slot,
                                                                    int n_kv_head, const int32_t* __restrict__ skip,
                                                                    const int32_t* __restrict__ n_dev, int32_t n_sub,
                                                                    float* __restrict__ head_stats) {
@@ -178,9 +188,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32) paged_dot_kernel(const __nv_bf
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
           if (FP8) acc[c] *= k_scale;
+          const S x = to_score<S>(acc[c]);
+          acc[c] = float(x);  // the stats below describe the scores as stored
           const int head = 2 * t + (c & 1);
           const int64_t jc = j + (c >> 1) * 8;
-          if (head < G && jc < n_slot) scores[(int64_t(kvh) * G + head) * n_slot + jc] = acc[c];
+          if (head < G && jc < n_slot) scores[(int64_t(kvh) * G + head) * n_slot + jc] = x;
         }
         if (head_stats)
 #pragma unroll
@@ -219,18 +231,25 @@ int sm_count() {
 
 unsigned head_groups(int n_kv_head) { return unsigned((n_kv_head + kMaxWarps - 1) / kMaxWarps); }
 
-template <int D, int G>
-void launch(const PagedDotParams& p, cudaStream_t s) {
+template <int D, int G, typename S>
+void launch_s(const PagedDotParams& p, cudaStream_t s) {
   const int warps = p.n_kv_head < kMaxWarps ? p.n_kv_head : kMaxWarps;
   const dim3 grid(unsigned(paged_dot_stats_parts(p.n_slot, p.n_kv_head)), head_groups(p.n_kv_head));
   const auto* q = static_cast<const __nv_bfloat16*>(p.q);
   const auto* k = static_cast<const uint8_t*>(p.k_pool);
+  auto* scores = static_cast<S*>(p.scores);
   if (p.k_elem == PagedDotKeys::fp8_e4m3)
-    paged_dot_kernel<D, G, true><<<grid, warps * 32, 0, s>>>(q, p.q_f32, k, p.k_scale, p.slots, p.scores, p.n_slot,
-                                                             p.n_kv_head, p.skip, p.n_dev, p.n_sub, p.head_stats);
+    paged_dot_kernel<D, G, true, S><<<grid, warps * 32, 0, s>>>(q, p.q_f32, k, p.k_scale, p.slots, scores, p.n_slot,
+                                                                p.n_kv_head, p.skip, p.n_dev, p.n_sub, p.head_stats);
   else
-    paged_dot_kernel<D, G, false><<<grid, warps * 32, 0, s>>>(q, p.q_f32, k, 1.f, p.slots, p.scores, p.n_slot,
-                                                              p.n_kv_head, p.skip, p.n_dev, p.n_sub, p.head_stats);
+    paged_dot_kernel<D, G, false, S><<<grid, warps * 32, 0, s>>>(q, p.q_f32, k, 1.f, p.slots, scores, p.n_slot,
+                                                                 p.n_kv_head, p.skip, p.n_dev, p.n_sub, p.head_stats);
+}
+
+template <int D, int G>
+void launch(const PagedDotParams& p, cudaStream_t s) {
+  if (p.score_elem == ScoreElem::f16) launch_s<D, G, __half>(p, s);
+  else launch_s<D, G, float>(p, s);
 }
 
 template <int D>
@@ -260,12 +279,14 @@ int paged_dot_stats_parts(int64_t n_slot, int n_kv_head) {
 void paged_dot(const PagedDotParams& p, Stream s) {
   LC_REQUIRE(p.q || p.q_f32, "paged_dot: no query");
   LC_REQUIRE(p.n_head > 0 && p.n_kv_head > 0 && p.n_head % p.n_kv_head == 0, "paged_dot: heads %d / %d", p.n_head, p.n_kv_head);
-  LC_REQUIRE(p.head_dim == 64 || p.head_dim == 128, "paged_dot: head_dim %d (64 or 128)", p.head_dim);
+  LC_REQUIRE(p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 256, "paged_dot: head_dim %d (64, 128 or 256)",
+             p.head_dim);
   LC_REQUIRE(p.k_elem == PagedDotKeys::bf16 || p.k_scale > 0.f, "paged_dot: fp8 key scale %g", double(p.k_scale));
   if (p.n_slot <= 0) return;
   const auto st = static_cast<cudaStream_t>(s);
   const int g = p.n_head / p.n_kv_head;
-  if (p.head_dim == 128) dispatch_g<128>(p, g, st);
+  if (p.head_dim == 256) dispatch_g<256>(p, g, st);
+  else if (p.head_dim == 128) dispatch_g<128>(p, g, st);
   else dispatch_g<64>(p, g, st);
   LC_LAUNCH_CHECK("paged_dot (n_slot %lld, heads %d/%d, d %d)", (long long)p.n_slot, p.n_head, p.n_kv_head, p.head_dim);
 }

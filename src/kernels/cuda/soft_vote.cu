@@ -1,5 +1,8 @@
 // soft_vote.cu: see soft_vote.h.
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
+
+#include <type_traits>
 
 #include <cub/cub.cuh>
 
@@ -27,18 +30,19 @@ __device__ MaxSum combine(MaxSum a, MaxSum b) {
 // Per (head, slice): the slice's max and sum of exp(x - max). Each thread reads four scores at
 // a time (16-byte loads; M's tail and unaligned rows element by element) and folds them into its
 // running (max, sum) with one rescale per four, so the pass streams at memory speed instead of
-// waiting on one exp chain per element.
-__global__ void head_stats_kernel(const float* __restrict__ scores, int64_t M, MaxSum* __restrict__ part,
+// waiting on one exp chain per element. fp16 scores: element by element (TokenSelect's step
+// takes paged_dot's fused stats instead of this pass).
+template <typename S>
+__global__ void head_stats_kernel(const S* __restrict__ scores, int64_t M, MaxSum* __restrict__ part,
                                   const int32_t* __restrict__ skip, const int32_t* __restrict__ m_dev, int32_t m_sub) {
   if (skip && *skip != 0) return;
   if (m_dev) M = min(max(int64_t(*m_dev) - m_sub, int64_t(0)), M);
   const int h = blockIdx.y, slice = blockIdx.x;
   const int64_t per = ((M + kSlices - 1) / kSlices + 3) / 4 * 4, j0 = slice * per, j1 = max(j0, min(M, j0 + per));
-  const float* row = scores + int64_t(h) * M;
+  const S* row = scores + int64_t(h) * M;
   MaxSum acc{-INFINITY, 0.f};
-  const bool aligned = (reinterpret_cast<uintptr_t>(row + j0) & 15) == 0;
   int64_t j = j0;
-  if (aligned) {
+  if constexpr (std::is_same_v<S, float>) if ((reinterpret_cast<uintptr_t>(row + j0) & 15) == 0) {
     for (j = j0 + 4 * threadIdx.x; j + 4 <= j1; j += 4 * blockDim.x) {
       const float4 x = *reinterpret_cast<const float4*>(row + j);
       const float m4 = fmaxf(fmaxf(x.x, x.y), fmaxf(x.z, x.w));
@@ -46,7 +50,7 @@ __global__ void head_stats_kernel(const float* __restrict__ scores, int64_t M, M
     }
     j = j0 + (j1 - j0) / 4 * 4;  // the tail below
   }
-  for (int64_t e = j + threadIdx.x; e < j1; e += blockDim.x) acc = combine(acc, MaxSum{row[e], 1.f});
+  for (int64_t e = j + threadIdx.x; e < j1; e += blockDim.x) acc = combine(acc, MaxSum{float(row[e]), 1.f});
   for (int off = 16; off > 0; off >>= 1)
     acc = combine(acc, MaxSum{__shfl_xor_sync(0xffffffffu, acc.m, off), __shfl_xor_sync(0xffffffffu, acc.s, off)});
   __shared__ MaxSum warp_acc[kThreads / 32];
@@ -79,7 +83,9 @@ __global__ void fold_kernel(const MaxSum* __restrict__ parts, int n_part, MaxSum
 }
 
 // vote[j] = sum_h exp(s[h][j] - m_h) / Z_h (naive: sum_h s[h][j]); norm[h] = (m_h, 1 / Z_h).
-__global__ void vote_kernel(const float* __restrict__ scores, int n_head, int64_t M, const MaxSum* __restrict__ norm,
+// S: fp32 or fp16 scores (paged_dot's score_elem), the sums in fp32.
+template <typename S>
+__global__ void vote_kernel(const S* __restrict__ scores, int n_head, int64_t M, const MaxSum* __restrict__ norm,
                             bool naive, float* __restrict__ vote, const int32_t* __restrict__ skip,
                             const int32_t* __restrict__ m_dev, int32_t m_sub) {
   if (skip && *skip != 0) return;
@@ -95,7 +101,7 @@ __global__ void vote_kernel(const float* __restrict__ scores, int n_head, int64_
     float v = 0.f;
 #pragma unroll 8
     for (int h = 0; h < n_head; ++h) {
-      const float x = scores[int64_t(h) * M + j];
+      const float x = float(scores[int64_t(h) * M + j]);
       v += naive ? x : __expf(x - mh[h]) * inv_z[h];
     }
     vote[j] = v;
@@ -142,11 +148,22 @@ void soft_vote(const SoftVoteParams& p, Stream s) {
   if (p.head_stats) {
     fold_kernel<<<p.n_head, kThreads, 0, st>>>(reinterpret_cast<const MaxSum*>(p.head_stats), p.stats_parts, norm, p.skip);
   } else if (!p.naive) {
-    head_stats_kernel<<<dim3(kSlices, p.n_head), kThreads, 0, st>>>(p.scores, p.M, part, p.skip, p.m_dev, p.m_sub);
+    if (p.score_elem == ScoreElem::f16)
+      head_stats_kernel<<<dim3(kSlices, p.n_head), kThreads, 0, st>>>(static_cast<const __half*>(p.scores), p.M, part,
+                                                                      p.skip, p.m_dev, p.m_sub);
+    else
+      head_stats_kernel<<<dim3(kSlices, p.n_head), kThreads, 0, st>>>(static_cast<const float*>(p.scores), p.M, part,
+                                                                      p.skip, p.m_dev, p.m_sub);
     fold_kernel<<<p.n_head, kThreads, 0, st>>>(part, kSlices, norm, p.skip);
   }
-  vote_kernel<<<grid_for(p.M), kThreads, 0, st>>>(p.scores, p.n_head, p.M, norm, p.naive, p.vote, p.skip, p.m_dev, p.m_sub);
-  LC_LAUNCH_CHECK("soft_vote (M %lld, heads %d)", (long long)p.M, p.n_head);
+  if (p.score_elem == ScoreElem::f16)
+    vote_kernel<<<grid_for(p.M), kThreads, 0, st>>>(static_cast<const __half*>(p.scores), p.n_head, p.M, norm, p.naive,
+                                                    p.vote, p.skip, p.m_dev, p.m_sub);
+  else
+    vote_kernel<<<grid_for(p.M), kThreads, 0, st>>>(static_cast<const float*>(p.scores), p.n_head, p.M, norm, p.naive,
+                                                    p.vote, p.skip, p.m_dev, p.m_sub);
+  LC_LAUNCH_CHECK("soft_vote (M %lld, heads %d, %s scores)", (long long)p.M, p.n_head,
+                  p.score_elem == ScoreElem::f16 ? "fp16" : "fp32");
 }
 
 // Layout: sorted votes [M] | indices in [M] | indices out [M] | k offsets [k] | cub temp.

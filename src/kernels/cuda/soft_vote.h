@@ -1,6 +1,6 @@
 // soft_vote.h (cuda): TokenSelect's head soft vote and its top-k on the device.
 //
-// What: vote[j] = sum_h softmax_j(scores[h][.])[j] over scores fp32 [n_head, M] (paper Eq. 10;
+// What: vote[j] = sum_h softmax_j(scores[h][.])[j] over scores fp32 or fp16 [n_head, M] (paper Eq. 10;
 // naive: the plain sum over heads), then the indices of the k largest votes (ties: smaller index
 // first), ascending, plus an offset (candidate index -> position). CPU twins:
 // kernels/ref/soft_vote.h and sparse/topk.h's rule; tested by tests/cuda/test_tokenselect.cpp.
@@ -17,13 +17,14 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda/paged_dot.h"
 #include "kernels/cuda/runtime.h"
 
 namespace longctx::cuda {
 
 struct SoftVoteParams {
-  const float* scores = nullptr;  // [n_head, M]
-  float* vote = nullptr;          // [M]
+  const void* scores = nullptr;   // score_elem [n_head, M] (paged_dot's output)
+  float* vote = nullptr;          // fp32 [M]
   int n_head = 0;
   int64_t M = 0;
   bool naive = false;             // sum of raw scores instead of the soft vote
@@ -33,6 +34,7 @@ struct SoftVoteParams {
   int32_t m_sub = 0;              // on the device (M is then the launch bound; graph replay)
   const float* head_stats = nullptr;  // fp32 [n_head, stats_parts, 2] (max, sum exp) from paged_dot, or
   int stats_parts = 0;                // nullptr (the scores' own pass); soft vote only
+  ScoreElem score_elem = ScoreElem::f32;  // fp16: exp and sums still in fp32
 };
 size_t soft_vote_workspace_bytes(int n_head);
 void soft_vote(const SoftVoteParams& p, Stream s = nullptr);

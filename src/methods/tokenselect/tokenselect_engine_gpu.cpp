@@ -96,7 +96,8 @@ void TokenSelectGpu::attend(const GpuAttendStep& st, cuda::Stream s) {
   const int64_t QW = int64_t(ctx_.n_head) * ctx_.head_dim;  // elements of one query / output row
   TokenSelectGpuInput in{.q = st.q, .n_rows = st.n_q, .n_kv = st.n_kv, .k_pool = st.k, .v_pool = st.v,
                          .slots = slots_, .inv_freq = st.inv_freq, .rope_factor = st.rope_factor,
-                         .scale = st.scale, .o = st.o};
+                         .scale = st.scale, .o = st.o, .pool_fp8 = st.kv_fp8, .k_scale = st.k_scale,
+                         .v_scale = st.v_scale};
   if (st.phase == Phase::decode && st.n_q == 1) {
     in.n_kv_dev = st.n_kv_dev;
     in.n_kv_bound = std::min(std::max(st.n_kv_bound, st.n_kv), capacity_);
