@@ -60,7 +60,7 @@ has bench && step bench 50 "$X/longctx_bench_tokenselect" --lens "" --hit-rates 
 has torch && step torch 35 bash -c "python3 $X/torch_baseline.py --prefill '' --decode '' --chunk 512 \
   --chunk-lens 131072,524288,1048576 --json $OUT/bench_torch.json && python3 $X/torch_baseline.py --prefill '' \
   --decode '' --chunk 512 --chunk-lens 131072 --shape 4,1,256 --json $OUT/bench_torch_d256.json"
-has memcheck && step memcheck 25 bash -c "compute-sanitizer --tool memcheck --error-exitcode 99 $X/test_cuda \
+has memcheck && step memcheck 20 bash -c "compute-sanitizer --tool memcheck --error-exitcode 99 $X/test_cuda \
   --gtest_filter='TokenSelectF16Scores.PagedDot*' && compute-sanitizer --tool memcheck --error-exitcode 99 \
   $X/test_tokenselect_step --gtest_filter='TokenSelectCompactKv*'"
 exit $status
