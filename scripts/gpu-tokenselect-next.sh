@@ -52,12 +52,12 @@ step() {  # step NAME TIMEOUT CMD...: run, keep the log, report failure without 
 }
 
 has() { [[ " $STEPS " == *" $1 "* ]]; }
-has tests && step tests 40 "$X/test_cuda" --gtest_filter='TokenSelect*:TopKSelect*'
+has tests && step tests 60 "$X/test_cuda" --gtest_filter='TokenSelect*:TopKSelect*'
 has tests_step && step tests_step 35 "$X/test_tokenselect_step"
 has tests_model && step tests_model 45 "$X/test_gpu" --gtest_filter='GpuTokenSelect*'
-has bench && step bench 50 "$X/longctx_bench_tokenselect" --lens "" --hit-rates "" \
+has bench && step bench 40 "$X/longctx_bench_tokenselect" --lens "" --hit-rates "" \
   --chunk-lens 131072,524288,1048576 --d256-lens 131072 --json "$OUT/bench_tokenselect.json"
-has torch && step torch 35 bash -c "python3 $X/torch_baseline.py --prefill '' --decode '' --chunk 512 \
+has torch && step torch 30 bash -c "python3 $X/torch_baseline.py --prefill '' --decode '' --chunk 512 \
   --chunk-lens 131072,524288,1048576 --json $OUT/bench_torch.json && python3 $X/torch_baseline.py --prefill '' \
   --decode '' --chunk 512 --chunk-lens 131072 --shape 4,1,256 --json $OUT/bench_torch_d256.json"
 has memcheck && step memcheck 20 bash -c "compute-sanitizer --tool memcheck --error-exitcode 99 $X/test_cuda \

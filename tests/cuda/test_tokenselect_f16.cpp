@@ -99,8 +99,9 @@ std::vector<double> dot_ref(const F16Case& c, const F16Run& r) {  // fp64 gather
 TEST(TokenSelectF16Scores, PagedDotEqualsFp64AndStatsDescribeStored) {
   LC_REQUIRE_GPU();
   for (int D : {64, 128, 256})
-    for (auto [H, Hkv] : std::vector<std::pair<int, int>>{{8, 8}, {9, 3}, {32, 8}, {4, 1}, {64, 8}})
-      for (int64_t n : {int64_t(1), int64_t(33), int64_t(4099)})
+    // GQA groups 1, 3, 4, 8 (fp64 references: 12 s on an H100 machine's host for 90 cases, so fewer)
+    for (auto [H, Hkv] : std::vector<std::pair<int, int>>{{8, 8}, {9, 3}, {32, 8}, {4, 1}})
+      for (int64_t n : {int64_t(33), int64_t(4099)})
         for (bool fp8 : {false, true}) {
           const F16Case c{H, Hkv, D, 5000, n, fp8};
           const F16Run r = run_f16(c);
