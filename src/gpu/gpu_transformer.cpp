@@ -740,8 +740,8 @@ void GpuTransformer::check_pre_rope() const {
   const auto refuse = [&](const std::string& what) {
     fail("--attn {} on the GPU (pre-RoPE keys) does not run with {}; use --device cpu", attn_spec_, what);
   };
-  // --kv-cache fp8: prefill steps attend the staged bf16 rows; a decode step gets the e4m3 cache
-  // (GpuAttendStep::kv_fp8), refused above unless the method's decode_reads_fp8().
+  // --kv-cache fp8 runs: prefill steps attend the staged bf16 rows, a decode step gets the e4m3
+  // cache (GpuAttendStep::kv_fp8); the constructor refuses a method whose decode_reads_fp8() is false.
   if (synthetic_qk_) refuse("--synthetic-qk (it replaces Q/K after RoPE)");
   for (int l = 0; l < cfg_.n_layer; ++l)
     if (window(l) != 0) refuse(fmt::format("sliding-window layers ({} has them)", cfg_.name));
