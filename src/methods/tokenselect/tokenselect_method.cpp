@@ -73,12 +73,19 @@ std::vector<KeySegment> TokenSelectMethod::plan(const AttnParams& p, Phase phase
       for (float& x : qs) x /= float(C);
       const SelectInput in{.q = qs.data(), .k = p.k, .n_kv = n_kv, .n_head = p.n_head, .n_kv_head = p.n_kv_head,
                            .head_dim = p.head_dim};
-      auto audit_fp8 = [&](const std::vector<int32_t>& exact) {
+      // The audits of a fresh selection: scoring fp8-rounded keys, storing fp16 scores.
+      auto audit = [&](const std::vector<int32_t>& exact) {
+        const int ph = phase == Phase::decode ? 1 : 0;
+        if (st.audit_f16) {
+          SelectInput in16 = in;
+          in16.scores_f16 = true;
+          st.f16_overlap_sum[ph] += overlap(select_tokens(t_, in16, pool), exact);
+          ++st.f16_selections[ph];
+        }
         if (!st.audit_fp8) return;
         const std::vector<float> k8 = fp8_roundtrip(p.k, n_kv * p.n_kv_head * D);
         SelectInput in8 = in;
         in8.k = k8.data();
-        const int ph = phase == Phase::decode ? 1 : 0;
         st.fp8_overlap_sum[ph] += overlap(select_tokens(t_, in8, pool), exact);
         ++st.fp8_selections[ph];
       };
@@ -92,13 +99,13 @@ std::vector<KeySegment> TokenSelectMethod::plan(const AttnParams& p, Phase phase
           if (st.audit) st.overlap_sum += overlap(selected, select_tokens(t_, in, pool));
         } else {
           selected = select_tokens(t_, in, pool);
-          audit_fp8(selected);
+          audit(selected);
           c = {.first = false, .q = qs, .selected = selected};
           ++st.misses;
         }
       } else {
         selected = select_tokens(t_, in, pool);
-        audit_fp8(selected);
+        audit(selected);
       }
     }
     seg.keys = budget_keys(t_, n_kv, selected);

@@ -67,6 +67,11 @@ class TokenSelectMethod final : public AttentionMethod {
     bool audit_fp8 = false;
     double fp8_overlap_sum[2] = {0, 0};  // [prefill, decode]
     int64_t fp8_selections[2] = {0, 0};
+    // audit_f16 (statistics, bench/tokenselect_cache.cpp --f16): likewise with the scores rounded
+    // to fp16 (SelectInput::scores_f16: the GPU step's fp16 scores) over the exact keys.
+    bool audit_f16 = false;
+    double f16_overlap_sum[2] = {0, 0};  // [prefill, decode]
+    int64_t f16_selections[2] = {0, 0};
   };
 
  private:

@@ -51,6 +51,9 @@ struct SelectInput {
   const float* k = nullptr;
   int64_t n_kv = 0;
   int n_head = 0, n_kv_head = 0, head_dim = 0;
+  // Each score rounded to fp16 (nearest even, clamped to +-65504) before the vote: the CPU twin
+  // of the GPU step's fp16 scores (TokenSelectGpuShape::scores, cuda::ScoreElem::f16).
+  bool scores_f16 = false;
 };
 std::vector<int32_t> select_tokens(const TokenSelectParams& t, const SelectInput& in, ThreadPool& pool);
 
