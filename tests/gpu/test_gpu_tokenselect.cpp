@@ -11,7 +11,8 @@
 // within the measured GPU-vs-CPU vote disagreement of the k-th (last layer; 90% common elsewhere;
 // the count of exactly equal sets is printed); (3) the selection cache: theta > 1 never reuses (every
 // decode step of every layer selects) and matches the CPU with the cache disabled; theta = -1
-// reuses after the first selection, as the CPU does, and matches the CPU's logits; (4) what the
+// reuses after the first selection, as the CPU does, and matches the CPU's logits; the same with
+// scores=f16 (both sides round the per-head scores to fp16; theta > 1); (4) what the
 // GPU refuses, before any work (no GPU needed): one phase only, vote=hard, keys=rotated; (5) the
 // fp8 KV cache: prefill equal to the bf16 cache's, decode within the fp8 tolerance of it.
 //   build-gpu/tests/gpu/test_gpu --gtest_filter='GpuTokenSelect*'
@@ -337,8 +338,10 @@ TEST(GpuTokenSelect, GraphDecodeEqualsEager) {
 TEST(GpuTokenSelect, MatchesCpuTokenSelect) {
   REQUIRE_GPU();
   const std::vector<int32_t> ids = random_ids(1100, fixture().cfg.vocab_size, 11);
-  for (const std::string theta : {"2", "-1"}) {  // cache disabled / always reused after a selection
-    const std::string spec = kSmall + ",theta=" + theta;
+  // cache disabled / always reused after a selection; fp16 scores (both sides round them)
+  for (const std::string variant : {"2", "-1", "2,scores=f16"}) {
+    const std::string theta = variant.substr(0, variant.find(','));
+    const std::string spec = kSmall + ",theta=" + variant;
     gpu::GpuTransformer g = make_gpu(spec);
     const Rows gr = run_gpu(g, ids, decode_tokens());
     const CpuRun c = run_cpu(spec, ids, decode_tokens());

@@ -318,6 +318,14 @@ TEST(TokenSelectF16Scores, SelectionVotesOverRoundedScoresAndAuditCounts) {
   EXPECT_EQ(s.fp8_selections[0], 0);  // the fp8 audit stays off
   EXPECT_GT(s.f16_overlap_sum[0] / 3, 0.9);  // one fp16 rounding moves near-ties only
   EXPECT_LE(s.f16_overlap_sum[0], 3.0);
+  // scores=f16: the method's own selections are the fp16 ones (the audit finds them all again).
+  const auto m16 = make_tokenselect_method("n_init=8,k=32,n_local=64,chunk=64,scores=f16", ctx());
+  auto st16 = m16->start_sequence();
+  auto& s16 = static_cast<TokenSelectMethod::State&>(*st16);
+  s16.audit_f16 = true;
+  m16->select_keys(pp.p, Phase::prefill, LayerRope{inv.data(), 1.f}, *st16, pool());
+  EXPECT_EQ(s16.f16_selections[0], 3);
+  EXPECT_EQ(s16.f16_overlap_sum[0], 3.0);
 }
 
 // Rotated keys: the index (initial and local ranges + selected columns, per sub-chunk) run by the
@@ -393,6 +401,13 @@ TEST(TokenSelectSpec, OptionsErrorsAndComposition) {
             std::string::npos);
   EXPECT_NE(error_of([] { make_attention_method("tokenselect=chunk=100", ctx()); }).find("multiple of 64"), std::string::npos);
   EXPECT_NE(error_of([] { make_attention_method("tokenselect=vote=max", ctx()); }).find("vote must be"), std::string::npos);
+  const auto f = make_attention_method("tokenselect=scores=f16", ctx());
+  EXPECT_EQ(f->name(), m->name() + ",scores=f16");
+  EXPECT_TRUE(ts(*f).params().scores_f16);
+  EXPECT_EQ(make_attention_method(f->name(), ctx())->name(), f->name());
+  EXPECT_EQ(make_attention_method("tokenselect=scores=f32", ctx())->name(), m->name());
+  EXPECT_NE(error_of([] { make_attention_method("tokenselect=scores=bf16", ctx()); }).find("scores must be f32 or f16"),
+            std::string::npos);
   EXPECT_NE(error_of([] { make_attention_method("tokenselect=size=3", ctx()); }).find("unknown option 'size'"),
             std::string::npos);
   EXPECT_NE(error_of([] { make_attention_method("tokenselect=k", ctx()); }).find("KEY=VAL"), std::string::npos);

@@ -42,7 +42,8 @@ const char* at_row(const void* base, int64_t row, int64_t row_elems) {
 
 TokenSelectGpuShape TokenSelectGpu::step_shape(const GpuShape& shape) const {
   return {.n_head = ctx_.n_head, .n_kv_head = ctx_.n_kv_head, .head_dim = ctx_.head_dim,
-          .max_kv = std::max<int64_t>(shape.capacity, 1), .max_rows = std::clamp<int64_t>(shape.chunk, 1, t_.chunk)};
+          .max_kv = std::max<int64_t>(shape.capacity, 1), .max_rows = std::clamp<int64_t>(shape.chunk, 1, t_.chunk),
+          .scores = t_.scores_f16 ? cuda::ScoreElem::f16 : cuda::ScoreElem::f32};
 }
 
 size_t TokenSelectGpu::device_bytes(const GpuShape& shape) const {

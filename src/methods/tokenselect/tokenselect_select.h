@@ -34,6 +34,9 @@ struct TokenSelectParams {
   double theta = 0.9;
   VoteMode vote = VoteMode::soft;
   KeyLayout keys = KeyLayout::pre_rope;
+  // scores=f16: the per-head scores rounded to fp16 before the vote (SelectInput::scores_f16; on
+  // the GPU stored as fp16, half the scan's writes). Default f32.
+  bool scores_f16 = false;
 
   int64_t budget() const { return n_init + k + n_local; }
 };
