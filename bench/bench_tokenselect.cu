@@ -28,10 +28,13 @@
 // fused into the scan (cuda::paged_dot's head_stats); the selection overlap of the two scorings
 // (on these random keys); decode per token vs the selection cache's hit rate (--hit-rates: runs
 // of 40 decode steps, hits and misses interleaved at that rate, each replayed from its graph).
+// The chunk rows also run with the per-head scores stored as fp16 (TokenSelectGpuShape::scores)
+// and over an fp8 cache (e4m3 K and V: the compaction widens the budget's rows), and the chunk
+// at head_dim 256 (Gemma 3's global layers, 4 query / 1 KV head; --d256-lens, default 128K).
 // Inputs random (never zeros); CUDA events, warmup, median.
 // Run: build-gpu/bench/longctx_bench_tokenselect [--lens 131072,1048576]
-//        [--chunk-lens 131072,524288,1048576] [--hit-rates 0.967,0.639,0.205,0.026,0,1]
-//        [--json out.json]
+//        [--chunk-lens 131072,524288,1048576] [--d256-lens 131072]
+//        [--hit-rates 0.967,0.639,0.205,0.026,0,1] [--json out.json]   (an empty list skips)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -291,15 +294,25 @@ std::string run_len(int64_t N) {
 
 
 // One 512-token prefill chunk after N - 512 keys: TokenSelect's step by stages vs dense.
-std::string run_chunk(int64_t N, const std::vector<double>& hit_rates) {
-  const int64_t W = int64_t(kKvHeads) * kHeadDim;
+// The attention geometry of a chunk row: Llama-3-8B (the paper's scale) or Gemma 3's global
+// layers (issue 19: head_dim 256, 4 query / 1 KV head).
+struct Geo {
+  const char* name;
+  int heads, kv_heads, head_dim;
+};
+constexpr Geo kLlama3{"llama3-8b", kHeads, kKvHeads, kHeadDim};
+constexpr Geo kGemma3Global{"gemma3-global", 4, 1, 256};
+
+std::string run_chunk(int64_t N, const Geo& g, const std::vector<double>& hit_rates) {
+  const int H = g.heads, Hkv = g.kv_heads, D = g.head_dim;
+  const int64_t W = int64_t(Hkv) * D;
   void* k = dev_malloc(size_t(N * W) * 2);
   void* v = dev_malloc(size_t(N * W) * 2);
   fill_random_bf16(k, N * W, 22, 1.f);
   fill_random_bf16(v, N * W, 23, 1.f);
-  void* q = dev_malloc(size_t(kChunk) * kHeads * kHeadDim * 2);
-  void* o = dev_malloc(size_t(kChunk) * kHeads * kHeadDim * 2);
-  fill_random_bf16(q, int64_t(kChunk) * kHeads * kHeadDim, 21, 1.f);
+  void* q = dev_malloc(size_t(kChunk) * H * D * 2);
+  void* o = dev_malloc(size_t(kChunk) * H * D * 2);
+  fill_random_bf16(q, int64_t(kChunk) * H * D, 21, 1.f);
   std::vector<int32_t> slots(static_cast<size_t>(N));  // 64-token pages in shuffled order
   {
     std::vector<int32_t> pages(static_cast<size_t>(N / kPageSize));
@@ -309,14 +322,16 @@ std::string run_chunk(int64_t N, const std::vector<double>& hit_rates) {
   }
   auto* d_slots = static_cast<int32_t*>(dev_malloc(slots.size() * 4));
   copy_h2d(d_slots, slots.data(), slots.size() * 4);
-  std::vector<float> inv(kHeadDim / 2);
-  for (int i = 0; i < kHeadDim / 2; ++i) inv[size_t(i)] = 1.f / std::pow(500000.f, float(2 * i) / kHeadDim);
+  std::vector<float> inv(size_t(D / 2));
+  for (int i = 0; i < D / 2; ++i) inv[size_t(i)] = 1.f / std::pow(500000.f, float(2 * i) / float(D));
   auto* d_inv = static_cast<float*>(dev_malloc(inv.size() * 4));
   copy_h2d(d_inv, inv.data(), inv.size() * 4);
 
   const TokenSelectParams t;  // the paper's defaults: 128 + 2048 + 512, chunk 512
-  TokenSelectGpuStep step(t, {.n_head = kHeads, .n_kv_head = kKvHeads, .head_dim = kHeadDim, .max_kv = N,
-                              .max_rows = kChunk});
+  const TokenSelectGpuShape shape{.n_head = H, .n_kv_head = Hkv, .head_dim = D, .max_kv = N, .max_rows = kChunk};
+  TokenSelectGpuShape shape16 = shape;
+  shape16.scores = ScoreElem::f16;
+  TokenSelectGpuStep step(t, shape), step16(t, shape16);  // fp32 / fp16 per-head scores
   const TokenSelectGpuInput in{.q = q, .n_rows = kChunk, .n_kv = N, .k_pool = k, .v_pool = v, .slots = d_slots,
                                .inv_freq = d_inv, .o = o};
   TokenSelectGpuInput in1 = in;  // a decode step: the chunk's first query
@@ -329,38 +344,55 @@ std::string run_chunk(int64_t N, const std::vector<double>& hit_rates) {
   dp.o = o;
   dp.n_q = kChunk;
   dp.n_kv = N;
-  dp.n_head = kHeads;
-  dp.n_kv_head = kKvHeads;
-  dp.head_dim = kHeadDim;
+  dp.n_head = H;
+  dp.n_kv_head = Hkv;
+  dp.head_dim = D;
   dp.q_pos0 = N - kChunk;
   dp.causal = true;
 
-  // The same step scoring e4m3 keys (an fp8 cache's, or a bf16 cache's fp8 shadow).
+  // The same step scoring e4m3 keys (a bf16 cache's fp8 shadow), and over an fp8 cache (e4m3 K
+  // and V: scored as is, the budget's rows widened to bf16 by the compaction).
   void* k8 = fp8_keys(k, N * W);
+  void* v8 = fp8_keys(v, N * W);
   TokenSelectGpuInput in8 = in;
   in8.k_score = k8, in8.k_score_scale = kKeyFp8Scale;
   TokenSelectGpuInput in8_1 = in8;
   in8_1.n_rows = 1;
+  TokenSelectGpuInput in_pool8 = in;
+  in_pool8.k_pool = k8, in_pool8.v_pool = v8, in_pool8.pool_fp8 = true;
+  in_pool8.k_scale = in_pool8.v_scale = kKeyFp8Scale;
 
   const int reps = N >= (int64_t(1) << 20) ? 20 : 50;
   struct Split {
     Timing query, score, vote, topk, compact, attn, step;
   };
-  auto split = [&](const TokenSelectGpuInput& x) {
+  auto split = [&](TokenSelectGpuStep& st_, const TokenSelectGpuInput& x) {
     Split r{};
-    r.query = time_step([&](Stream s) { step.stage_query(x, s); }, reps);
-    r.score = time_step([&](Stream s) { step.stage_score(x, s); }, reps);
-    r.vote = time_step([&](Stream s) { step.stage_vote(x, s); }, reps);
-    r.topk = time_step([&](Stream s) { step.stage_top_k(x, s); }, reps);
-    r.compact = time_step([&](Stream s) { step.stage_compact(x, s); }, reps);
-    r.attn = time_step([&](Stream s) { step.stage_attention(x, s); }, reps);
-    r.step = time_step([&](Stream s) { step.step(x, s); }, reps);
+    r.query = time_step([&](Stream s) { st_.stage_query(x, s); }, reps);
+    r.score = time_step([&](Stream s) { st_.stage_score(x, s); }, reps);
+    r.vote = time_step([&](Stream s) { st_.stage_vote(x, s); }, reps);
+    r.topk = time_step([&](Stream s) { st_.stage_top_k(x, s); }, reps);
+    r.compact = time_step([&](Stream s) { st_.stage_compact(x, s); }, reps);
+    r.attn = time_step([&](Stream s) { st_.stage_attention(x, s); }, reps);
+    r.step = time_step([&](Stream s) { st_.step(x, s); }, reps);
     return r;
   };
-  const Split b = split(in), f = split(in8);
+  // Variants: keys read by the scan (bf16 / e4m3 shadow / the fp8 cache) x scores' storage.
+  struct Variant {
+    const char* name;
+    TokenSelectGpuStep* st;
+    const TokenSelectGpuInput* in;
+    double key_bytes;  // per key element read by the scan
+    Split r;
+  };
+  std::vector<Variant> vars = {{"bf16_keys", &step, &in, 2, {}},          {"fp8_keys", &step, &in8, 1, {}},
+                               {"bf16_keys_f16_scores", &step16, &in, 2, {}}, {"fp8_keys_f16_scores", &step16, &in8, 1, {}},
+                               {"fp8_cache", &step, &in_pool8, 1, {}},   {"fp8_cache_f16_scores", &step16, &in_pool8, 1, {}}};
+  for (auto& x : vars) x.r = split(*x.st, *x.in);
   const Timing t_hit1 = time_step([&](Stream s) { step.attend(in1, s); }, 100);
   const Timing t_miss1 = time_step([&](Stream s) { step.step(in1, s); }, reps);
   const Timing t_miss1_8 = time_step([&](Stream s) { step.step(in8_1, s); }, reps);
+  const Timing t_miss1_8_16 = time_step([&](Stream s) { step16.step(in8_1, s); }, reps);
   const Timing t_dense = time_step([&](Stream s) { attention_prefill(dp, s); }, N >= (int64_t(1) << 20) ? 5 : 10);
   // Decode per token vs the hit rate (bf16 and fp8 scoring), the rates of the CPU theta sweep.
   std::string per_rate;
@@ -374,59 +406,73 @@ std::string run_chunk(int64_t N, const std::vector<double>& hit_rates) {
     std::fprintf(stderr, "decode N=%lld hit rate %.3f: %.4f ms per step (bf16 scoring), %.4f ms (fp8)\n", (long long)N,
                  rate, ms_b, ms_f);
   }
-  // Selection overlap of fp8 vs bf16 scoring on these (random) keys: |I_fp8 ∩ I_bf16| / k.
+  // Selection overlaps on these (random) keys, |I_a ∩ I_b| / k: fp8 vs bf16 keys; fp16 vs fp32 scores.
   const int64_t n_sel = TokenSelectParams{}.k;
-  auto selected = [&](const TokenSelectGpuInput& x) {
-    step.select(x, nullptr);
+  auto selected = [&](TokenSelectGpuStep& st_, const TokenSelectGpuInput& x) {
+    st_.select(x, nullptr);
     std::vector<int32_t> h(static_cast<size_t>(n_sel));
-    copy_d2h(h.data(), step.selected(), h.size() * 4);
+    copy_d2h(h.data(), st_.selected(), h.size() * 4);
     std::sort(h.begin(), h.end());
     return h;
   };
-  const std::vector<int32_t> sel_b = selected(in), sel_f = selected(in8);
-  std::vector<int32_t> common;
-  std::set_intersection(sel_b.begin(), sel_b.end(), sel_f.begin(), sel_f.end(), std::back_inserter(common));
-  const double overlap = double(common.size()) / double(n_sel);
+  auto overlap_of = [&](const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+    std::vector<int32_t> common;
+    std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(common));
+    return double(common.size()) / double(n_sel);
+  };
+  const std::vector<int32_t> sel_b = selected(step, in), sel_f = selected(step, in8);
+  const std::vector<int32_t> sel_b16 = selected(step16, in), sel_f16 = selected(step16, in8);
+  const double overlap = overlap_of(sel_b, sel_f), overlap16_b = overlap_of(sel_b, sel_b16),
+               overlap16_f = overlap_of(sel_f, sel_f16);
   device_sync();
 
-  const double key_gb = double(N - kInit - kLocal) * W * 2 / 1e9;
-  const double dense_tflops = 4.0 * kChunk * double(N) * kHeads * kHeadDim / (t_dense.graph_ms * 1e-3) / 1e12;
+  const double key_elems = double(N - kInit - kLocal) * W;
+  const double dense_tflops = 4.0 * kChunk * double(N) * H * D / (t_dense.graph_ms * 1e-3) / 1e12;
   std::string rows;
-  for (int pass = 0; pass < 2; ++pass) {
-    const Split& x = pass ? f : b;
-    const double gb = pass ? key_gb / 2 : key_gb;
+  for (const Variant& v_ : vars) {
+    const Split& x = v_.r;
+    const double gb = key_elems * v_.key_bytes / 1e9;
     std::fprintf(stderr,
-                 "chunk N=%lld %s keys: tokenselect step %.4f ms graph (%.4f eager) = query %.4f + score+stats %.4f "
+                 "chunk %s N=%lld %s: tokenselect step %.4f ms graph (%.4f eager) = query %.4f + score+stats %.4f "
                  "(%.0f GB/s K) + softmax+sum %.4f + top-k %.4f + compact %.4f + attention %.4f | dense chunk %.3f ms "
                  "(%.0f TFLOP/s) = %.1fx\n",
-                 (long long)N, pass ? "fp8" : "bf16", x.step.graph_ms, x.step.eager_ms, x.query.graph_ms,
-                 x.score.graph_ms, gb / (x.score.graph_ms * 1e-3), x.vote.graph_ms, x.topk.graph_ms,
-                 x.compact.graph_ms, x.attn.graph_ms, t_dense.graph_ms, dense_tflops,
-                 t_dense.graph_ms / x.step.graph_ms);
+                 g.name, (long long)N, v_.name, x.step.graph_ms, x.step.eager_ms, x.query.graph_ms, x.score.graph_ms,
+                 gb / (x.score.graph_ms * 1e-3), x.vote.graph_ms, x.topk.graph_ms, x.compact.graph_ms, x.attn.graph_ms,
+                 t_dense.graph_ms, dense_tflops, t_dense.graph_ms / x.step.graph_ms);
     char one[512];
     std::snprintf(one, sizeof one,
                   "\"%s\": {\"query_ms\": %.5f, \"score_ms\": %.5f, \"score_K_GBps\": %.1f, \"softmax_sum_ms\": %.5f, "
                   "\"topk_ms\": %.5f, \"compact_ms\": %.5f, \"attention_ms\": %.5f, \"step_ms_graph\": %.5f, "
                   "\"step_ms_eager\": %.5f, \"dense_over_step\": %.3f}, ",
-                  pass ? "fp8_keys" : "bf16_keys", x.query.graph_ms, x.score.graph_ms, gb / (x.score.graph_ms * 1e-3),
-                  x.vote.graph_ms, x.topk.graph_ms, x.compact.graph_ms, x.attn.graph_ms, x.step.graph_ms,
-                  x.step.eager_ms, t_dense.graph_ms / x.step.graph_ms);
+                  v_.name, x.query.graph_ms, x.score.graph_ms, gb / (x.score.graph_ms * 1e-3), x.vote.graph_ms,
+                  x.topk.graph_ms, x.compact.graph_ms, x.attn.graph_ms, x.step.graph_ms, x.step.eager_ms,
+                  t_dense.graph_ms / x.step.graph_ms);
     rows += one;
   }
   std::fprintf(stderr,
-               "chunk N=%lld: pre-RoPE decode hit %.4f ms, miss %.4f ms (fp8 scoring %.4f) | selection overlap fp8 vs "
-               "bf16 scoring (random keys) %.4f\n",
-               (long long)N, t_hit1.graph_ms, t_miss1.graph_ms, t_miss1_8.graph_ms, overlap);
-  std::string buf = "{\"chunk_after_n_kv\": " + std::to_string(N) + ", \"chunk\": " + std::to_string(kChunk) + ", " + rows;
-  char tail[512];
+               "chunk %s N=%lld: pre-RoPE decode hit %.4f ms, miss %.4f ms (fp8 scoring %.4f, + fp16 scores %.4f) | "
+               "selection overlap (random keys): fp8 vs bf16 keys %.4f, fp16 vs fp32 scores %.4f (bf16 keys) %.4f (fp8)\n",
+               g.name, (long long)N, t_hit1.graph_ms, t_miss1.graph_ms, t_miss1_8.graph_ms, t_miss1_8_16.graph_ms, overlap,
+               overlap16_b, overlap16_f);
+  char head[256];
+  std::snprintf(head, sizeof head,
+                "{\"geometry\": \"%s\", \"n_head\": %d, \"n_kv_head\": %d, \"head_dim\": %d, \"chunk_after_n_kv\": %lld, "
+                "\"chunk\": %d, ",
+                g.name, H, Hkv, D, (long long)N, kChunk);
+  std::string buf = head + rows;
+  char tail[768];
   std::snprintf(tail, sizeof tail,
                 "\"dense_chunk_ms\": %.5f, \"dense_chunk_tflops\": %.1f, \"pre_rope_decode_hit_ms\": %.5f, "
                 "\"pre_rope_decode_miss_ms\": %.5f, \"pre_rope_decode_miss_fp8_ms\": %.5f, "
-                "\"selection_overlap_fp8_vs_bf16_random_keys\": %.5f, \"fp8_key_scale\": %.6g, \"decode_vs_hit_rate\": [",
-                t_dense.graph_ms, dense_tflops, t_hit1.graph_ms, t_miss1.graph_ms, t_miss1_8.graph_ms, overlap,
-                double(kKeyFp8Scale));
+                "\"pre_rope_decode_miss_fp8_f16_scores_ms\": %.5f, "
+                "\"selection_overlap_fp8_vs_bf16_random_keys\": %.5f, "
+                "\"selection_overlap_f16_vs_f32_scores_bf16_keys\": %.5f, "
+                "\"selection_overlap_f16_vs_f32_scores_fp8_keys\": %.5f, \"fp8_key_scale\": %.6g, \"decode_vs_hit_rate\": [",
+                t_dense.graph_ms, dense_tflops, t_hit1.graph_ms, t_miss1.graph_ms, t_miss1_8.graph_ms,
+                t_miss1_8_16.graph_ms, overlap, overlap16_b, overlap16_f, double(kKeyFp8Scale));
   buf += tail + per_rate + "]}";
   dev_free(k8);
+  dev_free(v8);
   for (void* p : {k, v, q, o, (void*)d_slots, (void*)d_inv}) dev_free(p);
   return buf;
 }
@@ -434,7 +480,7 @@ std::string run_chunk(int64_t N, const std::vector<double>& hit_rates) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<int64_t> lens = {131072, 1048576}, chunk_lens = {131072, 524288, 1048576};
+  std::vector<int64_t> lens = {131072, 1048576}, chunk_lens = {131072, 524288, 1048576}, d256_lens = {131072};
   // The selection cache's hit rates at theta 0.5 / 0.8 / 0.9 / 0.95 / off on the default model
   // (docs/benchmarks.md, bench/tokenselect_cache.cpp), and every step a hit.
   std::vector<double> hit_rates = {0.967, 0.639, 0.205, 0.026, 0.0, 1.0};
@@ -442,6 +488,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--lens") && i + 1 < argc) lens = bench::parse_list(argv[++i]);
     else if (!std::strcmp(argv[i], "--chunk-lens") && i + 1 < argc) chunk_lens = bench::parse_list(argv[++i]);
+    else if (!std::strcmp(argv[i], "--d256-lens") && i + 1 < argc) d256_lens = bench::parse_list(argv[++i]);
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--hit-rates") && i + 1 < argc) {
       hit_rates.clear();
@@ -457,7 +504,8 @@ int main(int argc, char** argv) {
       }
     }
     else {
-      std::fprintf(stderr, "usage: %s [--lens N,..] [--chunk-lens N,..] [--hit-rates r,..] [--json FILE]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--lens N,..] [--chunk-lens N,..] [--d256-lens N,..] [--hit-rates r,..] [--json FILE]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -470,7 +518,8 @@ int main(int argc, char** argv) {
                   kHeads, kKvHeads, kHeadDim, kInit, kTopK, kLocal);
     bench::JsonRecord js(device_info(0), extra);
     for (int64_t n : lens) js.add(run_len(n));
-    for (int64_t n : chunk_lens) js.add(run_chunk(n, hit_rates));
+    for (int64_t n : chunk_lens) js.add(run_chunk(n, kLlama3, hit_rates));
+    for (int64_t n : d256_lens) js.add(run_chunk(n, kGemma3Global, {}));
     js.finish(json_path);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "longctx_bench_tokenselect: %s\n", e.what());

@@ -11,9 +11,11 @@
 // tokens' agreement with theta > 1 = no cache) and a table on stderr. --fp8: every fresh
 // selection (prefill chunks, decode misses) is also made over the keys rounded through e4m3
 // with one scale (what scoring an fp8 cache's keys sees: cuda::paged_dot's fp8 variant), and the
-// mean |fp8 ∩ exact| / |exact| is reported per phase (the quality cost of fp8 scoring).
+// mean |fp8 ∩ exact| / |exact| is reported per phase (the quality cost of fp8 scoring). --f16:
+// likewise with the per-head scores rounded to fp16 (the GPU step's fp16 scores) over the exact keys.
 // Run: build/bench/longctx_bench_tokenselect_cache [--tokens 6144] [--steps 64]
-//        [--thetas 0.5,0.7,0.8,0.9,0.95] [--text FILE] [-m MODEL] [--threads 2] [--fp8] [--json OUT]
+//        [--thetas 0.5,0.7,0.8,0.9,0.95] [--text FILE] [-m MODEL] [--threads 2] [--fp8] [--f16]
+//        [--json OUT]
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -43,7 +45,7 @@ struct Args {
   std::string model, text, json;
   int64_t tokens = 6144, steps = 64;
   int threads = 2;
-  bool fp8 = false;
+  bool fp8 = false, f16 = false;
   std::vector<double> thetas = {0.5, 0.7, 0.8, 0.9, 0.95};
 };
 
@@ -71,12 +73,13 @@ Args parse(int argc, char** argv) {
     else if (f == "--steps") a.steps = number<int64_t>(f, value(i));
     else if (f == "--threads") a.threads = number<int>(f, value(i));
     else if (f == "--fp8") a.fp8 = true;
+    else if (f == "--f16") a.f16 = true;
     else if (f == "--thetas") {
       a.thetas.clear();
       std::stringstream ss(value(i));
       for (std::string x; std::getline(ss, x, ',');) a.thetas.push_back(number<double>(f, x));
     } else {
-      fail("unknown option '{}' (-m, --text, --tokens, --steps, --thetas, --threads, --fp8, --json)", f);
+      fail("unknown option '{}' (-m, --text, --tokens, --steps, --thetas, --threads, --fp8, --f16, --json)", f);
     }
   }
   if (a.model.empty()) a.model = default_model_path();
@@ -95,6 +98,8 @@ struct Run {
   double overlap = 0;
   double fp8_overlap = 0;  // mean over the decode misses (--fp8)
   int64_t fp8_n = 0;
+  double f16_overlap = 0;  // mean over the decode misses (--f16)
+  int64_t f16_n = 0;
   std::vector<int32_t> tokens;
 };
 
@@ -121,6 +126,7 @@ int main(int argc, char** argv) {
     model.attach(prompt.get());
     auto& pst = static_cast<TokenSelectMethod::State&>(*prompt->method);
     pst.audit_fp8 = a.fp8;
+    pst.audit_f16 = a.f16;
     std::vector<float> logits;
     fmt::print(stderr, "prefill {} tokens...\n", a.tokens);
     model.forward(ids, 1, &logits);
@@ -128,6 +134,10 @@ int main(int argc, char** argv) {
     if (a.fp8)
       fmt::print(stderr, "fp8 scoring, prefill: {} selections, mean overlap with the exact keys' {:.4f}\n",
                  pst.fp8_selections[0], fp8_prefill);
+    const double f16_prefill = pst.f16_selections[0] ? pst.f16_overlap_sum[0] / double(pst.f16_selections[0]) : 1.0;
+    if (a.f16)
+      fmt::print(stderr, "fp16 scores, prefill: {} selections, mean overlap with the fp32 scores' {:.4f}\n",
+                 pst.f16_selections[0], f16_prefill);
     const int32_t first = argmax(logits);
 
     std::vector<double> thetas = a.thetas;
@@ -142,6 +152,7 @@ int main(int argc, char** argv) {
       auto& st = static_cast<TokenSelectMethod::State&>(*s.method);
       st.audit = true;
       st.audit_fp8 = a.fp8;
+      st.audit_f16 = a.f16;
       model.attach(&s);
       Run r;
       r.theta = theta;
@@ -156,6 +167,8 @@ int main(int argc, char** argv) {
       r.overlap = st.hits ? st.overlap_sum / double(st.hits) : 1.0;
       r.fp8_n = st.fp8_selections[1];
       r.fp8_overlap = r.fp8_n ? st.fp8_overlap_sum[1] / double(r.fp8_n) : 1.0;
+      r.f16_n = st.f16_selections[1];
+      r.f16_overlap = r.f16_n ? st.f16_overlap_sum[1] / double(r.f16_n) : 1.0;
       runs.push_back(r);
       model.attach(prompt.get());
     }
@@ -168,6 +181,9 @@ int main(int argc, char** argv) {
     if (a.fp8)
       json += fmt::format("\"fp8_scoring_prefill\": {{\"selections\": {}, \"mean_overlap_with_exact\": {:.4f}}}, ",
                           pst.fp8_selections[0], fp8_prefill);
+    if (a.f16)
+      json += fmt::format("\"f16_scores_prefill\": {{\"selections\": {}, \"mean_overlap_with_f32_scores\": {:.4f}}}, ",
+                          pst.f16_selections[0], f16_prefill);
     json += "\"runs\": [";
     fmt::print(stderr, "{:>6} {:>9} {:>9} {:>12} {:>22}\n", "theta", "hit rate", "overlap", "lookups", "tokens = no cache");
     for (size_t i = 0; i < runs.size(); ++i) {
@@ -185,6 +201,12 @@ int main(int argc, char** argv) {
                             r.fp8_overlap);
         fmt::print(stderr, "{:>6} fp8 scoring at {} decode misses: mean overlap with the exact keys' {:.4f}\n", r.theta,
                    r.fp8_n, r.fp8_overlap);
+      }
+      if (a.f16) {
+        json += fmt::format(", \"f16_scores_decode_misses\": {}, \"f16_mean_overlap_with_f32_scores\": {:.4f}", r.f16_n,
+                            r.f16_overlap);
+        fmt::print(stderr, "{:>6} fp16 scores at {} decode misses: mean overlap with the fp32 scores' {:.4f}\n", r.theta,
+                   r.f16_n, r.f16_overlap);
       }
       json += "}";
     }

@@ -504,7 +504,7 @@ void GpuTransformer::decode_layer(int l, int64_t plan_kv) {
     cuda::kv_offload_append(off, own_view(l, k_all, v_all), fp8 ? nullptr : k_row, fp8 ? nullptr : v_row, stream_);
   // The route's key count is plan_kv: the captured step serves up to plan_kv keys.
   if (pre_rope()) {  // the length on the device, plan_kv its bound (a replay sees later lengths)
-    attend_pre_rope(l, 1, seq_->len + 1, q, k_all, v_all, o, plan_kv);
+    attend_pre_rope(l, 1, seq_->len + 1, q, k_all, v_all, o, plan_kv, fp8);
   } else if (sparse_step({.layer = l, .phase = Phase::decode, .n_q = 1, .q_pos0 = plan_kv - 1, .n_kv = plan_kv})) {
     sparse_decode_attention(l, q, o, own_view(l, k_all, v_all), host_layer(l) ? &off : nullptr);
   } else {
@@ -740,14 +740,15 @@ void GpuTransformer::check_pre_rope() const {
   const auto refuse = [&](const std::string& what) {
     fail("--attn {} on the GPU (pre-RoPE keys) does not run with {}; use --device cpu", attn_spec_, what);
   };
-  if (kv_type_ != KvCacheType::bf16) refuse("--kv-cache fp8 (its kernels read a bf16 cache)");
+  // --kv-cache fp8 runs: prefill steps attend the staged bf16 rows, a decode step gets the e4m3
+  // cache (GpuAttendStep::kv_fp8); the constructor refuses a method whose decode_reads_fp8() is false.
   if (synthetic_qk_) refuse("--synthetic-qk (it replaces Q/K after RoPE)");
   for (int l = 0; l < cfg_.n_layer; ++l)
     if (window(l) != 0) refuse(fmt::format("sliding-window layers ({} has them)", cfg_.name));
 }
 
 void GpuTransformer::attend_pre_rope(int l, int64_t T, int64_t n_kv, const void* q, const void* k_all,
-                                     const void* v_all, void* o, int64_t n_kv_bound) {
+                                     const void* v_all, void* o, int64_t n_kv_bound, bool kv_fp8) {
   // Timed like prefill_attention (a dense or sparse step by the method's route; index = attention).
   const bool prefill = T > 1;
   const AttnEvents* e = prefill ? &next_events() : nullptr;
@@ -763,7 +764,8 @@ void GpuTransformer::attend_pre_rope(int l, int64_t T, int64_t n_kv, const void*
   const int32_t* d_kv_len = n_kv_bound > 0 ? static_cast<const int32_t*>(step_buf_) + kStepKvLen : nullptr;
   gpu_method_->attend({.layer = l, .phase = ph, .q = q, .k = k_all, .v = v_all, .o = o, .n_q = T, .n_kv = n_kv,
                        .inv_freq = w_.inv_freq(l), .rope_factor = w_.rope_factor(l), .scale = cfg_.score_scale(),
-                       .n_kv_dev = d_kv_len, .n_kv_bound = n_kv_bound},
+                       .n_kv_dev = d_kv_len, .n_kv_bound = n_kv_bound, .kv_fp8 = kv_fp8,
+                       .k_scale = kv_fp8 ? k_scale_[size_t(l)] : 1.f, .v_scale = kv_fp8 ? v_scale_[size_t(l)] : 1.f},
                       stream_);
   if (e) check_cuda(cudaEventRecord(ev(e->end), s), "cudaEventRecord");
 }

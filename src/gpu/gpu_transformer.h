@@ -322,8 +322,9 @@ class GpuTransformer {
   // layer l (T rows, the last of n_kv keys) to the method. Follows method_ (a capture's dense
   // method_ rotates as usual).
   bool pre_rope() const { return method_->needs().keys == KeyLayout::pre_rope; }
+  // kv_fp8: k_all / v_all are the fp8 cache's e4m3 rows (a decode step), else bf16.
   void attend_pre_rope(int l, int64_t T, int64_t n_kv, const void* q, const void* k_all, const void* v_all, void* o,
-                       int64_t n_kv_bound = 0);
+                       int64_t n_kv_bound = 0, bool kv_fp8 = false);
   void check_pre_rope() const;  // throws Error for what a pre-RoPE method cannot run with (constructor)
   // MInference in a layer-major prefill of T > chunk tokens: the reference's estimate, once per
   // prompt. prompt_wide_lines says whether layer l does it (VS heads, sparse at the prompt's end);

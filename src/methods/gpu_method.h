@@ -92,6 +92,10 @@ struct GpuAttendStep {
   float scale = 0.f;                // softmax scale (0: 1/sqrt(head_dim))
   const int32_t* n_kv_dev = nullptr;  // decode: device int32 [1] = n_kv (nullptr for prefill)
   int64_t n_kv_bound = 0;             // decode: >= every n_kv a replay of the captured step sees
+  // The fp8 cache's decode step: k and v are e4m3 (real = stored * k_scale / v_scale) instead of
+  // bf16; only a method whose decode_reads_fp8() gets one (a prefill's rows are bf16, staged).
+  bool kv_fp8 = false;
+  float k_scale = 1.f, v_scale = 1.f;
 };
 
 // A sparse step's index on the device and the sparse kernel's workspace for it (pointers into the

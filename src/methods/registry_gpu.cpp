@@ -134,18 +134,14 @@ std::unique_ptr<GpuMethod> try_make(const AttentionMethod& m, const MethodContex
   const Sides s = sparse_sides(m, ctx);
   if (!s.prefill && !s.decode) return nullptr;
   // Head dims: the sparse prefill and decode kernels run 64, 128 and 256 (Gemma 3's global
-  // layers), and so do A-shape's index, MInference's GPU index builders (minference_index.cu),
-  // HiP's estimator (hip_estimate.cu) and InfiniteHiP's pruning stages (ihip_prune.h; at 64 the
-  // method's own check, infinitehip_gpu_problem, refuses with its reason).
+  // layers), and so does every method's own GPU part (A-shape's index, MInference's index
+  // builders, HiP's estimator, InfiniteHiP's pruning stages, TokenSelect's paged_dot and
+  // compaction); a method that takes fewer sizes refuses the rest in its factory, with its reason.
   auto runs_head_dim = [&](const AttentionMethod* side) {
-    return !side || ctx.head_dim == 64 || ctx.head_dim == 128 ||
-           (ctx.head_dim == 256 && (dynamic_cast<const AShapeMethod*>(side) ||
-                                    dynamic_cast<const MInferenceMethod*>(side) || dynamic_cast<const HipMethod*>(side) ||
-                                    dynamic_cast<const InfiniteHipMethod*>(side)));
+    return !side || ctx.head_dim == 64 || ctx.head_dim == 128 || ctx.head_dim == 256;
   };
   if (!runs_head_dim(s.prefill) || !runs_head_dim(s.decode)) {
-    why = fmt::format("attention method '{}' on the GPU needs head_dim 64 or 128 (or 256: A-shape, MInference, HiP, "
-                      "InfiniteHiP), but {} has head_dim {}",
+    why = fmt::format("attention method '{}' on the GPU needs head_dim 64, 128 or 256, but {} has head_dim {}",
                       m.name(), ctx.model_name, ctx.head_dim);
     return nullptr;
   }

@@ -61,8 +61,8 @@ DevDot run_paged_dot(const DotCase& c) {
 
 TEST(TokenSelectPagedDot, EqualsGatherThenMatmul) {
   LC_REQUIRE_GPU();
-  for (int D : {64, 128})
-    for (auto [H, Hkv] : std::vector<std::pair<int, int>>{{8, 8}, {9, 3}, {16, 4}, {28, 4}, {32, 4}, {64, 8}})
+  for (int D : {64, 128, 256})  // 256: Gemma 3's global layers (4 query / 1 KV head)
+    for (auto [H, Hkv] : std::vector<std::pair<int, int>>{{8, 8}, {9, 3}, {16, 4}, {28, 4}, {32, 4}, {64, 8}, {4, 1}})
       for (int64_t n : {int64_t(1), int64_t(31), int64_t(33), int64_t(1000), int64_t(4099)}) {
         const DotCase c{H, Hkv, D, 5000, n};
         const DevDot r = run_paged_dot(c);

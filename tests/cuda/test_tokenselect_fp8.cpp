@@ -2,7 +2,7 @@
 // vote's per-head max / sum fused into the scoring pass.
 //   - paged_dot over e4m3 keys (an fp8 cache's: one scale) equals the fp64 gather-then-matmul of
 //     the dequantized keys (the CPU twin: kernels/ref/paged_dot.h over keys widened by
-//     kernels/ref/fp8_e4m3.h), bf16 and fp32 queries, GQA groups 1/2/3/4/7/8, d 64/128, ragged M;
+//     kernels/ref/fp8_e4m3.h), bf16 and fp32 queries, GQA groups 1/2/3/4/7/8, d 64/128/256, ragged M;
 //   - the fused per-CTA (max, sum exp) parts fold to the fp64 per-head max and normaliser of the
 //     scores paged_dot wrote, also with the count read from the device (parts past it empty);
 //   - soft_vote fed those parts equals the fp64 soft vote, and the top-k of the whole fp8 pipeline
@@ -132,8 +132,8 @@ void expect_stats_match(const Fp8Case& c, const Fp8Run& r, int64_t n, const std:
 
 TEST(TokenSelectFp8PagedDot, EqualsDequantizedGatherThenMatmul) {
   LC_REQUIRE_GPU();
-  for (int D : {64, 128})
-    for (auto [H, Hkv] : std::vector<std::pair<int, int>>{{8, 8}, {8, 4}, {9, 3}, {16, 4}, {28, 4}, {64, 8}})
+  for (int D : {64, 128, 256})
+    for (auto [H, Hkv] : std::vector<std::pair<int, int>>{{8, 8}, {8, 4}, {9, 3}, {16, 4}, {28, 4}, {64, 8}, {4, 1}})
       for (int64_t n : {int64_t(1), int64_t(33), int64_t(4099)})
         for (bool qf : {false, true}) {
           const Fp8Case c{H, Hkv, D, 5000, n, qf};

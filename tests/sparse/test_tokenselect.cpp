@@ -20,6 +20,7 @@
 #include "methods/tokenselect/tokenselect_method.h"
 #include "test_util.h"
 #include "util/error.h"
+#include "util/half.h"
 #include "util/thread_pool.h"
 #include "../common/error_of.h"
 
@@ -276,6 +277,57 @@ TEST(TokenSelectFp8Audit, RoundtripAndOverlapBookkeeping) {
   EXPECT_GT(s.fp8_overlap_sum[0] / 3, 0.5);  // e4m3 keeps most of a selection of random keys
 }
 
+// fp16 scores (SelectInput::scores_f16, the GPU step's cuda::ScoreElem::f16): the selection equals
+// the vote over the scores rounded to fp16 by util/half.h, huge scores are clamped to +-65504 (no
+// inf in the vote), and the method's f16 audit counts and averages |f16 ∩ fp32| / |fp32|.
+TEST(TokenSelectF16Scores, SelectionVotesOverRoundedScoresAndAuditCounts) {
+  const int H = 4, Hkv = 2, D = 32;
+  const TokenSelectParams t{.n_init = 8, .k = 32, .n_local = 64, .chunk = 64};
+  auto pr = test::make_problem(1, 400, H, Hkv, D, 5);
+  for (float scale : {1.f, 1e4f}) {  // 1e4: scores past fp16's range
+    std::vector<float> q(pr.p.q, pr.p.q + H * D);
+    for (float& v : q) v *= scale;
+    const SelectInput in{.q = q.data(), .k = pr.p.k, .n_kv = 400, .n_head = H, .n_kv_head = Hkv, .head_dim = D,
+                         .scores_f16 = true};
+    const int64_t M = 400 - t.n_init - t.n_local;
+    std::vector<int32_t> slots(static_cast<size_t>(M));
+    std::iota(slots.begin(), slots.end(), int32_t(t.n_init));
+    std::vector<float> sc(size_t(H * M));
+    paged_dot_ref({.q = q.data(), .k = pr.p.k, .slots = slots.data(), .scores = sc.data(), .n_slot = M, .n_head = H,
+                   .n_kv_head = Hkv, .head_dim = D},
+                  pool());
+    bool clamped = false;
+    for (float& x : sc) {
+      clamped |= std::abs(x) > 65504.f;
+      x = f16_to_f32(f32_to_f16(std::clamp(x, -65504.f, 65504.f)));
+    }
+    std::vector<int32_t> want = vote_top_k(sc.data(), H, M, t.k, VoteMode::soft, pool());
+    for (int32_t& j : want) j += int32_t(t.n_init);
+    EXPECT_EQ(select_tokens(t, in, pool()), want) << "scale " << scale;
+    EXPECT_EQ(clamped, scale > 1.f) << "the large query must reach past fp16's range";
+  }
+  const auto inv = test::inv_freq_of(D, 10000.0);
+  const auto m = make_tokenselect_method("n_init=8,k=32,n_local=64,chunk=64", ctx());
+  auto st = m->start_sequence();
+  auto& s = static_cast<TokenSelectMethod::State&>(*st);
+  s.audit_f16 = true;
+  auto pp = test::make_problem(150, 500, H, Hkv, D, 4);
+  pp.p.layer = 0;
+  m->select_keys(pp.p, Phase::prefill, LayerRope{inv.data(), 1.f}, *st, pool());
+  EXPECT_EQ(s.f16_selections[0], 3);
+  EXPECT_EQ(s.fp8_selections[0], 0);  // the fp8 audit stays off
+  EXPECT_GT(s.f16_overlap_sum[0] / 3, 0.9);  // one fp16 rounding moves near-ties only
+  EXPECT_LE(s.f16_overlap_sum[0], 3.0);
+  // scores=f16: the method's own selections are the fp16 ones (the audit finds them all again).
+  const auto m16 = make_tokenselect_method("n_init=8,k=32,n_local=64,chunk=64,scores=f16", ctx());
+  auto st16 = m16->start_sequence();
+  auto& s16 = static_cast<TokenSelectMethod::State&>(*st16);
+  s16.audit_f16 = true;
+  m16->select_keys(pp.p, Phase::prefill, LayerRope{inv.data(), 1.f}, *st16, pool());
+  EXPECT_EQ(s16.f16_selections[0], 3);
+  EXPECT_EQ(s16.f16_overlap_sum[0], 3.0);
+}
+
 // Rotated keys: the index (initial and local ranges + selected columns, per sub-chunk) run by the
 // sparse mainloop equals the fp64 oracle with the mask of the method's own key sets, and no
 // query attends a later key.
@@ -349,6 +401,13 @@ TEST(TokenSelectSpec, OptionsErrorsAndComposition) {
             std::string::npos);
   EXPECT_NE(error_of([] { make_attention_method("tokenselect=chunk=100", ctx()); }).find("multiple of 64"), std::string::npos);
   EXPECT_NE(error_of([] { make_attention_method("tokenselect=vote=max", ctx()); }).find("vote must be"), std::string::npos);
+  const auto f = make_attention_method("tokenselect=scores=f16", ctx());
+  EXPECT_EQ(f->name(), m->name() + ",scores=f16");
+  EXPECT_TRUE(ts(*f).params().scores_f16);
+  EXPECT_EQ(make_attention_method(f->name(), ctx())->name(), f->name());
+  EXPECT_EQ(make_attention_method("tokenselect=scores=f32", ctx())->name(), m->name());
+  EXPECT_NE(error_of([] { make_attention_method("tokenselect=scores=bf16", ctx()); }).find("scores must be f32 or f16"),
+            std::string::npos);
   EXPECT_NE(error_of([] { make_attention_method("tokenselect=size=3", ctx()); }).find("unknown option 'size'"),
             std::string::npos);
   EXPECT_NE(error_of([] { make_attention_method("tokenselect=k", ctx()); }).find("KEY=VAL"), std::string::npos);

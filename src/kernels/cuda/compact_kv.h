@@ -5,6 +5,8 @@
 // What (CPU twins: methods/run_cpu.cpp attend_compacted_ref's gather + rope_apply_ref, and
 // TokenSelectMethod::plan's selection query):
 //   compact_kv:       k_out[j] = rope(k_pool[slot(keys[j])], position j), v_out[j] = v_pool[slot(keys[j])]
+//                     (fp8 pools: the rows dequantized first, stored * k_scale / v_scale, as
+//                     kv_gather's widening; the outputs stay bf16 for the dense attention)
 //   selection_query:  out[h] = mean_i rope(q[i][h], position pos0 + i)  (fp32)
 //   budget_key_ranges: keys[0, n_init) = 0.., keys[n_init + n_select, L) = n_kv - n_local..
 //                      (the middle is what top_k_sorted writes, offset by n_init)
@@ -13,7 +15,8 @@
 // Tested against those twins by tests/cuda/test_compact_kv.cpp; timed in bench/bench_tokenselect.cu.
 //
 // Tensors (bf16 unless noted; device pointers):
-//   k_pool, v_pool [pool_rows, n_kv_head, head_dim]   K un-rotated
+//   k_pool, v_pool [pool_rows, n_kv_head, head_dim]   K un-rotated (bf16, or e4m3 with fp8: the
+//                                                     fp8 cache's rows, real = stored * scale)
 //   slots  int32   [max position + 1]                 position -> pool row (a page-size-1 table)
 //   keys   int32   [n_keys]                           positions
 //   k_out, v_out   [n_keys, n_kv_head, head_dim]
@@ -39,6 +42,9 @@ struct CompactKvParams {
   float attn_factor = 1.f;
   int n_kv_head = 0;
   int head_dim = 0;
+  bool fp8 = false;     // k_pool / v_pool are e4m3 (the fp8 KV cache)
+  float k_scale = 1.f;  // fp8: real K = stored * k_scale
+  float v_scale = 1.f;  // fp8: real V = stored * v_scale
 };
 void compact_kv(const CompactKvParams& p, Stream s = nullptr);
 

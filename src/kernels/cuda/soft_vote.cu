@@ -1,5 +1,8 @@
 // soft_vote.cu: see soft_vote.h.
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
+
+#include <type_traits>
 
 #include <cub/cub.cuh>
 
@@ -14,9 +17,10 @@ constexpr int kSlices = 64;    // slices of M per head for the max / sum-exp pas
 constexpr int kThreads = 256;  // threads per CTA
 constexpr int kMaxHeads = 128;
 
-struct MaxSum {
+struct MaxSum {  // layout = paged_dot's head_stats pairs {max, sum}
   float m, s;
 };
+static_assert(sizeof(MaxSum) == 2 * sizeof(float));
 __device__ MaxSum combine(MaxSum a, MaxSum b) {
   const float m = fmaxf(a.m, b.m);
   if (m == -INFINITY) return {m, 0.f};
@@ -26,18 +30,19 @@ __device__ MaxSum combine(MaxSum a, MaxSum b) {
 // Per (head, slice): the slice's max and sum of exp(x - max). Each thread reads four scores at
 // a time (16-byte loads; M's tail and unaligned rows element by element) and folds them into its
 // running (max, sum) with one rescale per four, so the pass streams at memory speed instead of
-// waiting on one exp chain per element.
-__global__ void head_stats_kernel(const float* __restrict__ scores, int64_t M, MaxSum* __restrict__ part,
+// waiting on one exp chain per element. fp16 scores: element by element (TokenSelect's step
+// takes paged_dot's fused stats instead of this pass).
+template <typename S>
+__global__ void head_stats_kernel(const S* __restrict__ scores, int64_t M, MaxSum* __restrict__ part,
                                   const int32_t* __restrict__ skip, const int32_t* __restrict__ m_dev, int32_t m_sub) {
   if (skip && *skip != 0) return;
   if (m_dev) M = min(max(int64_t(*m_dev) - m_sub, int64_t(0)), M);
   const int h = blockIdx.y, slice = blockIdx.x;
   const int64_t per = ((M + kSlices - 1) / kSlices + 3) / 4 * 4, j0 = slice * per, j1 = max(j0, min(M, j0 + per));
-  const float* row = scores + int64_t(h) * M;
+  const S* row = scores + int64_t(h) * M;
   MaxSum acc{-INFINITY, 0.f};
-  const bool aligned = (reinterpret_cast<uintptr_t>(row + j0) & 15) == 0;
   int64_t j = j0;
-  if (aligned) {
+  if constexpr (std::is_same_v<S, float>) if ((reinterpret_cast<uintptr_t>(row + j0) & 15) == 0) {
     for (j = j0 + 4 * threadIdx.x; j + 4 <= j1; j += 4 * blockDim.x) {
       const float4 x = *reinterpret_cast<const float4*>(row + j);
       const float m4 = fmaxf(fmaxf(x.x, x.y), fmaxf(x.z, x.w));
@@ -45,7 +50,7 @@ __global__ void head_stats_kernel(const float* __restrict__ scores, int64_t M, M
     }
     j = j0 + (j1 - j0) / 4 * 4;  // the tail below
   }
-  for (int64_t e = j + threadIdx.x; e < j1; e += blockDim.x) acc = combine(acc, MaxSum{row[e], 1.f});
+  for (int64_t e = j + threadIdx.x; e < j1; e += blockDim.x) acc = combine(acc, MaxSum{float(row[e]), 1.f});
   for (int off = 16; off > 0; off >>= 1)
     acc = combine(acc, MaxSum{__shfl_xor_sync(0xffffffffu, acc.m, off), __shfl_xor_sync(0xffffffffu, acc.s, off)});
   __shared__ MaxSum warp_acc[kThreads / 32];
@@ -57,22 +62,30 @@ __global__ void head_stats_kernel(const float* __restrict__ scores, int64_t M, M
   }
 }
 
-// Per head: paged_dot's per-CTA (max, sum) parts folded into the kSlices slots vote_kernel reads
-// (slot s takes parts s, s + kSlices, ..; an empty slot is (-inf, 0)).
-__global__ void fold_stats_kernel(const float* __restrict__ stats, int parts, MaxSum* __restrict__ part,
-                                  const int32_t* __restrict__ skip) {
+// Per head (one CTA each): its (max, sum) parts folded in a fixed order into (max, 1 / Z), the
+// only thing vote_kernel's CTAs read (so no CTA re-folds the parts). The parts are either the
+// kSlices of head_stats_kernel or paged_dot's per-CTA stats (the same {max, sum} pairs).
+__global__ void fold_kernel(const MaxSum* __restrict__ parts, int n_part, MaxSum* __restrict__ norm,
+                            const int32_t* __restrict__ skip) {
   if (skip && *skip != 0) return;
-  const int h = blockIdx.x, sl = threadIdx.x;
+  const int h = blockIdx.x;
   MaxSum acc{-INFINITY, 0.f};
-  for (int i = sl; i < parts; i += kSlices) {
-    const float* x = stats + (int64_t(h) * parts + i) * 2;
-    acc = combine(acc, MaxSum{x[0], x[1]});
+  for (int i = threadIdx.x; i < n_part; i += blockDim.x) acc = combine(acc, parts[int64_t(h) * n_part + i]);
+  for (int off = 16; off > 0; off >>= 1)
+    acc = combine(acc, MaxSum{__shfl_xor_sync(0xffffffffu, acc.m, off), __shfl_xor_sync(0xffffffffu, acc.s, off)});
+  __shared__ MaxSum warp_acc[kThreads / 32];
+  if ((threadIdx.x & 31) == 0) warp_acc[threadIdx.x >> 5] = acc;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kThreads / 32; ++w) acc = combine(acc, warp_acc[w]);
+    norm[h] = MaxSum{acc.m, 1.f / acc.s};
   }
-  part[h * kSlices + sl] = acc;
 }
 
-// vote[j] = sum_h exp(s[h][j] - m_h) / Z_h (naive: sum_h s[h][j]).
-__global__ void vote_kernel(const float* __restrict__ scores, int n_head, int64_t M, const MaxSum* __restrict__ part,
+// vote[j] = sum_h exp(s[h][j] - m_h) / Z_h (naive: sum_h s[h][j]); norm[h] = (m_h, 1 / Z_h).
+// S: fp32 or fp16 scores (paged_dot's score_elem), the sums in fp32.
+template <typename S>
+__global__ void vote_kernel(const S* __restrict__ scores, int n_head, int64_t M, const MaxSum* __restrict__ norm,
                             bool naive, float* __restrict__ vote, const int32_t* __restrict__ skip,
                             const int32_t* __restrict__ m_dev, int32_t m_sub) {
   if (skip && *skip != 0) return;
@@ -80,17 +93,15 @@ __global__ void vote_kernel(const float* __restrict__ scores, int n_head, int64_
   __shared__ float mh[kMaxHeads], inv_z[kMaxHeads];
   if (!naive)
     for (int h = threadIdx.x; h < n_head; h += blockDim.x) {
-      MaxSum acc{-INFINITY, 0.f};
-      for (int sl = 0; sl < kSlices; ++sl) acc = combine(acc, part[h * kSlices + sl]);
-      mh[h] = acc.m;
-      inv_z[h] = 1.f / acc.s;
+      mh[h] = norm[h].m;
+      inv_z[h] = norm[h].s;
     }
   __syncthreads();
   for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < M; j += int64_t(gridDim.x) * blockDim.x) {
     float v = 0.f;
 #pragma unroll 8
     for (int h = 0; h < n_head; ++h) {
-      const float x = scores[int64_t(h) * M + j];
+      const float x = float(scores[int64_t(h) * M + j]);
       v += naive ? x : __expf(x - mh[h]) * inv_z[h];
     }
     vote[j] = v;
@@ -123,19 +134,36 @@ size_t cub_keys_bytes(int64_t k) {
 
 }  // namespace
 
-size_t soft_vote_workspace_bytes(int n_head) { return size_t(n_head) * kSlices * sizeof(MaxSum); }
+// Layout: head_stats_kernel's parts [n_head, kSlices] | the folded (max, 1 / Z) [n_head].
+size_t soft_vote_workspace_bytes(int n_head) { return size_t(n_head) * (kSlices + 1) * sizeof(MaxSum); }
 
 void soft_vote(const SoftVoteParams& p, Stream s) {
   LC_REQUIRE(p.n_head > 0 && p.n_head <= kMaxHeads, "soft_vote: n_head %d (1..%d)", p.n_head, kMaxHeads);
   if (p.M <= 0) return;
   const auto st = static_cast<cudaStream_t>(s);
   auto* part = static_cast<MaxSum*>(p.workspace);
+  MaxSum* norm = part + int64_t(p.n_head) * kSlices;
   LC_REQUIRE(!p.head_stats || (!p.naive && p.stats_parts > 0), "soft_vote: head stats (%d parts) for a naive vote",
              p.stats_parts);
-  if (p.head_stats) fold_stats_kernel<<<p.n_head, kSlices, 0, st>>>(p.head_stats, p.stats_parts, part, p.skip);
-  else if (!p.naive) head_stats_kernel<<<dim3(kSlices, p.n_head), kThreads, 0, st>>>(p.scores, p.M, part, p.skip, p.m_dev, p.m_sub);
-  vote_kernel<<<grid_for(p.M), kThreads, 0, st>>>(p.scores, p.n_head, p.M, part, p.naive, p.vote, p.skip, p.m_dev, p.m_sub);
-  LC_LAUNCH_CHECK("soft_vote (M %lld, heads %d)", (long long)p.M, p.n_head);
+  if (p.head_stats) {
+    fold_kernel<<<p.n_head, kThreads, 0, st>>>(reinterpret_cast<const MaxSum*>(p.head_stats), p.stats_parts, norm, p.skip);
+  } else if (!p.naive) {
+    if (p.score_elem == ScoreElem::f16)
+      head_stats_kernel<<<dim3(kSlices, p.n_head), kThreads, 0, st>>>(static_cast<const __half*>(p.scores), p.M, part,
+                                                                      p.skip, p.m_dev, p.m_sub);
+    else
+      head_stats_kernel<<<dim3(kSlices, p.n_head), kThreads, 0, st>>>(static_cast<const float*>(p.scores), p.M, part,
+                                                                      p.skip, p.m_dev, p.m_sub);
+    fold_kernel<<<p.n_head, kThreads, 0, st>>>(part, kSlices, norm, p.skip);
+  }
+  if (p.score_elem == ScoreElem::f16)
+    vote_kernel<<<grid_for(p.M), kThreads, 0, st>>>(static_cast<const __half*>(p.scores), p.n_head, p.M, norm, p.naive,
+                                                    p.vote, p.skip, p.m_dev, p.m_sub);
+  else
+    vote_kernel<<<grid_for(p.M), kThreads, 0, st>>>(static_cast<const float*>(p.scores), p.n_head, p.M, norm, p.naive,
+                                                    p.vote, p.skip, p.m_dev, p.m_sub);
+  LC_LAUNCH_CHECK("soft_vote (M %lld, heads %d, %s scores)", (long long)p.M, p.n_head,
+                  p.score_elem == ScoreElem::f16 ? "fp16" : "fp32");
 }
 
 // Layout: sorted votes [M] | indices in [M] | indices out [M] | k offsets [k] | cub temp.

@@ -1,13 +1,13 @@
 // soft_vote.h (cuda): TokenSelect's head soft vote and its top-k on the device.
 //
-// What: vote[j] = sum_h softmax_j(scores[h][.])[j] over scores fp32 [n_head, M] (paper Eq. 10;
+// What: vote[j] = sum_h softmax_j(scores[h][.])[j] over scores fp32 or fp16 [n_head, M] (paper Eq. 10;
 // naive: the plain sum over heads), then the indices of the k largest votes (ties: smaller index
 // first), ascending, plus an offset (candidate index -> position). CPU twins:
 // kernels/ref/soft_vote.h and sparse/topk.h's rule; tested by tests/cuda/test_tokenselect.cpp.
-// How: soft vote in two kernels: per (head, slice) max and sum of exp (online), then per token
-// the heads' normalised terms summed (each CTA first combines the slices of every head). With
-// head_stats (paged_dot's fused per-CTA max / sum, paged_dot.h) the first pass over the scores
-// is replaced by a fold of those parts into the slices (one CTA per head, no pass over M).
+// How: per (head, slice) max and sum of exp (online), folded per head into (max, 1 / Z) by one
+// CTA per head, then per token the heads' normalised terms summed. With head_stats (paged_dot's
+// fused per-CTA max / sum, paged_dot.h) the first pass over the scores is skipped: the fold takes
+// those parts, and the 32 x M scores are read once.
 // Top-k: a stable descending radix sort of (vote, index) pairs (CUB, part of the CUDA toolkit),
 // whose first k indices are the top-k with the tie rule above, then an ascending sort of those
 // k. TokenSelect's engine uses kernels/cuda/topk_select.h instead (a radix select with the item
@@ -17,13 +17,14 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda/paged_dot.h"
 #include "kernels/cuda/runtime.h"
 
 namespace longctx::cuda {
 
 struct SoftVoteParams {
-  const float* scores = nullptr;  // [n_head, M]
-  float* vote = nullptr;          // [M]
+  const void* scores = nullptr;   // score_elem [n_head, M] (paged_dot's output)
+  float* vote = nullptr;          // fp32 [M]
   int n_head = 0;
   int64_t M = 0;
   bool naive = false;             // sum of raw scores instead of the soft vote
@@ -33,6 +34,7 @@ struct SoftVoteParams {
   int32_t m_sub = 0;              // on the device (M is then the launch bound; graph replay)
   const float* head_stats = nullptr;  // fp32 [n_head, stats_parts, 2] (max, sum exp) from paged_dot, or
   int stats_parts = 0;                // nullptr (the scores' own pass); soft vote only
+  ScoreElem score_elem = ScoreElem::f32;  // fp16: exp and sums still in fp32
 };
 size_t soft_vote_workspace_bytes(int n_head);
 void soft_vote(const SoftVoteParams& p, Stream s = nullptr);

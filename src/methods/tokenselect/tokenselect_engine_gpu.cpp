@@ -42,7 +42,8 @@ const char* at_row(const void* base, int64_t row, int64_t row_elems) {
 
 TokenSelectGpuShape TokenSelectGpu::step_shape(const GpuShape& shape) const {
   return {.n_head = ctx_.n_head, .n_kv_head = ctx_.n_kv_head, .head_dim = ctx_.head_dim,
-          .max_kv = std::max<int64_t>(shape.capacity, 1), .max_rows = std::clamp<int64_t>(shape.chunk, 1, t_.chunk)};
+          .max_kv = std::max<int64_t>(shape.capacity, 1), .max_rows = std::clamp<int64_t>(shape.chunk, 1, t_.chunk),
+          .scores = t_.scores_f16 ? cuda::ScoreElem::f16 : cuda::ScoreElem::f32};
 }
 
 size_t TokenSelectGpu::device_bytes(const GpuShape& shape) const {
@@ -96,7 +97,8 @@ void TokenSelectGpu::attend(const GpuAttendStep& st, cuda::Stream s) {
   const int64_t QW = int64_t(ctx_.n_head) * ctx_.head_dim;  // elements of one query / output row
   TokenSelectGpuInput in{.q = st.q, .n_rows = st.n_q, .n_kv = st.n_kv, .k_pool = st.k, .v_pool = st.v,
                          .slots = slots_, .inv_freq = st.inv_freq, .rope_factor = st.rope_factor,
-                         .scale = st.scale, .o = st.o};
+                         .scale = st.scale, .o = st.o, .pool_fp8 = st.kv_fp8, .k_scale = st.k_scale,
+                         .v_scale = st.v_scale};
   if (st.phase == Phase::decode && st.n_q == 1) {
     in.n_kv_dev = st.n_kv_dev;
     in.n_kv_bound = std::min(std::max(st.n_kv_bound, st.n_kv), capacity_);

@@ -36,7 +36,7 @@ Sizes sizes(const TokenSelectParams& t, const TokenSelectGpuShape& s) {
   z.max_m = std::max<int64_t>(s.max_kv - t.n_init - t.n_local, 1);
   const size_t H = size_t(s.n_head), D = size_t(s.head_dim), L = size_t(z.budget);
   z.qs = round_up(H * D * 4);
-  z.scores = round_up(H * size_t(z.max_m) * 4);
+  z.scores = round_up(H * size_t(z.max_m) * (s.scores == cuda::ScoreElem::f16 ? 2 : 4));
   z.head_stats = round_up(H * size_t(cuda::paged_dot_max_stats_parts()) * 2 * 4);
   z.vote = round_up(size_t(z.max_m) * 4);
   z.vote_ws = round_up(cuda::soft_vote_workspace_bytes(s.n_head));
@@ -65,7 +65,7 @@ TokenSelectGpuStep::TokenSelectGpuStep(const TokenSelectParams& t, const TokenSe
   max_m_ = z.max_m;
   arena_ = std::make_unique<cuda::DeviceArena>(z.total());
   qs_ = static_cast<float*>(arena_->alloc(z.qs));
-  scores_ = static_cast<float*>(arena_->alloc(z.scores));
+  scores_ = arena_->alloc(z.scores);
   head_stats_ = static_cast<float*>(arena_->alloc(z.head_stats));
   vote_ = static_cast<float*>(arena_->alloc(z.vote));
   vote_ws_ = arena_->alloc(z.vote_ws);
@@ -93,13 +93,16 @@ void TokenSelectGpuStep::stage_query(const TokenSelectGpuInput& in, cuda::Stream
 }
 
 void TokenSelectGpuStep::stage_score(const TokenSelectGpuInput& in, cuda::Stream s) {
-  const bool fp8 = in.k_score != nullptr;
-  cuda::paged_dot({.q_f32 = qs_, .k_pool = fp8 ? in.k_score : in.k_pool, .slots = in.slots + t_.n_init,
+  // e4m3 keys: the fp8 pool itself, or an fp8 copy of a bf16 pool's keys (k_score).
+  const bool fp8 = in.pool_fp8 || in.k_score != nullptr;
+  const void* keys = in.pool_fp8 ? in.k_pool : in.k_score ? in.k_score : in.k_pool;
+  const float scale = in.pool_fp8 ? in.k_scale : in.k_score_scale;
+  cuda::paged_dot({.q_f32 = qs_, .k_pool = keys, .slots = in.slots + t_.n_init,
                    .scores = scores_, .n_slot = launch_kv(in) - t_.n_init - t_.n_local, .n_head = shape_.n_head,
                    .n_kv_head = shape_.n_kv_head, .head_dim = shape_.head_dim, .skip = in.skip,
                    .n_dev = in.n_kv_dev, .n_sub = int32_t(t_.n_init + t_.n_local),
                    .k_elem = fp8 ? cuda::PagedDotKeys::fp8_e4m3 : cuda::PagedDotKeys::bf16,
-                   .k_scale = fp8 ? in.k_score_scale : 1.f, .head_stats = head_stats_},
+                   .k_scale = fp8 ? scale : 1.f, .head_stats = head_stats_, .score_elem = shape_.scores},
                   s);
 }
 
@@ -108,7 +111,7 @@ void TokenSelectGpuStep::stage_vote(const TokenSelectGpuInput& in, cuda::Stream 
   cuda::soft_vote({.scores = scores_, .vote = vote_, .n_head = shape_.n_head, .M = M, .naive = false,
                    .workspace = vote_ws_, .skip = in.skip, .m_dev = in.n_kv_dev,
                    .m_sub = int32_t(t_.n_init + t_.n_local), .head_stats = head_stats_,
-                   .stats_parts = cuda::paged_dot_stats_parts(M, shape_.n_kv_head)},
+                   .stats_parts = cuda::paged_dot_stats_parts(M, shape_.n_kv_head), .score_elem = shape_.scores},
                   s);
 }
 
@@ -143,7 +146,8 @@ void TokenSelectGpuStep::stage_compact(const TokenSelectGpuInput& in, cuda::Stre
   cuda::compact_kv({.k_pool = in.k_pool, .v_pool = in.v_pool, .slots = in.slots, .keys = keys_,
                     .n_keys = n_keys(in.n_kv), .k_out = k_c_, .v_out = v_c_, .inv_freq = in.inv_freq,
                     .attn_factor = in.rope_factor,
-                    .n_kv_head = shape_.n_kv_head, .head_dim = shape_.head_dim},
+                    .n_kv_head = shape_.n_kv_head, .head_dim = shape_.head_dim, .fp8 = in.pool_fp8,
+                    .k_scale = in.k_scale, .v_scale = in.v_scale},
                    s);
 }
 

@@ -7,13 +7,14 @@
 //
 // Steps, all on one stream with no host sync and no allocation (CUDA-graph capturable):
 //   select:  qs     = selection_query(q rows rotated at n_local + i)        fp32 [n_head, D]
-//            scores = paged_dot(qs, candidate slots [n_init, n_kv - n_local)) fp32 [n_head, M]
+//            scores = paged_dot(qs, candidate slots [n_init, n_kv - n_local)) fp32 (or fp16) [n_head, M]
 //                     (+ per head and CTA max / sum exp: the soft vote's first pass, fused)
 //                     over k_pool, or over k_score: e4m3 keys (an fp8 cache's, or an fp8 shadow
 //                     of a bf16 cache's pre-RoPE keys), half the bytes of the scan
 //            vote   = soft_vote(scores) (or hard/naive: not built on the GPU)  fp32 [M]
 //            keys   = [0, n_init) ++ top_k_select(vote) + n_init ++ [n_kv - n_local, n_kv)
 //   attend:  K, V   = compact_kv(keys): gathered, K rotated at 0..L-1        bf16 [L, n_kv_head, D]
+//                     (an fp8 pool, pool_fp8: the rows widened from e4m3 times their scales)
 //            q_rot  = rope(q, L - C + i)                                      bf16 [C, n_head, D]
 //            o      = attention_prefill(q_rot, K, V, q_pos0 = L - C, causal)  (C = 1: attention_decode)
 // A context within the budget (n_kv <= n_init + k + n_local) attends keys 0..n_kv-1 (dense),
@@ -23,6 +24,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "kernels/cuda/paged_dot.h"
 #include "kernels/cuda/runtime.h"
 #include "methods/tokenselect/tokenselect_select.h"
 
@@ -32,6 +34,9 @@ struct TokenSelectGpuShape {
   int n_head = 0, n_kv_head = 0, head_dim = 0;
   int64_t max_kv = 0;    // the longest context a step sees
   int64_t max_rows = 0;  // the most query rows of one step (the prefill chunk)
+  // The per-head scores' storage: fp32, or fp16 (half the bytes the scan writes and the vote reads;
+  // rounding 2^-11 of |score|, so near-tie votes may swap: tests/cuda/test_tokenselect_step.cpp).
+  cuda::ScoreElem scores = cuda::ScoreElem::f32;
 };
 
 struct TokenSelectGpuInput {
@@ -47,6 +52,10 @@ struct TokenSelectGpuInput {
   void* o = nullptr;                // bf16 [n_rows, n_head, head_dim]
   const void* k_score = nullptr;    // e4m3 [pool_rows, n_kv_head, head_dim] or nullptr: the keys the
   float k_score_scale = 1.f;        // selection scores (real = stored * scale; default: k_pool)
+  // The fp8 KV cache: k_pool / v_pool are e4m3 (real = stored * k_scale / v_scale); the selection
+  // scores them directly (as k_score), the compaction widens the budget's rows to bf16.
+  bool pool_fp8 = false;
+  float k_scale = 1.f, v_scale = 1.f;
   const int32_t* skip = nullptr;    // device int32 [1] or nullptr: nonzero skips score, vote and top-k
                                     // (the selection cache's hit, decided on the device)
   // A replayable decode step: the selection's counts (candidates, the local range's end) are
@@ -98,7 +107,8 @@ class TokenSelectGpuStep {
   TokenSelectGpuShape shape_;
   int64_t max_m_ = 0;  // candidates of the longest context
   std::unique_ptr<cuda::DeviceArena> arena_;
-  float *qs_ = nullptr, *scores_ = nullptr, *vote_ = nullptr;
+  float *qs_ = nullptr, *vote_ = nullptr;
+  void* scores_ = nullptr;  // shape_.scores [n_head, max_m_]
   float* head_stats_ = nullptr;  // fp32 [n_head, paged_dot_max_stats_parts(), 2]
   void *vote_ws_ = nullptr, *topk_ws_ = nullptr, *k_c_ = nullptr, *v_c_ = nullptr, *q_rot_ = nullptr;
   void* decode_ws_ = nullptr;

@@ -46,9 +46,9 @@ double overlap(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
 }  // namespace
 
 std::string TokenSelectMethod::name() const {
-  return fmt::format("tokenselect=n_init={},k={},n_local={},chunk={},theta={},vote={},keys={}", t_.n_init, t_.k,
+  return fmt::format("tokenselect=n_init={},k={},n_local={},chunk={},theta={},vote={},keys={}{}", t_.n_init, t_.k,
                      t_.n_local, t_.chunk, t_.theta, vote_name(t_.vote),
-                     t_.keys == KeyLayout::pre_rope ? "pre_rope" : "rotated");
+                     t_.keys == KeyLayout::pre_rope ? "pre_rope" : "rotated", t_.scores_f16 ? ",scores=f16" : "");
 }
 
 std::unique_ptr<MethodState> TokenSelectMethod::start_sequence() const { return std::make_unique<State>(); }
@@ -72,13 +72,20 @@ std::vector<KeySegment> TokenSelectMethod::plan(const AttnParams& p, Phase phase
         for (int64_t e = 0; e < Q; ++e) qs[size_t(e)] += rows[size_t(i * Q + e)];
       for (float& x : qs) x /= float(C);
       const SelectInput in{.q = qs.data(), .k = p.k, .n_kv = n_kv, .n_head = p.n_head, .n_kv_head = p.n_kv_head,
-                           .head_dim = p.head_dim};
-      auto audit_fp8 = [&](const std::vector<int32_t>& exact) {
+                           .head_dim = p.head_dim, .scores_f16 = t_.scores_f16};
+      // The audits of a fresh selection: scoring fp8-rounded keys, storing fp16 scores.
+      auto audit = [&](const std::vector<int32_t>& exact) {
+        const int ph = phase == Phase::decode ? 1 : 0;
+        if (st.audit_f16) {
+          SelectInput in16 = in;
+          in16.scores_f16 = true;
+          st.f16_overlap_sum[ph] += overlap(select_tokens(t_, in16, pool), exact);
+          ++st.f16_selections[ph];
+        }
         if (!st.audit_fp8) return;
         const std::vector<float> k8 = fp8_roundtrip(p.k, n_kv * p.n_kv_head * D);
         SelectInput in8 = in;
         in8.k = k8.data();
-        const int ph = phase == Phase::decode ? 1 : 0;
         st.fp8_overlap_sum[ph] += overlap(select_tokens(t_, in8, pool), exact);
         ++st.fp8_selections[ph];
       };
@@ -92,13 +99,13 @@ std::vector<KeySegment> TokenSelectMethod::plan(const AttnParams& p, Phase phase
           if (st.audit) st.overlap_sum += overlap(selected, select_tokens(t_, in, pool));
         } else {
           selected = select_tokens(t_, in, pool);
-          audit_fp8(selected);
+          audit(selected);
           c = {.first = false, .q = qs, .selected = selected};
           ++st.misses;
         }
       } else {
         selected = select_tokens(t_, in, pool);
-        audit_fp8(selected);
+        audit(selected);
       }
     }
     seg.keys = budget_keys(t_, n_kv, selected);
@@ -140,7 +147,7 @@ std::unique_ptr<AttentionMethod> make_tokenselect_method(const std::string& arg,
   for (const std::string& kv : split_spec(arg, ',')) {
     const auto eq = kv.find('=');
     if (eq == std::string::npos)
-      fail("tokenselect: expected KEY=VAL (got '{}'; keys: n_init, k, n_local, chunk, theta, vote, keys)", kv);
+      fail("tokenselect: expected KEY=VAL (got '{}'; keys: n_init, k, n_local, chunk, theta, vote, keys, scores)", kv);
     const std::string key = kv.substr(0, eq), val = kv.substr(eq + 1);
     if (key == "n_init") t.n_init = parse_count(val, "tokenselect", key);
     else if (key == "k") t.k = parse_count(val, "tokenselect", key);
@@ -156,8 +163,12 @@ std::unique_ptr<AttentionMethod> make_tokenselect_method(const std::string& arg,
       if (val == "pre_rope") t.keys = KeyLayout::pre_rope;
       else if (val == "rotated") t.keys = KeyLayout::rotated;
       else fail("tokenselect: keys must be pre_rope or rotated (got '{}')", val);
+    } else if (key == "scores") {
+      if (val == "f32") t.scores_f16 = false;
+      else if (val == "f16") t.scores_f16 = true;
+      else fail("tokenselect: scores must be f32 or f16 (got '{}')", val);
     } else {
-      fail("tokenselect: unknown option '{}' (keys: n_init, k, n_local, chunk, theta, vote, keys)", key);
+      fail("tokenselect: unknown option '{}' (keys: n_init, k, n_local, chunk, theta, vote, keys, scores)", key);
     }
   }
   if (t.chunk == 0 || t.chunk % kSparseBlockQ != 0)

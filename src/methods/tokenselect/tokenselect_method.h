@@ -16,7 +16,9 @@
 // selection scores are the rotated q.k), which composes with rotated-key methods such as
 // minference.
 // Options (comma-separated KEY=VAL, any order): n_init, k, n_local, chunk (multiple of 64),
-// theta (cosine threshold; > 1 disables the cache), vote=soft|hard|naive, keys=pre_rope|rotated.
+// theta (cosine threshold; > 1 disables the cache), vote=soft|hard|naive, keys=pre_rope|rotated,
+// scores=f32|f16 (the per-head scores rounded to fp16 before the vote: on the GPU half the bytes
+// of the scores; keeps 99.96% of the f32 selection on the default model, docs/benchmarks.md).
 //   --attn tokenselect                       the paper's 2K+512, pre-RoPE keys, soft vote
 //   --attn 'tokenselect=k=4096,n_local=4096' the paper's "4K+4K"
 //   --attn 'prefill:minference=cfg.json;decode:tokenselect=keys=rotated'
@@ -67,6 +69,11 @@ class TokenSelectMethod final : public AttentionMethod {
     bool audit_fp8 = false;
     double fp8_overlap_sum[2] = {0, 0};  // [prefill, decode]
     int64_t fp8_selections[2] = {0, 0};
+    // audit_f16 (statistics, bench/tokenselect_cache.cpp --f16): likewise with the scores rounded
+    // to fp16 (SelectInput::scores_f16: the GPU step's fp16 scores) over the exact keys.
+    bool audit_f16 = false;
+    double f16_overlap_sum[2] = {0, 0};  // [prefill, decode]
+    int64_t f16_selections[2] = {0, 0};
   };
 
  private:

@@ -1,6 +1,7 @@
 // tokenselect_select.cpp: see tokenselect_select.h.
 #include "methods/tokenselect/tokenselect_select.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
@@ -8,6 +9,7 @@
 #include "kernels/ref/paged_dot.h"
 #include "sparse/topk.h"
 #include "util/error.h"
+#include "util/half.h"
 
 namespace longctx {
 
@@ -38,6 +40,10 @@ std::vector<int32_t> select_tokens(const TokenSelectParams& t, const SelectInput
   paged_dot_ref({.q = in.q, .k = in.k, .slots = slots.data(), .scores = scores.data(), .n_slot = M,
                  .n_head = in.n_head, .n_kv_head = in.n_kv_head, .head_dim = in.head_dim},
                 pool);
+  if (in.scores_f16) {
+    constexpr float kF16Max = 65504.f;  // the largest finite fp16
+    for (float& x : scores) x = f16_to_f32(f32_to_f16(std::clamp(x, -kF16Max, kF16Max)));
+  }
   std::vector<int32_t> top = vote_top_k(scores.data(), in.n_head, M, t.k, t.vote, pool);
   for (int32_t& j : top) j = slots[size_t(j)];
   return top;

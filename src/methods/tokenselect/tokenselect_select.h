@@ -34,6 +34,9 @@ struct TokenSelectParams {
   double theta = 0.9;
   VoteMode vote = VoteMode::soft;
   KeyLayout keys = KeyLayout::pre_rope;
+  // scores=f16: the per-head scores rounded to fp16 before the vote (SelectInput::scores_f16; on
+  // the GPU stored as fp16, half the scan's writes). Default f32.
+  bool scores_f16 = false;
 
   int64_t budget() const { return n_init + k + n_local; }
 };
@@ -51,6 +54,9 @@ struct SelectInput {
   const float* k = nullptr;
   int64_t n_kv = 0;
   int n_head = 0, n_kv_head = 0, head_dim = 0;
+  // Each score rounded to fp16 (nearest even, clamped to +-65504) before the vote: the CPU twin
+  // of the GPU step's fp16 scores (TokenSelectGpuShape::scores, cuda::ScoreElem::f16).
+  bool scores_f16 = false;
 };
 std::vector<int32_t> select_tokens(const TokenSelectParams& t, const SelectInput& in, ThreadPool& pool);
 
