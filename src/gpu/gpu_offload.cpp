@@ -32,6 +32,11 @@ kv::OffloadSpec tier_spec(const ModelConfig& c, const KvOffloadOptions& o, const
   return s;
 }
 
+// The layer-major prefill's bf16 K/V of one layer, [capacity, KV] each.
+size_t stage_kv_of(const ModelConfig& c, int64_t cap) {
+  return stage_layout(c, cap, KvCacheType::fp8, true).total - stage_layout(c, cap, KvCacheType::bf16, true).total;
+}
+
 struct Split {
   int hbm = 0;           // layers kept whole in HBM
   size_t gpu_need = 0;   // everything on the GPU for this split (reserve included)
@@ -74,18 +79,17 @@ OffloadPlan plan_offload(const ModelConfig& c, const KvOffloadOptions& opts, con
   p.hbm_layer_bytes = 2 * align_up(size_t(cap) * KV * eb);
   // The layer-major staging of one host layer's K/V (bf16, the whole prompt): needed once any layer
   // is on the host; the fp8 cache stages every layer, so its gpu_fixed holds it already.
-  const size_t stage_kv = b.elem == KvElem::bf16 ? stage_layout(c, cap, KvCacheType::fp8, true).total -
-                                                       stage_layout(c, cap, KvCacheType::bf16, true).total
-                                                 : 0;
+  const size_t stage_kv = b.elem == KvElem::bf16 ? stage_kv_of(c, cap) : 0;
   auto split = [&](int hbm) {
     Split s;
     s.hbm = hbm;
     const int host = L - hbm;
     s.gpu_need = b.gpu_fixed + kReserveBytes + size_t(hbm) * p.hbm_layer_bytes;
+    s.host_need = b.host_fixed + (b.host_fixed ? size_t(kHostReserveBytes) : 0);
     if (host > 0) {
       const kv::OffloadSizes z = kv::offload_sizes(tier_spec(c, opts, b, host));
       s.gpu_need += size_t(z.gpu_bytes) + stage_kv;
-      s.host_need = size_t(z.host_bytes) + size_t(kHostReserveBytes);
+      s.host_need = b.host_fixed + size_t(z.host_bytes) + size_t(kHostReserveBytes);
     }
     return s;
   };
@@ -106,11 +110,16 @@ OffloadPlan plan_offload(const ModelConfig& c, const KvOffloadOptions& opts, con
     const kv::OffloadSizes one = kv::offload_sizes(tier_spec(c, opts, b, 1));
     fail("KV offload of {} tokens ({} layers x K,V x {} heads x {} x {}) does not fit: {} layers in HBM and {} in "
          "host memory need {} of GPU memory ({} per HBM layer, {} of caches per host layer, {} of staging, "
-         "workspaces and reserve) while {} has {} free{}, and {} of host memory ({} per host layer, pinned, + {} for "
-         "the process) while {} is available{}: use a shorter context or fewer new tokens{}",
+         "workspaces and reserve, of which {} grow with the prompt: the prefill's residual stream {} and one "
+         "layer's K/V in bf16 {}) while {} has {} free{}, and {} of host memory ({} per host layer, pinned, {} for "
+         "the residual stream, + {} for the process) while {} is available{}: use a shorter context or fewer new "
+         "tokens{}",
          cap, L, c.n_kv_head, c.head_dim, b.elem == KvElem::bf16 ? "bf16" : "fp8", s.hbm, host, gib(s.gpu_need), gib(p.hbm_layer_bytes),
-         gib(size_t(one.gpu_layer_bytes)), gib(b.gpu_fixed + kReserveBytes + (host ? stage_kv : 0)), b.device_name,
-         gib(b.gpu_free), gpu_ok ? "" : " (short)", gib(s.host_need), gib(size_t(2 * one.host_pool_bytes)),
+         gib(size_t(one.gpu_layer_bytes)), gib(b.gpu_fixed + kReserveBytes + (host ? stage_kv : 0)),
+         gib(b.gpu_residual + (host || b.elem != KvElem::bf16 ? stage_kv_of(c, cap) : 0)),
+         b.host_fixed ? gib(b.gpu_residual) + " (two chunks; the rest in host memory)" : gib(b.gpu_residual),
+         gib(host || b.elem != KvElem::bf16 ? stage_kv_of(c, cap) : 0), b.device_name, gib(b.gpu_free),
+         gpu_ok ? "" : " (short)", gib(s.host_need), gib(size_t(2 * one.host_pool_bytes)), gib(b.host_fixed),
          gib(size_t(kHostReserveBytes)), gib(size_t(std::max<int64_t>(b.host_free, 0))), host_ok ? "" : " (short)",
          opts.host_layers >= 0 ? ", or another --kv-host-layers" : "");
   }
@@ -129,7 +138,22 @@ OffloadPlan plan_offload(const ModelConfig& c, const KvOffloadOptions& opts, con
     p.tier = tier_spec(c, opts, b, host);
     p.tier_sizes = kv::offload_sizes(p.tier);
   }
+  p.stage_kv_bytes = host > 0 || b.elem != KvElem::bf16 ? stage_kv_of(c, cap) : 0;
+  p.stage_residual_bytes = b.gpu_residual;
+  p.host_residual_bytes = b.host_fixed;
   return p;
+}
+
+std::string offload_plan_summary(const OffloadPlan& p) {
+  const int L = int(p.tier_layer.size());
+  return fmt::format(
+      "KV offload of {} tokens: {} of {} layers in host memory ({} pinned, {} of GPU caches and tables), {} in HBM ({}); "
+      "prefill staging on the GPU {} growing with the prompt (one layer's K/V in bf16 for its attention) + {} of "
+      "residual stream{}",
+      p.capacity, p.host_layers, L, gib(size_t(p.tier_sizes.host_bytes)), gib(size_t(p.tier_sizes.gpu_bytes)),
+      L - p.host_layers, gib(p.hbm_bytes), gib(p.stage_kv_bytes), gib(p.stage_residual_bytes),
+      p.host_residual_bytes ? fmt::format(" (two chunks; {} pinned in host memory)", gib(p.host_residual_bytes))
+                            : std::string(" (whole prompt)"));
 }
 
 GpuOffload::GpuOffload(const ModelConfig& c, const OffloadPlan& plan) : cfg_(c), plan_(plan) {
