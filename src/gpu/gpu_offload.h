@@ -41,6 +41,12 @@
 
 namespace longctx::gpu {
 
+// --kv-page-table: the host layers' caches' page tables (kv/offload_spec.h). automatic: the vector
+// map (one int32 a line, direct) unless the plan does not fit with it and fits with the hash map
+// (fixed size, 4 buckets of 8 bytes a slot: 5 MiB a host layer at the default slots).
+enum class PageTableChoice { automatic, vector, hash };
+PageTableChoice parse_page_table(const std::string& s);  // "auto" | "vector" | "hash"; else Error
+
 // --kv-offload: what the user asks for.
 struct KvOffloadOptions {
   bool on = false;
@@ -51,6 +57,7 @@ struct KvOffloadOptions {
   // chunks (gpu/prefill_residual.h): GPU staging O(chunk) instead of O(T). Not with a method that
   // estimates from the whole prompt's stream (MInference), which keeps it on the GPU.
   bool host_residual = true;
+  PageTableChoice page_table = PageTableChoice::automatic;
 };
 
 // Host memory kept out of the pinned tier: the process (prompt, logits, binaries) and the OS.
@@ -77,6 +84,7 @@ struct OffloadPlan {
   int host_layers = 0;
   size_t hbm_layer_bytes = 0;   // one HBM layer's K and V
   size_t hbm_bytes = 0;         // all HBM layers
+  kv::PageTable page_table = kv::PageTable::vector;  // the host layers' caches'
   kv::OffloadSpec tier;         // the host layers (tier.n_layer = host_layers; unused when 0)
   kv::OffloadSizes tier_sizes;
   // What grows with the prompt on the GPU besides the HBM layers: the prefill staging of one
@@ -107,6 +115,7 @@ struct GpuOffloadStats {
   int host_layers = 0, hbm_layers = 0;
   size_t host_bytes = 0;      // pinned host tier
   size_t cache_bytes = 0;     // GPU caches and tables of the host layers
+  const char* page_table = "vector";
   size_t hbm_kv_bytes = 0;    // HBM layers' K/V
   size_t stage_bytes = 0;     // GPU prefill staging (one layer's bf16 K/V + the residual stream's part)
   size_t residual_host_bytes = 0;  // the prefill's residual stream in pinned host memory (0: on the GPU)

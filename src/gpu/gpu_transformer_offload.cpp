@@ -109,6 +109,7 @@ void GpuTransformer::reset_offload(int64_t capacity_asked) {
   offload_stats_.cache_bytes = size_t(p.tier_sizes.gpu_bytes);
   offload_stats_.hbm_kv_bytes = p.hbm_bytes;
   offload_stats_.stage_bytes = stage_layout_.total;
+  offload_stats_.page_table = kv::page_table_name(p.page_table);
   offload_stats_.residual_host_bytes = p.host_residual_bytes;
   publish_offload_stats(offload_stats_);
   own_.id = 0;  // the one sequence (no pool ids with offload)

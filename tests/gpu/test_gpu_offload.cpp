@@ -13,7 +13,12 @@
 // K/V hits on cached steps); (3) options the offload cannot serve are refused up front; (4) the
 // fp8 cache (--kv-cache fp8): the plan sizes 1 byte an element (2M fits an H200's budgets, 3M's
 // outcome printed), host layers == HBM layers and offload on == off bit for bit (both prefill
-// layer-major: a prompt of several chunks is bit-identical too).
+// layer-major: a prompt of several chunks is bit-identical too); (5) the prefill's residual stream
+// in pinned host memory (prefill_residual.h): the plan's GPU staging is two chunks + one layer's
+// K/V at 256K-1M, the 3M fp8 automatic split puts fewer layers on the host; through 128-token chunk
+// buffers the model's logits equal the GPU-resident stream's bit for bit (bf16 and fp8, 0 or all
+// layers on the host, one or two prefill calls); (6) --kv-page-table: the hash map's sizes, and auto
+// taking it only when the vector map does not fit.
 //   build-gpu/tests/gpu/test_gpu --gtest_filter='KvOffload*'
 #ifdef LONGCTX_WITH_GPU
 #include <cstring>
@@ -150,6 +155,34 @@ TEST(KvOffloadPlan, HostResidualKeepsStagingFlat) {
   tight.host_free = int64_t(20) << 30;
   const std::string e = gpu::offload_plan_problem(c, {.on = true, .host_layers = 29}, tight);
   EXPECT_TRUE(test::contains(e, "for the residual stream") && test::contains(e, "one layer's K/V in bf16")) << e;
+}
+
+// --kv-page-table: the hash map's tables are O(slots) (5 MiB a host layer) where the vector map's
+// grow with T (32 MiB a host layer at 1M); auto keeps the vector map while it fits and takes the
+// hash map when only that fits.
+TEST(KvOffloadPlan, PageTableAutoTakesTheHashMapWhenMemoryIsTight) {
+  const ModelConfig c = gpu::geometry_config("llama3-8b");
+  const int64_t cap = int64_t(1) << 20;
+  gpu::OffloadBudget b = h200_budget(c, cap, 3);
+  const gpu::KvOffloadOptions vec{.on = true, .host_layers = 29, .page_table = gpu::PageTableChoice::vector};
+  const gpu::KvOffloadOptions hash{.on = true, .host_layers = 29, .page_table = gpu::PageTableChoice::hash};
+  const gpu::KvOffloadOptions automatic{.on = true, .host_layers = 29};
+  const gpu::OffloadPlan pv = gpu::plan_offload(c, vec, b), ph = gpu::plan_offload(c, hash, b);
+  EXPECT_EQ(pv.page_table, kv::PageTable::vector);
+  EXPECT_EQ(ph.page_table, kv::PageTable::hash);
+  EXPECT_EQ(ph.tier.keys_buckets, 65536);  // 4 x 16384 slots
+  EXPECT_EQ(ph.tier.kv_buckets, 16384);
+  const size_t per_layer_vec = size_t(pv.tier_sizes.gpu_layer_bytes), per_layer_hash = size_t(ph.tier_sizes.gpu_layer_bytes);
+  // tables: vector 2 x 8 heads x 512K lines x 4 B = 32 MiB; hash 8 x (65536 + 16384) x 8 B = 5 MiB
+  EXPECT_EQ(per_layer_vec - per_layer_hash, size_t(32 << 20) - size_t(5 << 20));  // hash_used fits miss_count's 256 B
+  EXPECT_EQ(gpu::plan_offload(c, automatic, b).page_table, kv::PageTable::vector);  // room: the vector map
+  // A GPU budget between the two needs: auto falls back to the hash map, vector is refused.
+  b.gpu_free = b.gpu_fixed + gpu::kReserveBytes + pv.hbm_bytes + pv.stage_kv_bytes +
+               (size_t(pv.tier_sizes.gpu_bytes) + size_t(ph.tier_sizes.gpu_bytes)) / 2;
+  EXPECT_EQ(gpu::plan_offload(c, automatic, b).page_table, kv::PageTable::hash);
+  EXPECT_NE(gpu::offload_plan_problem(c, vec, b), "");
+  EXPECT_TRUE(test::contains(gpu::offload_plan_summary(gpu::plan_offload(c, automatic, b)), "hash-map page tables"));
+  EXPECT_TRUE(test::contains(test::error_of([] { (void)gpu::parse_page_table("tree"); }), "auto, vector, hash"));
 }
 
 struct OffloadRun {
