@@ -13,6 +13,8 @@
 #   ninja -C build-gpu -j2 longctx test_gpu_offload [test_hip_gpu test_kv_offload]
 #   scripts/gpu-offload-engine.sh --pack build-gpu /work/main/.carry/offload-engine
 # On the device: OUT=$OUT BIN=.carry/offload-engine bash .carry/offload-engine/gpu-offload-engine.sh
+#   (the `run` tool copies the lead's checkout only: pass carry [".carry/<folder>"] or the folder
+#   is not there)
 #   With the hash-map page table and the flat prefill staging (branch offload-flat), one call runs:
 #   the tests, compute-sanitizer memcheck on test_kv_offload's hash-map cases (MEMCHECK_FILTER),
 #   tests/server/serve_offload_test.py (SERVE_TEST=1: serve --kv-offload == serve over HTTP; the
