@@ -41,21 +41,33 @@ PrefillResidual::PrefillResidual(const PrefillResidualShape& shape, void* dev, b
          host_bytes(shape_) >> 20, shape_.rows, shape_.n_embd);
   }
   host_ = static_cast<char*>(h);
-  side_ = cuda::stream_create();
-  for (int b = 0; b < kResidualBuffers + 1; ++b)
-    for (std::vector<void*>* v : {&loaded_, &computed_}) {
-      cudaEvent_t e = nullptr;
-      check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
-      v->push_back(e);
-    }
+  try {
+    side_ = cuda::stream_create();
+    // per buffer, and one more each: the pass's start (computed_) and its end (loaded_)
+    for (int b = 0; b < kResidualBuffers + 1; ++b)
+      for (std::vector<void*>* v : {&loaded_, &computed_}) {
+        cudaEvent_t e = nullptr;
+        check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+        v->push_back(e);
+      }
+  } catch (...) {
+    release();
+    throw;
+  }
 }
 
-PrefillResidual::~PrefillResidual() {
+void PrefillResidual::release() noexcept {  // never throws (a destructor's)
   for (std::vector<void*>* v : {&loaded_, &computed_})
-    for (void* e : *v) cudaEventDestroy(ce(e));
-  if (side_) cuda::stream_destroy(side_);
-  if (host_) cudaFreeHost(host_);
+    for (void* e : *v) (void)cudaEventDestroy(ce(e));
+  loaded_.clear();
+  computed_.clear();
+  if (side_) (void)cudaStreamDestroy(cs(side_));
+  if (host_) (void)cudaFreeHost(host_);
+  side_ = nullptr;
+  host_ = nullptr;
 }
+
+PrefillResidual::~PrefillResidual() { release(); }
 
 void PrefillResidual::load(int64_t i) {
   const int64_t C = shape_.chunk, n = std::min(C, T_ - i * C);

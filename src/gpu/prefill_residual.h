@@ -58,6 +58,7 @@ class PrefillResidual {
 
  private:
   void load(int64_t i);  // side stream: chunk i into its buffer
+  void release() noexcept;
 
   PrefillResidualShape shape_;
   char* dev_ = nullptr;

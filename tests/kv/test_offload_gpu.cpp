@@ -108,6 +108,9 @@ struct TwinCase {
   int spread = 60;           // tokens around a drifting center
   bool one_launch_per_read = false;  // reads in a fixed order: GPU == twin even at a full hash map
   bool collide = false;      // every read from lines whose probe starts at the same bucket
+  // Hits expected. Not with admission after 2 steps in a tiny hash map: every step leaves it over
+  // half full, so the rebuild drops every mark and no line is ever admitted (by design).
+  bool expect_hits = true;
 };
 
 void check_twin(const TwinCase& tc) {
@@ -200,7 +203,9 @@ void check_twin(const TwinCase& tc) {
   EXPECT_EQ(got.reads, twin.stats().reads);
   EXPECT_EQ(got.misses, twin.stats().misses);
   EXPECT_EQ(got.inserted, twin.stats().inserted);
-  EXPECT_GT(got.reads - got.misses, 0u);
+  if (tc.expect_hits) {
+    EXPECT_GT(got.reads - got.misses, 0u);
+  }
   EXPECT_GT(got.misses, 0u);
   if (tc.buckets > 0) {
     EXPECT_GT(rebuilds, 0) << "the hash map was never rebuilt";
@@ -239,9 +244,9 @@ TEST(OffloadGpu, HashMapFullAndCollidingEqualTheCpuTwin) {
   KV_REQUIRE_GPU();
   for (const int admit : {1, 2}) {
     check_twin({.kv = true, .admit = admit, .slots = 4, .buckets = 16, .reads = 24, .spread = 12,
-                .one_launch_per_read = true});
+                .one_launch_per_read = true, .expect_hits = admit == 1});
     check_twin({.kv = true, .admit = admit, .slots = 4, .buckets = 16, .reads = 24, .one_launch_per_read = true,
-                .collide = true});
+                .collide = true, .expect_hits = admit == 1});
   }
 }
 

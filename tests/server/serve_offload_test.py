@@ -12,11 +12,11 @@ What: starts the real server twice on the GPU (random weights of a 2-layer Llama
       Also checks /metrics after the requests (no request running).
 Why:  the server is the third front end of --kv-offload (generate and bench model are the others);
       this is its end-to-end check with real HTTP requests.
-Run:  python3 scripts/gguf-tokenizer-only.py --pad-vocab 128256 \\
-          ~/.cache/longctx/models/SmolLM2-135M-Instruct.Q4_1.gguf tok-128k.gguf
-      python3 tests/server/serve_offload_test.py build/src/cli/longctx tok-128k.gguf
-      (standard library only; scripts/gpu-offload-engine.sh runs it on the GPU machine)
-Exit: 0 pass, 1 fail, 77 skip (no NVIDIA GPU).
+Run:  python3 tests/server/serve_offload_test.py build/src/cli/longctx tok-128k.gguf
+      (standard library only; ctest: serve_offload_test in CUDA builds; scripts/gpu-offload-engine.sh
+      runs it on the GPU machine). A missing tokenizer file is made from the default model with
+      scripts/gguf-tokenizer-only.py --pad-vocab 128256.
+Exit: 0 pass, 1 fail, 77 skip (no NVIDIA GPU, or no tokenizer file and no default model).
 """
 import http.client
 import json
@@ -138,6 +138,14 @@ def main():
     if gpu and (shutil.which("nvidia-smi") is None or subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode):
         print("SKIP: no NVIDIA GPU")
         return 77
+    if not os.path.exists(TOKENIZER):
+        model = os.path.join(os.environ.get("LONGCTX_CACHE", os.path.expanduser("~/.cache/longctx")), "models",
+                             "SmolLM2-135M-Instruct.Q4_1.gguf")
+        if not os.path.exists(model):
+            print(f"SKIP: no {TOKENIZER} and no default model at {model} (scripts/bootstrap.sh)")
+            return 77
+        tool = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "gguf-tokenizer-only.py")
+        subprocess.run([sys.executable, tool, "--pad-vocab", "128256", model, TOKENIZER], check=True)
     results = {}
     offload = ["--kv-offload", "--kv-host-layers", "2"] if gpu else []
     for label, extra in (("offload", offload), ("no offload", [])):
