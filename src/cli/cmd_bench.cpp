@@ -129,6 +129,7 @@ void run(const BenchArgs& a) {
   lo.kv_offload = a.offload.on;
   lo.kv_host_layers = a.offload.host_layers;
   lo.kv_page_table = a.offload.page_table;
+  lo.kv_offload_residual = a.offload.residual;
   lo.cpu_weights = a.cpu_weights;
   lo.prefill_chunk = a.chunk;
   // A random-weight geometry has no trained context to respect: allow the longest run.

@@ -197,6 +197,7 @@ struct KvOffloadArgs {
   bool on = false;
   int host_layers = -1;  // -1: automatic
   std::string page_table = "auto";
+  std::string residual = "host";
 };
 inline void add_kv_offload(CLI::App* c, KvOffloadArgs& a) {
   c->add_flag("--kv-offload", a.on,
@@ -209,6 +210,10 @@ inline void add_kv_offload(CLI::App* c, KvOffloadArgs& a) {
                 "With --kv-offload: page tables of the host layers' GPU caches: vector (one entry a line, grows with "
                 "the context), hash (fixed size, 4 buckets a cache slot), auto (vector unless only hash fits)")
       ->check(CLI::IsMember({"auto", "vector", "hash"}));
+  c->add_option("--kv-offload-residual", a.residual,
+                "With --kv-offload: the prefill's residual stream in pinned host memory, through two GPU chunk "
+                "buffers (host: GPU staging O(chunk)), or whole in GPU memory (gpu)")
+      ->check(CLI::IsMember({"host", "gpu"}));
 }
 
 inline CLI::Option* add_prefill_chunk(CLI::App* c, int64_t& chunk) {
