@@ -13,6 +13,13 @@
 #   ninja -C build-gpu -j2 longctx test_gpu_offload [test_hip_gpu test_kv_offload]
 #   scripts/gpu-offload-engine.sh --pack build-gpu /work/main/.carry/offload-engine
 # On the device: OUT=$OUT BIN=.carry/offload-engine bash .carry/offload-engine/gpu-offload-engine.sh
+#   (the `run` tool copies the lead's checkout only: pass carry [".carry/<folder>"] or the folder
+#   is not there)
+#   With the hash-map page table and the flat prefill staging (branch offload-flat), one call runs:
+#   the tests, compute-sanitizer memcheck on test_kv_offload's hash-map cases (MEMCHECK_FILTER),
+#   tests/server/serve_offload_test.py (SERVE_TEST=1: serve --kv-offload == serve over HTTP; the
+#   packed tok-128k.gguf is SmolLM2's tokenizer padded to Llama-3's vocabulary), then $RUNS, each
+#   skipped once less than RUN_RESERVE seconds remain before DEADLINE (seconds since the start).
 #   SKIP_TESTS=1 skips the tests; TEST_GPU=1 also runs test_gpu (packed when built: the GPU model's
 #   whole suite, for what the offload hooks touched); RUNS overrides the benchmark list (default below); STEP_TIMEOUT
 #   bounds each run (seconds). The fp8 runs of docs/benchmarks.md ("fp8 KV offload"), one H200 call:
@@ -25,6 +32,10 @@ if [ "${1:-}" = "--pack" ]; then
   [ -x "$build/tests/gpu/test_gpu" ] && cp "$build/tests/gpu/test_gpu" "$stage/"  # the whole GPU model suite, if built
   for t in cuda/test_hip_gpu kv/test_kv_offload; do [ -x "$build/tests/$t" ] && cp "$build/tests/$t" "$stage/"; done
   strip "$stage"/*
+  src=$(cd "$(dirname "$0")/.." && pwd)
+  cp "$src/tests/server/serve_offload_test.py" "$stage/"
+  python3 "$src/scripts/gguf-tokenizer-only.py" --pad-vocab 128256 \
+    "${LONGCTX_CACHE:-$HOME/.cache/longctx}/models/SmolLM2-135M-Instruct.Q4_1.gguf" "$stage/tok-128k.gguf" >/dev/null
   source "$(dirname "$0")/gpu-carry.sh"
   mkdir -p "$stage/lib" && carry_libs "$stage/lib" "$stage/longctx" "$stage/test_gpu_offload"
   rm -rf "$carry" && mkdir -p "$carry"
@@ -51,8 +62,22 @@ if [ -z "${SKIP_TESTS:-}" ]; then
     [ -x "$B/$t" ] || continue
     echo "== $t"
     timeout 120 "$B/$t" > "$OUT/$t.log" 2>&1 || status=1
-    grep -E "Failure|^\[  (PASSED|FAILED|SKIPPED) \]|tests ran" "$OUT/$t.log" | head -20
+    grep -E "Failure|^\[  (PASSED|FAILED|SKIPPED) \]|tests ran|^\[ twin \]" "$OUT/$t.log" | head -20
   done
+  if [ -n "${MEMCHECK_FILTER:-}" ] && [ -x "$B/test_kv_offload" ] && command -v compute-sanitizer >/dev/null; then
+    echo "== memcheck test_kv_offload --gtest_filter=$MEMCHECK_FILTER"
+    timeout "${MEMCHECK_TIMEOUT:-90}" compute-sanitizer --tool memcheck --error-exitcode 99 "$B/test_kv_offload" \
+      --gtest_filter="$MEMCHECK_FILTER" > "$OUT/memcheck_test_kv_offload.log" 2>&1
+    rc=$?; echo "memcheck rc=$rc"; [ $rc -ne 0 ] && status=1
+    grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) \]" "$OUT/memcheck_test_kv_offload.log" | head -5
+  fi
+fi
+if [ -n "${SERVE_TEST:-}" ] && [ -f "$B/serve_offload_test.py" ]; then
+  echo "== serve --kv-offload vs serve (HTTP)"
+  timeout "${SERVE_TIMEOUT:-120}" python3 "$B/serve_offload_test.py" "$B/longctx" "$B/tok-128k.gguf" \
+    > "$OUT/serve_offload_test.log" 2>&1
+  rc=$?; echo "serve test rc=$rc"; [ $rc -ne 0 ] && status=1
+  tail -12 "$OUT/serve_offload_test.log"
 fi
 if [ -n "${TEST_GPU:-}" ] && [ -x "$B/test_gpu" ]; then
   echo "== test_gpu"
@@ -64,6 +89,9 @@ ATTN='prefill:a_shape=128,4096;decode:hip'
 RUNS=${RUNS:-"offload-1m 1m --kv-offload"}
 while read -r name lengths extra; do
   [ -z "$name" ] && continue
+  if [ -n "${DEADLINE:-}" ] && [ $((SECONDS + ${RUN_RESERVE:-70})) -gt "$DEADLINE" ]; then
+    echo "== bench $name: skipped (${SECONDS} s used of $DEADLINE)"; continue
+  fi
   echo "== bench $name: --lengths $lengths $extra"
   attn=(--attn "$ATTN")
   [[ " $extra " == *" --attn "* ]] && attn=()

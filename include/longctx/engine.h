@@ -48,8 +48,13 @@ struct LoadOptions {
   // KV offload on the GPU (gpu/gpu_offload.h): the KV cache in pinned host memory behind GPU caches
   // for layers that do not fit HBM, with a sparse decode method that reads through them (--attn
   // hip); one sequence. kv_host_layers: layers kept in host memory (-1: as few as the GPU needs).
+  // kv_page_table: the host layers' caches' page tables, "auto" | "vector" | "hash".
+  // kv_offload_residual: where the layer-major prefill keeps the prompt's residual stream with
+  // offload, "host" (pinned, streamed through two GPU chunk buffers) | "gpu" (all of it in HBM).
   bool kv_offload = false;
   int kv_host_layers = -1;
+  std::string kv_page_table = "auto";
+  std::string kv_offload_residual = "host";
   // CPU matmul weights: "fp32" (dequantized at load: the exact reference path) or "quantized"
   // (the file's 4/8-bit blocks with 8-bit activations: several times less memory traffic per
   // token; model/quant_weights.h). The CLI defaults to "quantized".

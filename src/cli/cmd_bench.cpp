@@ -128,6 +128,8 @@ void run(const BenchArgs& a) {
   lo.kv_cache = a.kv_cache;
   lo.kv_offload = a.offload.on;
   lo.kv_host_layers = a.offload.host_layers;
+  lo.kv_page_table = a.offload.page_table;
+  lo.kv_offload_residual = a.offload.residual;
   lo.cpu_weights = a.cpu_weights;
   lo.prefill_chunk = a.chunk;
   // A random-weight geometry has no trained context to respect: allow the longest run.
@@ -254,14 +256,20 @@ void run(const BenchArgs& a) {
                            {"host_gib", double(os.host_bytes) / kGiB},
                            {"gpu_cache_gib", double(os.cache_bytes) / kGiB},
                            {"hbm_kv_gib", double(os.hbm_kv_bytes) / kGiB},
+                           {"stage_gib", double(os.stage_bytes) / kGiB},
+                           {"page_table", os.page_table},
+                           {"residual_host_gib", double(os.residual_host_bytes) / kGiB},
                            {"refresh", part(os.refresh)},
                            {"cached", part(os.cached)}};
         attn_line += fmt::format(
-            "\n         kv offload: {} layers in host memory ({:.1f} GiB), {} in HBM ({:.1f} GiB), caches {:.2f} GiB; "
+            "\n         kv offload: {} layers in host memory ({:.1f} GiB), {} in HBM ({:.1f} GiB), caches {:.2f} GiB "
+            "({}-map page tables), "
+            "prefill staging {:.2f} GiB (residual stream {:.1f} GiB in host memory); "
             "K/V cache hits {:.2f}% cached / {:.2f}% refresh steps, keys cache {:.2f}%; PCIe {:.1f} KB cached / "
             "{:.1f} MB refresh step",
             os.host_layers, double(os.host_bytes) / kGiB, os.hbm_layers, double(os.hbm_kv_bytes) / kGiB,
-            double(os.cache_bytes) / kGiB, 100 * os.cached.kv.hit_ratio(), 100 * os.refresh.kv.hit_ratio(),
+            double(os.cache_bytes) / kGiB, os.page_table, double(os.stage_bytes) / kGiB, double(os.residual_host_bytes) / kGiB,
+            100 * os.cached.kv.hit_ratio(), 100 * os.refresh.kv.hit_ratio(),
             100 * os.refresh.keys.hit_ratio(),
             os.cached.steps ? double(os.cached.pcie_bytes) / double(os.cached.steps) / 1e3 : 0.0,
             os.refresh.steps ? double(os.refresh.pcie_bytes) / double(os.refresh.steps) / 1e6 : 0.0);

@@ -62,6 +62,8 @@ void run(const GenerateArgs& a) {
   lo.kv_cache = a.kv_cache;
   lo.kv_offload = a.offload.on;
   lo.kv_host_layers = a.offload.host_layers;
+  lo.kv_page_table = a.offload.page_table;
+  lo.kv_offload_residual = a.offload.residual;
   lo.cpu_weights = a.cpu_weights;
   lo.gpu_chunk = a.gpu_chunk;
   auto eng = Engine::load(lo);

@@ -42,6 +42,8 @@ void run(const ServeArgs& a) {
   o.load.cpu_weights = a.cpu_weights;
   o.load.kv_offload = a.offload.on;
   o.load.kv_host_layers = a.offload.host_layers;
+  o.load.kv_page_table = a.offload.page_table;
+  o.load.kv_offload_residual = a.offload.residual;
   o.host = a.host;
   o.port = a.port;
   o.model_id = a.name;

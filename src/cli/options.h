@@ -196,6 +196,8 @@ inline CLI::Option* add_cpu_weights(CLI::App* c, std::string& cpu_weights) {
 struct KvOffloadArgs {
   bool on = false;
   int host_layers = -1;  // -1: automatic
+  std::string page_table = "auto";
+  std::string residual = "host";
 };
 inline void add_kv_offload(CLI::App* c, KvOffloadArgs& a) {
   c->add_flag("--kv-offload", a.on,
@@ -204,6 +206,14 @@ inline void add_kv_offload(CLI::App* c, KvOffloadArgs& a) {
   c->add_option("--kv-host-layers", a.host_layers,
                 "With --kv-offload: layers whose K/V live in host memory (default: as few as the GPU needs)")
       ->check(integer_at_least(0));
+  c->add_option("--kv-page-table", a.page_table,
+                "With --kv-offload: page tables of the host layers' GPU caches: vector (one entry a line, grows with "
+                "the context), hash (fixed size, 4 buckets a cache slot), auto (vector unless only hash fits)")
+      ->check(CLI::IsMember({"auto", "vector", "hash"}));
+  c->add_option("--kv-offload-residual", a.residual,
+                "With --kv-offload: the prefill's residual stream in pinned host memory, through two GPU chunk "
+                "buffers (host: GPU staging O(chunk)), or whole in GPU memory (gpu)")
+      ->check(CLI::IsMember({"host", "gpu"}));
 }
 
 inline CLI::Option* add_prefill_chunk(CLI::App* c, int64_t& chunk) {

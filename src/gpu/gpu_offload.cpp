@@ -15,7 +15,8 @@ namespace longctx::gpu {
 
 namespace {
 
-kv::OffloadSpec tier_spec(const ModelConfig& c, const KvOffloadOptions& o, const OffloadBudget& b, int host_layers) {
+kv::OffloadSpec tier_spec(const ModelConfig& c, const KvOffloadOptions& o, const OffloadBudget& b, int host_layers,
+                          kv::PageTable table) {
   const int64_t capacity = b.capacity;
   const int line = b.line_tokens;
   kv::OffloadSpec s;
@@ -29,7 +30,16 @@ kv::OffloadSpec tier_spec(const ModelConfig& c, const KvOffloadOptions& o, const
   const int64_t lines = (capacity + line - 1) / line;
   s.keys_slots = int32_t(std::min<int64_t>(o.keys_slots, lines));
   s.kv_slots = int32_t(std::min<int64_t>(o.kv_slots, lines));
+  if (table == kv::PageTable::hash) {
+    s.keys_buckets = offload_hash_buckets(s.keys_slots);
+    s.kv_buckets = offload_hash_buckets(s.kv_slots);
+  }
   return s;
+}
+
+// The layer-major prefill's bf16 K/V of one layer, [capacity, KV] each.
+size_t stage_kv_of(const ModelConfig& c, int64_t cap) {
+  return stage_layout(c, cap, KvCacheType::fp8, true).total - stage_layout(c, cap, KvCacheType::bf16, true).total;
 }
 
 struct Split {
@@ -62,7 +72,32 @@ std::string offload_plan_problem(const ModelConfig& c, const KvOffloadOptions& o
   return "";
 }
 
+PageTableChoice parse_page_table(const std::string& s) {
+  if (s == "auto") return PageTableChoice::automatic;
+  if (s == "vector") return PageTableChoice::vector;
+  if (s == "hash") return PageTableChoice::hash;
+  fail("--kv-page-table '{}': known are auto, vector, hash", s);
+}
+
+namespace {
+OffloadPlan plan_with(const ModelConfig& c, const KvOffloadOptions& opts, const OffloadBudget& b, kv::PageTable table);
+}  // namespace
+
 OffloadPlan plan_offload(const ModelConfig& c, const KvOffloadOptions& opts, const OffloadBudget& b) {
+  switch (opts.page_table) {
+    case PageTableChoice::vector: return plan_with(c, opts, b, kv::PageTable::vector);
+    case PageTableChoice::hash: return plan_with(c, opts, b, kv::PageTable::hash);
+    case PageTableChoice::automatic: break;
+  }
+  try {
+    return plan_with(c, opts, b, kv::PageTable::vector);
+  } catch (const Error&) {  // memory is tight: the smaller tables may make it fit
+    return plan_with(c, opts, b, kv::PageTable::hash);
+  }
+}
+
+namespace {
+OffloadPlan plan_with(const ModelConfig& c, const KvOffloadOptions& opts, const OffloadBudget& b, kv::PageTable table) {
   const int L = c.n_layer;
   if (opts.host_layers > L)
     fail("--kv-host-layers {}: {} has {} layers", opts.host_layers, c.name, L);
@@ -74,18 +109,17 @@ OffloadPlan plan_offload(const ModelConfig& c, const KvOffloadOptions& opts, con
   p.hbm_layer_bytes = 2 * align_up(size_t(cap) * KV * eb);
   // The layer-major staging of one host layer's K/V (bf16, the whole prompt): needed once any layer
   // is on the host; the fp8 cache stages every layer, so its gpu_fixed holds it already.
-  const size_t stage_kv = b.elem == KvElem::bf16 ? stage_layout(c, cap, KvCacheType::fp8, true).total -
-                                                       stage_layout(c, cap, KvCacheType::bf16, true).total
-                                                 : 0;
+  const size_t stage_kv = b.elem == KvElem::bf16 ? stage_kv_of(c, cap) : 0;
   auto split = [&](int hbm) {
     Split s;
     s.hbm = hbm;
     const int host = L - hbm;
     s.gpu_need = b.gpu_fixed + kReserveBytes + size_t(hbm) * p.hbm_layer_bytes;
+    s.host_need = b.host_fixed + (b.host_fixed ? size_t(kHostReserveBytes) : 0);
     if (host > 0) {
-      const kv::OffloadSizes z = kv::offload_sizes(tier_spec(c, opts, b, host));
+      const kv::OffloadSizes z = kv::offload_sizes(tier_spec(c, opts, b, host, table));
       s.gpu_need += size_t(z.gpu_bytes) + stage_kv;
-      s.host_need = size_t(z.host_bytes) + size_t(kHostReserveBytes);
+      s.host_need = b.host_fixed + size_t(z.host_bytes) + size_t(kHostReserveBytes);
     }
     return s;
   };
@@ -103,14 +137,19 @@ OffloadPlan plan_offload(const ModelConfig& c, const KvOffloadOptions& opts, con
   const int host = L - s.hbm;
   const bool gpu_ok = s.gpu_need <= b.gpu_free, host_ok = s.host_need <= size_t(std::max<int64_t>(b.host_free, 0));
   if (!gpu_ok || !host_ok) {
-    const kv::OffloadSizes one = kv::offload_sizes(tier_spec(c, opts, b, 1));
+    const kv::OffloadSizes one = kv::offload_sizes(tier_spec(c, opts, b, 1, table));
     fail("KV offload of {} tokens ({} layers x K,V x {} heads x {} x {}) does not fit: {} layers in HBM and {} in "
          "host memory need {} of GPU memory ({} per HBM layer, {} of caches per host layer, {} of staging, "
-         "workspaces and reserve) while {} has {} free{}, and {} of host memory ({} per host layer, pinned, + {} for "
-         "the process) while {} is available{}: use a shorter context or fewer new tokens{}",
+         "workspaces and reserve, of which {} grow with the prompt: the prefill's residual stream {} and one "
+         "layer's K/V in bf16 {}) while {} has {} free{}, and {} of host memory ({} per host layer, pinned, {} for "
+         "the residual stream, + {} for the process) while {} is available{}: use a shorter context or fewer new "
+         "tokens{}",
          cap, L, c.n_kv_head, c.head_dim, b.elem == KvElem::bf16 ? "bf16" : "fp8", s.hbm, host, gib(s.gpu_need), gib(p.hbm_layer_bytes),
-         gib(size_t(one.gpu_layer_bytes)), gib(b.gpu_fixed + kReserveBytes + (host ? stage_kv : 0)), b.device_name,
-         gib(b.gpu_free), gpu_ok ? "" : " (short)", gib(s.host_need), gib(size_t(2 * one.host_pool_bytes)),
+         gib(size_t(one.gpu_layer_bytes)), gib(b.gpu_fixed + kReserveBytes + (host ? stage_kv : 0)),
+         gib(b.gpu_residual + (host || b.elem != KvElem::bf16 ? stage_kv_of(c, cap) : 0)),
+         b.host_fixed ? gib(b.gpu_residual) + " (two chunks; the rest in host memory)" : gib(b.gpu_residual),
+         gib(host || b.elem != KvElem::bf16 ? stage_kv_of(c, cap) : 0), b.device_name, gib(b.gpu_free),
+         gpu_ok ? "" : " (short)", gib(s.host_need), gib(size_t(2 * one.host_pool_bytes)), gib(b.host_fixed),
          gib(size_t(kHostReserveBytes)), gib(size_t(std::max<int64_t>(b.host_free, 0))), host_ok ? "" : " (short)",
          opts.host_layers >= 0 ? ", or another --kv-host-layers" : "");
   }
@@ -126,10 +165,29 @@ OffloadPlan plan_offload(const ModelConfig& c, const KvOffloadOptions& opts, con
   p.host_layers = host;
   p.hbm_bytes = size_t(s.hbm) * p.hbm_layer_bytes;
   if (host > 0) {
-    p.tier = tier_spec(c, opts, b, host);
+    p.tier = tier_spec(c, opts, b, host, table);
     p.tier_sizes = kv::offload_sizes(p.tier);
   }
+  p.stage_kv_bytes = host > 0 || b.elem != KvElem::bf16 ? stage_kv_of(c, cap) : 0;
+  p.stage_residual_bytes = b.gpu_residual;
+  p.host_residual_bytes = b.host_fixed;
+  p.page_table = table;
   return p;
+}
+}  // namespace
+
+std::string offload_plan_summary(const OffloadPlan& p) {
+  const int L = int(p.tier_layer.size());
+  return fmt::format(
+      "KV offload of {} tokens: {} of {} layers in host memory ({} pinned, {} of GPU caches and {}-map page tables), "
+      "{} in HBM ({}); "
+      "prefill staging on the GPU {} growing with the prompt (one layer's K/V in bf16 for its attention) + {} of "
+      "residual stream{}",
+      p.capacity, p.host_layers, L, gib(size_t(p.tier_sizes.host_bytes)), gib(size_t(p.tier_sizes.gpu_bytes)),
+      kv::page_table_name(p.page_table),
+      L - p.host_layers, gib(p.hbm_bytes), gib(p.stage_kv_bytes), gib(p.stage_residual_bytes),
+      p.host_residual_bytes ? fmt::format(" (two chunks; {} pinned in host memory)", gib(p.host_residual_bytes))
+                            : std::string(" (whole prompt)"));
 }
 
 GpuOffload::GpuOffload(const ModelConfig& c, const OffloadPlan& plan) : cfg_(c), plan_(plan) {

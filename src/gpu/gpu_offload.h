@@ -10,11 +10,13 @@
 // plan_offload() decides the split before anything is allocated: the layers that decode dense
 // (they read every key at every step: HiP's dense_layers) go to HBM first, then the others in
 // order, as many as the GPU memory left after the weights, the activations, the layer-major
-// prefill's staging (residual stream + one layer's K/V in bf16), the decode workspace, the
-// method's buffers and the host layers' caches allows; the rest go to host memory. When the host
+// prefill's staging (one layer's K/V in bf16, and the residual stream or, when it lives in pinned
+// host memory, two chunks of it), the decode workspace, the method's buffers and the host layers'
+// caches allows; the rest go to host memory. When the host
 // layers do not fit the host's available memory either, the Error names both budgets.
 // How the model uses it (gpu_transformer.cpp, gpu_offload.cpp):
-//   prefill (layer-major): a host layer's chunks attend over the staging buffer; at the layer's end
+//   prefill (layer-major, the residual stream in host memory by default: prefill_residual.h): a
+//     host layer's chunks attend over the staging buffer; at the layer's end
 //     its new rows go to the host pools (bf16: OffloadTier::copy_in; fp8: the quantizer writes
 //     the codes through the mapped pointer); so prefill GPU memory holds one layer's K/V, never the
 //     host layers' (an HBM layer writes its block directly);
@@ -39,12 +41,23 @@
 
 namespace longctx::gpu {
 
+// --kv-page-table: the host layers' caches' page tables (kv/offload_spec.h). automatic: the vector
+// map (one int32 a line, direct) unless the plan does not fit with it and fits with the hash map
+// (fixed size, 4 buckets of 8 bytes a slot: 5 MiB a host layer at the default slots).
+enum class PageTableChoice { automatic, vector, hash };
+PageTableChoice parse_page_table(const std::string& s);  // "auto" | "vector" | "hash"; else Error
+
 // --kv-offload: what the user asks for.
 struct KvOffloadOptions {
   bool on = false;
   int host_layers = -1;          // layers in host memory; -1: as few as the GPU needs (plan_offload)
   int32_t keys_slots = 16384;    // HiP keys-cache lines per (host layer, KV head): 8 MiB per layer at d 128
   int32_t kv_slots = 4096;       // K/V-cache lines per (host layer, KV head): 4 MiB per layer (2x with V)
+  // The layer-major prefill's residual stream in pinned host memory, streamed through the GPU in
+  // chunks (gpu/prefill_residual.h): GPU staging O(chunk) instead of O(T). Not with a method that
+  // estimates from the whole prompt's stream (MInference), which keeps it on the GPU.
+  bool host_residual = true;
+  PageTableChoice page_table = PageTableChoice::automatic;
 };
 
 // Host memory kept out of the pinned tier: the process (prompt, logits, binaries) and the OS.
@@ -56,7 +69,9 @@ struct OffloadBudget {
   int line_tokens = 2;         // cache line: HiP's b_k
   size_t gpu_free = 0;         // free now (weights and activations already held)
   size_t gpu_fixed = 0;        // staging, decode workspace, method buffers: needed whatever the split
+  size_t gpu_residual = 0;     // of gpu_fixed: the prefill's residual stream on the GPU (messages)
   int64_t host_free = 0;       // host memory available (MemAvailable)
+  size_t host_fixed = 0;       // pinned host memory whatever the split: the residual stream, when there
   std::string device_name;
   std::function<bool(int)> decodes_dense;  // layer -> whether its decode steps read every key
   KvElem elem = KvElem::bf16;  // the cache's element: bf16, or fp8_e4m3 (--kv-cache fp8; gpu_fixed
@@ -69,9 +84,18 @@ struct OffloadPlan {
   int host_layers = 0;
   size_t hbm_layer_bytes = 0;   // one HBM layer's K and V
   size_t hbm_bytes = 0;         // all HBM layers
+  kv::PageTable page_table = kv::PageTable::vector;  // the host layers' caches'
   kv::OffloadSpec tier;         // the host layers (tier.n_layer = host_layers; unused when 0)
   kv::OffloadSizes tier_sizes;
+  // What grows with the prompt on the GPU besides the HBM layers: the prefill staging of one
+  // layer's K/V in bf16 (its attention reads every earlier key), and the residual stream unless
+  // it is in host memory (then two chunk buffers).
+  size_t stage_kv_bytes = 0;
+  size_t stage_residual_bytes = 0;
+  size_t host_residual_bytes = 0;  // pinned (0: on the GPU)
 };
+// One line for logs and benchmarks: the split, the caches, and the staging that grows with T.
+std::string offload_plan_summary(const OffloadPlan& p);
 
 // The split for `opts` (host_layers < 0: automatic), or an Error naming the GPU and host budgets.
 OffloadPlan plan_offload(const ModelConfig& c, const KvOffloadOptions& opts, const OffloadBudget& b);
@@ -91,7 +115,10 @@ struct GpuOffloadStats {
   int host_layers = 0, hbm_layers = 0;
   size_t host_bytes = 0;      // pinned host tier
   size_t cache_bytes = 0;     // GPU caches and tables of the host layers
+  const char* page_table = "vector";
   size_t hbm_kv_bytes = 0;    // HBM layers' K/V
+  size_t stage_bytes = 0;     // GPU prefill staging (one layer's bf16 K/V + the residual stream's part)
+  size_t residual_host_bytes = 0;  // the prefill's residual stream in pinned host memory (0: on the GPU)
   OffloadStepCounters refresh, cached;
 };
 

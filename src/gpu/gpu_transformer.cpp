@@ -151,6 +151,7 @@ void GpuTransformer::free_kv() {
   own_.id = -1;  // the pool goes: so do the own sequence's pages (others hold none: see callers)
   pool_.reset();
   offload_.reset();
+  residual_.reset();
   cuda::dev_free(decode_ws_);
   cuda::dev_free(stage_);
   decode_ws_ = stage_ = nullptr;
@@ -328,15 +329,21 @@ void GpuTransformer::forward_layer_major(std::span<const int32_t> tokens, int64_
   const int64_t pos0 = seq_->len, T = int64_t(tokens.size()), C = layout_.chunk;
   const int64_t E = cfg_.n_embd, KV = int64_t(cfg_.n_kv_head) * cfg_.head_dim;
   char* stage = static_cast<char*>(stage_);
-  void* xs = stage + stage_layout_.x;       // [T, E] residual stream of the whole prompt
+  // The residual stream of the whole prompt, [T, E]: in the staging block, or (KV offload) in host
+  // memory, a chunk at a time in the staging block's two chunk buffers.
+  PrefillResidual resident({.rows = T, .n_embd = E, .chunk = C}, stage + stage_layout_.x, false, stream_);
+  PrefillResidual& xr = residual_ ? *residual_ : resident;
   const bool fp8 = kv_type_ == KvCacheType::fp8;  // else bf16: K/V straight into the cache
   // Embeddings, a chunk of ids at a time (the ids buffer holds one chunk).
   int32_t* d_ids = static_cast<int32_t*>(act(layout_.ids));
-  for (int64_t c0 = 0; c0 < T; c0 += C) {
+  xr.begin_pass(T, false);
+  for (int64_t i = 0, c0 = 0; c0 < T; ++i, c0 += C) {
     const int64_t n = std::min(C, T - c0);
     cuda::copy_h2d(d_ids, tokens.data() + c0, size_t(n) * sizeof(int32_t), stream_);
-    embed(d_ids, at(xs, size_t(c0 * E)), n);
+    embed(d_ids, xr.chunk(i), n);
+    xr.done(i);
   }
+  xr.end_pass();
   for (int l = 0; l < cfg_.n_layer; ++l) {
     const bool host = host_layer(l);  // KV offload: the layer's rows live in host memory
     const bool staged = fp8 || host;
@@ -348,13 +355,16 @@ void GpuTransformer::forward_layer_major(std::span<const int32_t> tokens, int64_
     }
     if (host && !fp8 && pos0 > 0) offload_->load(l, 0, pos0, k_stage, v_stage, stream_);  // fp8: dequantized above
     events_used_ = 0;
-    const bool wide = prompt_wide_lines(l, pos0, T);
-    if (wide) estimate_prompt_lines(l, pos0, T, xs, k_stage, v_stage);
-    for (int64_t c0 = 0; c0 < T; c0 += C) {
+    const bool wide = !xr.on_host() && prompt_wide_lines(l, pos0, T);  // reads the whole stream
+    if (wide) estimate_prompt_lines(l, pos0, T, xr.chunk(0), k_stage, v_stage);
+    xr.begin_pass(T);
+    for (int64_t i = 0, c0 = 0; c0 < T; ++i, c0 += C) {
       const int64_t n = std::min(C, T - c0);
-      layer({.l = l, .T = n, .pos0 = pos0 + c0, .x = at(xs, size_t(c0 * E)), .k_all = k_stage, .v_all = v_stage,
+      layer({.l = l, .T = n, .pos0 = pos0 + c0, .x = xr.chunk(i), .k_all = k_stage, .v_all = v_stage,
              .kv_ready = wide});
+      xr.done(i);
     }
+    xr.end_pass();
     if (wide) gpu_method_->end_prompt();
     if (fp8) store_layer_kv(l, pos0, T);
     // fp8: store_layer_kv quantized into the layer's rows (a host layer's: through the mapped pointer)
@@ -365,7 +375,7 @@ void GpuTransformer::forward_layer_major(std::span<const int32_t> tokens, int64_
   seq_->len = pos0 + T;
   for (int64_t r0 = first_row; out.wanted() && r0 < T; r0 += layout_.logit_rows) {
     const int64_t m = std::min(layout_.logit_rows, T - r0);
-    emit_logits(at(xs, size_t(r0 * E)), m, r0, out);
+    emit_logits(xr.rows(r0, m), m, r0, out);
   }
   cuda::stream_sync(stream_);
   cuda::check_last_error("GPU layer-major prefill");

@@ -100,6 +100,7 @@
 #include "gpu/gpu_offload.h"
 #include "gpu/gpu_stats.h"
 #include "gpu/memory_plan.h"
+#include "gpu/prefill_residual.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/runtime.h"
 #include "kernels/cuda/structured_qk.h"
@@ -363,6 +364,8 @@ class GpuTransformer {
   std::string offload_fit_problem(int64_t capacity) const;
   void reset_offload(int64_t capacity);
   bool host_layer(int l) const { return offload_ && offload_->on_host(l); }
+  // Whether the layer-major prefill keeps its residual stream in host memory (prefill_residual.h).
+  bool host_residual() const;
   void check_offload_options() const;
   // The pool of plan p, the decode workspace, staging and method buffers sized by it (after the
   // fit check; frees what was held: no sequence may hold pages).
@@ -433,6 +436,7 @@ class GpuTransformer {
   std::vector<float> logit_host_;  // [<= logit_rows, vocab] logits on their way to a sink
   void* stage_ = nullptr;                 // layer-major: stage_layout(longest sequence) block (fp8: bf16 K/V of one layer; x)
   StageLayout stage_layout_;
+  std::unique_ptr<PrefillResidual> residual_;  // KV offload: the residual stream in host memory, else null
   float* amax_ = nullptr;                 // fp8: device float [2], max |K| and |V| of a layer's new rows
   void* decode_ws_ = nullptr;  // split-KV decode workspace for the pool's step rows and longest sequence
   size_t decode_ws_bytes_ = 0;

@@ -21,6 +21,10 @@ void GpuTransformer::check_offload_options() const {
          offload_opts_.keys_slots, offload_opts_.kv_slots);
 }
 
+bool GpuTransformer::host_residual() const {
+  return offload_opts_.on && offload_opts_.host_residual && !prompt_wide_method();
+}
+
 OffloadBudget GpuTransformer::offload_budget(int64_t capacity) const {
   size_t free_b = 0, total_b = 0;
   if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
@@ -34,10 +38,16 @@ OffloadBudget GpuTransformer::offload_budget(int64_t capacity) const {
   b.gpu_free = free_b + held_kv_bytes();
   b.elem = kv_type_ == KvCacheType::fp8 ? KvElem::fp8_e4m3 : KvElem::bf16;
   // bf16: the residual stream (plan_offload adds one layer's K/V when a layer goes to the host);
-  // fp8: every layer stages its K/V in bf16 (the fp8 cache's layer-major prefill)
-  b.gpu_fixed = stage_layout(cfg_, capacity, kv_type_, true).total + decode_ws_bytes(cfg_, capacity) +
-                sparse_bytes(capacity);
-  b.host_free = kv::host_available_bytes() + (offload_ ? offload_->plan().tier_sizes.host_bytes : 0);
+  // fp8: every layer stages its K/V in bf16 (the fp8 cache's layer-major prefill). The residual
+  // stream: two chunks on the GPU and the whole prompt's in pinned host memory, or all on the GPU.
+  const int64_t host_chunk = host_residual() ? layout_.chunk : 0;
+  const StageLayout sl = stage_layout(cfg_, capacity, kv_type_, true, host_chunk);
+  b.gpu_fixed = sl.total + decode_ws_bytes(cfg_, capacity) + sparse_bytes(capacity);
+  b.gpu_residual = sl.x_bytes;
+  b.host_fixed = host_chunk ? PrefillResidual::host_bytes({.rows = capacity, .n_embd = cfg_.n_embd}) : 0;
+  // what reset() frees before it allocates counts as available (the held tier and stream)
+  b.host_free = kv::host_available_bytes() +
+                (offload_ ? offload_->plan().tier_sizes.host_bytes + int64_t(offload_->plan().host_residual_bytes) : 0);
   b.device_name = device_name_;
   b.decodes_dense = [this, capacity](int l) {
     return !sparse_step({.layer = l, .phase = Phase::decode, .n_q = 1, .q_pos0 = capacity - 1, .n_kv = capacity});
@@ -67,8 +77,14 @@ void GpuTransformer::reset_offload(int64_t capacity_asked) {
       kv_bytes_ = plan.hbm_bytes + size_t(plan.tier_sizes.gpu_bytes);
       // one layer's K/V staged in bf16 (fp8: always; bf16: when a layer is on the host) + the residual stream
       const bool stage_kv = kv_type_ == KvCacheType::fp8 || plan.host_layers > 0;
-      stage_layout_ = stage_layout(cfg_, capacity, stage_kv ? KvCacheType::fp8 : KvCacheType::bf16, true);
+      const int64_t host_chunk = host_residual() ? layout_.chunk : 0;
+      stage_layout_ =
+          stage_layout(cfg_, capacity, stage_kv ? KvCacheType::fp8 : KvCacheType::bf16, true, host_chunk);
       stage_ = cuda::dev_malloc(stage_layout_.total);
+      if (host_chunk)
+        residual_ = std::make_unique<PrefillResidual>(
+            PrefillResidualShape{.rows = capacity, .n_embd = cfg_.n_embd, .chunk = host_chunk},
+            static_cast<char*>(stage_) + stage_layout_.x, true, stream_);
       decode_ws_bytes_ = decode_ws_bytes(cfg_, capacity);
       decode_ws_ = cuda::dev_malloc(decode_ws_bytes_);
       cuda::decode_workspace_init(decode_ws_, decode_ws_bytes_, stream_);
@@ -92,6 +108,9 @@ void GpuTransformer::reset_offload(int64_t capacity_asked) {
   offload_stats_.host_bytes = size_t(p.tier_sizes.host_bytes);
   offload_stats_.cache_bytes = size_t(p.tier_sizes.gpu_bytes);
   offload_stats_.hbm_kv_bytes = p.hbm_bytes;
+  offload_stats_.stage_bytes = stage_layout_.total;
+  offload_stats_.page_table = kv::page_table_name(p.page_table);
+  offload_stats_.residual_host_bytes = p.host_residual_bytes;
   publish_offload_stats(offload_stats_);
   own_.id = 0;  // the one sequence (no pool ids with offload)
   own_.len = 0;

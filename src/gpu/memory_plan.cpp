@@ -1,5 +1,6 @@
 // memory_plan.cpp: see memory_plan.h.
 #include "gpu/memory_plan.h"
+#include "gpu/prefill_residual.h"
 
 #include <algorithm>
 
@@ -72,15 +73,17 @@ size_t kv_bytes(const ModelConfig& c, int64_t capacity, KvCacheType t) {
   return kv_bytes_per_token(c, t) * size_t(capacity);
 }
 
-StageLayout stage_layout(const ModelConfig& c, int64_t capacity, KvCacheType t, bool layer_major) {
+StageLayout stage_layout(const ModelConfig& c, int64_t capacity, KvCacheType t, bool layer_major, int64_t host_chunk) {
   StageLayout s;
   if (t != KvCacheType::fp8 && !layer_major) return s;
   const size_t rows = size_t(std::max<int64_t>(capacity, 1));
   const size_t kv = t == KvCacheType::fp8 ? rows * size_t(c.n_kv_head) * size_t(c.head_dim) * kBf16 : 0;
+  const PrefillResidualShape r{.rows = int64_t(rows), .n_embd = c.n_embd, .chunk = host_chunk};
   s.k = 0;
   s.v = align_up(kv);
   s.x = s.v + align_up(kv);
-  s.total = s.x + align_up(rows * size_t(c.n_embd) * kBf16);
+  s.x_bytes = PrefillResidual::device_bytes(r, host_chunk > 0);
+  s.total = s.x + align_up(s.x_bytes);
   return s;
 }
 

@@ -70,10 +70,16 @@ size_t kv_bytes(const ModelConfig& c, int64_t capacity, KvCacheType t = KvCacheT
 // layer-major): one layer's K and V in bf16 [capacity, KV] each, plus the residual stream of
 // `capacity` tokens, bf16 [capacity, n_embd]. With the bf16 cache and layer_major (MInference's
 // prompt-wide estimate, gpu_transformer.h): the residual stream only (K/V go straight to the cache).
+// host_chunk > 0 (KV offload, gpu/prefill_residual.h): the residual stream lives in pinned host
+// memory and x holds kResidualBuffers chunk buffers [host_chunk, n_embd] instead: the staging is
+// then O(chunk) but for the K/V part, one layer's keys and values of the whole prompt, which the
+// prefill attention of that layer reads.
 struct StageLayout {
   size_t k = 0, v = 0, x = 0, total = 0;  // offsets in one block
+  size_t x_bytes = 0;                     // the residual stream's part on the GPU
 };
-StageLayout stage_layout(const ModelConfig& c, int64_t capacity, KvCacheType t, bool layer_major = false);
+StageLayout stage_layout(const ModelConfig& c, int64_t capacity, KvCacheType t, bool layer_major = false,
+                         int64_t host_chunk = 0);
 // The split-KV decode workspace for n_seq sequences of at most `capacity` tokens.
 size_t decode_ws_bytes(const ModelConfig& c, int64_t capacity, int n_seq = 1);
 

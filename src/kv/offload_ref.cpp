@@ -8,12 +8,15 @@
 
 namespace longctx::kv {
 
-OffloadCacheRef::OffloadCacheRef(int n_kv_head, int32_t n_lines, int32_t n_slots, int line_tokens, int admit_steps)
+OffloadCacheRef::OffloadCacheRef(int n_kv_head, int32_t n_lines, int32_t n_slots, int line_tokens, int admit_steps,
+                                 int32_t n_buckets)
     : n_kv_head_(n_kv_head),
       n_lines_(n_lines),
       n_slots_(n_slots),
       line_tokens_(line_tokens),
       admit_steps_(admit_steps),
+      n_buckets_(n_buckets),
+      used_(size_t(n_kv_head), 0),
       table_(size_t(n_kv_head) * n_lines, kLineAbsent),
       slot_line_(size_t(n_kv_head) * n_slots, -1),
       last_use_(size_t(n_kv_head) * n_slots, -1),
@@ -23,6 +26,16 @@ OffloadCacheRef::OffloadCacheRef(int n_kv_head, int32_t n_lines, int32_t n_slots
     fail("OffloadCacheRef: {} heads, {} lines, {} slots, lines of {} tokens, admit after {} steps (each at least 1, "
          "admit 1 or 2)",
          n_kv_head, n_lines, n_slots, line_tokens, admit_steps);
+  if (n_buckets != 0 && (n_buckets < kBucketsPerSlot * int64_t(n_slots) || (n_buckets & (n_buckets - 1)) != 0))
+    fail("OffloadCacheRef: a hash map of {} buckets for {} slots (a power of two >= {} x slots)", n_buckets, n_slots,
+         kBucketsPerSlot);
+}
+
+bool OffloadCacheRef::take_bucket(int h) {
+  if (n_buckets_ == 0) return true;
+  if (used_[size_t(h)] >= offload_hash_limit(n_buckets_)) return false;
+  ++used_[size_t(h)];
+  return true;
 }
 
 int32_t OffloadCacheRef::read(int h, int64_t t) {
@@ -38,8 +51,10 @@ int32_t OffloadCacheRef::read(int h, int64_t t) {
   if (e == kLineMissed) return -1;
   if (admit_steps_ > 1) {
     const int32_t now = offload_line_seen(tick_);
-    if (e == kLineAbsent) e = now;  // first miss: remember the step
-    if (e == now) return -1;
+    if (e == kLineAbsent && take_bucket(h)) e = now;  // first miss: remember the step
+    if (e == now || e == kLineAbsent) return -1;
+  } else if (!take_bucket(h)) {
+    return -1;  // hash map at its limit: not recorded
   }
   e = kLineMissed;  // record (admit 2: the line also missed at an earlier step)
   if (miss_count_[size_t(h)]++ < n_slots_) recorded_[size_t(h)].push_back(int32_t(line));
@@ -74,6 +89,13 @@ void OffloadCacheRef::end_step() {
     stats_.inserted += n_ins;
     lines.clear();
     miss_count_[size_t(h)] = 0;
+    if (n_buckets_ > 0 && used_[size_t(h)] > n_buckets_ / 2) {  // the rebuild: resident lines only
+      int32_t resident = 0;
+      for (int32_t line = 0; line < n_lines_; ++line)
+        if (tab[line] >= 0) ++resident;
+        else tab[line] = kLineAbsent;
+      used_[size_t(h)] = resident;
+    }
   }
 }
 

@@ -11,7 +11,12 @@
 // Update rule: the recorded lines in ascending order go to the slots in ascending
 // (last_use, slot) order, stopping at a slot used in this step; evicted lines become absent.
 // Admission (admit_steps 2): a line is recorded only at a miss in a later step than its first.
+// Hash map (n_buckets > 0): table() stays the logical line -> entry map; the twin counts the
+// buckets the GPU's hash map would use (an entry for an absent line takes one, tombstones keep
+// theirs), refuses an insertion at offload_hash_limit, and after a step that left more than half
+// the buckets used drops admission marks and tombstones as the GPU's rebuild does.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -20,7 +25,8 @@ namespace longctx::kv {
 class OffloadCacheRef {
  public:
   // admit_steps: steps with a miss before a line is inserted (1 or 2; kernels/params/kv_offload.h).
-  OffloadCacheRef(int n_kv_head, int32_t n_lines, int32_t n_slots, int line_tokens, int admit_steps = 1);
+  OffloadCacheRef(int n_kv_head, int32_t n_lines, int32_t n_slots, int line_tokens, int admit_steps = 1,
+                  int32_t n_buckets = 0);
 
   void begin_step() { ++tick_; }
   int32_t read(int h, int64_t t);  // bank slot of token t's line for head h, or -1 (miss, recorded)
@@ -34,13 +40,17 @@ class OffloadCacheRef {
   const std::vector<int32_t>& slot_line() const { return slot_line_; }  // [n_kv_head, n_slots]
   const std::vector<int32_t>& last_use() const { return last_use_; }    // [n_kv_head, n_slots]
   int32_t tick() const { return tick_; }
+  int32_t hash_used(int h) const { return used_[size_t(h)]; }  // hash map: buckets in use
 
  private:
   int n_kv_head_;
   int32_t n_lines_, n_slots_;
   int line_tokens_;
   int admit_steps_;
+  int32_t n_buckets_;
   int32_t tick_ = 0;
+  std::vector<int32_t> used_;  // per head, hash map buckets in use
+  bool take_bucket(int h);     // hash map: an absent line gets an entry (false: at the limit)
   std::vector<int32_t> table_, slot_line_, last_use_;
   std::vector<std::vector<int32_t>> recorded_;  // per head, this step's recorded lines
   std::vector<int64_t> miss_count_;             // per head, this step's records (may pass n_slots)

@@ -6,6 +6,7 @@
 #include <climits>
 #include <fstream>
 #include <string>
+#include <tuple>
 
 #include "kernels/params/kv_offload.h"
 #include "kv/kv_spec.h"
@@ -25,19 +26,23 @@ int64_t aligned(int64_t n) { return (n + kKvAlign - 1) / kKvAlign * kKvAlign; }
 
 std::string gib(int64_t bytes) { return fmt::format("{:.2f} GiB", double(bytes) / double(int64_t(1) << 30)); }
 
-OffloadCacheSizes cache_sizes(const OffloadSpec& s, int64_t row_bytes, int32_t n_lines, int32_t slots, int banks) {
+OffloadCacheSizes cache_sizes(const OffloadSpec& s, int64_t row_bytes, int32_t n_lines, int32_t slots, int32_t buckets,
+                              int banks) {
   OffloadCacheSizes c;
   if (slots == 0) return c;
   c.bank = aligned(mul(mul(slots, s.line_tokens, "cache rows"), row_bytes, "a cache bank in bytes"));
-  c.table = aligned(mul(mul(s.n_kv_head, n_lines, "page table entries"), 4, "a page table in bytes"));
+  c.table = buckets > 0 ? aligned(mul(mul(s.n_kv_head, buckets, "hash buckets"), 8, "a page table in bytes"))
+                        : aligned(mul(mul(s.n_kv_head, n_lines, "page table entries"), 4, "a page table in bytes"));
   c.slot_meta = aligned(int64_t(s.n_kv_head) * slots * 4);
-  c.miss_count = aligned(int64_t(s.n_kv_head) * 4);
+  c.miss_count = aligned(int64_t(s.n_kv_head) * 4 * (buckets > 0 ? 2 : 1));
   c.stats = aligned(kOffloadStats * 8);
   c.total = banks * c.bank + c.table + 3 * c.slot_meta + c.miss_count + c.stats;
   return c;
 }
 
 }  // namespace
+
+const char* page_table_name(PageTable t) { return t == PageTable::hash ? "hash" : "vector"; }
 
 OffloadSizes offload_sizes(const OffloadSpec& s) {
   if (s.n_layer < 1 || s.n_kv_head < 1 || s.head_dim < 1)
@@ -58,13 +63,20 @@ OffloadSizes offload_sizes(const OffloadSpec& s) {
   if (s.keys_admit_steps < 1 || s.keys_admit_steps > 2 || s.kv_admit_steps < 1 || s.kv_admit_steps > 2)
     fail("KV offload spec: admission after {} (keys) and {} (K/V) steps (each 1 or 2)", s.keys_admit_steps,
          s.kv_admit_steps);
+  for (const auto& [buckets, slots, what] : {std::tuple{s.keys_buckets, s.keys_slots, "keys"},
+                                            std::tuple{s.kv_buckets, s.kv_slots, "K/V"}})
+    if (buckets != 0 && (buckets < 0 || buckets > (1 << 30) || (buckets & (buckets - 1)) != 0 ||
+                         int64_t(buckets) < int64_t(kBucketsPerSlot) * slots))
+      fail("KV offload spec: a {} cache hash map of {} buckets for {} slots (a power of two, at least {} x slots, at "
+           "most 2^30; 0: the vector map)",
+           what, buckets, slots, kBucketsPerSlot);
   OffloadSizes z;
   z.row_bytes = int64_t(s.n_kv_head) * s.head_dim * kv_elem_bytes(s.elem);
   z.host_pool_bytes = aligned(mul(s.capacity, z.row_bytes, "a layer's host pool in bytes"));
   z.host_bytes = mul(mul(2, s.n_layer, "layers"), z.host_pool_bytes, "the host tier in bytes");
   z.n_lines = int32_t((s.capacity + s.line_tokens - 1) / s.line_tokens);
-  z.keys = cache_sizes(s, z.row_bytes, z.n_lines, s.keys_slots, 1);
-  z.kv = cache_sizes(s, z.row_bytes, z.n_lines, s.kv_slots, 2);
+  z.keys = cache_sizes(s, z.row_bytes, z.n_lines, s.keys_slots, s.keys_buckets, 1);
+  z.kv = cache_sizes(s, z.row_bytes, z.n_lines, s.kv_slots, s.kv_buckets, 2);
   z.gpu_layer_bytes = z.keys.total + z.kv.total;
   z.gpu_bytes = mul(s.n_layer, z.gpu_layer_bytes, "the GPU caches in bytes") + 2 * kKvAlign;
   return z;

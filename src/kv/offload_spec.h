@@ -6,12 +6,15 @@
 // per layer (one sequence), the line size (tokens of one KV head cached together) and the slots
 // per (layer, KV head) of the two GPU caches HiP reads through: the keys cache of the mask
 // estimator and the K/V cache of the sparse attention. offload_sizes() validates it and derives
-// the host bytes (every layer's K and V, pinned) and the GPU bytes (banks, vector-map page tables,
-// slot metadata). offload_fit_problem() checks both against what is free and names both in its
+// the host bytes (every layer's K and V, pinned) and the GPU bytes (banks, page tables, slot
+// metadata). offload_fit_problem() checks both against what is free and names both in its
 // message (the style of gpu/memory_plan.h): capacity = what the host holds, at the GPU's cost of
 // caches and tables only.
-// GPU bytes per layer and cache: banks slots * line * row_bytes (x2 with V), the table
-// n_kv_head * ceil(capacity / line) int32 (the vector map: O(T)), and 3 int32 per slot.
+// GPU bytes per layer and cache: banks slots * line * row_bytes (x2 with V), the page table, and 3
+// int32 per slot. Page table per cache (kernels/params/kv_offload.h): the vector map, n_kv_head *
+// ceil(capacity / line) int32 (O(T)), or the hash map, n_kv_head * buckets uint64 (O(slots)).
+// PageTable::hash costs less once ceil(capacity / line) > 2 * buckets (a 16384-slot cache: 256K
+// tokens at lines of 2).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -19,6 +22,9 @@
 #include "kernels/params/kv_view.h"
 
 namespace longctx::kv {
+
+enum class PageTable { vector, hash };
+const char* page_table_name(PageTable t);
 
 struct OffloadSpec {
   int n_layer = 0;
@@ -34,14 +40,18 @@ struct OffloadSpec {
   // attention's selected blocks repeat over the cached steps (1 inserts them at once).
   int keys_admit_steps = 2;
   int kv_admit_steps = 1;
+  // Hash-map buckets per (layer, KV head) of each cache; 0: the vector map. A power of two >=
+  // kBucketsPerSlot x slots (offload_hash_buckets(slots) is the smallest).
+  int32_t keys_buckets = 0;
+  int32_t kv_buckets = 0;
 };
 
 // Bytes of one cache of one layer, by part (each part kKvAlign-aligned).
 struct OffloadCacheSizes {
   int64_t bank = 0;       // one bank: slots * line_tokens rows of row_bytes
-  int64_t table = 0;      // int32 [n_kv_head, n_lines]
+  int64_t table = 0;      // int32 [n_kv_head, n_lines], or uint64 [n_kv_head, buckets]
   int64_t slot_meta = 0;  // int32 [n_kv_head, slots] (each of slot_line, last_use, miss_lines)
-  int64_t miss_count = 0; // int32 [n_kv_head]
+  int64_t miss_count = 0; // int32 [n_kv_head] (hash map: then hash_used int32 [n_kv_head])
   int64_t stats = 0;      // uint64 [kOffloadStats]
   int64_t total = 0;      // banks (1 or 2) + table + 3 slot_meta + miss_count + stats
 };

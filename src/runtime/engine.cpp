@@ -455,6 +455,10 @@ class CpuEngine final : public Engine {
     go.kv_cache = gpu::parse_kv_cache(opts_.kv_cache);
     go.kv_offload.on = opts_.kv_offload;
     go.kv_offload.host_layers = opts_.kv_host_layers;
+    go.kv_offload.page_table = gpu::parse_page_table(opts_.kv_page_table);
+    if (opts_.kv_offload_residual != "host" && opts_.kv_offload_residual != "gpu")
+      fail("--kv-offload-residual '{}': known are host, gpu", opts_.kv_offload_residual);
+    go.kv_offload.host_residual = opts_.kv_offload_residual == "host";
     gpu_ = std::make_unique<gpu::GpuTransformer>(cfg_, std::move(w), go);
     return true;
   }

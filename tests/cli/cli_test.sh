@@ -140,6 +140,8 @@ expect_fail unknown_attn "unknown attention method 'bogus'" "$BIN" generate -m "
 expect_fail kv_offload_cpu "--kv-offload is a GPU option" "$BIN" generate -m "$M" -p hi --kv-offload
 expect_fail serve_kv_offload_cpu "--kv-offload is a GPU option" "$BIN" serve -m "$M" --kv-offload --port 1
 expect_usage kv_host_layers "--kv-host-layers" "$BIN" bench model -m "$NOPE" --kv-offload --kv-host-layers -3
+expect_usage kv_page_table "--kv-page-table: tree not in {auto,vector,hash}" "$BIN" bench model -m "$NOPE" --kv-offload --kv-page-table tree
+expect_usage kv_offload_residual "--kv-offload-residual: cpu not in {host,gpu}" "$BIN" bench model -m "$NOPE" --kv-offload --kv-offload-residual cpu
 expect_fail tokenselect_local "tokenselect: n_local (64) must be >= chunk (512)" "$BIN" generate -m "$M" -p hi --attn tokenselect=n_local=64
 expect_fail tokenselect_layout "different key layouts" "$BIN" generate -m "$M" -p hi --attn 'prefill:a_shape;decode:tokenselect'
 expect_fail self_extend_group "self_extend group size G must be in" "$BIN" generate -m "$M" -p hi --attn dense=self_extend=0:64

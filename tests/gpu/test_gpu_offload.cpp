@@ -13,7 +13,12 @@
 // K/V hits on cached steps); (3) options the offload cannot serve are refused up front; (4) the
 // fp8 cache (--kv-cache fp8): the plan sizes 1 byte an element (2M fits an H200's budgets, 3M's
 // outcome printed), host layers == HBM layers and offload on == off bit for bit (both prefill
-// layer-major: a prompt of several chunks is bit-identical too).
+// layer-major: a prompt of several chunks is bit-identical too); (5) the prefill's residual stream
+// in pinned host memory (prefill_residual.h): the plan's GPU staging is two chunks + one layer's
+// K/V at 256K-1M, the 3M fp8 automatic split puts fewer layers on the host; through 128-token chunk
+// buffers the model's logits equal the GPU-resident stream's bit for bit (bf16 and fp8, 0 or all
+// layers on the host, one or two prefill calls); (6) --kv-page-table: the hash map's sizes, and auto
+// taking it only when the vector map does not fit.
 //   build-gpu/tests/gpu/test_gpu --gtest_filter='KvOffload*'
 #ifdef LONGCTX_WITH_GPU
 #include <cstring>
@@ -116,6 +121,70 @@ TEST(KvOffloadPlan, Fp8SizesOneByteAnElement) {
   }
 }
 
+// The residual stream in host memory (KvOffloadOptions::host_residual): the budget the model
+// gives plan_offload then has two 16K-token chunks of it on the GPU and the whole stream pinned.
+gpu::OffloadBudget host_residual_budget(const ModelConfig& c, int64_t cap, bool fp8) {
+  gpu::OffloadBudget b = h200_budget(c, cap, 3, fp8);
+  const gpu::StageLayout sl = gpu::stage_layout(c, cap, fp8 ? gpu::KvCacheType::fp8 : gpu::KvCacheType::bf16, true,
+                                                gpu::kDefaultChunk);
+  b.gpu_fixed = sl.total + gpu::decode_ws_bytes(c, cap);
+  b.gpu_residual = sl.x_bytes;
+  b.host_fixed = gpu::PrefillResidual::host_bytes({.rows = cap, .n_embd = c.n_embd});
+  return b;
+}
+
+TEST(KvOffloadPlan, HostResidualKeepsStagingFlat) {
+  const ModelConfig c = gpu::geometry_config("llama3-8b");
+  const int64_t k = 1024;
+  const size_t two_chunks = 2 * size_t(gpu::kDefaultChunk) * size_t(c.n_embd) * 2;  // 256 MiB
+  for (const int64_t cap : {256 * k, 512 * k, 1024 * k}) {
+    const gpu::OffloadPlan p = gpu::plan_offload(c, {.on = true, .host_layers = 29}, host_residual_budget(c, cap, true));
+    EXPECT_EQ(p.stage_residual_bytes, two_chunks) << cap;
+    EXPECT_EQ(p.host_residual_bytes, size_t(cap) * size_t(c.n_embd) * 2) << cap;
+    EXPECT_EQ(p.stage_kv_bytes, 2 * size_t(cap) * size_t(c.n_kv_head) * size_t(c.head_dim) * 2) << cap;
+    std::printf("[ plan ] %s\n", gpu::offload_plan_summary(p).c_str());
+  }
+  // 3M fp8, automatic split: the GPU's 24 GiB of residual stream go back to HBM layers.
+  const gpu::OffloadPlan on = gpu::plan_offload(c, {.on = true}, host_residual_budget(c, 3072 * k, true));
+  const gpu::OffloadPlan off = gpu::plan_offload(c, {.on = true}, h200_budget(c, 3072 * k, 3, true));
+  EXPECT_LT(on.host_layers, off.host_layers);
+  std::printf("[ plan ] 3M fp8 auto: %d host layers with the residual stream in host memory, %d without\n",
+              on.host_layers, off.host_layers);
+  // A host that cannot pin the stream is named in the message.
+  gpu::OffloadBudget tight = host_residual_budget(c, 3072 * k, true);
+  tight.host_free = int64_t(20) << 30;
+  const std::string e = gpu::offload_plan_problem(c, {.on = true, .host_layers = 29}, tight);
+  EXPECT_TRUE(test::contains(e, "for the residual stream") && test::contains(e, "one layer's K/V in bf16")) << e;
+}
+
+// --kv-page-table: the hash map's tables are O(slots) (5 MiB a host layer) where the vector map's
+// grow with T (32 MiB a host layer at 1M); auto keeps the vector map while it fits and takes the
+// hash map when only that fits.
+TEST(KvOffloadPlan, PageTableAutoTakesTheHashMapWhenMemoryIsTight) {
+  const ModelConfig c = gpu::geometry_config("llama3-8b");
+  const int64_t cap = int64_t(1) << 20;
+  gpu::OffloadBudget b = h200_budget(c, cap, 3);
+  const gpu::KvOffloadOptions vec{.on = true, .host_layers = 29, .page_table = gpu::PageTableChoice::vector};
+  const gpu::KvOffloadOptions hash{.on = true, .host_layers = 29, .page_table = gpu::PageTableChoice::hash};
+  const gpu::KvOffloadOptions automatic{.on = true, .host_layers = 29};
+  const gpu::OffloadPlan pv = gpu::plan_offload(c, vec, b), ph = gpu::plan_offload(c, hash, b);
+  EXPECT_EQ(pv.page_table, kv::PageTable::vector);
+  EXPECT_EQ(ph.page_table, kv::PageTable::hash);
+  EXPECT_EQ(ph.tier.keys_buckets, 65536);  // 4 x 16384 slots
+  EXPECT_EQ(ph.tier.kv_buckets, 16384);
+  const size_t per_layer_vec = size_t(pv.tier_sizes.gpu_layer_bytes), per_layer_hash = size_t(ph.tier_sizes.gpu_layer_bytes);
+  // tables: vector 2 x 8 heads x 512K lines x 4 B = 32 MiB; hash 8 x (65536 + 16384) x 8 B = 5 MiB
+  EXPECT_EQ(per_layer_vec - per_layer_hash, size_t(32 << 20) - size_t(5 << 20));  // hash_used fits miss_count's 256 B
+  EXPECT_EQ(gpu::plan_offload(c, automatic, b).page_table, kv::PageTable::vector);  // room: the vector map
+  // A GPU budget between the two needs: auto falls back to the hash map, vector is refused.
+  b.gpu_free = b.gpu_fixed + gpu::kReserveBytes + pv.hbm_bytes + pv.stage_kv_bytes +
+               (size_t(pv.tier_sizes.gpu_bytes) + size_t(ph.tier_sizes.gpu_bytes)) / 2;
+  EXPECT_EQ(gpu::plan_offload(c, automatic, b).page_table, kv::PageTable::hash);
+  EXPECT_NE(gpu::offload_plan_problem(c, vec, b), "");
+  EXPECT_TRUE(test::contains(gpu::offload_plan_summary(gpu::plan_offload(c, automatic, b)), "hash-map page tables"));
+  EXPECT_TRUE(test::contains(test::error_of([] { (void)gpu::parse_page_table("tree"); }), "auto, vector, hash"));
+}
+
 struct OffloadRun {
   std::vector<std::vector<float>> logits;  // per call: the last position's row
   gpu::GpuOffloadStats stats;
@@ -124,9 +193,9 @@ struct OffloadRun {
 
 // Prefill `parts` (one forward each), then decode `steps` (teacher-forced ids) with logits.
 OffloadRun run_model(const ModelConfig& cfg, const gpu::KvOffloadOptions& off, const std::vector<std::vector<int32_t>>& parts,
-        const std::vector<int32_t>& steps, gpu::KvCacheType kv = gpu::KvCacheType::bf16) {
+        const std::vector<int32_t>& steps, gpu::KvCacheType kv = gpu::KvCacheType::bf16, int64_t chunk = 512) {
   gpu::GpuTransformer g(cfg, gpu::DeviceWeights::random(cfg, 41, nullptr),
-                        {.chunk = 512, .attn = kHip, .kv_cache = kv, .kv_offload = off});
+                        {.chunk = chunk, .attn = kHip, .kv_cache = kv, .kv_offload = off});
   int64_t cap = int64_t(steps.size());
   for (const auto& p : parts) cap += int64_t(p.size());
   g.reset(cap);
@@ -235,6 +304,42 @@ TEST(KvOffloadModel, RefusedUpFront) {
   EXPECT_TRUE(test::contains(test::error_of([&] { g.reset(int64_t(1) << 30); }), "host memory"));
   const int64_t caps[2] = {100, 100};
   EXPECT_TRUE(test::contains(test::error_of([&] { g.reserve_sequences(caps); }), "one sequence"));
+}
+
+// The prefill's residual stream in pinned host memory, through two chunk buffers of 128 tokens
+// (a 1500-token prompt: 12 chunks, each buffer reused 6 times per layer, copies on a side stream):
+// bit-identical to the same layer-major prefill with the stream on the GPU, with 0 or all layers on
+// the host, in one prefill call or two, bf16 and fp8; the GPU staging then holds two chunks only.
+TEST(KvOffloadModel, HostResidualChunkedStagingBitForBit) {
+  REQUIRE_GPU();
+  const ModelConfig cfg = gpu::geometry_config("llama3-8b:4");
+  const int64_t chunk = 128;
+  const std::vector<int32_t> prompt = random_ids(1500, cfg.vocab_size, 27), steps = random_ids(16, cfg.vocab_size, 28);
+  const std::vector<std::vector<int32_t>> one{prompt};
+  const std::vector<std::vector<int32_t>> two{{prompt.begin(), prompt.begin() + 700}, {prompt.begin() + 700, prompt.end()}};
+  const auto bf16 = gpu::KvCacheType::bf16, fp8 = gpu::KvCacheType::fp8;
+  for (const auto kv : {bf16, fp8})
+    for (int host : {0, 4})
+      for (const auto* parts : {&one, &two}) {
+        const std::string what = std::string(kv == fp8 ? "fp8" : "bf16") + ", " + std::to_string(host) +
+                                 " host layers, " + (parts == &one ? "one prefill call" : "two prefill calls");
+        const OffloadRun gpu_x = run_model(cfg, {.on = true, .host_layers = host, .host_residual = false}, *parts,
+                                           steps, kv, chunk);
+        const OffloadRun host_x = run_model(cfg, {.on = true, .host_layers = host}, *parts, steps, kv, chunk);
+        expect_identical(gpu_x, host_x, "residual stream on the GPU vs in host memory, " + what);
+        EXPECT_EQ(gpu_x.stats.residual_host_bytes, 0u) << what;
+        EXPECT_EQ(host_x.stats.residual_host_bytes, size_t(prompt.size() + steps.size() + 127) / 128 * 128 *
+                                                        size_t(cfg.n_embd) * 2)
+            << what << ": the whole sequence's stream (rows rounded to pages) is pinned";
+        // the staging's residual part: whole prompt [rows, E] vs two chunks [2, 128, E]
+        EXPECT_EQ(gpu_x.stats.stage_bytes - host_x.stats.stage_bytes,
+                  gpu::align_up(host_x.stats.residual_host_bytes) - gpu::align_up(size_t(2 * chunk * cfg.n_embd * 2)))
+            << what;
+      }
+  // fp8 offload off (layer-major too, stream on the GPU) == all layers on the host with the stream
+  // in host memory.
+  expect_identical(run_model(cfg, {}, one, steps, fp8, chunk), run_model(cfg, {.on = true, .host_layers = 4}, one, steps, fp8, chunk),
+                   "fp8, offload off vs all on the host with the residual stream in host memory");
 }
 
 // The fp8 cache: e4m3 K/V in HBM and host memory alike, the estimator and sparse decode reading the

@@ -199,5 +199,90 @@ TEST(OffloadCacheRef, RandomRunKeepsTheMapsConsistent) {
   c.end_step();
 }
 
+// The hash map page table against the vector map, read for read: with admission after 1 step
+// they agree always (a step records at most n_slots lines and the table has room for them); with
+// admission after 2 steps they agree while no rebuild drops a mark (a table 4096x the slots here).
+void expect_hash_equals_vector(int admit, int32_t buckets) {
+  const int H = 3, slots = 16, line = 2;
+  const int32_t lines = 400;
+  OffloadCacheRef vec(H, lines, slots, line, admit), hash(H, lines, slots, line, admit, buckets);
+  int rebuilds = 0;
+  for (int step = 0; step < 300; ++step) {
+    vec.begin_step();
+    hash.begin_step();
+    const int64_t center = test::uniform(0, lines * line - 1);
+    for (int i = 0; i < 24; ++i) {
+      const int h = int(test::uniform(0, H - 1));
+      const int64_t t = std::clamp<int64_t>(center + test::uniform(-30, 30), 0, lines * line - 1);
+      ASSERT_EQ(vec.read(h, t), hash.read(h, t)) << "step " << step << " read " << i;
+    }
+    std::vector<int32_t> before(static_cast<size_t>(H));
+    for (int h = 0; h < H; ++h) before[size_t(h)] = hash.hash_used(h);
+    vec.end_step();
+    hash.end_step();
+    for (int h = 0; h < H; ++h) rebuilds += hash.hash_used(h) < before[size_t(h)];
+    ASSERT_EQ(vec.table(), hash.table()) << "step " << step;
+    ASSERT_EQ(vec.slot_line(), hash.slot_line()) << "step " << step;
+    ASSERT_EQ(vec.last_use(), hash.last_use()) << "step " << step;
+  }
+  EXPECT_EQ(vec.stats().misses, hash.stats().misses);
+  EXPECT_EQ(vec.stats().inserted, hash.stats().inserted);
+  EXPECT_GT(vec.stats().inserted, 0u);
+  if (admit == 1) {
+    EXPECT_GT(rebuilds, 0) << "the run should rebuild the hash map (tombstones pile up)";
+  }
+}
+
+TEST(OffloadCacheRef, HashMapEqualsVectorMapAdmitOne) {
+  expect_hash_equals_vector(1, offload_hash_buckets(16));  // 64 buckets: rebuilt every few steps
+}
+
+TEST(OffloadCacheRef, HashMapEqualsVectorMapAdmitTwoWhileMarksFit) {
+  expect_hash_equals_vector(2, 65536);  // > 2 x 300 steps x 24 reads: never rebuilt, no mark dropped
+}
+
+// Admission after 2 steps in a tiny hash map (2 slots, 8 buckets: insertions stop at 6, a step
+// that leaves more than 4 used is followed by a rebuild): marks past the limit are not made, and
+// the rebuild drops the others, so a line's second miss after it counts as a first.
+TEST(OffloadCacheRef, HashMapFullTableAndRebuildDropMarks) {
+  OffloadCacheRef c(1, 100, 2, 1, 2, 8);
+  c.begin_step();                                  // tick 1
+  for (int t = 0; t < 7; ++t) EXPECT_EQ(c.read(0, t), -1);
+  for (int t = 0; t < 6; ++t) EXPECT_EQ(c.table()[size_t(t)], offload_line_seen(1)) << t;
+  EXPECT_EQ(c.table()[6], kLineAbsent);            // the table was at its limit: no mark
+  EXPECT_EQ(c.hash_used(0), 6);
+  c.end_step();                                    // 6 > 4: rebuilt with no resident line
+  EXPECT_EQ(c.hash_used(0), 0);
+  for (int t = 0; t < 7; ++t) EXPECT_EQ(c.table()[size_t(t)], kLineAbsent) << t;
+  c.begin_step();                                  // tick 2: line 0's mark is gone
+  EXPECT_EQ(c.read(0, 0), -1);
+  EXPECT_EQ(c.table()[0], offload_line_seen(2));
+  c.end_step();
+  EXPECT_EQ(c.stats().inserted, 0u);
+  c.begin_step();                                  // tick 3: its second miss admits it
+  EXPECT_EQ(c.read(0, 0), -1);
+  c.end_step();
+  EXPECT_EQ(c.table()[0], 0);
+  EXPECT_EQ(c.hash_used(0), 1);
+}
+
+// Admission after 1 step, 1 slot, 4 buckets (limit 3): the first miss is recorded, the next two
+// overflow the step's one record (tombstones, still counted), the fourth finds the table full;
+// the update inserts the recorded line and the rebuild (3 > 2 used) leaves its bucket only.
+TEST(OffloadCacheRef, HashMapOverflowTombstonesAndLimit) {
+  OffloadCacheRef c(1, 100, 1, 1, 1, 4);
+  c.begin_step();
+  for (int t = 10; t < 14; ++t) EXPECT_EQ(c.read(0, t), -1);
+  EXPECT_EQ(c.table()[10], kLineMissed);
+  for (int t = 11; t < 14; ++t) EXPECT_EQ(c.table()[size_t(t)], kLineAbsent);
+  EXPECT_EQ(c.hash_used(0), 3);
+  c.end_step();
+  EXPECT_EQ(c.table()[10], 0);
+  EXPECT_EQ(c.hash_used(0), 1);
+  EXPECT_EQ(c.stats().misses, 4u);
+  EXPECT_EQ(c.stats().inserted, 1u);
+  EXPECT_THROW(OffloadCacheRef(1, 100, 4, 1, 1, 8), Error);  // fewer than 4 buckets a slot
+}
+
 }  // namespace
 }  // namespace longctx::kv

@@ -2,12 +2,15 @@
 // - the read-through and the LRU update against the CPU twin (kv/offload_ref.h): reads gathered
 //   through the caches (kv_offload_gather) equal the host rows, and after every step the page
 //   table, slot_line and last_use equal the twin's, for the K/V cache and the keys cache, with
-//   admission after 1 and after 2 steps;
+//   admission after 1 and after 2 steps; the same with hash-map page tables (the table decoded
+//   to line -> entry, and its bucket count, equal the twin's), parallel reads with room in the
+//   table, and one read per launch with tiny tables that fill up, and with forced collisions;
 // - HiP decode with offload on == off: over 12 decode steps (refresh every 4, new token appended
 //   each step; the last 6 replayed from one captured CUDA graph) the estimator's selected blocks
 //   and ranges and sparse decode's outputs and LSEs are bit-identical to the same kernels over a
 //   device-resident cache, with small caches so that both hit and miss paths run (keys cache
-//   admission after 1 and 2 steps), with a bf16 and with an fp8 e4m3 cache;
+//   admission after 1 and 2 steps), with a bf16 and with an fp8 e4m3 cache, with vector-map and
+//   hash-map page tables;
 // - an offload tier that does not fit fails up front with a message naming host and GPU.
 // GPU cases GTEST_SKIP without a Hopper GPU.
 #include <cuda_runtime.h>
@@ -77,17 +80,54 @@ std::vector<T> download(const T* d, size_t n) {
   return v;
 }
 
-void check_twin(bool kv, int admit) {
+// The page table as a line -> entry map [n_kv_head, n_lines]: the vector map as is, the hash
+// map decoded from its buckets (each line in at most one live bucket).
+std::vector<int32_t> logical_table(const KvOffloadCache& c) {
+  if (c.n_buckets == 0) return download(c.table, size_t(c.n_kv_head) * size_t(c.n_lines));
+  const auto words = download(reinterpret_cast<const unsigned long long*>(c.table), size_t(c.n_kv_head) * c.n_buckets);
+  std::vector<int32_t> t(size_t(c.n_kv_head) * size_t(c.n_lines), kLineAbsent);
+  for (int h = 0; h < c.n_kv_head; ++h)
+    for (int32_t i = 0; i < c.n_buckets; ++i) {
+      const unsigned long long w = words[size_t(h) * c.n_buckets + size_t(i)];
+      const uint32_t key = uint32_t(w >> 32);
+      if (key == kEmptyKey || key == kTombKey) continue;
+      EXPECT_LT(key, uint32_t(c.n_lines)) << "head " << h << " bucket " << i;
+      int32_t& e = t[size_t(h) * c.n_lines + key];
+      EXPECT_EQ(e, kLineAbsent) << "line " << key << " of head " << h << " in two buckets";
+      e = int32_t(uint32_t(w));
+    }
+  return t;
+}
+
+struct TwinCase {
+  bool kv = true;            // the K/V cache (else the keys cache)
+  int admit = 1;
+  int32_t slots = 64;
+  int32_t buckets = 0;       // 0: the vector map
+  int reads = 40;            // per step
+  int spread = 60;           // tokens around a drifting center
+  bool one_launch_per_read = false;  // reads in a fixed order: GPU == twin even at a full hash map
+  bool collide = false;      // every read from lines whose probe starts at the same bucket
+  // Hits expected. Not with admission after 2 steps in a tiny hash map: every step leaves it over
+  // half full, so the rebuild drops every mark and no line is ever admitted (by design).
+  bool expect_hits = true;
+};
+
+void check_twin(const TwinCase& tc) {
+  SCOPED_TRACE(testing::Message() << "kv=" << tc.kv << " admit=" << tc.admit << " slots=" << tc.slots
+                                  << " buckets=" << tc.buckets << " sequential=" << tc.one_launch_per_read
+                                  << " collide=" << tc.collide);
   const int Hkv = 2, d = 128, line = 2;
-  const int32_t slots = kv ? 64 : 48;
+  const bool kv = tc.kv;
   OffloadSpec spec;
   spec.n_layer = 1;
   spec.n_kv_head = Hkv;
   spec.head_dim = d;
   spec.capacity = 4096;
   spec.line_tokens = line;
-  (kv ? spec.kv_slots : spec.keys_slots) = slots;
-  (kv ? spec.kv_admit_steps : spec.keys_admit_steps) = admit;
+  (kv ? spec.kv_slots : spec.keys_slots) = tc.slots;
+  (kv ? spec.kv_admit_steps : spec.keys_admit_steps) = tc.admit;
+  (kv ? spec.kv_buckets : spec.keys_buckets) = tc.buckets;
   OffloadTier tier(spec);
   const size_t row = size_t(Hkv) * d;
   const auto hk = random_bf16(size_t(spec.capacity) * row), hv = random_bf16(size_t(spec.capacity) * row);
@@ -95,21 +135,28 @@ void check_twin(bool kv, int admit) {
   std::memcpy(tier.host_v(0), hv.data(), hv.size() * 2);
   const KvOffloadCache c = kv ? tier.kv_cache(0) : tier.keys_cache(0);
   ASSERT_TRUE(c.enabled());
-  ASSERT_EQ(c.admit_steps, admit);
+  ASSERT_EQ(c.admit_steps, tc.admit);
+  ASSERT_EQ(c.n_buckets, tc.buckets);
   KvOffloadLayer layer;
   (kv ? layer.kv : layer.keys) = c;
-  OffloadCacheRef twin(Hkv, c.n_lines, slots, line, admit);
-  const int n = 40;  // reads per step: fewer distinct lines than slots per head, so GPU == twin exactly
-  Buf heads(n * 4), tokens(n * 4), kout(size_t(n) * d * 2), vout(size_t(n) * d * 2);
+  OffloadCacheRef twin(Hkv, c.n_lines, tc.slots, line, tc.admit, tc.buckets);
+  std::vector<int32_t> colliding;  // lines whose probe starts at bucket 3
+  for (int32_t l = 0; tc.collide && l < c.n_lines; ++l)
+    if (offload_hash_bucket(l, tc.buckets) == 3) colliding.push_back(l);
+  const int n = tc.reads;
+  Buf heads(size_t(n) * 4), tokens(size_t(n) * 4), kout(size_t(n) * d * 2), vout(size_t(n) * d * 2);
   int64_t center = spec.capacity / 2;  // drifts: lines come back in later steps (hits, admissions)
+  int rebuilds = 0;
   for (int step = 0; step < 40; ++step) {
     cuda::kv_offload_begin_step(tier.tick());
     twin.begin_step();
-    std::vector<int32_t> hh(n), tt(n);
+    std::vector<int32_t> hh(static_cast<size_t>(n)), tt(static_cast<size_t>(n));
     center = std::clamp<int64_t>(center + uniform(-40, 40), 0, spec.capacity - 1);
     for (int i = 0; i < n; ++i) {
       hh[size_t(i)] = int32_t(uniform(0, Hkv - 1));
-      tt[size_t(i)] = int32_t(std::clamp<int64_t>(center + uniform(-60, 60), 0, spec.capacity - 1));
+      tt[size_t(i)] = tc.collide ? colliding[size_t(uniform(0, std::min<int64_t>(24, int64_t(colliding.size())) - 1))] * line +
+                                       int32_t(uniform(0, line - 1))
+                                 : int32_t(std::clamp<int64_t>(center + uniform(-tc.spread, tc.spread), 0, spec.capacity - 1));
       twin.read(hh[size_t(i)], tt[size_t(i)]);
     }
     heads.up(hh);
@@ -117,14 +164,22 @@ void check_twin(bool kv, int admit) {
     cuda::KvOffloadGatherParams g;
     g.cache = c;
     g.host = tier.host_view(0);
-    g.heads = heads.as<int32_t>();
-    g.tokens = tokens.as<int32_t>();
-    g.n = n;
     g.k_out = kout.p;
     g.v_out = kv ? vout.p : nullptr;
-    cuda::kv_offload_gather(g);
+    const int per_launch = tc.one_launch_per_read ? 1 : n;
+    for (int i0 = 0; i0 < n; i0 += per_launch) {
+      g.heads = heads.as<int32_t>() + i0;
+      g.tokens = tokens.as<int32_t>() + i0;
+      g.n = per_launch;
+      g.k_out = static_cast<char*>(kout.p) + size_t(i0) * d * 2;
+      g.v_out = kv ? static_cast<char*>(vout.p) + size_t(i0) * d * 2 : nullptr;
+      cuda::kv_offload_gather(g);
+    }
+    std::vector<int32_t> used_before(static_cast<size_t>(Hkv));
+    for (int h = 0; h < Hkv; ++h) used_before[size_t(h)] = twin.hash_used(h);
     cuda::kv_offload_update(layer, tier.host_view(0));
     twin.end_step();
+    for (int h = 0; h < Hkv; ++h) rebuilds += twin.hash_used(h) < used_before[size_t(h)];
     cuda::device_sync();
     const auto gk = kout.down<uint16_t>(size_t(n) * d), gv = vout.down<uint16_t>(size_t(n) * d);
     for (int i = 0; i < n; ++i) {
@@ -136,28 +191,63 @@ void check_twin(bool kv, int admit) {
             << "V step " << step << " read " << i;
       }
     }
-    ASSERT_EQ(download(c.table, twin.table().size()), twin.table()) << "step " << step;
+    ASSERT_EQ(logical_table(c), twin.table()) << "step " << step;
     ASSERT_EQ(download(c.slot_line, twin.slot_line().size()), twin.slot_line()) << "step " << step;
     ASSERT_EQ(download(c.last_use, twin.last_use().size()), twin.last_use()) << "step " << step;
+    if (tc.buckets > 0) {
+      const auto used = download(c.hash_used, size_t(Hkv));
+      for (int h = 0; h < Hkv; ++h) ASSERT_EQ(used[size_t(h)], twin.hash_used(h)) << "step " << step << " head " << h;
+    }
   }
   const OffloadCounters got = kv ? tier.kv_counters() : tier.keys_counters();
   EXPECT_EQ(got.reads, twin.stats().reads);
   EXPECT_EQ(got.misses, twin.stats().misses);
   EXPECT_EQ(got.inserted, twin.stats().inserted);
-  EXPECT_GT(got.reads - got.misses, 0u);
+  if (tc.expect_hits) {
+    EXPECT_GT(got.reads - got.misses, 0u);
+  }
   EXPECT_GT(got.misses, 0u);
+  if (tc.buckets > 0) {
+    EXPECT_GT(rebuilds, 0) << "the hash map was never rebuilt";
+  }
+  std::printf("[ twin ] kv=%d admit=%d slots=%d buckets=%d: %llu reads, %llu misses, %llu inserted, %d rebuilds\n",
+              int(kv), tc.admit, tc.slots, tc.buckets, (unsigned long long)got.reads,
+              (unsigned long long)got.misses, (unsigned long long)got.inserted, rebuilds);
 }
 
 TEST(OffloadGpu, KvCacheReadThroughAndUpdateEqualTheCpuTwin) {
   KV_REQUIRE_GPU();
-  check_twin(true, 1);
-  check_twin(true, 2);
+  check_twin({.kv = true, .admit = 1});
+  check_twin({.kv = true, .admit = 2});
 }
 
 TEST(OffloadGpu, KeysCacheReadThroughAndUpdateEqualTheCpuTwin) {
   KV_REQUIRE_GPU();
-  check_twin(false, 1);
-  check_twin(false, 2);
+  check_twin({.kv = false, .admit = 1, .slots = 48});
+  check_twin({.kv = false, .admit = 2, .slots = 48});
+}
+
+// The hash-map page table, parallel reads: fewer insertions per step than the table's room, so the
+// GPU (any arrival order) equals the twin exactly; tombstones and admission marks pile up and the
+// update's rebuild runs.
+TEST(OffloadGpu, HashMapReadThroughAndUpdateEqualTheCpuTwin) {
+  KV_REQUIRE_GPU();
+  for (const bool kv : {true, false})
+    for (const int admit : {1, 2}) check_twin({.kv = kv, .admit = admit, .buckets = offload_hash_buckets(64)});
+}
+
+// Tiny hash maps (4 slots, 16 buckets: insertions stop at 12, rebuilt past 8) with one read per
+// launch (a fixed order): the table fills within a step, insertions are refused, overflowed lines
+// leave tombstones; and with every line starting its probe at the same bucket (forced collisions:
+// one long probe chain). GPU == twin exactly throughout.
+TEST(OffloadGpu, HashMapFullAndCollidingEqualTheCpuTwin) {
+  KV_REQUIRE_GPU();
+  for (const int admit : {1, 2}) {
+    check_twin({.kv = true, .admit = admit, .slots = 4, .buckets = 16, .reads = 24, .spread = 12,
+                .one_launch_per_read = true, .expect_hits = admit == 1});
+    check_twin({.kv = true, .admit = admit, .slots = 4, .buckets = 16, .reads = 24, .one_launch_per_read = true,
+                .collide = true, .expect_hits = admit == 1});
+  }
 }
 
 TEST(OffloadGpu, TierThatDoesNotFitNamesHostAndGpu) {
@@ -181,8 +271,8 @@ TEST(OffloadGpu, TierThatDoesNotFitNamesHostAndGpu) {
 // One layer of HiP decode, baseline (device cache) and offloaded (host tier + caches) side by side.
 // fp8: both caches hold e4m3 codes (scales 0.02 / 0.03), the new token is quantized by kv_scatter
 // and reaches the resident lines from the host row (kv_offload_append without new rows).
-void check_hip_equal(int keys_admit, bool fp8 = false) {
-  SCOPED_TRACE(testing::Message() << "keys_admit=" << keys_admit << " fp8=" << fp8);
+void check_hip_equal(int keys_admit, bool fp8 = false, bool hash = false) {
+  SCOPED_TRACE(testing::Message() << "keys_admit=" << keys_admit << " fp8=" << fp8 << " hash=" << hash);
   cuda::HipEstimateConfig cfg;
   cfg.k = 128;
   cfg.window = 64;
@@ -199,6 +289,7 @@ void check_hip_equal(int keys_admit, bool fp8 = false) {
   spec.keys_slots = 256;  // small: the estimator's ~1300 reads per head miss and evict
   spec.kv_slots = 512;
   spec.keys_admit_steps = keys_admit;
+  if (hash) spec.keys_buckets = offload_hash_buckets(spec.keys_slots), spec.kv_buckets = offload_hash_buckets(spec.kv_slots);
   spec.elem = fp8 ? KvElem::fp8_e4m3 : KvElem::bf16;
   const size_t eb = fp8 ? 1 : 2;
   constexpr float kKScale = 0.02f, kVScale = 0.03f;
@@ -360,6 +451,15 @@ TEST(OffloadGpu, HipDecodeOverFp8WithOffloadIsBitIdenticalToWithout) {
   KV_REQUIRE_GPU();
   check_hip_equal(1, true);
   check_hip_equal(2, true);
+}
+
+// Both caches with hash-map page tables (4 buckets a slot): the estimator's and sparse decode's
+// in-kernel lookups, the append's and the update's, inside the captured graph too.
+TEST(OffloadGpu, HipDecodeThroughHashMapPageTablesIsBitIdenticalToWithout) {
+  KV_REQUIRE_GPU();
+  check_hip_equal(1, false, true);
+  check_hip_equal(2, false, true);
+  check_hip_equal(2, true, true);
 }
 
 }  // namespace

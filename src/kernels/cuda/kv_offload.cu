@@ -63,6 +63,41 @@ __device__ uint64_t block_min(uint64_t v, uint64_t* red) {
   return v;
 }
 
+// Page table writes of the update: entry of `line` (a line with an entry: resident or recorded).
+__device__ void set_entry(const KvOffloadCache& c, int h, int32_t line, int32_t entry) {
+  if (c.n_buckets == 0) {
+    c.table[int64_t(h) * c.n_lines + line] = entry;
+    return;
+  }
+  unsigned long long* tab = offload_hash_table(c, h);
+  unsigned long long w = 0;
+  const int32_t b = offload_hash_find(tab, c.n_buckets, line, &w);
+  if (b >= 0) tab[b] = entry == kLineAbsent ? kBucketTomb : offload_bucket_word(uint32_t(line), entry);
+}
+
+// Hash map, after a step that left it over half full: rebuilt from the head's resident lines
+// (tombstones and admission marks go). All threads; the CTA owns the head's table.
+__device__ void rebuild_hash(const KvOffloadCache& c, int h) {
+  __shared__ int s_used;
+  if (c.hash_used[h] <= c.n_buckets / 2) return;
+  unsigned long long* tab = offload_hash_table(c, h);
+  const int32_t* slot_line = c.slot_line + int64_t(h) * c.n_slots;
+  if (threadIdx.x == 0) s_used = 0;
+  for (int32_t i = threadIdx.x; i < c.n_buckets; i += kThreads) tab[i] = kBucketEmpty;
+  __syncthreads();
+  const uint32_t mask = uint32_t(c.n_buckets - 1);
+  for (int32_t s = threadIdx.x; s < c.n_slots; s += kThreads) {
+    const int32_t line = slot_line[s];
+    if (line < 0) continue;
+    const unsigned long long want = offload_bucket_word(uint32_t(line), s);
+    for (uint32_t i = offload_hash_bucket(line, c.n_buckets);; i = (i + 1) & mask)
+      if (atomicCAS(tab + i, kBucketEmpty, want) == kBucketEmpty) break;
+    atomicAdd(&s_used, 1);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) c.hash_used[h] = s_used;
+}
+
 // Grid (n_kv_head, 2): blockIdx.y picks the layer's keys cache (0) or K/V cache (1).
 __global__ void __launch_bounds__(kThreads) update_kernel(const KvOffloadLayer l, const KvView kv) {
   extern __shared__ __align__(16) uint64_t keys[];  // [pow2(n_slots)], then int32 misses
@@ -72,11 +107,13 @@ __global__ void __launch_bounds__(kThreads) update_kernel(const KvOffloadLayer l
   if (c.table == nullptr) return;
   const int h = blockIdx.x, tid = threadIdx.x, n_slots = c.n_slots;
   const int recorded = min(c.miss_count[h], n_slots);
-  if (recorded == 0) return;
+  if (recorded == 0) {
+    if (c.n_buckets > 0) rebuild_hash(c, h);  // admission marks alone may have filled it
+    return;
+  }
   const int32_t tick = *c.tick;
   int32_t* last_use = c.last_use + int64_t(h) * n_slots;
   int32_t* slot_line = c.slot_line + int64_t(h) * n_slots;
-  int32_t* table = c.table + int64_t(h) * c.n_lines;
   const int P = pow2_at_least(n_slots);
   int32_t* misses = reinterpret_cast<int32_t*>(keys + P);
   // Misses, ascending.
@@ -112,18 +149,18 @@ __global__ void __launch_bounds__(kThreads) update_kernel(const KvOffloadLayer l
   const int n_ins = s_n_ins;
   for (int j = tid; j < n_ins; j += kThreads) {
     const int32_t old = slot_line[uint32_t(keys[j])];
-    if (old >= 0) table[old] = kLineAbsent;
+    if (old >= 0) set_entry(c, h, old, kLineAbsent);
   }
   __syncthreads();
   for (int j = tid; j < recorded; j += kThreads) {
     const int32_t line = misses[j];
     if (j < n_ins) {
       const int32_t v = int32_t(uint32_t(keys[j]));
-      table[line] = v;
+      set_entry(c, h, line, v);
       slot_line[v] = line;
       last_use[v] = tick;
     } else {
-      table[line] = kLineAbsent;
+      set_entry(c, h, line, kLineAbsent);
     }
   }
   // Copy the inserted lines' rows of head h from the host pools into the banks (16-byte chunks).
@@ -143,11 +180,12 @@ __global__ void __launch_bounds__(kThreads) update_kernel(const KvOffloadLayer l
       *reinterpret_cast<uint4*>(static_cast<char*>(c.bank_v) + dst) =
           *reinterpret_cast<const uint4*>(static_cast<const char*>(kv.v_pool) + src);
   }
-  __syncthreads();  // every thread has read miss_count
+  __syncthreads();  // every thread has read miss_count; slot_line is final
   if (tid == 0) {
     if (n_ins) atomicAdd(c.stats + kStatInserted, (unsigned long long)n_ins);
     c.miss_count[h] = 0;
   }
+  if (c.n_buckets > 0) rebuild_hash(c, h);
 }
 
 __global__ void begin_step_kernel(int32_t* tick) { ++*tick; }
@@ -162,7 +200,7 @@ __global__ void append_kernel(const KvOffloadLayer l, const KvView host, const v
   const int h = blockIdx.x;
   const int32_t t = host.seq_lens[0] - 1;
   if (t < 0 || t / c.line_tokens >= c.n_lines) return;
-  const int32_t slot = c.table[int64_t(h) * c.n_lines + t / c.line_tokens];
+  const int32_t slot = offload_slot_of(c, h, t / c.line_tokens);
   if (slot < 0) return;
   const int64_t dst = (int64_t(slot) * c.line_tokens + t % c.line_tokens) * c.n_kv_head * row_bytes +
                       int64_t(h) * row_bytes;
@@ -259,6 +297,10 @@ void kv_offload_update(const KvOffloadLayer& l, const KvView& host, Stream s) {
     if (!c.enabled()) continue;
     LC_REQUIRE(c.bank_k && c.slot_line && c.last_use && c.miss_lines && c.miss_count && c.stats && c.tick,
                "internal: kv_offload_update with an incomplete cache");
+    LC_REQUIRE(c.n_buckets == 0 || (c.hash_used && c.n_buckets >= kBucketsPerSlot * c.n_slots &&
+                                    (c.n_buckets & (c.n_buckets - 1)) == 0),
+               "internal: kv_offload_update with a hash map of %d buckets for %d slots (a power of two >= %d x slots)",
+               c.n_buckets, c.n_slots, kBucketsPerSlot);
     LC_REQUIRE(c.n_slots >= 1 && c.n_slots <= kMaxOffloadSlots && c.line_tokens >= 1 && c.n_kv_head == host.n_kv_head &&
                    (c.admit_steps == 1 || c.admit_steps == 2),
                "internal: kv_offload_update with %d slots (1..%d), line of %d tokens, %d/%d KV heads, admit %d",

@@ -9,9 +9,15 @@
 //   bank_k, bank_v  [n_slots * line_tokens, n_kv_head, head_dim] of the view's element type; slot s
 //                   of head h holds its line's tokens at rows s*line_tokens .., column h (every head
 //                   has its own n_slots slots; bank_v is null for a keys-only cache)
-//   table           int32 [n_kv_head, n_lines]  the slot holding the line, else kLineAbsent,
-//                                               kLineMissed once its miss is recorded this step, or
-//                                               offload_line_seen(t) (missed at step t, admit_steps 2)
+//   table           the page table, line -> entry: the slot holding the line, else kLineAbsent,
+//                   kLineMissed once its miss is recorded this step, or offload_line_seen(t) (missed
+//                   at step t, admit_steps 2). Two kinds, chosen per cache:
+//                   vector map (n_buckets 0): int32 [n_kv_head, n_lines], one entry per line (O(T));
+//                   hash map (n_buckets > 0): uint64 [n_kv_head, n_buckets] open addressing with
+//                     linear probing from offload_hash_bucket(line), a bucket holding
+//                     (uint64(line) << 32) | uint32(entry), kBucketEmpty (all ones) or a tombstone
+//                     (key kTombKey); a line without a bucket is absent. Fixed size (O(slots)).
+//   hash_used       int32 [n_kv_head]           hash map: buckets not empty (entries + tombstones)
 //   slot_line       int32 [n_kv_head, n_slots]  the line a slot holds, -1 when empty
 //   last_use        int32 [n_kv_head, n_slots]  tick of the slot's last hit or insert, -1 never
 //   miss_lines      int32 [n_kv_head, n_slots]  lines recorded as missed this step
@@ -19,6 +25,14 @@
 //                                               extra ones are not kept)
 //   stats           uint64 [kOffloadStats]      cumulative counters, see OffloadStat
 //   tick            int32 [1]                   the decode step (one per tier, all layers)
+// Hash map rules (kernels/cuda/kv_offload.cuh, the CPU twin kv/offload_ref.h does the same): a
+// reader inserts a line's bucket only while hash_used < offload_hash_limit(n_buckets) (else the
+// miss is not recorded, as past n_slots records); evictions and lines not admitted leave
+// tombstones; after a step that left hash_used above n_buckets / 2 the update rebuilds the head's
+// table from its resident lines (slot_line), dropping tombstones and admission marks. With
+// n_buckets >= 4 n_slots a step can always record n_slots misses, so with admit_steps 1 the hash
+// map behaves exactly as the vector map; with admit_steps 2 it does while no rebuild drops a mark
+// that a later miss would have used.
 // Reading token t of head h: s = table[h][t / line_tokens]; s >= 0 is a hit (bank row
 // s * line_tokens + t % line_tokens; last_use = tick); otherwise a miss, read from the host pool
 // (row kv.row(0, t)), and the first reader of the step records it (kLineAbsent -> kLineMissed,
@@ -42,6 +56,32 @@ constexpr int32_t offload_line_seen(int32_t tick) { return -2 - tick; }
 // Slots per head the update's shared-memory sort holds (64-bit keys + int32 misses: 192 KiB).
 inline constexpr int32_t kMaxOffloadSlots = 16384;
 
+// Hash map page table (the helpers below run on host and device).
+#if defined(__CUDACC__)
+#define LONGCTX_OFFLOAD_HD __host__ __device__
+#else
+#define LONGCTX_OFFLOAD_HD
+#endif
+inline constexpr unsigned long long kBucketEmpty = ~0ull;
+inline constexpr uint32_t kEmptyKey = 0xffffffffu;
+inline constexpr uint32_t kTombKey = 0xfffffffeu;
+// Buckets per slot: resident lines (<= n_slots) + one step's recorded misses (<= n_slots) stay under
+// half the table, the rest is room for admission marks and tombstones until the next rebuild.
+inline constexpr int32_t kBucketsPerSlot = 4;
+// Insertions stop at 3/4 full: an absent line's probe then ends within a few buckets on average.
+LONGCTX_OFFLOAD_HD constexpr int32_t offload_hash_limit(int32_t n_buckets) { return n_buckets - n_buckets / 4; }
+// The hash map's size for n_slots slots: a power of two >= kBucketsPerSlot * n_slots.
+constexpr int32_t offload_hash_buckets(int32_t n_slots) {
+  int32_t b = 1;
+  while (b < kBucketsPerSlot * n_slots) b *= 2;
+  return b;
+}
+// First bucket of a line's probe (Fibonacci hashing: consecutive lines spread over the table).
+LONGCTX_OFFLOAD_HD constexpr uint32_t offload_hash_bucket(int32_t line, int32_t n_buckets) {
+  const uint32_t h = uint32_t(line) * 0x9e3779b1u;
+  return (h ^ (h >> 15)) & uint32_t(n_buckets - 1);
+}
+
 enum OffloadStat : int { kStatReads = 0, kStatMisses = 1, kStatInserted = 2, kOffloadStats = 3 };
 
 struct KvOffloadCache {
@@ -52,11 +92,13 @@ struct KvOffloadCache {
   int32_t* last_use = nullptr;      // [n_kv_head, n_slots]
   int32_t* miss_lines = nullptr;    // [n_kv_head, n_slots]
   int32_t* miss_count = nullptr;    // [n_kv_head]
+  int32_t* hash_used = nullptr;     // [n_kv_head], hash map only
   unsigned long long* stats = nullptr;  // [kOffloadStats]
   const int32_t* tick = nullptr;    // [1]
   int n_kv_head = 0;
   int line_tokens = 0;
-  int32_t n_lines = 0;              // table width per head
+  int32_t n_lines = 0;              // lines per head (the vector map's width)
+  int32_t n_buckets = 0;            // hash map buckets per head (a power of two), 0: the vector map
   int32_t n_slots = 0;              // slots per head
   int admit_steps = 1;              // steps with a miss before a line is inserted: 1 or 2
 

@@ -128,6 +128,9 @@ KvOffloadCache OffloadTier::cache_at(int layer, bool kv) const {
   c.last_use = reinterpret_cast<int32_t*>(base + p.last_use);
   c.miss_lines = reinterpret_cast<int32_t*>(base + p.miss_lines);
   c.miss_count = reinterpret_cast<int32_t*>(base + p.miss_count);
+  const int32_t buckets = kv ? spec_.kv_buckets : spec_.keys_buckets;
+  if (buckets > 0) c.hash_used = c.miss_count + spec_.n_kv_head;
+  c.n_buckets = buckets;
   c.stats = reinterpret_cast<unsigned long long*>(base + p.stats);
   c.tick = tick_;
   c.n_kv_head = spec_.n_kv_head;
@@ -147,7 +150,8 @@ void OffloadTier::reset(void* stream) {
       const OffloadCacheSizes& z = kv ? sizes_.kv : sizes_.keys;
       if (z.total == 0) continue;
       const KvOffloadCache c = cache_at(l, kv);
-      // table, slot_line, last_use, miss_lines: -1; miss_count, stats: 0 (contiguous parts).
+      // table (hash map: every bucket empty), slot_line, last_use, miss_lines: -1; miss_count
+      // (hash map: and hash_used), stats: 0 (contiguous parts).
       detail::cuda_check(cudaMemsetAsync(c.table, 0xff, size_t(z.table + 3 * z.slot_meta), st), "offload reset");
       detail::cuda_check(cudaMemsetAsync(c.miss_count, 0, size_t(z.miss_count + z.stats), st), "offload reset");
     }

@@ -1,7 +1,7 @@
 // offload_tier.h (kv/cuda): the KV offload tier: one sequence's whole KV cache in pinned, mapped
 // host memory, and per layer two GPU-resident caches in front of it (kernels/params/kv_offload.h):
 // the keys cache HiP's mask estimator reads through and the K/V cache its sparse attention reads
-// through, each with a vector-map page table.
+// through, each with a page table (a vector map, or a fixed-size hash map: OffloadSpec::*_buckets).
 //
 // What: the constructor sizes everything from the OffloadSpec (kv/offload_spec.h), checks the
 // host part against available host memory and the GPU part against free device memory (one
