@@ -135,8 +135,7 @@ std::unique_ptr<GpuMethod> try_make(const AttentionMethod& m, const MethodContex
   if (!s.prefill && !s.decode) return nullptr;
   // Head dims: the sparse prefill and decode kernels run 64, 128 and 256 (Gemma 3's global
   // layers), and so do A-shape's index, MInference's GPU index builders (minference_index.cu),
-  // HiP's estimator (hip_estimate.cu) and InfiniteHiP's pruning stages (ihip_prune.h; at 64 the
-  // method's own check, infinitehip_gpu_problem, refuses with its reason).
+  // HiP's estimator (hip_estimate.cu) and InfiniteHiP's pruning stages (ihip_prune.h).
   auto runs_head_dim = [&](const AttentionMethod* side) {
     return !side || ctx.head_dim == 64 || ctx.head_dim == 128 ||
            (ctx.head_dim == 256 && (dynamic_cast<const AShapeMethod*>(side) ||
