@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/ihip_prune.cuh"
@@ -21,6 +22,18 @@ constexpr int kHeadsAtOnce = 4;           // query heads a probe pair scores tog
 // The score kernel's static shared memory at head_dim D: the rotated queries and the item scores.
 constexpr size_t score_static_smem(int D) { return (size_t(kMaxHeads) * D + kGroups) * 4; }
 constexpr int32_t kOpenEnd = 0x7fffffff;  // the decode window's end: clipped to the length by sparse_decode
+
+// Programmatic dependent launch (Hopper): the decode kernels here (score, select, index) are
+// launched so that each may start while the kernel before it in the stream drains, which hides the
+// launch gap between the seven kernels of a refresh. Every CTA first lets the next kernel launch,
+// then waits (griddepcontrol.wait: the previous kernel complete, its writes visible) before its
+// first global access and before any exit, so each kernel sees every earlier kernel's writes and
+// completes only after them: the stream's order, minus the gaps. Without the launch attribute
+// (LONGCTX_NO_PDL=1, or a plain launch) both instructions are no-ops.
+__device__ inline void follow_previous_kernel() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
 
 __device__ inline Cands cands_of(const IhipStageGpuParams& p, int seq, int64_t pos) {
   return ihip::cands_of(p.in ? p.in + int64_t(seq) * p.in_cap : nullptr, p.in ? p.in_len[seq] : 0, pos, p.n_sink,
@@ -169,6 +182,7 @@ __global__ void __launch_bounds__(kScoreThreads, kScoreCtasPerSm<D>) score_kerne
   __shared__ float item_score[kGroups];
   extern __shared__ int32_t chunk_rows[];  // [per_cta][l_c] pool rows of the CTA's chunks
   constexpr int kHalfD = D / 2;
+  follow_previous_kernel();
   const int seq = blockIdx.y, tid = threadIdx.x, lane = tid % kLanes, grp = tid / kLanes;
   const int64_t pos = int64_t(p.kv.seq_lens[seq]) - 1;
   const Cands c = cands_of(p, seq, pos);
@@ -245,6 +259,7 @@ __global__ void __launch_bounds__(kScoreThreads, kScoreCtasPerSm<D>) score_kerne
 
 __global__ void __launch_bounds__(kSelectThreads) select_kernel(IhipStageGpuParams p) {
   extern __shared__ __align__(16) char smem[];
+  follow_previous_kernel();
   const int seq = blockIdx.x;
   const int64_t pos = int64_t(p.kv.seq_lens[seq]) - 1;
   const Cands c = cands_of(p, seq, pos);
@@ -255,6 +270,7 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(IhipStageGpuPara
 }
 
 __global__ void index_kernel(IhipIndexGpuParams p) {
+  follow_previous_kernel();
   const int seq = blockIdx.x;
   const int64_t R = p.ranges_per_seq(), kmax = p.sel_cap / p.l_c;
   const int32_t* sel = p.sel + int64_t(seq) * p.sel_cap;
@@ -313,6 +329,32 @@ void check_stage(const IhipStageGpuParams& p) {
   LC_REQUIRE(p.kv.n_pages * p.kv.page_size < (int64_t(1) << 31), "infinitehip: the KV pool exceeds 2^31 rows");
 }
 
+// Whether the decode kernels launch as programmatic dependents (follow_previous_kernel):
+// LONGCTX_NO_PDL=1 launches them plainly (an A/B switch for the benchmark, a fallback).
+bool use_pdl() {
+  static const bool on = [] {
+    const char* e = std::getenv("LONGCTX_NO_PDL");
+    return !(e && *e && *e != '0');
+  }();
+  return on;
+}
+
+// Launches kernel(p) on st, as a programmatic dependent of the stream's previous kernel when use_pdl().
+template <class Params>
+void launch_dependent(void (*kernel)(Params), dim3 grid, int threads, size_t smem, cudaStream_t st, const Params& p) {
+  cudaLaunchConfig_t lc = {};
+  lc.gridDim = grid;
+  lc.blockDim = dim3(unsigned(threads));
+  lc.dynamicSmemBytes = smem;
+  lc.stream = st;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  lc.attrs = attr;
+  lc.numAttrs = use_pdl() ? 1 : 0;
+  LC_CUDA_CHECK(cudaLaunchKernelEx(&lc, kernel, p), "ihip decode launch");
+}
+
 }  // namespace
 
 namespace {
@@ -324,7 +366,7 @@ void launch_score(const IhipStageGpuParams& p, cudaStream_t st) {
   const dim3 grid(unsigned((p.max_chunks + per_cta - 1) / per_cta), unsigned(p.kv.n_seq));
   allow_smem(reinterpret_cast<const void*>(score_kernel<D, kRelative>), bytes, score_static_smem(D),
              g_score_smem[dim_slot(D)][kRelative], "the chunk rows");
-  score_kernel<D, kRelative><<<grid, kScoreThreads, bytes, st>>>(p);
+  launch_dependent(score_kernel<D, kRelative>, grid, kScoreThreads, bytes, st, p);
 }
 
 }  // namespace
@@ -348,7 +390,7 @@ void ihip_select_decode(const IhipStageGpuParams& p, Stream s) {
   if (p.kv.n_seq <= 0) return;
   const size_t bytes = select_smem(p.max_chunks, p.k / p.l_c);
   allow_smem(reinterpret_cast<const void*>(select_kernel), bytes, 0, g_select_smem, "the chunk ranking");
-  select_kernel<<<unsigned(p.kv.n_seq), kSelectThreads, bytes, static_cast<cudaStream_t>(s)>>>(p);
+  launch_dependent(select_kernel, dim3(unsigned(p.kv.n_seq)), kSelectThreads, bytes, static_cast<cudaStream_t>(s), p);
   LC_LAUNCH_CHECK("ihip select l_c=%d max_chunks=%lld", p.l_c, (long long)p.max_chunks);
 }
 
@@ -359,7 +401,7 @@ void ihip_prune_stage_decode(const IhipStageGpuParams& p, Stream s) {
 
 void ihip_decode_index(const IhipIndexGpuParams& p, Stream s) {
   if (p.n_seq <= 0) return;
-  index_kernel<<<unsigned(p.n_seq), 128, 0, static_cast<cudaStream_t>(s)>>>(p);
+  launch_dependent(index_kernel, dim3(unsigned(p.n_seq)), 128, 0, static_cast<cudaStream_t>(s), p);
   LC_LAUNCH_CHECK("ihip decode index n_seq=%d", p.n_seq);
 }
 
