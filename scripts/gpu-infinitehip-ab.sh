@@ -27,7 +27,7 @@ if [ "${1:-}" = "--pack" ]; then
     cp "$build/$f" "$tmp/" && strip "$tmp/$(basename "$f")"
   done
   cp "$base" "$tmp/longctx_bench_infinitehip.base" && strip "$tmp/longctx_bench_infinitehip.base"
-  carry_libs "$tmp/lib" "$tmp/test_ihip_gpu_method"
+  carry_libs "$tmp/lib" "$tmp/test_ihip_gpu_method" $(ls "$tmp/test_gpu" 2>/dev/null)
   tar -C "$tmp" -cJf "$carry/bin.tar.xz" .
   cp "$0" "$carry/gpu-infinitehip-ab.sh"
   cp "$(dirname "$0")/../bench/torch_baseline.py" "$carry/"
