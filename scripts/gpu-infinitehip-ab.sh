@@ -22,7 +22,8 @@ if [ "${1:-}" = "--pack" ]; then
   build=$2 base=$3 carry=$4 tmp=/tmp/gpu-ihip-ab-pack
   source "$(dirname "$0")/gpu-carry.sh"
   rm -rf "$carry" "$tmp" && mkdir -p "$carry" "$tmp/lib"
-  for f in tests/cuda/test_ihip_gpu tests/cuda/test_ihip_gpu_method bench/longctx_bench_infinitehip tests/gpu/test_gpu; do
+  for f in tests/cuda/test_ihip_gpu tests/cuda/test_ihip_gpu_method bench/longctx_bench_infinitehip \
+           tests/gpu/test_gpu; do
     [ -f "$build/$f" ] || { [ "$f" = tests/gpu/test_gpu ] && continue; }
     cp "$build/$f" "$tmp/" && strip "$tmp/$(basename "$f")"
   done
@@ -68,15 +69,19 @@ ab_triple() {  # ab_triple REP: the base build's decode benchmark, the new one's
   grep "^decode" "$OUT/bench_base_$1.log"
   step "bench_new_$1" 40 "$B/longctx_bench_infinitehip" --json "$OUT/bench_new_$1.json"
   grep "^decode" "$OUT/bench_new_$1.log"
-  step "bench_new_no_pdl_$1" 40 env LONGCTX_NO_PDL=1 "$B/longctx_bench_infinitehip" --json "$OUT/bench_new_no_pdl_$1.json"
+  step "bench_new_no_pdl_$1" 40 env LONGCTX_NO_PDL=1 "$B/longctx_bench_infinitehip" \
+    --json "$OUT/bench_new_no_pdl_$1.json"
   grep "^decode" "$OUT/bench_new_no_pdl_$1.log"
 }
 ab_triple 1
 if [ -x "$B/test_gpu" ]; then
-  step model 60 "$B/test_gpu" --gtest_filter='GpuInfiniteHip*'; gtest_summary model; grep "gpu infinitehip" "$OUT/model.log"
+  step model 60 "$B/test_gpu" --gtest_filter='GpuInfiniteHip*'
+  gtest_summary model
+  grep "gpu infinitehip" "$OUT/model.log"
 fi
 if [ "$TORCH" = 1 ]; then
-  step torch_decode 40 python3 "$CARRY/torch_baseline.py" --prefill "" --decode 131072,1048576 --json "$OUT/torch_decode.json"
+  step torch_decode 40 python3 "$CARRY/torch_baseline.py" --prefill "" --decode 131072,1048576 \
+    --json "$OUT/torch_decode.json"
   grep "^decode" "$OUT/torch_decode.log"
 fi
 step memcheck 40 compute-sanitizer --tool memcheck --error-exitcode 99 "$B/test_ihip_gpu" --gtest_filter="$MEMCHECK_FILTER"

@@ -4,12 +4,13 @@
 // (--attn 'infinitehip=...,rope=off': the per-stage decode caches refreshed on the device, the
 // decode stages, the decode index and cuda::sparse_decode in the replayed CUDA graph).
 // The model: a tiny random Llama with head_dim 128, 4 query / 2 KV heads, 3 layers
-// (model/tiny_model), and one with SmolLM2-135M's attention (head_dim 64, 9 / 3 heads); stages small enough that ~1.5K tokens prune at every stage (so sparse and
-// dense logits differ clearly). Checked: GPU == CPU logits within the bf16 tolerance of
-// test_util.h (last prefill rows and teacher-forced dense decode steps), one chunk and chunks of
-// 512 (chunks after a prefix), greedy argmax equal where the margin is clear, and every layer's
-// prefill chunk routed sparse. The GPU prunes on bf16 Q/K and the CPU on fp32, so a near-tied
-// chunk could differ: the measured margin is printed. Decode: 40 teacher-forced steps (every step
+// (model/tiny_model), and one with SmolLM2-135M's attention (head_dim 64, 9 / 3 heads); stages
+// small enough that ~1.5K tokens prune at every stage (so sparse and dense logits differ clearly).
+// Checked: GPU == CPU logits within the bf16 tolerance of test_util.h (last prefill rows and
+// teacher-forced dense decode steps), one chunk and chunks of 512 (chunks after a prefix), greedy
+// argmax equal where the margin is clear, and every layer's prefill chunk routed sparse. The GPU
+// prunes on bf16 Q/K and the CPU on fp32, so a near-tied chunk could differ: the measured margin
+// is printed. Decode: 40 teacher-forced steps (every step
 // type of refresh=8/4/2, a 64-key tile crossed, so the graph is captured again): argmax equal, and
 // the GPU clearly nearer the CPU method than the CPU method is to dense (near-tie chunk choices on
 // bf16 vs fp32 activations move decode logits past the plain tolerance: see check_decode), and
