@@ -4,15 +4,16 @@
 // lengths, the chunk scores are bit-equal and the surviving lists equal (ties included: a
 // sequence whose keys are all equal keeps its earliest chunks); the paper's 3K preset at 70K
 // keys with Llama-3-8B's 32/8 heads; head_dim 256 (gemma-3's 4/1 heads, and 8/2 with ties);
+// head_dim 64 (SmolLM2-135M's 9/3 heads, and ties);
 // query groups of 3 and 16 (the decode scorer takes 4 heads at a time); the decode index (sinks,
 // one range per kept chunk, pads, anchored window) matches the key set. Prefill (every 64-row
 // block of a chunk at once): per RoPE mode and GQA shape (groups of 4, and 16 = over one
-// shared-memory query tile), at head_dim 128 and 256, each stage's chunk scores (max over KV
+// shared-memory query tile), at head_dim 64, 128 and 256, each stage's chunk scores (max over KV
 // heads) bit-equal and lists equal to the CPU reference per block (RoPE none, scored on tensor
 // cores, on small-integer inputs whose dots are exact), the index's key sets equal sinks +
 // survivors + window, and cuda::sparse_attention over that index equal to an fp64 dense
 // attention restricted to the same key sets; the tensor-core scores on random inputs against an
-// fp64 replay of the bisection (both halves followed at near ties).
+// fp64 replay of the bisection (both halves followed at near ties), at head_dim 128 and 64.
 // Run: build-gpu/tests/cuda/test_ihip_gpu (skips without a Hopper GPU).
 #include <gtest/gtest.h>
 
@@ -273,6 +274,28 @@ TEST(IhipGpu, OddAndWideQueryGroups) {
   su.H = 16;
   su.Hkv = 1;
   check_chain(su, 2);
+}
+
+// head_dim 64 with SmolLM2-135M's 9 query heads on 3 KV heads (groups of 3; a score CTA scores
+// 10 chunks, 2 of its 32 items idle), every RoPE mode (the rotate-half pairs (i, i + 32) sit in
+// lanes l and l + 4 of a dot: one shuffle), and a tie-only sequence.
+TEST(IhipGpu, HeadDim64SmolLM2HeadsEqualTheCpuReference) {
+  LC_REQUIRE_GPU();
+  ChainCase su;
+  su.D = 64;
+  su.H = 9;
+  su.Hkv = 3;
+  su.lens = {20000, 9001};
+  su.stages = {{256, 4096}, {32, 1024}, {8, 256}};
+  for (int mode : {0, 1, 2}) {
+    SCOPED_TRACE(mode);
+    check_chain(su, mode);
+  }
+  ChainCase ties = su;
+  ties.lens = {12000, 12000};
+  ties.stages = {{64, 2048}, {16, 512}};
+  ties.equal_keys_seq1 = true;
+  check_chain(ties, 1);
 }
 
 // ---- Prefill: a chunk of n_q queries at q_pos0.. against keys 0..q_pos0 + n_q - 1.
@@ -568,20 +591,41 @@ TEST(IhipGpuPrefill, HeadDim256InEveryRopeMode) {
   check_prefill(su, 0);
 }
 
+// head_dim 64: SmolLM2-135M's 9 query heads on 3 KV heads (RoPE none on tensor cores, 192 queries
+// a tile; the other modes on the fp32 path, the rotate-half pairs exchanged by a shuffle), and 9
+// heads on 1 KV head (RoPE none over three fp32 query tiles).
+TEST(IhipGpuPrefill, HeadDim64SmolLM2HeadsInEveryRopeMode) {
+  LC_REQUIRE_GPU();
+  PrefillCase su;
+  su.D = 64;
+  su.H = 9;
+  su.Hkv = 3;
+  su.n_q = 150;
+  su.q_pos0 = 16000;
+  for (int mode : {0, 1, 2}) {
+    SCOPED_TRACE(mode);
+    check_prefill(su, mode);
+  }
+  su.Hkv = 1;
+  su.n_q = 100;
+  su.q_pos0 = 12000;
+  su.stages = {{64, 2048}, {16, 512}};
+  check_prefill(su, 0);
+}
+
 // Tensor-core scores (RoPE none) on random inputs, judged against an fp64 oracle: per (block, KV
 // head, chunk) the bisection is replayed in fp64, following both halves where left and right are
 // within the fp32 summation bound (a near tie: either choice is right), and the GPU's score must
 // match, within that bound, the fp64 score (the largest probe) of one of those paths. The
 // kept list must be the top-K of the GPU's own scores by the reference's rule (score desc, earlier
 // chunk), entries in position order.
-TEST(IhipGpuPrefill, TensorCoreScoresFollowTheFp64BisectionUpToNearTies) {
-  LC_REQUIRE_GPU();
-  constexpr int H = 32, Hkv = 8, group = H / Hkv;
+void check_mma_near_ties(int H, int Hkv, int D) {
+  const int group = H / Hkv;
   const int64_t n_q = 130, q_pos0 = 16000, n_sink = 256, n_stream = 1024, n_kv = q_pos0 + n_q, n_blk = 3;
   const IhipStage st{64, 2048};
   std::vector<double> tmp;
-  const auto hq = random_bf16(size_t(n_q * H * kD), 1.0, tmp);
-  const auto hk = random_bf16(size_t(n_kv * Hkv * kD), 1.0, tmp);
+  const auto hq = random_bf16(size_t(n_q * H * D), 1.0, tmp);
+  const auto hk = random_bf16(size_t(n_kv * Hkv * D), 1.0, tmp);
   std::vector<float> fq(hq.size()), fk(hk.size());
   for (size_t i = 0; i < hq.size(); ++i) fq[i] = bf16_to_f32(hq[i]);
   for (size_t i = 0; i < hk.size(); ++i) fk[i] = bf16_to_f32(hk[i]);
@@ -596,6 +640,7 @@ TEST(IhipGpuPrefill, TensorCoreScoresFollowTheFp64BisectionUpToNearTies) {
   p.q_pos0 = q_pos0;
   p.n_head = H;
   p.n_kv_head = Hkv;
+  p.head_dim = D;
   p.rope_mode = 0;
   p.n_sink = n_sink;
   p.n_stream = n_stream;
@@ -629,20 +674,20 @@ TEST(IhipGpuPrefill, TensorCoreScoresFollowTheFp64BisectionUpToNearTies) {
         if (const auto it = memo.find(e); it != memo.end()) return bound = it->second.second, it->second.first;
         double best = -INFINITY;
         bound = 0;
-        const float* kk = fk.data() + (e * Hkv + g) * kD;
+        const float* kk = fk.data() + (e * Hkv + g) * D;
         for (int h = g * group; h < (g + 1) * group; ++h)
           for (int64_t r = 0; r < rows; ++r) {
-            const float* qq = fq.data() + ((row0 + r) * H + h) * kD;
+            const float* qq = fq.data() + ((row0 + r) * H + h) * D;
             double d = 0, a = 0;
-            for (int i = 0; i < kD; ++i) d += double(qq[i]) * kk[i], a += std::fabs(double(qq[i]) * kk[i]);
+            for (int i = 0; i < D; ++i) d += double(qq[i]) * kk[i], a += std::fabs(double(qq[i]) * kk[i]);
             best = std::max(best, d);
             bound = std::max(bound, a);
           }
         memo[e] = {best, bound};
         return best;
       };
-      // fp32 sums of 128 exact products: |error| <= 128 * 2^-24 * sum |q_i k_i|; twice that as the margin.
-      const auto tol = [](double bound) { return 2.0 * kD * std::ldexp(1.0, -24) * bound; };
+      // fp32 sums of D exact products: |error| <= D * 2^-24 * sum |q_i k_i|; twice that as the margin.
+      const auto tol = [D](double bound) { return 2.0 * D * std::ldexp(1.0, -24) * bound; };
       for (int64_t j = 0; j < n_chunk; ++j) {
         const int64_t c0 = first + j * st.l_c, len = std::min<int64_t>(st.l_c, n_cand - j * st.l_c);
         const float gpu = got_sc[size_t((b * Hkv + g) * max_chunks + j)];
@@ -694,8 +739,14 @@ TEST(IhipGpuPrefill, TensorCoreScoresFollowTheFp64BisectionUpToNearTies) {
     ASSERT_EQ(got_len[size_t(b)], int32_t(want.size())) << "block " << b;
     EXPECT_TRUE(std::equal(want.begin(), want.end(), got.begin() + b * st.k)) << "block " << b;
   }
-  std::printf("[ihip mma] %lld chunk scores judged, %lld near-tie branches followed\n", (long long)judged,
+  std::printf("[ihip mma d=%d] %lld chunk scores judged, %lld near-tie branches followed\n", D, (long long)judged,
               (long long)near_ties);
+}
+
+TEST(IhipGpuPrefill, TensorCoreScoresFollowTheFp64BisectionUpToNearTies) {
+  LC_REQUIRE_GPU();
+  check_mma_near_ties(32, 8, 128);  // Llama-3-8B's heads
+  check_mma_near_ties(9, 3, 64);    // SmolLM2-135M's
 }
 
 }  // namespace

@@ -6,8 +6,8 @@
 // judges random inputs against fp64); decode (InfiniteHipMethod's per-stage caches, refreshed
 // on the device): over a run of steps every step's decode index holds the CPU method's key set
 // (step types None / S1 / S1&2 / All, steps the route makes dense, a position that goes back)
-// and the step-type counts equal the CPU State's; both at head_dim 128 (8 / 2 heads) and 256
-// (gemma-3-270m's 4 / 1 heads); and what the GPU refuses, with the reason: rope=on
+// and the step-type counts equal the CPU State's; at head_dim 128 (8 / 2 heads), 256
+// (gemma-3-270m's 4 / 1 heads) and 64 (SmolLM2-135M's 9 / 3); and what the GPU refuses, with the reason: rope=on
 // composed per phase (rope=on runs as one method for both phases: tests/gpu/test_gpu_infinitehip.cpp).
 // Run: build-gpu/tests/cuda/test_ihip_gpu_method (skips without a Hopper GPU).
 #include <gtest/gtest.h>
@@ -41,6 +41,7 @@ struct Geometry {  // the test model's attention heads and head_dim
 };
 constexpr Geometry kGqa128{8, 2, 128};  // GQA groups of 4 at head_dim 128
 constexpr Geometry kGemma3{4, 1, 256};  // gemma-3-270m's attention: 4 query heads on 1 KV head, head_dim 256
+constexpr Geometry kSmolLM2{9, 3, 64};  // SmolLM2-135M's (the default model): 9 query heads on 3 KV heads, head_dim 64
 // Small stages so a few thousand keys prune at every stage; layer 0 is early (k_early).
 const char* kSpec = "prefill:infinitehip=l_c=64/16/4,k=1024/256/64,n_sink=32,n_stream=128,early_layers=1,"
                     "k_early=128,rope=off";
@@ -254,6 +255,15 @@ TEST(IhipGpuMethod, HeadDim256HasTheCpuKeySets) {
   EXPECT_EQ(gpu_method_problem(*make_attention_method("infinitehip=rope=off", model(kGemma3)), model(kGemma3)), "");
   check_prefill_index(kGemma3);
   check_decode_index(kGemma3);
+}
+
+// The default model's attention shape (SmolLM2-135M: 9 / 3 heads, head_dim 64): the same key sets.
+TEST(IhipGpuMethod, HeadDim64HasTheCpuKeySets) {
+  LC_REQUIRE_GPU();
+  EXPECT_EQ(gpu_method_problem(*make_attention_method("infinitehip=rope=off", model(kSmolLM2)), model(kSmolLM2)), "");
+  EXPECT_EQ(gpu_method_problem(*make_attention_method("infinitehip", model(kSmolLM2)), model(kSmolLM2)), "");
+  check_prefill_index(kSmolLM2);
+  check_decode_index(kSmolLM2);
 }
 
 TEST(IhipGpuMethod, RefusesWhatTheGpuCannotRunWithTheReason) {

@@ -4,12 +4,13 @@
 // (--attn 'infinitehip=...,rope=off': the per-stage decode caches refreshed on the device, the
 // decode stages, the decode index and cuda::sparse_decode in the replayed CUDA graph).
 // The model: a tiny random Llama with head_dim 128, 4 query / 2 KV heads, 3 layers
-// (model/tiny_model); stages small enough that ~1.5K tokens prune at every stage (so sparse and
-// dense logits differ clearly). Checked: GPU == CPU logits within the bf16 tolerance of
-// test_util.h (last prefill rows and teacher-forced dense decode steps), one chunk and chunks of
-// 512 (chunks after a prefix), greedy argmax equal where the margin is clear, and every layer's
-// prefill chunk routed sparse. The GPU prunes on bf16 Q/K and the CPU on fp32, so a near-tied
-// chunk could differ: the measured margin is printed. Decode: 40 teacher-forced steps (every step
+// (model/tiny_model), and one with SmolLM2-135M's attention (head_dim 64, 9 / 3 heads); stages
+// small enough that ~1.5K tokens prune at every stage (so sparse and dense logits differ clearly).
+// Checked: GPU == CPU logits within the bf16 tolerance of test_util.h (last prefill rows and
+// teacher-forced dense decode steps), one chunk and chunks of 512 (chunks after a prefix), greedy
+// argmax equal where the margin is clear, and every layer's prefill chunk routed sparse. The GPU
+// prunes on bf16 Q/K and the CPU on fp32, so a near-tied chunk could differ: the measured margin
+// is printed. Decode: 40 teacher-forced steps (every step
 // type of refresh=8/4/2, a 64-key tile crossed, so the graph is captured again): argmax equal, and
 // the GPU clearly nearer the CPU method than the CPU method is to dense (near-tie chunk choices on
 // bf16 vs fp32 activations move decode logits past the plain tolerance: see check_decode), and
@@ -49,24 +50,30 @@ struct Fixture {
   std::unique_ptr<ModelFile> file;
 };
 
-Fixture& fixture() {
-  static Fixture* f = [] {
-    auto* x = new Fixture;
-    const auto dir = test::temp_dir("infinitehip");
+// The test models: a tiny random Llama at head_dim 128 (4 query / 2 KV heads), and one with the
+// default model's attention geometry (SmolLM2-135M: 576 wide, 9 / 3 heads, head_dim 64).
+enum class Geometry { d128, smollm2 };
+
+Fixture& fixture(Geometry ge = Geometry::d128) {
+  static Fixture* fixtures[2] = {};
+  Fixture*& x = fixtures[int(ge)];
+  if (!x) {
+    x = new Fixture;
+    const bool smol = ge == Geometry::smollm2;
+    const auto dir = test::temp_dir(smol ? "infinitehip-smollm2" : "infinitehip");
     TinyModelSpec s;
     s.n_layer = kLayers;
-    s.n_embd = 512;
-    s.n_head = 4;  // head dim 128
-    s.n_kv_head = 2;
-    s.n_ff = 1024;
+    s.n_embd = smol ? 576 : 512;
+    s.n_head = smol ? 9 : 4;  // head dim 64 or 128
+    s.n_kv_head = smol ? 3 : 2;
+    s.n_ff = smol ? 1536 : 1024;
     s.context_length = 8192;
     s.seed = 23;
     write_tiny_model(dir.string(), s);
     x->file = open_model_file((dir / "tiny.gguf").string());
     x->cfg = ModelConfig::from_model_file(*x->file);
-    return x;
-  }();
-  return *f;
+  }
+  return *x;
 }
 
 using Rows = std::vector<std::vector<float>>;
@@ -88,9 +95,8 @@ Rows run_gpu(gpu::GpuTransformer& g, const std::vector<int32_t>& ids, int64_t ch
   return r;
 }
 
-Rows run_cpu(const std::string& spec, const ModelWeights& w, const std::vector<int32_t>& ids, int64_t chunk,
-             const std::vector<int32_t>& dec) {
-  const ModelConfig& cfg = fixture().cfg;
+Rows run_cpu(const ModelConfig& cfg, const std::string& spec, const ModelWeights& w, const std::vector<int32_t>& ids,
+             int64_t chunk, const std::vector<int32_t>& dec) {
   const MethodContext mc{cfg.n_layer, cfg.n_head, cfg.n_kv_head, cfg.head_dim, cfg.name};
   Transformer cpu(cfg, w, make_attention_method(spec, mc), global_pool());
   Rows r;
@@ -147,8 +153,8 @@ TEST_F(GpuInfiniteHip, PrefillMatchesTheCpuMethod) {
     const ModelWeights w = g.weights().download(g.stream());
     const Rows gi = run_gpu(g, ids, chunk, dec);
     const gpu::GpuPrefillStats stats = gpu::last_gpu_prefill_stats();
-    const Rows ci = run_cpu(kSpec, w, ids, chunk, dec);
-    const Rows cd = run_cpu("dense", w, ids, chunk, dec);
+    const Rows ci = run_cpu(f.cfg, kSpec, w, ids, chunk, dec);
+    const Rows cd = run_cpu(f.cfg, "dense", w, ids, chunk, dec);
     const Cmp gc = compare(ci, gi), sd = compare(cd, ci);
     std::printf("[ gpu infinitehip ] chunk %4lld: GPU vs CPU infinitehip max|diff|/tol %.3f (argmax %d/%d); CPU "
                 "infinitehip vs CPU dense %.3f; sparse calls %lld, dense %lld\n",
@@ -176,8 +182,8 @@ std::vector<int32_t> decode_tokens(int n, int32_t vocab) {
 const char* kRopeSpec = "infinitehip=l_c=64/16/4,k=512/128/32,n_sink=16,n_stream=64,early_layers=1,k_early=64,"
                         "refresh=8/4/2,rope=on";
 
-void check_decode(const char* spec) {
-  Fixture& f = fixture();
+void check_decode(const char* spec, Geometry ge = Geometry::d128) {
+  Fixture& f = fixture(ge);
   const int64_t n = 1500, chunk = 512;
   const auto ids = random_ids(n, f.cfg.vocab_size, 5);
   const auto dec = decode_tokens(40, int32_t(f.cfg.vocab_size));
@@ -189,8 +195,8 @@ void check_decode(const char* spec) {
   const ModelWeights w = g.weights().download(g.stream());
   const Rows gi = run_gpu(g, ids, chunk, dec);
   EXPECT_GT(g.graph_captures(), 1) << "the decode steps did not replay from a graph (or never re-captured)";
-  const Rows ci = run_cpu(spec, w, ids, chunk, dec);
-  const Rows cd = run_cpu("dense", w, ids, chunk, dec);
+  const Rows ci = run_cpu(f.cfg, spec, w, ids, chunk, dec);
+  const Rows cd = run_cpu(f.cfg, "dense", w, ids, chunk, dec);
   const Rows ci_dec(ci.begin() + kRows, ci.end()), cd_dec(cd.begin() + kRows, cd.end());
   const Cmp gc = compare(ci, gi), sd = compare(cd_dec, ci_dec);
   std::printf("[ gpu infinitehip ] %s: GPU vs CPU infinitehip max|diff|/tol %.3f (argmax %d/%d); CPU infinitehip "
@@ -215,8 +221,8 @@ void check_decode(const char* spec) {
   EXPECT_GT(c.cached_steps, 0);
 }
 
-void check_graph(const char* spec) {
-  Fixture& f = fixture();
+void check_graph(const char* spec, Geometry ge = Geometry::d128) {
+  Fixture& f = fixture(ge);
   const int64_t n = 1500, chunk = 512;
   const auto ids = random_ids(n, f.cfg.vocab_size, 6);
   const auto dec = decode_tokens(40, int32_t(f.cfg.vocab_size));
@@ -239,6 +245,10 @@ TEST_F(GpuInfiniteHip, SparseDecodeMatchesTheCpuMethod) { check_decode(kDecodeSp
 TEST_F(GpuInfiniteHip, GraphDecodeEqualsEager) { check_graph(kDecodeSpec); }
 TEST_F(GpuInfiniteHip, RopeOnMatchesTheCpuMethod) { check_decode(kRopeSpec); }
 TEST_F(GpuInfiniteHip, RopeOnGraphDecodeEqualsEager) { check_graph(kRopeSpec); }
+// The default model's geometry (head_dim 64, 9 / 3 heads): both phases sparse, rope off and on.
+TEST_F(GpuInfiniteHip, SmolLM2HeadsDecodeMatchesTheCpuMethod) { check_decode(kDecodeSpec, Geometry::smollm2); }
+TEST_F(GpuInfiniteHip, SmolLM2HeadsRopeOnMatchesTheCpuMethod) { check_decode(kRopeSpec, Geometry::smollm2); }
+TEST_F(GpuInfiniteHip, SmolLM2HeadsRopeOnGraphDecodeEqualsEager) { check_graph(kRopeSpec, Geometry::smollm2); }
 
 // Its decode reads bf16 keys: with the fp8 cache the model is refused when it is made (before any
 // work), and the prefill-only composition (dense decode) still runs.

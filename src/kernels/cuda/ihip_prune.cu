@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/ihip_prune.cuh"
@@ -21,6 +22,18 @@ constexpr int kHeadsAtOnce = 4;           // query heads a probe pair scores tog
 // The score kernel's static shared memory at head_dim D: the rotated queries and the item scores.
 constexpr size_t score_static_smem(int D) { return (size_t(kMaxHeads) * D + kGroups) * 4; }
 constexpr int32_t kOpenEnd = 0x7fffffff;  // the decode window's end: clipped to the length by sparse_decode
+
+// Programmatic dependent launch (Hopper): the decode kernels here (score, select, index) are
+// launched so that each may start while the kernel before it in the stream drains, which hides the
+// launch gap between the seven kernels of a refresh. Every CTA first lets the next kernel launch,
+// then waits (griddepcontrol.wait: the previous kernel complete, its writes visible) before its
+// first global access and before any exit, so each kernel sees every earlier kernel's writes and
+// completes only after them: the stream's order, minus the gaps. Without the launch attribute
+// (LONGCTX_NO_PDL=1, or a plain launch) both instructions are no-ops.
+__device__ inline void follow_previous_kernel() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
 
 __device__ inline Cands cands_of(const IhipStageGpuParams& p, int seq, int64_t pos) {
   return ihip::cands_of(p.in ? p.in + int64_t(seq) * p.in_cap : nullptr, p.in ? p.in_len[seq] : 0, pos, p.n_sink,
@@ -43,8 +56,9 @@ __device__ inline void load_rows(const IhipStageGpuParams& p, int seq, const Can
 }
 
 // A lane's part of a key row, hip_dot's lane order: 16-byte chunks c = 0 .. D / 64 - 1 at elements
-// 64 c + 8 lane (D = 128: the rotate-half pairs (i, i + 64) in chunks 0 and 1; D = 256: chunks c
-// and c + 2), kept packed until scored (fewer registers while the loads are in flight).
+// 64 c + 8 lane (D = 64: one chunk; D = 128: the rotate-half pairs (i, i + 64) in chunks 0 and 1;
+// D = 256: chunks c and c + 2), kept packed until scored (fewer registers while the loads are in
+// flight).
 template <int D>
 struct KeyRegs {
   static constexpr int kChunks = D / 64;
@@ -63,7 +77,9 @@ __device__ inline void load_key(const IhipStageGpuParams& p, int g, int32_t row,
 }
 
 // The lane's key elements in fp32, y[8 c + e] = element 64 c + 8 lane + e, rotated at table row kpos
-// when RoPE is on (ihip_rotate: pair (i, i + D / 2) sits in chunks c and c + D / 128 of one lane).
+// when RoPE is on (ihip_rotate: pair (i, i + D / 2) sits in chunks c and c + D / 128 of one lane;
+// at D = 64 in lanes l and l + 4 of the dot's 8, exchanged by one shuffle: every lane of the warp
+// must call this).
 template <int D>
 __device__ inline void unpack_key(const IhipStageGpuParams& p, const KeyRegs<D>& key, int64_t kpos, int lane,
                                   float (&y)[D / 8]) {
@@ -75,7 +91,19 @@ __device__ inline void unpack_key(const IhipStageGpuParams& p, const KeyRegs<D>&
       const float2 v = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&key.u[c])[e]);
       y[8 * c + 2 * e] = v.x, y[8 * c + 2 * e + 1] = v.y;
     }
-  if (p.rope_mode != 0) {
+  if (p.rope_mode == 0) return;
+  if constexpr (D == 64) {  // pair (i, i + 32): lane l < 4 holds i = 8 l + e, lane l + 4 its partner
+    const bool low = lane < 4;
+    const float* cs = p.rope_cos + kpos * (D / 2) + 8 * (lane % 4);
+    const float* sn = p.rope_sin + kpos * (D / 2) + 8 * (lane % 4);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const float other = __shfl_xor_sync(0xffffffffu, y[e], 4);  // every lane: the callers are warp-uniform
+      float a = low ? y[e] : other, b = low ? other : y[e];
+      rotate(a, b, cs[e], sn[e]);
+      y[e] = low ? a : b;
+    }
+  } else {
 #pragma unroll
     for (int c = 0; c < kC / 2; ++c) {
       const float* cs = p.rope_cos + kpos * (D / 2) + 64 * c + 8 * lane;
@@ -138,10 +166,10 @@ __device__ inline void probe_pair(const float* qs, int n_qs, const float (&yl)[D
 // std::max's choice (ihip_select_rep's running max): b when a < b, else a (signed zeros as the CPU).
 __device__ inline float max_as_std(float a, float b) { return a < b ? b : a; }
 
-// The bisection is latency-bound, so resident items count: 4 CTAs an SM at head_dim 128 (64
+// The bisection is latency-bound, so resident items count: 4 CTAs an SM at head_dim 64 and 128 (64
 // registers), 2 at 256 (two probes' 32 fp32 elements a lane each).
 template <int D>
-constexpr int kScoreCtasPerSm = D == 128 ? 4 : 2;
+constexpr int kScoreCtasPerSm = D <= 128 ? 4 : 2;
 
 // Each step probes the middle key of both halves (ihip_select_rep: the left one at the left-branch
 // position, the right one at the right-branch one; both keys loaded before either is scored), keeps
@@ -154,6 +182,7 @@ __global__ void __launch_bounds__(kScoreThreads, kScoreCtasPerSm<D>) score_kerne
   __shared__ float item_score[kGroups];
   extern __shared__ int32_t chunk_rows[];  // [per_cta][l_c] pool rows of the CTA's chunks
   constexpr int kHalfD = D / 2;
+  follow_previous_kernel();
   const int seq = blockIdx.y, tid = threadIdx.x, lane = tid % kLanes, grp = tid / kLanes;
   const int64_t pos = int64_t(p.kv.seq_lens[seq]) - 1;
   const Cands c = cands_of(p, seq, pos);
@@ -177,7 +206,8 @@ __global__ void __launch_bounds__(kScoreThreads, kScoreCtasPerSm<D>) score_kerne
   const bool valid = grp < per_cta * n_kv && j < n_chunk;
   const int64_t first = j * p.l_c;
   const int len = valid ? int(c.n - first < p.l_c ? c.n - first : p.l_c) : 1;
-  const int64_t pos_left = kRelative ? 0 : j, pos_right = kRelative ? 1 : j;
+  const int64_t jr = valid ? j : 0;  // an idle item reads the table in range
+  const int64_t pos_left = kRelative ? 0 : jr, pos_right = kRelative ? 1 : jr;
   const float* qg = qs + g * group * D;
   const int32_t* rows = chunk_rows + (grp / n_kv) * p.l_c;
   int lo = 0, hi = len;
@@ -229,6 +259,7 @@ __global__ void __launch_bounds__(kScoreThreads, kScoreCtasPerSm<D>) score_kerne
 
 __global__ void __launch_bounds__(kSelectThreads) select_kernel(IhipStageGpuParams p) {
   extern __shared__ __align__(16) char smem[];
+  follow_previous_kernel();
   const int seq = blockIdx.x;
   const int64_t pos = int64_t(p.kv.seq_lens[seq]) - 1;
   const Cands c = cands_of(p, seq, pos);
@@ -239,6 +270,7 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(IhipStageGpuPara
 }
 
 __global__ void index_kernel(IhipIndexGpuParams p) {
+  follow_previous_kernel();
   const int seq = blockIdx.x;
   const int64_t R = p.ranges_per_seq(), kmax = p.sel_cap / p.l_c;
   const int32_t* sel = p.sel + int64_t(seq) * p.sel_cap;
@@ -268,7 +300,8 @@ __global__ void index_kernel(IhipIndexGpuParams p) {
 }
 
 size_t g_select_smem = 0;
-size_t g_score_smem[2][2] = {};  // score: per kernel instance [head_dim 256][relative RoPE]
+size_t g_score_smem[3][2] = {};  // score: per kernel instance [head_dim 64, 128, 256][relative RoPE]
+constexpr int dim_slot(int D) { return D == 64 ? 0 : D == 128 ? 1 : 2; }
 
 void allow_smem(const void* kernel, size_t bytes, size_t static_bytes, size_t& done, const char* what) {
   if (bytes <= done) return;
@@ -283,17 +316,43 @@ void allow_smem(const void* kernel, size_t bytes, size_t static_bytes, size_t& d
 }
 
 void check_stage(const IhipStageGpuParams& p) {
-  LC_REQUIRE(p.kv.head_dim == 128 || p.kv.head_dim == 256,
-             "infinitehip: the GPU pruning stage needs head_dim 128 or 256, got %d", p.kv.head_dim);
+  LC_REQUIRE(p.kv.head_dim == 64 || p.kv.head_dim == 128 || p.kv.head_dim == 256,
+             "infinitehip: the GPU pruning stage needs head_dim 64, 128 or 256, got %d", p.kv.head_dim);
   LC_REQUIRE(p.kv.elem == KvElem::bf16, "infinitehip: the GPU pruning stage reads bf16 keys");
-  LC_REQUIRE(p.kv.n_kv_head >= 1 && kGroups % p.kv.n_kv_head == 0 && p.n_head % p.kv.n_kv_head == 0 &&
+  LC_REQUIRE(p.kv.n_kv_head >= 1 && p.kv.n_kv_head <= kGroups && p.n_head % p.kv.n_kv_head == 0 &&
                  p.n_head / p.kv.n_kv_head <= kMaxGroupHeads && p.n_head <= kMaxHeads,
-             "infinitehip: GPU pruning needs n_kv_head dividing 32 and n_head <= 32 (got %d / %d)", p.n_head,
+             "infinitehip: GPU pruning needs n_kv_head <= 32 dividing n_head <= 32 (got %d / %d)", p.n_head,
              p.kv.n_kv_head);
   LC_REQUIRE(p.l_c >= 1 && p.k >= p.l_c && p.k % p.l_c == 0 && p.out_cap >= p.k && p.max_chunks >= 1,
              "internal: infinitehip stage l_c=%d k=%lld out_cap=%lld", p.l_c, (long long)p.k, (long long)p.out_cap);
   LC_REQUIRE(p.rope_mode == 0 || (p.rope_cos && p.rope_sin), "internal: infinitehip RoPE table missing");
   LC_REQUIRE(p.kv.n_pages * p.kv.page_size < (int64_t(1) << 31), "infinitehip: the KV pool exceeds 2^31 rows");
+}
+
+// Whether the decode kernels launch as programmatic dependents (follow_previous_kernel):
+// LONGCTX_NO_PDL=1 launches them plainly (an A/B switch for the benchmark, a fallback).
+bool use_pdl() {
+  static const bool on = [] {
+    const char* e = std::getenv("LONGCTX_NO_PDL");
+    return !(e && *e && *e != '0');
+  }();
+  return on;
+}
+
+// Launches kernel(p) on st, as a programmatic dependent of the stream's previous kernel when use_pdl().
+template <class Params>
+void launch_dependent(void (*kernel)(Params), dim3 grid, int threads, size_t smem, cudaStream_t st, const Params& p) {
+  cudaLaunchConfig_t lc = {};
+  lc.gridDim = grid;
+  lc.blockDim = dim3(unsigned(threads));
+  lc.dynamicSmemBytes = smem;
+  lc.stream = st;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  lc.attrs = attr;
+  lc.numAttrs = use_pdl() ? 1 : 0;
+  LC_CUDA_CHECK(cudaLaunchKernelEx(&lc, kernel, p), "ihip decode launch");
 }
 
 }  // namespace
@@ -306,8 +365,8 @@ void launch_score(const IhipStageGpuParams& p, cudaStream_t st) {
   const size_t bytes = size_t(per_cta) * p.l_c * 4;
   const dim3 grid(unsigned((p.max_chunks + per_cta - 1) / per_cta), unsigned(p.kv.n_seq));
   allow_smem(reinterpret_cast<const void*>(score_kernel<D, kRelative>), bytes, score_static_smem(D),
-             g_score_smem[D == 256][kRelative], "the chunk rows");
-  score_kernel<D, kRelative><<<grid, kScoreThreads, bytes, st>>>(p);
+             g_score_smem[dim_slot(D)][kRelative], "the chunk rows");
+  launch_dependent(score_kernel<D, kRelative>, grid, kScoreThreads, bytes, st, p);
 }
 
 }  // namespace
@@ -317,7 +376,9 @@ void ihip_score_decode(const IhipStageGpuParams& p, Stream s) {
   if (p.kv.n_seq <= 0) return;
   const auto st = static_cast<cudaStream_t>(s);
   const bool rel = p.rope_mode == 1;
-  if (p.kv.head_dim == 128)
+  if (p.kv.head_dim == 64)
+    rel ? launch_score<64, true>(p, st) : launch_score<64, false>(p, st);
+  else if (p.kv.head_dim == 128)
     rel ? launch_score<128, true>(p, st) : launch_score<128, false>(p, st);
   else
     rel ? launch_score<256, true>(p, st) : launch_score<256, false>(p, st);
@@ -329,7 +390,7 @@ void ihip_select_decode(const IhipStageGpuParams& p, Stream s) {
   if (p.kv.n_seq <= 0) return;
   const size_t bytes = select_smem(p.max_chunks, p.k / p.l_c);
   allow_smem(reinterpret_cast<const void*>(select_kernel), bytes, 0, g_select_smem, "the chunk ranking");
-  select_kernel<<<unsigned(p.kv.n_seq), kSelectThreads, bytes, static_cast<cudaStream_t>(s)>>>(p);
+  launch_dependent(select_kernel, dim3(unsigned(p.kv.n_seq)), kSelectThreads, bytes, static_cast<cudaStream_t>(s), p);
   LC_LAUNCH_CHECK("ihip select l_c=%d max_chunks=%lld", p.l_c, (long long)p.max_chunks);
 }
 
@@ -340,7 +401,7 @@ void ihip_prune_stage_decode(const IhipStageGpuParams& p, Stream s) {
 
 void ihip_decode_index(const IhipIndexGpuParams& p, Stream s) {
   if (p.n_seq <= 0) return;
-  index_kernel<<<unsigned(p.n_seq), 128, 0, static_cast<cudaStream_t>(s)>>>(p);
+  launch_dependent(index_kernel, dim3(unsigned(p.n_seq)), 128, 0, static_cast<cudaStream_t>(s), p);
   LC_LAUNCH_CHECK("ihip decode index n_seq=%d", p.n_seq);
 }
 

@@ -48,7 +48,7 @@ __device__ inline int64_t query_pos(int mode, int64_t pos, int64_t n_chunk, int6
   return pos;
 }
 
-// Rotate-half of the pair (a, b) = (x[i], x[i + 64]) at the table row: ihip_rotate's formula.
+// Rotate-half of the pair (a, b) = (x[i], x[i + D / 2]) at the table row: ihip_rotate's formula.
 __device__ inline void rotate(float& a, float& b, float c, float s) {
   const float bs = __fmul_rn(b, s), as = __fmul_rn(a, s);
   const float na = fmaf(a, c, -bs), nb = fmaf(b, c, as);

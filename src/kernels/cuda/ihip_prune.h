@@ -11,19 +11,21 @@
 // and the chunk scores bit-equal, for the same bf16 inputs (same fp32 rotation and dot order).
 // How (two kernels, no host syncs, grids sized from host bounds so a step is graph-replayable
 // while seq_lens and the cached lists change):
-//   score   one CTA of 256 threads per 32 / n_kv_head chunks; the CTA first loads the pool rows of
+//   score   one CTA of 256 threads per floor(32 / n_kv_head) chunks (3 KV heads: 10 chunks, 2 of
+//           the 32 items idle); the CTA first loads the pool rows of
 //           its chunks' entries into shared memory (one round of independent loads, shared by the
 //           chunk's KV heads), then 8 threads per (chunk, KV head) item run the bisection, each
 //           step loading its two probe keys (the middle of each half) together and scoring both
 //           against the group's query heads 4 at a time (16-byte key loads in hip_topk.h's lane
 //           order: lane l holds elements 64 c + 8 l .. + 8, so the rotate-half pairs (i, i + D/2)
-//           sit in one lane; 2 probes x 4 heads are independent FMA and xor-shuffle chains, so a
-//           step waits on one chain's latency, not 2 x group of them), max over the group's query
+//           sit in one lane, at D = 64 in lanes l and l + 4: one shuffle; 2 probes x 4 heads are
+//           independent FMA and xor-shuffle chains, so a step waits on one chain's latency, not
+//           2 x group of them), max over the group's query
 //           heads, the running max of the probes, then max over KV heads in shared memory;
 //   select  one CTA of 1024 threads per sequence: topk::block_top_k (topk_select.cuh: radix
 //           select of the K-th (score desc, chunk asc) key, ballot compaction in chunk order),
 //           the kept chunks' entries written in position order.
-// bf16 keys through the paged KvView, head_dim 128 or 256, n_kv_head dividing 32.
+// bf16 keys through the paged KvView, head_dim 64, 128 or 256, n_kv_head <= 32.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -39,7 +41,7 @@ struct IhipStageGpuParams {
   int rope_mode = 0;  // IhipRopeMode: 0 none, 1 relative, 2 chunk-indexed
   int64_t n_sink = 256, n_stream = 1024;
   const void* q = nullptr;  // bf16 [n_seq, n_head, D] (un-rotated unless rope_mode == 0), D = kv.head_dim
-  KvView kv;                // bf16 keys, device, head_dim D = 128 or 256
+  KvView kv;                // bf16 keys, device, head_dim D = 64, 128 or 256
   int n_head = 0;
   const float* rope_cos = nullptr;  // [rope_n_pos, D / 2] device (ihip_rope_table's values)
   const float* rope_sin = nullptr;
@@ -101,7 +103,7 @@ struct IhipPrefillGpuParams {
   const void* k = nullptr;  // bf16 [n_kv, n_kv_head, D], keys 0..n_kv-1 contiguous
   int64_t n_q = 0, n_kv = 0, q_pos0 = 0;
   int n_head = 0, n_kv_head = 0;
-  int head_dim = 128;  // D: 128 or 256
+  int head_dim = 128;  // D: 64, 128 or 256
   int rope_mode = 0;  // IhipRopeMode: 0 none, 1 relative, 2 chunk-indexed
   int64_t n_sink = 256, n_stream = 1024;
   const float* rope_cos = nullptr;  // [rope_n_pos, D / 2] device (ihip_rope_table's values)

@@ -22,15 +22,15 @@ constexpr int kThreads = 256;
 constexpr int kMmaQTile = 256;  // the tensor-core scorer's queries (bf16): one tile, group x 64 <= 256
 constexpr int kWarps = kThreads / 32;
 
-// The shapes of one score CTA at head_dim D (128 or 256). The FMA scorer holds kQTile queries in
+// The shapes of one score CTA at head_dim D (64, 128 or 256). The FMA scorer holds kQTile queries in
 // shared memory at once (fp32, transposed: [D][kQStride], so 128 of them at D = 256 to fit) and
 // gives each thread a tile of 4 queries x 8 probes, so a pass probes kSlots = 8 x (256 / (kQTile
 // / 4)) keys: kChunks = kSlots / 2 chunks, a bisection step probing two keys per chunk. The
 // tensor-core scorer uses the same kSlots.
 template <int D>
 struct Shape {
-  static_assert(D == 128 || D == 256, "head_dim 128 or 256");
-  static constexpr int kQTile = D == 128 ? 256 : 128;
+  static_assert(D == 64 || D == 128 || D == 256, "head_dim 64, 128 or 256");
+  static constexpr int kQTile = D <= 128 ? 256 : 128;
   static constexpr int kQStride = kQTile + 4;  // a row of qT: 16-byte aligned, the fill's stores spread over banks
   static constexpr int kQuads = kQTile / 4;     // threads along the queries (4 queries each)
   static constexpr int kOctets = kThreads / kQuads;  // threads along the probes (8 probes each)
@@ -40,15 +40,16 @@ struct Shape {
   // Tensor-core scoring: the group's bf16 queries [kMmaQTile][D] and a pass's probe keys
   // [kSlots][D] (16-byte chunks swizzled by row parity: conflict-free fragment loads at D = 128),
   // per-warp maxima [kWarps][kSlots]. 3 CTAs an SM at D = 128 (74 KB each) so one CTA's gather
-  // overlaps another's math; 1 at D = 256 (162 KB).
-  static constexpr int kMmaCtasPerSm = D == 128 ? 3 : 1;
+  // overlaps another's math (D = 64: 38 KB, the same 3); 1 at D = 256 (162 KB).
+  static constexpr int kMmaCtasPerSm = D <= 128 ? 3 : 1;
   static constexpr size_t kMmaSmem =
       size_t(kMmaQTile) * D * 2 + size_t(kSlots) * D * 2 + size_t(kWarps) * kSlots * 4;
 };
 // std::max's choice (ihip_select_rep's running max): b when a < b, else a (signed zeros as the CPU).
 __device__ inline float max_as_std(float a, float b) { return a < b ? b : a; }
 // Element offset of 16-byte chunk c (0 .. D / 8 - 1) of row r in a swizzled [rows][D] bf16 tile:
-// the 8 lanes of a quarter warp read rows of both parities, chunks 4p + t: 8 distinct bank groups.
+// the 8 lanes of a quarter warp read rows of both parities, chunks 4p + t: 8 distinct bank groups
+// (at D = 64 a row is the 32 banks, chunks 0-3 of one parity and 4-7 of the other).
 template <int D>
 __device__ inline int swz(int r, int c) { return r * D + ((c ^ ((r & 1) << 2)) << 3); }
 
@@ -284,7 +285,8 @@ __global__ void __launch_bounds__(kThreads, kMma ? Shape<D>::kMmaCtasPerSm : 1) 
       __syncthreads();
     } else {
     // gather: 8 threads per slot in the lane layout of hip_dot: lane l holds elements 64 c + 8 l
-    // .. + 8 (c < D / 64), so the rotate-half pairs (i, i + D / 2) sit in runs c and c + D / 128.
+    // .. + 8 (c < D / 64), so the rotate-half pairs (i, i + D / 2) sit in runs c and c + D / 128;
+    // at D = 64 in lanes l and l + 4, exchanged by a shuffle (every thread runs every round).
     constexpr int kRuns = D / 64;
 #pragma unroll
     for (int round = 0; round < kSlots / kSlotsPerRound; ++round) {
@@ -293,7 +295,8 @@ __global__ void __launch_bounds__(kThreads, kMma ? Shape<D>::kMmaCtasPerSm : 1) 
       float y[8 * kRuns];
 #pragma unroll
       for (int e = 0; e < 8 * kRuns; ++e) y[e] = 0.f;
-      if (s < n_slots && probe[s].key >= 0) {
+      const bool on = s < n_slots && probe[s].key >= 0;
+      if (on) {
         const __nv_bfloat16* src = kp + (int64_t(probe[s].key) * p.n_kv_head + g) * D + 8 * l;
 #pragma unroll
         for (int c = 0; c < kRuns; ++c) {
@@ -311,6 +314,19 @@ __global__ void __launch_bounds__(kThreads, kMma ? Shape<D>::kMmaCtasPerSm : 1) 
             const float* sn = p.rope_sin + int64_t(probe[s].kpos) * kHalfD + 64 * c + 8 * l;
 #pragma unroll
             for (int e = 0; e < 8; ++e) rotate(y[8 * c + e], y[8 * (c + kRuns / 2) + e], cs[e], sn[e]);
+          }
+        }
+      }
+      if constexpr (D == 64) {
+        if (p.rope_mode != 0) {  // pair (i, i + 32): i = 8 l + e in lane l < 4, its partner in lane l + 4
+          const bool low = l < 4;
+          const int64_t row = on ? int64_t(probe[s].kpos) * kHalfD + 8 * (l % 4) : 0;
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            const float other = __shfl_xor_sync(0xffffffffu, y[e], 4);
+            float a = low ? y[e] : other, bb = low ? other : y[e];
+            if (on) rotate(a, bb, p.rope_cos[row + e], p.rope_sin[row + e]);
+            y[e] = low ? a : bb;
           }
         }
       }
@@ -490,7 +506,8 @@ __global__ void index_kernel(IhipPrefillIndexParams p) {
   }
 }
 
-size_t g_score_smem[2][2] = {}, g_select_smem = 0;  // score: [head_dim 256][tensor cores]
+size_t g_score_smem[3][2] = {}, g_select_smem = 0;  // score: [head_dim 64, 128, 256][tensor cores]
+constexpr int dim_slot(int D) { return D == 64 ? 0 : D == 128 ? 1 : 2; }
 
 void allow_smem(const void* kernel, size_t bytes, size_t& done, const char* what) {
   if (bytes <= done) return;
@@ -506,8 +523,8 @@ void allow_smem(const void* kernel, size_t bytes, size_t& done, const char* what
 }
 
 void check_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage& st) {
-  LC_REQUIRE(p.head_dim == 128 || p.head_dim == 256, "infinitehip: GPU pruning needs head_dim 128 or 256, got %d",
-             p.head_dim);
+  LC_REQUIRE(p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 256,
+             "infinitehip: GPU pruning needs head_dim 64, 128 or 256, got %d", p.head_dim);
   LC_REQUIRE(p.n_kv_head >= 1 && p.n_head % p.n_kv_head == 0,
              "infinitehip: GPU pruning needs n_head a multiple of n_kv_head (got %d / %d)", p.n_head, p.n_kv_head);
   LC_REQUIRE(p.n_blk() <= 65535, "infinitehip: a prefill chunk of %lld queries exceeds 65535 query blocks",
@@ -535,7 +552,7 @@ void launch_score_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage&
   const void* kernel = mma ? reinterpret_cast<const void*>(score_kernel<D, true>)
                            : reinterpret_cast<const void*>(score_kernel<D, false>);
   const size_t bytes = mma ? Shape<D>::kMmaSmem : Shape<D>::kScoreSmem;
-  allow_smem(kernel, bytes, g_score_smem[D == 256][mma], "the prefill queries");
+  allow_smem(kernel, bytes, g_score_smem[dim_slot(D)][mma], "the prefill queries");
   // CTAs per (block, KV head): enough for ~4 waves over the SMs, each looping over its share of
   // the chunk groups (the queries are loaded once per CTA).
   static int n_sm = 0;
@@ -561,7 +578,9 @@ void ihip_score_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage& s
   check_prefill(p, st);
   if (p.n_q <= 0) return;
   const auto stream = static_cast<cudaStream_t>(s);
-  if (p.head_dim == 128)
+  if (p.head_dim == 64)
+    launch_score_prefill<64>(p, st, stream);
+  else if (p.head_dim == 128)
     launch_score_prefill<128>(p, st, stream);
   else
     launch_score_prefill<256>(p, st, stream);

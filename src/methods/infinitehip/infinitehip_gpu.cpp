@@ -557,9 +557,10 @@ std::string infinitehip_gpu_problem(const InfiniteHipMethod& m, const MethodCont
   const IhipParams& hp = m.params();
   if (hp.n_stage() > cuda::kIhipMaxStages)
     return fmt::format("infinitehip on the GPU runs at most {} stages (got {})", cuda::kIhipMaxStages, hp.n_stage());
-  if ((model.head_dim != 128 && model.head_dim != 256) || model.n_head % model.n_kv_head != 0)
-    return fmt::format("infinitehip on the GPU needs head_dim 128 or 256 (and GQA groups), but {} has head_dim {}",
-                       model.model_name, model.head_dim);
+  if ((model.head_dim != 64 && model.head_dim != 128 && model.head_dim != 256) || model.n_head % model.n_kv_head != 0)
+    return fmt::format("infinitehip on the GPU needs head_dim 64, 128 or 256 (and GQA groups), but {} has head_dim {} "
+                       "({} / {} heads)",
+                       model.model_name, model.head_dim, model.n_head, model.n_kv_head);
   return "";
 }
 
