@@ -87,6 +87,36 @@ TEST(HipTopk, OneIterationIsTheExactTopBlocks) {
   EXPECT_EQ(got, want);
 }
 
+// The authors' code (hip-attention attention2_draft_prefetch.py, sample_method 'center', branch
+// method 'half') scores a branch (a, g) by its middle block a + floor(g/2); the paper's text and
+// the authors' code agree here (unlike InfiniteHiP's SelectRep). Ties keep the earlier branch
+// (ours: a total order the GPU twin follows; the authors' bitonic argsort has no fixed tie rule).
+TEST(HipTopk, BranchesAreScoredByTheirMiddleBlockAndTiesKeepTheEarlier) {
+  // N = 8 blocks of 2 keys, M = 2: chunks [0,4) and [4,8); iteration 1 scores the branches
+  // (0,2) (2,2) (4,2) (6,2) by blocks 1 3 5 7, iteration 2 scores single blocks.
+  const int d = 8, N = 8, b_k = 2;
+  HipTopkParams tp;
+  tp.k = 2 * b_k;
+  tp.b_k = b_k;
+  const std::vector<float> q = {1, 0, 0, 0, 0, 0, 0, 0};
+  const int64_t pos = 1000;
+  auto search = [&](const std::vector<float>& block_score, std::vector<float>& k) {
+    k.assign(size_t(N * b_k * d), 0.25f);  // other coordinates: any value (q ignores them)
+    for (int b = 0; b < N; ++b)
+      for (int t = 0; t < b_k; ++t) k[size_t((b * b_k + t) * d)] = block_score[size_t(b)];
+    return HipSearch{.q = q.data(), .q_stride = d, .q_pos = &pos, .n_qs = 1, .k = k.data(), .k_stride = d,
+                     .head_dim = d, .block_begin = 0, .block_end = N, .key_end = N * b_k};
+  };
+  std::vector<float> k;
+  std::vector<int32_t> got;
+  // Middle blocks 3 and 5 lead; a first-block rule would keep the branches of blocks 0 and 6.
+  hip_topk_blocks(tp, search({7, 1, 0, 8, 0, 9, 7, 1}, k), got);
+  EXPECT_EQ(got, (std::vector<int32_t>{3, 5}));
+  // All equal: every step keeps the earliest branches.
+  hip_topk_blocks(tp, search({2, 2, 2, 2, 2, 2, 2, 2}, k), got);
+  EXPECT_EQ(got, (std::vector<int32_t>{0, 1}));
+}
+
 TEST(HipTopk, DotOrderAndSampling) {
   const auto a = test::randn(128, 1), b = test::randn(128, 2);
   double ref = 0;
