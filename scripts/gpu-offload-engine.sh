@@ -33,7 +33,7 @@ if [ "${1:-}" = "--pack" ]; then
   for t in cuda/test_hip_gpu kv/test_kv_offload; do [ -x "$build/tests/$t" ] && cp "$build/tests/$t" "$stage/"; done
   strip "$stage"/*
   src=$(cd "$(dirname "$0")/.." && pwd)
-  cp "$src/tests/server/serve_offload_test.py" "$stage/"
+  cp "$src/tests/server/serve_offload_test.py" "$src/tests/server/serve_util.py" "$stage/"
   python3 "$src/scripts/gguf-tokenizer-only.py" --pad-vocab 128256 \
     "${LONGCTX_CACHE:-$HOME/.cache/longctx}/models/SmolLM2-135M-Instruct.Q4_1.gguf" "$stage/tok-128k.gguf" >/dev/null
   source "$(dirname "$0")/gpu-carry.sh"

@@ -23,10 +23,10 @@ import http.client
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
+
+from serve_util import check, failures, free_port, raw, wait_healthy
 
 LONGCTX, TOKENIZER = sys.argv[1], sys.argv[2]
 GEOMETRY = "llama3-8b:2"
@@ -37,30 +37,8 @@ NEW_TOKENS = 24
 # cpu: a smoke run of this script's requests on the CPU path, both servers without offload.
 DEVICE = os.environ.get("SERVE_OFFLOAD_TEST_DEVICE", "cuda")
 
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print(f"FAIL: {what}", flush=True)
-    return cond
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def request(port, method, path, body=None):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
-    conn.request(method, path, body=json.dumps(body) if body is not None else None,
-                 headers={"Content-Type": "application/json"})
-    r = conn.getresponse()
-    data = r.read()
-    conn.close()
-    return r.status, data
+    return raw(port, method, path, json.dumps(body) if body is not None else None, timeout=300)
 
 
 def start_server(extra):
@@ -69,16 +47,8 @@ def start_server(extra):
            "--port", str(port), "-c", str(CONTEXT), "--max-seqs", "1"] + extra
     print("+", " ".join(cmd), flush=True)
     p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-    for _ in range(1200):
-        if p.poll() is not None:
-            raise RuntimeError("the server exited: " + p.stderr.read())
-        try:
-            if request(port, "GET", "/health")[0] == 200:
-                return p, port
-        except OSError:
-            time.sleep(0.1)
-    p.kill()
-    raise RuntimeError("the server did not start")
+    wait_healthy(p, port, 1200)
+    return p, port
 
 
 def stop(p):

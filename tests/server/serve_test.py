@@ -13,14 +13,14 @@ Run:  tests/server/serve_test.sh build/src/cli/longctx   (ctest: serve_test)
 Exit: 0 pass, 1 fail, 77 skip (the default model is not installed).
 """
 import concurrent.futures as cf
-import http.client
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
+
+from serve_util import check, failures, free_port, raw, wait_healthy
 
 import openai
 
@@ -30,36 +30,11 @@ MAX_BODY = 64 * 1024  # --max-body: the oversized-body case
 LOAD_CLIENTS = 24     # concurrent streaming clients in the load test
 LOAD_TOKENS = 12
 
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print(f"FAIL: {what}", flush=True)
-    return cond
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def generate(args):
     out = subprocess.run([LONGCTX, "generate", "--json", "-q", "-c", str(CONTEXT)] + args,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
-
-
-def raw(port, method, path, body=None, headers=None):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    conn.request(method, path, body=body, headers=headers or {"Content-Type": "application/json"})
-    r = conn.getresponse()
-    data = r.read()
-    conn.close()
-    return r.status, data
 
 
 def metrics(port):
@@ -76,15 +51,8 @@ def start_server(port, extra=()):
     p = subprocess.Popen([LONGCTX, "serve", "--port", str(port), "-c", str(CONTEXT), "--max-body", str(MAX_BODY),
                           "--kv-tokens", "16384", "--max-seqs", "16", "--max-queue", "64"] + list(extra),
                          stderr=subprocess.PIPE, text=True)
-    for _ in range(600):
-        if p.poll() is not None:
-            raise RuntimeError("the server exited: " + p.stderr.read())
-        try:
-            if raw(port, "GET", "/health")[0] == 200:
-                return p
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError("the server did not start")
+    wait_healthy(p, port, 600)
+    return p
 
 
 def expect_error(fn, cls, status, what):
