@@ -518,19 +518,21 @@ int main(int argc, char** argv) {
           const bool hopper = impl.hopper;
           const double ms_plan =
               time_ms([&] { hopper ? sparse_attention_plan(p) : sparse_attention_generic_plan(p); }, 1, reps);
-          const double ms_run = time_ms([&] { hopper ? sparse_attention_run(p) : sparse_attention_generic_run(p); }, 1, reps);
+          const double ms_run =
+              time_ms([&] { hopper ? sparse_attention_run(p) : sparse_attention_generic_run(p); }, 1, reps);
           const double flops = 4.0 * kD * hix.pairs;
           const double tile_flops = 4.0 * kD * 64.0 * 64.0 * hix.tiles;
           const double ms = ms_plan + ms_run;
           std::fprintf(stderr,
                        "S=%lld %s [%s]: plan %.3f ms + kernel %.3f ms; work %.4f of dense causal; %.1f TFLOP/s on attended "
                        "pairs, %.1f on visited 64x64 tiles (index gen on host %.1f s, %lld ranges, %lld cols)\n",
-                       (long long)S, name, impl.name, ms_plan, ms_run, flops / dense_flops, flops / (ms_run * 1e-3) / 1e12,
-                       tile_flops / (ms_run * 1e-3) / 1e12, gen_s, (long long)di.ix.n_ranges, (long long)di.ix.n_cols);
+                       (long long)S, name, impl.name, ms_plan, ms_run, flops / dense_flops,
+                       flops / (ms_run * 1e-3) / 1e12, tile_flops / (ms_run * 1e-3) / 1e12, gen_s,
+                       (long long)di.ix.n_ranges, (long long)di.ix.n_cols);
           std::snprintf(buf, sizeof buf,
                         "{\"seq\": %lld, \"kernel\": \"%s\", \"impl\": \"%s\", \"ms\": %.3f, \"plan_ms\": %.4f, "
-                        "\"kernel_ms\": %.3f, \"work_fraction\": %.5f, \"tflops_pairs\": %.1f, \"tflops_tiles\": %.1f, \"n_ranges\": %lld, "
-                        "\"n_cols\": %lld, \"reps\": %d}",
+                        "\"kernel_ms\": %.3f, \"work_fraction\": %.5f, \"tflops_pairs\": %.1f, \"tflops_tiles\": %.1f, "
+                        "\"n_ranges\": %lld, \"n_cols\": %lld, \"reps\": %d}",
                         (long long)S, name, impl.name, ms, ms_plan, ms_run, flops / dense_flops,
                         flops / (ms_run * 1e-3) / 1e12, tile_flops / (ms_run * 1e-3) / 1e12, (long long)di.ix.n_ranges,
                         (long long)di.ix.n_cols, reps);

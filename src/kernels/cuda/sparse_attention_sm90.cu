@@ -1,14 +1,15 @@
 // sparse_attention_sm90.cu (cuda): sparse (block / vertical-slash) prefill attention, Hopper.
 //
-// What: sparse_attention.h. The GPU twin of sparse/sparse_attention.cpp; tested against an fp64
-// oracle with the same boolean mask in tests/cuda/test_sparse_attention.cpp, timed by
-// bench/bench_sparse.cu (scripts/gpu-sparse.sh runs both on the device machine).
+// What: sparse_attention.h, head_dim 128 and 256. The GPU twin of sparse/sparse_attention.cpp;
+// tested against an fp64 oracle with the same boolean mask in tests/cuda/test_sparse_attention.cpp,
+// timed by bench/bench_sparse.cu and bench/bench_hip.cu (scripts/gpu-sparse.sh, and at d 256
+// scripts/gpu-sparse-d256.sh, run them on the device machine).
 //
 // How (structure of attention_prefill_sm90.cu, the FA3-style dense kernel, adapted):
 // - Plan kernel (sparse_plan.h, shared with the generic kernel): each block's lists made
 //   canonical in the workspace (disjoint merged ranges clipped to the causal frontier; columns
 //   causal, unique and outside every range), at the same CSR offsets as the input.
-// - Main kernel: CTA = 2 consumer warpgroups + 1 producer warpgroup (384 threads). Each consumer
+// - Main kernel (d 128): CTA = 2 consumer warpgroups + 1 producer warpgroup (384 threads). Each consumer
 //   warpgroup owns one task (query head, 64-row query block) with its own Q tile and its own
 //   3-stage ring of 64-key K/V tiles; producer warp w feeds consumer w. A range tile (64 keys
 //   from any start position: ranges need no alignment) is two TMA bulk tensor copies per
@@ -29,9 +30,14 @@
 //   SM's shared-memory bandwidth), K from shared memory; online softmax in registers (log2
 //   domain), O += P V with wgmma m64n128k16 (P from registers, V MN-major); FA3's
 //   intra-warpgroup overlap (S of tile t in flight with P V of tile t-1).
+// - Head dim 256 (Gemma 3's global layers; SparseGeo): tiles of 32 KB, so a CTA holds one
+//   consumer warpgroup (Q 32 KB + 3 stages x 64 KB = 224 KB) next to the producer warpgroup,
+//   Q is read from shared memory (its fragments would not fit the registers beside O's 128),
+//   and O is two 128-column accumulators; the producer's paths are the same, per 64-dim panel.
 // Why 64-key tiles and one task per warpgroup: a query block's keys are its own (MInference
 // indexes per query head and per 64-row block), so two warpgroups cannot share K/V tiles; 64
-// keys match the index granularity, and three 32 KB stages per warpgroup fit the 227 KB limit.
+// keys match the index granularity, and at d 128 three 32 KB stages per warpgroup fit the 227 KB
+// limit.
 // Tasks (h, b) are scheduled heaviest-first (causal work grows with b); the two warpgroups of a
 // CTA take heads 2x and 2x+1 of the same block (same KV head under GQA: shared L2 lines). The
 // kernel moves ~64 FLOP per byte of K/V tile (half the dense kernel's 128-key tiles shared by
@@ -103,7 +109,8 @@ struct SparseGeo {
   static constexpr int kWgBytes = kWgV + kStages * kTile;
   static constexpr int kBarsPerWg = 1 + 2 * kStages;  // q_full, full[s], empty[s]
   static constexpr int kSmemMeta = kWgs * kWgBytes;
-  static constexpr int kSmemBytes = kSmemMeta + kWgs * kBarsPerWg * 8 + kWgs * kStages * kHdrBytes + 1024;  // + align slack
+  // + mbarriers, tile headers, and slack to align the base to 1024
+  static constexpr int kSmemBytes = kSmemMeta + kWgs * kBarsPerWg * 8 + kWgs * kStages * kHdrBytes + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
   // S = Q K^T with Q in registers (wgmma RS, kD / 4 registers per thread) instead of shared memory.
   // d = 128, H200, structured inputs: block-sparse +0% / +3% / +5% at 128K / 512K / 1M,
@@ -111,7 +118,10 @@ struct SparseGeo {
   // task_of). d = 256: no room (above).
   static constexpr bool kQInRegs = kD == 128;
 };
-// Default ring depth per head dim (sparse_attention_default_stages).
+// Default ring depth per head dim (SparseAttnParams::sm90_stages = 0). d = 256, H100, 128K
+// queries, 16 / 8 heads (bench/results/2026-11-26-h100-sparse-sm90-d256-df36f7e.json): 3 stages
+// 35.5 / 147.8 ms on block-sparse / vertical-slash, 2 stages 41.6 / 183.0 (one warpgroup per SM:
+// the deeper ring hides the L2 latency the second warpgroup hides at d = 128).
 constexpr int kStagesD128 = 3, kStagesD256 = 3;
 
 // setmaxnreg split at d = 128 (384 threads): 128 x 56 + 256 x 224 = 384 x 168, what the CTA
@@ -229,7 +239,8 @@ __global__ void __launch_bounds__(G::kThreads, 1)
       if (lane == 0) {
         mbar_expect_tx(bar(w, 0), kTile);
 #pragma unroll
-        for (int pn = 0; pn < kPanels; ++pn) tma_load_3d(wb + kWgQ + pn * kHalf, &tm_q, bar(w, 0), 64 * pn, h, int(b * kBQ));
+        for (int pn = 0; pn < kPanels; ++pn)
+          tma_load_3d(wb + kWgQ + pn * kHalf, &tm_q, bar(w, 0), 64 * pn, h, int(b * kBQ));
       }
       int t = 0;
       // The gather tile being filled: slots [0, ng) hold range-tail keys and columns, slot i in
