@@ -9,8 +9,8 @@
 // - Plan kernel (sparse_plan.h, shared with the generic kernel): each block's lists made
 //   canonical in the workspace (disjoint merged ranges clipped to the causal frontier; columns
 //   causal, unique and outside every range), at the same CSR offsets as the input.
-// - Main kernel (d 128): CTA = 2 consumer warpgroups + 1 producer warpgroup (384 threads). Each consumer
-//   warpgroup owns one task (query head, 64-row query block) with its own Q tile and its own
+// - Main kernel (d 128): CTA = 2 consumer warpgroups + 1 producer warpgroup (384 threads). Each
+//   consumer warpgroup owns one task (query head, 64-row query block) with its own Q tile and its own
 //   3-stage ring of 64-key K/V tiles; producer warp w feeds consumer w. A range tile (64 keys
 //   from any start position: ranges need no alignment) is two TMA bulk tensor copies per
 //   operand; a column tile is gathered row by row with cp.async into the same 128-byte-swizzled
@@ -120,8 +120,8 @@ struct SparseGeo {
 };
 // Default ring depth per head dim (SparseAttnParams::sm90_stages = 0). d = 256, H100, 128K
 // queries, 16 / 8 heads (bench/results/2026-11-26-h100-sparse-sm90-d256-df36f7e.json): 3 stages
-// 35.5 / 147.8 ms on block-sparse / vertical-slash, 2 stages 41.6 / 183.0 (one warpgroup per SM:
-// the deeper ring hides the L2 latency the second warpgroup hides at d = 128).
+// 35.5 / 147.8 ms on block-sparse / vertical-slash, 2 stages 41.6 / 183.0 (with one warpgroup
+// per SM, no second warpgroup's work covers a tile's load: the ring must).
 constexpr int kStagesD128 = 3, kStagesD256 = 3;
 
 // setmaxnreg split at d = 128 (384 threads): 128 x 56 + 256 x 224 = 384 x 168, what the CTA
