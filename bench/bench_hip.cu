@@ -14,7 +14,9 @@
 //     (every 64-query block and head) + cuda::sparse_attention over its index, vs dense
 //     cuda::attention_prefill (timed once past 256K, skipped past --dense-max); the estimate also
 //     over an fp8 e4m3 copy of K (HipPrefillParams::k_fp8), side by side, with the copy's cost
-//     (max |K| and the quantize pass, as the engine would run them once per layer).
+//     (max |K| and the quantize pass, as the engine would run them once per layer); at head_dim
+//     256 the sparse attention also on the generic mma.sync kernel (hip_sparse_attention_generic_ms:
+//     the A/B of the Hopper kernel at 256).
 // Paper defaults: k = 512, b_q = 64, b_sq = 2, b_k = 2, b_sk = 1, window 256, sinks 16, r_m = 8.
 // Inputs are random (never zeros): estimation cost does not depend on the values.
 // Run: build-gpu/bench/longctx_bench_hip [--lens 131072,1048576] [--prefill 131072] [--geometry 32/8/128,4/1/256]
@@ -38,6 +40,7 @@
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/runtime.h"
 #include "kernels/cuda/sparse_attention.h"
+#include "kernels/cuda/sparse_attention_generic.h"
 #include "kernels/cuda/sparse_decode.h"
 
 using namespace longctx;
@@ -295,6 +298,11 @@ std::string bench_prefill(int64_t n, const HipEstimateConfig& cfg, const Geometr
   sa.workspace_bytes = sparse_attention_workspace_bytes(sa.index);
   sa.workspace = dev_malloc(sa.workspace_bytes);
   const double sparse = time_ms([&] { sparse_attention(sa, st); }, 1, 3, static_cast<cudaStream_t>(st));
+  // At head_dim 256 also the generic mma.sync kernel on the same index (the dispatch before the
+  // Hopper kernel took 256): the A/B of that change.
+  const bool ab_generic = head_dim == 256;
+  const double sparse_generic =
+      ab_generic ? time_ms([&] { sparse_attention_generic(sa, st); }, 1, 3, static_cast<cudaStream_t>(st)) : 0.0;
   stream_sync(st);
   stream_destroy(st);
   for (void* p : {q, k, v, o, k8, sa.workspace, (void*)amax, (void*)range_ptr, (void*)col_ptr, (void*)ranges}) dev_free(p);
@@ -303,17 +311,18 @@ std::string bench_prefill(int64_t n, const HipEstimateConfig& cfg, const Geometr
   std::fprintf(stderr,
                "prefill %d/%d/%d n=%lld: dense %.2f ms | hip estimate %.2f ms (%.2f us per query block) + sparse "
                "attention %.2f ms = %.2f ms | fp8 K: copy %.2f + estimate %.2f (%.2fx) -> total %.2f ms | "
-               "dense/hip %.2fx\n",
+               "dense/hip %.2fx | generic sparse kernel %.2f ms\n",
                n_head, n_kv_head, head_dim, (long long)n, dense, estimate, est_per_block_us, sparse, total, copy,
-               estimate8, estimate / estimate8, total8, run_dense ? dense / total : 0.0);
+               estimate8, estimate / estimate8, total8, run_dense ? dense / total : 0.0, sparse_generic);
   char buf[1024];
   std::snprintf(buf, sizeof buf,
                 "{\"case\": \"prefill\", \"n_head\": %d, \"n_kv_head\": %d, \"head_dim\": %d, \"len\": %lld, "
                 "\"dense_ms\": %.4f, \"dense_reps\": %d, \"hip_estimate_ms\": %.4f, \"hip_estimate_per_qblock_us\": %.3f, "
                 "\"hip_sparse_attention_ms\": %.4f, \"hip_total_ms\": %.4f, \"fp8_copy_ms\": %.4f, "
-                "\"hip_estimate_fp8_ms\": %.4f, \"hip_total_fp8_ms\": %.4f, \"ratio_dense_over_hip\": %.3f}",
+                "\"hip_estimate_fp8_ms\": %.4f, \"hip_total_fp8_ms\": %.4f, \"ratio_dense_over_hip\": %.3f, "
+                "\"hip_sparse_attention_generic_ms\": %.4f}",
                 n_head, n_kv_head, head_dim, (long long)n, dense, run_dense ? (long_run ? 1 : 3) : 0, estimate,
-                est_per_block_us, sparse, total, copy, estimate8, total8, run_dense ? dense / total : 0.0);
+                est_per_block_us, sparse, total, copy, estimate8, total8, run_dense ? dense / total : 0.0, sparse_generic);
   return buf;
 }
 
