@@ -77,6 +77,9 @@ struct HipPrefillParams {
   int64_t* range_ptr = nullptr; // [n_head * n_qblk + 1] = e * R (b_q must be 64 for the index)
   int32_t* ranges = nullptr;    // [n_head * n_qblk * R][2]
   int64_t* col_ptr = nullptr;   // [n_head * n_qblk + 1], all 0
+  // Threads a CTA (0: the tuned default; 128, 256 or 512 for bf16 keys on the tensor-core scorer,
+  // for tests and benchmarks: the same blocks at every size).
+  int cta_threads = 0;
 };
 void hip_estimate_prefill(const HipPrefillParams& p, Stream s = nullptr);
 
