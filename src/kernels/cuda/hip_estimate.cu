@@ -252,7 +252,7 @@ constexpr int kDecodeCluster = 2;
 constexpr int kMmaTiles = 4;
 // Prefill CTA threads: kThreads / kPrefillCta CTAs share an SM, so one's selection barriers
 // overlap another's key loads.
-constexpr int kPrefillCta = 256;
+constexpr int kPrefillCta = 128;
 
 // 8 consecutive key elements as 8 bf16 (one uint4) for either scorer. bf16 keys: one 16-byte
 // load. fp8 e4m3 keys (decode over the fp8 cache, prefill over HipPrefillParams::k_fp8): one 8-byte load, widened exactly (every e4m3
@@ -284,12 +284,17 @@ __device__ __forceinline__ uint4 load_key8(const __nv_fp8_e4m3* p) {
 // that each lane reads its B fragments of two k-steps as one 16-byte load of 8 consecutive
 // elements: k-step 2p + j, half h, element e of lane t lives at 32p + 8t + 4j + 2h + e.
 // The fp32 sums are not the CPU's FMA order: scores may differ in the last bits (near ties).
-template <int kCta, int kChunks, class KeyRow>
+// kPaper: the common case, specialised (the epilogue is most of the instructions): 2 sampled keys
+// a branch (a lane holds a whole branch's two items), all 32 query rows sampled, and every key of
+// the search region at or before every sampled query (key_end - 1 <= the first query's position,
+// so no causal mask: only keys past key_end are masked, from one ballot a tile). The other cases
+// mask each (query, key) pair.
+template <int kCta, int kChunks, bool kPaper, class KeyRow>
 __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const Smem& s, KeyRow key_row, int nb,
                           const Branch* brs, uint32_t* own) {
   constexpr int kWarps = kCta / 32;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4, d = sh.head_dim;
-  const int n_ks = cfg.b_k / cfg.b_sk, n_items = nb * n_ks, n_tiles = (n_items + 7) / 8, pitch = d + kQPad;
+  const int n_ks = kPaper ? 2 : cfg.b_k / cfg.b_sk, n_items = nb * n_ks, n_tiles = (n_items + 7) / 8, pitch = d + kQPad;
   const bool in_tile = 8 % n_ks == 0;  // uniform
   int32_t qpos[4];  // this lane's query rows g, g + 8, g + 16, g + 24 (-1: padding, never valid)
 #pragma unroll
@@ -300,7 +305,7 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
     int32_t key[kTiles];       // item g's key position (INT32_MAX: no key)
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) {
-      const int item = (tile0 + j) * 8 + g, bi = item / n_ks, sk = item - bi * n_ks;
+      const int item = (tile0 + j) * 8 + g, bi = kPaper ? item >> 1 : item / n_ks, sk = item - bi * n_ks;
       const Branch br = item < n_items ? brs[bi] : Branch{0, 0};
       const int32_t kk = (br.a + br.g / 2) * cfg.b_k + sk * cfg.b_sk + cfg.b_sk - 1;
       const bool ok = br.g > 0 && kk < sh.key_end;
@@ -313,25 +318,35 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
 #pragma unroll
     for (int p = 0; p < kPairs; ++p) {
       if (32 * p >= d) break;
-      uint32_t a[2][2][4];  // [m-tile][k-step of the pair]
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
+      for (int mt = 0; mt < 2; ++mt) {  // one m-tile's A fragments live at a time (registers)
+        uint32_t a[2][4];               // [k-step of the pair]
         const uint4 lo = *reinterpret_cast<const uint4*>(s.qb + (16 * mt + g) * pitch + 32 * p + 8 * t);
         const uint4 hi = *reinterpret_cast<const uint4*>(s.qb + (16 * mt + g + 8) * pitch + 32 * p + 8 * t);
-        a[mt][0][0] = lo.x, a[mt][0][1] = hi.x, a[mt][0][2] = lo.y, a[mt][0][3] = hi.y;
-        a[mt][1][0] = lo.z, a[mt][1][1] = hi.z, a[mt][1][2] = lo.w, a[mt][1][3] = hi.w;
-      }
+        a[0][0] = lo.x, a[0][1] = hi.x, a[0][2] = lo.y, a[0][3] = hi.y;
+        a[1][0] = lo.z, a[1][1] = hi.z, a[1][2] = lo.w, a[1][3] = hi.w;
 #pragma unroll
-      for (int j = 0; j < kTiles; ++j)
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
-          mma::mma_bf16_16816(acc[j][mt], a[mt][0], kb[j][p].x, kb[j][p].y);
-          mma::mma_bf16_16816(acc[j][mt], a[mt][1], kb[j][p].z, kb[j][p].w);
+        for (int j = 0; j < kTiles; ++j) {
+          mma::mma_bf16_16816(acc[j][mt], a[0], kb[j][p].x, kb[j][p].y);
+          mma::mma_bf16_16816(acc[j][mt], a[1], kb[j][p].z, kb[j][p].w);
         }
+      }
     }
     // C: acc[j][mt][0..1] = (query 16mt + g, items 2t, 2t + 1), [2..3] = query 16mt + g + 8.
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) {
+      if constexpr (kPaper) {
+        // Lane 4i + t loaded item i: items 2t and 2t + 1 (this lane's columns) are ballot bits 8t, 8t + 4.
+        const unsigned ok = __ballot_sync(0xffffffffu, key[j] != INT32_MAX) >> (8 * t);
+        float b = -INFINITY;
+        if (ok & 1u) b = fmaxf(fmaxf(acc[j][0][0], acc[j][0][2]), fmaxf(acc[j][1][0], acc[j][1][2]));
+        if (ok & 16u) b = fmaxf(b, fmaxf(fmaxf(acc[j][0][1], acc[j][0][3]), fmaxf(acc[j][1][1], acc[j][1][3])));
+#pragma unroll
+        for (int off = 4; off < 32; off *= 2) b = fmaxf(b, __shfl_xor_sync(0xffffffffu, b, off));
+        const int bi = (tile0 + j) * 4 + t;
+        if (g == 0 && bi < nb) own[bi] = brs[bi].g > 0 ? rank_key(b) : kEmptyRank;
+        continue;
+      }
       const int32_t k0 = __shfl_sync(0xffffffffu, key[j], 8 * t), k1 = __shfl_sync(0xffffffffu, key[j], 8 * t + 4);
       float b0 = -INFINITY, b1 = -INFINITY;
 #pragma unroll
@@ -412,13 +427,17 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
   __syncthreads();
   const int n_ks = cfg.b_k / cfg.b_sk;
   const int nb = int(2 * m);
+  // score_mma's specialised case (uniform): 2 sampled keys a branch, 32 sampled queries, no causal
+  // mask inside the search region (its keys end before the first sampled query).
+  const bool paper = n_ks == 2 && sh.n_qs == kMmaQueries && sh.key_end - 1 <= s.pos[0];
   for (int iter = 0;; ++iter) {
     // (selects, not indexing: no local-memory copy of s)
     uint32_t* const own = iter & 1 ? s.key[1] : s.key[0];
     const Branch* const brs = iter & 1 ? s.br[1] : s.br[0];
     Branch* const next = iter & 1 ? s.br[0] : s.br[1];
     if constexpr (kMma) {
-      score_mma<kCta, kChunks>(cfg, sh, s, key_row, nb, brs, own);
+      if (paper) score_mma<kCta, kChunks, true>(cfg, sh, s, key_row, nb, brs, own);
+      else score_mma<kCta, kChunks, false>(cfg, sh, s, key_row, nb, brs, own);
     } else {
     // Score every non-empty branch by its middle block. Group G owns the branches
       // G, G + n_groups, ... (slots 0, 1, ...); its (slot, sampled key) items are loaded kItems at a
