@@ -310,9 +310,11 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
       const int32_t kk = (br.a + br.g / 2) * cfg.b_k + sk * cfg.b_sk + cfg.b_sk - 1;
       const bool ok = br.g > 0 && kk < sh.key_end;
       key[j] = ok ? kk : INT32_MAX;
+      // A padding item reads key 0 (always there) without a predicate: its columns are masked below.
       const auto row = key_row(ok ? kk : 0, ok);  // bf16 or e4m3 elements
 #pragma unroll
-      for (int p = 0; p < kPairs; ++p) kb[j][p] = ok && 32 * p < d ? load_key8(row + 32 * p + 8 * t) : make_uint4(0, 0, 0, 0);
+      for (int p = 0; p < kPairs; ++p)
+        if (32 * p < d) kb[j][p] = load_key8(row + 32 * p + 8 * t);  // (pairs past d are never read)
     }
     float acc[kTiles][2][4] = {};
 #pragma unroll
