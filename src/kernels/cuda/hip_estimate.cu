@@ -1,13 +1,15 @@
-// hip_estimate.cu: see hip_estimate.h. One CTA of 512 threads per (query head, query block) in
-// prefill; a cluster of kDecodeCluster CTAs per (sequence, head) in decode, each scoring a share of
-// the branches and storing their rank keys into every CTA's shared memory.
+// hip_estimate.cu: see hip_estimate.h. One CTA of kPrefillCta (128) threads per (query head,
+// query block) in prefill, several an SM; a cluster of kDecodeCluster CTAs of 512 threads per
+// (sequence, head) in decode, each scoring a share of the branches and storing their rank keys
+// into every CTA's shared memory.
 // Scores: the fp32 FMA scorer (decode; prefill with > 32 sampled queries) has 64 groups of 8
 // threads a CTA, each group loading up to 8 (branch, sampled key) items at a time (8 threads per
 // dot product, 16-byte key loads, the xor-shuffle tree of hip_topk.h's order: bit-equal to the
 // CPU); prefill's tensor-core scorer multiplies the 32 sampled queries by 8-key tiles (mma
 // m16n8k16). head_dim 256 holds 4 key chunks a lane instead of 2 and half the items in flight.
 // Keep-the-best: a radix select of the (score desc, branch asc) threshold over 32-bit rank keys
-// (the CPU's total order) and ballot-based compaction in branch order (~10 barriers an iteration).
+// (the CPU's total order) and ballot-based compaction in branch order that also writes the next
+// iteration's halves (7-11 barriers an iteration in all).
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -27,9 +29,9 @@ namespace longctx::cuda {
 namespace {
 
 namespace cg = cooperative_groups;
-// Decode CTAs (and the default prefill CTA before tuning) have kThreads threads; prefill CTAs have
-// kCta (a template parameter: smaller CTAs, several an SM, overlap one search's selection
-// barriers with another's key loads).
+// Decode CTAs have kThreads threads; prefill CTAs kCta (a template parameter, kPrefillCta by
+// default: smaller CTAs, several an SM, overlap one search's selection barriers with another's
+// key loads). The device functions take the CTA size as kCta.
 constexpr int kThreads = 512, kLanes = 8;
 constexpr int32_t kOpenEnd = 0x7fffffff;  // a decode window's end: clipped to the length by the kernel
 
@@ -250,8 +252,9 @@ constexpr int kDecodeCluster = 2;
 // Tensor-core prefill scoring: n-tiles of 8 items a warp loads at once at kChunks = 2 (measured: 4
 // beat 2, and 1 at 2 CTAs an SM); 2 at head_dim 256 (the same registers).
 constexpr int kMmaTiles = 4;
-// Prefill CTA threads: kThreads / kPrefillCta CTAs share an SM, so one's selection barriers
-// overlap another's key loads.
+// Prefill CTA threads: kThreads / kPrefillCta CTAs share an SM (128 registers a thread either
+// way), so one's selection barriers overlap another's key loads. Measured on H100 (bench_hip
+// --cta, docs/benchmarks.md): 128 beat 256 and 512 at every length (1M: 420 / 444 / 511 ms).
 constexpr int kPrefillCta = 128;
 
 // 8 consecutive key elements as 8 bf16 (one uint4) for either scorer. bf16 keys: one 16-byte
