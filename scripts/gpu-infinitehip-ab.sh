@@ -9,10 +9,11 @@
 #             LONGCTX_NO_PDL=1 (the decode kernels launched plainly: tells a launch-order problem
 #             from a kernel one)
 #   bench     longctx_bench_infinitehip decode at 128K and 1M: base, new, new with LONGCTX_NO_PDL=1
+#             (NEW_ARGS: extra arguments of the new build's runs, e.g. NEW_ARGS="--kv bf16,fp8")
 #   model     test_gpu --gtest_filter='GpuInfiniteHip*' (when packed: GPU model vs CPU model)
 #   torch     bench/torch_baseline.py --decode 131072,1048576 (cuDNN, flash; TORCH=1 only)
 #   memcheck  compute-sanitizer memcheck on MEMCHECK_FILTER's test_ihip_gpu cases
-#   bench     a second base / new / new-no-PDL triple when the call is under AB_SECONDS so far
+#   bench     more base / new / new-no-PDL triples (up to REPS in all) while the call is under AB_SECONDS
 # Build here (no GPU needed) the new binaries in build-gpu, the base bench from the previous commit,
 # then pack (test_gpu is packed when build-gpu has it):
 #   scripts/gpu-infinitehip-ab.sh --pack build-gpu BASE_BENCH_BINARY /work/main/.carry/<branch>
@@ -39,6 +40,9 @@ OUT=${OUT:-out}
 CARRY=${BIN:-.carry/ihip-gpu}
 AB_SECONDS=${AB_SECONDS:-140}  # the second triple needs <= 40 s of a 200 s call
 TORCH=${TORCH:-0}
+NEW_ARGS=${NEW_ARGS:-}
+REPS=${REPS:-2}
+MEMCHECK_LIMIT=${MEMCHECK_LIMIT:-40}
 MEMCHECK_FILTER=${MEMCHECK_FILTER:-IhipGpu.TiesKeepTheEarliestChunks:IhipGpu.HeadDim64*:IhipGpuPrefill.HeadDim64*}
 B=/tmp/ihip-ab-bin
 T0=$(date +%s)
@@ -67,9 +71,9 @@ tests test_ihip_gpu_method 30
 ab_triple() {  # ab_triple REP: the base build's decode benchmark, the new one's, the new one's without PDL
   step "bench_base_$1" 40 "$B/longctx_bench_infinitehip.base" --json "$OUT/bench_base_$1.json"
   grep "^decode" "$OUT/bench_base_$1.log"
-  step "bench_new_$1" 40 "$B/longctx_bench_infinitehip" --json "$OUT/bench_new_$1.json"
+  step "bench_new_$1" 40 "$B/longctx_bench_infinitehip" $NEW_ARGS --json "$OUT/bench_new_$1.json"
   grep "^decode" "$OUT/bench_new_$1.log"
-  step "bench_new_no_pdl_$1" 40 env LONGCTX_NO_PDL=1 "$B/longctx_bench_infinitehip" \
+  step "bench_new_no_pdl_$1" 40 env LONGCTX_NO_PDL=1 "$B/longctx_bench_infinitehip" $NEW_ARGS \
     --json "$OUT/bench_new_no_pdl_$1.json"
   grep "^decode" "$OUT/bench_new_no_pdl_$1.log"
 }
@@ -84,8 +88,10 @@ if [ "$TORCH" = 1 ]; then
     --json "$OUT/torch_decode.json"
   grep "^decode" "$OUT/torch_decode.log"
 fi
-step memcheck 40 compute-sanitizer --tool memcheck --error-exitcode 99 "$B/test_ihip_gpu" --gtest_filter="$MEMCHECK_FILTER"
+step memcheck "$MEMCHECK_LIMIT" compute-sanitizer --tool memcheck --error-exitcode 99 "$B/test_ihip_gpu" --gtest_filter="$MEMCHECK_FILTER"
 tail -3 "$OUT/memcheck.log"
-[ $(( $(date +%s) - T0 )) -lt "$AB_SECONDS" ] && ab_triple 2
+for rep in $(seq 2 "$REPS"); do
+  [ $(( $(date +%s) - T0 )) -lt "$AB_SECONDS" ] && ab_triple "$rep"
+done
 tar -C "$OUT" -czf /tmp/ihip-ab-results.tar.gz . && find "$OUT" -type f ! -name summary.txt -delete && mv /tmp/ihip-ab-results.tar.gz "$OUT/"
 exit $status
