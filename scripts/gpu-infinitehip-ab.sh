@@ -43,6 +43,8 @@ TORCH=${TORCH:-0}
 NEW_ARGS=${NEW_ARGS:-}
 REPS=${REPS:-2}
 MEMCHECK_LIMIT=${MEMCHECK_LIMIT:-40}
+TEST_LIMIT=${TEST_LIMIT:-75}    # test_ihip_gpu
+MODEL_LIMIT=${MODEL_LIMIT:-60}  # test_gpu GpuInfiniteHip*
 MEMCHECK_FILTER=${MEMCHECK_FILTER:-IhipGpu.TiesKeepTheEarliestChunks:IhipGpu.HeadDim64*:IhipGpuPrefill.HeadDim64*}
 B=/tmp/ihip-ab-bin
 T0=$(date +%s)
@@ -66,7 +68,7 @@ tests() {  # tests NAME LIMIT: the binary, and again without PDL when it fails
   step "$1" "$2" "$B/$1"; local rc=$?; gtest_summary "$1"
   [ $rc = 0 ] || { step "$1_no_pdl" "$2" env LONGCTX_NO_PDL=1 "$B/$1"; gtest_summary "$1_no_pdl"; }
 }
-tests test_ihip_gpu 75
+tests test_ihip_gpu "$TEST_LIMIT"
 tests test_ihip_gpu_method 30
 ab_triple() {  # ab_triple REP: the base build's decode benchmark, the new one's, the new one's without PDL
   step "bench_base_$1" 40 "$B/longctx_bench_infinitehip.base" --json "$OUT/bench_base_$1.json"
@@ -79,7 +81,7 @@ ab_triple() {  # ab_triple REP: the base build's decode benchmark, the new one's
 }
 ab_triple 1
 if [ -x "$B/test_gpu" ]; then
-  step model 60 "$B/test_gpu" --gtest_filter='GpuInfiniteHip*'
+  step model "$MODEL_LIMIT" "$B/test_gpu" --gtest_filter='GpuInfiniteHip*'
   gtest_summary model
   grep "gpu infinitehip" "$OUT/model.log"
 fi
