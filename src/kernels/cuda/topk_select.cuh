@@ -8,8 +8,7 @@
 // bitonic sort of the same (key, index) pairs keeps exactly the same items.
 // How (every thread of the CTA calls it; ~11 barriers whatever n, where a bitonic sort of 4096
 // keys takes 78): a radix select of the k-th largest key T, 8 bits a pass from the top
-// (warp-aggregated shared-memory histograms: __match_any_sync only where a warp's in-prefix keys
-// have several digits, hist_add; one warp scans the 256 bins and narrows the prefix);
+// (warp-aggregated shared-memory histograms, one warp scans the 256 bins and narrows the prefix);
 // then each warp walks its contiguous segment of [0, n) and keeps keys > T and the first `need`
 // keys == T in index order (need: how many of the k lie at T), its output base the counts of the
 // warps before it, ranks inside the segment from ballots: indices come out ascending, no sort.
@@ -43,25 +42,6 @@ struct BlockTopKShared {
   uint32_t warp_gt[kWarps], warp_eq[kWarps];  // per warp segment: keys > T, keys == T
 };
 
-// Adds the warp's in-lanes to hist[dg] (every lane of the warp calls it). __match_any_sync is slow
-// (the CTA's 32 warps queue on it), so it runs only where needed: no lane in (the later passes,
-// where few keys still match the prefix) adds nothing; one digit for every in-lane (the first pass:
-// scores of one sign and exponent share their top byte) is one add; a few in-lanes add one each.
-constexpr int kFewLanes = 4;  // in-lanes that add one by one rather than wait on __match_any_sync
-__device__ inline void hist_add(uint32_t* hist, bool in, uint32_t dg, int lane) {
-  const unsigned in_bits = __ballot_sync(0xffffffffu, in);
-  if (in_bits == 0u) return;
-  const uint32_t d0 = __shfl_sync(0xffffffffu, dg, __ffs(int(in_bits)) - 1);
-  if (__all_sync(0xffffffffu, !in || dg == d0)) {
-    if (lane == 0) atomicAdd(&hist[d0], uint32_t(__popc(in_bits)));
-  } else if (__popc(in_bits) <= kFewLanes) {
-    if (in) atomicAdd(&hist[dg], 1u);
-  } else {
-    const unsigned peers = __match_any_sync(0xffffffffu, dg);
-    if (in && lane == __ffs(int(peers)) - 1) atomicAdd(&hist[dg], uint32_t(__popc(peers)));
-  }
-}
-
 // See the header comment. key and out may be shared or global memory; out must not alias key.
 // Ends with a barrier: out is complete for every thread on return.
 template <int kThreads>
@@ -84,12 +64,13 @@ __device__ void block_top_k(const uint32_t* key, int n, int k, int32_t* out, Blo
     const uint32_t mask = pass == 0 ? 0u : ~0u << (shift + kBlockDigitBits);
     const uint32_t prefix = s.prefix;
     uint32_t* hist = s.hist[pass];
-    for (int i0 = 0; i0 < n; i0 += kThreads) {  // whole warps iterate together (ballots, __match_any_sync)
+    for (int i0 = 0; i0 < n; i0 += kThreads) {  // whole warps iterate together (__match_any_sync)
       const int i = i0 + tid;
       const uint32_t u = i < n ? key[i] : 0u;
       const bool in = i < n && (u & mask) == prefix;
       const uint32_t dg = in ? (u >> shift) & (kBlockBins - 1) : uint32_t(kBlockBins);
-      hist_add(hist, in, dg, lane);
+      const unsigned peers = __match_any_sync(0xffffffffu, dg);
+      if (in && lane == __ffs(peers) - 1) atomicAdd(&hist[dg], uint32_t(__popc(peers)));
     }
     __syncthreads();
     if (warp == 0) {  // the bin (largest first) where the running count reaches need
