@@ -50,7 +50,9 @@ step() {  # step NAME LIMIT_S CMD...: output in $OUT/NAME.log; the limit shrinks
   echo "== $name rc=$rc $(( $(date +%s) - t0 ))s (limit ${limit}s)" | tee -a "$OUT/summary.txt"
   return $rc
 }
-gtest_summary() { grep -E "Failure|Expected|Which is|^\[  (PASSED|FAILED|SKIPPED)|tests ran|^\[ihip" "$OUT/$1.log" | head -20; }
+gtest_summary() {
+  grep -E "Failure|Expected|Which is|^\[  (PASSED|FAILED|SKIPPED)|tests ran|^\[ihip" "$OUT/$1.log" | head -20
+}
 
 # Phase 1: correctness, in parallel.
 step test_ihip_gpu 100 "$B/test_ihip_gpu" --gtest_filter='IhipGpuPrefill.*' &
