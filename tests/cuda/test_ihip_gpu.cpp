@@ -695,10 +695,16 @@ TEST(IhipGpuPrefill, HeadDim64SmolLM2HeadsInEveryRopeMode) {
 // match, within that bound, the fp64 score (the largest probe) of one of those paths. The
 // kept list must be the top-K of the GPU's own scores by the reference's rule (score desc, earlier
 // chunk), entries in position order.
-void check_mma_near_ties(int H, int Hkv, int D) {
-  const int group = H / Hkv;
-  const int64_t n_q = 130, q_pos0 = 16000, n_sink = 256, n_stream = 1024, n_kv = q_pos0 + n_q, n_blk = 3;
-  const IhipStage st{64, 2048};
+struct MmaCase {  // a prefill chunk of n_q queries after q_pos0 keys, one pruning stage
+  int H, Hkv, D;
+  int64_t n_q = 130, q_pos0 = 16000;
+  IhipStage st{64, 2048};
+};
+void check_mma_near_ties(const MmaCase& mc) {
+  const int H = mc.H, Hkv = mc.Hkv, D = mc.D, group = H / Hkv;
+  const int64_t n_q = mc.n_q, q_pos0 = mc.q_pos0, n_sink = 256, n_stream = 1024, n_kv = q_pos0 + n_q;
+  const int64_t n_blk = (n_q + 63) / 64;
+  const IhipStage st = mc.st;
   std::vector<double> tmp;
   const auto hq = random_bf16(size_t(n_q * H * D), 1.0, tmp);
   const auto hk = random_bf16(size_t(n_kv * Hkv * D), 1.0, tmp);
@@ -821,8 +827,16 @@ void check_mma_near_ties(int H, int Hkv, int D) {
 
 TEST(IhipGpuPrefill, TensorCoreScoresFollowTheFp64BisectionUpToNearTies) {
   LC_REQUIRE_GPU();
-  check_mma_near_ties(32, 8, 128);  // Llama-3-8B's heads
-  check_mma_near_ties(9, 3, 64);    // SmolLM2-135M's
+  check_mma_near_ties({32, 8, 128});  // Llama-3-8B's heads
+  check_mma_near_ties({9, 3, 64});    // SmolLM2-135M's
+}
+
+// Enough (block, KV head) pairs (40 x 16 = 640, over 4 CTAs per SM of an H100's 132) that each
+// score CTA loops over several 32-chunk groups (74 to 230 chunks of 16 per block) with the query
+// fragments it loaded once.
+TEST(IhipGpuPrefill, TensorCoreCtasLoopOverChunkGroups) {
+  LC_REQUIRE_GPU();
+  check_mma_near_ties({16, 16, 64, 64 * 40, 2400, {16, 512}});
 }
 
 }  // namespace

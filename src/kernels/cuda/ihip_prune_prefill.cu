@@ -21,12 +21,16 @@ constexpr int kBlockQ = 64;   // rows per query block (the sparse index's block)
 constexpr int kThreads = 256;
 constexpr int kMmaQTile = 256;  // the tensor-core scorer's queries (bf16): one tile, group x 64 <= 256
 constexpr int kWarps = kThreads / 32;
+// Chunks per tensor-core pass: 32 chunks = 64 probes, so a pass's dependent key gather (the
+// bisection's next probes wait for this pass's scores) is paid once per 64 x 256 x D dot products.
+constexpr int kMmaChunks = 32;
+constexpr int kMmaSlots = 2 * kMmaChunks;
 
 // The shapes of one score CTA at head_dim D (64, 128 or 256). The FMA scorer holds kQTile queries in
 // shared memory at once (fp32, transposed: [D][kQStride], so 128 of them at D = 256 to fit) and
 // gives each thread a tile of 4 queries x 8 probes, so a pass probes kSlots = 8 x (256 / (kQTile
 // / 4)) keys: kChunks = kSlots / 2 chunks, a bisection step probing two keys per chunk. The
-// tensor-core scorer uses the same kSlots.
+// tensor-core scorer probes kMmaSlots keys a pass instead.
 template <int D>
 struct Shape {
   static_assert(D == 64 || D == 128 || D == 256, "head_dim 64, 128 or 256");
@@ -37,13 +41,14 @@ struct Shape {
   static constexpr int kSlots = 8 * kOctets;    // probes per pass
   static constexpr int kChunks = kSlots / 2;
   static constexpr size_t kScoreSmem = size_t(D) * kQStride * 4 + size_t(D) * kSlots * 4 + size_t(kQuads) * kSlots * 4;
-  // Tensor-core scoring: the group's bf16 queries [kMmaQTile][D] and a pass's probe keys
-  // [kSlots][D] (16-byte chunks swizzled by row parity: conflict-free fragment loads at D = 128),
-  // per-warp maxima [kWarps][kSlots]. 3 CTAs an SM at D = 128 (74 KB each) so one CTA's gather
-  // overlaps another's math (D = 64: 38 KB, the same 3); 1 at D = 256 (162 KB).
-  static constexpr int kMmaCtasPerSm = D <= 128 ? 3 : 1;
-  static constexpr size_t kMmaSmem =
-      size_t(kMmaQTile) * D * 2 + size_t(kSlots) * D * 2 + size_t(kWarps) * kSlots * 4;
+  // Tensor-core scoring: each warp holds its 32 queries' A fragments in registers for the whole
+  // CTA (D / 2 registers a thread: 64 at D = 128), so a pass reads only the probe keys from shared
+  // memory: [kMmaSlots][D] bf16 (16-byte chunks swizzled by row parity: conflict-free fragment
+  // loads at D = 128), then per-warp maxima [kWarps][kMmaSlots]. The registers bound the CTAs an
+  // SM (65536 / 256 threads): 3 at D = 64 (<= 85 a thread), 2 at D = 128 (<= 128), 1 at D = 256;
+  // while one CTA waits for its gather another computes.
+  static constexpr int kMmaCtasPerSm = D == 64 ? 3 : D == 128 ? 2 : 1;
+  static constexpr size_t kMmaSmem = size_t(kMmaSlots) * D * 2 + size_t(kWarps) * kMmaSlots * 4;
 };
 // std::max's choice (ihip_select_rep's running max): b when a < b, else a (signed zeros as the CPU).
 __device__ inline float max_as_std(float a, float b) { return a < b ? b : a; }
@@ -128,37 +133,61 @@ struct Probe {  // one slot of a pass
   int32_t kpos; // RoPE position of the key (relative: 0 / 1; chunk-indexed: the chunk)
 };
 
-// The tensor-core pass's dots and maxima: warp w multiplies queries [32 w, 32 w + 32) (2 m-tiles)
-// by the kSlots probes (kSlots / 8 n-tiles of 8) with mma.m16n8k16 (bf16 in, fp32 accumulate), masks the
-// rows past n_qs, and writes each probe's max over its rows to red[w][slot]. The head dimension
-// is permuted the same way in A and B (hip_estimate.cu's scorer): k-step 2p + j, half h, element
-// e of lane t lives at 32p + 8t + 4j + 2h + e, so each fragment pair is one 16-byte load.
+// A warp's query fragments for the tensor-core pass: queries [32 w, 32 w + 32) of the group's
+// kMmaQTile (2 m-tiles of 16) x D. The head dimension is permuted the same way in A and B
+// (hip_estimate.cu's scorer): k-step 2p + j, half h, element e of lane t lives at
+// 32p + 8t + 4j + 2h + e, so each fragment pair is one 16-byte load.
 template <int D>
-__device__ inline void mma_pass(const __nv_bfloat16* qb, const __nv_bfloat16* kb, int n_qs, float* red) {
-  constexpr int kTiles = 2;  // n-tiles at a time (two halves of the probes: no register spills)
-  constexpr int kSlots = Shape<D>::kSlots;
+struct QueryFrags {
+  uint32_t a[2][D / 32][2][4];  // [m-tile][p][k-step of the pair][register]
+};
+
+// Loads the warp's fragments from global memory once per CTA: query t of the group (t = h' * rows
+// + r) is head g * group + h', row row0 + r; zeros past n_qs.
+template <int D>
+__device__ inline void load_query_frags(const __nv_bfloat16* q, int n_head, int kv_head, int group, const Block& blk,
+                                        int n_qs, QueryFrags<D>& f) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {  // rows g and g + 8 of the m-tile
+      const int qi = 32 * warp + 16 * mt + 8 * hh + g;
+      const __nv_bfloat16* src = nullptr;
+      if (qi < n_qs) {
+        const int h = kv_head * group + qi / int(blk.rows);
+        const int64_t row = blk.row0 + qi % int(blk.rows);
+        src = q + (row * n_head + h) * D;
+      }
+#pragma unroll
+      for (int p = 0; p < D / 32; ++p) {
+        const uint4 v = src ? *reinterpret_cast<const uint4*>(src + 8 * (4 * p + t)) : make_uint4(0, 0, 0, 0);
+        f.a[mt][p][0][hh] = v.x, f.a[mt][p][0][2 + hh] = v.y;
+        f.a[mt][p][1][hh] = v.z, f.a[mt][p][1][2 + hh] = v.w;
+      }
+    }
+}
+
+// The tensor-core pass's dots and maxima: warp w multiplies its queries (fragments in registers)
+// by the kMmaSlots probes (kMmaSlots / 8 n-tiles of 8) with mma.m16n8k16 (bf16 in, fp32 accumulate),
+// masks the rows past n_qs, and writes each probe's max over its rows to red[w][slot].
+template <int D>
+__device__ inline void mma_pass(const QueryFrags<D>& f, const __nv_bfloat16* kb, int n_qs, float* red) {
+  constexpr int kTiles = 2;  // n-tiles at a time (the accumulators beside the fragments: no spills)
+  constexpr int kSlots = kMmaSlots;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
 #pragma unroll 1
   for (int j0 = 0; j0 < kSlots / 8; j0 += kTiles) {
     float acc[kTiles][2][4] = {};
 #pragma unroll
     for (int p = 0; p < D / 32; ++p) {
-      uint32_t a[2][2][4];  // [m-tile][k-step of the pair]
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
-        const int r = 32 * warp + 16 * mt + g;
-        const uint4 lo = *reinterpret_cast<const uint4*>(qb + swz<D>(r, 4 * p + t));
-        const uint4 hi = *reinterpret_cast<const uint4*>(qb + swz<D>(r + 8, 4 * p + t));
-        a[mt][0][0] = lo.x, a[mt][0][1] = hi.x, a[mt][0][2] = lo.y, a[mt][0][3] = hi.y;
-        a[mt][1][0] = lo.z, a[mt][1][1] = hi.z, a[mt][1][2] = lo.w, a[mt][1][3] = hi.w;
-      }
 #pragma unroll
       for (int j = 0; j < kTiles; ++j) {
         const uint4 b = *reinterpret_cast<const uint4*>(kb + swz<D>(8 * (j0 + j) + g, 4 * p + t));
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
-          mma::mma_bf16_16816(acc[j][mt], a[mt][0], b.x, b.y);
-          mma::mma_bf16_16816(acc[j][mt], a[mt][1], b.z, b.w);
+          mma::mma_bf16_16816(acc[j][mt], f.a[mt][p][0], b.x, b.y);
+          mma::mma_bf16_16816(acc[j][mt], f.a[mt][p][1], b.z, b.w);
         }
       }
     }
@@ -191,16 +220,17 @@ template <int D, bool kMma>
 __global__ void __launch_bounds__(kThreads, kMma ? Shape<D>::kMmaCtasPerSm : 1) score_kernel(IhipPrefillGpuParams p,
                                                                                           IhipPrefillStage st) {
   using S = Shape<D>;
-  constexpr int kHalfD = D / 2, kSlots = S::kSlots, kChunks = S::kChunks, kQStride = S::kQStride;
+  constexpr int kHalfD = D / 2, kQStride = S::kQStride;
+  constexpr int kSlots = kMma ? kMmaSlots : S::kSlots, kChunks = kSlots / 2;
   constexpr int kSlotsPerRound = kThreads / 8;  // the gathers and the reduction: 8 threads per slot
   constexpr int kQuads = S::kQuads, kQTile = kMma ? kMmaQTile : S::kQTile;
   extern __shared__ __align__(16) float smem[];
   float* qT = smem;                 // [D][kQStride] the rotated queries, transposed
   float* kT = qT + D * kQStride;    // [D][kSlots] the pass's probe keys, rotated, transposed
   float* red = kT + D * kSlots;     // [kQuads][kSlots] per-thread maxima
-  auto* qb = reinterpret_cast<__nv_bfloat16*>(smem);  // kMma: [kMmaQTile][D] swizzled queries
-  __nv_bfloat16* kb = qb + kMmaQTile * D;              // kMma: [kSlots][D] swizzled probe keys
+  auto* kb = reinterpret_cast<__nv_bfloat16*>(smem);          // kMma: [kSlots][D] swizzled probe keys
   float* red_mma = reinterpret_cast<float*>(kb + kSlots * D);  // kMma: [kWarps][kSlots]
+  QueryFrags<D> qf;  // kMma: the warp's queries (unused, so dropped, in the FMA scorer)
   __shared__ Probe probe[kSlots];
   __shared__ float result[kSlots];
   __shared__ int lo[kChunks], hi[kChunks];
@@ -212,7 +242,7 @@ __global__ void __launch_bounds__(kThreads, kMma ? Shape<D>::kMmaCtasPerSm : 1) 
   const int64_t n_chunk = (c.n + st.l_c - 1) / st.l_c, keep = st.k / st.l_c;
   if (n_chunk > st.max_chunks) __trap();  // the host bound is broken: never write past the workspace
   const bool relative = p.rope_mode == 1;
-  const int per_cta = kChunks;
+  const int per_cta = kChunks;  // chunks per pass
   if (n_chunk <= keep || int64_t(blockIdx.x) * per_cta >= n_chunk) return;
   const int group = p.n_head / p.n_kv_head, n_qs = group * int(blk.rows);
   const int n_qtile = (n_qs + kQTile - 1) / kQTile;
@@ -222,17 +252,8 @@ __global__ void __launch_bounds__(kThreads, kMma ? Shape<D>::kMmaCtasPerSm : 1) 
 
   // Queries t0 .. t0 + kQTile of the group (t = h' * rows + r), rotated (ihip_pack_queries).
   auto load_queries = [&](int t0) {  // element-fastest: each warp reads a query row's contiguous elements
-    if constexpr (kMma) {  // bf16 as stored (RoPE none), 16 bytes a thread; zeros past n_qs
-      for (int i = tid; i < kQTile * (D / 8); i += kThreads) {
-        const int tt = i / (D / 8), ch = i % (D / 8), t = t0 + tt;
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (t < n_qs) {
-          const int h = g * group + t / int(blk.rows);
-          const int64_t row = blk.row0 + t % int(blk.rows);
-          v = *reinterpret_cast<const uint4*>(q + (row * p.n_head + h) * D + 8 * ch);
-        }
-        *reinterpret_cast<uint4*>(qb + swz<D>(tt, ch)) = v;
-      }
+    if constexpr (kMma) {  // bf16 as stored (RoPE none), into registers; one tile (t0 = 0)
+      load_query_frags<D>(q, p.n_head, g, group, blk, n_qs, qf);
     } else {
     for (int i = tid; i < kQTile * kHalfD; i += kThreads) {
       const int tt = i / kHalfD, e = i % kHalfD, t = t0 + tt;
@@ -274,7 +295,7 @@ __global__ void __launch_bounds__(kThreads, kMma ? Shape<D>::kMmaCtasPerSm : 1) 
         for (int c = 0; c < kPer; ++c) *reinterpret_cast<uint4*>(kb + swz<D>(s, kPer * l + c)) = u[c];
       }
       __syncthreads();
-      mma_pass<D>(qb, kb, n_qs, red_mma);
+      mma_pass<D>(qf, kb, n_qs, red_mma);
       __syncthreads();
       if (tid < n_slots) {
         float m = -INFINITY;
@@ -547,8 +568,8 @@ namespace {
 
 template <int D>
 void launch_score_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage& st, cudaStream_t stream) {
-  const int per_cta = Shape<D>::kChunks;
   const bool mma = prefill_uses_mma(p);
+  const int per_cta = mma ? kMmaChunks : Shape<D>::kChunks;
   const void* kernel = mma ? reinterpret_cast<const void*>(score_kernel<D, true>)
                            : reinterpret_cast<const void*>(score_kernel<D, false>);
   const size_t bytes = mma ? Shape<D>::kMmaSmem : Shape<D>::kScoreSmem;

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# gpu-ihip-prefill.sh: one device call for InfiniteHiP's prefill scoring (issue 15's 32K chunk after
+# 1M keys): the prefill tests and memcheck, then longctx_bench_infinitehip of a base build and of
+# this branch interleaved, then torch SDPA (cuDNN, flash) on the same chunk shapes, all within one
+# deadline (the device call's limit) so every step leaves its log.
+#
+# Phases (each step's rc and seconds in $OUT/summary.txt; logs and JSON in $OUT/results.tar.gz):
+#   1. in parallel (CPU-bound oracles, no timing): test_ihip_gpu IhipGpuPrefill.*,
+#      test_ihip_gpu_method, compute-sanitizer memcheck on the tensor-core and small prefill cases
+#   2. serial (timed): bench base / ours at --prefix 131072,524288,1048576 --chunk 32768,
+#      torch_baseline.py --chunk 32768 --chunk-lens 163840,557056,1081344 (the same prefix + chunk
+#      key counts), then base / ours again at 1M only (the first steps cut by the deadline)
+# Build here (no GPU needed), then pack (BASE_BENCH: longctx_bench_infinitehip built from main):
+#   ninja -C build-gpu -j2 test_ihip_gpu test_ihip_gpu_method longctx_bench_infinitehip
+#   scripts/gpu-ihip-prefill.sh --pack build-gpu BASE_BENCH /work/main/.carry/ihip-prefill3
+# Run on the device: OUT=/tmp/out bash .carry/ihip-prefill3/gpu-ihip-prefill.sh
+set -uo pipefail
+if [ "${1:-}" = "--pack" ]; then
+  build=$2 base=$3 carry=$4 tmp=/tmp/gpu-ihip-prefill-pack
+  source "$(dirname "$0")/gpu-carry.sh"
+  rm -rf "$carry" "$tmp" && mkdir -p "$carry" "$tmp/lib"
+  for f in tests/cuda/test_ihip_gpu tests/cuda/test_ihip_gpu_method bench/longctx_bench_infinitehip; do
+    cp "$build/$f" "$tmp/" && strip "$tmp/$(basename "$f")" || exit 1
+  done
+  cp "$base" "$tmp/bench_base" && strip "$tmp/bench_base" || exit 1
+  carry_libs "$tmp/lib" "$tmp"/test_ihip_gpu* "$tmp"/longctx_bench_infinitehip "$tmp/bench_base"
+  tar -C "$tmp" -cJf "$carry/bin.tar.xz" .
+  cp "$0" "$carry/gpu-ihip-prefill.sh"
+  cp "$(dirname "$0")/../bench/torch_baseline.py" "$carry/"
+  du -sh "$carry"
+  exit 0
+fi
+OUT=${OUT:-out}
+CARRY=${CARRY:-.carry/ihip-prefill3}
+DEADLINE_S=${DEADLINE_S:-228}  # seconds from start by which every step has ended (call limit 240)
+B=/tmp/ihip-prefill-bin
+T0=$(date +%s)
+mkdir -p "$OUT" "$B"
+[ -x "$B/test_ihip_gpu" ] || tar -C "$B" -xJf "$CARRY/bin.tar.xz"
+export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+{ nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv;
+  echo "commit ${GIT_COMMIT:-see the branch}"; date -u; } > "$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
+step() {  # step NAME LIMIT_S CMD...: output in $OUT/NAME.log; the limit shrinks to the deadline
+  local name=$1 limit=$2 t0=$(date +%s); shift 2
+  local left=$(( DEADLINE_S - (t0 - T0) ))
+  [ "$left" -lt "$limit" ] && limit=$left
+  if [ "$limit" -le 2 ]; then echo "== $name skipped (deadline)" | tee -a "$OUT/summary.txt"; return 1; fi
+  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
+  echo "== $name rc=$rc $(( $(date +%s) - t0 ))s (limit ${limit}s)" | tee -a "$OUT/summary.txt"
+  return $rc
+}
+gtest_summary() {
+  grep -E "Failure|Expected|Which is|^\[  (PASSED|FAILED|SKIPPED)|tests ran|^\[ihip" "$OUT/$1.log" | head -20
+}
+
+# Phase 1: correctness, in parallel.
+step test_ihip_gpu 100 "$B/test_ihip_gpu" --gtest_filter='IhipGpuPrefill.*' &
+step test_ihip_gpu_method 60 "$B/test_ihip_gpu_method" &
+step memcheck 100 compute-sanitizer --tool memcheck --error-exitcode 99 "$B/test_ihip_gpu" \
+  --gtest_filter='IhipGpuPrefill.TensorCore*:IhipGpuPrefill.Llama3Heads*:IhipGpuPrefill.ChunkAtTheStart*' &
+wait
+gtest_summary test_ihip_gpu; gtest_summary test_ihip_gpu_method; tail -3 "$OUT/memcheck.log"
+
+# Phase 2: timings, one at a time.
+bench_line() { grep "^prefill" "$OUT/$1.log"; }
+step bench_base_1 40 "$B/bench_base" --lens "" --prefix 131072,524288,1048576 --chunk 32768 \
+  --json "$OUT/bench_base_1.json"; bench_line bench_base_1
+step bench_ours_1 40 "$B/longctx_bench_infinitehip" --lens "" --prefix 131072,524288,1048576 --chunk 32768 \
+  --json "$OUT/bench_ours_1.json"; bench_line bench_ours_1
+step torch_chunk 90 python3 "$CARRY/torch_baseline.py" --prefill "" --decode "" --chunk 32768 \
+  --chunk-lens 163840,557056,1081344 --json "$OUT/torch_chunk.json"
+grep "^chunk" "$OUT/torch_chunk.log"
+step bench_base_2 25 "$B/bench_base" --lens "" --prefix 1048576 --chunk 32768 --json "$OUT/bench_base_2.json"
+bench_line bench_base_2
+step bench_ours_2 25 "$B/longctx_bench_infinitehip" --lens "" --prefix 1048576 --chunk 32768 \
+  --json "$OUT/bench_ours_2.json"; bench_line bench_ours_2
+echo "total $(( $(date +%s) - T0 ))s" | tee -a "$OUT/summary.txt"
+# One archive: the device call returns a limited number of files.
+tar -C "$OUT" -czf /tmp/ihip-prefill-results.tar.gz . && find "$OUT" -type f ! -name summary.txt -delete &&
+  mv /tmp/ihip-prefill-results.tar.gz "$OUT/"
+grep -q "rc=[^0]" "$OUT/summary.txt" && exit 1
+exit 0
