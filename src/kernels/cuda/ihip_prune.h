@@ -92,10 +92,12 @@ void ihip_decode_index(const IhipIndexGpuParams& p, Stream s = nullptr);
 // and the chunk scores are bit-equal to ihip_chunk_scores (same fp32 rotation and dot order)
 // except on the tensor-core path below (equal up to near ties).
 // How (ihip_prune_prefill.cu): score kernel, CTAs of 256 threads per (KV head, block), each
-// looping over groups of 16 chunks: the group's queries (<= 256 at a time) into shared memory
-// once, each bisection step gathers the group's 32 probe keys (the middle of each half of each
-// chunk) into shared memory and scores them against every query, then a max over the queries and
-// the running max of each chunk's probes. Scoring: RoPE none with <= 4 query heads per KV head
+// looping over groups of chunks; each bisection step gathers the group's probe keys (the middle
+// of each half of each chunk) into shared memory and scores them against every query, then a max
+// over the queries and the running max of each chunk's probes. The FMA path takes groups of 16
+// chunks with the group's queries (<= 256 at a time) in shared memory; the tensor-core path takes
+// groups of 32 chunks (64 probes a pass) with each warp's query A fragments in registers, loaded
+// once per CTA. Scoring: RoPE none with <= 4 query heads per KV head
 // (one query tile) on tensor cores (bf16 mma.m16n8k16, fp32 accumulate: the sums are not hip_dot's
 // order, so a near tie in a bisection step may go the other way: bit-equal on inputs with exact
 // dots, fp64-judged otherwise, tests/cuda/test_ihip_gpu.cpp); else fp32 FMAs in hip_dot's 8-lane
