@@ -2,7 +2,9 @@
 # gpu-prerope-window.sh: the device-machine run of the pre-RoPE methods (TokenSelect, InfiniteHiP
 # rope=on) on Gemma 3's geometry, sliding-window layers included (issues 19 and 15).
 #
-# Steps (STEPS, space-separated; default all), each under its own timeout, logs in $OUT:
+# Steps (STEPS, space-separated; default all), each under its own timeout; logs and JSON in
+# $OUT/logs, packed into $OUT/all-logs.tgz after every step (few files come back from $OUT);
+# one line per step in $OUT/summary.txt:
 #   tests    test_gpu GpuPreRopeWindow* (gemma3-270m:6 random weights: GPU == CPU for dense,
 #            tokenselect, infinitehip rope=on; graph == eager; fp8 cache; refusals)
 #   bench    `longctx bench model --device cuda --random-weights gemma3-270m --lengths 4k,32k
@@ -33,21 +35,23 @@ CARRY=${BIN:-.carry/swa-prerope}
 STEPS=${STEPS:-tests bench regress}
 ATTNS=${ATTNS:-dense tokenselect infinitehip}
 B=/tmp/prerope-window-bin
-mkdir -p "$OUT" "$B"
+L=$OUT/logs
+mkdir -p "$L" "$B"
 [ -x "$B/test_gpu" ] || tar -C "$B" -xJf "$CARRY/bin.tar.xz"
 export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 { nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv;
-  echo "commit ${GIT_COMMIT:-unknown}"; date -u; } > "$OUT/env.txt" 2>&1
-cat "$OUT/env.txt"
+  echo "commit ${GIT_COMMIT:-unknown}"; date -u; } > "$L/env.txt" 2>&1
+cat "$L/env.txt"
 status=0
-step() {  # step NAME LIMIT_S CMD...: output in $OUT/NAME.log, one summary line
+step() {  # step NAME LIMIT_S CMD...: output in $L/NAME.log, one summary line
   local name=$1 limit=$2 t0=$(date +%s); shift 2
-  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
+  timeout "$limit" "$@" > "$L/$name.log" 2>&1; local rc=$?
   echo "== $name rc=$rc $(( $(date +%s) - t0 ))s" | tee -a "$OUT/summary.txt"
+  tar -C "$OUT" -czf "$OUT/all-logs.tgz" logs
   [ $rc = 0 ] || status=1
   return $rc
 }
-gtest_summary() { grep -E "Failure|Expected|Which is|^\[  (PASSED|FAILED|SKIPPED)|tests ran|^\[ prerope|^\[ gpu" "$OUT/$1.log" | head -40; }
+gtest_summary() { grep -E "Failure|Expected|Which is|^\[  (PASSED|FAILED|SKIPPED)|tests ran|^\[ prerope|^\[ gpu" "$L/$1.log" | head -40; }
 
 for s in $STEPS; do
   case $s in
@@ -57,18 +61,18 @@ for s in $STEPS; do
       for attn in $ATTNS; do
         name=gemma_$(echo "$attn" | tr -c 'a-z0-9' '_')
         step "$name" ${BENCH_TIMEOUT:-30} "$B/longctx" bench model --device cuda --random-weights gemma3-270m \
-          --lengths 4k,32k --decode 64 --repeats 2 --attn "$attn" --json "$OUT/$name.json"
-        tail -4 "$OUT/$name.log"
+          --lengths 4k,32k --decode 64 --repeats 2 --attn "$attn" --json "$L/$name.json"
+        tail -4 "$L/$name.log"
       done
       timeout 20 "$B/longctx" bench model --device cuda --random-weights gemma3-270m --lengths 4k --decode 4 \
-        --attn tokenselect --kv-offload > "$OUT/cli_offload.log" 2>&1
+        --attn tokenselect --kv-offload > "$L/cli_offload.log" 2>&1
       echo "== cli_offload rc=$? (expected 1 with a longctx: line)" | tee -a "$OUT/summary.txt"
-      cat "$OUT/cli_offload.log" ;;
+      cat "$L/cli_offload.log" ;;
     regress)
       step regress ${REGRESS_TIMEOUT:-60} "$B/test_gpu" \
         --gtest_filter='GpuTokenSelect*:GpuInfiniteHip.RopeOn*:GpuMInferenceD256*'
       gtest_summary regress ;;
   esac
 done
-tar -C "$OUT" -czf "$OUT/all-logs.tgz" --exclude=all-logs.tgz . 2>/dev/null
+tar -C "$OUT" -czf "$OUT/all-logs.tgz" logs
 exit $status
