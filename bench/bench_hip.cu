@@ -14,11 +14,15 @@
 //     (every 64-query block and head) + cuda::sparse_attention over its index, vs dense
 //     cuda::attention_prefill (timed once past 256K, skipped past --dense-max); the estimate also
 //     over an fp8 e4m3 copy of K (HipPrefillParams::k_fp8), side by side, with the copy's cost
-//     (max |K| and the quantize pass, as the engine would run them once per layer).
+//     (max |K| and the quantize pass, as the engine would run them once per layer); at head_dim
+//     256 the sparse attention also on the generic mma.sync kernel (hip_sparse_attention_generic_ms:
+//     the A/B of the Hopper kernel at 256); --cta 128,256,512 also times the estimate at each
+//     prefill CTA size (HipPrefillParams::cta_threads: same blocks, A/B of the occupancy),
+//     --estimate-only times the estimate alone.
 // Paper defaults: k = 512, b_q = 64, b_sq = 2, b_k = 2, b_sk = 1, window 256, sinks 16, r_m = 8.
 // Inputs are random (never zeros): estimation cost does not depend on the values.
 // Run: build-gpu/bench/longctx_bench_hip [--lens 131072,1048576] [--prefill 131072] [--geometry 32/8/128,4/1/256]
-//        [--dense-max 262144] [--json F]
+//        [--dense-max 262144] [--cta 128,256,512] [--estimate-only] [--json F]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -38,6 +42,7 @@
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/runtime.h"
 #include "kernels/cuda/sparse_attention.h"
+#include "kernels/cuda/sparse_attention_generic.h"
 #include "kernels/cuda/sparse_decode.h"
 
 using namespace longctx;
@@ -224,7 +229,14 @@ void fp8_copy(const void* k, int64_t n, void* k8, unsigned* amax_bits, Stream s)
                                                                           static_cast<uint2*>(k8), n / 8, amax_bits);
 }
 
-std::string bench_prefill(int64_t n, const HipEstimateConfig& cfg, const Geometry& g, int64_t dense_max) {
+struct PrefillOptions {
+  int64_t dense_max = INT64_MAX;  // dense prefill timed up to this length
+  bool estimate_only = false;     // no dense, fp8 or sparse attention timings
+  std::vector<int64_t> ctas;      // prefill CTA sizes to time the estimate at, besides the default
+};
+
+std::string bench_prefill(int64_t n, const HipEstimateConfig& cfg, const Geometry& g, const PrefillOptions& opt) {
+  const int64_t dense_max = opt.estimate_only ? 0 : opt.dense_max;
   const int n_head = g.heads, n_kv_head = g.kv_heads, head_dim = g.head_dim;
   const int64_t qe = n * n_head * head_dim, ke = n * n_kv_head * head_dim;
   void* q = dev_malloc(size_t(qe) * 2);
@@ -267,6 +279,30 @@ std::string bench_prefill(int64_t n, const HipEstimateConfig& cfg, const Geometr
   hp.ranges = ranges;
   hp.col_ptr = col_ptr;
   const double estimate = time_ms([&] { hip_estimate_prefill(hp, st); }, 1, 3, static_cast<cudaStream_t>(st));
+  std::string per_cta;
+  for (int64_t cta : opt.ctas) {
+    HipPrefillParams hc = hp;
+    hc.cta_threads = int(cta);
+    const double ms = time_ms([&] { hip_estimate_prefill(hc, st); }, 1, 3, static_cast<cudaStream_t>(st));
+    std::fprintf(stderr, "prefill %d/%d/%d n=%lld: hip estimate, CTA of %lld threads: %.2f ms\n", n_head, n_kv_head,
+                 head_dim, (long long)n, (long long)cta, ms);
+    char one[96];
+    std::snprintf(one, sizeof one, "%s\"%lld\": %.4f", per_cta.empty() ? "" : ", ", (long long)cta, ms);
+    per_cta += one;
+  }
+  if (opt.estimate_only) {
+    stream_sync(st);
+    stream_destroy(st);
+    for (void* p : {q, k, v, o, (void*)range_ptr, (void*)col_ptr, (void*)ranges}) dev_free(p);
+    std::fprintf(stderr, "prefill %d/%d/%d n=%lld: hip estimate %.2f ms (%.2f us per query block)\n", n_head, n_kv_head,
+                 head_dim, (long long)n, estimate, 1e3 * estimate / double(n_qblk));
+    char buf[512];
+    std::snprintf(buf, sizeof buf,
+                  "{\"case\": \"prefill_estimate\", \"n_head\": %d, \"n_kv_head\": %d, \"head_dim\": %d, \"len\": %lld, "
+                  "\"hip_estimate_ms\": %.4f, \"hip_estimate_per_qblock_us\": %.3f, \"hip_estimate_ms_by_cta\": {%s}}",
+                  n_head, n_kv_head, head_dim, (long long)n, estimate, 1e3 * estimate / double(n_qblk), per_cta.c_str());
+    return buf;
+  }
   // The same estimate over an fp8 copy of K (half the key bytes), and the copy's own cost.
   void* k8 = dev_malloc(size_t(ke));
   auto* amax = static_cast<unsigned*>(dev_malloc(4));
@@ -295,6 +331,11 @@ std::string bench_prefill(int64_t n, const HipEstimateConfig& cfg, const Geometr
   sa.workspace_bytes = sparse_attention_workspace_bytes(sa.index);
   sa.workspace = dev_malloc(sa.workspace_bytes);
   const double sparse = time_ms([&] { sparse_attention(sa, st); }, 1, 3, static_cast<cudaStream_t>(st));
+  // At head_dim 256 also the generic mma.sync kernel on the same index (the dispatch before the
+  // Hopper kernel took 256): the A/B of that change.
+  const bool ab_generic = head_dim == 256;
+  const double sparse_generic =
+      ab_generic ? time_ms([&] { sparse_attention_generic(sa, st); }, 1, 3, static_cast<cudaStream_t>(st)) : 0.0;
   stream_sync(st);
   stream_destroy(st);
   for (void* p : {q, k, v, o, k8, sa.workspace, (void*)amax, (void*)range_ptr, (void*)col_ptr, (void*)ranges}) dev_free(p);
@@ -303,17 +344,19 @@ std::string bench_prefill(int64_t n, const HipEstimateConfig& cfg, const Geometr
   std::fprintf(stderr,
                "prefill %d/%d/%d n=%lld: dense %.2f ms | hip estimate %.2f ms (%.2f us per query block) + sparse "
                "attention %.2f ms = %.2f ms | fp8 K: copy %.2f + estimate %.2f (%.2fx) -> total %.2f ms | "
-               "dense/hip %.2fx\n",
+               "dense/hip %.2fx | generic sparse kernel %.2f ms\n",
                n_head, n_kv_head, head_dim, (long long)n, dense, estimate, est_per_block_us, sparse, total, copy,
-               estimate8, estimate / estimate8, total8, run_dense ? dense / total : 0.0);
+               estimate8, estimate / estimate8, total8, run_dense ? dense / total : 0.0, sparse_generic);
   char buf[1024];
   std::snprintf(buf, sizeof buf,
                 "{\"case\": \"prefill\", \"n_head\": %d, \"n_kv_head\": %d, \"head_dim\": %d, \"len\": %lld, "
                 "\"dense_ms\": %.4f, \"dense_reps\": %d, \"hip_estimate_ms\": %.4f, \"hip_estimate_per_qblock_us\": %.3f, "
                 "\"hip_sparse_attention_ms\": %.4f, \"hip_total_ms\": %.4f, \"fp8_copy_ms\": %.4f, "
-                "\"hip_estimate_fp8_ms\": %.4f, \"hip_total_fp8_ms\": %.4f, \"ratio_dense_over_hip\": %.3f}",
+                "\"hip_estimate_fp8_ms\": %.4f, \"hip_total_fp8_ms\": %.4f, \"ratio_dense_over_hip\": %.3f, "
+                "\"hip_sparse_attention_generic_ms\": %.4f, \"hip_estimate_ms_by_cta\": {%s}}",
                 n_head, n_kv_head, head_dim, (long long)n, dense, run_dense ? (long_run ? 1 : 3) : 0, estimate,
-                est_per_block_us, sparse, total, copy, estimate8, total8, run_dense ? dense / total : 0.0);
+                est_per_block_us, sparse, total, copy, estimate8, total8, run_dense ? dense / total : 0.0, sparse_generic,
+                per_cta.c_str());
   return buf;
 }
 
@@ -323,12 +366,14 @@ int main(int argc, char** argv) {
   std::vector<int64_t> lens = {131072, 1048576};
   std::vector<int64_t> prefill = {131072};
   std::vector<Geometry> geometries = {Geometry{}};
-  int64_t dense_max = INT64_MAX;
+  PrefillOptions popt;
   const char* json_path = nullptr;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--lens") && i + 1 < argc) lens = bench::parse_list(argv[++i]);
     else if (!std::strcmp(argv[i], "--prefill") && i + 1 < argc) prefill = bench::parse_list(argv[++i]);
-    else if (!std::strcmp(argv[i], "--dense-max") && i + 1 < argc) dense_max = std::atoll(argv[++i]);
+    else if (!std::strcmp(argv[i], "--dense-max") && i + 1 < argc) popt.dense_max = std::atoll(argv[++i]);
+    else if (!std::strcmp(argv[i], "--cta") && i + 1 < argc) popt.ctas = bench::parse_list(argv[++i]);
+    else if (!std::strcmp(argv[i], "--estimate-only")) popt.estimate_only = true;
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--geometry") && i + 1 < argc) {
       geometries.clear();
@@ -346,7 +391,8 @@ int main(int argc, char** argv) {
       }
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--lens N,..] [--prefill N,..] [--geometry H/KV/D,..] [--dense-max N] [--json FILE]\n",
+                   "usage: %s [--lens N,..] [--prefill N,..] [--geometry H/KV/D,..] [--dense-max N] [--cta 128,256,512] "
+                   "[--estimate-only] [--json FILE]\n",
                    argv[0]);
       return 2;
     }
@@ -374,7 +420,7 @@ int main(int argc, char** argv) {
     };
     for (const Geometry& g : geometries) {
       for (int64_t n : lens) run_case([&] { return bench_decode(n, cfg, g); });
-      for (int64_t n : prefill) run_case([&] { return bench_prefill(n, cfg, g, dense_max); });
+      for (int64_t n : prefill) run_case([&] { return bench_prefill(n, cfg, g, popt); });
     }
     js.finish(json_path);
     if (failed) return 1;

@@ -18,9 +18,11 @@
 // (ihip_prune_stage_prefill; score and select timed apart), the index (ihip_prefill_index) and
 // cuda::sparse_attention over it, against our dense causal prefill (attention_prefill) of the same
 // chunk; torch cuDNN runs beside it (torch_baseline.py --chunk-lens). Pruning RoPE none (rope=off).
+// --kv bf16,fp8: the decode steps also over the fp8 cache (--kv-cache fp8: e4m3 K/V, one scale
+// each; the pruning stages read e4m3 keys, sparse and dense decode e4m3 K/V), each cache in turn.
 // Inputs are random (never zeros): the pruning cost does not depend on the values.
-// Run: build-gpu/bench/longctx_bench_infinitehip [--lens 131072,1048576] [--prefix 131072,..]
-//      [--chunk 32768] [--json F]
+// Run: build-gpu/bench/longctx_bench_infinitehip [--lens 131072,1048576] [--kv bf16,fp8]
+//      [--prefix 131072,..] [--chunk 32768] [--json F]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -34,6 +36,7 @@
 
 #include "bench/bench_util.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/fp8_vec.cuh"
 #include "kernels/cuda/ihip_prune.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/runtime.h"
@@ -52,6 +55,28 @@ constexpr int64_t kSink = 256, kStream = 1024;
 constexpr int kLc[3] = {256, 32, 8};
 constexpr int64_t kK[3] = {32768, 8192, 2048};
 
+// The fp8 cache's random values: N(0, 1) bf16 values quantized with the scale of amax = kFp8Amax
+// (values past it saturate, as the cache's rule never lets them).
+constexpr float kFp8Amax = 5.f;
+__global__ void quantize_kernel(const __nv_bfloat16* x, uint8_t* y, int64_t n, float inv_scale) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = fp8vec::to_e4m3(__bfloat162float(x[i]) * inv_scale);
+}
+// Random pool of n elements (bf16, or e4m3 with *scale = kFp8Amax / 448).
+void* random_pool(int64_t n, uint64_t seed, bool fp8, float* scale) {
+  void* x = dev_malloc(size_t(n) * 2);
+  fill_random_bf16(x, n, seed, 1.f);
+  *scale = 1.f;
+  if (!fp8) return x;
+  void* y = dev_malloc(size_t(n));
+  *scale = kFp8Amax / 448.f;
+  quantize_kernel<<<fp8vec::blocks_for(n), fp8vec::kThreads>>>(static_cast<const __nv_bfloat16*>(x),
+                                                               static_cast<uint8_t*>(y), n, 1.f / *scale);
+  device_sync();
+  dev_free(x);
+  return y;
+}
+
 double graph_ms(const std::function<void(Stream)>& step, int reps) {
   Stream st = stream_create();
   step(st);
@@ -65,16 +90,15 @@ double graph_ms(const std::function<void(Stream)>& step, int reps) {
   return g;
 }
 
-std::string bench_decode(int64_t len) {
+std::string bench_decode(int64_t len, bool fp8) {
   const int max_pages = int((len + kPageSize - 1) / kPageSize);
   std::vector<int32_t> tab(static_cast<size_t>(max_pages));
   std::iota(tab.begin(), tab.end(), 0);
   std::shuffle(tab.begin(), tab.end(), std::mt19937_64(7));
   const int64_t elems = int64_t(max_pages) * kPageSize * kKvHeads * kHeadDim;
-  void* k = dev_malloc(size_t(elems) * 2);
-  void* v = dev_malloc(size_t(elems) * 2);
-  fill_random_bf16(k, elems, 12, 1.f);
-  fill_random_bf16(v, elems, 13, 1.f);
+  float k_scale = 1.f, v_scale = 1.f;
+  void* k = random_pool(elems, 12, fp8, &k_scale);
+  void* v = random_pool(elems, 13, fp8, &v_scale);
   void* q = dev_malloc(kHeads * kHeadDim * 2);
   void* o = dev_malloc(kHeads * kHeadDim * 2);
   fill_random_bf16(q, kHeads * kHeadDim, 11, 1.f);
@@ -88,7 +112,9 @@ std::string bench_decode(int64_t len) {
   d.q = q;
   d.k = k;
   d.v = v;
-  d.kv_dtype = KvDtype::bf16;
+  d.kv_dtype = fp8 ? KvDtype::fp8_e4m3 : KvDtype::bf16;
+  d.k_scale = k_scale;
+  d.v_scale = v_scale;
   d.o = o;
   d.n_seq = 1;
   d.n_kv = len;
@@ -109,7 +135,9 @@ std::string bench_decode(int64_t len) {
   KvView kv;
   kv.k_pool = k;
   kv.v_pool = v;
-  kv.elem = KvElem::bf16;
+  kv.elem = fp8 ? KvElem::fp8_e4m3 : KvElem::bf16;
+  kv.k_scale = k_scale;
+  kv.v_scale = v_scale;
   kv.block_table = table;
   kv.seq_lens = d_len;
   kv.n_seq = 1;
@@ -234,20 +262,22 @@ std::string bench_decode(int64_t len) {
     dev_free(p);
   for (int i = 0; i < 3; ++i) dev_free(out[i]), dev_free(out_len[i]);
   std::fprintf(stderr,
-               "decode len=%lld: dense %.4f ms | infinitehip None %.4f S1 %.4f S1&2 %.4f All %.4f ms | avg(16,8,4) "
+               "decode len=%lld kv=%s: dense %.4f ms | infinitehip None %.4f S1 %.4f S1&2 %.4f All %.4f ms | avg(16,8,4) "
                "%.4f ms = %.1fx dense, avg(32,16,8) %.4f ms | stages (rope none) %.4f %.4f %.4f, (relative) %.4f "
                "%.4f %.4f ms (score %.4f %.4f %.4f, select %.4f %.4f %.4f, index %.4f) | kept %d/%d/%d\n",
-               (long long)len, dense, none, s1, s12, all, avg, dense / avg, avg_fast, stage[0][0], stage[0][1],
+               (long long)len, fp8 ? "fp8" : "bf16", dense, none, s1, s12, all, avg, dense / avg, avg_fast,
+               stage[0][0], stage[0][1],
                stage[0][2], stage[1][0], stage[1][1], stage[1][2], score_only[0], score_only[1], score_only[2],
                select_only[0], select_only[1], select_only[2], index_only, lens[0], lens[1], lens[2]);
   char buf[2000];
   std::snprintf(buf, sizeof buf,
-                "{\"case\": \"decode\", \"len\": %lld, \"dense_ms\": %.5f, \"none_ms\": %.5f, \"s1_cached_ms\": %.5f, "
+                "{\"case\": \"decode\", \"len\": %lld, \"kv\": \"%s\", \"dense_ms\": %.5f, \"none_ms\": %.5f, \"s1_cached_ms\": %.5f, "
                 "\"s12_cached_ms\": %.5f, \"all_cached_ms\": %.5f, \"avg_16_8_4_ms\": %.5f, \"avg_32_16_8_ms\": %.5f, "
                 "\"stage_ms_rope_none\": [%.5f, %.5f, %.5f], \"stage_ms_rope_relative\": [%.5f, %.5f, %.5f], "
                 "\"score_ms\": [%.5f, %.5f, %.5f], \"select_ms\": [%.5f, %.5f, %.5f], \"index_ms\": %.5f, "
                 "\"kept\": [%d, %d, %d], \"ratio_dense_over_avg\": %.2f, \"ratio_dense_over_none\": %.2f}",
-                (long long)len, dense, none, s1, s12, all, avg, avg_fast, stage[0][0], stage[0][1], stage[0][2],
+                (long long)len, fp8 ? "fp8" : "bf16", dense, none, s1, s12, all, avg, avg_fast, stage[0][0],
+                stage[0][1], stage[0][2],
                 stage[1][0], stage[1][1], stage[1][2], score_only[0], score_only[1], score_only[2], select_only[0],
                 select_only[1], select_only[2], index_only, lens[0], lens[1], lens[2], dense / avg, dense / none);
   return buf;
@@ -383,13 +413,27 @@ int main(int argc, char** argv) {
   std::vector<int64_t> lens = {131072, 1048576}, prefixes;
   int64_t chunk = 32768;
   const char* json_path = nullptr;
+  std::vector<bool> caches = {false};  // fp8?
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--lens") && i + 1 < argc) lens = bench::parse_list(argv[++i]);
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
+    else if (!std::strcmp(argv[i], "--kv") && i + 1 < argc) {
+      caches.clear();
+      for (std::string rest = argv[++i]; !rest.empty();) {
+        const size_t c = rest.find(',');
+        const std::string name = rest.substr(0, c);
+        rest = c == std::string::npos ? "" : rest.substr(c + 1);
+        if (name != "bf16" && name != "fp8") {
+          std::fprintf(stderr, "longctx_bench_infinitehip: --kv takes bf16 and/or fp8, got '%s'\n", name.c_str());
+          return 2;
+        }
+        caches.push_back(name == "fp8");
+      }
+    }
     else if (!std::strcmp(argv[i], "--prefix") && i + 1 < argc) prefixes = bench::parse_list(argv[++i]);
     else if (!std::strcmp(argv[i], "--chunk") && i + 1 < argc) chunk = bench::parse_list(argv[++i]).at(0);
     else {
-      std::fprintf(stderr, "usage: %s [--lens N,..] [--prefix N,..] [--chunk N] [--json FILE]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--lens N,..] [--kv bf16,fp8] [--prefix N,..] [--chunk N] [--json FILE]\n", argv[0]);
       return 2;
     }
   }
@@ -402,7 +446,8 @@ int main(int argc, char** argv) {
                   "\"n_sink\": %lld, \"n_stream\": %lld}",
                   kHeads, kKvHeads, kHeadDim, kPageSize, (long long)kSink, (long long)kStream);
     bench::JsonRecord js(device_info(0), extra);
-    for (int64_t n : lens) js.add(bench_decode(n));
+    for (int64_t n : lens)
+      for (const bool fp8 : caches) js.add(bench_decode(n, fp8));
     for (int64_t n : prefixes) js.add(bench_prefill(n, chunk));
     js.finish(json_path);
   } catch (const std::exception& e) {

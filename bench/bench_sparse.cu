@@ -26,8 +26,10 @@
 // budget mix above. Reported: index build + plan + kernel, the build's share, the kernel's rate;
 // the block-sparse index is written to --mask-dir (bs_mask_<S>.bin) so that
 // bench/flex_baseline.py --mask-dir runs FlexAttention on the very same blocks.
-// --head-dim 256: Gemma 3 12B's global layers (16 / 8 heads, d 256), random inputs only, the
-// generic sparse kernel (sparse_attention_generic.h) against the dense Hopper kernel.
+// --head-dim 256: Gemma 3 12B's global layers (16 / 8 heads, d 256), random inputs only: the
+// Hopper sparse kernel with its 3- and 2-stage rings ("impl": "sm90", "sm90_stages2") and the
+// generic mma.sync kernel (sparse_attention_generic.h, "generic", the dispatch before the Hopper
+// kernel took d 256), each against the dense Hopper kernel.
 // --estimate (implied by structured): the indices estimated on the GPU as above from the random
 // inputs too (index build included; any head dim the builders take). Random Q/K make scattered
 // vertical-slash lines, so that pattern costs far more than on real heads; block-sparse is typical.
@@ -70,8 +72,20 @@ namespace {
 
 constexpr int kB = kSparseQBlock;
 // The layer's shape: Llama-3-8B (32 / 8 heads, d 128), or with --head-dim 256 Gemma 3 12B's global
-// layers (16 / 8 heads, d 256: the generic sparse kernel, the Hopper one being d 128 only).
+// layers (16 / 8 heads, d 256).
 int kHeads = 32, kKvHeads = 8, kD = 128;
+
+// The sparse kernels timed on each index: the Hopper one (its default ring), and at d 256 also
+// its 2-stage ring and the generic kernel.
+struct SparseImpl {
+  const char* name;
+  bool hopper;
+  int stages;  // SparseAttnParams::sm90_stages
+};
+std::vector<SparseImpl> sparse_impls() {
+  if (kD == 128) return {{"sm90", true, 0}};
+  return {{"sm90", true, 0}, {"sm90_stages2", true, 2}, {"generic", false, 0}};
+}
 constexpr int kBsBlocks = 100;  // MInference block_sparse default: 100 key blocks per query block
 // The published Llama-3-8B-262K config's (vertical, slash) budgets, in proportion over 32 heads.
 struct Vs { int kv, ks, heads; };
@@ -460,11 +474,8 @@ int main(int argc, char** argv) {
           p.index = ix;
           p.workspace = builder.attention_workspace();
           p.workspace_bytes = builder.attention_workspace_bytes();
-          const bool hopper = kD == 128;  // else the generic kernel
-          const double ms_plan =
-              time_ms([&] { hopper ? sparse_attention_plan(p) : sparse_attention_generic_plan(p); }, 1, reps);
-          const double ms_run =
-              time_ms([&] { hopper ? sparse_attention_run(p) : sparse_attention_generic_run(p); }, 1, reps);
+          const double ms_plan = time_ms([&] { sparse_attention_plan(p); }, 1, reps);
+          const double ms_run = time_ms([&] { sparse_attention_run(p); }, 1, reps);
           const IndexWork wk = index_work(ix, S);
           if (kind == 0 && !mask_dir.empty())
             write_flex_mask(wk.host, S, (S + kB - 1) / kB, mask_dir + "/bs_mask_" + std::to_string(S) + ".bin");
@@ -502,25 +513,31 @@ int main(int argc, char** argv) {
         p.workspace_bytes = di.ws_bytes;
         const int reps = S <= 131072 ? 10 : S <= 524288 ? 5 : 3;
         p.head_dim = kD;
-        const bool hopper = kD == 128;  // else the generic kernel
-        const double ms_plan =
-            time_ms([&] { hopper ? sparse_attention_plan(p) : sparse_attention_generic_plan(p); }, 1, reps);
-        const double ms_run = time_ms([&] { hopper ? sparse_attention_run(p) : sparse_attention_generic_run(p); }, 1, reps);
-        const double flops = 4.0 * kD * hix.pairs;
-        const double tile_flops = 4.0 * kD * 64.0 * 64.0 * hix.tiles;
-        const double ms = ms_plan + ms_run;
-        std::fprintf(stderr,
-                     "S=%lld %s: plan %.3f ms + kernel %.3f ms; work %.4f of dense causal; %.1f TFLOP/s on attended "
-                     "pairs, %.1f on visited 64x64 tiles (index gen on host %.1f s, %lld ranges, %lld cols)\n",
-                     (long long)S, name, ms_plan, ms_run, flops / dense_flops, flops / (ms_run * 1e-3) / 1e12,
-                     tile_flops / (ms_run * 1e-3) / 1e12, gen_s, (long long)di.ix.n_ranges, (long long)di.ix.n_cols);
-        std::snprintf(buf, sizeof buf,
-                      "{\"seq\": %lld, \"kernel\": \"%s\", \"ms\": %.3f, \"plan_ms\": %.4f, \"kernel_ms\": %.3f, "
-                      "\"work_fraction\": %.5f, \"tflops_pairs\": %.1f, \"tflops_tiles\": %.1f, \"n_ranges\": %lld, "
-                      "\"n_cols\": %lld, \"reps\": %d}",
-                      (long long)S, name, ms, ms_plan, ms_run, flops / dense_flops, flops / (ms_run * 1e-3) / 1e12,
-                      tile_flops / (ms_run * 1e-3) / 1e12, (long long)di.ix.n_ranges, (long long)di.ix.n_cols, reps);
-        emit(buf);
+        for (const SparseImpl& impl : sparse_impls()) {
+          p.sm90_stages = impl.stages;
+          const bool hopper = impl.hopper;
+          const double ms_plan =
+              time_ms([&] { hopper ? sparse_attention_plan(p) : sparse_attention_generic_plan(p); }, 1, reps);
+          const double ms_run =
+              time_ms([&] { hopper ? sparse_attention_run(p) : sparse_attention_generic_run(p); }, 1, reps);
+          const double flops = 4.0 * kD * hix.pairs;
+          const double tile_flops = 4.0 * kD * 64.0 * 64.0 * hix.tiles;
+          const double ms = ms_plan + ms_run;
+          std::fprintf(stderr,
+                       "S=%lld %s [%s]: plan %.3f ms + kernel %.3f ms; work %.4f of dense causal; %.1f TFLOP/s on attended "
+                       "pairs, %.1f on visited 64x64 tiles (index gen on host %.1f s, %lld ranges, %lld cols)\n",
+                       (long long)S, name, impl.name, ms_plan, ms_run, flops / dense_flops,
+                       flops / (ms_run * 1e-3) / 1e12, tile_flops / (ms_run * 1e-3) / 1e12, gen_s,
+                       (long long)di.ix.n_ranges, (long long)di.ix.n_cols);
+          std::snprintf(buf, sizeof buf,
+                        "{\"seq\": %lld, \"kernel\": \"%s\", \"impl\": \"%s\", \"ms\": %.3f, \"plan_ms\": %.4f, "
+                        "\"kernel_ms\": %.3f, \"work_fraction\": %.5f, \"tflops_pairs\": %.1f, \"tflops_tiles\": %.1f, "
+                        "\"n_ranges\": %lld, \"n_cols\": %lld, \"reps\": %d}",
+                        (long long)S, name, impl.name, ms, ms_plan, ms_run, flops / dense_flops,
+                        flops / (ms_run * 1e-3) / 1e12, tile_flops / (ms_run * 1e-3) / 1e12, (long long)di.ix.n_ranges,
+                        (long long)di.ix.n_cols, reps);
+          emit(buf);
+        }
       }
       for (void* x : {q, k, v, o, static_cast<void*>(lse)}) dev_free(x);
     }

@@ -61,7 +61,7 @@ if [ -n "$ncu_seq" ]; then
   # the last block-sparse one and the first vertical-slash one.
   reps=$(( ncu_seq <= 131072 ? 10 : ncu_seq <= 524288 ? 5 : 3 ))
   echo "== ncu: sparse_attn_sm90_kernel at S=$ncu_seq (launches $reps and $((reps + 1)): block-sparse, vertical-slash)"
-  timeout ${NCU_TIMEOUT:-300} ncu --clock-control none --kernel-name sparse_attn_sm90_kernel \
+  timeout ${NCU_TIMEOUT:-300} ncu --clock-control none --kernel-name regex:sparse_attn_sm90_kernel \
     --launch-skip "$reps" --launch-count 2 --csv --page raw \
     --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,lts__t_sector_hit_rate.pct,lts__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_bytes.sum,l1tex__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_elapsed,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_elapsed \
     "$BUILD/bench/longctx_bench_sparse" --seqs "$ncu_seq" --dense-seqs 0 --inputs structured \

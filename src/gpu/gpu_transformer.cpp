@@ -739,7 +739,7 @@ void GpuTransformer::prefill_attention(int l, int64_t T, int64_t pos0, void* q, 
     stats_.index_ranges += sp.index.n_ranges;
     stats_.index_cols += sp.index.n_cols;
     check_cuda(cudaEventRecord(ev(e.index_end), s), "cudaEventRecord");
-    cuda::sparse_attention(sp, stream_);  // the Hopper kernel for head_dim 128, else the generic one
+    cuda::sparse_attention(sp, stream_);  // the Hopper kernel for head_dim 128 / 256, else the generic one
   }
   check_cuda(cudaEventRecord(ev(e.end), s), "cudaEventRecord");
 }

@@ -119,7 +119,7 @@ class AttentionMethod {
   // grouped positions of phase's steps, or nullptr (every key at its own position). A method that
   // returns them declares keys = pre_rope; the CPU step then scores near keys at their own
   // positions and far keys at grouped ones (attend_self_extend_ref), over the method's index
-  // built from the grouped q/k when the step routes sparse. CPU only (the GPU refuses it).
+  // built from the grouped q/k when the step routes sparse. GPU: dense only (self_extend_gpu.h).
   virtual const SelfExtendParams* self_extend(Phase /*phase*/) const { return nullptr; }
 
   // Prompt-wide estimation (layer-major prefill, Transformer::forward_prompt). A method that

@@ -8,6 +8,7 @@
 #include "methods/infinitehip/infinitehip_gpu.h"
 #include "methods/minference/minference_gpu.h"
 #include "methods/phase_method.h"
+#include "methods/self_extend/self_extend_gpu.h"
 #include "methods/tokenselect/tokenselect_engine_gpu.h"
 #include "util/error.h"
 
@@ -125,12 +126,24 @@ std::unique_ptr<GpuMethod> builder_of(const AttentionMethod& m, const MethodCont
 
 // The GPU side, or why there is none ("" and a null builder: every step is dense).
 std::unique_ptr<GpuMethod> try_make(const AttentionMethod& m, const MethodContext& ctx, std::string& why) {
-  // Self-Extend re-rotates keys per pair (pre-RoPE cache): CPU only, dense steps included.
-  for (const Phase ph : {Phase::prefill, Phase::decode})
-    if (m.self_extend(ph)) {
-      why = fmt::format("attention method '{}': Self-Extend (self_extend=G:W) runs on the CPU only", m.name());
-      return nullptr;
-    }
+  // Self-Extend (pre-RoPE keys, self_extend_gpu.h) owns every step: dense only, both phases alike.
+  const SelfExtendParams* se_pre = m.self_extend(Phase::prefill);
+  const SelfExtendParams* se_dec = m.self_extend(Phase::decode);
+  if (se_pre || se_dec) {
+    if (!se_pre || !se_dec || se_pre->group != se_dec->group || se_pre->neighbor != se_dec->neighbor)
+      why = fmt::format("attention method '{}': Self-Extend on the GPU needs the same self_extend=G:W in both phases",
+                        m.name());
+    else if (ever_sparse(m, ctx, Phase::prefill) || ever_sparse(m, ctx, Phase::decode))
+      why = fmt::format("attention method '{}': Self-Extend with a sparse method runs on the CPU only (the GPU runs "
+                        "dense=self_extend=G:W)", m.name());
+    else
+      try {
+        return make_self_extend_gpu(*se_pre, ctx);
+      } catch (const Error& e) {
+        why = e.what();
+      }
+    return nullptr;
+  }
   const Sides s = sparse_sides(m, ctx);
   if (!s.prefill && !s.decode) return nullptr;
   // Head dims: the sparse prefill and decode kernels run 64, 128 and 256 (Gemma 3's global

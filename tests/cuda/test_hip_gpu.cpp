@@ -80,9 +80,11 @@ std::vector<uint8_t> fp8_codes(std::vector<float>& fk, bool ties) {
 }
 
 // fp8: the keys are scored from an e4m3 copy (k_fp8), the reference scores its codes.
+// cta: HipPrefillParams::cta_threads (0: the default).
 void check_prefill(const HipEstimateConfig& cfg, int64_t n_q, int64_t q_pos0, int H, int Hkv, int d, bool ties = false,
-                   bool fp8 = false) {
-  SCOPED_TRACE(testing::Message() << "d=" << d << " heads " << H << "/" << Hkv << " ties=" << ties << " fp8=" << fp8);
+                   bool fp8 = false, int cta = 0) {
+  SCOPED_TRACE(testing::Message() << "d=" << d << " heads " << H << "/" << Hkv << " ties=" << ties << " fp8=" << fp8
+                                  << " b_k/b_sk=" << cfg.b_k << "/" << cfg.b_sk << " cta=" << cta);
   const int64_t n_kv = q_pos0 + n_q, n_qblk = (n_q + cfg.b_q - 1) / cfg.b_q, M = cfg.budget_blocks(),
                 R = cfg.ranges_per_row();
   const auto hq = inputs(size_t(n_q * H * d), ties), hk = inputs(size_t(n_kv * Hkv * d), ties);
@@ -110,6 +112,7 @@ void check_prefill(const HipEstimateConfig& cfg, int64_t n_q, int64_t q_pos0, in
   p.range_ptr = rp.as<int64_t>();
   p.ranges = rg.as<int32_t>();
   p.col_ptr = cp.as<int64_t>();
+  p.cta_threads = cta;
   hip_estimate_prefill(p);
   device_sync();
   const auto got = blocks.download<int32_t>(size_t(H * n_qblk * M));
@@ -287,6 +290,62 @@ TEST(HipEstimate, PrefillBlockIdsEqualTheCpuReference) {
   check_prefill(wide_q, 200, 3000, 4, 2, 128, false);
   check_prefill(wide_q, 130, 900, 2, 1, 64, false);
   check_prefill(wide_q, 128, 2000, 2, 1, 128, true);
+}
+
+// Every prefill CTA size (128, 256, 512 threads: several CTAs an SM or one) and every way a
+// branch's sampled keys lie in the tensor-core n-tiles of 8 (n_ks = b_k / b_sk of 1, 2, 4, 8: the
+// branch's max is taken in registers; 3 and 16: through shared memory) select the reference's
+// blocks on exact small-integer inputs (tie-heavy: the selection's tie split), and the same blocks
+// as each other on random ones (real-valued scores: the radix select's early end).
+TEST(HipEstimate, PrefillCtaSizesAndBranchLayoutsSelectTheSameBlocks) {
+  LC_REQUIRE_GPU();
+  struct Layout {
+    int64_t k;
+    int b_k, b_sk;
+  };
+  for (const Layout l : {Layout{64, 1, 1}, Layout{64, 2, 1}, Layout{128, 4, 1}, Layout{256, 8, 1}, Layout{96, 6, 2},
+                         Layout{256, 16, 1}}) {
+    HipEstimateConfig cfg;
+    cfg.k = l.k;
+    cfg.b_k = l.b_k;
+    cfg.b_sk = l.b_sk;
+    cfg.window = 64;
+    cfg.sinks = 8;
+    for (int cta : {128, 256, 512}) check_prefill(cfg, 200, 4000, 4, 2, 128, true, false, cta);
+  }
+  // Random inputs, paper defaults: the blocks of every CTA size are those of 512.
+  const HipEstimateConfig cfg;
+  const int64_t n_q = 256, q_pos0 = 30000, n_kv = q_pos0 + n_q, H = 4, Hkv = 2, d = 128, n_qblk = n_q / cfg.b_q,
+                M = cfg.budget_blocks(), R = cfg.ranges_per_row();
+  const auto hq = inputs(size_t(n_q * H * d), false), hk = inputs(size_t(n_kv * Hkv * d), false);
+  DevBuf q(hq.size() * 2), k(hk.size() * 2), blocks(size_t(H * n_qblk * M) * 4), rp(size_t(H * n_qblk + 1) * 8),
+      rg(size_t(H * n_qblk * R) * 8), cp(size_t(H * n_qblk + 1) * 8);
+  q.upload(hq);
+  k.upload(hk);
+  std::vector<int32_t> first;
+  for (int cta : {512, 256, 128}) {
+    HipPrefillParams p;
+    p.cfg = cfg;
+    p.q = q.p;
+    p.k = k.p;
+    p.n_q = n_q;
+    p.q_pos0 = q_pos0;
+    p.n_kv = n_kv;
+    p.n_head = int(H);
+    p.n_kv_head = int(Hkv);
+    p.head_dim = int(d);
+    p.blocks = blocks.as<int32_t>();
+    p.range_ptr = rp.as<int64_t>();
+    p.ranges = rg.as<int32_t>();
+    p.col_ptr = cp.as<int64_t>();
+    p.cta_threads = cta;
+    hip_estimate_prefill(p);
+    device_sync();
+    const auto got = blocks.download<int32_t>(size_t(H * n_qblk * M));
+    if (first.empty()) first = got;
+    else EXPECT_EQ(got, first) << "CTA of " << cta << " threads";
+  }
+  EXPECT_GT(*std::max_element(first.begin(), first.end()), M) << "the search should have pruned";
 }
 
 // fp8: the keys are e4m3 codes of the same inputs (x / scale, scale 0.037: codes across the

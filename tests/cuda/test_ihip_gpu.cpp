@@ -4,7 +4,8 @@
 // lengths, the chunk scores are bit-equal and the surviving lists equal (ties included: a
 // sequence whose keys are all equal keeps its earliest chunks); the paper's 3K preset at 70K
 // keys with Llama-3-8B's 32/8 heads; head_dim 256 (gemma-3's 4/1 heads, and 8/2 with ties);
-// head_dim 64 (SmolLM2-135M's 9/3 heads, and ties);
+// head_dim 64 (SmolLM2-135M's 9/3 heads, and ties); the fp8 cache's e4m3 keys against the CPU
+// twin reading the same bytes (every head_dim and RoPE mode, the 3K preset, ties);
 // query groups of 3 and 16 (the decode scorer takes 4 heads at a time); the decode index (sinks,
 // one range per kept chunk, pads, anchored window) matches the key set. Prefill (every 64-row
 // block of a chunk at once): per RoPE mode and GQA shape (groups of 4, and 16 = over one
@@ -26,6 +27,7 @@
 
 #include "kernels/cuda/ihip_prune.h"
 #include "kernels/cuda/sparse_attention.h"
+#include "kernels/ref/fp8_e4m3.h"
 #include "kernels/ref/ihip_prune.h"
 #include "test_util.h"
 
@@ -41,7 +43,23 @@ struct ChainCase {
   int64_t n_sink = 256, n_stream = 1024;
   std::vector<IhipStage> stages;
   bool equal_keys_seq1 = false;  // sequence 1's keys all equal (every score ties)
+  bool fp8 = false;  // keys in e4m3 with one scale (the fp8 KV cache), the CPU twin reading the same bytes
 };
+
+// Keys of the fp8 cache: the random values quantized with its rule (scale = amax / 448).
+struct Fp8Pool {
+  std::vector<uint8_t> bytes;
+  float scale = 1.f;
+};
+Fp8Pool quantize_keys(const std::vector<double>& vals) {
+  float amax = 0.f;
+  for (const double v : vals) amax = std::max(amax, std::fabs(float(v)));
+  Fp8Pool r;
+  r.scale = fp8_scale_for_amax(amax);
+  r.bytes.resize(vals.size());
+  for (size_t i = 0; i < vals.size(); ++i) r.bytes[i] = f32_to_e4m3(float(vals[i]) / r.scale);
+  return r;
+}
 
 std::vector<float> inv_freq(double base, int d = kD) {
   std::vector<float> f(size_t(d / 2));
@@ -59,19 +77,25 @@ void check_chain(const ChainCase& su, int mode) {
   std::shuffle(tab.begin(), tab.end(), std::mt19937_64(5));
   std::vector<double> tmp;
   auto hk = random_bf16(size_t(n_pages * page * Hkv * D), 1.0, tmp);
+  Fp8Pool hk8 = su.fp8 ? quantize_keys(tmp) : Fp8Pool{};
+  const size_t eb = su.fp8 ? 1 : 2;  // bytes an element
+  char* pool = su.fp8 ? reinterpret_cast<char*>(hk8.bytes.data()) : reinterpret_cast<char*>(hk.data());
   if (su.equal_keys_seq1)
     for (int64_t t = 0; t < cap; ++t) {
       const int64_t row = int64_t(tab[size_t(max_pages + t / page)]) * page + t % page;
       const int64_t row0 = int64_t(tab[size_t(max_pages)]) * page;
-      std::memcpy(&hk[size_t(row * Hkv * D)], &hk[size_t(row0 * Hkv * D)], size_t(Hkv * D) * 2);
+      std::memcpy(pool + size_t(row * Hkv * D) * eb, pool + size_t(row0 * Hkv * D) * eb, size_t(Hkv * D) * eb);
     }
   const auto hq = random_bf16(size_t(n_seq * H * D), 1.0, tmp);
   const auto inv = inv_freq(500000.0, D);
   int64_t max_chunks0 = (cap + su.stages[0].l_c - 1) / su.stages[0].l_c;
   const IhipRopeTable table = ihip_rope_table(inv.data(), D, su.n_stream + 2 + cap);
-  DevBuf kp(hk.size() * 2), dtab(tab.size() * 4), dlens(size_t(n_seq) * 4), q(hq.size() * 2),
+  DevBuf kp(hk.size() * eb), dtab(tab.size() * 4), dlens(size_t(n_seq) * 4), q(hq.size() * 2),
       cosb(table.cos.size() * 4), sinb(table.sin.size() * 4), win(size_t(n_seq) * 4);
-  kp.upload(hk);
+  if (su.fp8)
+    kp.upload(hk8.bytes);
+  else
+    kp.upload(hk);
   dtab.upload(tab);
   dlens.upload(su.lens);
   q.upload(hq);
@@ -79,7 +103,8 @@ void check_chain(const ChainCase& su, int mode) {
   sinb.upload(table.sin);
   KvView kv;
   kv.k_pool = kv.v_pool = kp.p;
-  kv.elem = KvElem::bf16;
+  kv.elem = su.fp8 ? KvElem::fp8_e4m3 : KvElem::bf16;
+  kv.k_scale = su.fp8 ? hk8.scale : 1.f;
   kv.block_table = dtab.as<int32_t>();
   kv.seq_lens = dlens.as<int32_t>();
   kv.n_seq = n_seq;
@@ -89,15 +114,24 @@ void check_chain(const ChainCase& su, int mode) {
   kv.n_kv_head = Hkv;
   kv.head_dim = D;
   kv.on_device = true;
-  // CPU side: each sequence's keys in logical order, its query.
+  // CPU side: each sequence's keys in logical order (fp32 values, or the same e4m3 bytes), its query.
   std::vector<std::vector<float>> fk(static_cast<size_t>(n_seq));
+  std::vector<std::vector<uint8_t>> fk8(static_cast<size_t>(n_seq));
   std::vector<std::vector<int32_t>> cand(static_cast<size_t>(n_seq));
   for (int s = 0; s < n_seq; ++s) {
-    fk[size_t(s)].resize(size_t(su.lens[size_t(s)]) * Hkv * D);
+    const size_t n_el = size_t(su.lens[size_t(s)]) * Hkv * D;
+    if (su.fp8)
+      fk8[size_t(s)].resize(n_el);
+    else
+      fk[size_t(s)].resize(n_el);
     for (int64_t t = 0; t < su.lens[size_t(s)]; ++t) {
       const int64_t row = int64_t(tab[size_t(s * max_pages + t / page)]) * page + t % page;
-      for (int64_t e = 0; e < Hkv * D; ++e)
-        fk[size_t(s)][size_t(t * Hkv * D + e)] = bf16_to_f32(hk[size_t(row * Hkv * D + e)]);
+      for (int64_t e = 0; e < Hkv * D; ++e) {
+        if (su.fp8)
+          fk8[size_t(s)][size_t(t * Hkv * D + e)] = hk8.bytes[size_t(row * Hkv * D + e)];
+        else
+          fk[size_t(s)][size_t(t * Hkv * D + e)] = bf16_to_f32(hk[size_t(row * Hkv * D + e)]);
+      }
     }
     const int64_t pos = su.lens[size_t(s)] - 1, end = std::max(su.n_sink, pos - su.n_stream + 1);
     for (int64_t j = su.n_sink; j < end; ++j) cand[size_t(s)].push_back(int32_t(j));
@@ -145,6 +179,7 @@ void check_chain(const ChainCase& su, int mode) {
       ihip_pack_queries(fq.data() + s * H * D, H, Hkv, D, 0, 1, pos, IhipRopeMode(mode), &table, n_chunk,
                         su.n_stream, qp);
       const IhipStageInput in{.q = qp.data(), .n_qs = H / Hkv, .k = fk[size_t(s)].data(), .k_stride = Hkv * D,
+                              .k_fp8 = su.fp8 ? fk8[size_t(s)].data() : nullptr, .k_scale = kv.k_scale,
                               .n_kv_head = Hkv, .head_dim = D, .rope = IhipRopeMode(mode), .table = &table};
       std::vector<int32_t> want;
       ihip_prune_stage(st, in, cand[size_t(s)], want);
@@ -292,6 +327,47 @@ TEST(IhipGpu, HeadDim64SmolLM2HeadsEqualTheCpuReference) {
     check_chain(su, mode);
   }
   ChainCase ties = su;
+  ties.lens = {12000, 12000};
+  ties.stages = {{64, 2048}, {16, 512}};
+  ties.equal_keys_seq1 = true;
+  check_chain(ties, 1);
+}
+
+// The fp8 KV cache (--kv-cache fp8): e4m3 keys with one scale; the CPU twin reads the same bytes
+// (IhipStageInput::k_fp8): scores bit-equal and lists equal at head_dim 128, 64 and 256 in every
+// RoPE mode, the paper's preset with Llama-3's heads, and a tie-only sequence.
+TEST(IhipGpu, Fp8KeysEqualTheCpuTwinInEveryRopeMode) {
+  LC_REQUIRE_GPU();
+  ChainCase su;
+  su.fp8 = true;
+  su.lens = {20000, 9001};
+  su.stages = {{256, 4096}, {32, 1024}, {8, 256}};
+  for (int mode : {0, 1, 2}) {
+    SCOPED_TRACE(mode);
+    check_chain(su, mode);
+  }
+  ChainCase d64 = su;
+  d64.D = 64, d64.H = 9, d64.Hkv = 3;
+  ChainCase d256 = su;
+  d256.D = 256, d256.H = 4, d256.Hkv = 1;
+  for (int mode : {0, 1, 2}) {
+    SCOPED_TRACE(mode);
+    check_chain(d64, mode);
+    check_chain(d256, mode);
+  }
+}
+
+TEST(IhipGpu, Fp8KeysPaperPresetAndTies) {
+  LC_REQUIRE_GPU();
+  ChainCase su;
+  su.fp8 = true;
+  su.H = 32;
+  su.Hkv = 8;
+  su.lens = {70000};
+  su.stages = {{256, 32768}, {32, 8192}, {8, 2048}};
+  check_chain(su, 0);
+  ChainCase ties;
+  ties.fp8 = true;
   ties.lens = {12000, 12000};
   ties.stages = {{64, 2048}, {16, 512}};
   ties.equal_keys_seq1 = true;

@@ -8,6 +8,8 @@
 // GQA with per-query-head / per-KV-head / shared indices, non-causal, many short ranges, range
 // tails at the kernel's packing boundaries, odd head counts and block counts over the kernel's
 // task-order chunks, HiP's index (sinks, hundreds of 2-key blocks, window; gathered tails).
+// The same cases at head_dim 256 (SparseAttn*D256: Gemma 3's global layers; one consumer
+// warpgroup per CTA, Q from shared memory, 2- and 3-stage rings), with GQA 4:1 and 8:1.
 // Run: build-gpusparse/tests/cuda/test_cuda --gtest_filter='Sparse*' (skips without a Hopper GPU).
 #include <algorithm>
 #include <cmath>
@@ -19,6 +21,7 @@
 #include "sparse/sparse_index.h"
 #include "sparse_test_util.h"
 #include "test_util.h"
+#include "util/error.h"
 
 namespace longctx::cuda::test {
 namespace {
@@ -44,9 +47,16 @@ FlatIndex flatten(const SparseIndex& idx) {
 }
 
 
+// How check() runs the kernel.
+struct RunOpts {
+  int head_dim = 128;                     // 128 or 256
+  int tail_gather_max = kSparseGatherMax;  // SparseAttnParams::tail_gather_max
+  int stages = 0;                         // SparseAttnParams::sm90_stages (0 = default)
+};
+
 // Runs the kernel on idx and checks O (sampled heads: all) and LSE against the fp64 oracle.
-void check(const Shape& sh, const SparseIndex& idx, const char* what, int tail_gather_max = kSparseGatherMax) {
-  constexpr int D = 128;
+void check(const Shape& sh, const SparseIndex& idx, const char* what, RunOpts run = {}) {
+  const int D = run.head_dim;
   std::vector<double> qd, kd, vd;
   const auto qh = random_bf16(size_t(sh.n_q) * sh.n_head * D, 1.0, qd);
   const auto kh = random_bf16(size_t(sh.n_kv) * sh.n_kv_head * D, 1.0, kd);
@@ -76,7 +86,9 @@ void check(const Shape& sh, const SparseIndex& idx, const char* what, int tail_g
   p.n_kv_head = sh.n_kv_head;
   p.q_pos0 = sh.q_pos0;
   p.causal = sh.causal;
-  p.tail_gather_max = tail_gather_max;
+  p.head_dim = D;
+  p.tail_gather_max = run.tail_gather_max;
+  p.sm90_stages = run.stages;
   p.index.n_index_head = int(idx.heads.size());
   p.index.n_qblk = n_query_blocks(sh.n_q);
   p.index.range_ptr = rp.as<int64_t>();
@@ -141,7 +153,7 @@ void check(const Shape& sh, const SparseIndex& idx, const char* what, int tail_g
     }
   const auto eo = compare(got, ref, 5e-3 * max_abs(vd), 1e-2);
   const auto el = compare(lgot, lref, 2e-3, 1e-5);
-  std::printf("  sparse %-28s n_q=%lld n_kv=%lld q_pos0=%lld heads=%d/%d idx_heads=%zu: O %s | LSE %s\n", what,
+  std::printf("  sparse d=%d %-28s n_q=%lld n_kv=%lld q_pos0=%lld heads=%d/%d idx_heads=%zu: O %s | LSE %s\n", D, what,
               (long long)sh.n_q, (long long)sh.n_kv, (long long)sh.q_pos0, sh.n_head, sh.n_kv_head, idx.heads.size(),
               eo.str().c_str(), el.str().c_str());
   EXPECT_EQ(eo.n_bad, 0) << what << ": " << eo.str();
@@ -231,10 +243,7 @@ TEST(SparseAttnSmall, ManyShortRangesAndColumns) {
 // kSparsePackMax keys as 16-key segments, four to a tile): widths 64 m + r around every segment
 // boundary, 1..16 ranges per block (the last packed tile holds 1..4 segments), ranges clipped by
 // the causal frontier, and in odd blocks one through the last key (a 16-key box past n_kv).
-TEST(SparseAttnSmall, RangeTailsPackedAtTheirBoundaries) {
-  LC_REQUIRE_GPU();
-  auto g = gen();
-  const Shape sh{320, 4000, 3680, 4, 2};
+SparseIndex tail_packing_index(const Shape& sh, std::mt19937_64& g) {
   constexpr int32_t kWidths[] = {1, 15, 16, 17, 31, 32, 33, 47, 48, 49, 63, 64, 65, 112, 113, 130};
   constexpr int kNw = int(sizeof kWidths / sizeof kWidths[0]);
   std::uniform_int_distribution<int> n_ranges(1, kNw), gap(1, 40);
@@ -255,22 +264,25 @@ TEST(SparseAttnSmall, RangeTailsPackedAtTheirBoundaries) {
       if (b % 2) hi.ranges.push_back({end_range, int32_t(sh.n_kv)});
       hi.end_block();
     }
-  check(sh, idx, "tail-packing");
+  return idx;
+}
+TEST(SparseAttnSmall, RangeTailsPackedAtTheirBoundaries) {
+  LC_REQUIRE_GPU();
+  auto g = gen();
+  const Shape sh{320, 4000, 3680, 4, 2};
+  check(sh, tail_packing_index(sh, g), "tail-packing");
 }
 
 // HiP's prefill index (hip_estimate.h): sinks [0, 16), up to 150 selected blocks of 2 keys
 // (adjacent ones merge into 4- or 6-key ranges) before key_end, the window [key_end, end), and a
 // few columns: the tails go to gathered tiles (several per block: one in flight while the next is
 // issued; columns share the last), also with every tail gathered (kSparsePackMax) and none (0).
-TEST(SparseAttnSmall, HipBlocksOfTwoKeysGathered) {
-  LC_REQUIRE_GPU();
-  auto g = gen();
-  const Shape sh{448, 3400, 2952, 4, 2};
+SparseIndex hip_index(const Shape& sh, std::mt19937_64& g) {
   constexpr int32_t kSinks = 16, kWindow = 256, kBk = 2;
   std::uniform_int_distribution<int> n_blocks(1, 150), n_cols(0, 5);
   SparseIndex idx;
   idx.n_q = sh.n_q;
-  idx.heads.resize(4);
+  idx.heads.resize(size_t(sh.n_head));
   for (auto& hi : idx.heads)
     for (int64_t b = 0; b < n_query_blocks(sh.n_q); ++b) {
       const int32_t first = int32_t(sh.q_pos0 + b * kSparseQBlock), key_end = first - kWindow + 1;
@@ -290,9 +302,16 @@ TEST(SparseAttnSmall, HipBlocksOfTwoKeysGathered) {
       for (int32_t c : cs) hi.cols.push_back(c);
       hi.end_block();
     }
+  return idx;
+}
+TEST(SparseAttnSmall, HipBlocksOfTwoKeysGathered) {
+  LC_REQUIRE_GPU();
+  auto g = gen();
+  const Shape sh{448, 3400, 2952, 4, 2};
+  const SparseIndex idx = hip_index(sh, g);
   check(sh, idx, "hip-2-key-blocks");
-  check(sh, idx, "hip-2-key-blocks/all-gathered", kSparsePackMax);
-  check(sh, idx, "hip-2-key-blocks/segments", 0);
+  check(sh, idx, "hip-2-key-blocks/all-gathered", {.tail_gather_max = kSparsePackMax});
+  check(sh, idx, "hip-2-key-blocks/segments", {.tail_gather_max = 0});
 }
 
 // The kernel's task order (sparse_attention_sm90.cu task_of): more query blocks than one order
@@ -312,6 +331,88 @@ TEST(SparseAttn, LongerRandom) {
   auto g = gen();
   const Shape sh{1100, 4100, 3000, 4, 1};
   check(sh, random_index(sh, 4, 0.05, g), "random/4K");
+}
+
+// ---- head_dim 256 (the same index cases; GQA 4:1 and 8:1) ------------------------------------
+constexpr RunOpts kD256{.head_dim = 256};
+constexpr RunOpts kD256Stages2{.head_dim = 256, .stages = 2};
+
+TEST(SparseAttnSmallD256, RandomIndexGqa4And8) {
+  LC_REQUIRE_GPU();
+  auto g = gen();
+  const Shape sh{300, 700, 400, 8, 2};  // 4:1, index per query head
+  check(sh, random_index(sh, 8, 0.1, g), "random/per-q-head/4:1", kD256);
+  const Shape sh8{260, 900, 640, 8, 1};  // 8:1, index per query head, then shared
+  check(sh8, random_index(sh8, 8, 0.1, g), "random/per-q-head/8:1", kD256);
+  check(sh8, random_index(sh8, 1, 0.1, g), "random/shared/8:1", kD256Stages2);
+  const Shape sh2{191, 900, 709, 6, 3};
+  check(sh2, random_index(sh2, 3, 0.2, g), "random/per-kv-head", kD256);
+}
+
+TEST(SparseAttnSmallD256, DenseEmptyAndNonCausal) {
+  LC_REQUIRE_GPU();
+  auto g = gen();
+  const Shape sh{333, 333, 0, 4, 1};
+  check(sh, uniform_index(sh, 1, false), "all-ranges", kD256);
+  check(sh, uniform_index(sh, 1, true), "all-columns", kD256);
+  check(sh, uniform_index(sh, 1, true), "all-columns/2-stages", kD256Stages2);
+  const Shape sh2{130, 500, 370, 2, 2};
+  check(sh2, uniform_index(sh2, 2, true), "all-columns/chunk", kD256);
+  const Shape se{200, 200, 0, 2, 1};
+  check(se, random_index(se, 2, 1.0, g), "all-empty", kD256);
+  SparseIndex one;  // only a column at each block's last row (causal: earlier rows get nothing)
+  one.n_q = se.n_q;
+  one.heads.resize(1);
+  for (int64_t b = 0; b < n_query_blocks(se.n_q); ++b) {
+    one.heads[0].cols.push_back(int32_t(std::min<int64_t>(64 * b + 63, se.n_q - 1)));
+    one.heads[0].end_block();
+  }
+  check(se, one, "last-row-column", kD256);
+  Shape nc{150, 410, 0, 4, 4};
+  nc.causal = false;
+  check(nc, random_index(nc, 4, 0.1, g), "non-causal", kD256);
+}
+
+TEST(SparseAttnSmallD256, ManyShortRangesAndTailPacking) {
+  LC_REQUIRE_GPU();
+  auto g = gen();
+  const Shape sh{320, 2600, 2280, 4, 2};
+  check(sh, many_short(sh, 4, g), "many-short-ranges", kD256);
+  check(sh, many_short(sh, 4, g), "many-short-ranges/2-stages", kD256Stages2);
+  const Shape st{320, 4000, 3680, 4, 2};
+  check(st, tail_packing_index(st, g), "tail-packing", kD256);
+}
+
+// Gemma-3-270m's global layers (4 query heads, 1 KV head) under HiP's index.
+TEST(SparseAttnSmallD256, HipBlocksOfTwoKeysGathered) {
+  LC_REQUIRE_GPU();
+  auto g = gen();
+  const Shape sh{448, 3400, 2952, 4, 1};
+  const SparseIndex idx = hip_index(sh, g);
+  check(sh, idx, "hip-2-key-blocks", kD256);
+  check(sh, idx, "hip-2-key-blocks/2-stages", kD256Stages2);
+  check(sh, idx, "hip-2-key-blocks/all-gathered", {.head_dim = 256, .tail_gather_max = kSparsePackMax});
+  check(sh, idx, "hip-2-key-blocks/segments", {.head_dim = 256, .tail_gather_max = 0});
+}
+
+TEST(SparseAttnD256, TaskOrderOddShapesAndLonger) {
+  LC_REQUIRE_GPU();
+  auto g = gen();
+  const Shape sh{4170, 4170, 0, 10, 2};
+  check(sh, random_index(sh, 10, 0.3, g), "order/10-heads-group-5", kD256);
+  const Shape sh2{2100, 2300, 200, 5, 1};
+  check(sh2, random_index(sh2, 5, 0.2, g), "order/5-heads", kD256Stages2);
+  const Shape sh3{1100, 4100, 3000, 4, 1};
+  check(sh3, random_index(sh3, 4, 0.05, g), "random/4K", kD256);
+}
+
+// Bad input is refused before any work: a ring depth the head dim cannot take.
+TEST(SparseAttnSmallD256, RefusesUnsupportedStages) {
+  LC_REQUIRE_GPU();
+  SparseAttnParams p;
+  p.head_dim = 128;
+  p.sm90_stages = 2;
+  EXPECT_THROW(sparse_attention_run(p), Error);
 }
 
 }  // namespace

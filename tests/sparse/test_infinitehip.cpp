@@ -11,9 +11,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "../common/error_of.h"
+#include "kernels/ref/fp8_e4m3.h"
 #include "kernels/ref/ihip_prune.h"
 #include "kernels/ref/ops.h"
 #include "methods/infinitehip/ihip_mask.h"
@@ -267,6 +269,45 @@ TEST(IhipStage, EqualsIndependentFp64Oracle) {
         ++checked;
       }
   EXPECT_EQ(checked, 18);
+}
+
+// The fp8 cache's keys (IhipStageInput::k_fp8: e4m3 bytes and one scale, the GPU twin's input):
+// the stage equals the fp64 oracle on the dequantized keys (e4m3 * scale) in every RoPE mode, and
+// its chunk scores equal, bit for bit, the fp32 path's over those dequantized keys.
+TEST(IhipStage, Fp8KeysEqualTheOracleOnDequantizedKeys) {
+  const int H = 4, Hkv = 2, D = 32;
+  const auto inv = test::inv_freq_of(D, 10000.0);
+  const IhipRopeTable table = ihip_rope_table(inv.data(), D, 4096);
+  auto pr = test::make_problem(1, 2000, H, Hkv, D, 23);
+  float amax = 0.f;
+  for (const float x : pr.k) amax = std::max(amax, std::fabs(x));
+  const float scale = fp8_scale_for_amax(amax);
+  std::vector<uint8_t> bytes(pr.k.size());
+  for (size_t i = 0; i < pr.k.size(); ++i) {
+    bytes[i] = f32_to_e4m3(pr.k[i] / scale);
+    pr.k[i] = e4m3_to_f32(bytes[i]) * scale;  // the values the fp8 path must see
+  }
+  std::vector<int32_t> cand(1900);
+  std::iota(cand.begin(), cand.end(), 40);
+  for (const IhipRopeMode mode : {IhipRopeMode::none, IhipRopeMode::relative, IhipRopeMode::chunk_indexed}) {
+    const IhipStage st{16, 256};
+    const OracleIn o{.p = &pr.p, .row0 = 0, .rows = 1, .mode = mode, .inv = &inv, .n_stream = 64};
+    std::vector<float> q;
+    ihip_pack_queries(pr.p.q, H, Hkv, D, 0, 1, pr.p.q_pos0, mode, &table, int64_t(cand.size() + 15) / 16, 64, q);
+    IhipStageInput in{.q = q.data(), .n_qs = H / Hkv, .k = pr.p.k, .k_stride = int64_t(Hkv) * D, .n_kv_head = Hkv,
+                      .head_dim = D, .rope = mode, .table = &table};
+    const std::vector<float> want_sc = ihip_chunk_scores(st, in, cand);
+    in.k = nullptr;
+    in.k_fp8 = bytes.data();
+    in.k_scale = scale;
+    const std::vector<float> got_sc = ihip_chunk_scores(st, in, cand);
+    ASSERT_EQ(got_sc.size(), want_sc.size());
+    EXPECT_EQ(std::memcmp(got_sc.data(), want_sc.data(), got_sc.size() * 4), 0) << int(mode);
+    std::vector<int32_t> got;
+    ihip_prune_stage(st, in, cand, got);
+    EXPECT_EQ(got, oracle_stage(st, o, cand)) << int(mode);
+    EXPECT_EQ(int64_t(got.size()), st.k);
+  }
 }
 
 TEST(IhipStage, TiesKeepTheEarliestChunksAndFewChunksKeepAll) {

@@ -1,13 +1,15 @@
-// hip_estimate.cu: see hip_estimate.h. One CTA of 512 threads per (query head, query block) in
-// prefill; a cluster of kDecodeCluster CTAs per (sequence, head) in decode, each scoring a share of
-// the branches and storing their rank keys into every CTA's shared memory.
+// hip_estimate.cu: see hip_estimate.h. One CTA of kPrefillCta (128) threads per (query head,
+// query block) in prefill, several an SM; a cluster of kDecodeCluster CTAs of 512 threads per
+// (sequence, head) in decode, each scoring a share of the branches and storing their rank keys
+// into every CTA's shared memory.
 // Scores: the fp32 FMA scorer (decode; prefill with > 32 sampled queries) has 64 groups of 8
 // threads a CTA, each group loading up to 8 (branch, sampled key) items at a time (8 threads per
 // dot product, 16-byte key loads, the xor-shuffle tree of hip_topk.h's order: bit-equal to the
 // CPU); prefill's tensor-core scorer multiplies the 32 sampled queries by 8-key tiles (mma
 // m16n8k16). head_dim 256 holds 4 key chunks a lane instead of 2 and half the items in flight.
 // Keep-the-best: a radix select of the (score desc, branch asc) threshold over 32-bit rank keys
-// (the CPU's total order) and ballot-based compaction in branch order (~10 barriers an iteration).
+// (the CPU's total order) and ballot-based compaction in branch order that also writes the next
+// iteration's halves (7-11 barriers an iteration in all).
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -27,7 +29,10 @@ namespace longctx::cuda {
 namespace {
 
 namespace cg = cooperative_groups;
-constexpr int kThreads = 512, kLanes = 8, kGroups = kThreads / kLanes;
+// Decode CTAs have kThreads threads; prefill CTAs kCta (a template parameter, kPrefillCta by
+// default: smaller CTAs, several an SM, overlap one search's selection barriers with another's
+// key loads). The device functions take the CTA size as kCta.
+constexpr int kThreads = 512, kLanes = 8;
 constexpr int32_t kOpenEnd = 0x7fffffff;  // a decode window's end: clipped to the length by the kernel
 
 struct Branch {
@@ -43,18 +48,18 @@ struct Shape {  // one CTA's search, after its region is known
 // keys (two buffers: a cluster's CTAs write the next iteration's while the last is still read),
 // the radix histograms and selection state, the per-warp counts of the branch-order scans, and
 // for the tensor-core scorer the bf16 queries and per-item scores.
-constexpr int kWarps = kThreads / 32;
-constexpr int kMaxRounds = 8;       // branches per thread in the selection: 2 * k / b_k <= 4096
+// The selection's per-warp ballot counts: one per 32 branches of the longest list (2 * k/b_k).
+constexpr int kScanSlots = 2 * kHipMaxBudgetBlocks / 32;
 constexpr int kRadixBits = 8, kBins = 1 << kRadixBits, kPasses = 32 / kRadixBits;
 struct Smem {
   float* q;
   int64_t* pos;
   Branch* chunks;
-  Branch* br;
+  Branch* br[2];  // this iteration's branches and the next's (the selection splits what it keeps)
   uint32_t* key[2];
   int* hist;   // [kPasses][kBins]
   int* sel;    // [3] the threshold's digits so far, the rank left, keys equal to them
-  int* cnt;    // [2][kMaxRounds][kWarps]
+  int* cnt;    // [2][kScanSlots]
   __nv_bfloat16* qb;  // kMma: [kMmaQueries][d + kQPad] the sampled queries, bf16
   float* item;        // kMma: [2m * n_ks] each (branch, sampled key) item's best score
 };
@@ -65,8 +70,8 @@ __host__ __device__ inline size_t align16(size_t n) { return (n + 15) / 16 * 16;
 // warp's 16-byte query loads touch in distinct shared-memory banks.
 constexpr int kMmaQueries = 32, kQPad = 8;
 __host__ __device__ inline size_t smem_bytes(int n_qs, int d, int64_t m, int n_ks) {
-  return align16(size_t(n_qs) * d * 4) + align16(size_t(n_qs) * 8) + align16(size_t(m) * 8) + align16(size_t(2 * m) * 8) +
-         2 * align16(size_t(2 * m) * 4) + align16(kPasses * kBins * 4) + align16(3 * 4) + align16(2 * kMaxRounds * kWarps * 4) +
+  return align16(size_t(n_qs) * d * 4) + align16(size_t(n_qs) * 8) + align16(size_t(m) * 8) + 2 * align16(size_t(2 * m) * 8) +
+         2 * align16(size_t(2 * m) * 4) + align16(kPasses * kBins * 4) + align16(3 * 4) + align16(2 * kScanSlots * 4) +
          align16(size_t(kMmaQueries) * (d + kQPad) * 2) + align16(size_t(2 * m) * n_ks * 4);
 }
 
@@ -78,8 +83,10 @@ __device__ Smem carve(char* base, int n_qs, int d, int64_t m, int n_ks) {
   base += align16(size_t(n_qs) * 8);
   s.chunks = reinterpret_cast<Branch*>(base);
   base += align16(size_t(m) * 8);
-  s.br = reinterpret_cast<Branch*>(base);
-  base += align16(size_t(2 * m) * 8);
+  for (int b = 0; b < 2; ++b) {
+    s.br[b] = reinterpret_cast<Branch*>(base);
+    base += align16(size_t(2 * m) * 8);
+  }
   for (int b = 0; b < 2; ++b) {
     s.key[b] = reinterpret_cast<uint32_t*>(base);
     base += align16(size_t(2 * m) * 4);
@@ -89,7 +96,7 @@ __device__ Smem carve(char* base, int n_qs, int d, int64_t m, int n_ks) {
   s.sel = reinterpret_cast<int*>(base);
   base += align16(3 * 4);
   s.cnt = reinterpret_cast<int*>(base);
-  base += align16(2 * kMaxRounds * kWarps * 4);
+  base += align16(2 * kScanSlots * 4);
   s.qb = reinterpret_cast<__nv_bfloat16*>(base);
   base += align16(size_t(kMmaQueries) * (d + kQPad) * 2);
   s.item = reinterpret_cast<float*>(base);
@@ -108,25 +115,32 @@ __device__ inline uint32_t rank_key(float score) {
 }
 constexpr uint32_t kEmptyRank = 0xffffffffu;
 
-// Keeps the m best of the nb branches s.br ranked by key (ascending, ties by branch index) and
-// writes them to s.chunks[0, m) in branch order. The threshold T (the m-th smallest key) comes
+// Keeps the m best of the nb branches br ranked by key (ascending, ties by branch index), writes
+// them to s.chunks[0, m) in branch order and their halves (the next iteration's branches: chunk c
+// gives 2c, the first half, empty when c is one block, and 2c + 1; the CPU's list order with the
+// empty halves removed) to next[0, 2m). Returns whether this thread kept a chunk of more than one
+// block (another iteration is needed when any did). The threshold T (the m-th smallest key) comes
 // from a radix select, 8 bits a pass from the top (warp-aggregated shared-memory histograms; one
-// warp scans the 256 bins); a branch is kept when its key is below T, or equal to T and among the
-// first `rem` (the rank left at T) such in branch order. ~10 barriers (a bitonic sort of 512 keys
-// takes 45).
-// s.hist must be zero on entry.
-__device__ void keep_best(int64_t m, int nb, const Smem& s, const uint32_t* key) {
+// warp scans the 256 bins), ending early at the pass whose digit's bin holds exactly the rank
+// left (every key of it is kept: usually the third on real-valued scores); a branch is kept when
+// its key is below T, or equal to T and among the first `rem` (the rank left at T) such in branch
+// order. 5-9 barriers (a bitonic sort of 512 keys takes 45).
+// s.hist is zero on entry and on return (each pass's bins are cleared once read).
+template <int kCta>
+__device__ bool keep_best(int64_t m, int nb, const Smem& s, const uint32_t* key, const Branch* br, Branch* next) {
+  constexpr int kWarps = kCta / 32;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  const int rounds = (nb + kThreads - 1) / kThreads;
+  const int rounds = (nb + kCta - 1) / kCta;
   uint32_t prefix = 0;
   int rem = int(m);
+  bool split_ties = false;
 #pragma unroll 1
   for (int pass = 0; pass < kPasses; ++pass) {
     const int shift = 32 - kRadixBits * (pass + 1);
     const uint32_t hi = pass == 0 ? 0u : ~0u << (shift + kRadixBits);
     int* hist = s.hist + pass * kBins;
     for (int r = 0; r < rounds; ++r) {  // uniform over the warp: __match_any_sync needs all lanes
-      const int i = r * kThreads + tid;
+      const int i = r * kCta + tid;
       const uint32_t u = i < nb ? key[i] : kEmptyRank;
       const bool in = i < nb && (u & hi) == prefix;
       const uint32_t dg = in ? (u >> shift) & (kBins - 1) : uint32_t(kBins);
@@ -161,17 +175,23 @@ __device__ void keep_best(int64_t m, int nb, const Smem& s, const uint32_t* key)
       }
     }
     __syncthreads();
+    for (int i = tid; i < kBins; i += kCta) hist[i] = 0;  // read (by warp 0) before the barrier
     prefix = uint32_t(s.sel[0]);
     rem = s.sel[1];
+    const int eq = s.sel[2];
+    if (eq == rem) {  // the digit's bin is kept whole: T is its largest possible key
+      prefix |= (1u << shift) - 1u;
+      break;
+    }
+    split_ties = pass == kPasses - 1;  // uniform: some keys equal to T are left out
   }
-  // Keep flags and compaction in branch order: thread t holds branches t + r * kThreads (r <
+  // Keep flags and compaction in branch order: thread t holds branches t + r * kCta (r <
   // rounds); a branch's place among the flagged ones is the flagged count of the warps and rounds
   // before it (per-warp ballot counts in s.cnt) plus its lanes below.
   const uint32_t T = prefix;
-  const bool split_ties = s.sel[2] > rem;  // uniform: some keys equal to T are left out
   const unsigned lower = (1u << lane) - 1u;
   int* cnt_eq = s.cnt;
-  int* cnt_kept = s.cnt + kMaxRounds * kWarps;
+  int* cnt_kept = s.cnt + kScanSlots;
   const auto before = [&](const int* cnt, int r) {
     int b = 0;
     for (int idx = 0; idx < r * kWarps + warp; ++idx) b += cnt[idx];
@@ -179,14 +199,14 @@ __device__ void keep_best(int64_t m, int nb, const Smem& s, const uint32_t* key)
   };
   if (split_ties) {
     for (int r = 0; r < rounds; ++r) {
-      const int i = r * kThreads + tid;
+      const int i = r * kCta + tid;
       const unsigned eq = __ballot_sync(0xffffffffu, i < nb && key[i] == T);
       if (lane == 0) cnt_eq[r * kWarps + warp] = __popc(eq);
     }
     __syncthreads();
   }
   const auto kept_at = [&](int r) {  // warp-uniform call (ballot)
-    const int i = r * kThreads + tid;
+    const int i = r * kCta + tid;
     const uint32_t u = i < nb ? key[i] : kEmptyRank;
     if (!split_ties) return u <= T;
     const unsigned eq = __ballot_sync(0xffffffffu, u == T);
@@ -197,11 +217,21 @@ __device__ void keep_best(int64_t m, int nb, const Smem& s, const uint32_t* key)
     if (lane == 0) cnt_kept[r * kWarps + warp] = __popc(kept);
   }
   __syncthreads();
+  bool wide = false;
   for (int r = 0; r < rounds; ++r) {
     const bool k = kept_at(r);
     const unsigned kept = __ballot_sync(0xffffffffu, k);
-    if (k) s.chunks[before(cnt_kept, r) + __popc(kept & lower)] = s.br[r * kThreads + tid];
+    if (k) {
+      const int c = before(cnt_kept, r) + __popc(kept & lower);
+      const Branch b = br[r * kCta + tid];
+      const int32_t h = b.g / 2;
+      s.chunks[c] = b;
+      next[2 * c] = {b.a, h};
+      next[2 * c + 1] = {b.a + h, b.g - h};
+      wide |= b.g > 1;
+    }
   }
+  return wide;
 }
 
 // 8-element key chunks a lane holds (8 lanes a dot: lane l takes chunks l, l + 8, ...): kChunks = 2
@@ -222,6 +252,10 @@ constexpr int kDecodeCluster = 2;
 // Tensor-core prefill scoring: n-tiles of 8 items a warp loads at once at kChunks = 2 (measured: 4
 // beat 2, and 1 at 2 CTAs an SM); 2 at head_dim 256 (the same registers).
 constexpr int kMmaTiles = 4;
+// Prefill CTA threads: kThreads / kPrefillCta CTAs share an SM (128 registers a thread either
+// way), so one's selection barriers overlap another's key loads. Measured on H100 (bench_hip
+// --cta, docs/benchmarks.md): 128 beat 256 and 512 at every length (1M: 420 / 444 / 511 ms).
+constexpr int kPrefillCta = 128;
 
 // 8 consecutive key elements as 8 bf16 (one uint4) for either scorer. bf16 keys: one 16-byte
 // load. fp8 e4m3 keys (decode over the fp8 cache, prefill over HipPrefillParams::k_fp8): one 8-byte load, widened exactly (every e4m3
@@ -244,17 +278,27 @@ __device__ __forceinline__ uint4 load_key8(const __nv_fp8_e4m3* p) {
 }
 
 // Tensor-core scoring (prefill): every (branch, sampled key) item's best score over the sampled
-// queries, into s.item. Q [32 x d] (s.qb, bf16) times the items' keys [d x 8 per n-tile] with
+// queries; when a branch's n_ks items lie in one n-tile (n_ks divides 8: the paper's b_k 2,
+// b_sk 1 gives 2) the lanes holding them take their max and store the branch's rank key into
+// `own` at once; otherwise the items go to s.item and the caller reduces them. Q [32 x d] (s.qb, bf16) times the items' keys [d x 8 per n-tile] with
 // mma.m16n8k16 (bf16 in, fp32 accumulate), masked (causal, key_end, padding), max over the
 // queries. Warp w takes n-tiles w, w + kWarps, ... kMmaTiles at a time. The head dimension is
 // permuted the same way in A and B (a dot product does not depend on the order of its terms), so
 // that each lane reads its B fragments of two k-steps as one 16-byte load of 8 consecutive
 // elements: k-step 2p + j, half h, element e of lane t lives at 32p + 8t + 4j + 2h + e.
 // The fp32 sums are not the CPU's FMA order: scores may differ in the last bits (near ties).
-template <int kChunks, class KeyRow>
-__device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const Smem& s, KeyRow key_row, int nb) {
+// kPaper: the common case, specialised (the epilogue is most of the instructions): 2 sampled keys
+// a branch (a lane holds a whole branch's two items), all 32 query rows sampled, and every key of
+// the search region at or before every sampled query (key_end - 1 <= the first query's position,
+// so no causal mask: only keys past key_end are masked, from one ballot a tile). The other cases
+// mask each (query, key) pair.
+template <int kCta, int kChunks, bool kPaper, class KeyRow>
+__device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const Smem& s, KeyRow key_row, int nb,
+                          const Branch* brs, uint32_t* own) {
+  constexpr int kWarps = kCta / 32;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4, d = sh.head_dim;
-  const int n_ks = cfg.b_k / cfg.b_sk, n_items = nb * n_ks, n_tiles = (n_items + 7) / 8, pitch = d + kQPad;
+  const int n_ks = kPaper ? 2 : cfg.b_k / cfg.b_sk, n_items = nb * n_ks, n_tiles = (n_items + 7) / 8, pitch = d + kQPad;
+  const bool in_tile = 8 % n_ks == 0;  // uniform
   int32_t qpos[4];  // this lane's query rows g, g + 8, g + 16, g + 24 (-1: padding, never valid)
 #pragma unroll
   for (int r = 0; r < 4; ++r) qpos[r] = g + 8 * r < sh.n_qs ? int32_t(s.pos[g + 8 * r]) : -1;
@@ -264,38 +308,50 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
     int32_t key[kTiles];       // item g's key position (INT32_MAX: no key)
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) {
-      const int item = (tile0 + j) * 8 + g, bi = item / n_ks, sk = item - bi * n_ks;
-      const Branch br = item < n_items ? s.br[bi] : Branch{0, 0};
+      const int item = (tile0 + j) * 8 + g, bi = kPaper ? item >> 1 : item / n_ks, sk = item - bi * n_ks;
+      const Branch br = item < n_items ? brs[bi] : Branch{0, 0};
       const int32_t kk = (br.a + br.g / 2) * cfg.b_k + sk * cfg.b_sk + cfg.b_sk - 1;
       const bool ok = br.g > 0 && kk < sh.key_end;
       key[j] = ok ? kk : INT32_MAX;
+      // A padding item reads key 0 (always there) without a predicate: its columns are masked below.
       const auto row = key_row(ok ? kk : 0, ok);  // bf16 or e4m3 elements
 #pragma unroll
-      for (int p = 0; p < kPairs; ++p) kb[j][p] = ok && 32 * p < d ? load_key8(row + 32 * p + 8 * t) : make_uint4(0, 0, 0, 0);
+      for (int p = 0; p < kPairs; ++p)
+        if (32 * p < d) kb[j][p] = load_key8(row + 32 * p + 8 * t);  // (pairs past d are never read)
     }
     float acc[kTiles][2][4] = {};
 #pragma unroll
     for (int p = 0; p < kPairs; ++p) {
       if (32 * p >= d) break;
-      uint32_t a[2][2][4];  // [m-tile][k-step of the pair]
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
+      for (int mt = 0; mt < 2; ++mt) {  // one m-tile's A fragments live at a time (registers)
+        uint32_t a[2][4];               // [k-step of the pair]
         const uint4 lo = *reinterpret_cast<const uint4*>(s.qb + (16 * mt + g) * pitch + 32 * p + 8 * t);
         const uint4 hi = *reinterpret_cast<const uint4*>(s.qb + (16 * mt + g + 8) * pitch + 32 * p + 8 * t);
-        a[mt][0][0] = lo.x, a[mt][0][1] = hi.x, a[mt][0][2] = lo.y, a[mt][0][3] = hi.y;
-        a[mt][1][0] = lo.z, a[mt][1][1] = hi.z, a[mt][1][2] = lo.w, a[mt][1][3] = hi.w;
-      }
+        a[0][0] = lo.x, a[0][1] = hi.x, a[0][2] = lo.y, a[0][3] = hi.y;
+        a[1][0] = lo.z, a[1][1] = hi.z, a[1][2] = lo.w, a[1][3] = hi.w;
 #pragma unroll
-      for (int j = 0; j < kTiles; ++j)
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
-          mma::mma_bf16_16816(acc[j][mt], a[mt][0], kb[j][p].x, kb[j][p].y);
-          mma::mma_bf16_16816(acc[j][mt], a[mt][1], kb[j][p].z, kb[j][p].w);
+        for (int j = 0; j < kTiles; ++j) {
+          mma::mma_bf16_16816(acc[j][mt], a[0], kb[j][p].x, kb[j][p].y);
+          mma::mma_bf16_16816(acc[j][mt], a[1], kb[j][p].z, kb[j][p].w);
         }
+      }
     }
     // C: acc[j][mt][0..1] = (query 16mt + g, items 2t, 2t + 1), [2..3] = query 16mt + g + 8.
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) {
+      if constexpr (kPaper) {
+        // Lane 4i + t loaded item i: items 2t and 2t + 1 (this lane's columns) are ballot bits 8t, 8t + 4.
+        const unsigned ok = __ballot_sync(0xffffffffu, key[j] != INT32_MAX) >> (8 * t);
+        float b = -INFINITY;
+        if (ok & 1u) b = fmaxf(fmaxf(acc[j][0][0], acc[j][0][2]), fmaxf(acc[j][1][0], acc[j][1][2]));
+        if (ok & 16u) b = fmaxf(b, fmaxf(fmaxf(acc[j][0][1], acc[j][0][3]), fmaxf(acc[j][1][1], acc[j][1][3])));
+#pragma unroll
+        for (int off = 4; off < 32; off *= 2) b = fmaxf(b, __shfl_xor_sync(0xffffffffu, b, off));
+        const int bi = (tile0 + j) * 4 + t;
+        if (g == 0 && bi < nb) own[bi] = brs[bi].g > 0 ? rank_key(b) : kEmptyRank;
+        continue;
+      }
       const int32_t k0 = __shfl_sync(0xffffffffu, key[j], 8 * t), k1 = __shfl_sync(0xffffffffu, key[j], 8 * t + 4);
       float b0 = -INFINITY, b1 = -INFINITY;
 #pragma unroll
@@ -310,11 +366,29 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
         b1 = fmaxf(b1, __shfl_xor_sync(0xffffffffu, b1, off));
       }
       const int item = (tile0 + j) * 8 + 2 * t;
-      if (g == 0 && item < n_items) s.item[item] = b0;
-      if (g == 0 && item + 1 < n_items) s.item[item + 1] = b1;
+      if (in_tile) {  // lanes t (g = 0) hold items 2t, 2t + 1: n_ks / 2 lanes a branch (one at n_ks <= 2)
+        if (n_ks == 1) {
+          if (g == 0 && item < n_items) own[item] = brs[item].g > 0 ? rank_key(b0) : kEmptyRank;
+          if (g == 0 && item + 1 < n_items) own[item + 1] = brs[item + 1].g > 0 ? rank_key(b1) : kEmptyRank;
+        } else {
+          float b = fmaxf(b0, b1);
+          for (int off = 1; 2 * off < n_ks; off *= 2) b = fmaxf(b, __shfl_xor_sync(0xffffffffu, b, off));
+          const int bi = item / n_ks;
+          if (g == 0 && item % n_ks == 0 && bi < nb) own[bi] = brs[bi].g > 0 ? rank_key(b) : kEmptyRank;
+        }
+      } else {
+        if (g == 0 && item < n_items) s.item[item] = b0;
+        if (g == 0 && item + 1 < n_items) s.item[item + 1] = b1;
+      }
     }
   }
+  if (in_tile) return;
   __syncthreads();
+  for (int bi = threadIdx.x; bi < nb; bi += kCta) {
+    float best = -INFINITY;
+    for (int sk = 0; sk < n_ks; ++sk) best = fmaxf(best, s.item[bi * n_ks + sk]);
+    own[bi] = brs[bi].g > 0 ? rank_key(best) : kEmptyRank;
+  }
 }
 
 // The bisection of hip_topk_blocks; leaves the selected blocks in s.chunks[0 .. count) (ascending)
@@ -329,8 +403,11 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
 // runs every sampled query against them: lane l accumulates chunks l, l+8 (, l+16, l+24) with fp32 FMAs, then
 // the xor-shuffle tree gives ((p0+p4)+(p2+p6)) + ((p1+p5)+(p3+p7)): hip_topk.h's order. Every
 // loop bound is uniform over the CTA (the shuffles are warp-wide).
-template <int kItems, int kCluster, bool kMma, int kChunks, class KeyRow>
+// Barriers an iteration: one after the scores (a cluster barrier in decode), the selection's
+// (keep_best), one at the end (which also says whether another iteration is needed).
+template <int kCta, int kItems, int kCluster, bool kMma, int kChunks, class KeyRow>
 __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem& s, KeyRow key_row) {
+  constexpr int kGroups = kCta / kLanes;
   const int tid = threadIdx.x, lane = tid % kLanes, d = sh.head_dim;
   int rank = 0;
   if constexpr (kCluster > 1) rank = int(cg::this_cluster().block_rank());
@@ -338,40 +415,34 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
   const int64_t m = cfg.budget_blocks();
   const int64_t n = sh.block_end > sh.block_begin ? sh.block_end - sh.block_begin : 0;
   if (n <= m) {
-    for (int64_t i = tid; i < n; i += kThreads) s.chunks[i] = {int32_t(sh.block_begin + i), 1};
+    for (int64_t i = tid; i < n; i += kCta) s.chunks[i] = {int32_t(sh.block_begin + i), 1};
     if constexpr (kCluster > 1) cg::this_cluster().sync();  // the caller's writes follow every CTA's reads
     else __syncthreads();
     return int(n);
   }
-  for (int64_t c = tid; c < m; c += kThreads) {
+  // The first split (n > m: some chunk has two blocks or more, so at least one iteration runs):
+  // chunk c = [lo, hi) of the region's blocks gives branches 2c (its first half) and 2c + 1.
+  for (int64_t c = tid; c < m; c += kCta) {
     const int64_t lo = n * c / m, hi = n * (c + 1) / m;
-    s.chunks[c] = {int32_t(sh.block_begin + lo), int32_t(hi - lo)};
+    const int32_t a = int32_t(sh.block_begin + lo), g = int32_t(hi - lo), h = g / 2;
+    s.br[0][2 * c] = {a, h};
+    s.br[0][2 * c + 1] = {a + h, g - h};
   }
+  for (int i = tid; i < kPasses * kBins; i += kCta) s.hist[i] = 0;
   __syncthreads();
   const int n_ks = cfg.b_k / cfg.b_sk;
   const int nb = int(2 * m);
+  // score_mma's specialised case (uniform): 2 sampled keys a branch, 32 sampled queries, no causal
+  // mask inside the search region (its keys end before the first sampled query).
+  const bool paper = n_ks == 2 && sh.n_qs == kMmaQueries && sh.key_end - 1 <= s.pos[0];
   for (int iter = 0;; ++iter) {
-    int wide = 0;
-    for (int64_t c = tid; c < m; c += kThreads) wide |= s.chunks[c].g > 1;
-    if (!__syncthreads_or(wide)) break;
-    // Split: chunk c gives branches 2c (first half, empty when c is one block) and 2c + 1; this
-    // numbering is the CPU's list order with the empty halves removed.
-    for (int64_t c = tid; c < m; c += kThreads) {
-      const Branch ch = s.chunks[c];
-      const int32_t h = ch.g / 2;
-      s.br[2 * c] = {ch.a, h};
-      s.br[2 * c + 1] = {ch.a + h, ch.g - h};
-    }
-    for (int i = tid; i < kPasses * kBins; i += kThreads) s.hist[i] = 0;
-    uint32_t* const own = iter & 1 ? s.key[1] : s.key[0];  // (a select: no local-memory copy of s)
-    __syncthreads();
+    // (selects, not indexing: no local-memory copy of s)
+    uint32_t* const own = iter & 1 ? s.key[1] : s.key[0];
+    const Branch* const brs = iter & 1 ? s.br[1] : s.br[0];
+    Branch* const next = iter & 1 ? s.br[0] : s.br[1];
     if constexpr (kMma) {
-      score_mma<kChunks>(cfg, sh, s, key_row, nb);
-      for (int bi = tid; bi < nb; bi += kThreads) {
-        float best = -INFINITY;
-        for (int sk = 0; sk < n_ks; ++sk) best = fmaxf(best, s.item[bi * n_ks + sk]);
-        own[bi] = s.br[bi].g > 0 ? rank_key(best) : kEmptyRank;
-      }
+      if (paper) score_mma<kCta, kChunks, true>(cfg, sh, s, key_row, nb, brs, own);
+      else score_mma<kCta, kChunks, false>(cfg, sh, s, key_row, nb, brs, own);
     } else {
     // Score every non-empty branch by its middle block. Group G owns the branches
       // G, G + n_groups, ... (slots 0, 1, ...); its (slot, sampled key) items are loaded kItems at a
@@ -384,7 +455,7 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
       auto flush = [&](int slot, float best) {
         const int bi = slot * n_groups + group;
         if (slot < 0 || lane != 0 || bi >= nb) return;
-        const uint32_t u = s.br[bi].g > 0 ? rank_key(best) : kEmptyRank;
+        const uint32_t u = brs[bi].g > 0 ? rank_key(best) : kEmptyRank;
         if constexpr (kCluster > 1) {
 #pragma unroll
           for (int c = 0; c < kCluster; ++c) cg::this_cluster().map_shared_rank(own, c)[bi] = u;
@@ -400,7 +471,7 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
 #pragma unroll
         for (int x = 0; x < kItems; ++x) {
           const int item = base + x, slot = item / n_ks, sk = item - slot * n_ks, bi = slot * n_groups + group;
-          const Branch br = item < n_items && bi < nb ? s.br[bi] : Branch{0, 0};
+          const Branch br = item < n_items && bi < nb ? brs[bi] : Branch{0, 0};
           key[x] = (br.a + br.g / 2) * cfg.b_k + sk * cfg.b_sk + cfg.b_sk - 1;
           kok[x] = br.g > 0 && key[x] < sh.key_end;
           ibest[x] = -INFINITY;
@@ -457,8 +528,7 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
     // Every CTA's keys are in place (the cluster barrier orders the remote stores before the reads).
     if constexpr (kCluster > 1) cg::this_cluster().sync();
     else __syncthreads();
-    keep_best(m, nb, s, own);
-    __syncthreads();
+    if (!__syncthreads_or(keep_best<kCta>(m, nb, s, own, brs, next))) break;
   }
   return int(m);
 }
@@ -476,10 +546,11 @@ __device__ Region region_of(const HipEstimateConfig& cfg, int64_t first) {
 }
 
 // Writes one row's R ranges: sinks, the count selected blocks, empty pads, the window.
+template <int kCta>
 __device__ void write_ranges(const HipEstimateConfig& cfg, const Smem& s, int count, int64_t key_end, int64_t sink_end,
                              int64_t win_end, int32_t* ranges) {
   const int64_t m = cfg.budget_blocks();
-  for (int64_t i = threadIdx.x; i < m + 2; i += kThreads) {
+  for (int64_t i = threadIdx.x; i < m + 2; i += kCta) {
     int32_t a, b;
     if (i == 0) a = 0, b = int32_t(sink_end);
     else if (i <= count) a = s.chunks[i - 1].a * cfg.b_k, b = a + cfg.b_k;
@@ -490,9 +561,10 @@ __device__ void write_ranges(const HipEstimateConfig& cfg, const Smem& s, int co
   }
 }
 
+template <int kCta>
 __device__ void load_q(const Smem& s, const __nv_bfloat16* q, int64_t q_row_stride, int n_qs, int b_sq, int rows,
                        int64_t pos0, int d) {
-  for (int idx = threadIdx.x; idx < n_qs * d; idx += kThreads) {
+  for (int idx = threadIdx.x; idx < n_qs * d; idx += kCta) {
     const int i = idx / d, e = idx % d;
     const int row = min(i * b_sq + b_sq - 1, rows - 1);
     const __nv_bfloat16 v = q[row * q_row_stride + e];
@@ -501,16 +573,17 @@ __device__ void load_q(const Smem& s, const __nv_bfloat16* q, int64_t q_row_stri
     if (e == 0) s.pos[i] = pos0 + row;
   }
   // Padding query rows of the tensor-core tile: zeros (masked anyway).
-  for (int idx = n_qs * d + threadIdx.x; idx < kMmaQueries * d; idx += kThreads)
+  for (int idx = n_qs * d + threadIdx.x; idx < kMmaQueries * d; idx += kCta)
     s.qb[(idx / d) * (d + kQPad) + idx % d] = __float2bfloat16(0.f);
   __syncthreads();
 }
 
 // Key: the scored keys' element type, __nv_bfloat16 (p.k) or __nv_fp8_e4m3 (p.k_fp8).
 // kMma: tensor-core scores (else the fp32 FMA scorer: more than 32 sampled queries, or head_dim
-// not a multiple of 32). kChunks: chunks_for(head_dim).
-template <class Key, bool kMma, int kChunks>
-__global__ void __launch_bounds__(kThreads) prefill_kernel(HipPrefillParams p) {
+// not a multiple of 32). kChunks: chunks_for(head_dim). kCta threads, kThreads / kCta CTAs an SM
+// (128 registers a thread, as one CTA of kThreads).
+template <class Key, bool kMma, int kChunks, int kCta>
+__global__ void __launch_bounds__(kCta, kThreads / kCta) prefill_kernel(HipPrefillParams p) {
   extern __shared__ __align__(16) char smem[];
   const HipEstimateConfig& cfg = p.cfg;
   const int h = blockIdx.y;
@@ -520,21 +593,21 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(HipPrefillParams p) {
   const int n_qs = (rows + cfg.b_sq - 1) / cfg.b_sq;
   const Smem s = carve(smem, (cfg.b_q + cfg.b_sq - 1) / cfg.b_sq, p.head_dim, cfg.budget_blocks(), cfg.b_k / cfg.b_sk);
   const auto* q = static_cast<const __nv_bfloat16*>(p.q) + (row0 * p.n_head + h) * p.head_dim;
-  load_q(s, q, int64_t(p.n_head) * p.head_dim, n_qs, cfg.b_sq, rows, p.q_pos0 + row0, p.head_dim);
+  load_q<kCta>(s, q, int64_t(p.n_head) * p.head_dim, n_qs, cfg.b_sq, rows, p.q_pos0 + row0, p.head_dim);
   const Region r = region_of(cfg, p.q_pos0 + row0);
   const Shape sh{n_qs, p.head_dim, r.block_begin, r.block_end, r.key_end < p.n_kv ? r.key_end : p.n_kv};
   const void* keys = std::is_same_v<Key, __nv_fp8_e4m3> ? p.k_fp8 : p.k;
   const auto* k = static_cast<const Key*>(keys) + int64_t(h / (p.n_head / p.n_kv_head)) * p.head_dim;
   const int64_t k_stride = int64_t(p.n_kv_head) * p.head_dim;
-  const int count = search<kPrefillItems * 2 / kChunks, 1, kMma, kChunks>(cfg, sh, s,
-                                                                         [=](int64_t j, bool) { return k + j * k_stride; });
+  const int count = search<kCta, kPrefillItems * 2 / kChunks, 1, kMma, kChunks>(
+      cfg, sh, s, [=](int64_t j, bool) { return k + j * k_stride; });
   const int64_t e = int64_t(h) * n_qblk + b, m = cfg.budget_blocks();
   if (p.blocks)
-    for (int i = threadIdx.x; i < count; i += kThreads) p.blocks[e * m + i] = s.chunks[i].a;
+    for (int i = threadIdx.x; i < count; i += kCta) p.blocks[e * m + i] = s.chunks[i].a;
   if (p.n_blocks && threadIdx.x == 0) p.n_blocks[e] = count;
   if (p.ranges) {
     const int64_t end = min(p.q_pos0 + row0 + rows, p.n_kv), R = cfg.ranges_per_row();
-    write_ranges(cfg, s, count, r.key_end, min(cfg.sinks, end), end, p.ranges + 2 * e * R);
+    write_ranges<kCta>(cfg, s, count, r.key_end, min(cfg.sinks, end), end, p.ranges + 2 * e * R);
     if (threadIdx.x == 0) {
       p.range_ptr[e + 1] = (e + 1) * R;
       p.col_ptr[e + 1] = 0;
@@ -568,7 +641,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(HipDecodeParams p) {
   if (pos < 0 || !(last < 0 || pos < last || pos - last >= p.refresh)) return;  // cached step
   const Smem s = carve(smem, 1, p.kv.head_dim, cfg.budget_blocks(), cfg.b_k / cfg.b_sk);
   const int d = p.kv.head_dim;
-  load_q(s, static_cast<const __nv_bfloat16*>(p.q) + r * d, 0, 1, 1, 1, pos, d);
+  load_q<kThreads>(s, static_cast<const __nv_bfloat16*>(p.q) + r * d, 0, 1, 1, 1, pos, d);
   const Region rg = region_of(cfg, pos);
   const Shape sh{1, d, rg.block_begin, rg.block_end, rg.key_end < len ? rg.key_end : len};
   const auto* pool = static_cast<const Key*>(p.kv.k_pool);
@@ -585,7 +658,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(HipDecodeParams p) {
     const auto* bank = static_cast<const Key*>(c.bank_k);
     const bool counter = threadIdx.x % kLanes == 0;  // one thread of each 8 reading a key counts it
     unsigned reads = 0, misses = 0;
-    count = search<kDecodeItems * 2 / kChunks, kCluster, false, kChunks>(cfg, sh, s, [&](int64_t j, bool ok) {
+    count = search<kThreads, kDecodeItems * 2 / kChunks, kCluster, false, kChunks>(cfg, sh, s, [&](int64_t j, bool ok) {
       const int32_t t = int32_t(j), slot = offload_lookup(c, hk, t, ok && counter);
       reads += ok && counter;
       misses += ok && counter && slot < 0;
@@ -594,14 +667,14 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(HipDecodeParams p) {
     });
     offload_add_stats(c, reads, misses);
   } else {
-    count = search<kDecodeItems * 2 / kChunks, kCluster, false, kChunks>(cfg, sh, s,
-                                                                      [=](int64_t j, bool) { return host_row(j); });
+    count = search<kThreads, kDecodeItems * 2 / kChunks, kCluster, false, kChunks>(
+        cfg, sh, s, [=](int64_t j, bool) { return host_row(j); });
   }
   if (!writer) return;
   const int64_t m = cfg.budget_blocks();
   if (p.blocks)
     for (int i = threadIdx.x; i < m; i += kThreads) p.blocks[r * m + i] = i < count ? s.chunks[i].a : -1;
-  write_ranges(cfg, s, count, rg.key_end, cfg.sinks, kOpenEnd, p.ranges + 2 * r * R);
+  write_ranges<kThreads>(cfg, s, count, rg.key_end, cfg.sinks, kOpenEnd, p.ranges + 2 * r * R);
   if (threadIdx.x == 0) p.refresh_pos[r] = int32_t(pos);
 }
 
@@ -610,7 +683,7 @@ void check_cfg(const HipEstimateConfig& c, int head_dim) {
                  c.b_k % c.b_sk == 0 && c.b_q % c.b_sq == 0,
              "internal: hip estimate with k=%lld b_q=%d b_sq=%d b_k=%d b_sk=%d", (long long)c.k, c.b_q, c.b_sq, c.b_k,
              c.b_sk);
-  static_assert(2 * kHipMaxBudgetBlocks == int64_t(kThreads) * kMaxRounds, "kHipMaxBudgetBlocks: the selection's registers");
+  static_assert(2 * kHipMaxBudgetBlocks == 32 * kScanSlots, "the selection's ballot counts");
   LC_REQUIRE(c.budget_blocks() <= kHipMaxBudgetBlocks, "hip: k/b_k = %lld blocks is over the GPU estimator's %lld",
              (long long)c.budget_blocks(), (long long)kHipMaxBudgetBlocks);
   LC_REQUIRE(head_dim > 0 && head_dim % 8 == 0 && head_dim <= kMaxHeadDim,
@@ -632,8 +705,9 @@ void set_smem(const void* kernel, size_t bytes, size_t& done) {
   done = bytes;
 }
 
-// What set_smem has allowed so far, per kernel: prefill [fp8][mma][chunks 4], decode [chunks 4][fp8 + 2 offload].
-size_t g_prefill_smem[2][2][2] = {}, g_decode_smem[2][4] = {};
+// What set_smem has allowed so far, per kernel: prefill [fp8][mma][chunks 4][CTA 128/256/512],
+// decode [chunks 4][fp8 + 2 offload].
+size_t g_prefill_smem[2][2][2][3] = {}, g_decode_smem[2][4] = {};
 
 // Launches a decode kernel as clusters of kDecodeCluster CTAs (graph-capturable).
 void launch_decode(void (*kernel)(HipDecodeParams), size_t bytes, size_t& done, Stream s, const HipDecodeParams& p) {
@@ -652,13 +726,28 @@ void launch_decode(void (*kernel)(HipDecodeParams), size_t bytes, size_t& done, 
   LC_CUDA_CHECK(cudaLaunchKernelEx(&lc, kernel, p), "hip_estimate_decode launch");
 }
 
-// One prefill kernel of the 8 (key type x scorer x chunks), picked at run time.
+template <class Key, bool kMma, int kCta>
+void launch_prefill_cta(const HipPrefillParams& p, size_t bytes, dim3 grid, cudaStream_t st) {
+  const bool wide = chunks_for(p.head_dim) == 4;
+  const auto kernel = wide ? prefill_kernel<Key, kMma, 4, kCta> : prefill_kernel<Key, kMma, 2, kCta>;
+  set_smem(reinterpret_cast<const void*>(kernel), bytes,
+           g_prefill_smem[std::is_same_v<Key, __nv_fp8_e4m3>][kMma][wide][kCta == 128 ? 0 : kCta == 256 ? 1 : 2]);
+  kernel<<<grid, kCta, bytes, st>>>(p);
+}
+
+// One prefill kernel (key type x scorer x chunks x CTA size), picked at run time. CTA sizes other
+// than kPrefillCta are built for the bf16 tensor-core scorer only (the engine's path).
 template <class Key, bool kMma>
 void launch_prefill(const HipPrefillParams& p, size_t bytes, dim3 grid, cudaStream_t st) {
-  const bool wide = chunks_for(p.head_dim) == 4;
-  const auto kernel = wide ? prefill_kernel<Key, kMma, 4> : prefill_kernel<Key, kMma, 2>;
-  set_smem(reinterpret_cast<const void*>(kernel), bytes, g_prefill_smem[std::is_same_v<Key, __nv_fp8_e4m3>][kMma][wide]);
-  kernel<<<grid, kThreads, bytes, st>>>(p);
+  const int cta = p.cta_threads ? p.cta_threads : kPrefillCta;
+  if constexpr (std::is_same_v<Key, __nv_bfloat16> && kMma) {
+    if (cta == 128) return launch_prefill_cta<Key, kMma, 128>(p, bytes, grid, st);
+    if (cta == 256) return launch_prefill_cta<Key, kMma, 256>(p, bytes, grid, st);
+    if (cta == 512) return launch_prefill_cta<Key, kMma, 512>(p, bytes, grid, st);
+  }
+  LC_REQUIRE(cta == kPrefillCta, "internal: hip prefill CTA of %d threads (built: %d; 128/256/512 for bf16 keys on tensor cores)",
+             cta, kPrefillCta);
+  launch_prefill_cta<Key, kMma, kPrefillCta>(p, bytes, grid, st);
 }
 
 // The decode kernel for the cache's key type, offload or not, at kChunks.

@@ -1,11 +1,14 @@
 // ihip_prune.cu: see ihip_prune.h.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <cstdlib>
+#include <type_traits>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/fp8_vec.cuh"
 #include "kernels/cuda/ihip_prune.cuh"
 #include "kernels/cuda/ihip_prune.h"
 
@@ -34,6 +37,14 @@ __device__ inline void follow_previous_kernel() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");
 }
+// The select's order: wait first, then let the next kernel (a score kernel of many CTAs) launch.
+// A score kernel launched while the previous score kernel's last wave drains would place its CTAs
+// on the SMs that free first (several to an SM on some, none on others: a latency-bound kernel
+// runs slower); after the wait every SM is free and the one-CTA select still hides its launch.
+__device__ inline void follow_previous_kernel_then_release() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
 
 __device__ inline Cands cands_of(const IhipStageGpuParams& p, int seq, int64_t pos) {
   return ihip::cands_of(p.in ? p.in + int64_t(seq) * p.in_cap : nullptr, p.in ? p.in_len[seq] : 0, pos, p.n_sink,
@@ -55,41 +66,53 @@ __device__ inline void load_rows(const IhipStageGpuParams& p, int seq, const Can
   __syncthreads();
 }
 
-// A lane's part of a key row, hip_dot's lane order: 16-byte chunks c = 0 .. D / 64 - 1 at elements
+// A lane's part of a key row, hip_dot's lane order: chunks c = 0 .. D / 64 - 1 of 8 elements at
 // 64 c + 8 lane (D = 64: one chunk; D = 128: the rotate-half pairs (i, i + 64) in chunks 0 and 1;
 // D = 256: chunks c and c + 2), kept packed until scored (fewer registers while the loads are in
-// flight).
-template <int D>
+// flight): 16 bytes of bf16 a chunk, or 8 bytes of e4m3 (FP8: the fp8 cache, real = stored * k_scale).
+template <int D, bool FP8>
 struct KeyRegs {
   static constexpr int kChunks = D / 64;
-  uint4 u[kChunks];
+  static constexpr int kElemBytes = FP8 ? 1 : 2;
+  using Vec = std::conditional_t<FP8, uint2, uint4>;  // a chunk's 8 elements
+  Vec u[kChunks];
 };
 
-template <int D>
-__device__ inline void load_key(const IhipStageGpuParams& p, int g, int32_t row, bool ok, int lane, KeyRegs<D>& r) {
+template <int D, bool FP8>
+__device__ inline void load_key(const IhipStageGpuParams& p, int g, int32_t row, bool ok, int lane, KeyRegs<D, FP8>& r) {
+  using R = KeyRegs<D, FP8>;
 #pragma unroll
-  for (int c = 0; c < KeyRegs<D>::kChunks; ++c) r.u[c] = make_uint4(0, 0, 0, 0);
+  for (int c = 0; c < R::kChunks; ++c) r.u[c] = typename R::Vec{};
   if (ok) {
-    const auto* k = static_cast<const __nv_bfloat16*>(p.kv.k_pool) + (int64_t(row) * p.kv.n_kv_head + g) * D + 8 * lane;
+    const char* k = static_cast<const char*>(p.kv.k_pool) +
+                    ((int64_t(row) * p.kv.n_kv_head + g) * D + 8 * lane) * R::kElemBytes;
 #pragma unroll
-    for (int c = 0; c < KeyRegs<D>::kChunks; ++c) r.u[c] = *reinterpret_cast<const uint4*>(k + 64 * c);
+    for (int c = 0; c < R::kChunks; ++c) r.u[c] = *reinterpret_cast<const typename R::Vec*>(k + 64 * c * R::kElemBytes);
   }
 }
 
-// The lane's key elements in fp32, y[8 c + e] = element 64 c + 8 lane + e, rotated at table row kpos
-// when RoPE is on (ihip_rotate: pair (i, i + D / 2) sits in chunks c and c + D / 128 of one lane;
+// The lane's key elements in fp32, y[8 c + e] = element 64 c + 8 lane + e (FP8: the e4m3 value
+// times k_scale, one fp32 product: ihip_probe's dequantisation), rotated at table row kpos when RoPE is on (ihip_rotate: pair (i, i + D / 2) sits in chunks c and c + D / 128 of one lane;
 // at D = 64 in lanes l and l + 4 of the dot's 8, exchanged by one shuffle: every lane of the warp
 // must call this).
-template <int D>
-__device__ inline void unpack_key(const IhipStageGpuParams& p, const KeyRegs<D>& key, int64_t kpos, int lane,
+template <int D, bool FP8>
+__device__ inline void unpack_key(const IhipStageGpuParams& p, const KeyRegs<D, FP8>& key, int64_t kpos, int lane,
                                   float (&y)[D / 8]) {
-  constexpr int kC = KeyRegs<D>::kChunks;
+  constexpr int kC = KeyRegs<D, FP8>::kChunks;
 #pragma unroll
   for (int c = 0; c < kC; ++c)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const float2 v = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&key.u[c])[e]);
-      y[8 * c + 2 * e] = v.x, y[8 * c + 2 * e + 1] = v.y;
+      if constexpr (FP8) {  // two e4m3 -> two fp16 (exact) -> fp32, times the scale
+        const uint32_t h = fp8vec::e4m3x2_to_f16x2((e < 2 ? key.u[c].x : key.u[c].y) >> (16 * (e % 2)));
+        __half2_raw hr;
+        hr.x = uint16_t(h), hr.y = uint16_t(h >> 16);
+        const float2 v = __half22float2(__half2(hr));
+        y[8 * c + 2 * e] = __fmul_rn(v.x, p.kv.k_scale), y[8 * c + 2 * e + 1] = __fmul_rn(v.y, p.kv.k_scale);
+      } else {
+        const float2 v = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&key.u[c])[e]);
+        y[8 * c + 2 * e] = v.x, y[8 * c + 2 * e + 1] = v.y;
+      }
     }
   if (p.rope_mode == 0) return;
   if constexpr (D == 64) {  // pair (i, i + 32): lane l < 4 holds i = 8 l + e, lane l + 4 its partner
@@ -176,7 +199,7 @@ constexpr int kScoreCtasPerSm = D <= 128 ? 4 : 2;
 // the left half only when left > right, and keeps the running max of the probes. kRelative
 // (relative RoPE): the branch positions differ, so the representative is probed at both after the
 // loop; otherwise only a one-entry chunk (no step) probes it.
-template <int D, bool kRelative>
+template <int D, bool kRelative, bool FP8>
 __global__ void __launch_bounds__(kScoreThreads, kScoreCtasPerSm<D>) score_kernel(IhipStageGpuParams p) {
   __shared__ __align__(16) float qs[kMaxHeads * D];  // [n_head][D] rotated
   __shared__ float item_score[kGroups];
@@ -212,7 +235,7 @@ __global__ void __launch_bounds__(kScoreThreads, kScoreCtasPerSm<D>) score_kerne
   const int32_t* rows = chunk_rows + (grp / n_kv) * p.l_c;
   int lo = 0, hi = len;
   float best = -INFINITY;
-  KeyRegs<D> kl, kr;
+  KeyRegs<D, FP8> kl, kr;
   float yl[D / 8], yr[D / 8];
   int n_iter = 0;
   while ((1 << n_iter) < p.l_c) ++n_iter;  // uniform over the CTA: the shuffles need every lane
@@ -259,7 +282,7 @@ __global__ void __launch_bounds__(kScoreThreads, kScoreCtasPerSm<D>) score_kerne
 
 __global__ void __launch_bounds__(kSelectThreads) select_kernel(IhipStageGpuParams p) {
   extern __shared__ __align__(16) char smem[];
-  follow_previous_kernel();
+  follow_previous_kernel_then_release();
   const int seq = blockIdx.x;
   const int64_t pos = int64_t(p.kv.seq_lens[seq]) - 1;
   const Cands c = cands_of(p, seq, pos);
@@ -300,7 +323,7 @@ __global__ void index_kernel(IhipIndexGpuParams p) {
 }
 
 size_t g_select_smem = 0;
-size_t g_score_smem[3][2] = {};  // score: per kernel instance [head_dim 64, 128, 256][relative RoPE]
+size_t g_score_smem[3][2][2] = {};  // score: per kernel instance [head_dim 64, 128, 256][relative RoPE][fp8]
 constexpr int dim_slot(int D) { return D == 64 ? 0 : D == 128 ? 1 : 2; }
 
 void allow_smem(const void* kernel, size_t bytes, size_t static_bytes, size_t& done, const char* what) {
@@ -318,7 +341,9 @@ void allow_smem(const void* kernel, size_t bytes, size_t static_bytes, size_t& d
 void check_stage(const IhipStageGpuParams& p) {
   LC_REQUIRE(p.kv.head_dim == 64 || p.kv.head_dim == 128 || p.kv.head_dim == 256,
              "infinitehip: the GPU pruning stage needs head_dim 64, 128 or 256, got %d", p.kv.head_dim);
-  LC_REQUIRE(p.kv.elem == KvElem::bf16, "infinitehip: the GPU pruning stage reads bf16 keys");
+  LC_REQUIRE(p.kv.elem == KvElem::bf16 || (p.kv.elem == KvElem::fp8_e4m3 && p.kv.k_scale > 0.f),
+             "infinitehip: the GPU pruning stage reads bf16 or e4m3 keys (fp8 with a positive scale, got %g)",
+             double(p.kv.k_scale));
   LC_REQUIRE(p.kv.n_kv_head >= 1 && p.kv.n_kv_head <= kGroups && p.n_head % p.kv.n_kv_head == 0 &&
                  p.n_head / p.kv.n_kv_head <= kMaxGroupHeads && p.n_head <= kMaxHeads,
              "infinitehip: GPU pruning needs n_kv_head <= 32 dividing n_head <= 32 (got %d / %d)", p.n_head,
@@ -359,14 +384,24 @@ void launch_dependent(void (*kernel)(Params), dim3 grid, int threads, size_t sme
 
 namespace {
 
-template <int D, bool kRelative>
+template <int D, bool kRelative, bool FP8>
 void launch_score(const IhipStageGpuParams& p, cudaStream_t st) {
   const int per_cta = kGroups / p.kv.n_kv_head;
   const size_t bytes = size_t(per_cta) * p.l_c * 4;
   const dim3 grid(unsigned((p.max_chunks + per_cta - 1) / per_cta), unsigned(p.kv.n_seq));
-  allow_smem(reinterpret_cast<const void*>(score_kernel<D, kRelative>), bytes, score_static_smem(D),
-             g_score_smem[dim_slot(D)][kRelative], "the chunk rows");
-  launch_dependent(score_kernel<D, kRelative>, grid, kScoreThreads, bytes, st, p);
+  allow_smem(reinterpret_cast<const void*>(score_kernel<D, kRelative, FP8>), bytes, score_static_smem(D),
+             g_score_smem[dim_slot(D)][kRelative][FP8], "the chunk rows");
+  launch_dependent(score_kernel<D, kRelative, FP8>, grid, kScoreThreads, bytes, st, p);
+}
+
+template <int D, bool FP8>
+void launch_score(const IhipStageGpuParams& p, cudaStream_t st) {
+  p.rope_mode == 1 ? launch_score<D, true, FP8>(p, st) : launch_score<D, false, FP8>(p, st);
+}
+
+template <int D>
+void launch_score(const IhipStageGpuParams& p, cudaStream_t st) {
+  p.kv.elem == KvElem::fp8_e4m3 ? launch_score<D, true>(p, st) : launch_score<D, false>(p, st);
 }
 
 }  // namespace
@@ -375,13 +410,12 @@ void ihip_score_decode(const IhipStageGpuParams& p, Stream s) {
   check_stage(p);
   if (p.kv.n_seq <= 0) return;
   const auto st = static_cast<cudaStream_t>(s);
-  const bool rel = p.rope_mode == 1;
   if (p.kv.head_dim == 64)
-    rel ? launch_score<64, true>(p, st) : launch_score<64, false>(p, st);
+    launch_score<64>(p, st);
   else if (p.kv.head_dim == 128)
-    rel ? launch_score<128, true>(p, st) : launch_score<128, false>(p, st);
+    launch_score<128>(p, st);
   else
-    rel ? launch_score<256, true>(p, st) : launch_score<256, false>(p, st);
+    launch_score<256>(p, st);
   LC_LAUNCH_CHECK("ihip score l_c=%d max_chunks=%lld", p.l_c, (long long)p.max_chunks);
 }
 

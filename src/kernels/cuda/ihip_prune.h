@@ -25,7 +25,10 @@
 //   select  one CTA of 1024 threads per sequence: topk::block_top_k (topk_select.cuh: radix
 //           select of the K-th (score desc, chunk asc) key, ballot compaction in chunk order),
 //           the kept chunks' entries written in position order.
-// bf16 keys through the paged KvView, head_dim 64, 128 or 256, n_kv_head <= 32.
+// Keys through the paged KvView: bf16, or the fp8 cache's e4m3 (kv.elem fp8_e4m3: each element
+// dequantised as e4m3 * kv.k_scale in fp32, the CPU twin's IhipStageInput::k_fp8; half the bytes a
+// probe); head_dim 64, 128 or 256, n_kv_head <= 32. The select waits for the score kernel before
+// it lets the next stage's score kernel launch (PDL), so that kernel's CTAs spread over free SMs.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -41,7 +44,7 @@ struct IhipStageGpuParams {
   int rope_mode = 0;  // IhipRopeMode: 0 none, 1 relative, 2 chunk-indexed
   int64_t n_sink = 256, n_stream = 1024;
   const void* q = nullptr;  // bf16 [n_seq, n_head, D] (un-rotated unless rope_mode == 0), D = kv.head_dim
-  KvView kv;                // bf16 keys, device, head_dim D = 64, 128 or 256
+  KvView kv;                // bf16 or e4m3 keys (k_scale), device, head_dim D = 64, 128 or 256
   int n_head = 0;
   const float* rope_cos = nullptr;  // [rope_n_pos, D / 2] device (ihip_rope_table's values)
   const float* rope_sin = nullptr;

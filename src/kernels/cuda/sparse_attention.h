@@ -63,7 +63,7 @@ struct SparseAttnParams {
   int64_t n_kv = 0;
   int n_head = 0;
   int n_kv_head = 0;
-  int head_dim = 128;       // 128 (Hopper kernel) or 64 / 256 (generic kernel, via sparse_attention())
+  int head_dim = 128;       // 128 or 256 (Hopper kernel), 64 (generic kernel, via sparse_attention())
   int64_t q_pos0 = 0;       // query i sits at position q_pos0 + i
   float scale = 0.f;        // 0 = 1/sqrt(head_dim)
   bool causal = true;
@@ -73,16 +73,19 @@ struct SparseAttnParams {
   // Hopper kernel: range tails of at most this many keys are gathered (0 = 16-key segments
   // only; benchmarks compare the two). 0..kSparsePackMax. The generic kernel ignores it.
   int tail_gather_max = kSparseGatherMax;
+  // Hopper kernel: depth of each consumer warpgroup's K/V ring (0 = the default: 3; at head_dim
+  // 256 also 2, which benchmarks compare). The generic kernel ignores it.
+  int sm90_stages = 0;
 };
 
 size_t sparse_attention_workspace_bytes(const DeviceSparseIndex& index);
 // Runs the plan kernel and the sparse kernel on stream s (asynchronous): the Hopper kernel for
-// head_dim 128 on sm_90, else the generic mma.sync kernel (sparse_attention_generic.h: head_dim
-// 64, 128 or 256, sm_80+; same workspace). Throws Error naming the problem on unsupported shapes or
+// head_dim 128 or 256 on sm_90, else the generic mma.sync kernel (sparse_attention_generic.h:
+// head_dim 64, 128 or 256, sm_80+; same workspace). Throws Error naming the problem on unsupported shapes or
 // inconsistent index sizes.
 void sparse_attention(const SparseAttnParams& p, Stream s = nullptr);
 // The Hopper kernel's two halves, for benchmarks: plan once, attend many times (the plan
-// depends only on the index and the shape). head_dim 128 on sm_90 only.
+// depends only on the index and the shape). head_dim 128 or 256 on sm_90 only.
 void sparse_attention_plan(const SparseAttnParams& p, Stream s = nullptr);
 void sparse_attention_run(const SparseAttnParams& p, Stream s = nullptr);
 

@@ -1,15 +1,16 @@
 // sparse_attention_sm90.cu (cuda): sparse (block / vertical-slash) prefill attention, Hopper.
 //
-// What: sparse_attention.h. The GPU twin of sparse/sparse_attention.cpp; tested against an fp64
-// oracle with the same boolean mask in tests/cuda/test_sparse_attention.cpp, timed by
-// bench/bench_sparse.cu (scripts/gpu-sparse.sh runs both on the device machine).
+// What: sparse_attention.h, head_dim 128 and 256. The GPU twin of sparse/sparse_attention.cpp;
+// tested against an fp64 oracle with the same boolean mask in tests/cuda/test_sparse_attention.cpp,
+// timed by bench/bench_sparse.cu and bench/bench_hip.cu (scripts/gpu-sparse.sh, and at d 256
+// scripts/gpu-sparse-d256.sh, run them on the device machine).
 //
 // How (structure of attention_prefill_sm90.cu, the FA3-style dense kernel, adapted):
 // - Plan kernel (sparse_plan.h, shared with the generic kernel): each block's lists made
 //   canonical in the workspace (disjoint merged ranges clipped to the causal frontier; columns
 //   causal, unique and outside every range), at the same CSR offsets as the input.
-// - Main kernel: CTA = 2 consumer warpgroups + 1 producer warpgroup (384 threads). Each consumer
-//   warpgroup owns one task (query head, 64-row query block) with its own Q tile and its own
+// - Main kernel (d 128): CTA = 2 consumer warpgroups + 1 producer warpgroup (384 threads). Each
+//   consumer warpgroup owns one task (query head, 64-row query block) with its own Q tile and its own
 //   3-stage ring of 64-key K/V tiles; producer warp w feeds consumer w. A range tile (64 keys
 //   from any start position: ranges need no alignment) is two TMA bulk tensor copies per
 //   operand; a column tile is gathered row by row with cp.async into the same 128-byte-swizzled
@@ -29,9 +30,14 @@
 //   SM's shared-memory bandwidth), K from shared memory; online softmax in registers (log2
 //   domain), O += P V with wgmma m64n128k16 (P from registers, V MN-major); FA3's
 //   intra-warpgroup overlap (S of tile t in flight with P V of tile t-1).
+// - Head dim 256 (Gemma 3's global layers; SparseGeo): tiles of 32 KB, so a CTA holds one
+//   consumer warpgroup (Q 32 KB + 3 stages x 64 KB = 224 KB) next to the producer warpgroup,
+//   Q is read from shared memory (its fragments would not fit the registers beside O's 128),
+//   and O is two 128-column accumulators; the producer's paths are the same, per 64-dim panel.
 // Why 64-key tiles and one task per warpgroup: a query block's keys are its own (MInference
 // indexes per query head and per 64-row block), so two warpgroups cannot share K/V tiles; 64
-// keys match the index granularity, and three 32 KB stages per warpgroup fit the 227 KB limit.
+// keys match the index granularity, and at d 128 three 32 KB stages per warpgroup fit the 227 KB
+// limit.
 // Tasks (h, b) are scheduled heaviest-first (causal work grows with b); the two warpgroups of a
 // CTA take heads 2x and 2x+1 of the same block (same KV head under GQA: shared L2 lines). The
 // kernel moves ~64 FLOP per byte of K/V tile (half the dense kernel's 128-key tiles shared by
@@ -62,18 +68,10 @@ using namespace sm90;
 using bf16 = __nv_bfloat16;
 
 
-constexpr int kD = 128;          // head dim handled here
+// Geometry shared by both head dims.
 constexpr int kBQ = kSparseQBlock;  // 64 query rows per task (one consumer warpgroup: wgmma M = 64)
 constexpr int kBK = 64;          // keys per tile (the index granularity)
-constexpr int kStages = 3;       // K/V ring depth per consumer warpgroup
-constexpr int kThreads = 384;    // 2 consumer warpgroups + 1 producer warpgroup
-constexpr int kHalf = 64 * 64 * 2;   // one [64 rows][64 dims] bf16 TMA box: 8 KB (128-byte rows)
-constexpr int kTile = 2 * kHalf;     // [64][128] bf16: 16 KB
-// Per consumer warpgroup: Q tile, kStages K tiles, kStages V tiles (112 KB); two of them = 224 KB.
-constexpr int kWgQ = 0;
-constexpr int kWgK = kTile;
-constexpr int kWgV = kWgK + kStages * kTile;
-constexpr int kWgBytes = kWgV + kStages * kTile;
+constexpr int kHalf = 64 * 64 * 2;   // one [64 rows][64 dims] bf16 TMA box (a panel): 8 KB (128-byte rows)
 // Tile header per stage: key position of each slot (-1 = empty; column tiles only), then flags,
 // then (range tiles) the first key and the key count: a range tile's slot i is key t0 + i, so its
 // mask is two compares per element instead of a shared-memory read.
@@ -84,20 +82,55 @@ constexpr int kHdrFlags = kBK, kHdrT0 = kBK + 1, kHdrCnt = kBK + 2;
 constexpr int kSeg = kSparsePackSeg, kSegs = kBK / kSeg;
 static_assert(kBK % kSeg == 0 && kSparsePackMax < kBK && kSeg % 8 == 0, "tail packing geometry");
 constexpr int kHdrBytes = (kBK + 3) * 4;
-constexpr int kBarsPerWg = 1 + 2 * kStages;  // q_full, full[s], empty[s]
-constexpr int kSmemMeta = 2 * kWgBytes;
-constexpr int kSmemBytes = kSmemMeta + 2 * kBarsPerWg * 8 + 2 * kStages * kHdrBytes + 1024;  // + align slack
-static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
-// setmaxnreg split: 128 x 56 + 256 x 224 = 384 x 168, what the CTA holds at launch
-// (sm90::setmaxnreg_split_fits). The producers gather columns and short tails (64-bit
-// addressing, one gathered tile in flight): 40 registers spilled 60 bytes (ptxas -v), 24 (the
-// dense kernel's TMA-only producer) more; the consumers do not spill at 224.
+
+// Per head dim (kD) and K/V ring depth (kStages): every tile ([64 rows][kD] bf16: Q, K or V) is
+// kD / 64 panels of kHalf. Each consumer warpgroup owns a Q tile and a ring of kStages K and V
+// tiles, so the shared memory per warpgroup is (1 + 2 kStages) tiles:
+//   d = 128 (16 KB tiles): 2 consumer warpgroups x 3 stages = 2 x 112 KB = 224 KB.
+//   d = 256 (32 KB tiles): one warpgroup fits, with 2 stages (160 KB) or 3 (224 KB); two would
+//     need 2 x 96 KB with a single stage, and one stage cannot overlap S of tile t with P V of
+//     tile t - 1 (both tiles live). So a CTA is 1 consumer + 1 producer warpgroup (256 threads),
+//     one CTA per SM; the consumer gets O 128 + S 32 + P 16 registers and reads Q from shared
+//     memory (Q's fragments in registers would be 64 more: over the 255 a thread may hold).
+template <int kD_, int kStages_>
+struct SparseGeo {
+  static_assert((kD_ == 128 && kStages_ == 3) || (kD_ == 256 && (kStages_ == 2 || kStages_ == 3)),
+                "sparse Hopper kernel: head_dim 128 with 3 stages, or 256 with 2 or 3");
+  static constexpr int kD = kD_;
+  static constexpr int kStages = kStages_;
+  static constexpr int kWgs = kD == 128 ? 2 : 1;    // consumer warpgroups (tasks) per CTA
+  static constexpr int kThreads = 128 * (kWgs + 1);  // + 1 producer warpgroup
+  static constexpr int kPanels = kD / 64;           // 64-dim panels per tile row
+  static constexpr int kParts = kD / 128;           // 128-column parts of the O accumulator
+  static constexpr int kTile = kPanels * kHalf;     // [64][kD] bf16: 16 / 32 KB
+  static constexpr int kWgQ = 0;
+  static constexpr int kWgK = kTile;
+  static constexpr int kWgV = kWgK + kStages * kTile;
+  static constexpr int kWgBytes = kWgV + kStages * kTile;
+  static constexpr int kBarsPerWg = 1 + 2 * kStages;  // q_full, full[s], empty[s]
+  static constexpr int kSmemMeta = kWgs * kWgBytes;
+  // + mbarriers, tile headers, and slack to align the base to 1024
+  static constexpr int kSmemBytes = kSmemMeta + kWgs * kBarsPerWg * 8 + kWgs * kStages * kHdrBytes + 1024;
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
+  // S = Q K^T with Q in registers (wgmma RS, kD / 4 registers per thread) instead of shared memory.
+  // d = 128, H200, structured inputs: block-sparse +0% / +3% / +5% at 128K / 512K / 1M,
+  // vertical-slash +0-1% (shared-memory reads were not the main limit: L2 -> SM traffic is, see
+  // task_of). d = 256: no room (above).
+  static constexpr bool kQInRegs = kD == 128;
+};
+// Default ring depth per head dim (SparseAttnParams::sm90_stages = 0). d = 256, H100, 128K
+// queries, 16 / 8 heads (bench/results/2026-11-26-h100-sparse-sm90-d256-df36f7e.json): 3 stages
+// 35.5 / 147.8 ms on block-sparse / vertical-slash, 2 stages 41.6 / 183.0 (with one warpgroup
+// per SM, no second warpgroup's work covers a tile's load: the ring must).
+constexpr int kStagesD128 = 3, kStagesD256 = 3;
+
+// setmaxnreg split at d = 128 (384 threads): 128 x 56 + 256 x 224 = 384 x 168, what the CTA
+// holds at launch (sm90::setmaxnreg_split_fits). The producers gather columns and short tails
+// (64-bit addressing, one gathered tile in flight): 40 registers spilled 60 bytes (ptxas -v), 24
+// (the dense kernel's TMA-only producer) more; the consumers do not spill at 224. At d = 256 the
+// CTA has 256 threads, which start with 255 registers each: no split needed.
 constexpr int kProducerRegs = 56, kConsumerRegs = 224;
-static_assert(setmaxnreg_split_fits(kThreads, 128, kProducerRegs, kConsumerRegs), "register split");
-// S = Q K^T with Q in registers (wgmma RS, 32 registers per thread) instead of shared memory.
-// H200, structured inputs: block-sparse +0% / +3% / +5% at 128K / 512K / 1M, vertical-slash +0-1%
-// (shared-memory reads were not the main limit: L2 -> SM traffic is, see task_of).
-constexpr bool kQInRegs = true;
+static_assert(setmaxnreg_split_fits(384, 128, kProducerRegs, kConsumerRegs), "register split");
 // Task order (task_of): chunks of this many query blocks, KV-group-major inside (0 = block-major).
 // H200, structured inputs (bench/results/*sparse-rate*): L2 hit rate 63% -> 87% at 128K, DRAM
 // throughput 48% -> 14% of peak; block-sparse +7-10%, vertical-slash +16-30% over 0; 16 / 32 / 64
@@ -131,36 +164,43 @@ struct MainArgs : SparseKernelArgs {
   int tail_gather_max;  // SparseAttnParams::tail_gather_max
 };
 
-// CTA i -> (head pair, query block b). Heaviest blocks first either way (causal work grows with b).
-// order_chunk 0: block-major (all pairs of block b, then b - 1, ...). order_chunk C: the blocks
-// are cut into chunks of C (heaviest chunk first); inside a chunk, the pairs that share a KV
-// head (group / 2 of them) run over the chunk's C blocks before the next KV group: the CTAs
-// resident at a time touch the K/V of one or two KV heads over C neighbouring blocks, whose
-// selected blocks overlap (clustered), instead of all KV heads over a few blocks.
-__device__ __forceinline__ void task_of(const MainArgs& a, int64_t i, int& pair, int64_t& b) {
-  const int n_pairs = (a.n_head + 1) / 2;
+// CTA i -> (head unit, query block b); a unit is the kWgs heads kWgs unit + w a CTA's consumer
+// warpgroups take (a pair at d = 128, one head at d = 256). Heaviest blocks first either way
+// (causal work grows with b). order_chunk 0: block-major (all units of block b, then b - 1, ...).
+// order_chunk C: the blocks are cut into chunks of C (heaviest chunk first); inside a chunk, the
+// units that share a KV head (group / kWgs of them) run over the chunk's C blocks before the
+// next KV group: the CTAs resident at a time touch the K/V of one or two KV heads over C
+// neighbouring blocks, whose selected blocks overlap (clustered), instead of all KV heads over a
+// few blocks.
+template <int kWgs>
+__device__ __forceinline__ void task_of(const MainArgs& a, int64_t i, int& unit, int64_t& b) {
+  const int n_units = (a.n_head + kWgs - 1) / kWgs;
   if (a.order_chunk <= 0) {
-    pair = int(i % n_pairs);
-    b = a.n_qblk - 1 - i / n_pairs;
+    unit = int(i % n_units);
+    b = a.n_qblk - 1 - i / n_units;
     return;
   }
   const int64_t C = a.order_chunk;
-  const int64_t c = i / (C * n_pairs);                // chunk (all chunks but the last are full)
+  const int64_t c = i / (C * n_units);                // chunk (all chunks but the last are full)
   const int64_t cb = min(C, a.n_qblk - c * C);         // blocks in this chunk
-  const int64_t t = i - c * C * n_pairs;
-  const int gp = max(1, a.group / 2);                  // pairs per KV group
+  const int64_t t = i - c * C * n_units;
+  const int gp = max(1, a.group / kWgs);               // units per KV group
   const int sg = int(t / (int64_t(gp) * cb));          // all groups but the last are full
-  const int gl = min(gp, n_pairs - sg * gp);           // pairs in this group
+  const int gl = min(gp, n_units - sg * gp);           // units in this group
   const int64_t u = t - int64_t(sg) * gp * cb;
-  pair = sg * gp + int(u % gl);
+  unit = sg * gp + int(u % gl);
   b = a.n_qblk - 1 - (c * C + u / gl);
 }
 
 // tm_k16 / tm_v16: the K / V maps with 16-key boxes (packed tiles' segments).
-__global__ void __launch_bounds__(kThreads, 1)
+template <class G>
+__global__ void __launch_bounds__(G::kThreads, 1)
     sparse_attn_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                             const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_k16,
                             const __grid_constant__ CUtensorMap tm_v16, const MainArgs a) {
+  constexpr int kD = G::kD, kStages = G::kStages, kWgs = G::kWgs, kPanels = G::kPanels, kTile = G::kTile;
+  constexpr int kWgQ = G::kWgQ, kWgK = G::kWgK, kWgV = G::kWgV, kWgBytes = G::kWgBytes;
+  constexpr int kBarsPerWg = G::kBarsPerWg, kSmemMeta = G::kSmemMeta;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t base = (mma::smem_u32(smem_raw) + 1023u) & ~1023u;
   uint8_t* base_ptr = smem_raw + (base - mma::smem_u32(smem_raw));
@@ -168,14 +208,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int wg = tid / 128;
   auto bar = [&](int w, int i) { return base + kSmemMeta + 8u * (w * kBarsPerWg + i); };  // 0: q, 1+s full, 1+kStages+s empty
   auto hdr = [&](int w, int s) {
-    return reinterpret_cast<int32_t*>(base_ptr + kSmemMeta + 2 * kBarsPerWg * 8 + (w * kStages + s) * kHdrBytes);
+    return reinterpret_cast<int32_t*>(base_ptr + kSmemMeta + kWgs * kBarsPerWg * 8 + (w * kStages + s) * kHdrBytes);
   };
-  int pair;
+  int unit;
   int64_t b;
-  task_of(a, int64_t(blockIdx.x), pair, b);
+  task_of<kWgs>(a, int64_t(blockIdx.x), unit, b);
 
   if (tid == 0) {
-    for (int w = 0; w < 2; ++w) {
+    for (int w = 0; w < kWgs; ++w) {
       mbar_init(bar(w, 0), 1);
       for (int s = 0; s < kStages; ++s) {
         mbar_init(bar(w, 1 + s), 1);
@@ -186,29 +226,31 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
 
-  if (wg == 2) {
+  if (wg == kWgs) {
     // ---------------- producers: warp w feeds consumer warpgroup w ----------------
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-    const int w = (tid - 256) / 32, lane = tid % 32;
-    const int h = 2 * pair + w;
-    if (w < 2 && h < a.n_head) {
+    if constexpr (kWgs == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+    const int w = (tid - 128 * kWgs) / 32, lane = tid % 32;
+    const int h = kWgs * unit + w;
+    if (w < kWgs && h < a.n_head) {
       const int kvh = h / a.group;
       const uint32_t wb = base + w * kWgBytes;
       const int64_t row = int64_t(h / a.heads_per_index) * a.n_qblk + b;
       const int64_t first_pos = a.q_pos0 + b * kBQ;  // position of the block's first row
       if (lane == 0) {
         mbar_expect_tx(bar(w, 0), kTile);
-        tma_load_3d(wb + kWgQ, &tm_q, bar(w, 0), 0, h, int(b * kBQ));
-        tma_load_3d(wb + kWgQ + kHalf, &tm_q, bar(w, 0), 64, h, int(b * kBQ));
+#pragma unroll
+        for (int pn = 0; pn < kPanels; ++pn)
+          tma_load_3d(wb + kWgQ + pn * kHalf, &tm_q, bar(w, 0), 64 * pn, h, int(b * kBQ));
       }
       int t = 0;
       // The gather tile being filled: slots [0, ng) hold range-tail keys and columns, slot i in
       // lane i's gka (i < 32) or lane i - 32's gkb (-1 = empty); gmax = the largest key. Its rows
       // are copied with cp.async; the full barrier of the last gathered tile (tile `pend`) is
       // arrived once the next gathered tile is issued, or before any other stage is acquired
-      // unless it is the tile just before (the consumers take tiles in order: acquiring tile t
-      // waits for tile t - 3's release, which follows tile t - 2's full barrier), so two gathered
-      // tiles' copies overlap and the ring never waits on a tile the producer holds back.
+      // unless it is the tile just before and kStages = 3 (the consumers take tiles in order:
+      // acquiring tile t waits for tile t - kStages's release, which follows tile
+      // t - kStages + 1's full barrier), so two gathered tiles' copies overlap and the ring never
+      // waits on a tile the producer holds back.
       int ng = 0, pend = -1;
       int32_t gka = -1, gkb = -1, gmax = -1;
       const int64_t ld = int64_t(a.n_kv_head) * kD;
@@ -224,7 +266,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         pend = -1;
       };
       auto acquire = [&](int s) {
-        if (pend >= 0 && pend < t - 1) arrive_pending(false);
+        if (pend >= 0 && pend < t - kStages + 2) arrive_pending(false);
         if (t >= kStages) mbar_wait(bar(w, 1 + kStages + s), ((t / kStages) & 1) ^ 1);
       };
       // The packed tile being filled: segments [0, np), first keys ps[], counts pc[] (registers:
@@ -248,10 +290,11 @@ __global__ void __launch_bounds__(kThreads, 1)
           for (int j = 0; j < kSegs; ++j) {
             const int32_t k0 = hd[j];
             const uint32_t off = j * kSeg * 128;  // 16 rows of 128 bytes: 1024-byte aligned, same swizzle
-            tma_load_3d(sk + off, &tm_k16, bar(w, 1 + s), 0, kvh, k0);
-            tma_load_3d(sk + kHalf + off, &tm_k16, bar(w, 1 + s), 64, kvh, k0);
-            tma_load_3d(sv + off, &tm_v16, bar(w, 1 + s), 0, kvh, k0);
-            tma_load_3d(sv + kHalf + off, &tm_v16, bar(w, 1 + s), 64, kvh, k0);
+#pragma unroll
+            for (int pn = 0; pn < kPanels; ++pn) {
+              tma_load_3d(sk + pn * kHalf + off, &tm_k16, bar(w, 1 + s), 64 * pn, kvh, k0);
+              tma_load_3d(sv + pn * kHalf + off, &tm_v16, bar(w, 1 + s), 64 * pn, kvh, k0);
+            }
           }
         }
         ++t;
@@ -272,10 +315,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         const bool full = ng == kBK && (!a.causal || gmax <= first_pos);
         if (lane == 0) hd[kHdrFlags] = full ? 0 : kHdrFlagMask;
         const uint32_t sk = wb + kWgK + s * kTile, sv = wb + kWgV + s * kTile;
-        // 64 rows x 16 chunks of 16 bytes per operand; lane handles rows r = it*2 + lane/16, chunk lane%16.
+        // 64 rows x kC chunks of 16 bytes per operand, 32 per iteration: chunk i = 32 it + lane is
+        // row i / kC, chunk i % kC (d = 128: two rows an iteration; d = 256: one).
+        constexpr int kC = kD / 8;
 #pragma unroll 1
-        for (int it = 0; it < 32; ++it) {
-          const int r = it * 2 + lane / 16, c = lane % 16;
+        for (int it = 0; it < kBK * kC / 32; ++it) {
+          const int r = (32 * it + lane) / kC, c = lane % kC;
           const int32_t ka_r = __shfl_sync(0xffffffffu, gka, r % 32), kb_r = __shfl_sync(0xffffffffu, gkb, r % 32);
           const int32_t key = r < 32 ? ka_r : kb_r;
           const bool ok = key >= 0;
@@ -323,10 +368,11 @@ __global__ void __launch_bounds__(kThreads, 1)
           if (lane == 0) {
             const uint32_t sk = wb + kWgK + s * kTile, sv = wb + kWgV + s * kTile;
             mbar_expect_tx(bar(w, 1 + s), 2 * kTile);
-            tma_load_3d(sk, &tm_k, bar(w, 1 + s), 0, kvh, t0);
-            tma_load_3d(sk + kHalf, &tm_k, bar(w, 1 + s), 64, kvh, t0);
-            tma_load_3d(sv, &tm_v, bar(w, 1 + s), 0, kvh, t0);
-            tma_load_3d(sv + kHalf, &tm_v, bar(w, 1 + s), 64, kvh, t0);
+#pragma unroll
+            for (int pn = 0; pn < kPanels; ++pn) {
+              tma_load_3d(sk + pn * kHalf, &tm_k, bar(w, 1 + s), 64 * pn, kvh, t0);
+              tma_load_3d(sv + pn * kHalf, &tm_v, bar(w, 1 + s), 64 * pn, kvh, t0);
+            }
           }
         }
         if (re - t0 > 0 && re - t0 <= a.tail_gather_max) {
@@ -351,9 +397,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   } else {
     // ---------------- consumers ----------------
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+    if constexpr (kWgs == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
     const int w = wg;
-    const int h = 2 * pair + w;
+    const int h = kWgs * unit + w;
     if (h < a.n_head) {
       const int ltid = tid - 128 * w;
       const int warp = ltid / 32, lane = ltid % 32;
@@ -363,20 +409,28 @@ __global__ void __launch_bounds__(kThreads, 1)
       const uint32_t wb = base + w * kWgBytes;
       const uint32_t sQ = wb + kWgQ;
 
-      float o[64];
+      constexpr int kParts = G::kParts;
+      float o[kParts][64];  // O columns 128 part .. 128 part + 127
 #pragma unroll
-      for (int i = 0; i < 64; ++i) o[i] = 0.f;
+      for (int part = 0; part < kParts; ++part)
+#pragma unroll
+        for (int i = 0; i < 64; ++i) o[part][i] = 0.f;
+      auto fence_o = [&] {
+#pragma unroll
+        for (int part = 0; part < kParts; ++part) fence_regs(o[part]);
+      };
       float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.f, 0.f};
 
-      // Q's A fragments, loaded once per task from the swizzled Q tile (ldmatrix x4 per 16-dim step).
-      uint32_t qf[kD / 16][4];
+      // Q's A fragments, loaded once per task from the swizzled Q tile (ldmatrix x4 per 16-dim
+      // step); d = 256 reads Q from shared memory instead (a 1-element dummy).
+      uint32_t qf[G::kQInRegs ? kD / 16 : 1][4];
       auto issue_s = [&](float (&sc)[32], uint32_t k_tile) {
         fence_regs(sc);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kD / 16; ++kk) {
           const uint32_t off = (kk / 4) * kHalf + (kk % 4) * 32;
-          if constexpr (kQInRegs)
+          if constexpr (G::kQInRegs)
             wgmma_rs_n64(sc, qf[kk], desc_sw128(k_tile + off, 16), kk > 0);
           else
             wgmma_ss(sc, desc_sw128(sQ + off, 16), desc_sw128(k_tile + off, 16), kk > 0);
@@ -386,7 +440,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       auto issue_pv = [&](uint32_t (&p)[4][4], uint32_t v_tile) {
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < kBK / 16; ++kk) wgmma_rs_tb(o, p[kk], desc_sw128(v_tile + kk * 2048, kHalf));
+        for (int kk = 0; kk < kBK / 16; ++kk)  // part i of O reads V's panels 2i, 2i + 1 (LBO: the stride)
+#pragma unroll
+          for (int part = 0; part < kParts; ++part)
+            wgmma_rs_tb(o[part], p[kk], desc_sw128(v_tile + 2 * part * kHalf + kk * 2048, kHalf));
         wgmma_commit();
       };
       auto softmax = [&](float (&sc)[32], const int32_t* hd, float (&corr)[2]) {
@@ -456,16 +513,18 @@ __global__ void __launch_bounds__(kThreads, 1)
       };
       auto rescale_o = [&](const float (&corr)[2]) {
 #pragma unroll
-        for (int j = 0; j < 16; ++j) {
-          o[4 * j + 0] *= corr[0];
-          o[4 * j + 1] *= corr[0];
-          o[4 * j + 2] *= corr[1];
-          o[4 * j + 3] *= corr[1];
-        }
+        for (int part = 0; part < kParts; ++part)
+#pragma unroll
+          for (int j = 0; j < 16; ++j) {
+            o[part][4 * j + 0] *= corr[0];
+            o[part][4 * j + 1] *= corr[0];
+            o[part][4 * j + 2] *= corr[1];
+            o[part][4 * j + 3] *= corr[1];
+          }
       };
 
       mbar_wait(bar(w, 0), 0);
-      if constexpr (kQInRegs) {
+      if constexpr (G::kQInRegs) {
         // lane l addresses row 16 warp + l % 16, dims 16 kk + 8 (l / 16): matrices (g, 0-7),
         // (g + 8, 0-7), (g, 8-15), (g + 8, 8-15) = registers a0a1, a2a3, a4a5, a6a7.
         const int r = 16 * warp + lane % 16;
@@ -492,7 +551,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int t = 1;; ++t) {
           const int s = t % kStages;
           float sc[32];
-          fence_regs(o);
+          fence_o();
           fence_p(p);
           mbar_wait(bar(w, 1 + s), (t / kStages) & 1);
           if (hdr(w, s)[kHdrFlags] & kHdrFlagEnd) break;
@@ -502,7 +561,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           fence_regs(sc);
           softmax(sc, hdr(w, s), corr);
           wgmma_wait<0>();
-          fence_regs(o);
+          fence_o();
           fence_p(p);
           mbar_arrive(bar(w, 1 + kStages + sp));
           rescale_o(corr);
@@ -511,12 +570,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         issue_pv(p, wb + kWgV + sp * kTile);
         wgmma_wait<0>();
-        fence_regs(o);
+        fence_o();
         fence_p(p);
         mbar_arrive(bar(w, 1 + kStages + sp));
       }
 
-      store_o_lse(o, l_r, m_r, row0, tq, h, a.n_q, a.n_head, a.scale_log2, a.o, a.lse);
+      store_o_lse_parts<kParts>(o, l_r, m_r, row0, tq, h, a.n_q, a.n_head, a.scale_log2, a.o, a.lse);
     }
   }
 }
@@ -524,10 +583,44 @@ __global__ void __launch_bounds__(kThreads, 1)
 // ---- host side ---------------------------------------------------------------------------------
 bool is_hopper() { return current_sm() == 90; }
 
+// The ring depth p asks for (0: the default of its head dim).
+int stages_of(const SparseAttnParams& p) {
+  if (p.sm90_stages != 0) return p.sm90_stages;
+  return p.head_dim == 256 ? kStagesD256 : kStagesD128;
+}
+
 void check_params(const SparseAttnParams& p) {
   LC_REQUIRE(is_hopper(), "sparse_attention: needs an sm_90 (Hopper) GPU");
-  LC_REQUIRE(p.head_dim == kD, "sparse_attention: head_dim %d unsupported (128 only)", p.head_dim);
+  LC_REQUIRE(p.head_dim == 128 || p.head_dim == 256, "sparse_attention: head_dim %d unsupported (128 or 256)",
+             p.head_dim);
+  const int st = stages_of(p);
+  LC_REQUIRE(p.head_dim == 128 ? st == 3 : (st == 2 || st == 3),
+             "sparse_attention: sm90_stages %d at head_dim %d (3 at 128; 2 or 3 at 256)", p.sm90_stages, p.head_dim);
   check_sparse_params(p, "sparse_attention");
+}
+
+template <class G>
+void launch_main(const SparseAttnParams& p, Stream s) {
+  static const cudaError_t err =
+      cudaFuncSetAttribute(sparse_attn_sm90_kernel<G>, cudaFuncAttributeMaxDynamicSharedMemorySize, G::kSmemBytes);
+  LC_CUDA_CHECK(err, "sparse_attn_sm90_kernel<d=%d,stages=%d>: raising dynamic shared memory to %d bytes", G::kD,
+                G::kStages, G::kSmemBytes);
+  MainArgs a{};
+  static_cast<SparseKernelArgs&>(a) = sparse_kernel_args(p);
+  const CUtensorMap tq = make_map(p.q, p.n_q, p.n_head, kBQ, "sparse_attention: q", G::kD);
+  const CUtensorMap tk = make_map(p.k, p.n_kv, p.n_kv_head, kBK, "sparse_attention: k", G::kD);
+  const CUtensorMap tv = make_map(p.v, p.n_kv, p.n_kv_head, kBK, "sparse_attention: v", G::kD);
+  const CUtensorMap tk16 = make_map(p.k, p.n_kv, p.n_kv_head, kSeg, "sparse_attention: k (segments)", G::kD);
+  const CUtensorMap tv16 = make_map(p.v, p.n_kv, p.n_kv_head, kSeg, "sparse_attention: v (segments)", G::kD);
+  a.order_chunk = kOrderChunk;
+  a.tail_gather_max = p.tail_gather_max;
+  const int64_t n_cta = int64_t((p.n_head + G::kWgs - 1) / G::kWgs) * p.index.n_qblk;
+  LC_REQUIRE(n_cta <= 0x7fffffff, "sparse_attention: %lld CTAs exceed the grid limit", (long long)n_cta);
+  const dim3 grid{unsigned(n_cta)};
+  sparse_attn_sm90_kernel<G><<<grid, G::kThreads, G::kSmemBytes, static_cast<cudaStream_t>(s)>>>(tq, tk, tv, tk16,
+                                                                                                 tv16, a);
+  LC_LAUNCH_CHECK("sparse_attn_sm90_kernel<d=%d,stages=%d> n_q=%lld n_kv=%lld q_pos0=%lld heads=%d/%d grid=%d", G::kD,
+                  G::kStages, (long long)p.n_q, (long long)p.n_kv, (long long)p.q_pos0, p.n_head, p.n_kv_head, grid.x);
 }
 
 }  // namespace
@@ -541,28 +634,13 @@ void sparse_attention_plan(const SparseAttnParams& p, Stream s) {
 
 void sparse_attention_run(const SparseAttnParams& p, Stream s) {
   check_params(p);
-  static const cudaError_t err =
-      cudaFuncSetAttribute(sparse_attn_sm90_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-  LC_CUDA_CHECK(err, "sparse_attn_sm90_kernel: raising dynamic shared memory to %d bytes", kSmemBytes);
-  MainArgs a{};
-  static_cast<SparseKernelArgs&>(a) = sparse_kernel_args(p);
-  const CUtensorMap tq = make_map(p.q, p.n_q, p.n_head, kBQ, "sparse_attention: q");
-  const CUtensorMap tk = make_map(p.k, p.n_kv, p.n_kv_head, kBK, "sparse_attention: k");
-  const CUtensorMap tv = make_map(p.v, p.n_kv, p.n_kv_head, kBK, "sparse_attention: v");
-  const CUtensorMap tk16 = make_map(p.k, p.n_kv, p.n_kv_head, kSeg, "sparse_attention: k (segments)");
-  const CUtensorMap tv16 = make_map(p.v, p.n_kv, p.n_kv_head, kSeg, "sparse_attention: v (segments)");
-  a.order_chunk = kOrderChunk;
-  a.tail_gather_max = p.tail_gather_max;
-  const int64_t n_cta = int64_t((p.n_head + 1) / 2) * p.index.n_qblk;
-  LC_REQUIRE(n_cta <= 0x7fffffff, "sparse_attention: %lld CTAs exceed the grid limit", (long long)n_cta);
-  const dim3 grid{unsigned(n_cta)};
-  sparse_attn_sm90_kernel<<<grid, kThreads, kSmemBytes, static_cast<cudaStream_t>(s)>>>(tq, tk, tv, tk16, tv16, a);
-  LC_LAUNCH_CHECK("sparse_attn_sm90_kernel n_q=%lld n_kv=%lld q_pos0=%lld heads=%d/%d grid=%d", (long long)p.n_q,
-                  (long long)p.n_kv, (long long)p.q_pos0, p.n_head, p.n_kv_head, grid.x);
+  if (p.head_dim == 128) return launch_main<SparseGeo<128, kStagesD128>>(p, s);
+  if (stages_of(p) == 2) return launch_main<SparseGeo<256, 2>>(p, s);
+  launch_main<SparseGeo<256, 3>>(p, s);
 }
 
 void sparse_attention(const SparseAttnParams& p, Stream s) {
-  if (p.head_dim != kD || !is_hopper()) return sparse_attention_generic(p, s);
+  if ((p.head_dim != 128 && p.head_dim != 256) || !is_hopper()) return sparse_attention_generic(p, s);
   sparse_attention_plan(p, s);
   sparse_attention_run(p, s);
 }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/ref/fp8_e4m3.h"
 #include "kernels/ref/hip_topk.h"
 #include "util/error.h"
 
@@ -71,8 +72,13 @@ void ihip_pack_queries(const float* q, int n_head, int n_kv_head, int head_dim, 
 
 float ihip_probe(const IhipStageInput& in, int g, int32_t key, int64_t key_pos) {
   const int d = in.head_dim;
-  const float* k = in.k + int64_t(key) * in.k_stride + int64_t(g) * d;
-  float rot[512];
+  const float* k = in.k_fp8 ? nullptr : in.k + int64_t(key) * in.k_stride + int64_t(g) * d;
+  float deq[512], rot[512];
+  if (in.k_fp8) {
+    const uint8_t* b = in.k_fp8 + int64_t(key) * in.k_stride + int64_t(g) * d;
+    for (int i = 0; i < d; ++i) deq[i] = e4m3_to_f32(b[i]) * in.k_scale;
+    k = deq;
+  }
   if (in.rope != IhipRopeMode::none) {
     ihip_rotate(k, rot, d, *in.table, key_pos);
     k = rot;

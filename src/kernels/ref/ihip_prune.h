@@ -23,7 +23,8 @@
 // are used as they are), relative (layers past the first few: q at n_stream + 1, left keys at 0,
 // right keys at 1, paper Eq. 2-3) or chunk-indexed (first layers: q at
 // min(i_orig, n_chunk - 1 + n_stream), every key of chunk j at j, j counted in this stage's
-// candidate list). Rotation is rotate-half (HF/NeoX) from an fp32 cos/sin table, with explicit
+// candidate list). Keys are fp32 values or e4m3 bytes with a scale (the fp8 KV cache: IhipStageInput::
+// k_fp8). Rotation is rotate-half (HF/NeoX) from an fp32 cos/sin table, with explicit
 // fma so the GPU twin (kernels/cuda/ihip_prune.cu) rotates bit-identically.
 // Why one stage: the paper's single kernel reused with different (b_q, l_c, k); b_q is the
 // caller's choice of query rows (a 64-row block in prefill, the one token in decode).
@@ -67,6 +68,10 @@ struct IhipStageInput {
   int n_qs = 0;
   const float* k = nullptr;  // key at position j, KV head g: k + j * k_stride + g * head_dim
   int64_t k_stride = 0;
+  // The fp8 cache's keys instead of k (same layout, one byte an element): element = e4m3_to_f32(byte)
+  // * k_scale, one fp32 product (the GPU twin's dequantisation), before the rotation and the dot.
+  const uint8_t* k_fp8 = nullptr;
+  float k_scale = 1.f;
   int n_kv_head = 0;
   int head_dim = 0;
   IhipRopeMode rope = IhipRopeMode::none;

@@ -113,7 +113,9 @@ class IhipGpu final : public GpuMethod {
     cuda::memset_async(buf_ + l_.counts, 0, size_t(hp_.n_stage() + 1) * 4, s);
   }
   bool decodes() const override { return true; }
-  bool decode_reads_fp8() const override { return false; }  // the pruning stages read bf16 keys
+  // rope=off: the pruning stages and cuda::sparse_decode read the e4m3 cache (the step's KvView);
+  // rope=on attends through IhipCompactAttention, which reads bf16 rows only.
+  bool decode_reads_fp8() const override { return !hp_.rope; }
   GpuDecodeIndex build_decode(const GpuDecodeStep& st, cuda::Stream s) override;
   IhipGpuDecodeCounts decode_counts(cuda::Stream s) const {
     const int N = hp_.n_stage();

@@ -22,8 +22,8 @@
 //   - sliding-window layers keep their own positions (their window is < L already).
 // Why: the default 8K model (SmolLM2-135M) cannot read 16K-32K prompts otherwise; grouped
 // positions keep every relative distance inside what it was trained on.
-// How: keys are cached un-rotated (MethodNeeds::keys = pre_rope); the CPU attention step
-// (self_extend_attention.h) rotates them twice, per (SE1) and (SE2), and merges exactly.
+// How: keys are cached un-rotated (MethodNeeds::keys = pre_rope); the attention step (CPU: self_extend_attention.h,
+// GPU, dense only: self_extend_gpu.h) rotates them twice, per (SE1) and (SE2), and merges exactly.
 #pragma once
 #include <cstdint>
 #include <string>

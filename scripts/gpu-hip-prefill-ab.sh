@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# gpu-hip-prefill-ab.sh: one device call for HiP's prefill estimator work (issue 14): the GPU tests
+# of the branch (test_hip_gpu, test_hip_gpu_method, test_kv_offload), the estimator A/B against
+# main's bench binary carried beside (longctx_bench_hip_main), the prefill curve 16K..1M with the
+# estimate at other CTA sizes (--cta), decode at 128K/1M, torch cuDNN at 128K and 512K,
+# compute-sanitizer memcheck on the estimator's tests and one ncu profile of the estimator at 128K.
+# Each step has a timeout and is skipped when it would pass BUDGET seconds (default 190); logs and
+# JSON go to /tmp/hipp-out, tarred into $OUT/results.tgz after every step.
+# Pack (here, no GPU needed), into the carry folder C = /work/main/.carry/<branch>:
+#   ninja -C build-gpu -j2 longctx_bench_hip test_hip_gpu test_hip_gpu_method test_kv_offload
+#   bins.tar.xz in C: those four (stripped), longctx_bench_hip_main (main's build), lib/ (the
+#   non-system shared libraries ldd lists: OpenBLAS, gfortran, quadmath); commit.txt; this script
+#   and bench/torch_baseline.py beside it.
+# Run on the device: OUT=... bash .carry/<branch>/gpu-hip-prefill-ab.sh
+set -uo pipefail
+FINAL=${OUT:-out}; mkdir -p "$FINAL"; OUT=/tmp/hipp-out; mkdir -p $OUT
+C=$(dirname "$0"); B=/tmp/hipp; mkdir -p $B && tar -C $B -xJf "$C/bins.tar.xz"; export LD_LIBRARY_PATH=$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+log() { echo "== $* ($(date -u +%T), ${SECONDS}s)" | tee -a "$OUT/steps.log"; }
+step() { local name=$1 t=$2; shift 2; log "$name";
+  if [ $((SECONDS + t)) -gt ${BUDGET:-190} ]; then echo "$name skipped (time)" | tee -a "$OUT/steps.log"; return; fi
+  timeout $t "$@" > "$OUT/$name.log" 2>&1; local rc=$?;
+  echo "$name rc=$rc" | tee -a "$OUT/steps.log"; tail -${TAILN:-6} "$OUT/$name.log"; tar -C $OUT -czf "$FINAL/results.tgz" .; }
+{ nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv; cat "$C/commit.txt"; date -u; } > "$OUT/env.txt" 2>&1; cat "$OUT/env.txt"
+TAILN=3 step test_hip_gpu 35 $B/test_hip_gpu
+TAILN=3 step test_hip_gpu_method 25 $B/test_hip_gpu_method
+TAILN=3 step test_kv_offload 25 $B/test_kv_offload
+TAILN=20 step bench_new 55 $B/longctx_bench_hip --lens 131072,1048576 --prefill 16384,32768,65536,131072,262144,524288,1048576 --dense-max 131072 --cta 512,256 --json "$OUT/bench_new.json"
+TAILN=8 step bench_main 30 $B/longctx_bench_hip_main --lens 131072,1048576 --prefill 131072,524288,1048576 --dense-max 0 --json "$OUT/bench_main.json"
+TAILN=8 step torch 35 python3 "$C/torch_baseline.py" --shape 32,8,128 --prefill 131072,524288 --decode "" --backends cudnn --json "$OUT/torch.json"
+TAILN=3 step memcheck 25 compute-sanitizer --tool memcheck --error-exitcode 99 $B/test_hip_gpu --gtest_filter='HipEstimate.PrefillCtaSizes*:HipEstimate.PrefillBlockIds*:HipEstimate.DecodeRefresh*'
+TAILN=2 step ncu_new_128k 25 ncu --clock-control none -k regex:prefill_kernel --launch-count 1 --section SpeedOfLight --section Occupancy --section SchedulerStats --section WarpStateStats --section MemoryWorkloadAnalysis $B/longctx_bench_hip --lens "" --prefill 131072 --estimate-only
+ls -la $OUT $FINAL

@@ -1,0 +1,58 @@
+// self_extend.cu (cuda): Self-Extend's near/far merge; what and layout: self_extend.h.
+// How: one warp per (row, head); every lane reads the two LSEs, then owns pairs of head dims
+// (bf16x2 loads), reads near and far and writes the merged value in place of near (a lane reads
+// exactly the elements it writes, so o may be both input and output).
+#include <cuda_bf16.h>
+
+#include <cmath>
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/self_extend.h"
+
+namespace longctx::cuda {
+namespace {
+
+constexpr int kWarpsPerBlock = 4;
+constexpr int kMaxHeadDim = 256;
+
+__global__ void __launch_bounds__(kWarpsPerBlock * 32) self_extend_merge_kernel(const SelfExtendMergeParams p) {
+  const int lane = threadIdx.x & 31;
+  const int64_t n_far = p.n_q - p.far_row0;
+  const int64_t item = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);  // r * n_head + h
+  if (item >= n_far * p.n_head) return;
+  const int64_t r = item / p.n_head;
+  const int h = int(item % p.n_head);
+  const int64_t row = p.far_row0 + r;
+  const float ln = p.lse_near[int64_t(h) * p.n_q + row];
+  const float lf = p.lse_far[int64_t(h) * n_far + r];
+  if (lf == -INFINITY) return;  // no far keys: o_near is the row's attention
+  const float m = fmaxf(ln, lf);
+  const float en = ln == -INFINITY ? 0.f : __expf(ln - m), ef = __expf(lf - m);
+  const float wn = en / (en + ef), wf = ef / (en + ef);
+  auto* o = reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(p.o) + (row * p.n_head + h) * p.head_dim);
+  const auto* far = static_cast<const __nv_bfloat16*>(p.o_far) + (r * p.n_head + h) * p.head_dim;
+  const auto* f = reinterpret_cast<const __nv_bfloat162*>(far);
+  for (int i = lane; i < p.head_dim / 2; i += 32) {
+    const float2 a = __bfloat1622float2(o[i]), b = __bfloat1622float2(f[i]);
+    o[i] = __floats2bfloat162_rn(wn * a.x + wf * b.x, wn * a.y + wf * b.y);
+  }
+}
+
+}  // namespace
+
+void self_extend_merge(const SelfExtendMergeParams& p, Stream s) {
+  LC_REQUIRE(p.o && p.lse_near && p.o_far && p.lse_far, "self_extend_merge: null pointer");
+  LC_REQUIRE(p.head_dim > 0 && p.head_dim % 2 == 0 && p.head_dim <= kMaxHeadDim,
+             "self_extend_merge: head_dim %d must be even and <= %d", p.head_dim, kMaxHeadDim);
+  LC_REQUIRE(p.n_head > 0 && p.far_row0 >= 0 && p.far_row0 <= p.n_q, "self_extend_merge: far rows %lld..%lld of %lld",
+             (long long)p.far_row0, (long long)p.n_q, (long long)p.n_q);
+  const int64_t items = (p.n_q - p.far_row0) * p.n_head;
+  if (items == 0) return;
+  const int64_t blocks = (items + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  LC_REQUIRE(blocks <= 0x7fffffff, "self_extend_merge: too many rows");
+  self_extend_merge_kernel<<<unsigned(blocks), kWarpsPerBlock * 32, 0, static_cast<cudaStream_t>(s)>>>(p);
+  LC_LAUNCH_CHECK("self_extend_merge_kernel rows=%lld heads=%d d=%d", (long long)(p.n_q - p.far_row0), p.n_head,
+                  p.head_dim);
+}
+
+}  // namespace longctx::cuda

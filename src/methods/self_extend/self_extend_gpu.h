@@ -1,0 +1,94 @@
+// self_extend_gpu.h: Self-Extend in the GPU model (`--device cuda --attn dense=self_extend=G:W`):
+// the GPU twin of attend_self_extend_ref (self_extend_attention.h; positions (SE1)-(SE4):
+// self_extend.h). Tested by tests/gpu/test_gpu_self_extend.cpp (fp64 oracle from the definition,
+// and the GPU model against the CPU engine's Self-Extend).
+//
+// What: a pre-RoPE GpuMethod (gpu_method.h: attends()): the model caches K un-rotated and leaves
+// Q un-rotated, and every attention step of every layer comes here. Per step (n_q rows at
+// q_pos0 = n_kv - n_q against keys 0..n_kv-1):
+//   near  q and keys rotated at their own positions, the dense kernel with sliding window W
+//         (row q sees keys (q - W, q]: (SE1));
+//   far   q rotated at floor(q / G) + W - floor(W / G), keys at floor(k / G) (SE2), the dense
+//         kernel causal over keys [0, n_kv - W) with the rows' mask positions moved back by W
+//         (row q sees keys <= q - W); only rows q >= W have far keys;
+//   merge cuda::self_extend_merge joins the two (o, lse) per row: one softmax (SE3).
+// Decode (n_q = 1) is the same with cuda::attention_decode (window W; far: n_kv - W keys).
+// Why this layout: the keys are rotated once per regime from their exact pre-RoPE values (one
+// bf16 rounding, as plain RoPE), the model's pre-RoPE path needs no change, and both parts are
+// the dense kernels (FA2 / Hopper prefill, flash-decoding), so the step costs dense attention
+// plus rotating the step's new keys.
+// Rotated keys per layer: both regimes' rotations of the layer's keys are kept (own and grouped,
+// [capacity, n_kv_head, head_dim] each) and a step rotates only the rows its chunk wrote: rows
+// below q_pos0 were rotated by an earlier step of the same sequence (the model writes a chunk's
+// rows, then attends them; start_sequence forgets everything, and a step on other key memory or
+// at a position below what was rotated re-rotates from there).
+// Memory (device_bytes): 2 x n_layer x capacity x n_kv_head x head_dim bf16 (the rotated keys,
+// twice the model's K cache), the chunk's two rotated queries and far output (bf16
+// [chunk, n_head, head_dim]), two LSEs fp32 [n_head, chunk], the grouped positions int32
+// [capacity] x 2, and one decode workspace for capacity keys.
+// Not on the GPU (the registry refuses, "use --device cpu"): Self-Extend with HiP; sliding-window
+// layers and --synthetic-qk (the model's pre-RoPE checks); the fp8 KV cache's decode
+// (decode_reads_fp8 false: the kernels read bf16 keys); CUDA-graph decode (host lengths: the
+// model decodes eagerly).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "methods/gpu_method.h"
+#include "methods/self_extend/self_extend.h"
+
+namespace longctx {
+
+class SelfExtendGpu final : public GpuMethod {
+ public:
+  SelfExtendGpu(const SelfExtendParams& se, const MethodContext& ctx) : se_(se), ctx_(ctx) {}
+
+  size_t device_bytes(const GpuShape& shape) const override;
+  void allocate(const GpuShape& shape, cuda::Stream s) override;
+  void release() override;
+  GpuIndex build_prefill(const GpuPrefillStep& step, cuda::Stream s) override;  // internal error: attend() runs
+  bool decodes() const override { return true; }
+  bool decode_reads_fp8() const override { return false; }
+  bool attends() const override { return true; }
+  void attend(const GpuAttendStep& step, cuda::Stream s) override;
+  bool decode_graph_safe() const override { return false; }
+  bool keeps_sequence_state() const override { return true; }  // the rotated keys belong to one sequence
+  void start_sequence(cuda::Stream s) override;
+
+  const SelfExtendParams& params() const { return se_; }
+
+ private:
+  struct Sizes;
+  Sizes sizes(const GpuShape& shape) const;
+  // Rotates rows [from, n_kv) of layer l's keys into its own and grouped copies.
+  void rotate_keys(const GpuAttendStep& step, int64_t from, cuda::Stream s);
+  // q [n_q, n_head, head_dim] copied into dst and rotated: own positions q_pos0.., or grouped.
+  void rotate_queries(const GpuAttendStep& step, int64_t q_pos0, bool grouped, void* dst, cuda::Stream s);
+  void prefill(const GpuAttendStep& step, cuda::Stream s);
+  void decode(const GpuAttendStep& step, cuda::Stream s);
+
+  SelfExtendParams se_;
+  MethodContext ctx_;
+  std::unique_ptr<cuda::DeviceArena> arena_;
+  void* k_own_ = nullptr;            // bf16 [n_layer, capacity, n_kv_head, head_dim]
+  void* k_grp_ = nullptr;            // bf16 [n_layer, capacity, n_kv_head, head_dim]
+  void* q_own_ = nullptr;            // bf16 [chunk, n_head, head_dim]
+  void* q_grp_ = nullptr;            // bf16 [chunk, n_head, head_dim]
+  void* o_far_ = nullptr;            // bf16 [chunk, n_head, head_dim]
+  float* lse_near_ = nullptr;        // fp32 [n_head, chunk]
+  float* lse_far_ = nullptr;         // fp32 [n_head, chunk]
+  int32_t* key_pos_ = nullptr;       // int32 [capacity]: floor(p / G)
+  int32_t* query_pos_ = nullptr;     // int32 [capacity]: floor(p / G) + W - floor(W / G)
+  void* decode_ws_ = nullptr;
+  size_t decode_ws_bytes_ = 0;
+  int64_t capacity_ = 0, chunk_ = 0;
+  std::vector<int64_t> rotated_;     // [n_layer]: rows 0..rotated_[l]-1 of layer l are rotated
+  std::vector<const void*> rotated_of_;  // [n_layer]: the key memory they were rotated from
+};
+
+// The GPU side of a method whose steps are all dense with Self-Extend se (dense=self_extend=G:W).
+// Throws Error when the model's head_dim has no dense kernel.
+std::unique_ptr<GpuMethod> make_self_extend_gpu(const SelfExtendParams& se, const MethodContext& ctx);
+
+}  // namespace longctx

@@ -1,0 +1,423 @@
+// test_gpu_self_extend.cpp: Self-Extend on the GPU (methods/self_extend/self_extend_gpu.h).
+//
+// (1) The attention step (SelfExtendGpu::attend, what the model calls per layer) against an fp64
+//     oracle written from the definition (self_extend.h (SE1)-(SE3): per pair, q - k < W scores
+//     q and k rotated at their own positions, else q at floor(q/G) + W - floor(W/G) and k at
+//     floor(k/G); one softmax per row), on fresh random un-rotated bf16 q/k/v: prefill chunks
+//     that straddle the boundary W and chunks far past it, decode steps at W - 1, W, W + 1 and
+//     later, GQA (8 query / 2 KV heads), head_dim 64 and 128 (the Hopper prefill kernel serves the
+//     far part there), G dividing W or not, a RoPE attention factor, layer 1 of 2 (per-layer key
+//     copies), and a second sequence in the same key memory after start_sequence. G = 1 equals
+//     plain causal attention (oracle without Self-Extend).
+//     Tolerance: the GPU rounds the rotated q and k to bf16 (2^-9 each, so scores move by ~2^-8
+//     of their size), P to bf16 before P V and O to bf16: per element |err| <= 2e-2 |ref| +
+//     1e-2 max|V| with margin, rel_l2 < 1.5e-2 (test_attention.cpp's bounds, doubled for the
+//     extra rotation).
+// (2) The GPU model vs the CPU engine's Self-Extend on the default model's geometry (9 query / 3 KV
+//     heads, head_dim 64; random weights, trained context 256, G = 4, W = 64, a 700-token prompt
+//     in chunks of 256 and 8 teacher-forced decode steps): logits within the bf16 tolerance
+//     (test_util.h) and equal argmax on clear rows; where Self-Extend's logits differ from plain
+//     dense beyond noise, the GPU's are much closer to the CPU's Self-Extend than to dense.
+// (3) What the GPU refuses, before any work (no GPU needed): Self-Extend with HiP, different G:W per
+//     phase, head_dim without a dense kernel.
+//   build-gpu/tests/gpu/test_gpu_self_extend   (also part of test_gpu)
+#ifdef LONGCTX_WITH_GPU
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <span>
+
+#include "gpu/device_weights.h"
+#include "gpu/gpu_transformer.h"
+#include "kernels/cuda/runtime.h"
+#include "methods/gpu_method.h"
+#include "methods/method.h"
+#include "methods/self_extend/self_extend_gpu.h"
+#include "model/tiny_model.h"
+#include "model/transformer.h"
+#include "test_util.h"
+#include "util/half.h"
+#include "util/thread_pool.h"
+
+namespace longctx {
+namespace {
+
+using test::compare_row;
+using test::contains;
+using test::LogitDiff;
+using test::random_ids;
+
+// ---- (1) the attention step vs the fp64 oracle --------------------------------------------
+
+struct StepGeometry {
+  int n_head = 8, n_kv_head = 2, head_dim = 64;
+  SelfExtendParams se{.group = 4, .neighbor = 48};
+  float rope_factor = 1.f;
+  int64_t n_tokens = 400;  // keys of the sequence
+  int64_t chunk = 128;     // most rows of a prefill step
+};
+
+std::mt19937_64& rng() {
+  static std::mt19937_64 g = [] {
+    const uint64_t seed = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
+    std::printf("[test_gpu_self_extend] random seed %llu\n", (unsigned long long)seed);
+    return std::mt19937_64(seed);
+  }();
+  return g;
+}
+
+// n bf16 values ~ N(0, 1): the bits and the same values as doubles.
+std::vector<uint16_t> random_bf16(size_t n, std::vector<double>& vals) {
+  std::normal_distribution<float> dist(0.f, 1.f);
+  std::vector<uint16_t> h(n);
+  vals.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    h[i] = f32_to_bf16(dist(rng()));
+    vals[i] = bf16_to_f32(h[i]);
+  }
+  return h;
+}
+
+struct DeviceBuf {
+  void* p = nullptr;
+  explicit DeviceBuf(size_t bytes) : p(cuda::dev_malloc(bytes)) {}
+  ~DeviceBuf() { cuda::dev_free(p); }
+  DeviceBuf(const DeviceBuf&) = delete;
+  DeviceBuf& operator=(const DeviceBuf&) = delete;
+};
+
+// One sequence's un-rotated q/k/v (host doubles, the bf16 values) and the fp64 oracle.
+struct Sequence {
+  StepGeometry g;
+  std::vector<uint16_t> qh, kh, vh;  // bf16 [n_tokens, heads, head_dim]
+  std::vector<double> q, k, v;
+  std::vector<float> inv_freq;       // [head_dim / 2]
+
+  explicit Sequence(const StepGeometry& geo) : g(geo) {
+    const size_t T = size_t(g.n_tokens), d = size_t(g.head_dim);
+    qh = random_bf16(T * size_t(g.n_head) * d, q);
+    kh = random_bf16(T * size_t(g.n_kv_head) * d, k);
+    vh = random_bf16(T * size_t(g.n_kv_head) * d, v);
+    for (int i = 0; i < g.head_dim / 2; ++i)
+      inv_freq.push_back(1.0f / std::pow(10000.f, float(2 * i) / float(g.head_dim)));
+  }
+
+  // x rotated at position pos (rotate-half, cos/sin times the attention factor), fp64.
+  std::vector<double> rotated(const double* x, int64_t pos) const {
+    const int half = g.head_dim / 2;
+    std::vector<double> y(size_t(g.head_dim));
+    for (int i = 0; i < half; ++i) {
+      const double a = double(float(pos) * inv_freq[size_t(i)]);
+      const double c = std::cos(a) * g.rope_factor, s = std::sin(a) * g.rope_factor;
+      y[size_t(i)] = x[i] * c - x[i + half] * s;
+      y[size_t(i + half)] = x[i + half] * c + x[i] * s;
+    }
+    return y;
+  }
+
+  // Row (query position qp, head h) of Self-Extend attention over keys 0..qp, by the definition
+  // (se off: plain RoPE attention).
+  std::vector<double> oracle(int64_t qp, int h, const SelfExtendParams& se) const {
+    const int d = g.head_dim, kvh = h / (g.n_head / g.n_kv_head);
+    const double scale = 1.0 / std::sqrt(double(d));
+    const double* qx = &q[(size_t(qp) * size_t(g.n_head) + size_t(h)) * size_t(d)];
+    std::vector<double> s(size_t(qp + 1));
+    for (int64_t kp = 0; kp <= qp; ++kp) {
+      const double* kx = &k[(size_t(kp) * size_t(g.n_kv_head) + size_t(kvh)) * size_t(d)];
+      const bool near = !se.on() || qp - kp < se.neighbor;  // (SE1) vs (SE2)
+      const auto qr = rotated(qx, near ? qp : qp / se.group + se.neighbor - se.neighbor / se.group);
+      const auto kr = rotated(kx, near ? kp : kp / se.group);
+      double dot = 0;
+      for (int i = 0; i < d; ++i) dot += qr[size_t(i)] * kr[size_t(i)];
+      s[size_t(kp)] = dot * scale;
+    }
+    const double m = *std::max_element(s.begin(), s.end());  // (SE3): one softmax
+    double l = 0;
+    for (double& x : s) l += (x = std::exp(x - m));
+    std::vector<double> o(size_t(d), 0.0);
+    for (int64_t kp = 0; kp <= qp; ++kp)
+      for (int i = 0; i < d; ++i)
+        o[size_t(i)] += s[size_t(kp)] / l * v[(size_t(kp) * size_t(g.n_kv_head) + size_t(kvh)) * size_t(d) + size_t(i)];
+    return o;
+  }
+};
+
+// A step of the scenario: n_q rows at q_pos0 (n_q = 1 with decode: a decode step).
+struct Step {
+  int64_t q_pos0, n_q;
+  bool decode = false;
+};
+
+// The model's layer: the key/value memory holds the whole sequence (a step reads rows < n_kv).
+struct Runner {
+  const Sequence& seq;
+  int layer;
+  SelfExtendGpu& m;
+  DeviceBuf k, v, inv, q, o;
+  Runner(const Sequence& s, int l, SelfExtendGpu& method)
+      : seq(s), layer(l), m(method), k(s.kh.size() * 2), v(s.vh.size() * 2), inv(s.inv_freq.size() * 4),
+        q(size_t(s.g.chunk * s.g.n_head * s.g.head_dim) * 2), o(size_t(s.g.chunk * s.g.n_head * s.g.head_dim) * 2) {
+    upload();
+  }
+  void upload() {
+    cuda::copy_h2d(k.p, seq.kh.data(), seq.kh.size() * 2);
+    cuda::copy_h2d(v.p, seq.vh.data(), seq.vh.size() * 2);
+    cuda::copy_h2d(inv.p, seq.inv_freq.data(), seq.inv_freq.size() * 4);
+  }
+  // Runs one step, returns its output as doubles [n_q, n_head, head_dim].
+  std::vector<double> run(const Step& st, cuda::Stream s) {
+    const size_t row = size_t(seq.g.n_head * seq.g.head_dim);
+    cuda::copy_h2d(q.p, seq.qh.data() + size_t(st.q_pos0) * row, size_t(st.n_q) * row * 2, s);
+    cuda::memset_async(o.p, 0xff, size_t(st.n_q) * row * 2, s);  // NaN: an unwritten row fails
+    m.attend({.layer = layer, .phase = st.decode ? Phase::decode : Phase::prefill, .q = q.p, .k = k.p, .v = v.p,
+              .o = o.p, .n_q = st.n_q, .n_kv = st.q_pos0 + st.n_q, .inv_freq = static_cast<const float*>(inv.p),
+              .rope_factor = seq.g.rope_factor},
+             s);
+    std::vector<uint16_t> h(size_t(st.n_q) * row);
+    cuda::copy_d2h(h.data(), o.p, h.size() * 2, s);
+    cuda::stream_sync(s);
+    std::vector<double> r(h.size());
+    for (size_t i = 0; i < h.size(); ++i) r[i] = bf16_to_f32(h[i]);
+    return r;
+  }
+};
+
+// Checks every row of every step against the oracle (with oracle_se: G = 1 vs plain attention).
+void check_steps(Runner& r, const std::vector<Step>& steps, const SelfExtendParams& oracle_se, cuda::Stream s,
+                 const char* what) {
+  const StepGeometry& g = r.seq.g;
+  double vmax = 0;
+  for (double x : r.seq.v) vmax = std::max(vmax, std::fabs(x));
+  for (const Step& st : steps) {
+    const auto got = r.run(st, s);
+    double num = 0, den = 0, worst = 0;
+    int64_t bad = 0;
+    for (int64_t i = 0; i < st.n_q; ++i)
+      for (int h = 0; h < g.n_head; ++h) {
+        const auto ref = r.seq.oracle(st.q_pos0 + i, h, oracle_se);
+        for (int j = 0; j < g.head_dim; ++j) {
+          const double x = got[(size_t(i) * size_t(g.n_head) + size_t(h)) * size_t(g.head_dim) + size_t(j)];
+          const double e = std::isfinite(x) ? std::fabs(x - ref[size_t(j)]) : 1e30;
+          const double tol = 2e-2 * std::fabs(ref[size_t(j)]) + 1e-2 * vmax;
+          bad += e > tol;
+          worst = std::max(worst, e / tol);
+          num += e * e;
+          den += ref[size_t(j)] * ref[size_t(j)];
+        }
+      }
+    const double rel_l2 = std::sqrt(num / den);
+    EXPECT_EQ(bad, 0) << what << ": step q_pos0=" << st.q_pos0 << " n_q=" << st.n_q << " worst err/tol " << worst;
+    EXPECT_LT(rel_l2, 1.5e-2) << what << ": step q_pos0=" << st.q_pos0 << " n_q=" << st.n_q;
+    std::printf("%s q_pos0=%lld n_q=%lld%s: rel_l2 %.2e, worst err/tol %.3f\n", what, (long long)st.q_pos0,
+                (long long)st.n_q, st.decode ? " (decode)" : "", rel_l2, worst);
+  }
+}
+
+// The scenario of a sequence of g.n_tokens (400) keys, W = 48: a chunk inside the window, one
+// straddling the boundary, a full chunk far past it, decode steps across the boundary (a second
+// run) and far past it.
+std::vector<Step> prefill_then_decode() {
+  return {{0, 40}, {40, 60}, {100, 128}, {228, 128}, {356, 40}, {396, 1, true}, {397, 1, true}, {398, 1, true},
+          {399, 1, true}};
+}
+std::vector<Step> decode_across_boundary(const StepGeometry& g) {
+  const int64_t W = g.se.neighbor;
+  return {{0, W - 2}, {W - 2, 1, true}, {W - 1, 1, true}, {W, 1, true}, {W + 1, 1, true}, {W + 2, 1, true}};
+}
+
+MethodContext step_ctx(const StepGeometry& g) { return {2, g.n_head, g.n_kv_head, g.head_dim, "test"}; }
+
+void run_scenarios(const StepGeometry& g, const char* what) {
+  SelfExtendGpu m(g.se, step_ctx(g));
+  cuda::Stream s = cuda::stream_create();
+  m.allocate({.model = step_ctx(g), .chunk = g.chunk, .capacity = g.n_tokens}, s);
+  {
+    Sequence a(g);
+    Runner r(a, 1, m);
+    check_steps(r, prefill_then_decode(), g.se, s, what);
+    m.start_sequence(s);
+    Sequence b(g);  // a new sequence in the same key memory
+    Runner rb(b, 1, m);
+    check_steps(rb, decode_across_boundary(g), g.se, s, what);
+  }
+  m.release();
+  cuda::stream_destroy(s);
+}
+
+TEST(GpuSelfExtendStep, MatchesOracleD64) {
+  REQUIRE_GPU();
+  run_scenarios(StepGeometry{}, "d64 G=4 W=48");
+}
+
+TEST(GpuSelfExtendStep, MatchesOracleD128GroupNotDividingWindow) {
+  REQUIRE_GPU();
+  StepGeometry g;
+  g.head_dim = 128;
+  g.se = {.group = 3, .neighbor = 50};  // shift W - floor(W/G) = 34: the integer division
+  g.rope_factor = 1.1f;                 // YaRN-like attention factor on both rotations
+  run_scenarios(g, "d128 G=3 W=50 factor 1.1");
+}
+
+TEST(GpuSelfExtendStep, GroupOneIsPlainAttention) {
+  REQUIRE_GPU();
+  StepGeometry g;
+  g.se = {.group = 1, .neighbor = 48};
+  SelfExtendGpu m(g.se, step_ctx(g));
+  cuda::Stream s = cuda::stream_create();
+  m.allocate({.model = step_ctx(g), .chunk = g.chunk, .capacity = g.n_tokens}, s);
+  {
+    Sequence a(g);
+    Runner r(a, 0, m);
+    check_steps(r, prefill_then_decode(), SelfExtendParams{}, s, "G=1 vs plain");
+  }
+  m.release();
+  cuda::stream_destroy(s);
+}
+
+// ---- (2) the GPU model vs the CPU engine ----------------------------------------------------
+
+constexpr int64_t kChunk = 256;
+constexpr int64_t kRows = 4;  // prefill logit rows compared
+const std::string kSpec = "dense=self_extend=4:64";
+
+struct Fixture {
+  std::filesystem::path dir;
+  ModelConfig cfg;
+  std::unique_ptr<ModelFile> file;
+};
+
+Fixture& fixture() {
+  static Fixture* f = [] {
+    auto* x = new Fixture;
+    x->dir = test::temp_dir("self-extend");
+    TinyModelSpec s;  // the default model's attention geometry (SmolLM2-135M: 9/3 heads, head_dim 64)
+    s.n_layer = 2;
+    s.n_embd = 576;
+    s.n_head = 9;
+    s.n_kv_head = 3;
+    s.n_ff = 1024;
+    s.context_length = 256;
+    s.seed = 41;
+    write_tiny_model(x->dir.string(), s);
+    x->file = open_model_file((x->dir / "tiny.gguf").string());
+    x->cfg = ModelConfig::from_model_file(*x->file);
+    return x;
+  }();
+  return *f;
+}
+
+MethodContext ctx_of(const ModelConfig& c) { return {c.n_layer, c.n_head, c.n_kv_head, c.head_dim, c.name}; }
+
+using Rows = std::vector<std::vector<float>>;
+
+Rows run_gpu(const std::string& spec, const std::vector<int32_t>& ids, const std::vector<int32_t>& decode) {
+  Fixture& f = fixture();
+  gpu::GpuOptions o;
+  o.chunk = kChunk;
+  o.attn = spec;
+  gpu::GpuTransformer g(f.cfg, gpu::DeviceWeights::upload(f.cfg, ModelWeights::load(*f.file, f.cfg), nullptr), o);
+  Rows r;
+  const int64_t V = g.config().vocab_size;
+  g.reset(int64_t(ids.size() + decode.size()));
+  std::vector<float> lg;
+  g.forward(ids, kRows, &lg);
+  for (int64_t i = 0; i < kRows; ++i) r.emplace_back(lg.begin() + i * V, lg.begin() + (i + 1) * V);
+  for (int32_t t : decode) {
+    g.forward(std::span(&t, 1), 1, &lg);
+    r.push_back(lg);
+  }
+  return r;
+}
+
+Rows run_cpu(const std::string& spec, const std::vector<int32_t>& ids, const std::vector<int32_t>& decode) {
+  Fixture& f = fixture();
+  Transformer cpu(f.cfg, ModelWeights::load(*f.file, f.cfg), make_attention_method(spec, ctx_of(f.cfg)), global_pool());
+  auto seq = cpu.new_sequence(int64_t(ids.size() + decode.size()));
+  cpu.attach(seq.get());
+  const int64_t n = int64_t(ids.size()), V = f.cfg.vocab_size;
+  Rows r;
+  std::vector<float> lc;
+  for (int64_t c0 = 0; c0 < n; c0 += kChunk) {  // the GPU's chunks
+    const int64_t c1 = std::min(n, c0 + kChunk);
+    cpu.forward(std::span(ids).subspan(size_t(c0), size_t(c1 - c0)), c1 == n ? kRows : 0, &lc);
+  }
+  for (int64_t i = 0; i < kRows; ++i) r.emplace_back(lc.begin() + i * V, lc.begin() + (i + 1) * V);
+  for (int32_t t : decode) {
+    cpu.forward(std::span(&t, 1), 1, &lc);
+    r.push_back(lc);
+  }
+  cpu.attach(nullptr);
+  return r;
+}
+
+TEST(GpuSelfExtendModel, MatchesCpuEngine) {
+  REQUIRE_GPU();
+  const int32_t vocab = fixture().cfg.vocab_size;
+  const auto ids = random_ids(700, vocab, 51), dec = random_ids(8, vocab, 52);
+  const Rows gpu = run_gpu(kSpec, ids, dec), cpu = run_cpu(kSpec, ids, dec);
+  ASSERT_EQ(gpu.size(), cpu.size());
+  double worst = 0;
+  int clear = 0, equal = 0;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    const LogitDiff d = compare_row(cpu[i].data(), gpu[i].data(), int64_t(cpu[i].size()));
+    worst = std::max(worst, d.max_abs / d.tol());
+    EXPECT_LE(d.max_abs, d.tol()) << "row " << i << " (rel_l2 " << d.rel_l2 << ")";
+    if (d.margin_a > 2 * d.tol()) {
+      ++clear;
+      equal += d.argmax_a == d.argmax_b;
+      EXPECT_EQ(d.argmax_a, d.argmax_b) << "row " << i;
+    }
+  }
+  std::printf("GPU vs CPU Self-Extend: worst |diff|/tol %.3f, argmax equal %d of %d clear rows\n", worst, equal, clear);
+  // The grouped path ran: plain dense on the GPU gives other logits, farther from the GPU's
+  // Self-Extend than the CPU's Self-Extend is (checked when random weights make the two differ
+  // beyond bf16 noise at all: near-uniform attention hides positions).
+  const Rows dense = run_gpu("dense", ids, dec);
+  double moved = 0, match = 0;
+  for (size_t i = 0; i < dense.size(); ++i) {
+    const int64_t V = int64_t(dense[i].size());
+    moved = std::max(moved, compare_row(gpu[i].data(), dense[i].data(), V).rel_l2);
+    match = std::max(match, compare_row(cpu[i].data(), gpu[i].data(), V).rel_l2);
+  }
+  std::printf("largest row rel_l2: GPU Self-Extend vs GPU dense %.4f, vs CPU Self-Extend %.4f\n", moved, match);
+  if (moved > 0.02) {
+    EXPECT_LT(match, moved / 2);
+  }
+}
+
+// ---- (3) refusals (no GPU needed) ------------------------------------------------------------
+
+TEST(GpuSelfExtendParse, GpuSideAndRefusals) {
+  const MethodContext mc = ctx_of(fixture().cfg);
+  const auto m = make_attention_method(kSpec, mc);
+  EXPECT_EQ(gpu_method_problem(*m, mc), "");
+  const auto g = make_gpu_method(*m, mc);
+  ASSERT_NE(g, nullptr);
+  EXPECT_TRUE(g->attends());
+  EXPECT_TRUE(g->decodes());
+  EXPECT_FALSE(g->decode_graph_safe());
+  EXPECT_FALSE(g->decode_reads_fp8());
+  EXPECT_TRUE(g->keeps_sequence_state());
+  EXPECT_LT(g->device_bytes({.model = mc, .chunk = kChunk, .capacity = 4096}),
+            g->device_bytes({.model = mc, .chunk = kChunk, .capacity = 65536}));
+  // One spec per phase with the same G:W runs; the same as one method.
+  EXPECT_EQ(gpu_method_problem(*make_attention_method("prefill:" + kSpec + ";decode:" + kSpec, mc), mc), "");
+  const std::string hip_se = "hip=k=64,window=32,sinks=4,dense_layers=0,self_extend=4:64";
+  std::string e = gpu_method_problem(*make_attention_method(hip_se, mc), mc);
+  EXPECT_TRUE(contains(e, "Self-Extend with a sparse method runs on the CPU only")) << e;
+  const std::string two_gw = "prefill:dense=self_extend=4:64;decode:dense=self_extend=8:64";
+  e = gpu_method_problem(*make_attention_method(two_gw, mc), mc);
+  EXPECT_TRUE(contains(e, "the same self_extend=G:W in both phases")) << e;
+  MethodContext d96 = mc;
+  d96.head_dim = 96;
+  e = gpu_method_problem(*make_attention_method(kSpec, d96), d96);
+  EXPECT_TRUE(contains(e, "head_dim 16, 32, 64, 128 or 256") && contains(e, "has head_dim 96")) << e;
+  // make_gpu_method's message ends with the CLI's advice.
+  const auto hip = make_attention_method("hip=dense_layers=0,self_extend=4:64", mc);
+  EXPECT_TRUE(contains(test::error_of([&] { (void)make_gpu_method(*hip, mc); }), "use --device cpu"));
+}
+
+}  // namespace
+}  // namespace longctx
+#endif  // LONGCTX_WITH_GPU
