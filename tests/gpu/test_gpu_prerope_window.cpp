@@ -3,7 +3,8 @@
 // heads, head_dim 256, layers 0-4 window 512 with RoPE base 10K, layer 5 global with base 1M),
 // vs the CPU model with the same method on the same bf16-valued random weights.
 //
-// What it checks (issue 19): the method applies to the global layer only; the sliding-window
+// What it checks (issue 19): the method applies to the global layer only (also Self-Extend,
+// SelfExtendMatchesCpu: not yet run on a device); the sliding-window
 // layers keep post-RoPE keys and attend densely over their window on both devices
 // (GpuTransformer::method_layer, methods/run_cpu.h). A 1200-token prompt (past the window and the
 // methods' budgets) in chunks of 512 (the GPU's and the CPU's), then teacher-forced decode:
@@ -228,6 +229,25 @@ TEST_F(GpuPreRopeWindow, InfiniteHipRopeOnMatchesCpu) {
   int64_t steps = n.cached_steps;
   for (const int64_t r : n.refreshes) steps += r;
   EXPECT_EQ(steps, int64_t(dec.size())) << "decode steps of the global layer only";
+}
+
+// Self-Extend (dense=self_extend=G:W, the third pre-RoPE GPU method) on the global layer: near keys at
+// their own positions, far keys grouped; the local layers unchanged (the CPU's rule: no grouped
+// positions in a sliding-window layer). Added after the H100 call of 2026-11-26 (not yet run there).
+TEST_F(GpuPreRopeWindow, SelfExtendMatchesCpu) {
+  const std::string spec = "dense=self_extend=4:256";  // W 256 < the 1200-token prompt: far keys exist
+  const auto ids = prompt(), dec = decode_ids(6);
+  gpu::GpuTransformer g = make_gpu(spec);
+  ASSERT_TRUE(g.gpu_method() && g.gpu_method()->attends());
+  const Rows gr = run_gpu(g, ids, dec);
+  const Rows cs = run_cpu(spec, ids, dec).rows, cd = run_cpu("dense", ids, dec).rows;
+  const Cmp gc = compare(cs, gr), sd = compare(cd, cs);
+  std::printf("[ prerope window ] %s: GPU vs CPU max|diff|/tol %.3f (argmax %d/%d); CPU Self-Extend vs CPU dense "
+              "%.3f\n",
+              spec.c_str(), gc.worst, gc.equal, gc.checked, sd.worst);
+  EXPECT_LE(gc.worst, 1.0);
+  EXPECT_EQ(gc.equal, gc.checked);
+  EXPECT_GT(sd.worst, gc.worst) << "the method moves the logits less than the devices disagree: the test proves nothing";
 }
 
 // Graph replay == eager, bit for bit (a 64-key tile crossed: the graph is captured again).
