@@ -64,7 +64,7 @@ void GpuTransformer::project(const Projection& r) {
   rp.positions = r.positions;
   rp.inv_freq = w_.inv_freq(r.l);
   rp.attn_factor = w_.rope_factor(r.l);
-  if (rp.q && !pre_rope()) cuda::rope(rp, stream_);  // pre-RoPE: the method rotates (attend_pre_rope)
+  if (rp.q && !pre_rope_layer(r.l)) cuda::rope(rp, stream_);  // pre-RoPE: the method rotates (attend_pre_rope)
   // Benchmarks only: realistic attention structure on random weights. Prefill chunks (and eager
   // decode steps); graph-replayed decode steps (decode_layer) keep the model's Q/K. A function of
   // (layer, position, head), so Q and K made in separate calls get the same values.

@@ -513,7 +513,7 @@ void GpuTransformer::decode_layer(int l, int64_t plan_kv) {
   if (host_layer(l))
     cuda::kv_offload_append(off, own_view(l, k_all, v_all), fp8 ? nullptr : k_row, fp8 ? nullptr : v_row, stream_);
   // The route's key count is plan_kv: the captured step serves up to plan_kv keys.
-  if (pre_rope()) {  // the length on the device, plan_kv its bound (a replay sees later lengths)
+  if (pre_rope_layer(l)) {  // the length on the device, plan_kv its bound (a replay sees later lengths)
     attend_pre_rope(l, 1, seq_->len + 1, q, k_all, v_all, o, plan_kv, fp8);
   } else if (sparse_step({.layer = l, .phase = Phase::decode, .n_q = 1, .q_pos0 = plan_kv - 1, .n_kv = plan_kv})) {
     sparse_decode_attention(l, q, o, own_view(l, k_all, v_all), host_layer(l) ? &off : nullptr);
@@ -607,7 +607,7 @@ void GpuTransformer::layer(const LayerRun& r) {
   // Attention block (a prompt-wide MInference estimate made this layer's K/V already).
   project({.l = l, .T = T, .pos0 = pos0, .x = x, .q = q, .k = r.kv_ready ? nullptr : k_new,
            .v = r.kv_ready ? nullptr : v_new});
-  if (pre_rope()) {
+  if (pre_rope_layer(l)) {
     attend_pre_rope(l, T, pos0 + T, q, k_all, v_all, o);
   } else if (T == 1) {
     cuda::DecodeParams dp;
@@ -639,12 +639,12 @@ namespace longctx::gpu {
 bool GpuTransformer::prompt_wide_method() const {
   constexpr int64_t kAnyLength = int64_t(1) << 40;  // thresholds (dense_below) never exceed it
   for (int l = 0; l < cfg_.n_layer; ++l)
-    if (window(l) == 0 && method_->estimates_per_prompt(l, kAnyLength)) return true;
+    if (method_layer(l) && method_->estimates_per_prompt(l, kAnyLength)) return true;
   return false;
 }
 
 bool GpuTransformer::sparse_step(const AttnStep& step) const {
-  return gpu_method_ && window(step.layer) == 0 && method_->route(step) == Route::sparse;
+  return gpu_method_ && method_layer(step.layer) && method_->route(step) == Route::sparse;
 }
 
 size_t GpuTransformer::sparse_bytes(int64_t capacity, int n_seq) const {
@@ -660,7 +660,7 @@ bool GpuTransformer::prompt_wide_lines(int l, int64_t pos0, int64_t T) const {
   // One chunk estimates from its own last rows anyway; the estimate's 64 query rows must fit the
   // chunk-sized Q buffer.
   if (T <= layout_.chunk || layout_.chunk < cuda::kSparseQBlock) return false;
-  return window(l) == 0 && method_->estimates_per_prompt(l, pos0 + T);
+  return method_layer(l) && method_->estimates_per_prompt(l, pos0 + T);
 }
 
 void GpuTransformer::estimate_prompt_lines(int l, int64_t pos0, int64_t T, void* xs, void* k_stage, void* v_stage) {
@@ -752,9 +752,10 @@ void GpuTransformer::check_pre_rope() const {
   };
   // --kv-cache fp8 runs: prefill steps attend the staged bf16 rows, a decode step gets the e4m3
   // cache (GpuAttendStep::kv_fp8); the constructor refuses a method whose decode_reads_fp8() is false.
+  // Sliding-window layers run: they keep post-RoPE keys and the dense window kernels (method_layer).
+  // Several sequences decode one at a time (keeps_sequence_state: decode_batch refuses), and
+  // --kv-offload takes HiP only (check_offload_options).
   if (synthetic_qk_) refuse("--synthetic-qk (it replaces Q/K after RoPE)");
-  for (int l = 0; l < cfg_.n_layer; ++l)
-    if (window(l) != 0) refuse(fmt::format("sliding-window layers ({} has them)", cfg_.name));
 }
 
 void GpuTransformer::attend_pre_rope(int l, int64_t T, int64_t n_kv, const void* q, const void* k_all,

@@ -314,15 +314,20 @@ class GpuTransformer {
   void attn_out(int l, const void* o, void* x, int64_t n);
   // MLP block of layer l on rows x [n, n_embd] in place (x += MLP(RMSNorm(x))), mlp_rows at a time.
   void mlp(int l, void* x, int64_t n);
-  // Whether the attention step runs the method's sparse kernels: never in a sliding-window layer
-  // (its window is its sparsity: methods apply to global layers only).
+  // Whether the attention step runs the method's sparse kernels: only in a method layer.
   bool sparse_step(const AttnStep& step) const;
   int64_t window(int l) const { return cfg_.layer(l).window; }
-  // A pre-RoPE method (GpuMethod::attends: TokenSelect) owns every attention step: Q and K stay
-  // un-rotated (project), the cache holds K un-rotated, and attend_pre_rope hands each step of
-  // layer l (T rows, the last of n_kv keys) to the method. Follows method_ (a capture's dense
-  // method_ rotates as usual).
+  // The per-layer attention type: an attention method applies to the global layers only; a
+  // sliding-window layer (Gemma 3's local layers) always attends densely over its window, with
+  // post-RoPE keys, whatever the method (its window is its sparsity; as methods/run_cpu.h).
+  bool method_layer(int l) const { return window(l) == 0; }
+  // A pre-RoPE method (GpuMethod::attends: TokenSelect, InfiniteHiP rope=on) owns every
+  // attention step of its method layers: there Q and K stay un-rotated (project), the cache
+  // holds that layer's K un-rotated, and attend_pre_rope hands each step of layer l (T rows, the
+  // last of n_kv keys) to the method. The cache may so hold layers in both key conventions.
+  // Follows method_ (a capture's dense method_ rotates as usual).
   bool pre_rope() const { return method_->needs().keys == KeyLayout::pre_rope; }
+  bool pre_rope_layer(int l) const { return pre_rope() && method_layer(l); }
   // kv_fp8: k_all / v_all are the fp8 cache's e4m3 rows (a decode step), else bf16.
   void attend_pre_rope(int l, int64_t T, int64_t n_kv, const void* q, const void* k_all, const void* v_all, void* o,
                        int64_t n_kv_bound = 0, bool kv_fp8 = false);

@@ -19,7 +19,9 @@
 // Pre-RoPE methods (MethodNeeds::keys = pre_rope: TokenSelect, InfiniteHiP with rope=on)
 // re-number key positions per step, which the shared kernels (rotated keys at absolute positions)
 // cannot run: such a builder says attends(); the model then caches K un-rotated, leaves Q
-// un-rotated, and hands every attention step of every layer (dense ones too) to attend().
+// un-rotated, and hands every attention step of every global layer (dense ones too) to attend();
+// sliding-window layers keep post-RoPE keys and the model's dense window kernels
+// (GpuTransformer::method_layer).
 #pragma once
 #include <cstddef>
 #include <cstdint>

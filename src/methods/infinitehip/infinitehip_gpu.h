@@ -11,6 +11,8 @@
 // (chunk-indexed in the first early_layers layers, relative in the rest), and each prefill block /
 // decode step attends its key set gathered and rotated at 0..L-1 (infinitehip_attend_gpu.h);
 // composed per phase it is refused (a pre-RoPE cache serves one method for both phases).
+// Sliding-window layers (Gemma 3's local layers) never reach the builder: the model keeps their
+// keys post-RoPE and runs its dense window kernels (GpuTransformer::method_layer), as the CPU does.
 #pragma once
 #include <cstdint>
 #include <memory>

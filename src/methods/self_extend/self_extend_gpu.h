@@ -26,8 +26,10 @@
 // twice the model's K cache), the chunk's two rotated queries and far output (bf16
 // [chunk, n_head, head_dim]), two LSEs fp32 [n_head, chunk], the grouped positions int32
 // [capacity] x 2, and one decode workspace for capacity keys.
-// Not on the GPU (the registry refuses, "use --device cpu"): Self-Extend with HiP; sliding-window
-// layers and --synthetic-qk (the model's pre-RoPE checks); the fp8 KV cache's decode
+// Sliding-window layers (Gemma 3's local layers) never come here: the model keeps their keys
+// post-RoPE and runs its dense window kernels (GpuTransformer::method_layer), the CPU's rule.
+// Not on the GPU (the registry refuses, "use --device cpu"): Self-Extend with HiP;
+// --synthetic-qk (the model's pre-RoPE check); the fp8 KV cache's decode
 // (decode_reads_fp8 false: the kernels read bf16 keys); CUDA-graph decode (host lengths: the
 // model decodes eagerly).
 #pragma once

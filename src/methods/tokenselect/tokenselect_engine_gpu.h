@@ -25,8 +25,10 @@
 // rows, the identity slot table int32 [capacity] (the model's sequence is contiguous from row 0
 // of the layer's view), and per layer the cache: int32 [k] positions + fp32 [n_head * head_dim].
 // Not on the GPU (make_tokenselect_gpu gives nullptr: the registry says "not implemented on the
-// GPU; use --device cpu"): keys=rotated, vote=hard|naive. The model refuses sliding-window
-// layers and --synthetic-qk with it (gpu_transformer.cpp).
+// GPU; use --device cpu"): keys=rotated, vote=hard|naive. The model refuses --synthetic-qk with
+// it (gpu_transformer.cpp). Sliding-window layers (Gemma 3's local layers) never reach it: the
+// model keeps their keys post-RoPE and runs its dense window kernels (GpuTransformer::method_layer),
+// so the per-layer cache of those layers stays empty.
 // The fp8 KV cache (--kv-cache fp8): a prefill attends the model's staged bf16 rows; a decode
 // step gets the e4m3 cache (GpuAttendStep::kv_fp8): paged_dot scores the e4m3 keys, compact_kv
 // widens the budget's rows to bf16 (stored * scale), the attention runs on them as with bf16.
