@@ -28,6 +28,8 @@
 # config for this model) with the bf16 and the fp8 KV cache, HiP alone (it refuses fp8), one
 # TokenSelect run to record its refusal; then passkey --no-chat and niah at 16K/32K (past the
 # trained 8K, -c 33000 --extrapolate), dense, 5 depths x 2 samples.
+# gemma-prerope: TokenSelect and InfiniteHiP (global layers; local layers dense over their window)
+# beside dense on gemma, 4K-32K and 48K/64K past its 32K, every process in parallel (see below).
 # Recorded: bench/results/gpu-eval-gemma3-270m-2026-11-26-6871021.json,
 # gpu-eval-methods-2026-11-26-6871021.json; docs/evaluation.md (H100).
 # Steps run in that order, each under a timeout cut to what is left of BUDGET_S (default 280 s, the
@@ -57,7 +59,7 @@ if [ "${1:-}" = "--pack" ]; then
   exit 0
 fi
 
-what=${1:?usage: gpu-eval.sh --pack BUILD CARRY | gemma | gemma-methods | default | extrap}
+what=${1:?usage: gpu-eval.sh --pack BUILD CARRY | gemma | gemma-methods | gemma-prerope | default | extrap}
 export LONGCTX_CACHE=${LONGCTX_CACHE:-/root/longctx-cache}
 BIN=/tmp/longctx-eval-bin
 FINAL=${OUT:-out}
@@ -191,7 +193,35 @@ gemma_methods() {
   done
 }
 
+# gemma-3-270m under the pre-RoPE methods (TokenSelect, InfiniteHiP: global layers only, the
+# sliding-window layers dense over their window) beside dense, at 4K-32K and past the trained
+# 32K (48K, 64K with --extrapolate): passkey (5 depths x GEMMA_SAMPLES, default 8) and niah_single
+# (GEMMA_SAMPLES x 2 samples, one depth each). One process per (task, method), all in parallel on
+# the one GPU (each is small and latency bound), each under PAR_LIMIT_S (default 240 s).
+gemma_prerope() {
+  local task m tag n=${GEMMA_SAMPLES:-8} lim=${PAR_LIMIT_S:-240}
+  par() {  # par NAME ARGS...: one eval process in the background, its rc and time in summary.txt
+    local name=$1; shift
+    ( t=$(date +%s); timeout "$lim" "${EV[@]}" "$@" --json "$OUT/$name.json" > "$OUT/$name.txt" 2> "$OUT/$name.log"
+      echo "== $name: rc=$?, $(( $(date +%s) - t )) s" >> "$OUT/summary.txt" ) &
+  }
+  for m in dense tokenselect infinitehip; do
+    par "gemma_passkey_$m" passkey -m "$GEMMA" --no-chat --device cuda --lengths 4k,8k,16k,32k --depths $DEPTHS \
+      --samples "$n" --attn "$m"
+    par "gemma_niahsingle_$m" niah_single -m "$GEMMA" --no-chat --device cuda --lengths 4k,8k,16k,32k \
+      --samples $(( 2 * n )) --attn "$m"
+    par "gemma_passkey_long_$m" passkey -m "$GEMMA" --no-chat --device cuda -c 66000 --extrapolate \
+      --lengths 48k,64k --depths $DEPTHS --samples $(( n / 2 )) --attn "$m"
+  done
+  wait
+  for f in "$OUT"/gemma_*.txt; do echo "== $f"; cat "$f"; done
+}
+
 case $what in
+  gemma-prerope)
+    join_model "$HERE" "$GEMMA_NAME" "$GEMMA_SHA" | tee -a "$OUT/summary.txt" || { echo "GEMMA NOT HERE"; exit 1; }
+    gemma_prerope
+    ;;
   gemma-methods)
     join_model "$HERE" "$GEMMA_NAME" "$GEMMA_SHA" | tee -a "$OUT/summary.txt" || { echo "GEMMA NOT HERE"; exit 1; }
     gemma_methods
@@ -217,7 +247,7 @@ case $what in
     join_model "$HERE" "$MODEL_NAME" "$MODEL_SHA" | tee -a "$OUT/summary.txt" || { echo "DEFAULT MODEL NOT HERE"; exit 1; }
     default_grid
     ;;
-  *) echo "unknown: $what (gemma | gemma-methods | default | extrap)" >&2; exit 2 ;;
+  *) echo "unknown: $what (gemma | gemma-methods | gemma-prerope | default | extrap)" >&2; exit 2 ;;
 esac
 echo "total $(( $(date +%s) - T0 )) s"
 exit $status
