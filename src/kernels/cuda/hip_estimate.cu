@@ -60,19 +60,34 @@ struct Smem {
   int* hist;   // [kPasses][kBins]
   int* sel;    // [3] the threshold's digits so far, the rank left, keys equal to them
   int* cnt;    // [2][kScanSlots]
-  __nv_bfloat16* qb;  // kMma: [kMmaQueries][d + kQPad] the sampled queries, bf16
+  __nv_bfloat16* qb;  // kMma: the sampled queries, bf16, in A-fragment order (qfrag_offset)
   float* item;        // kMma: [2m * n_ks] each (branch, sampled key) item's best score
 };
 
 __host__ __device__ inline size_t align16(size_t n) { return (n + 15) / 16 * 16; }
 
-// Tensor-core scorer: two m16 tiles of sampled queries; the row pad (8 bf16) puts the 8 rows one
-// warp's 16-byte query loads touch in distinct shared-memory banks.
-constexpr int kMmaQueries = 32, kQPad = 8;
+// Tensor-core scorer: two m16 tiles of sampled queries, stored in the order of the mma's A
+// fragments (see qfrag_offset): one 16-byte shared-memory load is a lane's whole fragment of a
+// k-step, already in the 4 consecutive registers the mma reads (no moves), and a warp's 32 loads
+// are 512 consecutive bytes (no bank conflicts).
+constexpr int kMmaQueries = 32;
+__host__ __device__ inline size_t qfrag_elems(int d) { return size_t(kMmaQueries) * ((d + 31) / 32 * 32); }
+
+// Where query row r (< 32), element e of the fragment-ordered copy lives. score_mma permutes the
+// head dimension (the same way in A and B): element e = 32p + 8t + 4j + 2h + x is lane t's
+// k-step 2p + j, half h (k = 2t + x or 8 + 2t + x); row r = 16mt + g + 8rh is m-tile mt's row g
+// (rh 0) or g + 8 (rh 1). A fragment register (PTX m16n8k16): a0 = (g, half 0), a1 = (g + 8,
+// half 0), a2 = (g, half 1), a3 = (g + 8, half 1), i.e. register rh + 2h. Quad (16 bytes) index:
+// ((mt * P + p) * 2 + j) * 32 + lane, P = ceil(d / 32), lane = 4g + t.
+__device__ inline int qfrag_offset(int r, int e, int d) {
+  const int mt = r / 16, g = r % 8, rh = (r / 8) % 2;
+  const int p = e / 32, t = (e / 8) % 4, j = (e / 4) % 2, h = (e / 2) % 2, x = e % 2;
+  return ((((mt * ((d + 31) / 32) + p) * 2 + j) * 32 + 4 * g + t) * 4 + rh + 2 * h) * 2 + x;
+}
 __host__ __device__ inline size_t smem_bytes(int n_qs, int d, int64_t m, int n_ks) {
   return align16(size_t(n_qs) * d * 4) + align16(size_t(n_qs) * 8) + align16(size_t(m) * 8) + 2 * align16(size_t(2 * m) * 8) +
          2 * align16(size_t(2 * m) * 4) + align16(kPasses * kBins * 4) + align16(3 * 4) + align16(2 * kScanSlots * 4) +
-         align16(size_t(kMmaQueries) * (d + kQPad) * 2) + align16(size_t(2 * m) * n_ks * 4);
+         align16(qfrag_elems(d) * 2) + align16(size_t(2 * m) * n_ks * 4);
 }
 
 __device__ Smem carve(char* base, int n_qs, int d, int64_t m, int n_ks) {
@@ -98,7 +113,7 @@ __device__ Smem carve(char* base, int n_qs, int d, int64_t m, int n_ks) {
   s.cnt = reinterpret_cast<int*>(base);
   base += align16(2 * kScanSlots * 4);
   s.qb = reinterpret_cast<__nv_bfloat16*>(base);
-  base += align16(size_t(kMmaQueries) * (d + kQPad) * 2);
+  base += align16(qfrag_elems(d) * 2);
   s.item = reinterpret_cast<float*>(base);
   return s;
 }
@@ -297,7 +312,7 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
                           const Branch* brs, uint32_t* own) {
   constexpr int kWarps = kCta / 32;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4, d = sh.head_dim;
-  const int n_ks = kPaper ? 2 : cfg.b_k / cfg.b_sk, n_items = nb * n_ks, n_tiles = (n_items + 7) / 8, pitch = d + kQPad;
+  const int n_ks = kPaper ? 2 : cfg.b_k / cfg.b_sk, n_items = nb * n_ks, n_tiles = (n_items + 7) / 8, n_pairs = (d + 31) / 32;
   const bool in_tile = 8 % n_ks == 0;  // uniform
   int32_t qpos[4];  // this lane's query rows g, g + 8, g + 16, g + 24 (-1: padding, never valid)
 #pragma unroll
@@ -325,11 +340,11 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
       if (32 * p >= d) break;
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {  // one m-tile's A fragments live at a time (registers)
-        uint32_t a[2][4];               // [k-step of the pair]
-        const uint4 lo = *reinterpret_cast<const uint4*>(s.qb + (16 * mt + g) * pitch + 32 * p + 8 * t);
-        const uint4 hi = *reinterpret_cast<const uint4*>(s.qb + (16 * mt + g + 8) * pitch + 32 * p + 8 * t);
-        a[0][0] = lo.x, a[0][1] = hi.x, a[0][2] = lo.y, a[0][3] = hi.y;
-        a[1][0] = lo.z, a[1][1] = hi.z, a[1][2] = lo.w, a[1][3] = hi.w;
+        uint32_t a[2][4];               // [k-step of the pair]: the fragment-ordered copy's quads
+        const uint4* qf = reinterpret_cast<const uint4*>(s.qb) + (mt * n_pairs + p) * 64 + lane;
+        const uint4 q0 = qf[0], q1 = qf[32];
+        a[0][0] = q0.x, a[0][1] = q0.y, a[0][2] = q0.z, a[0][3] = q0.w;
+        a[1][0] = q1.x, a[1][1] = q1.y, a[1][2] = q1.z, a[1][3] = q1.w;
 #pragma unroll
         for (int j = 0; j < kTiles; ++j) {
           mma::mma_bf16_16816(acc[j][mt], a[0], kb[j][p].x, kb[j][p].y);
@@ -569,12 +584,12 @@ __device__ void load_q(const Smem& s, const __nv_bfloat16* q, int64_t q_row_stri
     const int row = min(i * b_sq + b_sq - 1, rows - 1);
     const __nv_bfloat16 v = q[row * q_row_stride + e];
     s.q[idx] = __bfloat162float(v);
-    if (n_qs <= kMmaQueries) s.qb[i * (d + kQPad) + e] = v;
+    if (n_qs <= kMmaQueries) s.qb[qfrag_offset(i, e, d)] = v;
     if (e == 0) s.pos[i] = pos0 + row;
   }
   // Padding query rows of the tensor-core tile: zeros (masked anyway).
   for (int idx = n_qs * d + threadIdx.x; idx < kMmaQueries * d; idx += kCta)
-    s.qb[(idx / d) * (d + kQPad) + idx % d] = __float2bfloat16(0.f);
+    s.qb[qfrag_offset(idx / d, idx % d, d)] = __float2bfloat16(0.f);
   __syncthreads();
 }
 
