@@ -5,8 +5,9 @@
 // Scores: the fp32 FMA scorer (decode; prefill with > 32 sampled queries) has 64 groups of 8
 // threads a CTA, each group loading up to 8 (branch, sampled key) items at a time (8 threads per
 // dot product, 16-byte key loads, the xor-shuffle tree of hip_topk.h's order: bit-equal to the
-// CPU); prefill's tensor-core scorer multiplies the 32 sampled queries by 8-key tiles (mma
-// m16n8k16). head_dim 256 holds 4 key chunks a lane instead of 2 and half the items in flight.
+// CPU); prefill's tensor-core scorer multiplies the 32 sampled queries (kept in shared memory in
+// the mma's A-fragment order) by 8-key tiles (mma m16n8k16). head_dim 256 holds 4 key chunks a
+// lane instead of 2 and half the items in flight.
 // Keep-the-best: a radix select of the (score desc, branch asc) threshold over 32-bit rank keys
 // (the CPU's total order) and ballot-based compaction in branch order that also writes the next
 // iteration's halves (7-11 barriers an iteration in all).
@@ -323,7 +324,8 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
                           const Branch* brs, uint32_t* own) {
   constexpr int kWarps = kCta / 32;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4, d = sh.head_dim;
-  const int n_ks = kPaper ? 2 : cfg.b_k / cfg.b_sk, n_items = nb * n_ks, n_tiles = (n_items + 7) / 8, n_pairs = (d + 31) / 32;
+  const int n_ks = kPaper ? 2 : cfg.b_k / cfg.b_sk, n_items = nb * n_ks, n_tiles = (n_items + 7) / 8;
+  const int n_pairs = (d + 31) / 32;  // the query copy's 32-element groups (qfrag_offset's P)
   const bool in_tile = 8 % n_ks == 0;  // uniform
   int32_t qpos[4];  // this lane's query rows g, g + 8, g + 16, g + 24 (-1: padding, never valid)
 #pragma unroll
@@ -618,7 +620,8 @@ __global__ void __launch_bounds__(kCta, kThreads / kCta) prefill_kernel(HipPrefi
   const int64_t row0 = b * cfg.b_q;
   const int rows = int(p.n_q - row0 < cfg.b_q ? p.n_q - row0 : cfg.b_q);
   const int n_qs = (rows + cfg.b_sq - 1) / cfg.b_sq;
-  const Smem s = carve(smem, {(cfg.b_q + cfg.b_sq - 1) / cfg.b_sq, p.head_dim, cfg.budget_blocks(), cfg.b_k / cfg.b_sk, kMma});
+  const int n_qs_max = (cfg.b_q + cfg.b_sq - 1) / cfg.b_sq;
+  const Smem s = carve(smem, {n_qs_max, p.head_dim, cfg.budget_blocks(), cfg.b_k / cfg.b_sk, kMma});
   const auto* q = static_cast<const __nv_bfloat16*>(p.q) + (row0 * p.n_head + h) * p.head_dim;
   load_q<kCta, kMma>(s, q, int64_t(p.n_head) * p.head_dim, n_qs, cfg.b_sq, rows, p.q_pos0 + row0, p.head_dim);
   const Region r = region_of(cfg, p.q_pos0 + row0);
