@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # gpu-hip-prefill-ab.sh: one device call for HiP's prefill estimator work (issue 14): the GPU tests
-# of the branch (test_hip_gpu, test_hip_gpu_method, test_kv_offload), the estimator A/B against
-# main's bench binary carried beside (longctx_bench_hip_main), the prefill curve 16K..1M with the
-# estimate at other CTA sizes (--cta), decode at 128K/1M, torch cuDNN at 128K and 512K,
-# compute-sanitizer memcheck on the estimator's tests and one ncu profile of the estimator at 128K.
+# of the branch (test_hip_gpu, test_hip_gpu_method, test_kv_offload), the prefill A/B at 128K, 512K
+# and 1M against main's bench binary carried beside (longctx_bench_hip_main), interleaved: main,
+# branch (estimate + sparse attention + the fp8 estimate), then torch cuDNN at 128K,
+# compute-sanitizer memcheck on the estimator's prefill tests, and a second round main, branch of
+# the estimate alone (--estimate-only).
 # Each step has a timeout and is skipped when it would pass BUDGET seconds (default 190); logs and
 # JSON go to /tmp/hipp-out, tarred into $OUT/results.tgz after every step.
 # Pack (here, no GPU needed), into the carry folder C = /work/main/.carry/<branch>:
@@ -24,9 +25,11 @@ step() { local name=$1 t=$2; shift 2; log "$name";
 TAILN=3 step test_hip_gpu 35 $B/test_hip_gpu
 TAILN=3 step test_hip_gpu_method 25 $B/test_hip_gpu_method
 TAILN=3 step test_kv_offload 25 $B/test_kv_offload
-TAILN=20 step bench_new 55 $B/longctx_bench_hip --lens 131072,1048576 --prefill 16384,32768,65536,131072,262144,524288,1048576 --dense-max 131072 --cta 512,256 --json "$OUT/bench_new.json"
-TAILN=8 step bench_main 30 $B/longctx_bench_hip_main --lens 131072,1048576 --prefill 131072,524288,1048576 --dense-max 0 --json "$OUT/bench_main.json"
-TAILN=8 step torch 35 python3 "$C/torch_baseline.py" --shape 32,8,128 --prefill 131072,524288 --decode "" --backends cudnn --json "$OUT/torch.json"
-TAILN=3 step memcheck 25 compute-sanitizer --tool memcheck --error-exitcode 99 $B/test_hip_gpu --gtest_filter='HipEstimate.PrefillCtaSizes*:HipEstimate.PrefillBlockIds*:HipEstimate.DecodeRefresh*'
-TAILN=2 step ncu_new_128k 25 ncu --clock-control none -k regex:prefill_kernel --launch-count 1 --section SpeedOfLight --section Occupancy --section SchedulerStats --section WarpStateStats --section MemoryWorkloadAnalysis $B/longctx_bench_hip --lens "" --prefill 131072 --estimate-only
+P=131072,524288,1048576
+TAILN=8 step bench_main 30 $B/longctx_bench_hip_main --lens "" --prefill $P --dense-max 0 --json "$OUT/bench_main.json"
+TAILN=8 step bench_new 30 $B/longctx_bench_hip --lens "" --prefill $P --dense-max 0 --json "$OUT/bench_new.json"
+TAILN=8 step torch 35 python3 "$C/torch_baseline.py" --shape 32,8,128 --prefill 131072 --decode "" --backends cudnn --json "$OUT/torch.json"
+TAILN=3 step memcheck 30 compute-sanitizer --tool memcheck --error-exitcode 99 $B/test_hip_gpu --gtest_filter='HipEstimate.PrefillCtaSizes*:HipEstimate.PrefillBlockIds*:HipEstimate.HeadDim256TensorCore*'
+TAILN=6 step est_main2 15 $B/longctx_bench_hip_main --lens "" --prefill $P --estimate-only --json "$OUT/est_main2.json"
+TAILN=6 step est_new2 15 $B/longctx_bench_hip --lens "" --prefill $P --estimate-only --json "$OUT/est_new2.json"
 ls -la $OUT $FINAL

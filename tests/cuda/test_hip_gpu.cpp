@@ -690,9 +690,9 @@ TEST(HipEstimate, ConfigsOutOfReachAreRefusedUpFront) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("up to 256"), std::string::npos) << e.what();
   }
-  HipEstimateConfig big;  // 2048 blocks x 8 sampled keys: 128 KiB of item scores alone
-  big.k = 16384;
-  big.b_k = 8;
+  HipEstimateConfig big;  // 1024 blocks x 32 sampled keys: 256 KiB of item scores alone
+  big.k = 32768;
+  big.b_k = 32;
   EXPECT_GT(hip_estimate_smem_bytes(big, 256), kHipMaxSmemBytes);
   try {
     hip_estimate_check(big, 256);

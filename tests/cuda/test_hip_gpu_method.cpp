@@ -231,12 +231,13 @@ TEST(HipGpuMethod, BudgetOverTheEstimatorIsRefusedUpFront) {
 }
 
 // head_dim 256 runs (the registry used to refuse HiP there); a CTA the estimator's shared memory
-// cannot hold is refused up front, naming the parameters to lower. k = 12288 with b_k = 8 (1536
-// key blocks of 8 sampled keys): 239,376 bytes at head_dim 256, 202,512 at 64 (the limit: 232,448).
+// cannot hold is refused up front, naming the parameters to lower. k = 18432 with b_k = 16 (1152
+// key blocks of 16 sampled keys, their item scores in shared memory): 233,744 bytes at head_dim 256,
+// 221,456 at 64 (the limit: 232,448).
 TEST(HipGpuMethod, HeadDim256IsAcceptedAndOversizedSharedMemoryRefused) {
   auto m = make_attention_method("hip=dense_layers=0", gemma_like());
   EXPECT_EQ(gpu_method_problem(*m, gemma_like()), "");
-  auto big = make_attention_method("hip=k=12288,b_k=8,dense_layers=0", gemma_like());
+  auto big = make_attention_method("hip=k=18432,b_k=16,dense_layers=0", gemma_like());
   const std::string why = gpu_method_problem(*big, gemma_like());
   EXPECT_NE(why.find("shared memory"), std::string::npos) << why;
   EXPECT_NE(why.find("lower k"), std::string::npos) << why;

@@ -5,8 +5,9 @@
 // Scores: the fp32 FMA scorer (decode; prefill with > 32 sampled queries) has 64 groups of 8
 // threads a CTA, each group loading up to 8 (branch, sampled key) items at a time (8 threads per
 // dot product, 16-byte key loads, the xor-shuffle tree of hip_topk.h's order: bit-equal to the
-// CPU); prefill's tensor-core scorer multiplies the 32 sampled queries by 8-key tiles (mma
-// m16n8k16). head_dim 256 holds 4 key chunks a lane instead of 2 and half the items in flight.
+// CPU); prefill's tensor-core scorer multiplies the 32 sampled queries (kept in shared memory in
+// the mma's A-fragment order) by 8-key tiles (mma m16n8k16). head_dim 256 holds 4 key chunks a
+// lane instead of 2 and half the items in flight.
 // Keep-the-best: a radix select of the (score desc, branch asc) threshold over 32-bit rank keys
 // (the CPU's total order) and ballot-based compaction in branch order that also writes the next
 // iteration's halves (7-11 barriers an iteration in all).
@@ -44,10 +45,13 @@ struct Shape {  // one CTA's search, after its region is known
   int64_t block_begin, block_end, key_end;
 };
 
-// Shared memory carve: q samples (fp32), their positions, chunks, branches, the branches' rank
-// keys (two buffers: a cluster's CTAs write the next iteration's while the last is still read),
-// the radix histograms and selection state, the per-warp counts of the branch-order scans, and
-// for the tensor-core scorer the bf16 queries and per-item scores.
+// Shared memory carve: q samples (fp32, for the FMA scorer), their positions, chunks, branches,
+// the branches' rank keys (two buffers: a cluster's CTAs write the next iteration's while the last
+// is still read), the radix histograms and selection state, the per-warp counts of the
+// branch-order scans, and for the tensor-core scorer the bf16 queries and, when a branch's items
+// span n-tiles, per-item scores. Exact: a region the CTA's scorer never reads takes no bytes
+// (prefill at the paper's defaults, d 128: 27,920 bytes a CTA, was 48,912: with 4 CTAs an SM the
+// unified L1 / shared memory can keep ~124 KiB of L1 for the key loads instead of ~28).
 // The selection's per-warp ballot counts: one per 32 branches of the longest list (2 * k/b_k).
 constexpr int kScanSlots = 2 * kHipMaxBudgetBlocks / 32;
 constexpr int kRadixBits = 8, kBins = 1 << kRadixBits, kPasses = 32 / kRadixBits;
@@ -60,48 +64,71 @@ struct Smem {
   int* hist;   // [kPasses][kBins]
   int* sel;    // [3] the threshold's digits so far, the rank left, keys equal to them
   int* cnt;    // [2][kScanSlots]
-  __nv_bfloat16* qb;  // kMma: [kMmaQueries][d + kQPad] the sampled queries, bf16
-  float* item;        // kMma: [2m * n_ks] each (branch, sampled key) item's best score
+  __nv_bfloat16* qb;  // kMma: the sampled queries, bf16, in A-fragment order (qfrag_offset)
+  float* item;        // kMma, n_ks not dividing 8: [2m * n_ks] each (branch, sampled key) item's best score
+};
+
+// What a CTA's carve holds: n_qs sampled queries (the most a block has), head_dim d, m = k/b_k
+// budget blocks, n_ks sampled keys a block, and the scorer (mma: tensor cores, else fp32 FMAs).
+struct SmemShape {
+  int n_qs, d;
+  int64_t m;
+  int n_ks;
+  bool mma;
 };
 
 __host__ __device__ inline size_t align16(size_t n) { return (n + 15) / 16 * 16; }
 
-// Tensor-core scorer: two m16 tiles of sampled queries; the row pad (8 bf16) puts the 8 rows one
-// warp's 16-byte query loads touch in distinct shared-memory banks.
-constexpr int kMmaQueries = 32, kQPad = 8;
-__host__ __device__ inline size_t smem_bytes(int n_qs, int d, int64_t m, int n_ks) {
-  return align16(size_t(n_qs) * d * 4) + align16(size_t(n_qs) * 8) + align16(size_t(m) * 8) + 2 * align16(size_t(2 * m) * 8) +
-         2 * align16(size_t(2 * m) * 4) + align16(kPasses * kBins * 4) + align16(3 * 4) + align16(2 * kScanSlots * 4) +
-         align16(size_t(kMmaQueries) * (d + kQPad) * 2) + align16(size_t(2 * m) * n_ks * 4);
-}
+// Tensor-core scorer: two m16 tiles of sampled queries, stored in the order of the mma's A
+// fragments (see qfrag_offset): one 16-byte shared-memory load is a lane's whole fragment of a
+// k-step, already in the 4 consecutive registers the mma reads (no moves), and a warp's 32 loads
+// are 512 consecutive bytes (no bank conflicts).
+constexpr int kMmaQueries = 32;
+__host__ __device__ inline size_t qfrag_elems(int d) { return size_t(kMmaQueries) * ((d + 31) / 32 * 32); }
 
-__device__ Smem carve(char* base, int n_qs, int d, int64_t m, int n_ks) {
+// Where query row r (< 32), element e of the fragment-ordered copy lives. score_mma permutes the
+// head dimension (the same way in A and B): element e = 32p + 8t + 4j + 2h + x is lane t's
+// k-step 2p + j, half h (k = 2t + x or 8 + 2t + x); row r = 16mt + g + 8rh is m-tile mt's row g
+// (rh 0) or g + 8 (rh 1). A fragment register (PTX m16n8k16): a0 = (g, half 0), a1 = (g + 8,
+// half 0), a2 = (g, half 1), a3 = (g + 8, half 1), i.e. register rh + 2h. Quad (16 bytes) index:
+// ((mt * P + p) * 2 + j) * 32 + lane, P = ceil(d / 32), lane = 4g + t.
+__device__ inline int qfrag_offset(int r, int e, int d) {
+  const int mt = r / 16, g = r % 8, rh = (r / 8) % 2;
+  const int p = e / 32, t = (e / 8) % 4, j = (e / 4) % 2, h = (e / 2) % 2, x = e % 2;
+  return ((((mt * ((d + 31) / 32) + p) * 2 + j) * 32 + 4 * g + t) * 4 + rh + 2 * h) * 2 + x;
+}
+// Lays the carve out from base (nullptr: sizes only); returns the bytes. The one place the
+// regions' sizes are written: hip_estimate_smem_bytes and the kernels agree by construction.
+__host__ __device__ inline size_t lay_out(const SmemShape& c, char* base, Smem& s) {
+  size_t off = 0;
+  const auto take = [&](size_t bytes) {
+    char* p = base ? base + off : nullptr;
+    off += align16(bytes);
+    return p;
+  };
+  s.q = c.mma ? nullptr : reinterpret_cast<float*>(take(size_t(c.n_qs) * c.d * 4));
+  s.pos = reinterpret_cast<int64_t*>(take(size_t(c.n_qs) * 8));
+  s.chunks = reinterpret_cast<Branch*>(take(size_t(c.m) * 8));
+  for (int b = 0; b < 2; ++b) s.br[b] = reinterpret_cast<Branch*>(take(size_t(2 * c.m) * 8));
+  for (int b = 0; b < 2; ++b) s.key[b] = reinterpret_cast<uint32_t*>(take(size_t(2 * c.m) * 4));
+  s.hist = reinterpret_cast<int*>(take(kPasses * kBins * 4));
+  s.sel = reinterpret_cast<int*>(take(3 * 4));
+  s.cnt = reinterpret_cast<int*>(take(2 * kScanSlots * 4));
+  s.qb = c.mma ? reinterpret_cast<__nv_bfloat16*>(take(qfrag_elems(c.d) * 2)) : nullptr;
+  s.item = c.mma && 8 % c.n_ks != 0 ? reinterpret_cast<float*>(take(size_t(2 * c.m) * c.n_ks * 4)) : nullptr;
+  return off;
+}
+inline size_t smem_bytes(const SmemShape& c) {
   Smem s;
-  s.q = reinterpret_cast<float*>(base);
-  base += align16(size_t(n_qs) * d * 4);
-  s.pos = reinterpret_cast<int64_t*>(base);
-  base += align16(size_t(n_qs) * 8);
-  s.chunks = reinterpret_cast<Branch*>(base);
-  base += align16(size_t(m) * 8);
-  for (int b = 0; b < 2; ++b) {
-    s.br[b] = reinterpret_cast<Branch*>(base);
-    base += align16(size_t(2 * m) * 8);
-  }
-  for (int b = 0; b < 2; ++b) {
-    s.key[b] = reinterpret_cast<uint32_t*>(base);
-    base += align16(size_t(2 * m) * 4);
-  }
-  s.hist = reinterpret_cast<int*>(base);
-  base += align16(kPasses * kBins * 4);
-  s.sel = reinterpret_cast<int*>(base);
-  base += align16(3 * 4);
-  s.cnt = reinterpret_cast<int*>(base);
-  base += align16(2 * kScanSlots * 4);
-  s.qb = reinterpret_cast<__nv_bfloat16*>(base);
-  base += align16(size_t(kMmaQueries) * (d + kQPad) * 2);
-  s.item = reinterpret_cast<float*>(base);
+  return lay_out(c, nullptr, s);
+}
+__device__ Smem carve(char* base, const SmemShape& c) {
+  Smem s;
+  lay_out(c, base, s);
   return s;
 }
+// The prefill scorer: tensor cores for <= 32 sampled queries and head_dim a multiple of 32.
+__host__ __device__ constexpr bool prefill_mma(int n_qs, int d) { return n_qs <= kMmaQueries && d % 32 == 0; }
 
 // Rank key of a live branch's score: ascending = higher score first (-0 counts as +0, as the
 // CPU's == does). Equal keys rank by branch index (the CPU's total order). Empty branches get
@@ -297,7 +324,8 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
                           const Branch* brs, uint32_t* own) {
   constexpr int kWarps = kCta / 32;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4, d = sh.head_dim;
-  const int n_ks = kPaper ? 2 : cfg.b_k / cfg.b_sk, n_items = nb * n_ks, n_tiles = (n_items + 7) / 8, pitch = d + kQPad;
+  const int n_ks = kPaper ? 2 : cfg.b_k / cfg.b_sk, n_items = nb * n_ks, n_tiles = (n_items + 7) / 8;
+  const int n_pairs = (d + 31) / 32;  // the query copy's 32-element groups (qfrag_offset's P)
   const bool in_tile = 8 % n_ks == 0;  // uniform
   int32_t qpos[4];  // this lane's query rows g, g + 8, g + 16, g + 24 (-1: padding, never valid)
 #pragma unroll
@@ -325,11 +353,11 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
       if (32 * p >= d) break;
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {  // one m-tile's A fragments live at a time (registers)
-        uint32_t a[2][4];               // [k-step of the pair]
-        const uint4 lo = *reinterpret_cast<const uint4*>(s.qb + (16 * mt + g) * pitch + 32 * p + 8 * t);
-        const uint4 hi = *reinterpret_cast<const uint4*>(s.qb + (16 * mt + g + 8) * pitch + 32 * p + 8 * t);
-        a[0][0] = lo.x, a[0][1] = hi.x, a[0][2] = lo.y, a[0][3] = hi.y;
-        a[1][0] = lo.z, a[1][1] = hi.z, a[1][2] = lo.w, a[1][3] = hi.w;
+        uint32_t a[2][4];               // [k-step of the pair]: the fragment-ordered copy's quads
+        const uint4* qf = reinterpret_cast<const uint4*>(s.qb) + (mt * n_pairs + p) * 64 + lane;
+        const uint4 q0 = qf[0], q1 = qf[32];
+        a[0][0] = q0.x, a[0][1] = q0.y, a[0][2] = q0.z, a[0][3] = q0.w;
+        a[1][0] = q1.x, a[1][1] = q1.y, a[1][2] = q1.z, a[1][3] = q1.w;
 #pragma unroll
         for (int j = 0; j < kTiles; ++j) {
           mma::mma_bf16_16816(acc[j][mt], a[0], kb[j][p].x, kb[j][p].y);
@@ -561,20 +589,21 @@ __device__ void write_ranges(const HipEstimateConfig& cfg, const Smem& s, int co
   }
 }
 
-template <int kCta>
+// kMma: the bf16 fragment-ordered copy (s.qb, padding rows zero), else the fp32 copy (s.q).
+template <int kCta, bool kMma>
 __device__ void load_q(const Smem& s, const __nv_bfloat16* q, int64_t q_row_stride, int n_qs, int b_sq, int rows,
                        int64_t pos0, int d) {
   for (int idx = threadIdx.x; idx < n_qs * d; idx += kCta) {
     const int i = idx / d, e = idx % d;
     const int row = min(i * b_sq + b_sq - 1, rows - 1);
     const __nv_bfloat16 v = q[row * q_row_stride + e];
-    s.q[idx] = __bfloat162float(v);
-    if (n_qs <= kMmaQueries) s.qb[i * (d + kQPad) + e] = v;
+    if constexpr (kMma) s.qb[qfrag_offset(i, e, d)] = v;
+    else s.q[idx] = __bfloat162float(v);
     if (e == 0) s.pos[i] = pos0 + row;
   }
-  // Padding query rows of the tensor-core tile: zeros (masked anyway).
-  for (int idx = n_qs * d + threadIdx.x; idx < kMmaQueries * d; idx += kCta)
-    s.qb[(idx / d) * (d + kQPad) + idx % d] = __float2bfloat16(0.f);
+  if constexpr (kMma)  // padding query rows of the tensor-core tile: zeros (masked anyway)
+    for (int idx = n_qs * d + threadIdx.x; idx < kMmaQueries * d; idx += kCta)
+      s.qb[qfrag_offset(idx / d, idx % d, d)] = __float2bfloat16(0.f);
   __syncthreads();
 }
 
@@ -591,9 +620,10 @@ __global__ void __launch_bounds__(kCta, kThreads / kCta) prefill_kernel(HipPrefi
   const int64_t row0 = b * cfg.b_q;
   const int rows = int(p.n_q - row0 < cfg.b_q ? p.n_q - row0 : cfg.b_q);
   const int n_qs = (rows + cfg.b_sq - 1) / cfg.b_sq;
-  const Smem s = carve(smem, (cfg.b_q + cfg.b_sq - 1) / cfg.b_sq, p.head_dim, cfg.budget_blocks(), cfg.b_k / cfg.b_sk);
+  const int n_qs_max = (cfg.b_q + cfg.b_sq - 1) / cfg.b_sq;
+  const Smem s = carve(smem, {n_qs_max, p.head_dim, cfg.budget_blocks(), cfg.b_k / cfg.b_sk, kMma});
   const auto* q = static_cast<const __nv_bfloat16*>(p.q) + (row0 * p.n_head + h) * p.head_dim;
-  load_q<kCta>(s, q, int64_t(p.n_head) * p.head_dim, n_qs, cfg.b_sq, rows, p.q_pos0 + row0, p.head_dim);
+  load_q<kCta, kMma>(s, q, int64_t(p.n_head) * p.head_dim, n_qs, cfg.b_sq, rows, p.q_pos0 + row0, p.head_dim);
   const Region r = region_of(cfg, p.q_pos0 + row0);
   const Shape sh{n_qs, p.head_dim, r.block_begin, r.block_end, r.key_end < p.n_kv ? r.key_end : p.n_kv};
   const void* keys = std::is_same_v<Key, __nv_fp8_e4m3> ? p.k_fp8 : p.k;
@@ -639,9 +669,9 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(HipDecodeParams p) {
   // the search's last cluster barrier.
   const int64_t last = p.refresh_pos[r];
   if (pos < 0 || !(last < 0 || pos < last || pos - last >= p.refresh)) return;  // cached step
-  const Smem s = carve(smem, 1, p.kv.head_dim, cfg.budget_blocks(), cfg.b_k / cfg.b_sk);
+  const Smem s = carve(smem, {1, p.kv.head_dim, cfg.budget_blocks(), cfg.b_k / cfg.b_sk, false});
   const int d = p.kv.head_dim;
-  load_q<kThreads>(s, static_cast<const __nv_bfloat16*>(p.q) + r * d, 0, 1, 1, 1, pos, d);
+  load_q<kThreads, false>(s, static_cast<const __nv_bfloat16*>(p.q) + r * d, 0, 1, 1, 1, pos, d);
   const Region rg = region_of(cfg, pos);
   const Shape sh{1, d, rg.block_begin, rg.block_end, rg.key_end < len ? rg.key_end : len};
   const auto* pool = static_cast<const Key*>(p.kv.k_pool);
@@ -766,7 +796,8 @@ void launch_decode_kernel(const HipDecodeParams& p, bool fp8, bool offload, size
 }  // namespace
 
 size_t hip_estimate_smem_bytes(const HipEstimateConfig& c, int head_dim) {
-  return smem_bytes((c.b_q + c.b_sq - 1) / c.b_sq, head_dim, c.budget_blocks(), c.b_k / c.b_sk);
+  const int n_qs = (c.b_q + c.b_sq - 1) / c.b_sq;
+  return smem_bytes({n_qs, head_dim, c.budget_blocks(), c.b_k / c.b_sk, prefill_mma(n_qs, head_dim)});
 }
 
 void hip_estimate_check(const HipEstimateConfig& c, int head_dim) {
@@ -786,7 +817,7 @@ void hip_estimate_prefill(const HipPrefillParams& p, Stream s) {
   const size_t bytes = hip_estimate_smem_bytes(p.cfg, p.head_dim);
   const dim3 grid(unsigned(n_qblk), unsigned(p.n_head));
   const auto st = static_cast<cudaStream_t>(s);
-  const bool mma = (p.cfg.b_q + p.cfg.b_sq - 1) / p.cfg.b_sq <= kMmaQueries && p.head_dim % 32 == 0;
+  const bool mma = prefill_mma((p.cfg.b_q + p.cfg.b_sq - 1) / p.cfg.b_sq, p.head_dim);
   if (p.k_fp8) {
     if (mma) launch_prefill<__nv_fp8_e4m3, true>(p, bytes, grid, st);
     else launch_prefill<__nv_fp8_e4m3, false>(p, bytes, grid, st);
@@ -803,7 +834,7 @@ void hip_estimate_decode(const HipDecodeParams& p, Stream s) {
              "hip: GPU decode estimation reads bf16 or fp8 e4m3 keys (KV element %d)", int(p.kv.elem));
   if (p.kv.n_seq <= 0) return;
   const bool fp8 = p.kv.elem == KvElem::fp8_e4m3;
-  const size_t bytes = smem_bytes(1, p.kv.head_dim, p.cfg.budget_blocks(), p.cfg.b_k / p.cfg.b_sk);
+  const size_t bytes = smem_bytes({1, p.kv.head_dim, p.cfg.budget_blocks(), p.cfg.b_k / p.cfg.b_sk, false});
   const bool offload = p.offload.enabled();
   if (offload)
     LC_REQUIRE(p.kv.n_seq == 1 && p.offload.n_kv_head == p.kv.n_kv_head && p.offload.bank_k,

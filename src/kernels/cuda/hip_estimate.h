@@ -57,7 +57,8 @@ struct HipEstimateConfig {
 // The selection keeps 2 * k/b_k branches in registers, 8 per thread of a 512-thread CTA.
 constexpr int64_t kHipMaxBudgetBlocks = 2048;
 
-// Dynamic shared memory of one CTA (throws Error when over the device's limit at launch).
+// Dynamic shared memory of one prefill CTA, sized for its scorer (tensor cores for <= 32 sampled
+// queries and head_dim a multiple of 32, else fp32 FMAs; throws Error when over the device's limit at launch).
 size_t hip_estimate_smem_bytes(const HipEstimateConfig& c, int head_dim);
 
 // The most dynamic shared memory a Hopper CTA may opt into (sm_90: 227 KiB).
