@@ -129,14 +129,6 @@ if "$BIN" --help | grep -q "^  search-patterns"; then
   expect_fail search_no_sample "give a sample prompt with --sample FILE" "$BIN" search-patterns -m "$M" -o "$TMP/s.json"
   expect_fail search_random_no_tokens "takes --random-tokens N" "$BIN" search-patterns --random-weights llama3-8b -o "$TMP/s.json"
   expect_fail search_tokens_no_random "are for --random-weights" "$BIN" search-patterns -m "$M" --sample "$TMP/s.json" --random-tokens 5 -o "$TMP/s.json"
-  # A Gemma 3 model (tests/data/arch/gemma3: layers 0, 1, 3 sliding window 16, layer 2 global,
-  # 128-token context): only the global layer is searched, the others keep their window.
-  G="$(dirname "$0")/../data/arch/gemma3/model.gguf"
-  for i in $(seq 40); do printf 'the theater was full. '; done >"$TMP/long.txt"
-  expect_ok search_gemma "$BIN" search-patterns -m "$G" --sample "$TMP/long.txt" -o "$TMP/g.json" -t 2
-  expect_in search_gemma_global "searching the 1 global layers; the 3 sliding-window layers keep their window" err
-  expect_in search_gemma_summary "6 heads of sliding-window layers not searched" err
-  expect_ok search_gemma_config grep -qF '"0":["stream_llm",0,16,0.0]' "$TMP/g.json"
 fi
 
 # Bad input found while working: exit 1.
