@@ -34,6 +34,8 @@
 # window (written stream_llm with 0 sinks and window 512; the engine runs them dense).
 # Each step under a timeout cut to what is left of BUDGET_S (default 540 s: call with timeout_s
 # 600); everything in $OUT/search-gemma.tgz, the configs, summary and env beside it.
+# DEVICE=cpu BUDGET_S=60 runs the same steps on the CPU here (cut by their limits): a dry run of
+# the script's mechanics after --pack, with LONGCTX_CACHE pointing at a folder with the parts.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/gpu-carry.sh"  # carry_split, join_model, carry_libs, record_env
@@ -106,6 +108,7 @@ export LD_LIBRARY_PATH="$BIN/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 record_env "$OUT/env.txt" "$(cat "$HERE/commit.txt" 2>/dev/null || echo unknown)"
 T0=$(date +%s)
 BUDGET_S=${BUDGET_S:-540}
+DEVICE=${DEVICE:-cuda}
 status=0
 
 # step NAME LIMIT_S CMD...: CMD under min(LIMIT_S, what is left), stdout to NAME.txt, stderr to NAME.log.
@@ -126,9 +129,9 @@ join_model "$HERE" "$GEMMA_NAME" "$GEMMA_SHA" | tee -a "$OUT/summary.txt"
 GEMMA="$LONGCTX_CACHE/models/$GEMMA_NAME"
 [ -f "$GEMMA" ] || { echo "GEMMA NOT HERE: copy the parts g1..g4 first" | tee -a "$OUT/summary.txt"; exit 1; }
 S="$BIN/samples"
-step search_kv 120 "$BIN/longctx" search-patterns -m "$GEMMA" --device cuda --sample "$S/s0-kv.txt" \
+step search_kv 120 "$BIN/longctx" search-patterns -m "$GEMMA" --device "$DEVICE" --sample "$S/s0-kv.txt" \
   -o "$OUT/gemma-searched-kv.json" --report "$OUT/report-kv.json"
-step search_mix 180 "$BIN/longctx" search-patterns -m "$GEMMA" --device cuda --sample "$S/s0-kv.txt" \
+step search_mix 180 "$BIN/longctx" search-patterns -m "$GEMMA" --device "$DEVICE" --sample "$S/s0-kv.txt" \
   --sample "$S/s1-passkey.txt" --sample "$S/s2-passkey.txt" --sample "$S/s3-prose.txt" --dense-above 0.05 \
   -o "$OUT/gemma-searched-mix.json" --report "$OUT/report-mix.json"
 methods="dense,minference=$HERE/$UNIFORM,minference=$HERE/$CPU_SEARCHED"
@@ -136,7 +139,7 @@ for c in kv mix; do [ -s "$OUT/gemma-searched-$c.json" ] && methods+=",minferenc
 # One process per length (16K first: the cell the uniform config lost), so a step cut at its limit
 # loses one length, not all.
 for len in 16k 32k 8k 4k; do
-  step "passkey_$len" 150 "$BIN/longctx" eval passkey -m "$GEMMA" --no-chat --device cuda --lengths $len \
+  step "passkey_$len" 150 "$BIN/longctx" eval passkey -m "$GEMMA" --no-chat --device "$DEVICE" --lengths $len \
     --depths 0,0.25,0.5,0.75,1 --samples "${PASSKEY_SAMPLES:-8}" --attn "$methods" --json "$OUT/passkey-$len.json"
 done
 exit $status
