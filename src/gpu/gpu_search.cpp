@@ -92,8 +92,8 @@ void GpuScorer::begin_layer(const AttnParams& p) {
   if (!p.causal || p.q_pos0 != 0 || p.n_q != p.n_kv)
     fail("GPU pattern search: a layer capture must be a causal prefill from position 0 (n_q {} n_kv {} q_pos0 {})",
          p.n_q, p.n_kv, p.q_pos0);
-  if (p.head_dim != 64 && p.head_dim != 128)
-    fail("GPU pattern search: the GPU kernels support head_dim 64 or 128; the model has {} (use --device cpu)",
+  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
+    fail("GPU pattern search: the GPU kernels support head_dim 64, 128 or 256; the model has {} (use --device cpu)",
          p.head_dim);
   const int64_t S = p.n_q;
   const size_t nq = size_t(S) * size_t(p.n_head) * size_t(p.head_dim);

@@ -11,8 +11,9 @@
 // cuda::sparse_attention into y_c and cuda::head_error_sums(y_c, y), and turns the sums into
 // errors with rel_l2_error (kernels/ref/head_error.h, as the CPU scorer). Inputs and outputs are
 // bf16 (fp32 accumulation), so errors differ from the CPU's fp32 ones by bf16 rounding:
-// tests/gpu/test_gpu_search.cpp states the tolerance. head_dim 64 or 128 (sparse_attention picks
-// the Hopper kernel for 128, the generic one for 64).
+// tests/gpu/test_gpu_search.cpp states the tolerance. head_dim 64, 128 or 256 (sparse_attention
+// picks the Hopper kernel for 128, the generic one for 64 and 256: Gemma 3's global layers;
+// attention_prefill and head_error_sums take all three).
 // Memory: device buffers grow to the largest layer / index seen and are kept (no allocation per
 // candidate once warm); before growing, the bytes needed are checked against the free memory
 // and a clear Error says both (use a shorter sample or the CPU).

@@ -1,6 +1,6 @@
 // test_head_error.cpp: kernels/cuda/head_error.h (the GPU pattern search's per-head error sums)
-// against an fp64 oracle on fresh random bf16 inputs: several shapes (head_dim 64, 128 and an
-// odd one, rows not a multiple of anything, one row, zero rows), the same bits on a second run
+// against an fp64 oracle on fresh random bf16 inputs: several shapes (head_dim 64, 128, 256 (Gemma 3's
+// global layers) and an odd one, rows not a multiple of anything, one row, zero rows), the same bits on a second run
 // (fixed-order reduction), and clear errors for bad arguments.
 //   build-gpu/tests/cuda/test_cuda --gtest_filter='HeadError*'
 #include <cmath>
@@ -33,7 +33,7 @@ std::vector<double> oracle(const std::vector<double>& a, const std::vector<doubl
 
 TEST(HeadError, MatchesFp64Oracle) {
   LC_REQUIRE_GPU();
-  for (const Case& c : {Case{1000, 4, 128}, Case{777, 3, 64}, Case{1, 2, 128}, Case{65, 5, 40}, Case{0, 2, 64}}) {
+  for (const Case& c : {Case{1000, 4, 128}, Case{777, 3, 64}, Case{1500, 4, 256}, Case{1, 2, 128}, Case{65, 5, 40}, Case{0, 2, 64}}) {
     const size_t n = size_t(c.rows * c.heads * c.dim);
     std::vector<double> av, bv;
     std::vector<uint16_t> ah = random_bf16(n, 1.0, av), bh = random_bf16(n, 2.0, bv);

@@ -2,11 +2,13 @@
 // vs the CPU search: GPU capture (gpu/gpu_capture.cpp) and GPU scoring (gpu/gpu_search.h).
 //
 // Models: tiny random Llamas written by model/tiny_model, head_dim 128 (4 query / 2 KV heads,
-// the Hopper sparse kernel) and head_dim 64 (the generic sparse kernel). Checks:
+// the Hopper sparse kernel) and head_dim 64 (the generic sparse kernel); the Gemma 3 geometry
+// (gemma3-270m's first 6 layers, random weights: head_dim 256, the generic kernel, 4 query / 1 KV
+// heads, layers 0-4 sliding window 512, layer 5 global). Checks:
 //  - capture: the GPU engine's Q/K/V of every layer vs the CPU engine's, within the bf16
 //    tolerance below; dense whatever --attn the GPU engine was loaded with (bit-identical to the
 //    dense engine's capture); a 1-token last chunk; the engine runs normally afterwards;
-//  - scorer: GpuScorer vs CpuScorer on the same layer (structured Q/K/V with fresh random noise:
+//  - scorer (head_dim 128, 64, 256): GpuScorer vs CpuScorer on the same layer (structured Q/K/V with fresh random noise:
 //    heads that want VS, BS, or anything; the same CPU-made plans): every candidate's error
 //    within kErrAbs + kErrRel * e_cpu, identical work, the same choice on the decisive heads;
 //  - search: (a) the GPU search (GPU capture + GpuScorer) vs the CPU search on the same captured
@@ -15,7 +17,9 @@
 //    runner-up by more than both errors' tolerances (then no bf16 difference within tolerance can
 //    swap them); (b) the GPU engine vs the CPU engine end to end (each capturing its own Q/K/V) with
 //    fixed budgets (--no-match-flops: FLOPs matching reads the captured data, and bf16 Q/K may
-//    flip a near-tied VS line and so a matched budget), same checks.
+//    flip a near-tied VS line and so a matched budget), same checks; (c) the Gemma geometry: the
+//    GPU search scores the global layer only (one progress step; the window layers reported
+//    local, written stream_llm(0, 512)) and equals the CPU scorer on the same capture as in (a).
 // Tolerance of an error e (relative L2 of a head's output): the GPU rounds Q/K/V and both
 // outputs to bf16 (2^-9 relative per element) and sums in fp32; the rounding of the outputs
 // alone moves ||y_c - y|| by about 2^-9 ||y|| (~0.002 in e), the rounded scores move the
@@ -108,10 +112,14 @@ Diff diff(const std::vector<float>& ref, const std::vector<float>& got) {
 }
 
 SearchModel search_model_of(Engine& e) {
-  return {.n_layer = e.config().n_layer,
-          .n_head = e.config().n_head,
-          .max_context = e.max_context(),
-          .capture = [&e](std::span<const int32_t> t, const AttnObserver& o) { e.capture_attention(t, o); }};
+  SearchModel m{.n_layer = e.config().n_layer,
+                .n_head = e.config().n_head,
+                .max_context = e.max_context(),
+                .layer_window = {},
+                .scale = e.config().score_scale(),
+                .capture = [&e](std::span<const int32_t> t, const AttnObserver& o) { e.capture_attention(t, o); }};
+  for (int l = 0; l < m.n_layer; ++l) m.layer_window.push_back(e.config().layer(l).window);
+  return m;
 }
 
 // Records the captures of an engine (inner) while passing them on, then replays them: the CPU
@@ -212,7 +220,7 @@ Compare compare_results(const std::vector<std::vector<CandidateResult>>& cpu,
   EXPECT_EQ(cpu.size(), gpu.size()) << what;
   for (size_t h = 0; h < std::min(cpu.size(), gpu.size()); ++h) {
     EXPECT_EQ(cpu[h].size(), gpu[h].size()) << what;
-    if (cpu[h].size() != gpu[h].size()) continue;
+    if (cpu[h].size() != gpu[h].size() || cpu[h].empty()) continue;  // empty: a window layer's head
     size_t best_c = 0, best_g = 0;
     for (size_t k = 0; k < cpu[h].size(); ++k) {
       const HeadPattern &pc = cpu[h][k].pattern, &pg = gpu[h][k].pattern;
@@ -291,7 +299,7 @@ TEST_F(GpuSearch, CaptureMatchesCpuCaptureAndIsDense) {
 }
 
 TEST_F(GpuSearch, ScorerMatchesCpuScorerOnALayer) {
-  for (int hd : {128, 64}) {
+  for (int hd : {128, 64, 256}) {
     const StructuredLayer layer(1024, hd, std::random_device{}());
     const AttnParams p = layer.params();
     const SearchOptions opt = distinct_options();
@@ -359,6 +367,45 @@ TEST_F(GpuSearch, SearchOnGpuEngineMatchesCpuEngine) {
   }
 }
 
+// (c) The Gemma 3 geometry: global layer only, head_dim 256, GPU == CPU scorer on one capture.
+TEST_F(GpuSearch, GemmaGeometrySearchesTheGlobalLayerOnly) {
+  constexpr int kLayers = 6, kGlobal = 5;
+  constexpr int64_t kWindow = 512;
+  auto gpu = Engine::load(
+      {.model_path = "", .attn = "dense", .device = "cuda", .random_weights = "gemma3-270m:6", .gpu_chunk = 512});
+  ASSERT_EQ(gpu->config().n_layer, kLayers);
+  ASSERT_EQ(gpu->config().head_dim, 256);
+  const auto ids = random_ids(2100, int32_t(gpu->config().vocab_size), 70);
+  gpu::GpuScorer gs(global_pool());
+  SearchOptions og;
+  og.scorer = &gs;
+  SearchReport rg, rc;
+  std::vector<Progress> steps;
+  RecordReplay rec(*gpu);
+  const auto j = search_patterns(rec.model(), ids, og, [&](const Progress& p) { steps.push_back(p); }, &rg);
+  ASSERT_EQ(steps.size(), 1u);  // one global layer
+  EXPECT_EQ(steps[0].total, 1);
+  rec.stop_recording();
+  search_patterns(rec.model(), ids, SearchOptions{}, {}, &rc);
+  const auto cfg = MInferenceConfig::from_json(j, "gemma search");
+  ASSERT_EQ(rg.layers.size(), size_t(kLayers));
+  for (int l = 0; l < kLayers; ++l)
+    for (int h = 0; h < gpu->config().n_head; ++h) {
+      const HeadSearchResult& r = rg.layers[size_t(l)][size_t(h)];
+      const HeadPattern& hp = cfg.layers[size_t(l)][size_t(h)];
+      if (l == kGlobal) {
+        EXPECT_EQ(r.candidates.size(), table4_candidates().size());
+        continue;
+      }
+      EXPECT_EQ(r.local_window, kWindow) << "layer " << l;
+      EXPECT_TRUE(hp.kind == PatternKind::AShape && hp.vertical == 0 && hp.slash == kWindow) << "layer " << l;
+    }
+  const Compare c = compare_results(flatten(rc), flatten(rg), "gemma3-270m:6");
+  std::printf("[ search gemma3-270m:6 (d256), same capture ] worst |e_gpu - e_cpu| / tol %.3f; %d/%d decisive heads "
+              "pick the same\n",
+              c.worst, c.same_best, c.decisive);
+}
+
 TEST_F(GpuSearch, ScorerRejectsUnsupportedHeadDim) {
   gpu::GpuScorer gs(global_pool());
   std::vector<float> x(size_t(64 * 2 * 96), 0.f);
@@ -369,7 +416,7 @@ TEST_F(GpuSearch, ScorerRejectsUnsupportedHeadDim) {
   p.head_dim = 96;
   p.causal = true;
   const std::string e = test::error_of([&] { gs.begin_layer(p); });
-  EXPECT_TRUE(test::contains(e, "head_dim 64 or 128") && test::contains(e, "--device cpu")) << e;
+  EXPECT_TRUE(test::contains(e, "head_dim 64, 128 or 256") && test::contains(e, "--device cpu")) << e;
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "util/error.h"
 #include "util/thread_pool.h"
 #include "test_util.h"
+#include "../common/error_of.h"
 
 namespace longctx {
 namespace {
@@ -416,6 +417,85 @@ TEST(PatternSearch, ScorerHookIsUsedAndCpuScorerIsTheDefault) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("short scorer gave 1 errors"), std::string::npos) << e.what();
   }
+}
+
+// A Gemma 3-like model: sliding-window layers around a global one. Only the global layer is
+// scored (the scorer sees one layer, progress counts one), its candidates are those of a direct
+// search_layer of its data with the model's score scale (not 1/sqrt(d): the scale must reach the
+// dense and sparse outputs), and the window layers are written as stream_llm(0 sinks, window).
+TEST(PatternSearch, SearchesGlobalLayersOnlyWithTheModelsScale) {
+  SearchModel model = fake_model(3, 1 << 20);
+  constexpr int64_t kWindow = 512;
+  model.layer_window = {kWindow, 0, kWindow};
+  model.scale = 0.7f / std::sqrt(float(SyntheticLayer::kDim));
+  std::vector<int32_t> tokens(1024, 7);
+  CountingScorer scorer(global_pool());
+  SearchOptions opt;
+  opt.scorer = &scorer;
+  std::vector<Progress> seen;
+  SearchReport report;
+  const auto j = search_patterns(model, tokens, opt, [&](const Progress& p) { seen.push_back(p); }, &report);
+  EXPECT_EQ(scorer.layers, 1);
+  EXPECT_EQ(scorer.candidates, int(opt.candidates.size()));
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].done, 1);
+  EXPECT_EQ(seen[0].total, 1);
+
+  const auto cfg = MInferenceConfig::from_json(nlohmann::json::parse(j.dump()), "search output");
+  EXPECT_NO_THROW(cfg.validate(3, 4, "fake-gemma", "search output"));
+  const auto rep = report.to_json();
+  for (const int l : {0, 2})
+    for (int h = 0; h < 4; ++h) {
+      const HeadPattern& hp = cfg.layers[size_t(l)][size_t(h)];
+      EXPECT_EQ(hp.kind, PatternKind::AShape) << "layer " << l;
+      EXPECT_EQ(hp.vertical, 0) << "layer " << l;
+      EXPECT_EQ(hp.slash, kWindow) << "layer " << l;
+      EXPECT_EQ(report.layers[size_t(l)][size_t(h)].local_window, kWindow);
+      EXPECT_TRUE(report.layers[size_t(l)][size_t(h)].candidates.empty());
+      EXPECT_EQ(rep["layers"][size_t(l)][size_t(h)]["local_window"].get<int64_t>(), kWindow);
+    }
+
+  const SyntheticLayer data(1024, 1001);  // fake_model's layer 1 for tokens of 7
+  AttnParams p;
+  p.q = data.q.data(), p.k = data.k.data(), p.v = data.v.data();
+  p.n_q = p.n_kv = data.S;
+  p.n_head = data.kHeads, p.n_kv_head = data.kKvHeads, p.head_dim = data.kDim;
+  p.causal = true;
+  p.scale = model.scale;
+  const auto direct = search_layer(p, SearchOptions{}, global_pool());
+  p.scale = 1.f / std::sqrt(float(data.kDim));
+  const auto unscaled = search_layer(p, SearchOptions{}, global_pool());
+  double scale_effect = 0;
+  for (int h = 0; h < 4; ++h) {
+    const auto& got = report.layers[1][size_t(h)];
+    EXPECT_EQ(got.local_window, 0);
+    ASSERT_EQ(got.candidates.size(), direct[size_t(h)].candidates.size());
+    for (size_t k = 0; k < got.candidates.size(); ++k) {
+      const HeadPattern &a = got.candidates[k].pattern, &b = direct[size_t(h)].candidates[k].pattern;
+      EXPECT_TRUE(a.kind == b.kind && a.vertical == b.vertical && a.slash == b.slash) << "head " << h << " cand " << k;
+      EXPECT_DOUBLE_EQ(a.score, b.score) << "head " << h << " cand " << k;
+      scale_effect = std::max(scale_effect, std::fabs(a.score - unscaled[size_t(h)].candidates[k].pattern.score));
+    }
+    EXPECT_EQ(cfg.layers[1][size_t(h)].kind, direct[size_t(h)].best.kind) << "head " << h;
+  }
+  EXPECT_GT(scale_effect, 1e-3);  // the test would see a search that ignored the model's scale
+}
+
+TEST(PatternSearch, RefusesModelsWithoutAGlobalLayerAndBadWindows) {
+  SearchModel model = fake_model(2, 1 << 20);
+  std::vector<int32_t> tokens(256, 7);
+  const auto error = [&] { return test_common::error_of([&] { search_patterns(model, tokens, {}, {}); }); };
+  const auto has = [](const std::string& e, const char* what) { return e.find(what) != std::string::npos; };
+  model.layer_window = {512, 512};
+  EXPECT_TRUE(has(error(), "every layer of the model has a sliding window")) << error();
+  model.layer_window = {0};
+  EXPECT_TRUE(has(error(), "1 layer windows for a model of 2 layers")) << error();
+  model.layer_window = {0, -1};
+  EXPECT_TRUE(has(error(), "layer 1 has a negative window")) << error();
+  model.layer_window.clear();
+  model.scale = -1.f;
+  EXPECT_TRUE(has(error(), "scale must be >= 0")) << error();
+  EXPECT_THROW(local_window_pattern(0), Error);
 }
 
 // kernels/ref/head_error.h (the CPU scorer's sums) against a direct fp64 sum on fresh random

@@ -17,6 +17,11 @@ const char* pattern_name(PatternKind k) {
   return "?";
 }
 
+HeadPattern local_window_pattern(int64_t window) {
+  if (window <= 0) fail("internal: local_window_pattern of a layer without a window ({})", window);
+  return HeadPattern{PatternKind::AShape, 0, window, 0.0};
+}
+
 namespace {
 
 int64_t budget(const nlohmann::json& v, const char* what, const std::string& where) {

@@ -12,6 +12,11 @@
 // blocks; here vertical_size is k_b (our search writes the k_b it evaluated).
 // Why: configs made for public models (shared/data/minference-configs) load unchanged, and
 // configs written by `longctx search-patterns` load in the reference too.
+// Layers with a sliding window (Gemma 3's local layers): the engine routes them dense within
+// their window whatever their entries say (docs/architecture.md, "Sliding windows"), so only the
+// global layers' entries matter. The format has no per-layer flag (the reference loads a list of
+// head maps), so the search (pattern_search.h) writes a local layer's heads as
+// local_window_pattern(window): the pattern such a layer computes, up to block granularity.
 // How: nlohmann::json parse, then per-entry checks whose errors name the file, layer and head.
 #pragma once
 #include <cstdint>
@@ -33,6 +38,11 @@ struct HeadPattern {
   int64_t slash = 0;     // VS: k_s; A-shape: window; BS: unused (0)
   double score = 0;      // informational
 };
+
+// A sliding-window layer's entry: stream_llm with no sinks and the layer's window, i.e. what the
+// layer attends (the A-shape window is applied per 64-query block, so it may see up to 63 keys
+// more; the engine never runs it: window layers route dense). score 0.
+HeadPattern local_window_pattern(int64_t window);
 
 struct MInferenceConfig {
   std::vector<std::vector<HeadPattern>> layers;  // [n_layer][n_head]

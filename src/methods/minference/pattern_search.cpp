@@ -246,6 +246,13 @@ nlohmann::json SearchReport::to_json() const {
                       {"rel_l2_error", c.pattern.score},
                       {"rel_l2_error_per_sample", c.sample_errors},
                       {"work_vs_dense", c.work}});
+      if (h.local_window > 0) {
+        jl.push_back({{"local_window", h.local_window},
+                      {"best", pattern_name(h.best.kind)},
+                      {"vertical", h.best.vertical},
+                      {"slash", h.best.slash}});
+        continue;
+      }
       jl.push_back({{"best", pattern_name(h.best.kind)},
                     {"vertical", h.best.vertical},
                     {"slash", h.best.slash},
@@ -264,6 +271,18 @@ nlohmann::json search_patterns(const SearchModel& model, std::span<const std::ve
   if (!model.capture || model.n_layer <= 0 || model.n_head <= 0)
     fail("search-patterns: the model has no attention capture or no layers");
   if (samples.empty()) fail("search-patterns: no sample given");
+  if (!model.layer_window.empty() && int64_t(model.layer_window.size()) != model.n_layer)
+    fail("search-patterns: {} layer windows for a model of {} layers", model.layer_window.size(), model.n_layer);
+  if (!(model.scale >= 0)) fail("search-patterns: the attention scale must be >= 0 (0 = 1/sqrt(head_dim))");
+  const auto window_of = [&](int l) { return model.layer_window.empty() ? int64_t(0) : model.layer_window[size_t(l)]; };
+  int n_global = 0;
+  for (int l = 0; l < model.n_layer; ++l) {
+    if (window_of(l) < 0) fail("search-patterns: layer {} has a negative window ({})", l, window_of(l));
+    n_global += window_of(l) == 0;
+  }
+  if (n_global == 0)
+    fail("search-patterns: every layer of the model has a sliding window; MInference sparsifies global layers "
+         "only, so there is nothing to search");
   std::vector<int64_t> used;
   for (const auto& s : samples) {
     int64_t n = int64_t(s.size());
@@ -279,21 +298,22 @@ nlohmann::json search_patterns(const SearchModel& model, std::span<const std::ve
   std::vector<std::vector<std::vector<CandidateResult>>> scored(L);   // [layer][head][cand], errors summed
   const auto t0 = std::chrono::steady_clock::now();
   int64_t done = 0;
-  const int64_t total = model.n_layer * int64_t(samples.size());
+  const int64_t total = n_global * int64_t(samples.size());
   for (size_t si = 0; si < samples.size(); ++si) {
     std::vector<bool> seen(L, false);
     model.capture(std::span<const int32_t>(samples[si]).first(size_t(used[si])), [&](const AttnCapture& c) {
       if (c.layer < 0 || c.layer >= model.n_layer) fail("search-patterns: capture of unknown layer {}", c.layer);
+      seen[size_t(c.layer)] = true;
+      if (window_of(c.layer) > 0) return;  // a local layer: dense within its window in the engine
       AttnParams p;
       p.q = c.q, p.k = c.k, p.v = c.v;
       p.n_q = p.n_kv = c.n_tokens;
       p.n_head = c.n_head, p.n_kv_head = c.n_kv_head, p.head_dim = c.head_dim;
       p.q_pos0 = 0;
-      p.scale = 1.f / std::sqrt(float(c.head_dim));
+      p.scale = model.scale > 0 ? model.scale : 1.f / std::sqrt(float(c.head_dim));
       p.causal = true;
       p.layer = c.layer;
       const size_t l = size_t(c.layer);
-      seen[l] = true;
       if (si == 0) plans[l] = plan_layer(p, opt, global_pool());
       auto res = score_layer(p, plans[l], global_pool(), opt.scorer);
       if (si == 0) {
@@ -323,6 +343,14 @@ nlohmann::json search_patterns(const SearchModel& model, std::span<const std::ve
     report->layers.assign(L, {});
   }
   for (size_t l = 0; l < L; ++l) {
+    if (const int64_t w = window_of(int(l)); w > 0) {
+      HeadSearchResult local;
+      local.best = local_window_pattern(w);
+      local.local_window = w;
+      out.layers[l].assign(size_t(model.n_head), local.best);
+      if (report) report->layers[l].assign(size_t(model.n_head), local);
+      continue;
+    }
     for (auto& head : scored[l]) {
       for (auto& c : head) c.pattern.score /= double(samples.size());
       auto best = choose_best(std::move(head), opt, window);

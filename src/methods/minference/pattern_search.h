@@ -34,6 +34,10 @@
 // dense, as a `stream_llm` head whose window covers the model's context (dense_window), a form
 // the reference loads and runs unchanged.
 // The budgets written are the ones evaluated (scaled and matched) at the first sample's length.
+// Sliding-window layers (SearchModel::layer_window, Gemma 3's local layers) are not searched: the
+// engine runs them dense within their window whatever the config says, so only the global layers
+// are captured for scoring, and a local layer's heads are written as local_window_pattern(window)
+// (minference_config.h). A model whose every layer has a window is refused.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -118,6 +122,7 @@ struct CandidateResult {
 
 struct HeadSearchResult {
   HeadPattern best;                        // score = its relative L2 error (0 for a dense fallback)
+  int64_t local_window = 0;                // > 0: a sliding-window layer, not searched (no candidates)
   bool dense_fallback = false;             // best sparse error was above dense_above: written dense
   double best_sparse_error = 0;            // the lowest candidate error (also when dense_fallback)
   std::vector<CandidateResult> candidates;
@@ -158,13 +163,17 @@ struct SearchModel {
   int n_layer = 0;
   int n_head = 0;
   int64_t max_context = 0;  // samples are cut to this many tokens
+  // Sliding window of each layer [n_layer] (ModelConfig::layer(l).window; 0 = global); empty =
+  // every layer global. Layers with a window are not searched (see the header).
+  std::vector<int64_t> layer_window;
+  float scale = 0.f;  // attention score scale (ModelConfig::score_scale()); 0 = 1/sqrt(head_dim)
   std::function<void(std::span<const int32_t> tokens, const AttnObserver& observer)> capture;
 };
 
-// Algorithm 1 over a model: one capture pass per sample; per layer, plan_layer on the
+// Algorithm 1 over a model: one capture pass per sample; per global layer, plan_layer on the
 // first sample, score_layer on every sample, mean errors, choose_best. progress gets (layers
-// done, n_layer x n_samples, elapsed seconds) after every layer of every sample. report, if
-// given, receives every candidate's numbers.
+// searched, global layers x n_samples, elapsed seconds) after every global layer of every sample.
+// report, if given, receives every candidate's numbers.
 nlohmann::json search_patterns(const SearchModel& model, std::span<const std::vector<int32_t>> samples,
                                const SearchOptions& opt, ProgressFn progress, SearchReport* report = nullptr);
 // One sample.

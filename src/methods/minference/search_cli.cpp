@@ -127,9 +127,20 @@ void run_search(const SearchArgs& a) {
                lengths.c_str(), engine->device().c_str());
   SearchReport report;
   const std::string where = engine->device();
-  const SearchModel model{.n_layer = engine->config().n_layer,
-                          .n_head = engine->config().n_head,
+  const ModelConfig& mc = engine->config();
+  std::vector<int64_t> windows;
+  for (int l = 0; l < mc.n_layer; ++l) windows.push_back(mc.layer(l).window);
+  const int n_local = int(std::count_if(windows.begin(), windows.end(), [](int64_t w) { return w > 0; }));
+  if (n_local > 0)
+    std::fprintf(stderr,
+                 "search-patterns: searching the %d global layers; the %d sliding-window layers keep their window "
+                 "(written as stream_llm with 0 sinks and the window)\n",
+                 mc.n_layer - n_local, n_local);
+  const SearchModel model{.n_layer = mc.n_layer,
+                          .n_head = mc.n_head,
                           .max_context = engine->max_context(),
+                          .layer_window = windows,
+                          .scale = mc.score_scale(),
                           .capture = [&](std::span<const int32_t> t, const AttnObserver& o) {
                             engine->capture_attention(t, o);
                           }};
@@ -148,13 +159,14 @@ void run_search(const SearchArgs& a) {
     rep << report.to_json().dump(1) << "\n";
   }
   // Summary: how many heads got each pattern.
-  int counts[3] = {0, 0, 0}, dense = 0;
+  int counts[3] = {0, 0, 0}, dense = 0, local = 0;
   for (const auto& layer : report.layers)
-    for (const auto& h : layer) h.dense_fallback ? ++dense : ++counts[int(h.best.kind)];
+    for (const auto& h : layer) h.local_window > 0 ? ++local : h.dense_fallback ? ++dense : ++counts[int(h.best.kind)];
   std::fprintf(stderr,
-               "search-patterns: wrote %s (vertical_and_slash %d, block_sparse %d, stream_llm %d, dense %d heads)\n",
+               "search-patterns: wrote %s (vertical_and_slash %d, block_sparse %d, stream_llm %d, dense %d heads; "
+               "%d heads of sliding-window layers not searched)\n",
                a.output.c_str(), counts[int(PatternKind::VerticalSlash)], counts[int(PatternKind::BlockSparse)],
-               counts[int(PatternKind::AShape)], dense);
+               counts[int(PatternKind::AShape)], dense, local);
 }
 
 }  // namespace
@@ -185,7 +197,8 @@ void register_search_patterns_command(CLI::App& app) {
                   "model's context; default 0 = never)");
   cmd->add_flag("--no-match-flops", args->no_match_flops, "use the candidate budgets as given (no FLOPs matching)");
   cmd->add_option("--random-weights", args->random_weights,
-                  "timing only: random weights of a named geometry (llama3-8b, llama3.1-8b, qwen2.5-7b, smollm2-135m; "
+                  "timing only: random weights of a named geometry (llama3-8b, llama3.1-8b, qwen2.5-7b, smollm2-135m, "
+                  "gemma3-270m; "
                   "NAME:N keeps N layers) instead of -m; GPU only; the sample is --random-tokens ids")
       ->check(cli::known_geometry());
   cmd->add_option("--random-tokens", args->random_tokens, "with --random-weights: a sample of N random token ids")
