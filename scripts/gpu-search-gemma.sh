@@ -136,10 +136,11 @@ step search_mix 180 "$BIN/longctx" search-patterns -m "$GEMMA" --device "$DEVICE
   -o "$OUT/gemma-searched-mix.json" --report "$OUT/report-mix.json"
 methods="dense,minference=$HERE/$UNIFORM,minference=$HERE/$CPU_SEARCHED"
 for c in kv mix; do [ -s "$OUT/gemma-searched-$c.json" ] && methods+=",minference=$OUT/gemma-searched-$c.json"; done
-# One process per length (16K first: the cell the uniform config lost), so a step cut at its limit
-# loses one length, not all.
+# One process per length, all four in parallel on the one GPU (each is small and latency bound),
+# so a step cut at its limit loses one length, not all.
 for len in 16k 32k 8k 4k; do
-  step "passkey_$len" 150 "$BIN/longctx" eval passkey -m "$GEMMA" --no-chat --device "$DEVICE" --lengths $len \
-    --depths 0,0.25,0.5,0.75,1 --samples "${PASSKEY_SAMPLES:-8}" --attn "$methods" --json "$OUT/passkey-$len.json"
+  step "passkey_$len" 200 "$BIN/longctx" eval passkey -m "$GEMMA" --no-chat --device "$DEVICE" --lengths $len \
+    --depths 0,0.25,0.5,0.75,1 --samples "${PASSKEY_SAMPLES:-8}" --attn "$methods" --json "$OUT/passkey-$len.json" &
 done
+wait
 exit $status
