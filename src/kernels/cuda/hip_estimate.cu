@@ -35,6 +35,9 @@ namespace cg = cooperative_groups;
 // key loads). The device functions take the CTA size as kCta.
 constexpr int kThreads = 512, kLanes = 8;
 constexpr int32_t kOpenEnd = 0x7fffffff;  // a decode window's end: clipped to the length by the kernel
+// Prefill addresses key rows by 32-bit offsets in units of kKeyUnit elements (head_dim is a
+// multiple of 8): up to 2^35 key elements a layer (64 GiB of bf16 keys).
+constexpr int kKeyUnit = 8;
 
 struct Branch {
   int32_t a, g;  // first key block, blocks
@@ -289,6 +292,13 @@ constexpr int kPrefillCta = 128;
 // value is a bf16 value: 3 mantissa bits, exponents 2^-9..2^8). The layer's scale is left out:
 // it multiplies every key of the layer, so the scores' order is that of the codes' (the search
 // ranks, it never reports a score); the CPU twin scores the codes (e4m3_to_f32) the same way.
+// p, hidden from the compiler's address arithmetic (an empty asm): an address built on it stays
+// `p + offset` (one IMAD.WIDE) instead of being re-associated into 64-bit index math on the
+// kernel parameter (a 64-bit add and shift an item).
+__device__ __forceinline__ int64_t opaque(int64_t v) {
+  asm("" : "+l"(v));
+  return v;
+}
 __device__ __forceinline__ uint4 load_key8(const __nv_bfloat16* p) { return *reinterpret_cast<const uint4*>(p); }
 __device__ __forceinline__ uint4 load_key8(const __nv_fp8_e4m3* p) {
   const uint2 v = *reinterpret_cast<const uint2*>(p);
@@ -302,6 +312,32 @@ __device__ __forceinline__ uint4 load_key8(const __nv_fp8_e4m3* p) {
     o[i] = *reinterpret_cast<const uint32_t*>(&b);
   }
   return out;
+}
+
+// The paper epilogue's max over the 8 lanes of a quad column (lanes t, t + 4, ..., t + 28: the
+// query rows) of kTiles values at once, transposed: each exchange sends half of the values a lane
+// still holds (kTiles 4: 2 + 1 + 1 shuffles instead of 12). Returns the max of value
+// tile_of_lane(g), g = lane / 4; lanes g < kTiles hold every value once. fmaxf is exact, so the
+// order of the maxes changes nothing.
+template <int kTiles>
+__device__ __forceinline__ int tile_of_lane(int g) {
+  static_assert(kTiles == 2 || kTiles == 4, "kMmaTiles * 2 / kChunks");
+  return kTiles == 4 ? 2 * (g & 1) + ((g >> 1) & 1) : g & 1;
+}
+template <int kTiles>
+__device__ __forceinline__ float max_over_rows(const float (&v)[kTiles], int g) {
+  const bool g0 = g & 1, g1 = g & 2;
+  float c0, c1;  // kTiles 4: values 2 g0 and 2 g0 + 1, over lanes g and g ^ 1
+  if constexpr (kTiles == 4) {
+    c0 = fmaxf(g0 ? v[2] : v[0], __shfl_xor_sync(0xffffffffu, g0 ? v[0] : v[2], 4));
+    c1 = fmaxf(g0 ? v[3] : v[1], __shfl_xor_sync(0xffffffffu, g0 ? v[1] : v[3], 4));
+  } else {
+    c0 = v[0], c1 = v[1];
+  }
+  const bool hi = kTiles == 4 ? g1 : g0;  // the bit whose exchange halves c0, c1
+  float e = fmaxf(hi ? c1 : c0, __shfl_xor_sync(0xffffffffu, hi ? c0 : c1, kTiles == 4 ? 8 : 4));
+  if constexpr (kTiles == 2) e = fmaxf(e, __shfl_xor_sync(0xffffffffu, e, 8));
+  return fmaxf(e, __shfl_xor_sync(0xffffffffu, e, 16));
 }
 
 // Tensor-core scoring (prefill): every (branch, sampled key) item's best score over the sampled
@@ -326,6 +362,7 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4, d = sh.head_dim;
   const int n_ks = kPaper ? 2 : cfg.b_k / cfg.b_sk, n_items = nb * n_ks, n_tiles = (n_items + 7) / 8;
   const int n_pairs = (d + 31) / 32;  // the query copy's 32-element groups (qfrag_offset's P)
+  const int32_t key_end = int32_t(sh.key_end);  // key positions fit int32 (hip_estimate_prefill checks n_kv)
   const bool in_tile = 8 % n_ks == 0;  // uniform
   int32_t qpos[4];  // this lane's query rows g, g + 8, g + 16, g + 24 (-1: padding, never valid)
 #pragma unroll
@@ -339,7 +376,7 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
       const int item = (tile0 + j) * 8 + g, bi = kPaper ? item >> 1 : item / n_ks, sk = item - bi * n_ks;
       const Branch br = item < n_items ? brs[bi] : Branch{0, 0};
       const int32_t kk = (br.a + br.g / 2) * cfg.b_k + sk * cfg.b_sk + cfg.b_sk - 1;
-      const bool ok = br.g > 0 && kk < sh.key_end;
+      const bool ok = br.g > 0 && kk < key_end;
       key[j] = ok ? kk : INT32_MAX;
       // A padding item reads key 0 (always there) without a predicate: its columns are masked below.
       const auto row = key_row(ok ? kk : 0, ok);  // bf16 or e4m3 elements
@@ -366,20 +403,24 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
       }
     }
     // C: acc[j][mt][0..1] = (query 16mt + g, items 2t, 2t + 1), [2..3] = query 16mt + g + 8.
+    if constexpr (kPaper) {
+      float b[kTiles];  // this lane's best of branch (tile0 + j) * 4 + t over its 4 query rows
 #pragma unroll
-    for (int j = 0; j < kTiles; ++j) {
-      if constexpr (kPaper) {
+      for (int j = 0; j < kTiles; ++j) {
         // Lane 4i + t loaded item i: items 2t and 2t + 1 (this lane's columns) are ballot bits 8t, 8t + 4.
         const unsigned ok = __ballot_sync(0xffffffffu, key[j] != INT32_MAX) >> (8 * t);
-        float b = -INFINITY;
-        if (ok & 1u) b = fmaxf(fmaxf(acc[j][0][0], acc[j][0][2]), fmaxf(acc[j][1][0], acc[j][1][2]));
-        if (ok & 16u) b = fmaxf(b, fmaxf(fmaxf(acc[j][0][1], acc[j][0][3]), fmaxf(acc[j][1][1], acc[j][1][3])));
-#pragma unroll
-        for (int off = 4; off < 32; off *= 2) b = fmaxf(b, __shfl_xor_sync(0xffffffffu, b, off));
-        const int bi = (tile0 + j) * 4 + t;
-        if (g == 0 && bi < nb) own[bi] = brs[bi].g > 0 ? rank_key(b) : kEmptyRank;
-        continue;
+        b[j] = -INFINITY;
+        if (ok & 1u) b[j] = fmaxf(fmaxf(acc[j][0][0], acc[j][0][2]), fmaxf(acc[j][1][0], acc[j][1][2]));
+        if (ok & 16u) b[j] = fmaxf(b[j], fmaxf(fmaxf(acc[j][0][1], acc[j][0][3]), fmaxf(acc[j][1][1], acc[j][1][3])));
       }
+      const int j = tile_of_lane<kTiles>(g);
+      const float best = max_over_rows(b, g);
+      const int bi = (tile0 + j) * 4 + t;
+      if (g < kTiles && bi < nb) own[bi] = brs[bi].g > 0 ? rank_key(best) : kEmptyRank;
+      continue;
+    }
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
       const int32_t k0 = __shfl_sync(0xffffffffu, key[j], 8 * t), k1 = __shfl_sync(0xffffffffu, key[j], 8 * t + 4);
       float b0 = -INFINITY, b1 = -INFINITY;
 #pragma unroll
@@ -627,10 +668,13 @@ __global__ void __launch_bounds__(kCta, kThreads / kCta) prefill_kernel(HipPrefi
   const Region r = region_of(cfg, p.q_pos0 + row0);
   const Shape sh{n_qs, p.head_dim, r.block_begin, r.block_end, r.key_end < p.n_kv ? r.key_end : p.n_kv};
   const void* keys = std::is_same_v<Key, __nv_fp8_e4m3> ? p.k_fp8 : p.k;
-  const auto* k = static_cast<const Key*>(keys) + int64_t(h / (p.n_head / p.n_kv_head)) * p.head_dim;
-  const int64_t k_stride = int64_t(p.n_kv_head) * p.head_dim;
+  const auto* k = static_cast<const Key*>(keys) + opaque(int64_t(h / (p.n_head / p.n_kv_head)) * p.head_dim);
+  // Key j's row: a 32-bit offset from this head's first row in units of kKeyUnit elements (rows
+  // start at multiples of head_dim, a multiple of 8): one IMAD and one IMAD.WIDE an item instead
+  // of a 64-bit multiply and add. hip_estimate_prefill checks that every offset fits.
+  const uint32_t unit_stride = uint32_t(p.n_kv_head * (p.head_dim / kKeyUnit));
   const int count = search<kCta, kPrefillItems * 2 / kChunks, 1, kMma, kChunks>(
-      cfg, sh, s, [=](int64_t j, bool) { return k + j * k_stride; });
+      cfg, sh, s, [=](int64_t j, bool) { return k + size_t(uint32_t(j) * unit_stride) * kKeyUnit; });
   const int64_t e = int64_t(h) * n_qblk + b, m = cfg.budget_blocks();
   if (p.blocks)
     for (int i = threadIdx.x; i < count; i += kCta) p.blocks[e * m + i] = s.chunks[i].a;
@@ -812,6 +856,10 @@ void hip_estimate_check(const HipEstimateConfig& c, int head_dim) {
 
 void hip_estimate_prefill(const HipPrefillParams& p, Stream s) {
   check_cfg(p.cfg, p.head_dim);
+  LC_REQUIRE(p.n_kv <= INT32_MAX && p.n_kv * p.n_kv_head * (p.head_dim / kKeyUnit) <= int64_t(UINT32_MAX) + 1,
+             "hip: the GPU prefill estimator addresses keys with 32-bit offsets: %lld keys x %d KV heads x head_dim %d "
+             "is over 2^35 key elements (or 2^31 keys) a layer",
+             (long long)p.n_kv, p.n_kv_head, p.head_dim);
   if (p.n_q <= 0) return;
   const int64_t n_qblk = (p.n_q + p.cfg.b_q - 1) / p.cfg.b_q;
   const size_t bytes = hip_estimate_smem_bytes(p.cfg, p.head_dim);
