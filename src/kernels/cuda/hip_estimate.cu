@@ -222,10 +222,10 @@ __device__ bool keep_best(int64_t m, int nb, const Smem& s, const uint32_t* key,
   const unsigned lower = (1u << lane) - 1u;
   int* cnt_eq = s.cnt;
   int* cnt_kept = s.cnt + kScanSlots;
-  const auto before = [&](const int* cnt, int r) {
+  const auto before = [&](const int* cnt, int r) {  // warp-uniform call: the lanes share the sum
     int b = 0;
-    for (int idx = 0; idx < r * kWarps + warp; ++idx) b += cnt[idx];
-    return b;
+    for (int idx = lane; idx < r * kWarps + warp; idx += 32) b += cnt[idx];
+    return int(__reduce_add_sync(0xffffffffu, unsigned(b)));
   };
   if (split_ties) {
     for (int r = 0; r < rounds; ++r) {
@@ -240,7 +240,8 @@ __device__ bool keep_best(int64_t m, int nb, const Smem& s, const uint32_t* key,
     const uint32_t u = i < nb ? key[i] : kEmptyRank;
     if (!split_ties) return u <= T;
     const unsigned eq = __ballot_sync(0xffffffffu, u == T);
-    return u < T || (u == T && before(cnt_eq, r) + __popc(eq & lower) < rem);
+    const int eq_before = before(cnt_eq, r);
+    return u < T || (u == T && eq_before + __popc(eq & lower) < rem);
   };
   for (int r = 0; r < rounds; ++r) {
     const unsigned kept = __ballot_sync(0xffffffffu, kept_at(r));
@@ -251,8 +252,9 @@ __device__ bool keep_best(int64_t m, int nb, const Smem& s, const uint32_t* key,
   for (int r = 0; r < rounds; ++r) {
     const bool k = kept_at(r);
     const unsigned kept = __ballot_sync(0xffffffffu, k);
+    const int kept_before = before(cnt_kept, r);
     if (k) {
-      const int c = before(cnt_kept, r) + __popc(kept & lower);
+      const int c = kept_before + __popc(kept & lower);
       const Branch b = br[r * kCta + tid];
       const int32_t h = b.g / 2;
       s.chunks[c] = b;
