@@ -389,7 +389,7 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
     float acc[kTiles][2][4] = {};
 #pragma unroll
     for (int p = 0; p < kPairs; ++p) {
-      if (32 * p >= d) break;
+      if (p > 0 && 32 * p >= d) break;  // head_dim >= 32 here (prefill_mma): the first k-steps always run
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {  // one m-tile's A fragments live at a time (registers)
         uint32_t a[2][4];               // [k-step of the pair]: the fragment-ordered copy's quads
