@@ -294,13 +294,6 @@ constexpr int kPrefillCta = 128;
 // value is a bf16 value: 3 mantissa bits, exponents 2^-9..2^8). The layer's scale is left out:
 // it multiplies every key of the layer, so the scores' order is that of the codes' (the search
 // ranks, it never reports a score); the CPU twin scores the codes (e4m3_to_f32) the same way.
-// p, hidden from the compiler's address arithmetic (an empty asm): an address built on it stays
-// `p + offset` (one IMAD.WIDE) instead of being re-associated into 64-bit index math on the
-// kernel parameter (a 64-bit add and shift an item).
-__device__ __forceinline__ int64_t opaque(int64_t v) {
-  asm("" : "+l"(v));
-  return v;
-}
 __device__ __forceinline__ uint4 load_key8(const __nv_bfloat16* p) { return *reinterpret_cast<const uint4*>(p); }
 __device__ __forceinline__ uint4 load_key8(const __nv_fp8_e4m3* p) {
   const uint2 v = *reinterpret_cast<const uint2*>(p);
@@ -381,10 +374,10 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
       const bool ok = br.g > 0 && kk < key_end;
       key[j] = ok ? kk : INT32_MAX;
       // A padding item reads key 0 (always there) without a predicate: its columns are masked below.
-      const auto row = key_row(ok ? kk : 0, ok);  // bf16 or e4m3 elements
+      const auto row = key_row(ok ? kk : 0, ok, t);  // bf16 or e4m3 elements, from element 8t
 #pragma unroll
       for (int p = 0; p < kPairs; ++p)
-        if (32 * p < d) kb[j][p] = load_key8(row + 32 * p + 8 * t);  // (pairs past d are never read)
+        if (32 * p < d) kb[j][p] = load_key8(row + 32 * p);  // (pairs past d are never read)
     }
     float acc[kTiles][2][4] = {};
 #pragma unroll
@@ -463,7 +456,8 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
 }
 
 // The bisection of hip_topk_blocks; leaves the selected blocks in s.chunks[0 .. count) (ascending)
-// and returns count. KeyRow(j, ok) gives key j's bf16 row of this head; ok is false for padding
+// and returns count. KeyRow(j, ok, u) gives element 8u of key j's row of this head (u: the
+// lane's first 8-element chunk, so that the address math is once an item); ok is false for padding
 // items (j = 0, row never dereferenced).
 // kCluster CTAs (a thread-block cluster, this CTA is `rank`) share one search: each scores a
 // 1/kCluster share of the branches and stores their rank keys into every CTA's shared memory
@@ -546,11 +540,11 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
           key[x] = (br.a + br.g / 2) * cfg.b_k + sk * cfg.b_sk + cfg.b_sk - 1;
           kok[x] = br.g > 0 && key[x] < sh.key_end;
           ibest[x] = -INFINITY;
-          const auto row = key_row(kok[x] ? key[x] : 0, kok[x]);  // bf16 or e4m3 elements
+          const auto row = key_row(kok[x] ? key[x] : 0, kok[x], lane);  // bf16 or e4m3 elements, from 8 lane
 #pragma unroll
           for (int cc = 0; cc < kChunks; ++cc) {
             const int c = lane + kLanes * cc;
-            raw[x][cc] = kok[x] && c * 8 < d ? load_key8(row + 8 * c) : make_uint4(0, 0, 0, 0);
+            raw[x][cc] = kok[x] && c * 8 < d ? load_key8(row + 8 * kLanes * cc) : make_uint4(0, 0, 0, 0);
           }
         }
         for (int i = 0; i < sh.n_qs; ++i) {
@@ -670,13 +664,16 @@ __global__ void __launch_bounds__(kCta, kThreads / kCta) prefill_kernel(HipPrefi
   const Region r = region_of(cfg, p.q_pos0 + row0);
   const Shape sh{n_qs, p.head_dim, r.block_begin, r.block_end, r.key_end < p.n_kv ? r.key_end : p.n_kv};
   const void* keys = std::is_same_v<Key, __nv_fp8_e4m3> ? p.k_fp8 : p.k;
-  const auto* k = static_cast<const Key*>(keys) + opaque(int64_t(h / (p.n_head / p.n_kv_head)) * p.head_dim);
-  // Key j's row: a 32-bit offset from this head's first row in units of kKeyUnit elements (rows
-  // start at multiples of head_dim, a multiple of 8): one IMAD and one IMAD.WIDE an item instead
-  // of a 64-bit multiply and add. hip_estimate_prefill checks that every offset fits.
+  // Key j's chunk u of this head: a 32-bit offset from the first key in units of kKeyUnit
+  // elements (rows and heads start at multiples of head_dim, a multiple of 8): two IMADs and one
+  // IMAD.WIDE an item instead of 64-bit multiplies and adds. hip_estimate_prefill checks that every
+  // offset fits.
   const uint32_t unit_stride = uint32_t(p.n_kv_head * (p.head_dim / kKeyUnit));
+  const uint32_t head_units = uint32_t(h / (p.n_head / p.n_kv_head) * (p.head_dim / kKeyUnit));
   const int count = search<kCta, kPrefillItems * 2 / kChunks, 1, kMma, kChunks>(
-      cfg, sh, s, [=](int64_t j, bool) { return k + size_t(uint32_t(j) * unit_stride) * kKeyUnit; });
+      cfg, sh, s, [=](int64_t j, bool, int u) {
+        return static_cast<const Key*>(keys) + size_t(uint32_t(j) * unit_stride + head_units + uint32_t(u)) * kKeyUnit;
+      });
   const int64_t e = int64_t(h) * n_qblk + b, m = cfg.budget_blocks();
   if (p.blocks)
     for (int i = threadIdx.x; i < count; i += kCta) p.blocks[e * m + i] = s.chunks[i].a;
@@ -734,17 +731,17 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(HipDecodeParams p) {
     const auto* bank = static_cast<const Key*>(c.bank_k);
     const bool counter = threadIdx.x % kLanes == 0;  // one thread of each 8 reading a key counts it
     unsigned reads = 0, misses = 0;
-    count = search<kThreads, kDecodeItems * 2 / kChunks, kCluster, false, kChunks>(cfg, sh, s, [&](int64_t j, bool ok) {
+    count = search<kThreads, kDecodeItems * 2 / kChunks, kCluster, false, kChunks>(cfg, sh, s, [&](int64_t j, bool ok, int u) {
       const int32_t t = int32_t(j), slot = offload_lookup(c, hk, t, ok && counter);
       reads += ok && counter;
       misses += ok && counter && slot < 0;
-      if (slot < 0) return host_row(j);
-      return bank + ((int64_t(slot) * c.line_tokens + t % c.line_tokens) * n_kv_head + hk) * d;
+      if (slot < 0) return host_row(j) + 8 * u;
+      return bank + ((int64_t(slot) * c.line_tokens + t % c.line_tokens) * n_kv_head + hk) * d + 8 * u;
     });
     offload_add_stats(c, reads, misses);
   } else {
     count = search<kThreads, kDecodeItems * 2 / kChunks, kCluster, false, kChunks>(
-        cfg, sh, s, [=](int64_t j, bool) { return host_row(j); });
+        cfg, sh, s, [=](int64_t j, bool, int u) { return host_row(j) + 8 * u; });
   }
   if (!writer) return;
   const int64_t m = cfg.budget_blocks();
