@@ -412,37 +412,37 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
       const float best = max_over_rows(b, g);
       const int bi = (tile0 + j) * 4 + t;
       if (g < kTiles && bi < nb) own[bi] = brs[bi].g > 0 ? rank_key(best) : kEmptyRank;
-      continue;
-    }
+    } else {
 #pragma unroll
-    for (int j = 0; j < kTiles; ++j) {
-      const int32_t k0 = __shfl_sync(0xffffffffu, key[j], 8 * t), k1 = __shfl_sync(0xffffffffu, key[j], 8 * t + 4);
-      float b0 = -INFINITY, b1 = -INFINITY;
+      for (int j = 0; j < kTiles; ++j) {
+        const int32_t k0 = __shfl_sync(0xffffffffu, key[j], 8 * t), k1 = __shfl_sync(0xffffffffu, key[j], 8 * t + 4);
+        float b0 = -INFINITY, b1 = -INFINITY;
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {  // query row g + 8r: m-tile r / 2, half r % 2
-        const float v0 = acc[j][r / 2][2 * (r % 2)], v1 = acc[j][r / 2][2 * (r % 2) + 1];
-        if (k0 <= qpos[r]) b0 = fmaxf(b0, v0);
-        if (k1 <= qpos[r]) b1 = fmaxf(b1, v1);
-      }
-#pragma unroll
-      for (int off = 4; off < 32; off *= 2) {
-        b0 = fmaxf(b0, __shfl_xor_sync(0xffffffffu, b0, off));
-        b1 = fmaxf(b1, __shfl_xor_sync(0xffffffffu, b1, off));
-      }
-      const int item = (tile0 + j) * 8 + 2 * t;
-      if (in_tile) {  // lanes t (g = 0) hold items 2t, 2t + 1: n_ks / 2 lanes a branch (one at n_ks <= 2)
-        if (n_ks == 1) {
-          if (g == 0 && item < n_items) own[item] = brs[item].g > 0 ? rank_key(b0) : kEmptyRank;
-          if (g == 0 && item + 1 < n_items) own[item + 1] = brs[item + 1].g > 0 ? rank_key(b1) : kEmptyRank;
-        } else {
-          float b = fmaxf(b0, b1);
-          for (int off = 1; 2 * off < n_ks; off *= 2) b = fmaxf(b, __shfl_xor_sync(0xffffffffu, b, off));
-          const int bi = item / n_ks;
-          if (g == 0 && item % n_ks == 0 && bi < nb) own[bi] = brs[bi].g > 0 ? rank_key(b) : kEmptyRank;
+        for (int r = 0; r < 4; ++r) {  // query row g + 8r: m-tile r / 2, half r % 2
+          const float v0 = acc[j][r / 2][2 * (r % 2)], v1 = acc[j][r / 2][2 * (r % 2) + 1];
+          if (k0 <= qpos[r]) b0 = fmaxf(b0, v0);
+          if (k1 <= qpos[r]) b1 = fmaxf(b1, v1);
         }
-      } else {
-        if (g == 0 && item < n_items) s.item[item] = b0;
-        if (g == 0 && item + 1 < n_items) s.item[item + 1] = b1;
+#pragma unroll
+        for (int off = 4; off < 32; off *= 2) {
+          b0 = fmaxf(b0, __shfl_xor_sync(0xffffffffu, b0, off));
+          b1 = fmaxf(b1, __shfl_xor_sync(0xffffffffu, b1, off));
+        }
+        const int item = (tile0 + j) * 8 + 2 * t;
+        if (in_tile) {  // lanes t (g = 0) hold items 2t, 2t + 1: n_ks / 2 lanes a branch (one at n_ks <= 2)
+          if (n_ks == 1) {
+            if (g == 0 && item < n_items) own[item] = brs[item].g > 0 ? rank_key(b0) : kEmptyRank;
+            if (g == 0 && item + 1 < n_items) own[item + 1] = brs[item + 1].g > 0 ? rank_key(b1) : kEmptyRank;
+          } else {
+            float b = fmaxf(b0, b1);
+            for (int off = 1; 2 * off < n_ks; off *= 2) b = fmaxf(b, __shfl_xor_sync(0xffffffffu, b, off));
+            const int bi = item / n_ks;
+            if (g == 0 && item % n_ks == 0 && bi < nb) own[bi] = brs[bi].g > 0 ? rank_key(b) : kEmptyRank;
+          }
+        } else {
+          if (g == 0 && item < n_items) s.item[item] = b0;
+          if (g == 0 && item + 1 < n_items) s.item[item + 1] = b1;
+        }
       }
     }
   }
@@ -731,13 +731,14 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(HipDecodeParams p) {
     const auto* bank = static_cast<const Key*>(c.bank_k);
     const bool counter = threadIdx.x % kLanes == 0;  // one thread of each 8 reading a key counts it
     unsigned reads = 0, misses = 0;
-    count = search<kThreads, kDecodeItems * 2 / kChunks, kCluster, false, kChunks>(cfg, sh, s, [&](int64_t j, bool ok, int u) {
+    const auto key_row = [&](int64_t j, bool ok, int u) {
       const int32_t t = int32_t(j), slot = offload_lookup(c, hk, t, ok && counter);
       reads += ok && counter;
       misses += ok && counter && slot < 0;
       if (slot < 0) return host_row(j) + 8 * u;
       return bank + ((int64_t(slot) * c.line_tokens + t % c.line_tokens) * n_kv_head + hk) * d + 8 * u;
-    });
+    };
+    count = search<kThreads, kDecodeItems * 2 / kChunks, kCluster, false, kChunks>(cfg, sh, s, key_row);
     offload_add_stats(c, reads, misses);
   } else {
     count = search<kThreads, kDecodeItems * 2 / kChunks, kCluster, false, kChunks>(
