@@ -681,7 +681,8 @@ TEST(HipEstimate, Fp8KeyCopyChangesRanksOnlyWithinTheQuantizationError) {
   }
 }
 
-// Refused before any launch, naming what to lower: head_dim past 256, a CTA over 227 KiB.
+// Refused before any launch, naming what to lower: head_dim past 256, a CTA over 227 KiB, keys
+// past the prefill's 32-bit offsets.
 TEST(HipEstimate, ConfigsOutOfReachAreRefusedUpFront) {
   EXPECT_NO_THROW(hip_estimate_check(HipEstimateConfig{}, 256));
   try {
@@ -699,6 +700,20 @@ TEST(HipEstimate, ConfigsOutOfReachAreRefusedUpFront) {
     ADD_FAILURE() << "a CTA over the shared memory limit accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("shared memory"), std::string::npos) << e.what();
+  }
+  // Prefill addresses key rows with 32-bit offsets in units of 8 elements: 2^35 key elements a
+  // layer at most. 2^24 keys x 32 KV heads x head_dim 128 is 2^36: refused before the launch (no
+  // device memory is touched, the pointers are null).
+  HipPrefillParams p;
+  p.n_q = 64;
+  p.n_kv = int64_t(1) << 24;
+  p.n_head = p.n_kv_head = 32;
+  p.head_dim = 128;
+  try {
+    hip_estimate_prefill(p);
+    ADD_FAILURE() << "2^36 key elements accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("32-bit offsets"), std::string::npos) << e.what();
   }
 }
 

@@ -35,6 +35,9 @@ namespace cg = cooperative_groups;
 // key loads). The device functions take the CTA size as kCta.
 constexpr int kThreads = 512, kLanes = 8;
 constexpr int32_t kOpenEnd = 0x7fffffff;  // a decode window's end: clipped to the length by the kernel
+// Prefill addresses key rows by 32-bit offsets in units of kKeyUnit elements (head_dim is a
+// multiple of 8): up to 2^35 key elements a layer (64 GiB of bf16 keys).
+constexpr int kKeyUnit = 8;
 
 struct Branch {
   int32_t a, g;  // first key block, blocks
@@ -219,10 +222,10 @@ __device__ bool keep_best(int64_t m, int nb, const Smem& s, const uint32_t* key,
   const unsigned lower = (1u << lane) - 1u;
   int* cnt_eq = s.cnt;
   int* cnt_kept = s.cnt + kScanSlots;
-  const auto before = [&](const int* cnt, int r) {
+  const auto before = [&](const int* cnt, int r) {  // warp-uniform call: the lanes share the sum
     int b = 0;
-    for (int idx = 0; idx < r * kWarps + warp; ++idx) b += cnt[idx];
-    return b;
+    for (int idx = lane; idx < r * kWarps + warp; idx += 32) b += cnt[idx];
+    return int(__reduce_add_sync(0xffffffffu, unsigned(b)));
   };
   if (split_ties) {
     for (int r = 0; r < rounds; ++r) {
@@ -237,7 +240,8 @@ __device__ bool keep_best(int64_t m, int nb, const Smem& s, const uint32_t* key,
     const uint32_t u = i < nb ? key[i] : kEmptyRank;
     if (!split_ties) return u <= T;
     const unsigned eq = __ballot_sync(0xffffffffu, u == T);
-    return u < T || (u == T && before(cnt_eq, r) + __popc(eq & lower) < rem);
+    const int eq_before = before(cnt_eq, r);
+    return u < T || (u == T && eq_before + __popc(eq & lower) < rem);
   };
   for (int r = 0; r < rounds; ++r) {
     const unsigned kept = __ballot_sync(0xffffffffu, kept_at(r));
@@ -248,8 +252,9 @@ __device__ bool keep_best(int64_t m, int nb, const Smem& s, const uint32_t* key,
   for (int r = 0; r < rounds; ++r) {
     const bool k = kept_at(r);
     const unsigned kept = __ballot_sync(0xffffffffu, k);
+    const int kept_before = before(cnt_kept, r);
     if (k) {
-      const int c = before(cnt_kept, r) + __popc(kept & lower);
+      const int c = kept_before + __popc(kept & lower);
       const Branch b = br[r * kCta + tid];
       const int32_t h = b.g / 2;
       s.chunks[c] = b;
@@ -304,6 +309,32 @@ __device__ __forceinline__ uint4 load_key8(const __nv_fp8_e4m3* p) {
   return out;
 }
 
+// The paper epilogue's max over the 8 lanes of a quad column (lanes t, t + 4, ..., t + 28: the
+// query rows) of kTiles values at once, transposed: each exchange sends half of the values a lane
+// still holds (kTiles 4: 2 + 1 + 1 shuffles instead of 12). Returns the max of value
+// tile_of_lane(g), g = lane / 4; lanes g < kTiles hold every value once. fmaxf is exact, so the
+// order of the maxes changes nothing.
+template <int kTiles>
+__device__ __forceinline__ int tile_of_lane(int g) {
+  static_assert(kTiles == 2 || kTiles == 4, "kMmaTiles * 2 / kChunks");
+  return kTiles == 4 ? 2 * (g & 1) + ((g >> 1) & 1) : g & 1;
+}
+template <int kTiles>
+__device__ __forceinline__ float max_over_rows(const float (&v)[kTiles], int g) {
+  const bool g0 = g & 1, g1 = g & 2;
+  float c0, c1;  // kTiles 4: values 2 g0 and 2 g0 + 1, over lanes g and g ^ 1
+  if constexpr (kTiles == 4) {
+    c0 = fmaxf(g0 ? v[2] : v[0], __shfl_xor_sync(0xffffffffu, g0 ? v[0] : v[2], 4));
+    c1 = fmaxf(g0 ? v[3] : v[1], __shfl_xor_sync(0xffffffffu, g0 ? v[1] : v[3], 4));
+  } else {
+    c0 = v[0], c1 = v[1];
+  }
+  const bool hi = kTiles == 4 ? g1 : g0;  // the bit whose exchange halves c0, c1
+  float e = fmaxf(hi ? c1 : c0, __shfl_xor_sync(0xffffffffu, hi ? c0 : c1, kTiles == 4 ? 8 : 4));
+  if constexpr (kTiles == 2) e = fmaxf(e, __shfl_xor_sync(0xffffffffu, e, 8));
+  return fmaxf(e, __shfl_xor_sync(0xffffffffu, e, 16));
+}
+
 // Tensor-core scoring (prefill): every (branch, sampled key) item's best score over the sampled
 // queries; when a branch's n_ks items lie in one n-tile (n_ks divides 8: the paper's b_k 2,
 // b_sk 1 gives 2) the lanes holding them take their max and store the branch's rank key into
@@ -326,6 +357,7 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4, d = sh.head_dim;
   const int n_ks = kPaper ? 2 : cfg.b_k / cfg.b_sk, n_items = nb * n_ks, n_tiles = (n_items + 7) / 8;
   const int n_pairs = (d + 31) / 32;  // the query copy's 32-element groups (qfrag_offset's P)
+  const int32_t key_end = int32_t(sh.key_end);  // key positions fit int32 (hip_estimate_prefill checks n_kv)
   const bool in_tile = 8 % n_ks == 0;  // uniform
   int32_t qpos[4];  // this lane's query rows g, g + 8, g + 16, g + 24 (-1: padding, never valid)
 #pragma unroll
@@ -339,18 +371,18 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
       const int item = (tile0 + j) * 8 + g, bi = kPaper ? item >> 1 : item / n_ks, sk = item - bi * n_ks;
       const Branch br = item < n_items ? brs[bi] : Branch{0, 0};
       const int32_t kk = (br.a + br.g / 2) * cfg.b_k + sk * cfg.b_sk + cfg.b_sk - 1;
-      const bool ok = br.g > 0 && kk < sh.key_end;
+      const bool ok = br.g > 0 && kk < key_end;
       key[j] = ok ? kk : INT32_MAX;
       // A padding item reads key 0 (always there) without a predicate: its columns are masked below.
-      const auto row = key_row(ok ? kk : 0, ok);  // bf16 or e4m3 elements
+      const auto row = key_row(ok ? kk : 0, ok, t);  // bf16 or e4m3 elements, from element 8t
 #pragma unroll
       for (int p = 0; p < kPairs; ++p)
-        if (32 * p < d) kb[j][p] = load_key8(row + 32 * p + 8 * t);  // (pairs past d are never read)
+        if (32 * p < d) kb[j][p] = load_key8(row + 32 * p);  // (pairs past d are never read)
     }
     float acc[kTiles][2][4] = {};
 #pragma unroll
     for (int p = 0; p < kPairs; ++p) {
-      if (32 * p >= d) break;
+      if (p > 0 && 32 * p >= d) break;  // head_dim >= 32 here (prefill_mma): the first k-steps always run
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {  // one m-tile's A fragments live at a time (registers)
         uint32_t a[2][4];               // [k-step of the pair]: the fragment-ordered copy's quads
@@ -366,47 +398,51 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
       }
     }
     // C: acc[j][mt][0..1] = (query 16mt + g, items 2t, 2t + 1), [2..3] = query 16mt + g + 8.
+    if constexpr (kPaper) {
+      float b[kTiles];  // this lane's best of branch (tile0 + j) * 4 + t over its 4 query rows
 #pragma unroll
-    for (int j = 0; j < kTiles; ++j) {
-      if constexpr (kPaper) {
+      for (int j = 0; j < kTiles; ++j) {
         // Lane 4i + t loaded item i: items 2t and 2t + 1 (this lane's columns) are ballot bits 8t, 8t + 4.
         const unsigned ok = __ballot_sync(0xffffffffu, key[j] != INT32_MAX) >> (8 * t);
-        float b = -INFINITY;
-        if (ok & 1u) b = fmaxf(fmaxf(acc[j][0][0], acc[j][0][2]), fmaxf(acc[j][1][0], acc[j][1][2]));
-        if (ok & 16u) b = fmaxf(b, fmaxf(fmaxf(acc[j][0][1], acc[j][0][3]), fmaxf(acc[j][1][1], acc[j][1][3])));
-#pragma unroll
-        for (int off = 4; off < 32; off *= 2) b = fmaxf(b, __shfl_xor_sync(0xffffffffu, b, off));
-        const int bi = (tile0 + j) * 4 + t;
-        if (g == 0 && bi < nb) own[bi] = brs[bi].g > 0 ? rank_key(b) : kEmptyRank;
-        continue;
+        b[j] = -INFINITY;
+        if (ok & 1u) b[j] = fmaxf(fmaxf(acc[j][0][0], acc[j][0][2]), fmaxf(acc[j][1][0], acc[j][1][2]));
+        if (ok & 16u) b[j] = fmaxf(b[j], fmaxf(fmaxf(acc[j][0][1], acc[j][0][3]), fmaxf(acc[j][1][1], acc[j][1][3])));
       }
-      const int32_t k0 = __shfl_sync(0xffffffffu, key[j], 8 * t), k1 = __shfl_sync(0xffffffffu, key[j], 8 * t + 4);
-      float b0 = -INFINITY, b1 = -INFINITY;
+      const int j = tile_of_lane<kTiles>(g);
+      const float best = max_over_rows(b, g);
+      const int bi = (tile0 + j) * 4 + t;
+      if (g < kTiles && bi < nb) own[bi] = brs[bi].g > 0 ? rank_key(best) : kEmptyRank;
+    } else {
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {  // query row g + 8r: m-tile r / 2, half r % 2
-        const float v0 = acc[j][r / 2][2 * (r % 2)], v1 = acc[j][r / 2][2 * (r % 2) + 1];
-        if (k0 <= qpos[r]) b0 = fmaxf(b0, v0);
-        if (k1 <= qpos[r]) b1 = fmaxf(b1, v1);
-      }
+      for (int j = 0; j < kTiles; ++j) {
+        const int32_t k0 = __shfl_sync(0xffffffffu, key[j], 8 * t), k1 = __shfl_sync(0xffffffffu, key[j], 8 * t + 4);
+        float b0 = -INFINITY, b1 = -INFINITY;
 #pragma unroll
-      for (int off = 4; off < 32; off *= 2) {
-        b0 = fmaxf(b0, __shfl_xor_sync(0xffffffffu, b0, off));
-        b1 = fmaxf(b1, __shfl_xor_sync(0xffffffffu, b1, off));
-      }
-      const int item = (tile0 + j) * 8 + 2 * t;
-      if (in_tile) {  // lanes t (g = 0) hold items 2t, 2t + 1: n_ks / 2 lanes a branch (one at n_ks <= 2)
-        if (n_ks == 1) {
-          if (g == 0 && item < n_items) own[item] = brs[item].g > 0 ? rank_key(b0) : kEmptyRank;
-          if (g == 0 && item + 1 < n_items) own[item + 1] = brs[item + 1].g > 0 ? rank_key(b1) : kEmptyRank;
-        } else {
-          float b = fmaxf(b0, b1);
-          for (int off = 1; 2 * off < n_ks; off *= 2) b = fmaxf(b, __shfl_xor_sync(0xffffffffu, b, off));
-          const int bi = item / n_ks;
-          if (g == 0 && item % n_ks == 0 && bi < nb) own[bi] = brs[bi].g > 0 ? rank_key(b) : kEmptyRank;
+        for (int r = 0; r < 4; ++r) {  // query row g + 8r: m-tile r / 2, half r % 2
+          const float v0 = acc[j][r / 2][2 * (r % 2)], v1 = acc[j][r / 2][2 * (r % 2) + 1];
+          if (k0 <= qpos[r]) b0 = fmaxf(b0, v0);
+          if (k1 <= qpos[r]) b1 = fmaxf(b1, v1);
         }
-      } else {
-        if (g == 0 && item < n_items) s.item[item] = b0;
-        if (g == 0 && item + 1 < n_items) s.item[item + 1] = b1;
+#pragma unroll
+        for (int off = 4; off < 32; off *= 2) {
+          b0 = fmaxf(b0, __shfl_xor_sync(0xffffffffu, b0, off));
+          b1 = fmaxf(b1, __shfl_xor_sync(0xffffffffu, b1, off));
+        }
+        const int item = (tile0 + j) * 8 + 2 * t;
+        if (in_tile) {  // lanes t (g = 0) hold items 2t, 2t + 1: n_ks / 2 lanes a branch (one at n_ks <= 2)
+          if (n_ks == 1) {
+            if (g == 0 && item < n_items) own[item] = brs[item].g > 0 ? rank_key(b0) : kEmptyRank;
+            if (g == 0 && item + 1 < n_items) own[item + 1] = brs[item + 1].g > 0 ? rank_key(b1) : kEmptyRank;
+          } else {
+            float b = fmaxf(b0, b1);
+            for (int off = 1; 2 * off < n_ks; off *= 2) b = fmaxf(b, __shfl_xor_sync(0xffffffffu, b, off));
+            const int bi = item / n_ks;
+            if (g == 0 && item % n_ks == 0 && bi < nb) own[bi] = brs[bi].g > 0 ? rank_key(b) : kEmptyRank;
+          }
+        } else {
+          if (g == 0 && item < n_items) s.item[item] = b0;
+          if (g == 0 && item + 1 < n_items) s.item[item + 1] = b1;
+        }
       }
     }
   }
@@ -420,7 +456,8 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
 }
 
 // The bisection of hip_topk_blocks; leaves the selected blocks in s.chunks[0 .. count) (ascending)
-// and returns count. KeyRow(j, ok) gives key j's bf16 row of this head; ok is false for padding
+// and returns count. KeyRow(j, ok, u) gives element 8u of key j's row of this head (u: the
+// lane's first 8-element chunk, so that the address math is once an item); ok is false for padding
 // items (j = 0, row never dereferenced).
 // kCluster CTAs (a thread-block cluster, this CTA is `rank`) share one search: each scores a
 // 1/kCluster share of the branches and stores their rank keys into every CTA's shared memory
@@ -503,11 +540,11 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
           key[x] = (br.a + br.g / 2) * cfg.b_k + sk * cfg.b_sk + cfg.b_sk - 1;
           kok[x] = br.g > 0 && key[x] < sh.key_end;
           ibest[x] = -INFINITY;
-          const auto row = key_row(kok[x] ? key[x] : 0, kok[x]);  // bf16 or e4m3 elements
+          const auto row = key_row(kok[x] ? key[x] : 0, kok[x], lane);  // bf16 or e4m3 elements, from 8 lane
 #pragma unroll
           for (int cc = 0; cc < kChunks; ++cc) {
             const int c = lane + kLanes * cc;
-            raw[x][cc] = kok[x] && c * 8 < d ? load_key8(row + 8 * c) : make_uint4(0, 0, 0, 0);
+            raw[x][cc] = kok[x] && c * 8 < d ? load_key8(row + 8 * kLanes * cc) : make_uint4(0, 0, 0, 0);
           }
         }
         for (int i = 0; i < sh.n_qs; ++i) {
@@ -627,10 +664,16 @@ __global__ void __launch_bounds__(kCta, kThreads / kCta) prefill_kernel(HipPrefi
   const Region r = region_of(cfg, p.q_pos0 + row0);
   const Shape sh{n_qs, p.head_dim, r.block_begin, r.block_end, r.key_end < p.n_kv ? r.key_end : p.n_kv};
   const void* keys = std::is_same_v<Key, __nv_fp8_e4m3> ? p.k_fp8 : p.k;
-  const auto* k = static_cast<const Key*>(keys) + int64_t(h / (p.n_head / p.n_kv_head)) * p.head_dim;
-  const int64_t k_stride = int64_t(p.n_kv_head) * p.head_dim;
+  // Key j's chunk u of this head: a 32-bit offset from the first key in units of kKeyUnit
+  // elements (rows and heads start at multiples of head_dim, a multiple of 8): two IMADs and one
+  // IMAD.WIDE an item instead of 64-bit multiplies and adds. hip_estimate_prefill checks that every
+  // offset fits.
+  const uint32_t unit_stride = uint32_t(p.n_kv_head * (p.head_dim / kKeyUnit));
+  const uint32_t head_units = uint32_t(h / (p.n_head / p.n_kv_head) * (p.head_dim / kKeyUnit));
   const int count = search<kCta, kPrefillItems * 2 / kChunks, 1, kMma, kChunks>(
-      cfg, sh, s, [=](int64_t j, bool) { return k + j * k_stride; });
+      cfg, sh, s, [=](int64_t j, bool, int u) {
+        return static_cast<const Key*>(keys) + size_t(uint32_t(j) * unit_stride + head_units + uint32_t(u)) * kKeyUnit;
+      });
   const int64_t e = int64_t(h) * n_qblk + b, m = cfg.budget_blocks();
   if (p.blocks)
     for (int i = threadIdx.x; i < count; i += kCta) p.blocks[e * m + i] = s.chunks[i].a;
@@ -688,17 +731,18 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(HipDecodeParams p) {
     const auto* bank = static_cast<const Key*>(c.bank_k);
     const bool counter = threadIdx.x % kLanes == 0;  // one thread of each 8 reading a key counts it
     unsigned reads = 0, misses = 0;
-    count = search<kThreads, kDecodeItems * 2 / kChunks, kCluster, false, kChunks>(cfg, sh, s, [&](int64_t j, bool ok) {
+    const auto key_row = [&](int64_t j, bool ok, int u) {
       const int32_t t = int32_t(j), slot = offload_lookup(c, hk, t, ok && counter);
       reads += ok && counter;
       misses += ok && counter && slot < 0;
-      if (slot < 0) return host_row(j);
-      return bank + ((int64_t(slot) * c.line_tokens + t % c.line_tokens) * n_kv_head + hk) * d;
-    });
+      if (slot < 0) return host_row(j) + 8 * u;
+      return bank + ((int64_t(slot) * c.line_tokens + t % c.line_tokens) * n_kv_head + hk) * d + 8 * u;
+    };
+    count = search<kThreads, kDecodeItems * 2 / kChunks, kCluster, false, kChunks>(cfg, sh, s, key_row);
     offload_add_stats(c, reads, misses);
   } else {
     count = search<kThreads, kDecodeItems * 2 / kChunks, kCluster, false, kChunks>(
-        cfg, sh, s, [=](int64_t j, bool) { return host_row(j); });
+        cfg, sh, s, [=](int64_t j, bool, int u) { return host_row(j) + 8 * u; });
   }
   if (!writer) return;
   const int64_t m = cfg.budget_blocks();
@@ -812,6 +856,10 @@ void hip_estimate_check(const HipEstimateConfig& c, int head_dim) {
 
 void hip_estimate_prefill(const HipPrefillParams& p, Stream s) {
   check_cfg(p.cfg, p.head_dim);
+  LC_REQUIRE(p.n_kv <= INT32_MAX && p.n_kv * p.n_kv_head * (p.head_dim / kKeyUnit) <= int64_t(UINT32_MAX) + 1,
+             "hip: the GPU prefill estimator addresses keys with 32-bit offsets: %lld keys x %d KV heads x head_dim %d "
+             "is over 2^35 key elements (or 2^31 keys) a layer",
+             (long long)p.n_kv, p.n_kv_head, p.head_dim);
   if (p.n_q <= 0) return;
   const int64_t n_qblk = (p.n_q + p.cfg.b_q - 1) / p.cfg.b_q;
   const size_t bytes = hip_estimate_smem_bytes(p.cfg, p.head_dim);

@@ -72,7 +72,7 @@ void hip_estimate_check(const HipEstimateConfig& c, int head_dim);
 struct HipPrefillParams {
   HipEstimateConfig cfg;
   const void* q = nullptr;  // bf16 [n_q, n_head, head_dim]
-  const void* k = nullptr;  // bf16 [n_kv, n_kv_head, head_dim]
+  const void* k = nullptr;  // bf16 [n_kv, n_kv_head, head_dim], at most 2^35 elements (32-bit offsets)
   // Optional e4m3 codes of k [n_kv, n_kv_head, head_dim] (any positive scale): scored instead of k.
   const void* k_fp8 = nullptr;
   int64_t n_q = 0, q_pos0 = 0, n_kv = 0;
