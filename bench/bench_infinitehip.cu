@@ -470,6 +470,7 @@ std::string bench_prefill(int64_t prefix, int64_t chunk, const PrefillShape& sh)
   sp.n_kv = n_kv;
   sp.n_head = kHeads;
   sp.n_kv_head = kKvHeads;
+  sp.head_dim = kHeadDim;
   sp.q_pos0 = prefix;
   sp.index.n_index_head = 1;
   sp.index.n_qblk = n_blk;
