@@ -17,15 +17,20 @@
 // K/V as the GPU model holds a layer: the three stages over every 64-query block
 // (ihip_prune_stage_prefill; score and select timed apart), the index (ihip_prefill_index) and
 // cuda::sparse_attention over it, against our dense causal prefill (attention_prefill) of the same
-// chunk; torch cuDNN runs beside it (torch_baseline.py --chunk-lens). Pruning RoPE none (rope=off).
+// chunk; torch cuDNN runs beside it (torch_baseline.py --chunk-lens). Pruning RoPE none (rope=off),
+// or --prefill-rope relative (rope=on's pruning: the FMA scorer); --prefill-shape H,Hkv,D sets the
+// prefill case's heads (4,1,256: gemma-3-270m's global layers). Also timed: rope=on's attention
+// (per block: compact_kv + rotated queries + dense causal kernel over the block's ~3.4K keys),
+// blocks one after another (main's order) and on 8 streams (IhipCompactAttention::attend_blocks).
 // --kv bf16,fp8: the decode steps also over the fp8 cache (--kv-cache fp8: e4m3 K/V, one scale
 // each; the pruning stages read e4m3 keys, sparse and dense decode e4m3 K/V), each cache in turn.
 // Inputs are random (never zeros): the pruning cost does not depend on the values.
 // Run: build-gpu/bench/longctx_bench_infinitehip [--lens 131072,1048576] [--kv bf16,fp8]
-//      [--prefix 131072,..] [--chunk 32768] [--json F]
+//      [--prefix 131072,..] [--chunk 32768] [--prefill-shape 4,1,256] [--prefill-rope relative] [--json F]
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -36,6 +41,7 @@
 
 #include "bench/bench_util.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/compact_kv.h"
 #include "kernels/cuda/fp8_vec.cuh"
 #include "kernels/cuda/ihip_prune.h"
 #include "kernels/cuda/ops.h"
@@ -283,7 +289,90 @@ std::string bench_decode(int64_t len, bool fp8) {
   return buf;
 }
 
-std::string bench_prefill(int64_t prefix, int64_t chunk) {
+// The prefill case's attention shape and pruning RoPE (--prefill-shape, --prefill-rope).
+struct PrefillShape {
+  int H = kHeads, Hkv = kKvHeads, D = kHeadDim;
+  int rope_mode = 0;  // 0 none, 1 relative (rope=on's pruning)
+};
+
+// rope=on's attention of a chunk (IhipCompactAttention): per 64-row block, its key set gathered and
+// rotated at 0..L-1 (compact_kv), the rows' queries rotated at L - rows.. (copy + rope), then the
+// dense causal kernel over the L keys; blocks one after another on one stream (main's order) or
+// round-robin over n_lanes streams, each with its own gather slice (attend_blocks). The key sets
+// here: sinks + kK[2] keys strided over the middle + the window and the rows (the method's sizes).
+double compact_attention_ms(const PrefillShape& sh, const void* q, const void* k, const void* v, void* o,
+                            int64_t prefix, int64_t chunk, int n_lanes, int reps) {
+  const int64_t n_kv = prefix + chunk, n_blk = (chunk + 63) / 64, per = kSink + kK[2] + kStream + 64;
+  std::vector<int32_t> keys(static_cast<size_t>(n_blk * per));
+  std::vector<int64_t> n_keys(static_cast<size_t>(n_blk));
+  for (int64_t b = 0; b < n_blk; ++b) {
+    const int64_t end = prefix + std::min(chunk, (b + 1) * 64), w = std::max<int64_t>(0, end - kStream - 64);
+    int32_t* set = keys.data() + b * per;
+    int64_t n = 0;
+    for (int64_t j = 0; j < std::min<int64_t>(kSink, w); ++j) set[n++] = int32_t(j);
+    const int64_t mid = w - std::min<int64_t>(kSink, w), take = std::min<int64_t>(kK[2], mid);
+    for (int64_t i = 0; i < take; ++i) set[n++] = int32_t(kSink + i * mid / take);
+    for (int64_t j = w; j < end; ++j) set[n++] = int32_t(j);
+    n_keys[size_t(b)] = n;
+  }
+  std::vector<int32_t> id(static_cast<size_t>(n_kv));
+  std::iota(id.begin(), id.end(), 0);
+  std::vector<float> f(static_cast<size_t>(sh.D / 2));
+  for (int i = 0; i < sh.D / 2; ++i) f[size_t(i)] = float(std::pow(10000.0, -2.0 * i / sh.D));
+  auto* d_keys = static_cast<int32_t*>(dev_malloc(keys.size() * 4));
+  auto* d_id = static_cast<int32_t*>(dev_malloc(id.size() * 4));
+  auto* d_f = static_cast<float*>(dev_malloc(f.size() * 4));
+  copy_h2d(d_keys, keys.data(), keys.size() * 4);
+  copy_h2d(d_id, id.data(), id.size() * 4);
+  copy_h2d(d_f, f.data(), f.size() * 4);
+  const size_t kv_slice = size_t(per) * sh.Hkv * sh.D * 2, q_row = size_t(sh.H) * sh.D * 2;
+  char* kc = static_cast<char*>(dev_malloc(kv_slice * size_t(n_lanes)));
+  char* vc = static_cast<char*>(dev_malloc(kv_slice * size_t(n_lanes)));
+  char* q_rot = static_cast<char*>(dev_malloc(size_t(chunk) * q_row));
+  std::vector<Stream> lanes(static_cast<size_t>(n_lanes));
+  for (auto& l : lanes) l = n_lanes > 1 ? stream_create() : nullptr;
+  auto run = [&] {
+    for (int64_t b = 0; b < n_blk; ++b) {
+      const int lane = int(b % n_lanes);
+      const Stream s = lanes[size_t(lane)];
+      const int64_t row0 = b * 64, rows = std::min<int64_t>(64, chunk - row0), L = n_keys[size_t(b)];
+      compact_kv({.k_pool = k, .v_pool = v, .slots = d_id, .keys = d_keys + b * per, .n_keys = L,
+                  .k_out = kc + size_t(lane) * kv_slice, .v_out = vc + size_t(lane) * kv_slice, .inv_freq = d_f,
+                  .attn_factor = 1.f, .n_kv_head = sh.Hkv, .head_dim = sh.D},
+                 s);
+      copy_d2d(q_rot + size_t(row0) * q_row, static_cast<const char*>(q) + size_t(row0) * q_row, size_t(rows) * q_row, s);
+      RopeParams rp;
+      rp.q = q_rot + size_t(row0) * q_row;
+      rp.n_q_heads = sh.H;
+      rp.head_dim = sh.D;
+      rp.n_tokens = rows;
+      rp.pos0 = L - rows;
+      rp.inv_freq = d_f;
+      rope(rp, s);
+      PrefillParams ap;
+      ap.q = q_rot + size_t(row0) * q_row;
+      ap.k = kc + size_t(lane) * kv_slice;
+      ap.v = vc + size_t(lane) * kv_slice;
+      ap.o = static_cast<char*>(o) + size_t(row0) * q_row;
+      ap.n_q = rows;
+      ap.n_kv = L;
+      ap.n_head = sh.H;
+      ap.n_kv_head = sh.Hkv;
+      ap.head_dim = sh.D;
+      ap.q_pos0 = L - rows;
+      attention_prefill(ap, s);
+    }
+    for (const Stream l : lanes) stream_sync(l);  // the join (the method's attend_blocks syncs too)
+  };
+  const double ms = time_ms(run, 1, reps);
+  for (const Stream l : lanes)
+    if (l) stream_destroy(l);
+  for (void* x : {(void*)d_keys, (void*)d_id, (void*)d_f, (void*)kc, (void*)vc, (void*)q_rot}) dev_free(x);
+  return ms;
+}
+
+std::string bench_prefill(int64_t prefix, int64_t chunk, const PrefillShape& sh) {
+  const int kHeads = sh.H, kKvHeads = sh.Hkv, kHeadDim = sh.D;  // this case's shape
   const int64_t n_kv = prefix + chunk, n_blk = (chunk + 63) / 64;
   void* k = dev_malloc(size_t(n_kv * kKvHeads * kHeadDim) * 2);
   void* v = dev_malloc(size_t(n_kv * kKvHeads * kHeadDim) * 2);
@@ -314,7 +403,26 @@ std::string bench_prefill(int64_t prefix, int64_t chunk) {
   p.q_pos0 = prefix;
   p.n_head = kHeads;
   p.n_kv_head = kKvHeads;
-  p.rope_mode = 0;
+  p.head_dim = kHeadDim;
+  p.rope_mode = sh.rope_mode;
+  // The relative-RoPE table (rope=on's pruning): positions 0, 1 and n_stream + 1, base 10000.
+  const int64_t n_pos = kStream + 2;
+  std::vector<float> cs(static_cast<size_t>(n_pos * kHeadDim / 2)), sn(cs.size());
+  for (int64_t ps = 0; ps < n_pos; ++ps)
+    for (int i = 0; i < kHeadDim / 2; ++i) {
+      const float a = float(ps) * float(std::pow(10000.0, -2.0 * i / kHeadDim));
+      cs[size_t(ps * kHeadDim / 2 + i)] = std::cos(a);
+      sn[size_t(ps * kHeadDim / 2 + i)] = std::sin(a);
+    }
+  auto* d_cos = static_cast<float*>(dev_malloc(cs.size() * 4));
+  auto* d_sin = static_cast<float*>(dev_malloc(sn.size() * 4));
+  copy_h2d(d_cos, cs.data(), cs.size() * 4);
+  copy_h2d(d_sin, sn.data(), sn.size() * 4);
+  if (sh.rope_mode != 0) {
+    p.rope_cos = d_cos;
+    p.rope_sin = d_sin;
+    p.rope_n_pos = n_pos;
+  }
   p.n_sink = kSink;
   p.n_stream = kStream;
   int32_t* out[3];
@@ -362,6 +470,7 @@ std::string bench_prefill(int64_t prefix, int64_t chunk) {
   sp.n_kv = n_kv;
   sp.n_head = kHeads;
   sp.n_kv_head = kKvHeads;
+  sp.head_dim = kHeadDim;
   sp.q_pos0 = prefix;
   sp.index.n_index_head = 1;
   sp.index.n_qblk = n_blk;
@@ -384,26 +493,34 @@ std::string bench_prefill(int64_t prefix, int64_t chunk) {
   }
   const double index = time_ms([&] { ihip_prefill_index(ip); }, 1, reps);
   const double attn = time_ms([&] { sparse_attention(sp); }, 1, reps);
+  // rope=on's attention (compacted key sets per block): blocks one after another, and on 8 lanes
+  const double compact_serial = compact_attention_ms(sh, q, k, v, o, prefix, chunk, 1, reps);
+  const double compact_lanes = compact_attention_ms(sh, q, k, v, o, prefix, chunk, 8, reps);
   std::vector<int32_t> kept(3);
   for (int i = 0; i < 3; ++i) copy_d2h(&kept[size_t(i)], out_len[i] + n_blk - 1, 4);  // the last block's
   device_sync();
-  for (void* x : {k, v, q, o, (void*)scores, (void*)ip.range_ptr, (void*)ip.col_ptr, (void*)ip.ranges, sp.workspace})
+  for (void* x : {k, v, q, o, (void*)d_cos, (void*)d_sin, (void*)scores, (void*)ip.range_ptr, (void*)ip.col_ptr, (void*)ip.ranges, sp.workspace})
     dev_free(x);
   for (int i = 0; i < 3; ++i) dev_free(out[i]), dev_free(out_len[i]);
   const double prune = score[0] + select[0] + score[1] + select[1] + score[2] + select[2];
   std::fprintf(stderr,
-               "prefill chunk=%lld after %lld: dense %.2f ms | infinitehip %.2f ms = %.2fx dense (stages %.2f: score "
-               "%.2f %.2f %.2f, select %.2f %.2f %.2f; index %.3f; sparse attention %.2f) | last block kept %d/%d/%d\n",
-               (long long)chunk, (long long)prefix, dense, total, dense / total, prune, score[0], score[1], score[2],
-               select[0], select[1], select[2], index, attn, kept[0], kept[1], kept[2]);
-  char buf[1200];
+               "prefill %d/%d/%d rope %d chunk=%lld after %lld: dense %.2f ms | infinitehip %.2f ms = %.2fx dense (stages "
+               "%.2f: score %.2f %.2f %.2f, select %.2f %.2f %.2f; index %.3f; sparse attention %.2f) | rope=on "
+               "attention: blocks serial %.2f ms, 8 lanes %.2f ms | last block kept %d/%d/%d\n",
+               kHeads, kKvHeads, kHeadDim, sh.rope_mode, (long long)chunk, (long long)prefix, dense, total, dense / total,
+               prune, score[0], score[1], score[2], select[0], select[1], select[2], index, attn, compact_serial,
+               compact_lanes, kept[0], kept[1], kept[2]);
+  char buf[1600];
   std::snprintf(buf, sizeof buf,
-                "{\"case\": \"prefill\", \"prefix\": %lld, \"chunk\": %lld, \"dense_ms\": %.4f, \"infinitehip_ms\": "
+                "{\"case\": \"prefill\", \"heads\": [%d, %d, %d], \"pruning_rope\": \"%s\", \"prefix\": %lld, "
+                "\"chunk\": %lld, \"dense_ms\": %.4f, \"infinitehip_ms\": "
                 "%.4f, \"score_ms\": [%.4f, %.4f, %.4f], \"select_ms\": [%.4f, %.4f, %.4f], \"index_ms\": %.4f, "
-                "\"sparse_attention_ms\": %.4f, \"kept_last_block\": [%d, %d, %d], \"ratio_dense_over_infinitehip\": "
-                "%.2f}",
-                (long long)prefix, (long long)chunk, dense, total, score[0], score[1], score[2], select[0], select[1],
-                select[2], index, attn, kept[0], kept[1], kept[2], dense / total);
+                "\"sparse_attention_ms\": %.4f, \"rope_on_attention_serial_ms\": %.4f, "
+                "\"rope_on_attention_8_lanes_ms\": %.4f, \"kept_last_block\": [%d, %d, %d], "
+                "\"ratio_dense_over_infinitehip\": %.2f}",
+                kHeads, kKvHeads, kHeadDim, sh.rope_mode ? "relative" : "none", (long long)prefix, (long long)chunk,
+                dense, total, score[0], score[1], score[2], select[0], select[1], select[2], index, attn,
+                compact_serial, compact_lanes, kept[0], kept[1], kept[2], dense / total);
   return buf;
 }
 
@@ -413,6 +530,7 @@ int main(int argc, char** argv) {
   std::vector<int64_t> lens = {131072, 1048576}, prefixes;
   int64_t chunk = 32768;
   const char* json_path = nullptr;
+  PrefillShape shape;
   std::vector<bool> caches = {false};  // fp8?
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--lens") && i + 1 < argc) lens = bench::parse_list(argv[++i]);
@@ -432,8 +550,27 @@ int main(int argc, char** argv) {
     }
     else if (!std::strcmp(argv[i], "--prefix") && i + 1 < argc) prefixes = bench::parse_list(argv[++i]);
     else if (!std::strcmp(argv[i], "--chunk") && i + 1 < argc) chunk = bench::parse_list(argv[++i]).at(0);
+    else if (!std::strcmp(argv[i], "--prefill-shape") && i + 1 < argc) {
+      const auto v = bench::parse_list(argv[++i]);
+      if (v.size() != 3 || v[1] < 1 || v[0] % v[1] || (v[2] != 64 && v[2] != 128 && v[2] != 256)) {
+        std::fprintf(stderr, "longctx_bench_infinitehip: --prefill-shape takes H,Hkv,D (H a multiple of Hkv, D 64, "
+                             "128 or 256), got '%s'\n", argv[i]);
+        return 2;
+      }
+      shape.H = int(v[0]), shape.Hkv = int(v[1]), shape.D = int(v[2]);
+    } else if (!std::strcmp(argv[i], "--prefill-rope") && i + 1 < argc) {
+      const std::string r = argv[++i];
+      if (r != "none" && r != "relative") {
+        std::fprintf(stderr, "longctx_bench_infinitehip: --prefill-rope takes none or relative, got '%s'\n", r.c_str());
+        return 2;
+      }
+      shape.rope_mode = r == "relative" ? 1 : 0;
+    }
     else {
-      std::fprintf(stderr, "usage: %s [--lens N,..] [--kv bf16,fp8] [--prefix N,..] [--chunk N] [--json FILE]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--lens N,..] [--kv bf16,fp8] [--prefix N,..] [--chunk N] [--prefill-shape H,Hkv,D] "
+                   "[--prefill-rope none|relative] [--json FILE]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -448,7 +585,7 @@ int main(int argc, char** argv) {
     bench::JsonRecord js(device_info(0), extra);
     for (int64_t n : lens)
       for (const bool fp8 : caches) js.add(bench_decode(n, fp8));
-    for (int64_t n : prefixes) js.add(bench_prefill(n, chunk));
+    for (int64_t n : prefixes) js.add(bench_prefill(n, chunk, shape));
     js.finish(json_path);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "longctx_bench_infinitehip: %s\n", e.what());

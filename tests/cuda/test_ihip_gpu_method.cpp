@@ -8,16 +8,19 @@
 // (step types None / S1 / S1&2 / All, steps the route makes dense, a position that goes back)
 // and the step-type counts equal the CPU State's; at head_dim 128 (8 / 2 heads), 256
 // (gemma-3-270m's 4 / 1 heads) and 64 (SmolLM2-135M's 9 / 3); and what the GPU refuses, with the reason: rope=on
-// composed per phase (rope=on runs as one method for both phases: tests/gpu/test_gpu_infinitehip.cpp).
+// composed per phase (rope=on runs as one method for both phases: tests/gpu/test_gpu_infinitehip.cpp);
+// rope=on prefill's block attention on several streams (attend_blocks) bit-equal to block by block.
 // Run: build-gpu/tests/cuda/test_ihip_gpu_method (skips without a Hopper GPU).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <random>
 
 #include "methods/gpu_method.h"
+#include "methods/infinitehip/infinitehip_attend_gpu.h"
 #include "methods/infinitehip/infinitehip_gpu.h"
 #include "methods/infinitehip/infinitehip_method.h"
 #include "methods/registry.h"
@@ -282,6 +285,80 @@ TEST(IhipGpuMethod, RefusesWhatTheGpuCannotRunWithTheReason) {
   EXPECT_EQ(gpu_method_problem(*make_attention_method("infinitehip=rope=off", model()), model()), "");
   EXPECT_EQ(gpu_method_problem(*make_attention_method("decode:infinitehip=rope=off", model()), model()), "");
   EXPECT_EQ(gpu_method_problem(*make_attention_method(kSpec, model()), model()), "");
+}
+
+// rope=on prefill's attention (IhipCompactAttention): attend_blocks, which runs a chunk's 64-row
+// blocks on several streams at once, each on its own slice of the gather buffers, writes the same
+// bits as attend_rows block by block (the kernels and their inputs are the same), on random
+// inputs with a random key set per block (ending with the block's own rows, as the method's sets);
+// capacity n_kv (fewer lanes: 10 blocks reuse their lanes' slices) and kLanes x the largest set.
+void check_compact_blocks(const Geometry& ge, int64_t capacity_keys_per_lane) {
+  const MethodContext m = model(ge);
+  const int64_t n_kv = 4000, T = 600, q0 = n_kv - T, n_blk = (T + 63) / 64;
+  const size_t kv_row = size_t(ge.Hkv) * size_t(ge.D), q_row = size_t(ge.H) * size_t(ge.D);
+  std::vector<double> scratch;
+  DevBuf k(n_kv * kv_row * 2), v(n_kv * kv_row * 2), q(size_t(T) * q_row * 2), o_ref(size_t(T) * q_row * 2),
+      o_new(size_t(T) * q_row * 2), inv_freq(size_t(ge.D / 2) * 4);
+  k.upload(random_bf16(n_kv * kv_row, 1.0, scratch));
+  v.upload(random_bf16(n_kv * kv_row, 1.0, scratch));
+  q.upload(random_bf16(size_t(T) * q_row, 1.0, scratch));
+  std::vector<float> f(size_t(ge.D / 2));
+  for (int i = 0; i < ge.D / 2; ++i) f[size_t(i)] = float(std::pow(10000.0, -2.0 * i / ge.D));
+  inv_freq.upload(f);
+  // Each block: a random subset (~1/4 .. 1/3 of the earlier keys, at most 1200) then its own rows.
+  std::vector<int32_t> all;
+  std::vector<IhipCompactBlock> blocks;
+  int64_t max_keys = 0;
+  for (int64_t b = 0; b < n_blk; ++b) {
+    const int64_t row0 = b * 64, n = std::min<int64_t>(64, T - row0), first = q0 + row0;
+    std::vector<int32_t> set;
+    const double keep = std::uniform_real_distribution<double>(0.1, 0.3)(rng());
+    for (int64_t j = 0; j < first && int64_t(set.size()) < 1200; ++j)
+      if (std::uniform_real_distribution<double>(0, 1)(rng()) < keep) set.push_back(int32_t(j));
+    for (int64_t j = 0; j < n; ++j) set.push_back(int32_t(first + j));
+    blocks.push_back({.row0 = row0, .n_rows = n, .keys = nullptr, .n_keys = int64_t(set.size())});
+    max_keys = std::max<int64_t>(max_keys, int64_t(set.size()));
+    all.insert(all.end(), set.begin(), set.end());
+  }
+  DevBuf keys(all.size() * 4);
+  keys.upload(all);
+  for (int64_t b = 0, off = 0; b < n_blk; off += blocks[size_t(b)].n_keys, ++b)
+    blocks[size_t(b)].keys = keys.as<int32_t>() + off;
+  const int64_t capacity = std::max(n_kv, capacity_keys_per_lane < 0 ? max_keys * IhipCompactAttention::kLanes
+                                                                       : capacity_keys_per_lane);
+  IhipCompactAttention att;
+  att.allocate(m, T, capacity, nullptr);
+  IhipCompactRows rows{.q = q.p, .o = o_ref.p, .n_rows = T, .keys = nullptr, .n_keys = 0, .k = k.p, .v = v.p,
+                       .inv_freq = inv_freq.as<float>(), .rope_factor = 1.f, .scale = 0.f};
+  for (const IhipCompactBlock& b : blocks) {
+    IhipCompactRows r = rows;
+    r.q = static_cast<const char*>(q.p) + size_t(b.row0) * q_row * 2;
+    r.o = static_cast<char*>(o_ref.p) + size_t(b.row0) * q_row * 2;
+    r.n_rows = b.n_rows;
+    r.keys = b.keys;
+    r.n_keys = b.n_keys;
+    att.attend_rows(r, nullptr);
+  }
+  device_sync();
+  o_new.poison();
+  rows.o = o_new.p;
+  att.attend_blocks(rows, blocks.data(), n_blk, max_keys, nullptr);
+  const auto want = o_ref.download<uint16_t>(size_t(T) * q_row), got = o_new.download<uint16_t>(size_t(T) * q_row);
+  int64_t differ = 0;
+  for (size_t i = 0; i < want.size(); ++i) differ += want[i] != got[i];
+  EXPECT_EQ(differ, 0) << "of " << want.size() << " outputs, H " << ge.H << " / " << ge.Hkv << ", D " << ge.D
+                       << ", capacity " << capacity << ", max_keys " << max_keys;
+  // the reference is real attention output, not the poison or zeros
+  EXPECT_GT(max_abs(to_double(want)), 0.0);
+  EXPECT_TRUE(std::all_of(want.begin(), want.end(), [](uint16_t h) { return std::isfinite(bf16_to_f32(h)); }));
+}
+
+TEST(IhipGpuMethod, CompactBlocksOnLanesEqualBlockByBlock) {
+  LC_REQUIRE_GPU();
+  for (const Geometry& ge : {kGemma3, kGqa128, kSmolLM2}) {
+    check_compact_blocks(ge, 0);   // capacity n_kv: about 3 lanes of up to 1264 keys
+    check_compact_blocks(ge, -1);  // kLanes lanes
+  }
 }
 
 }  // namespace

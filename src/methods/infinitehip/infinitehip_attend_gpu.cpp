@@ -1,6 +1,7 @@
 // infinitehip_attend_gpu.cpp: see infinitehip_attend_gpu.h.
 #include "methods/infinitehip/infinitehip_attend_gpu.h"
 
+#include <algorithm>
 #include <numeric>
 #include <vector>
 
@@ -53,6 +54,7 @@ void IhipCompactAttention::allocate(const MethodContext& m, int64_t chunk, int64
   iota_ = reinterpret_cast<int32_t*>(buf_ + p.iota);
   ws_ = buf_ + p.ws;
   ws_bytes_ = p.ws_bytes;
+  for (auto& lane : lanes_) lane = cuda::stream_create();
   std::vector<int32_t> id(static_cast<size_t>(capacity));
   std::iota(id.begin(), id.end(), 0);
   cuda::copy_h2d(iota_, id.data(), id.size() * 4, s);
@@ -61,6 +63,10 @@ void IhipCompactAttention::allocate(const MethodContext& m, int64_t chunk, int64
 }
 
 void IhipCompactAttention::release() {
+  for (auto& lane : lanes_) {
+    if (lane) cuda::stream_destroy(lane);
+    lane = nullptr;
+  }
   cuda::dev_free(buf_);
   buf_ = nullptr;
 }
@@ -70,14 +76,46 @@ void IhipCompactAttention::attend_rows(const IhipCompactRows& r, cuda::Stream s)
   if (r.n_rows < 1 || r.n_rows > chunk_ || r.n_keys < r.n_rows || r.n_keys > capacity_)
     fail("internal: infinitehip compact attention of {} rows over {} keys (chunk {}, capacity {})", r.n_rows, r.n_keys,
          chunk_, capacity_);
-  cuda::compact_kv({.k_pool = r.k, .v_pool = r.v, .slots = iota_, .keys = r.keys, .n_keys = r.n_keys, .k_out = kc_,
-                    .v_out = vc_, .inv_freq = r.inv_freq, .attn_factor = r.rope_factor, .n_kv_head = m_.n_kv_head,
+  attend_into(r, kc_, vc_, q_rot_, s);
+}
+
+void IhipCompactAttention::attend_blocks(const IhipCompactRows& r, const IhipCompactBlock* blocks, int64_t n_blocks,
+                                         int64_t max_keys, cuda::Stream s) {
+  if (!buf_) fail("internal: infinitehip compact attention before allocate()");
+  if (max_keys < 1 || max_keys > capacity_)
+    fail("internal: infinitehip compact blocks of up to {} keys (capacity {})", max_keys, capacity_);
+  const int n_lanes = int(std::min<int64_t>(kLanes, capacity_ / max_keys));
+  const size_t kv_slice = size_t(max_keys) * size_t(m_.n_kv_head) * size_t(m_.head_dim) * kBf16;
+  const size_t q_row = size_t(m_.n_head) * size_t(m_.head_dim) * kBf16;
+  cuda::stream_sync(s);  // the fork: the lanes start after s's work (the key sets, the queries)
+  for (int64_t i = 0; i < n_blocks; ++i) {
+    const IhipCompactBlock& b = blocks[i];
+    if (b.n_rows < 1 || b.row0 < 0 || b.row0 + b.n_rows > chunk_ || b.n_keys < b.n_rows || b.n_keys > max_keys)
+      fail("internal: infinitehip compact block of rows {}+{} over {} keys (chunk {}, max {})", b.row0, b.n_rows,
+           b.n_keys, chunk_, max_keys);
+    const int lane = int(i % n_lanes);
+    IhipCompactRows rows = r;
+    rows.q = static_cast<const char*>(r.q) + size_t(b.row0) * q_row;
+    rows.o = static_cast<char*>(r.o) + size_t(b.row0) * q_row;
+    rows.n_rows = b.n_rows;
+    rows.keys = b.keys;
+    rows.n_keys = b.n_keys;
+    // lane l's K / V slice; the block's own rows of the rotated-query buffer (blocks never overlap)
+    attend_into(rows, static_cast<char*>(kc_) + size_t(lane) * kv_slice, static_cast<char*>(vc_) + size_t(lane) * kv_slice,
+                static_cast<char*>(q_rot_) + size_t(b.row0) * q_row, lanes_[lane]);
+  }
+  for (int l = 0; l < n_lanes; ++l) cuda::stream_sync(lanes_[l]);  // the join
+}
+
+void IhipCompactAttention::attend_into(const IhipCompactRows& r, void* kc, void* vc, void* q_rot, cuda::Stream s) {
+  cuda::compact_kv({.k_pool = r.k, .v_pool = r.v, .slots = iota_, .keys = r.keys, .n_keys = r.n_keys, .k_out = kc,
+                    .v_out = vc, .inv_freq = r.inv_freq, .attn_factor = r.rope_factor, .n_kv_head = m_.n_kv_head,
                     .head_dim = m_.head_dim},
                    s);
   const size_t q_bytes = size_t(r.n_rows) * size_t(m_.n_head) * size_t(m_.head_dim) * kBf16;
-  cuda::copy_d2d(q_rot_, r.q, q_bytes, s);
+  cuda::copy_d2d(q_rot, r.q, q_bytes, s);
   cuda::RopeParams rp;
-  rp.q = q_rot_;
+  rp.q = q_rot;
   rp.n_q_heads = m_.n_head;
   rp.head_dim = m_.head_dim;
   rp.n_tokens = r.n_rows;
@@ -86,9 +124,9 @@ void IhipCompactAttention::attend_rows(const IhipCompactRows& r, cuda::Stream s)
   rp.attn_factor = r.rope_factor;
   cuda::rope(rp, s);
   cuda::PrefillParams p;
-  p.q = q_rot_;
-  p.k = kc_;
-  p.v = vc_;
+  p.q = q_rot;
+  p.k = kc;
+  p.v = vc;
   p.o = r.o;
   p.n_q = r.n_rows;
   p.n_kv = r.n_keys;

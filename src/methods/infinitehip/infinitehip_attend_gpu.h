@@ -4,9 +4,14 @@
 // (cuda::compact_kv), the rows' queries rotated at L - C .. L - 1, then the dense kernels over the
 // L keys (causal; decode: the split-KV decode kernel with L read from the device, so a replayed
 // CUDA graph follows the step's key count).
+// A sparse prefill chunk attends its 64-row blocks, each over its own key set (attend_blocks):
+// one block's kernels fill a few SMs (64 rows x 4 query heads at d 256), so up to kLanes blocks run
+// at once, each on its own stream with its own slice of the gather buffers (capacity / max_keys
+// slices); the kernels and their inputs are those of attend_rows per block, so the outputs are
+// the same bits.
 // Memory (IhipCompactAttention::bytes): the gathered K and V for `capacity` keys (a dense step
-// gathers every key), the rotated queries of one chunk, the identity position list 0..capacity-1
-// and the decode kernel's workspace.
+// gathers every key; the blocks' slices share them), the rotated queries of one chunk, the identity
+// position list 0..capacity-1 and the decode kernel's workspace.
 // Tensors (bf16, device): k/v [>= n_kv, n_kv_head, head_dim] un-rotated, position = row;
 // q/o [rows, n_head, head_dim]; keys int32 [L] sorted positions.
 #pragma once
@@ -29,6 +34,14 @@ struct IhipCompactRows {
   const float* inv_freq = nullptr;  // device [head_dim / 2]
   float rope_factor = 1.f;
   float scale = 0.f;
+};
+
+// One 64-row block of a prefill chunk (rows row0 .. row0 + n_rows - 1 of IhipCompactRows' q / o)
+// and its key set.
+struct IhipCompactBlock {
+  int64_t row0 = 0, n_rows = 0;
+  const int32_t* keys = nullptr;  // device [n_keys]
+  int64_t n_keys = 0;
 };
 
 // A decode row whose key count is on the device: keys [bound] (entries past *n_keys_dev are
@@ -55,11 +68,22 @@ class IhipCompactAttention {
   ~IhipCompactAttention() { release(); }
   const int32_t* iota() const { return iota_; }  // 0..capacity-1
   void attend_rows(const IhipCompactRows& r, cuda::Stream s);
+  // Every block of a chunk (r's q / o / k / v / RoPE; r.keys, n_keys, n_rows unused), each block
+  // at most max_keys keys; returns with the blocks' work done (the lanes synchronized).
+  void attend_blocks(const IhipCompactRows& r, const IhipCompactBlock* blocks, int64_t n_blocks, int64_t max_keys,
+                     cuda::Stream s);
+  // Blocks in flight at once: 8 blocks x 4 heads (gemma-3) is 32 CTAs of the 132 SMs, and the
+  // gathers of 8 key sets of ~3.4K keys fit a 32K capacity.
+  static constexpr int kLanes = 8;
   void attend_decode(const IhipCompactDecode& d, cuda::Stream s);
 
  private:
+  // r's attention with the gathered K / V at kc / vc and the rotated queries at q_rot, on stream s.
+  void attend_into(const IhipCompactRows& r, void* kc, void* vc, void* q_rot, cuda::Stream s);
+
   MethodContext m_;
   int64_t chunk_ = 0, capacity_ = 0;
+  cuda::Stream lanes_[kLanes] = {};
   char* buf_ = nullptr;
   void *kc_ = nullptr, *vc_ = nullptr, *q_rot_ = nullptr, *ws_ = nullptr;
   int32_t* iota_ = nullptr;

@@ -457,7 +457,7 @@ RopeArgs IhipGpu::rope_args(int layer, const float* inv_freq, cuda::Stream s) {
 // assembled on the host from the last stage's lists (one sync per layer and chunk).
 void IhipGpu::attend_prefill(const GpuAttendStep& st, cuda::Stream s) {
   const int layer = st.layer;
-  const int64_t T = st.n_q, q_pos0 = st.n_kv - T, QW = int64_t(model_.n_head) * model_.head_dim;
+  const int64_t T = st.n_q, q_pos0 = st.n_kv - T;
   const RopeArgs r = rope_args(layer, st.inv_freq, s);  // also before a dense step: decode captures need it
   IhipCompactRows rows{.q = st.q, .o = st.o, .n_rows = T, .keys = att_.iota(), .n_keys = st.n_kv, .k = st.k, .v = st.v,
                        .inv_freq = st.inv_freq, .rope_factor = st.rope_factor, .scale = st.scale};
@@ -486,16 +486,14 @@ void IhipGpu::attend_prefill(const GpuAttendStep& st, cuda::Stream s) {
   }
   int32_t* d_keys = at<int32_t>(l_.pre_keys);
   cuda::copy_h2d(d_keys, keys.data(), keys.size() * 4, s);
+  std::vector<IhipCompactBlock> blocks(static_cast<size_t>(n_blk));
   for (int64_t b = 0; b < n_blk; ++b) {
     const int64_t row0 = b * cuda::kSparseQBlock;
-    rows.q = static_cast<const char*>(st.q) + size_t(row0 * QW) * 2;
-    rows.o = static_cast<char*>(st.o) + size_t(row0 * QW) * 2;
-    rows.n_rows = std::min<int64_t>(cuda::kSparseQBlock, T - row0);
-    rows.keys = d_keys + b * per;
-    rows.n_keys = n_keys[size_t(b)];
-    att_.attend_rows(rows, s);
+    blocks[size_t(b)] = {.row0 = row0, .n_rows = std::min<int64_t>(cuda::kSparseQBlock, T - row0),
+                         .keys = d_keys + b * per, .n_keys = n_keys[size_t(b)]};
   }
-  cuda::stream_sync(s);  // keys leaves scope
+  const int64_t max_keys = *std::max_element(n_keys.begin(), n_keys.end());  // <= per, <= n_kv
+  att_.attend_blocks(rows, blocks.data(), n_blk, max_keys, s);  // returns with the blocks done: keys may go
 }
 
 // A decode step, graph-safe: the route is taken at the step's bound (a replay sees lengths up to
