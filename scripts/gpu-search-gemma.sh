@@ -111,19 +111,10 @@ BUDGET_S=${BUDGET_S:-540}
 DEVICE=${DEVICE:-cuda}
 status=0
 
-# step NAME LIMIT_S CMD...: CMD under min(LIMIT_S, what is left), stdout to NAME.txt, stderr to NAME.log.
-step() {
-  local name=$1 limit=$2 left rc t; shift 2
-  left=$(( BUDGET_S - ($(date +%s) - T0) ))
-  [ $left -lt $limit ] && limit=$left
-  if [ $limit -lt 10 ]; then echo "== $name: SKIPPED (budget spent)" | tee -a "$OUT/summary.txt"; status=1; return; fi
-  echo "== $name (limit $limit s): $*"
-  t=$(date +%s)
-  timeout "$limit" "$@" > "$OUT/$name.txt" 2> "$OUT/$name.log"; rc=$?
-  cat "$OUT/$name.txt"; grep -m3 "longctx:\|search-patterns: wrote" "$OUT/$name.log"
-  echo "== $name: rc=$rc, $(( $(date +%s) - t )) s" | tee -a "$OUT/summary.txt"
-  [ $rc = 0 ] || status=1
-}
+# step (gpu-carry.sh): stdout in $OUT/NAME.txt, stderr in NAME.log, each limit cut to what is
+# left of BUDGET_S; the digest below after each step.
+STEP_SPLIT=1 STEP_BUDGET_S=$BUDGET_S STEP_T0=$T0
+step_show() { cat "$OUT/$1.txt"; grep -m3 "longctx:\|search-patterns: wrote" "$OUT/$1.log"; }
 
 join_model "$HERE" "$GEMMA_NAME" "$GEMMA_SHA" | tee -a "$OUT/summary.txt"
 GEMMA="$LONGCTX_CACHE/models/$GEMMA_NAME"
