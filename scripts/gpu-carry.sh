@@ -20,6 +20,11 @@
 #                                 $LONGCTX_CACHE/models and, once all N are there, join them into
 #                                 NAME and check its SHA-256 (the parts are removed either way)
 #   step NAME LIMIT_S CMD...      there: one step of a device script (below)
+#   unpack_bin TARBALL DIR [LIB]  there: the packed binaries afresh into DIR (a warm machine may
+#                                 hold an older pack), LD_LIBRARY_PATH to LIB (default DIR/lib)
+#   out_archive NAME ARCHIVE FILE...  there: the steps write to a fresh folder $OUT (/tmp/NAME.*);
+#                                 on exit it all goes to ARCHIVE in the caller's $OUT (now $FINAL)
+#                                 and FILEs are copied beside it (a call returns only ~8 files)
 # Why: the GPU machine has no registry and no -dev packages; a file of ~100 MB must travel in two
 # calls made back to back (files under /root survive while the machine stays warm between them),
 # gemma-3-270m's 253 MB (241.4 MiB) in five. Everything that travels in one call (the lead's
@@ -161,4 +166,26 @@ step() {
     tee -a "$summary"
   [ "$rc" = 0 ] || status=1
   return "$rc"
+}
+
+unpack_bin() {
+  local tarball=$1 dir=$2 lib=${3:-$2/lib}
+  rm -rf "$dir" && mkdir -p "$dir" && tar -C "$dir" -xJf "$tarball" || { echo "no $tarball: run --pack here first"; exit 2; }
+  export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+}
+
+out_archive() {
+  local name=$1
+  FINAL=${OUT:-out} OUT_ARCHIVE=$2
+  shift 2
+  OUT_KEEP="$*"
+  OUT=$(mktemp -d "/tmp/$name.XXXXXX")
+  mkdir -p "$FINAL"
+  trap pack_out EXIT
+}
+pack_out() {
+  local f
+  tar -czf "$FINAL/$OUT_ARCHIVE" -C "$OUT" .
+  for f in $OUT_KEEP; do [ -f "$OUT/$f" ] && cp "$OUT/$f" "$FINAL/"; done
+  return 0
 }

@@ -37,8 +37,7 @@ fi
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 BIN=/tmp/d256-bin
-rm -rf "$BIN" && mkdir -p "$BIN" && tar -C "$BIN" -xJf "$CARRY/bin.tar.xz" || { echo "no $CARRY/bin.tar.xz (run --pack here first)"; exit 1; }
-export LD_LIBRARY_PATH="$PWD/$CARRY/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+unpack_bin "$CARRY/bin.tar.xz" "$BIN" "$PWD/$CARRY/lib"
 COMMIT=$(cat "$CARRY/commit.txt" 2>/dev/null || echo unknown)
 status=0
 record_env "$OUT/env.txt" "$COMMIT (binaries built from it plus: $(tr '\n' ' ' < "$CARRY/dirty.txt" 2>/dev/null))"

@@ -62,16 +62,9 @@ fi
 what=${1:?usage: gpu-eval.sh --pack BUILD CARRY | gemma | gemma-methods | gemma-prerope | default | extrap}
 export LONGCTX_CACHE=${LONGCTX_CACHE:-/root/longctx-cache}
 BIN=/tmp/longctx-eval-bin
-FINAL=${OUT:-out}
-OUT=$(mktemp -d /tmp/gpu-eval-out.XXXXXX)
-mkdir -p "$FINAL"
-pack_out() {
-  tar -czf "$FINAL/eval-all.tgz" -C "$OUT" .
-  for f in env.txt greedy.json summary.txt; do [ -f "$OUT/$f" ] && cp "$OUT/$f" "$FINAL/"; done
-}
-trap pack_out EXIT
-mkdir -p "$BIN" && tar -C "$BIN" -xJf "$HERE/bin.tar.xz" || { echo "no $HERE/bin.tar.xz: run --pack here first"; exit 2; }
-export LD_LIBRARY_PATH="$BIN/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# Logs in a fresh $OUT; on exit all of it in $FINAL/eval-all.tgz, and beside it:
+out_archive gpu-eval-out eval-all.tgz env.txt greedy.json summary.txt
+unpack_bin "$HERE/bin.tar.xz" "$BIN"
 COMMIT=$(cat "$HERE/commit.txt" 2>/dev/null || echo unknown)
 record_env "$OUT/env.txt" "$COMMIT"
 T0=$(date +%s)

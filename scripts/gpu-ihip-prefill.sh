@@ -36,8 +36,7 @@ DEADLINE_S=${DEADLINE_S:-228}  # seconds from start by which every step has ende
 B=/tmp/ihip-prefill-bin
 T0=$(date +%s)
 mkdir -p "$OUT" "$B"
-[ -x "$B/test_ihip_gpu" ] || tar -C "$B" -xJf "$CARRY/bin.tar.xz"
-export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+unpack_bin "$CARRY/bin.tar.xz" "$B"
 record_env "$OUT/env.txt" "${GIT_COMMIT:-see the branch}"
 # step (gpu-carry.sh): output in $OUT/NAME.log, each limit cut to what is left of DEADLINE_S.
 STEP_BUDGET_S=$DEADLINE_S STEP_T0=$T0 STEP_MIN_S=3

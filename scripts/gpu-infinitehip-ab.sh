@@ -49,8 +49,7 @@ MEMCHECK_FILTER=${MEMCHECK_FILTER:-IhipGpu.TiesKeepTheEarliestChunks:IhipGpu.Hea
 B=/tmp/ihip-ab-bin
 T0=$(date +%s)
 mkdir -p "$OUT" "$B"
-tar -C "$B" -xJf "$CARRY/bin.tar.xz"
-export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+unpack_bin "$CARRY/bin.tar.xz" "$B"
 record_env "$OUT/env.txt" "${GIT_COMMIT:-unknown}"
 status=0
 # step (gpu-carry.sh): output in $OUT/NAME.log, one summary line (with the time since the start).

@@ -42,8 +42,7 @@ CARRY=${BIN:-.carry/ihip-gpu}
 STEPS=${STEPS:-tests memcheck decode prefill engine}
 B=/tmp/ihip-bin
 mkdir -p "$OUT" "$B"
-[ -x "$B/test_ihip_gpu" ] || tar -C "$B" -xJf "$CARRY/bin.tar.xz"
-export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+unpack_bin "$CARRY/bin.tar.xz" "$B"
 record_env "$OUT/env.txt" "${GIT_COMMIT:-unknown}"
 status=0
 # step (gpu-carry.sh): output in $OUT/NAME.log, one summary line.

@@ -37,8 +37,7 @@ ATTNS=${ATTNS:-dense tokenselect infinitehip}
 B=/tmp/prerope-window-bin
 L=$OUT/logs
 mkdir -p "$L" "$B"
-[ -x "$B/test_gpu" ] || tar -C "$B" -xJf "$CARRY/bin.tar.xz"
-export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+unpack_bin "$CARRY/bin.tar.xz" "$B"
 record_env "$L/env.txt" "${GIT_COMMIT:-unknown}"
 status=0
 # step (gpu-carry.sh): logs in $L, summary.txt in $OUT; all-logs.tgz refreshed after each step.

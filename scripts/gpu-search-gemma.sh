@@ -93,18 +93,10 @@ fi
 
 export LONGCTX_CACHE=${LONGCTX_CACHE:-/root/longctx-cache}
 BIN=/tmp/longctx-search-bin
-FINAL=${OUT:-out}
-OUT=$(mktemp -d /tmp/gpu-search-out.XXXXXX)
-mkdir -p "$FINAL"
-pack_out() {
-  tar -czf "$FINAL/search-gemma.tgz" -C "$OUT" .
-  for f in env.txt summary.txt gemma-searched-kv.json gemma-searched-mix.json passkey-16k.json passkey-32k.json; do
-    [ -f "$OUT/$f" ] && cp "$OUT/$f" "$FINAL/"
-  done
-}
-trap pack_out EXIT
-mkdir -p "$BIN" && tar -C "$BIN" -xJf "$HERE/bin.tar.xz" || { echo "no $HERE/bin.tar.xz: run --pack here first"; exit 2; }
-export LD_LIBRARY_PATH="$BIN/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# Logs in a fresh $OUT; on exit all of it in $FINAL/search-gemma.tgz, and beside it:
+out_archive gpu-search-out search-gemma.tgz env.txt summary.txt gemma-searched-kv.json gemma-searched-mix.json \
+  passkey-16k.json passkey-32k.json
+unpack_bin "$HERE/bin.tar.xz" "$BIN"
 record_env "$OUT/env.txt" "$(cat "$HERE/commit.txt" 2>/dev/null || echo unknown)"
 T0=$(date +%s)
 BUDGET_S=${BUDGET_S:-540}

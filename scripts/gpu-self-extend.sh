@@ -45,16 +45,9 @@ fi
 
 export LONGCTX_CACHE=${LONGCTX_CACHE:-/root/longctx-cache}
 BIN=/tmp/longctx-se-bin
-FINAL=${OUT:-out}
-OUT=$(mktemp -d /tmp/gpu-se-out.XXXXXX)
-mkdir -p "$FINAL"
-pack_out() {
-  tar -czf "$FINAL/se-all.tgz" -C "$OUT" .
-  for f in env.txt summary.txt; do [ -f "$OUT/$f" ] && cp "$OUT/$f" "$FINAL/"; done
-}
-trap pack_out EXIT
-mkdir -p "$BIN" && tar -C "$BIN" -xJf "$HERE/bin.tar.xz" || { echo "no $HERE/bin.tar.xz: run --pack here first"; exit 2; }
-export LD_LIBRARY_PATH="$BIN/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# Logs in a fresh $OUT; on exit all of it in $FINAL/se-all.tgz, and beside it:
+out_archive gpu-se-out se-all.tgz env.txt summary.txt
+unpack_bin "$HERE/bin.tar.xz" "$BIN"
 record_env "$OUT/env.txt" "$(cat "$HERE/commit.txt" 2>/dev/null || echo unknown)"
 T0=$(date +%s)
 BUDGET_S=${BUDGET_S:-185}

@@ -44,8 +44,7 @@ OUT=${OUT:-out}
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$OUT"
 BIN=/tmp/sm90-bin
-rm -rf "$BIN" && mkdir -p "$BIN" && tar -C "$BIN" -xJf "$HERE/bin.tar.xz" || { echo "no $HERE/bin.tar.xz"; exit 1; }
-export LD_LIBRARY_PATH="$HERE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+unpack_bin "$HERE/bin.tar.xz" "$BIN" "$HERE/lib"
 COMMIT=$(cat "$HERE/commit.txt" 2>/dev/null || echo unknown)
 T0=$(date +%s)
 BUDGET_S=${BUDGET_S:-280}

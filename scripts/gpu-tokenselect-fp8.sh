@@ -34,8 +34,8 @@ OUT=${OUT:-out}
 BIN=${BIN:-.carry/ts-fp8}
 STEPS=${STEPS:-tests tests_step bench torch memcheck}
 X=/tmp/ts-fp8-bin
-mkdir -p "$OUT" "$X" && tar -xJf "$BIN/bin.tar.xz" -C "$X" || exit 2
-export LD_LIBRARY_PATH="$X/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+mkdir -p "$OUT"
+unpack_bin "$BIN/bin.tar.xz" "$X"
 status=0
 record_env "$OUT/env.txt" "${GIT_COMMIT:-unknown}"
 

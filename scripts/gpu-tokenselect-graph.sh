@@ -36,8 +36,9 @@ LENGTHS=${LENGTHS:-128k}
 ATTNS=${ATTNS:-dense tokenselect tokenselect=theta=-1 tokenselect=theta=2}
 STEPS=${STEPS:-tests_topk tests_engine bench bench_layer tests_step memcheck tests_hooks}
 X=/tmp/ts-graph-bin
-mkdir -p "$OUT" "$X" && tar -xJf "$BIN/bin.tar.xz" -C "$X" && tar -xJf "$BIN/lib.tar.xz" -C "$X" || exit 2
-export LD_LIBRARY_PATH="$X/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+mkdir -p "$OUT"
+unpack_bin "$BIN/bin.tar.xz" "$X"
+tar -xJf "$BIN/lib.tar.xz" -C "$X" || exit 2
 status=0
 record_env "$OUT/env.txt" "${GIT_COMMIT:-unknown}"
 

@@ -35,8 +35,8 @@ OUT=${OUT:-out}
 BIN=${BIN:-.carry/ts-gpu}
 STEPS=${STEPS:-tests tests_step tests_model bench torch memcheck}
 X=/tmp/ts-next-bin
-mkdir -p "$OUT" "$X" && tar -xJf "$BIN/bin.tar.xz" -C "$X" || exit 2
-export LD_LIBRARY_PATH="$X/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+mkdir -p "$OUT"
+unpack_bin "$BIN/bin.tar.xz" "$X"
 status=0
 record_env "$OUT/env.txt" "${GIT_COMMIT:-unknown}"
 
