@@ -1,5 +1,6 @@
-# gpu-carry.sh: shell functions shared by the device scripts that run the engine binaries
-# (scripts/gpu-model.sh, scripts/gpu-minference-e2e.sh). Source it; it defines functions only.
+# gpu-carry.sh: shell functions shared by the device scripts (scripts/gpu-*.sh: packing here, the
+# steps there). Source it; it defines functions and constants only. A script that runs on the
+# device sources it from its own folder, so its --pack copies this file into the carry folder.
 #   carry_pack BUILD CARRY PART   here: stripped longctx + test_gpu as one .tar.xz, the shared
 #                                 libraries the GPU machine lacks, and optionally one half
 #                                 (PART 1 or 2) of the default model (too big for one transfer)
@@ -18,6 +19,12 @@
 #   join_model CARRY NAME SHA     there: store the parts of NAME found in CARRY under
 #                                 $LONGCTX_CACHE/models and, once all N are there, join them into
 #                                 NAME and check its SHA-256 (the parts are removed either way)
+#   step NAME LIMIT_S CMD...      there: one step of a device script (below)
+#   unpack_bin TARBALL DIR [LIB]  there: the packed binaries afresh into DIR (a warm machine may
+#                                 hold an older pack), LD_LIBRARY_PATH to LIB (default DIR/lib)
+#   out_archive NAME ARCHIVE FILE...  there: the steps write to a fresh folder $OUT (/tmp/NAME.*);
+#                                 on exit it all goes to ARCHIVE in the caller's $OUT (now $FINAL)
+#                                 and FILEs are copied beside it (a call returns only ~8 files)
 # Why: the GPU machine has no registry and no -dev packages; a file of ~100 MB must travel in two
 # calls made back to back (files under /root survive while the machine stays warm between them),
 # gemma-3-270m's 253 MB (241.4 MiB) in five. Everything that travels in one call (the lead's
@@ -122,4 +129,63 @@ join_model() {
   else
     rm -f "$mdir/$name.tmp"; echo "$name: the joined parts do not match the SHA-256 $sha"; return 1
   fi
+}
+
+# step NAME LIMIT_S CMD...: one step of a device script. CMD runs under `timeout`, its limit cut to
+# what is left of the call's budget when the script sets STEP_BUDGET_S (seconds from STEP_T0, the
+# script's start); with less than STEP_MIN_S (default 10) left the step is skipped. Output in
+# $STEP_DIR/NAME.log (STEP_DIR defaults to $OUT; with STEP_SPLIT=1 stdout goes to NAME.txt and
+# stderr to NAME.log). Then the script's own step_show NAME RC, when it defines one (its digest of
+# the log), and one line "== NAME rc=RC Ns ..." on stdout and appended to STEP_SUMMARY (default
+# $OUT/summary.txt). A failed or skipped step sets status=1 and returns non-zero.
+# Why one function: every device call is cut off at its limit, so each step must end in time and
+# leave its log and rc behind whatever happens to the next.
+step() {
+  local name=$1 limit=$2 t0 left rc dir=${STEP_DIR:-$OUT} summary=${STEP_SUMMARY:-$OUT/summary.txt}
+  shift 2
+  t0=$(date +%s)
+  if [ -n "${STEP_BUDGET_S:-}" ]; then
+    left=$(( STEP_BUDGET_S - (t0 - ${STEP_T0:-$t0}) ))
+    [ "$left" -lt "$limit" ] && limit=$left
+    if [ "$limit" -lt "${STEP_MIN_S:-10}" ]; then
+      echo "== $name SKIPPED (budget spent: ${left}s left)" | tee -a "$summary"
+      status=1
+      return 1
+    fi
+  fi
+  mkdir -p "$dir"
+  echo "== $name (limit ${limit}s, $(date -u +%T)): $*"
+  if [ "${STEP_SPLIT:-0}" = 1 ]; then
+    timeout "$limit" "$@" > "$dir/$name.txt" 2> "$dir/$name.log"
+  else
+    timeout "$limit" "$@" > "$dir/$name.log" 2>&1
+  fi
+  rc=$?
+  if declare -F step_show > /dev/null; then step_show "$name" "$rc"; fi
+  echo "== $name rc=$rc $(( $(date +%s) - t0 ))s (limit ${limit}s, at $(( $(date +%s) - ${STEP_T0:-$t0} ))s)" |
+    tee -a "$summary"
+  [ "$rc" = 0 ] || status=1
+  return "$rc"
+}
+
+unpack_bin() {
+  local tarball=$1 dir=$2 lib=${3:-$2/lib}
+  rm -rf "$dir" && mkdir -p "$dir" && tar -C "$dir" -xJf "$tarball" || { echo "no $tarball: run --pack here first"; exit 2; }
+  export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+}
+
+out_archive() {
+  local name=$1
+  FINAL=${OUT:-out} OUT_ARCHIVE=$2
+  shift 2
+  OUT_KEEP="$*"
+  OUT=$(mktemp -d "/tmp/$name.XXXXXX")
+  mkdir -p "$FINAL"
+  trap pack_out EXIT
+}
+pack_out() {
+  local f
+  tar -czf "$FINAL/$OUT_ARCHIVE" -C "$OUT" .
+  for f in $OUT_KEEP; do [ -f "$OUT/$f" ] && cp "$OUT/$f" "$FINAL/"; done
+  return 0
 }

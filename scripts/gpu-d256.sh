@@ -16,18 +16,18 @@
 #   SEQS=32768,131072 by default. --bench-only: the Gemma 3 model test, the two benchmarks and
 #   torch at both shapes (the cuDNN baseline next to our kernels in one call).
 set -uo pipefail
+source "$(dirname "$0")/gpu-carry.sh"  # carry_libs, record_env, step
 BUILD=${BUILD:-build-gpu}
 CARRY=${CARRY:-.carry/d256}
 SEQS=${SEQS:-32768,131072}
 
 if [ "${1:-}" = "--pack" ]; then
-  source "$(dirname "$0")/gpu-carry.sh"
   rm -rf "$CARRY" /tmp/d256-pack && mkdir -p "$CARRY" /tmp/d256-pack
   cp "$BUILD/tests/cuda/test_minference_index" "$BUILD/tests/gpu/test_gpu" "$BUILD/bench/longctx_bench_sparse" /tmp/d256-pack/
   strip /tmp/d256-pack/*
   tar -C /tmp/d256-pack -cJf "$CARRY/bin.tar.xz" test_minference_index test_gpu longctx_bench_sparse
   carry_libs "$CARRY/lib" /tmp/d256-pack/*
-  cp "$0" "$CARRY/gpu-d256.sh"
+  cp "$0" "$(dirname "$0")/gpu-carry.sh" "$CARRY/"
   git rev-parse HEAD > "$CARRY/commit.txt"
   git status --short -- src tests bench scripts > "$CARRY/dirty.txt"
   ls -la "$CARRY" "$CARRY/lib"; du -sh "$CARRY"
@@ -37,28 +37,17 @@ fi
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 BIN=/tmp/d256-bin
-rm -rf "$BIN" && mkdir -p "$BIN" && tar -C "$BIN" -xJf "$CARRY/bin.tar.xz" || { echo "no $CARRY/bin.tar.xz (run --pack here first)"; exit 1; }
-export LD_LIBRARY_PATH="$PWD/$CARRY/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+unpack_bin "$CARRY/bin.tar.xz" "$BIN" "$PWD/$CARRY/lib"
 COMMIT=$(cat "$CARRY/commit.txt" 2>/dev/null || echo unknown)
 status=0
-{ nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv;
-  echo "commit $COMMIT (binaries built from it plus: $(tr '\n' ' ' < "$CARRY/dirty.txt" 2>/dev/null))"; date -u; } > "$OUT/env.txt" 2>&1
-cat "$OUT/env.txt"
+record_env "$OUT/env.txt" "$COMMIT (binaries built from it plus: $(tr '\n' ' ' < "$CARRY/dirty.txt" 2>/dev/null))"
 
-# step NAME TIMEOUT CMD...: runs CMD with a timeout; its output goes to $LOGS/NAME.log and is
-# appended to $OUT/steps.log (the device call returns at most 8 files: the JSONs, env and this).
 LOGS=/tmp/d256-logs
 rm -rf "$LOGS" && mkdir -p "$LOGS"
-step() {
-  local name=$1 t=$2; shift 2
-  echo "== $name"
-  local t0=$(date +%s)
-  timeout "$t" "$@" > "$LOGS/$name.log" 2>&1; local rc=$?
-  echo "   rc=$rc, $(( $(date +%s) - t0 )) s"
-  { echo "==== $name (rc=$rc): $*"; cat "$LOGS/$name.log"; } >> "$OUT/steps.log"
-  [ $rc = 0 ] || { echo "   $name FAILED"; status=1; }
-  return $rc
-}
+# step (gpu-carry.sh): logs in $LOGS, each one and its rc line appended to $OUT/steps.log (the
+# device call returns at most 8 files: the JSONs, env and this).
+STEP_DIR=$LOGS STEP_SUMMARY=$OUT/steps.log
+step_show() { { echo "==== $1 (rc=$2)"; cat "$LOGS/$1.log"; } >> "$OUT/steps.log"; }
 
 if [ "${1:-}" = "--bench-only" ]; then
   step tests_gpu ${T_GPU:-60} "$BIN/test_gpu" --gtest_filter='GpuMInferenceD256*'

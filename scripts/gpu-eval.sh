@@ -62,35 +62,19 @@ fi
 what=${1:?usage: gpu-eval.sh --pack BUILD CARRY | gemma | gemma-methods | gemma-prerope | default | extrap}
 export LONGCTX_CACHE=${LONGCTX_CACHE:-/root/longctx-cache}
 BIN=/tmp/longctx-eval-bin
-FINAL=${OUT:-out}
-OUT=$(mktemp -d /tmp/gpu-eval-out.XXXXXX)
-mkdir -p "$FINAL"
-pack_out() {
-  tar -czf "$FINAL/eval-all.tgz" -C "$OUT" .
-  for f in env.txt greedy.json summary.txt; do [ -f "$OUT/$f" ] && cp "$OUT/$f" "$FINAL/"; done
-}
-trap pack_out EXIT
-mkdir -p "$BIN" && tar -C "$BIN" -xJf "$HERE/bin.tar.xz" || { echo "no $HERE/bin.tar.xz: run --pack here first"; exit 2; }
-export LD_LIBRARY_PATH="$BIN/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# Logs in a fresh $OUT; on exit all of it in $FINAL/eval-all.tgz, and beside it:
+out_archive gpu-eval-out eval-all.tgz env.txt greedy.json summary.txt
+unpack_bin "$HERE/bin.tar.xz" "$BIN"
 COMMIT=$(cat "$HERE/commit.txt" 2>/dev/null || echo unknown)
 record_env "$OUT/env.txt" "$COMMIT"
 T0=$(date +%s)
 BUDGET_S=${BUDGET_S:-285}
 status=0
 
-# step NAME LIMIT_S CMD...: run CMD under min(LIMIT_S, what is left), stdout to NAME.txt, stderr to NAME.log.
-step() {
-  local name=$1 limit=$2 left rc t; shift 2
-  left=$(( BUDGET_S - ($(date +%s) - T0) ))
-  [ $left -lt $limit ] && limit=$left
-  if [ $limit -lt 10 ]; then echo "== $name: SKIPPED (budget spent)" | tee -a "$OUT/summary.txt"; status=1; return; fi
-  echo "== $name (limit $limit s): $*"
-  t=$(date +%s)
-  timeout "$limit" "$@" > "$OUT/$name.txt" 2> "$OUT/$name.log"; rc=$?
-  cat "$OUT/$name.txt"; grep -m3 -i "longctx:\|error" "$OUT/$name.log"
-  echo "== $name: rc=$rc, $(( $(date +%s) - t )) s" | tee -a "$OUT/summary.txt"
-  [ $rc = 0 ] || status=1
-}
+# step (gpu-carry.sh): stdout in $OUT/NAME.txt, stderr in NAME.log, each limit cut to what is
+# left of BUDGET_S; the digest below after each step.
+STEP_SPLIT=1 STEP_BUDGET_S=$BUDGET_S STEP_T0=$T0
+step_show() { cat "$OUT/$1.txt"; grep -m3 -i "longctx:\|error" "$OUT/$1.log"; }
 
 # greedy.py (a file, so that `step` can time it): each golden prompt's greedy continuation on the
 # GPU and the CPU engine against transformers' greedy tokens, into greedy.json.

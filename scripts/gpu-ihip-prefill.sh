@@ -15,9 +15,9 @@
 #   scripts/gpu-ihip-prefill.sh --pack build-gpu BASE_BENCH /work/main/.carry/ihip-prefill3
 # Run on the device: OUT=/tmp/out bash .carry/ihip-prefill3/gpu-ihip-prefill.sh
 set -uo pipefail
+source "$(dirname "$0")/gpu-carry.sh"  # carry_libs, record_env, step
 if [ "${1:-}" = "--pack" ]; then
   build=$2 base=$3 carry=$4 tmp=/tmp/gpu-ihip-prefill-pack
-  source "$(dirname "$0")/gpu-carry.sh"
   rm -rf "$carry" "$tmp" && mkdir -p "$carry" "$tmp/lib"
   for f in tests/cuda/test_ihip_gpu tests/cuda/test_ihip_gpu_method bench/longctx_bench_infinitehip; do
     cp "$build/$f" "$tmp/" && strip "$tmp/$(basename "$f")" || exit 1
@@ -25,7 +25,7 @@ if [ "${1:-}" = "--pack" ]; then
   cp "$base" "$tmp/bench_base" && strip "$tmp/bench_base" || exit 1
   carry_libs "$tmp/lib" "$tmp"/test_ihip_gpu* "$tmp"/longctx_bench_infinitehip "$tmp/bench_base"
   tar -C "$tmp" -cJf "$carry/bin.tar.xz" .
-  cp "$0" "$carry/gpu-ihip-prefill.sh"
+  cp "$0" "$(dirname "$0")/gpu-carry.sh" "$carry/"
   cp "$(dirname "$0")/../bench/torch_baseline.py" "$carry/"
   du -sh "$carry"
   exit 0
@@ -36,20 +36,10 @@ DEADLINE_S=${DEADLINE_S:-228}  # seconds from start by which every step has ende
 B=/tmp/ihip-prefill-bin
 T0=$(date +%s)
 mkdir -p "$OUT" "$B"
-[ -x "$B/test_ihip_gpu" ] || tar -C "$B" -xJf "$CARRY/bin.tar.xz"
-export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-{ nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv;
-  echo "commit ${GIT_COMMIT:-see the branch}"; date -u; } > "$OUT/env.txt" 2>&1
-cat "$OUT/env.txt"
-step() {  # step NAME LIMIT_S CMD...: output in $OUT/NAME.log; the limit shrinks to the deadline
-  local name=$1 limit=$2 t0=$(date +%s); shift 2
-  local left=$(( DEADLINE_S - (t0 - T0) ))
-  [ "$left" -lt "$limit" ] && limit=$left
-  if [ "$limit" -le 2 ]; then echo "== $name skipped (deadline)" | tee -a "$OUT/summary.txt"; return 1; fi
-  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
-  echo "== $name rc=$rc $(( $(date +%s) - t0 ))s (limit ${limit}s)" | tee -a "$OUT/summary.txt"
-  return $rc
-}
+unpack_bin "$CARRY/bin.tar.xz" "$B"
+record_env "$OUT/env.txt" "${GIT_COMMIT:-see the branch}"
+# step (gpu-carry.sh): output in $OUT/NAME.log, each limit cut to what is left of DEADLINE_S.
+STEP_BUDGET_S=$DEADLINE_S STEP_T0=$T0 STEP_MIN_S=3
 gtest_summary() {
   grep -E "Failure|Expected|Which is|^\[  (PASSED|FAILED|SKIPPED)|tests ran|^\[ihip" "$OUT/$1.log" | head -20
 }

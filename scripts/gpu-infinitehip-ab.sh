@@ -19,9 +19,9 @@
 #   scripts/gpu-infinitehip-ab.sh --pack build-gpu BASE_BENCH_BINARY /work/main/.carry/<branch>
 # Run there: BIN=.carry/<branch> OUT=$OUT bash .carry/<branch>/gpu-infinitehip-ab.sh
 set -uo pipefail
+source "$(dirname "$0")/gpu-carry.sh"  # carry_libs, record_env, step
 if [ "${1:-}" = "--pack" ]; then
   build=$2 base=$3 carry=$4 tmp=/tmp/gpu-ihip-ab-pack
-  source "$(dirname "$0")/gpu-carry.sh"
   rm -rf "$carry" "$tmp" && mkdir -p "$carry" "$tmp/lib"
   for f in tests/cuda/test_ihip_gpu tests/cuda/test_ihip_gpu_method bench/longctx_bench_infinitehip \
            tests/gpu/test_gpu; do
@@ -31,7 +31,7 @@ if [ "${1:-}" = "--pack" ]; then
   cp "$base" "$tmp/longctx_bench_infinitehip.base" && strip "$tmp/longctx_bench_infinitehip.base"
   carry_libs "$tmp/lib" "$tmp/test_ihip_gpu_method" $(ls "$tmp/test_gpu" 2>/dev/null)
   tar -C "$tmp" -cJf "$carry/bin.tar.xz" .
-  cp "$0" "$carry/gpu-infinitehip-ab.sh"
+  cp "$0" "$(dirname "$0")/gpu-carry.sh" "$carry/"
   cp "$(dirname "$0")/../bench/torch_baseline.py" "$carry/"
   du -sh "$carry"
   exit 0
@@ -49,19 +49,11 @@ MEMCHECK_FILTER=${MEMCHECK_FILTER:-IhipGpu.TiesKeepTheEarliestChunks:IhipGpu.Hea
 B=/tmp/ihip-ab-bin
 T0=$(date +%s)
 mkdir -p "$OUT" "$B"
-tar -C "$B" -xJf "$CARRY/bin.tar.xz"
-export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-{ nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv;
-  echo "commit ${GIT_COMMIT:-unknown}"; date -u; } > "$OUT/env.txt" 2>&1
-cat "$OUT/env.txt"
+unpack_bin "$CARRY/bin.tar.xz" "$B"
+record_env "$OUT/env.txt" "${GIT_COMMIT:-unknown}"
 status=0
-step() {  # step NAME LIMIT_S CMD...: output in $OUT/NAME.log, one summary line
-  local name=$1 limit=$2 t0=$(date +%s); shift 2
-  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
-  echo "== $name rc=$rc $(( $(date +%s) - t0 ))s (at $(( $(date +%s) - T0 ))s)" | tee -a "$OUT/summary.txt"
-  [ $rc = 0 ] || status=1
-  return $rc
-}
+# step (gpu-carry.sh): output in $OUT/NAME.log, one summary line (with the time since the start).
+STEP_T0=$T0
 gtest_summary() { grep -E "Failure|Expected|Which is|^\[  (PASSED|FAILED|SKIPPED)|^\[       OK|tests ran" "$OUT/$1.log" | head -40; }
 
 tests() {  # tests NAME LIMIT: the binary, and again without PDL when it fails

@@ -21,16 +21,16 @@
 #   bash scripts/gpu-infinitehip-engine.sh --pack build-gpu /work/main/.carry/ihip-engine
 # Run on the device: OUT=$OUT BIN=.carry/ihip-engine bash .carry/ihip-engine/gpu-infinitehip-engine.sh
 set -uo pipefail
+source "$(dirname "$0")/gpu-carry.sh"  # carry_libs, record_env, step
 if [ "${1:-}" = "--pack" ]; then
   build=$2 carry=$3 tmp=/tmp/gpu-ihip-engine-pack
-  source "$(dirname "$0")/gpu-carry.sh"
   rm -rf "$carry" "$tmp" && mkdir -p "$carry" "$tmp/lib"
   for f in tests/cuda/test_ihip_gpu_method tests/cuda/test_ihip_gpu tests/gpu/test_gpu src/cli/longctx; do
     cp "$build/$f" "$tmp/" && strip "$tmp/$(basename "$f")"
   done
   carry_libs "$tmp/lib" "$tmp"/test_ihip_gpu_method "$tmp"/test_gpu "$tmp"/longctx
   tar -C "$tmp" -cJf "$carry/bin.tar.xz" .
-  cp "$0" "$carry/gpu-infinitehip-engine.sh"
+  cp "$0" "$(dirname "$0")/gpu-carry.sh" "$carry/"
   du -sh "$carry"
   exit 0
 fi
@@ -43,19 +43,10 @@ LENGTHS=${LENGTHS:-128k}
 ATTNS=${ATTNS:-dense decode:infinitehip=rope=off infinitehip=rope=off}
 B=/tmp/ihip-engine-bin
 mkdir -p "$OUT" "$B"
-[ -x "$B/test_gpu" ] || tar -C "$B" -xJf "$CARRY/bin.tar.xz"
-export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-{ nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv;
-  echo "commit ${GIT_COMMIT:-unknown}"; date -u; } > "$OUT/env.txt" 2>&1
-cat "$OUT/env.txt"
+unpack_bin "$CARRY/bin.tar.xz" "$B"
+record_env "$OUT/env.txt" "${GIT_COMMIT:-unknown}"
 status=0
-step() {  # step NAME LIMIT_S CMD...: output in $OUT/NAME.log, one summary line
-  local name=$1 limit=$2 t0=$(date +%s); shift 2
-  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
-  echo "== $name rc=$rc $(( $(date +%s) - t0 ))s" | tee -a "$OUT/summary.txt"
-  [ $rc = 0 ] || status=1
-  return $rc
-}
+# step (gpu-carry.sh): output in $OUT/NAME.log, one summary line.
 gtest_summary() { grep -E "Failure|Expected|Which is|^\[  (PASSED|FAILED|SKIPPED)|tests ran|^\[ (gpu|ihip)" "$OUT/$1.log" | head -30; }
 
 for s in $STEPS; do

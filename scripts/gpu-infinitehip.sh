@@ -22,9 +22,9 @@
 #   scripts/gpu-infinitehip.sh --pack build-gpu /work/main/.carry/ihip-gpu
 # Run on the device: STEPS="tests prefill" OUT=/tmp/out BIN=.carry/ihip-gpu bash .carry/ihip-gpu/gpu-infinitehip.sh
 set -uo pipefail
+source "$(dirname "$0")/gpu-carry.sh"  # carry_libs, record_env, step
 if [ "${1:-}" = "--pack" ]; then
   build=$2 carry=$3 tmp=/tmp/gpu-ihip-pack
-  source "$(dirname "$0")/gpu-carry.sh"
   rm -rf "$carry" "$tmp" && mkdir -p "$carry" "$tmp/lib"
   for f in tests/cuda/test_ihip_gpu tests/cuda/test_ihip_gpu_method bench/longctx_bench_infinitehip tests/gpu/test_gpu \
            src/cli/longctx; do
@@ -32,7 +32,7 @@ if [ "${1:-}" = "--pack" ]; then
   done
   carry_libs "$tmp/lib" $(ls "$tmp"/test_ihip_gpu_method "$tmp"/test_gpu "$tmp"/longctx 2>/dev/null)
   tar -C "$tmp" -cJf "$carry/bin.tar.xz" .
-  cp "$0" "$carry/gpu-infinitehip.sh"
+  cp "$0" "$(dirname "$0")/gpu-carry.sh" "$carry/"
   cp "$(dirname "$0")/../bench/torch_baseline.py" "$carry/"
   du -sh "$carry"
   exit 0
@@ -42,19 +42,10 @@ CARRY=${BIN:-.carry/ihip-gpu}
 STEPS=${STEPS:-tests memcheck decode prefill engine}
 B=/tmp/ihip-bin
 mkdir -p "$OUT" "$B"
-[ -x "$B/test_ihip_gpu" ] || tar -C "$B" -xJf "$CARRY/bin.tar.xz"
-export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-{ nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv;
-  echo "commit ${GIT_COMMIT:-unknown}"; date -u; } > "$OUT/env.txt" 2>&1
-cat "$OUT/env.txt"
+unpack_bin "$CARRY/bin.tar.xz" "$B"
+record_env "$OUT/env.txt" "${GIT_COMMIT:-unknown}"
 status=0
-step() {  # step NAME LIMIT_S CMD...: output in $OUT/NAME.log, one summary line
-  local name=$1 limit=$2 t0=$(date +%s); shift 2
-  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
-  echo "== $name rc=$rc $(( $(date +%s) - t0 ))s" | tee -a "$OUT/summary.txt"
-  [ $rc = 0 ] || status=1
-  return $rc
-}
+# step (gpu-carry.sh): output in $OUT/NAME.log, one summary line.
 gtest_summary() { grep -E "Failure|Expected|Which is|^\[  (PASSED|FAILED|SKIPPED)|tests ran|^\[ gpu" "$OUT/$1.log" | head -30; }
 
 for s in $STEPS; do

@@ -17,16 +17,16 @@
 #   bash scripts/gpu-prerope-window.sh --pack build-gpu /work/main/.carry/swa-prerope
 # Run on the device: OUT=$OUT BIN=.carry/swa-prerope bash .carry/swa-prerope/gpu-prerope-window.sh
 set -uo pipefail
+source "$(dirname "$0")/gpu-carry.sh"  # carry_libs, record_env, step
 if [ "${1:-}" = "--pack" ]; then
   build=$2 carry=$3 tmp=/tmp/gpu-prerope-window-pack
-  source "$(dirname "$0")/gpu-carry.sh"
   rm -rf "$carry" "$tmp" && mkdir -p "$carry" "$tmp/lib"
   for f in tests/gpu/test_gpu src/cli/longctx; do
     cp "$build/$f" "$tmp/" && strip "$tmp/$(basename "$f")"
   done
   carry_libs "$tmp/lib" "$tmp"/test_gpu "$tmp"/longctx
   tar -C "$tmp" -cJf "$carry/bin.tar.xz" .
-  cp "$0" "$carry/gpu-prerope-window.sh"
+  cp "$0" "$(dirname "$0")/gpu-carry.sh" "$carry/"
   du -sh "$carry"
   exit 0
 fi
@@ -37,20 +37,12 @@ ATTNS=${ATTNS:-dense tokenselect infinitehip}
 B=/tmp/prerope-window-bin
 L=$OUT/logs
 mkdir -p "$L" "$B"
-[ -x "$B/test_gpu" ] || tar -C "$B" -xJf "$CARRY/bin.tar.xz"
-export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-{ nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv;
-  echo "commit ${GIT_COMMIT:-unknown}"; date -u; } > "$L/env.txt" 2>&1
-cat "$L/env.txt"
+unpack_bin "$CARRY/bin.tar.xz" "$B"
+record_env "$L/env.txt" "${GIT_COMMIT:-unknown}"
 status=0
-step() {  # step NAME LIMIT_S CMD...: output in $L/NAME.log, one summary line
-  local name=$1 limit=$2 t0=$(date +%s); shift 2
-  timeout "$limit" "$@" > "$L/$name.log" 2>&1; local rc=$?
-  echo "== $name rc=$rc $(( $(date +%s) - t0 ))s" | tee -a "$OUT/summary.txt"
-  tar -C "$OUT" -czf "$OUT/all-logs.tgz" logs
-  [ $rc = 0 ] || status=1
-  return $rc
-}
+# step (gpu-carry.sh): logs in $L, summary.txt in $OUT; all-logs.tgz refreshed after each step.
+STEP_DIR=$L
+step_show() { tar -C "$OUT" -czf "$OUT/all-logs.tgz" logs; }
 gtest_summary() { grep -E "Failure|Expected|Which is|^\[  (PASSED|FAILED|SKIPPED)|tests ran|^\[ prerope|^\[ gpu" "$L/$1.log" | head -40; }
 
 for s in $STEPS; do

@@ -93,37 +93,20 @@ fi
 
 export LONGCTX_CACHE=${LONGCTX_CACHE:-/root/longctx-cache}
 BIN=/tmp/longctx-search-bin
-FINAL=${OUT:-out}
-OUT=$(mktemp -d /tmp/gpu-search-out.XXXXXX)
-mkdir -p "$FINAL"
-pack_out() {
-  tar -czf "$FINAL/search-gemma.tgz" -C "$OUT" .
-  for f in env.txt summary.txt gemma-searched-kv.json gemma-searched-mix.json passkey-16k.json passkey-32k.json; do
-    [ -f "$OUT/$f" ] && cp "$OUT/$f" "$FINAL/"
-  done
-}
-trap pack_out EXIT
-mkdir -p "$BIN" && tar -C "$BIN" -xJf "$HERE/bin.tar.xz" || { echo "no $HERE/bin.tar.xz: run --pack here first"; exit 2; }
-export LD_LIBRARY_PATH="$BIN/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# Logs in a fresh $OUT; on exit all of it in $FINAL/search-gemma.tgz, and beside it:
+out_archive gpu-search-out search-gemma.tgz env.txt summary.txt gemma-searched-kv.json gemma-searched-mix.json \
+  passkey-16k.json passkey-32k.json
+unpack_bin "$HERE/bin.tar.xz" "$BIN"
 record_env "$OUT/env.txt" "$(cat "$HERE/commit.txt" 2>/dev/null || echo unknown)"
 T0=$(date +%s)
 BUDGET_S=${BUDGET_S:-540}
 DEVICE=${DEVICE:-cuda}
 status=0
 
-# step NAME LIMIT_S CMD...: CMD under min(LIMIT_S, what is left), stdout to NAME.txt, stderr to NAME.log.
-step() {
-  local name=$1 limit=$2 left rc t; shift 2
-  left=$(( BUDGET_S - ($(date +%s) - T0) ))
-  [ $left -lt $limit ] && limit=$left
-  if [ $limit -lt 10 ]; then echo "== $name: SKIPPED (budget spent)" | tee -a "$OUT/summary.txt"; status=1; return; fi
-  echo "== $name (limit $limit s): $*"
-  t=$(date +%s)
-  timeout "$limit" "$@" > "$OUT/$name.txt" 2> "$OUT/$name.log"; rc=$?
-  cat "$OUT/$name.txt"; grep -m3 "longctx:\|search-patterns: wrote" "$OUT/$name.log"
-  echo "== $name: rc=$rc, $(( $(date +%s) - t )) s" | tee -a "$OUT/summary.txt"
-  [ $rc = 0 ] || status=1
-}
+# step (gpu-carry.sh): stdout in $OUT/NAME.txt, stderr in NAME.log, each limit cut to what is
+# left of BUDGET_S; the digest below after each step.
+STEP_SPLIT=1 STEP_BUDGET_S=$BUDGET_S STEP_T0=$T0
+step_show() { cat "$OUT/$1.txt"; grep -m3 "longctx:\|search-patterns: wrote" "$OUT/$1.log"; }
 
 join_model "$HERE" "$GEMMA_NAME" "$GEMMA_SHA" | tee -a "$OUT/summary.txt"
 GEMMA="$LONGCTX_CACHE/models/$GEMMA_NAME"

@@ -45,34 +45,18 @@ fi
 
 export LONGCTX_CACHE=${LONGCTX_CACHE:-/root/longctx-cache}
 BIN=/tmp/longctx-se-bin
-FINAL=${OUT:-out}
-OUT=$(mktemp -d /tmp/gpu-se-out.XXXXXX)
-mkdir -p "$FINAL"
-pack_out() {
-  tar -czf "$FINAL/se-all.tgz" -C "$OUT" .
-  for f in env.txt summary.txt; do [ -f "$OUT/$f" ] && cp "$OUT/$f" "$FINAL/"; done
-}
-trap pack_out EXIT
-mkdir -p "$BIN" && tar -C "$BIN" -xJf "$HERE/bin.tar.xz" || { echo "no $HERE/bin.tar.xz: run --pack here first"; exit 2; }
-export LD_LIBRARY_PATH="$BIN/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# Logs in a fresh $OUT; on exit all of it in $FINAL/se-all.tgz, and beside it:
+out_archive gpu-se-out se-all.tgz env.txt summary.txt
+unpack_bin "$HERE/bin.tar.xz" "$BIN"
 record_env "$OUT/env.txt" "$(cat "$HERE/commit.txt" 2>/dev/null || echo unknown)"
 T0=$(date +%s)
 BUDGET_S=${BUDGET_S:-185}
 status=0
 
-# step NAME LIMIT_S CMD...: CMD under min(LIMIT_S, what is left), stdout to NAME.txt, stderr to NAME.log.
-step() {
-  local name=$1 limit=$2 left rc t; shift 2
-  left=$(( BUDGET_S - ($(date +%s) - T0) ))
-  [ $left -lt $limit ] && limit=$left
-  if [ $limit -lt 5 ]; then echo "== $name: SKIPPED (budget spent)" | tee -a "$OUT/summary.txt"; status=1; return; fi
-  echo "== $name (limit $limit s): $*"
-  t=$(date +%s)
-  timeout "$limit" "$@" > "$OUT/$name.txt" 2> "$OUT/$name.log"; rc=$?
-  tail -n 25 "$OUT/$name.txt"; grep -m3 "longctx:" "$OUT/$name.log"
-  echo "== $name: rc=$rc, $(( $(date +%s) - t )) s" | tee -a "$OUT/summary.txt"
-  [ $rc = 0 ] || status=1
-}
+# step (gpu-carry.sh): stdout in $OUT/NAME.txt, stderr in NAME.log, each limit cut to what is
+# left of BUDGET_S; the digest below after each step.
+STEP_SPLIT=1 STEP_BUDGET_S=$BUDGET_S STEP_T0=$T0 STEP_MIN_S=5
+step_show() { tail -n 25 "$OUT/$1.txt"; grep -m3 "longctx:" "$OUT/$1.log"; }
 
 step tests 60 "$BIN/test_gpu_self_extend"
 grep -E "^\[ +(PASSED|FAILED|OK|SKIPPED) +\]" "$OUT/tests.txt" >> "$OUT/summary.txt"

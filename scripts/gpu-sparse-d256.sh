@@ -21,11 +21,11 @@
 #   MAIN_BENCH=/tmp/bench_sparse_main scripts/gpu-sparse-d256.sh --pack   # main's bench_sparse beside
 # On the device: OUT=/tmp/out bash .carry/sparse-sm90-d256/gpu-sparse-d256.sh
 set -uo pipefail
+source "$(dirname "$0")/gpu-carry.sh"  # carry_libs, record_env, step
 BUILD=${BUILD:-build-gpu}
 CARRY=${CARRY:-/work/main/.carry/sparse-sm90-d256}
 
 if [ "${1:-}" = "--pack" ]; then
-  source "$(dirname "$0")/gpu-carry.sh"
   rm -rf /tmp/sm90-pack && mkdir -p "$CARRY" /tmp/sm90-pack
   cp "$BUILD/tests/cuda/test_cuda" "$BUILD/tests/cuda/test_minference_index" "$BUILD/bench/longctx_bench_sparse" \
     "$BUILD/bench/longctx_bench_hip" /tmp/sm90-pack/
@@ -34,7 +34,7 @@ if [ "${1:-}" = "--pack" ]; then
   rm -f "$CARRY/bench_sparse_main"
   tar -C /tmp/sm90-pack -cJf "$CARRY/bin.tar.xz" .
   carry_libs "$CARRY/lib" /tmp/sm90-pack/*
-  cp "$0" "$CARRY/gpu-sparse-d256.sh"
+  cp "$0" "$(dirname "$0")/gpu-carry.sh" "$CARRY/"
   git rev-parse --short HEAD > "$CARRY/commit.txt"
   ls -la "$CARRY" "$CARRY/lib"; du -sh "$CARRY"
   exit 0
@@ -44,32 +44,19 @@ OUT=${OUT:-out}
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$OUT"
 BIN=/tmp/sm90-bin
-rm -rf "$BIN" && mkdir -p "$BIN" && tar -C "$BIN" -xJf "$HERE/bin.tar.xz" || { echo "no $HERE/bin.tar.xz"; exit 1; }
-export LD_LIBRARY_PATH="$HERE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+unpack_bin "$HERE/bin.tar.xz" "$BIN" "$HERE/lib"
 COMMIT=$(cat "$HERE/commit.txt" 2>/dev/null || echo unknown)
 T0=$(date +%s)
 BUDGET_S=${BUDGET_S:-280}
 status=0
-{ nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv;
-  echo "commit $COMMIT"; date -u; } > "$OUT/env.txt" 2>&1
-cat "$OUT/env.txt"
+record_env "$OUT/env.txt" "$COMMIT"
 
-# step NAME TIMEOUT CMD...: CMD under min(TIMEOUT, time left); output to $OUT/steps.log.
 LOGS=/tmp/sm90-logs
 rm -rf "$LOGS" && mkdir -p "$LOGS"
-step() {
-  local name=$1 t=$2; shift 2
-  local left=$(( BUDGET_S - ($(date +%s) - T0) ))
-  [ $left -lt $t ] && t=$left
-  if [ $t -lt 10 ]; then echo "== $name SKIPPED (${left} s left)"; echo "==== $name SKIPPED" >> "$OUT/steps.log"; return 0; fi
-  echo "== $name (timeout $t s)"
-  local s0=$(date +%s)
-  timeout "$t" "$@" > "$LOGS/$name.log" 2>&1; local rc=$?
-  echo "   rc=$rc, $(( $(date +%s) - s0 )) s"
-  { echo "==== $name (rc=$rc, $(( $(date +%s) - s0 )) s): $*"; cat "$LOGS/$name.log"; } >> "$OUT/steps.log"
-  [ $rc = 0 ] || { echo "   $name FAILED"; status=1; }
-  return $rc
-}
+# step (gpu-carry.sh): logs in $LOGS, each one and its rc line appended to $OUT/steps.log, each limit
+# cut to what is left of BUDGET_S.
+STEP_DIR=$LOGS STEP_SUMMARY=$OUT/steps.log STEP_BUDGET_S=$BUDGET_S STEP_T0=$T0
+step_show() { { echo "==== $1 (rc=$2)"; cat "$LOGS/$1.log"; } >> "$OUT/steps.log"; }
 summary() { grep -E "^  sparse|Failure|FAILED|^\[  (PASSED|FAILED|SKIPPED)|ERROR SUMMARY" "$1" | head -${2:-80}; }
 
 step tests_sparse ${T_TESTS:-90} "$BIN/test_cuda" --gtest_filter='Sparse*'

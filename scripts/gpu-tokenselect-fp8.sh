@@ -16,6 +16,7 @@
 # Run on the device: OUT=$OUT BIN=.carry/ts-fp8 bash .carry/ts-fp8/gpu-tokenselect-fp8.sh
 # (env: STEPS picks steps)
 set -uo pipefail
+source "$(dirname "$0")/gpu-carry.sh"  # carry_libs, record_env, step
 BINS="tests/cuda/test_cuda tests/cuda/test_tokenselect_step bench/longctx_bench_tokenselect"
 if [ "${1:-}" = "--pack" ]; then
   build=$2 carry=$3 tmp=/tmp/ts-fp8-pack
@@ -23,10 +24,9 @@ if [ "${1:-}" = "--pack" ]; then
   for b in $BINS; do cp "$build/$b" "$tmp/"; done
   strip "$tmp"/*
   cp bench/torch_baseline.py "$tmp/"
-  source "$(dirname "$0")/gpu-carry.sh"
   carry_libs "$tmp/lib" "$tmp/test_cuda" "$tmp/test_tokenselect_step" "$tmp/longctx_bench_tokenselect"
   (cd "$tmp" && tar -cJf "$carry/bin.tar.xz" .)  # compressed: OpenBLAS alone is 36 MB
-  cp "$0" "$carry/"
+  cp "$0" "$(dirname "$0")/gpu-carry.sh" "$carry/"
   du -sh "$carry"
   exit 0
 fi
@@ -34,20 +34,18 @@ OUT=${OUT:-out}
 BIN=${BIN:-.carry/ts-fp8}
 STEPS=${STEPS:-tests tests_step bench torch memcheck}
 X=/tmp/ts-fp8-bin
-mkdir -p "$OUT" "$X" && tar -xJf "$BIN/bin.tar.xz" -C "$X" || exit 2
-export LD_LIBRARY_PATH="$X/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+mkdir -p "$OUT"
+unpack_bin "$BIN/bin.tar.xz" "$X"
 status=0
-{ nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv;
-  echo "commit ${GIT_COMMIT:-unknown}"; date -u; } > "$OUT/env.txt" 2>&1
-cat "$OUT/env.txt"
+record_env "$OUT/env.txt" "${GIT_COMMIT:-unknown}"
 
-step() {  # step NAME TIMEOUT CMD...: run, keep the log, report failure without stopping
-  local name=$1 limit=$2; shift 2
-  echo "== $name ($(date -u +%T))"
-  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
+# step (gpu-carry.sh): output in $OUT/NAME.log; after each step the lines that matter, and a
+# failure reported without stopping.
+STEP_SUMMARY=/dev/null
+step_show() {
   grep -E "FAILED|Failure|Expected|Which is|error|ERROR SUMMARY|^\[  (PASSED|SKIPPED)|N=|^(decode|chunk|copy)" \
-    "$OUT/$name.log" | head -60
-  [ $rc = 0 ] || { echo "$name FAILED (rc=$rc)"; status=1; }
+    "$OUT/$1.log" | head -60
+  [ "$2" = 0 ] || echo "$1 FAILED (rc=$2)"
 }
 
 has() { [[ " $STEPS " == *" $1 "* ]]; }

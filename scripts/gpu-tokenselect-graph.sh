@@ -16,6 +16,7 @@
 # Run on the device: OUT=$OUT BIN=.carry/ts-graph bash .carry/ts-graph/gpu-tokenselect-graph.sh
 # (env: STEPS to pick steps, ATTNS the --attn specs to bench, LENGTHS the bench lengths)
 set -uo pipefail
+source "$(dirname "$0")/gpu-carry.sh"  # carry_libs, record_env, step
 BINS="src/cli/longctx tests/gpu/test_gpu tests/cuda/test_cuda tests/cuda/test_tokenselect_step bench/longctx_bench_tokenselect"
 if [ "${1:-}" = "--pack" ]; then
   build=$2 carry=$3 tmp=/tmp/ts-graph-pack
@@ -23,10 +24,9 @@ if [ "${1:-}" = "--pack" ]; then
   for b in $BINS; do cp "$build/$b" "$tmp/"; done
   strip "$tmp"/*
   (cd "$tmp" && tar -cJf "$carry/bin.tar.xz" *)
-  source "$(dirname "$0")/gpu-carry.sh"
   carry_libs "$tmp/lib" "$tmp"/*  # compressed too: OpenBLAS alone is 36 MB
   tar -C "$tmp" -cJf "$carry/lib.tar.xz" lib && rmdir "$carry/lib"
-  cp "$0" "$carry/"
+  cp "$0" "$(dirname "$0")/gpu-carry.sh" "$carry/"
   du -sh "$carry"
   exit 0
 fi
@@ -36,20 +36,19 @@ LENGTHS=${LENGTHS:-128k}
 ATTNS=${ATTNS:-dense tokenselect tokenselect=theta=-1 tokenselect=theta=2}
 STEPS=${STEPS:-tests_topk tests_engine bench bench_layer tests_step memcheck tests_hooks}
 X=/tmp/ts-graph-bin
-mkdir -p "$OUT" "$X" && tar -xJf "$BIN/bin.tar.xz" -C "$X" && tar -xJf "$BIN/lib.tar.xz" -C "$X" || exit 2
-export LD_LIBRARY_PATH="$X/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+mkdir -p "$OUT"
+unpack_bin "$BIN/bin.tar.xz" "$X"
+tar -xJf "$BIN/lib.tar.xz" -C "$X" || exit 2
 status=0
-{ nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv;
-  echo "commit ${GIT_COMMIT:-unknown}"; date -u; } > "$OUT/env.txt" 2>&1
-cat "$OUT/env.txt"
+record_env "$OUT/env.txt" "${GIT_COMMIT:-unknown}"
 
-step() {  # step NAME TIMEOUT CMD...: run, keep the log, report failure without stopping
-  local name=$1 limit=$2; shift 2
-  echo "== $name ($(date -u +%T))"
-  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
+# step (gpu-carry.sh): output in $OUT/NAME.log; after each step the lines that matter, and a
+# failure reported without stopping.
+STEP_SUMMARY=/dev/null
+step_show() {
   grep -E "FAILED|Failure|Expected|Which is|error|ERROR SUMMARY|^\[  (PASSED|SKIPPED)|worst|greedy:|N=" \
-    "$OUT/$name.log" | head -30
-  [ $rc = 0 ] || { echo "$name FAILED (rc=$rc)"; status=1; }
+    "$OUT/$1.log" | head -30
+  [ "$2" = 0 ] || echo "$1 FAILED (rc=$2)"
 }
 
 has() { [[ " $STEPS " == *" $1 "* ]]; }

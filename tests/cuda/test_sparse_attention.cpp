@@ -204,13 +204,9 @@ TEST(SparseAttnSmall, EverythingSelectedIsDense) {
   check(sh2, uniform_index(sh2, 2, true), "all-columns/chunk");
 }
 
-TEST(SparseAttnSmall, EmptyRowsAndBlocks) {
-  LC_REQUIRE_GPU();
-  auto g = gen();
-  const Shape sh{200, 200, 0, 2, 1};
-  SparseIndex idx = random_index(sh, 2, 1.0, g);  // nothing anywhere
-  check(sh, idx, "all-empty");
-  // Only a column at the block's last row: earlier rows of the block have nothing (causal).
+// Only a column at each query block's last row, one head: earlier rows of the block have nothing
+// (causal), so most rows of every tile are empty.
+SparseIndex last_row_column_index(const Shape& sh) {
   SparseIndex one;
   one.n_q = sh.n_q;
   one.heads.resize(1);
@@ -218,7 +214,16 @@ TEST(SparseAttnSmall, EmptyRowsAndBlocks) {
     one.heads[0].cols.push_back(int32_t(std::min<int64_t>(64 * b + 63, sh.n_q - 1)));
     one.heads[0].end_block();
   }
-  check(sh, one, "last-row-column");
+  return one;
+}
+
+TEST(SparseAttnSmall, EmptyRowsAndBlocks) {
+  LC_REQUIRE_GPU();
+  auto g = gen();
+  const Shape sh{200, 200, 0, 2, 1};
+  SparseIndex idx = random_index(sh, 2, 1.0, g);  // nothing anywhere
+  check(sh, idx, "all-empty");
+  check(sh, last_row_column_index(sh), "last-row-column");
   check(sh, random_index(sh, 2, 0.5, g), "half-empty");
 }
 
@@ -360,14 +365,7 @@ TEST(SparseAttnSmallD256, DenseEmptyAndNonCausal) {
   check(sh2, uniform_index(sh2, 2, true), "all-columns/chunk", kD256);
   const Shape se{200, 200, 0, 2, 1};
   check(se, random_index(se, 2, 1.0, g), "all-empty", kD256);
-  SparseIndex one;  // only a column at each block's last row (causal: earlier rows get nothing)
-  one.n_q = se.n_q;
-  one.heads.resize(1);
-  for (int64_t b = 0; b < n_query_blocks(se.n_q); ++b) {
-    one.heads[0].cols.push_back(int32_t(std::min<int64_t>(64 * b + 63, se.n_q - 1)));
-    one.heads[0].end_block();
-  }
-  check(se, one, "last-row-column", kD256);
+  check(se, last_row_column_index(se), "last-row-column", kD256);
   Shape nc{150, 410, 0, 4, 4};
   nc.causal = false;
   check(nc, random_index(nc, 4, 0.1, g), "non-causal", kD256);

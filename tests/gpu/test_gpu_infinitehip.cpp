@@ -30,6 +30,7 @@
 #include "methods/method.h"
 #include "model/tiny_model.h"
 #include "model/transformer.h"
+#include "model_rows.h"
 #include "test_util.h"
 #include "util/thread_pool.h"
 
@@ -39,6 +40,7 @@ namespace {
 using test::compare_row;
 using test::LogitDiff;
 using test::random_ids;
+using test::Rows;
 
 constexpr int kLayers = 3;
 constexpr int64_t kRows = 4;  // prefill rows compared
@@ -46,22 +48,15 @@ constexpr int64_t kRows = 4;  // prefill rows compared
 const char* kSpec = "prefill:infinitehip=l_c=64/16/4,k=512/128/32,n_sink=16,n_stream=64,early_layers=1,k_early=64,"
                     "rope=off";
 
-struct Fixture {
-  ModelConfig cfg;
-  std::unique_ptr<ModelFile> file;
-};
-
 // The test models: a tiny random Llama at head_dim 128 (4 query / 2 KV heads), and one with the
 // default model's attention geometry (SmolLM2-135M: 576 wide, 9 / 3 heads, head_dim 64).
 enum class Geometry { d128, smollm2 };
 
-Fixture& fixture(Geometry ge = Geometry::d128) {
-  static Fixture* fixtures[2] = {};
-  Fixture*& x = fixtures[int(ge)];
+test::TinyModel& fixture(Geometry ge = Geometry::d128) {
+  static test::TinyModel* fixtures[2] = {};
+  test::TinyModel*& x = fixtures[int(ge)];
   if (!x) {
-    x = new Fixture;
     const bool smol = ge == Geometry::smollm2;
-    const auto dir = test::temp_dir(smol ? "infinitehip-smollm2" : "infinitehip");
     TinyModelSpec s;
     s.n_layer = kLayers;
     s.n_embd = smol ? 576 : 512;
@@ -70,69 +65,25 @@ Fixture& fixture(Geometry ge = Geometry::d128) {
     s.n_ff = smol ? 1536 : 1024;
     s.context_length = 8192;
     s.seed = 23;
-    write_tiny_model(dir.string(), s);
-    x->file = open_model_file((dir / "tiny.gguf").string());
-    x->cfg = ModelConfig::from_model_file(*x->file);
+    x = test::write_tiny(smol ? "infinitehip-smollm2" : "infinitehip", s).release();
   }
   return *x;
 }
 
-using Rows = std::vector<std::vector<float>>;
-
 Rows run_gpu(gpu::GpuTransformer& g, const std::vector<int32_t>& ids, int64_t chunk, const std::vector<int32_t>& dec) {
-  Rows r;
-  const int64_t n = int64_t(ids.size()), V = g.config().vocab_size;
-  g.reset(n + int64_t(dec.size()));
-  std::vector<float> lg;
-  for (int64_t c0 = 0; c0 < n; c0 += chunk) {
-    const int64_t c1 = std::min(n, c0 + chunk);
-    g.forward(std::span(ids).subspan(size_t(c0), size_t(c1 - c0)), c1 == n ? kRows : 0, &lg);
-  }
-  for (int64_t i = 0; i < kRows; ++i) r.emplace_back(lg.begin() + i * V, lg.begin() + (i + 1) * V);
-  for (int32_t t : dec) {
-    g.forward(std::span(&t, 1), 1, &lg);
-    r.push_back(lg);
-  }
-  return r;
+  g.reset(int64_t(ids.size() + dec.size()));
+  return test::logit_rows(g, ids, dec, kRows, chunk);
 }
 
 Rows run_cpu(const ModelConfig& cfg, const std::string& spec, const ModelWeights& w, const std::vector<int32_t>& ids,
              int64_t chunk, const std::vector<int32_t>& dec) {
-  const MethodContext mc{cfg.n_layer, cfg.n_head, cfg.n_kv_head, cfg.head_dim, cfg.name};
-  Transformer cpu(cfg, w, make_attention_method(spec, mc), global_pool());
-  Rows r;
-  const int64_t n = int64_t(ids.size()), V = cfg.vocab_size;
-  cpu.reset(n + int64_t(dec.size()));
-  std::vector<float> lc;
-  for (int64_t c0 = 0; c0 < n; c0 += chunk) {
-    const int64_t c1 = std::min(n, c0 + chunk);
-    cpu.forward(std::span(ids).subspan(size_t(c0), size_t(c1 - c0)), c1 == n ? kRows : 0, &lc);
-  }
-  for (int64_t i = 0; i < kRows; ++i) r.emplace_back(lc.begin() + i * V, lc.begin() + (i + 1) * V);
-  for (int32_t t : dec) {
-    cpu.forward(std::span(&t, 1), 1, &lc);
-    r.push_back(lc);
-  }
-  return r;
+  Transformer cpu(cfg, w, make_attention_method(spec, test::ctx_of(cfg)), global_pool());
+  cpu.reset(int64_t(ids.size() + dec.size()));
+  return test::logit_rows(cpu, ids, dec, kRows, chunk);
 }
 
-struct Cmp {
-  double worst = 0;  // max over rows of max|diff| / tol
-  int argmax_checked = 0, argmax_equal = 0;
-};
-Cmp compare(const Rows& a, const Rows& b) {  // a = reference
-  Cmp c;
-  EXPECT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    const LogitDiff d = compare_row(a[i].data(), b[i].data(), int64_t(a[i].size()));
-    c.worst = std::max(c.worst, d.max_abs / d.tol());
-    if (d.margin_a > 2 * d.tol()) {
-      ++c.argmax_checked;
-      c.argmax_equal += d.argmax_a == d.argmax_b;
-    }
-  }
-  return c;
-}
+using Cmp = test::RowsCmp;
+Cmp compare(const Rows& a, const Rows& b) { return test::compare_rows(a, b); }  // a = reference
 
 class GpuInfiniteHip : public ::testing::Test {
  protected:
@@ -142,7 +93,7 @@ class GpuInfiniteHip : public ::testing::Test {
 };
 
 TEST_F(GpuInfiniteHip, PrefillMatchesTheCpuMethod) {
-  Fixture& f = fixture();
+  test::TinyModel& f = fixture();
   const int64_t n = 1500;
   const auto ids = random_ids(n, f.cfg.vocab_size, 4);
   const std::vector<int32_t> dec = {5, 77, 200};
@@ -159,10 +110,10 @@ TEST_F(GpuInfiniteHip, PrefillMatchesTheCpuMethod) {
     const Cmp gc = compare(ci, gi), sd = compare(cd, ci);
     std::printf("[ gpu infinitehip ] chunk %4lld: GPU vs CPU infinitehip max|diff|/tol %.3f (argmax %d/%d); CPU "
                 "infinitehip vs CPU dense %.3f; sparse calls %lld, dense %lld\n",
-                (long long)chunk, gc.worst, gc.argmax_equal, gc.argmax_checked, sd.worst,
+                (long long)chunk, gc.worst, gc.equal, gc.checked, sd.worst,
                 (long long)stats.sparse_calls, (long long)stats.dense_calls);
     EXPECT_LE(gc.worst, 1.0) << "GPU infinitehip logits outside the bf16 tolerance of the CPU's";
-    EXPECT_EQ(gc.argmax_equal, gc.argmax_checked);
+    EXPECT_EQ(gc.equal, gc.checked);
     EXPECT_GT(sd.worst, 1.0) << "sparse and dense logits differ by less than the tolerance: the test proves nothing";
     EXPECT_GT(stats.sparse_calls, 0);
   }
@@ -184,7 +135,7 @@ const char* kRopeSpec = "infinitehip=l_c=64/16/4,k=512/128/32,n_sink=16,n_stream
                         "refresh=8/4/2,rope=on";
 
 void check_decode(const char* spec, Geometry ge = Geometry::d128) {
-  Fixture& f = fixture(ge);
+  test::TinyModel& f = fixture(ge);
   const int64_t n = 1500, chunk = 512;
   const auto ids = random_ids(n, f.cfg.vocab_size, 5);
   const auto dec = decode_tokens(40, int32_t(f.cfg.vocab_size));
@@ -202,7 +153,7 @@ void check_decode(const char* spec, Geometry ge = Geometry::d128) {
   const Cmp gc = compare(ci, gi), sd = compare(cd_dec, ci_dec);
   std::printf("[ gpu infinitehip ] %s: GPU vs CPU infinitehip max|diff|/tol %.3f (argmax %d/%d); CPU infinitehip "
               "vs CPU dense over the decode steps %.3f; graph captures %lld\n",
-              spec, gc.worst, gc.argmax_equal, gc.argmax_checked, sd.worst, (long long)g.graph_captures());
+              spec, gc.worst, gc.equal, gc.checked, sd.worst, (long long)g.graph_captures());
   // The kernels are exact (test_ihip_gpu_method: the same key sets as the CPU method at every
   // step on the same bf16 inputs); here the GPU model's activations are bf16 and the CPU's fp32, so
   // a near-tie chunk choice may flip in some layer and step. Measured on an H200 (SelectRep of the
@@ -210,7 +161,7 @@ void check_decode(const char* spec, Geometry ge = Geometry::d128) {
   // argmax 44/44. So the bar: argmax equal everywhere, and the GPU clearly nearer the CPU method
   // than the CPU method is to dense (a wrong cache, position or layer lands at dense's distance).
   constexpr double kNearerThanDense = 0.75;
-  EXPECT_EQ(gc.argmax_equal, gc.argmax_checked);
+  EXPECT_EQ(gc.equal, gc.checked);
   EXPECT_GT(sd.worst, 1.0) << "sparse and dense decode logits differ by less than the tolerance: the test proves nothing";
   EXPECT_LE(gc.worst, kNearerThanDense * sd.worst) << "GPU infinitehip decode not clearly nearer the CPU method than dense";
   const IhipGpuDecodeCounts c = infinitehip_gpu_decode_counts(*g.gpu_method(), g.stream());
@@ -223,7 +174,7 @@ void check_decode(const char* spec, Geometry ge = Geometry::d128) {
 }
 
 void check_graph(const char* spec, Geometry ge = Geometry::d128) {
-  Fixture& f = fixture(ge);
+  test::TinyModel& f = fixture(ge);
   const int64_t n = 1500, chunk = 512;
   const auto ids = random_ids(n, f.cfg.vocab_size, 6);
   const auto dec = decode_tokens(40, int32_t(f.cfg.vocab_size));
@@ -264,7 +215,7 @@ TEST_F(GpuInfiniteHip, SmolLM2HeadsRopeOnGraphDecodeEqualsEager) { check_graph(k
 // replay equals eager bit for bit.
 TEST_F(GpuInfiniteHip, Fp8CacheCloseToBf16Cache) {
   constexpr double kFp8LogitRelTol = 0.05, kNearerThanDense = 0.75, kL2NearerThanDense = 0.5;
-  Fixture& f = fixture();
+  test::TinyModel& f = fixture();
   const int64_t n = 1500, chunk = 512;
   const auto ids = random_ids(n, f.cfg.vocab_size, 7);
   const auto dec = decode_tokens(40, int32_t(f.cfg.vocab_size));
@@ -316,7 +267,7 @@ TEST_F(GpuInfiniteHip, Fp8CacheCloseToBf16Cache) {
 // rope=on attends through IhipCompactAttention, which reads bf16 rows: with the fp8 cache the model
 // is refused when it is made, before any work (a pre-RoPE method has no prefill-only composition).
 TEST_F(GpuInfiniteHip, Fp8CacheRefusedForRopeOn) {
-  Fixture& f = fixture();
+  test::TinyModel& f = fixture();
   gpu::GpuOptions o;
   o.attn = kRopeSpec;
   o.kv_cache = gpu::KvCacheType::fp8;

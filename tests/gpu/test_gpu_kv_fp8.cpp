@@ -28,6 +28,7 @@
 #include "loader/model_file.h"
 #include "model/tiny_model.h"
 #include "model/weights.h"
+#include "model_rows.h"
 #include "test_util.h"
 #include "util/error.h"
 
@@ -201,20 +202,8 @@ std::unique_ptr<gpu::GpuTransformer> make(gpu::KvCacheType kv, int64_t chunk, co
 constexpr int64_t kRows = 4;
 std::vector<std::vector<float>> run(gpu::GpuTransformer& g, const std::vector<int32_t>& ids, int64_t call,
                                     const std::vector<int32_t>& decode) {
-  const int64_t n = int64_t(ids.size()), V = g.config().vocab_size;
-  g.reset(n + int64_t(decode.size()));
-  std::vector<float> lg;
-  for (int64_t c0 = 0; c0 < n; c0 += call) {
-    const int64_t c1 = std::min(n, c0 + call);
-    g.forward(std::span(ids).subspan(size_t(c0), size_t(c1 - c0)), c1 == n ? kRows : 0, &lg);
-  }
-  std::vector<std::vector<float>> rows;
-  for (int64_t i = 0; i < std::min(kRows, n); ++i) rows.emplace_back(lg.begin() + i * V, lg.begin() + (i + 1) * V);
-  for (int32_t t : decode) {
-    g.forward(std::span(&t, 1), 1, &lg);
-    rows.push_back(lg);
-  }
-  return rows;
+  g.reset(int64_t(ids.size() + decode.size()));
+  return test::logit_rows(g, ids, decode, kRows, call);
 }
 
 struct Worst {

@@ -35,6 +35,7 @@
 #include "methods/tokenselect/tokenselect_engine_gpu.h"
 #include "methods/tokenselect/tokenselect_method.h"
 #include "model/transformer.h"
+#include "model_rows.h"
 #include "test_util.h"
 #include "util/thread_pool.h"
 
@@ -45,6 +46,7 @@ using test::compare_row;
 using test::contains;
 using test::LogitDiff;
 using test::random_ids;
+using test::Rows;
 
 constexpr uint64_t kWeightSeed = 31;
 constexpr int64_t kPrompt = 1200;  // > the window (512) and both methods' budgets
@@ -57,16 +59,11 @@ const std::string kTokenSelect = "tokenselect=n_init=64,k=128,n_local=256,chunk=
 const std::string kIhip = "infinitehip=l_c=64/16/4,k=512/128/32,n_sink=16,n_stream=64,early_layers=1,k_early=64,"
                           "refresh=8/4/2,rope=on";
 
-using Rows = std::vector<std::vector<float>>;
-
 const ModelConfig& config() {
   static const ModelConfig c = gpu::geometry_config("gemma3-270m:6");
   return c;
 }
-MethodContext ctx() {
-  const ModelConfig& c = config();
-  return {c.n_layer, c.n_head, c.n_kv_head, c.head_dim, c.name};
-}
+MethodContext ctx() { return test::ctx_of(config()); }
 
 gpu::GpuTransformer make_gpu(const std::string& spec, gpu::KvCacheType kv = gpu::KvCacheType::bf16) {
   gpu::GpuOptions o;
@@ -87,29 +84,10 @@ const ModelWeights& cpu_weights() {  // the GPU's bf16 weights, downloaded once
 std::vector<int32_t> prompt() { return random_ids(kPrompt, config().vocab_size, 5); }
 std::vector<int32_t> decode_ids(int n) { return random_ids(n, config().vocab_size, 6); }
 
-// The last kRows prefill rows, then one row per teacher-forced decode token; the prompt in calls
-// of `call` tokens (the GPU model cuts each call into chunks of kChunk itself).
-template <class Model>
-Rows run(Model& m, const std::vector<int32_t>& ids, const std::vector<int32_t>& dec, int64_t call = kChunk) {
-  Rows r;
-  const int64_t n = int64_t(ids.size()), V = config().vocab_size;
-  std::vector<float> lg;
-  for (int64_t c0 = 0; c0 < n; c0 += call) {
-    const int64_t c1 = std::min(n, c0 + call);
-    m.forward(std::span(ids).subspan(size_t(c0), size_t(c1 - c0)), c1 == n ? kRows : 0, &lg);
-  }
-  for (int64_t i = 0; i < kRows; ++i) r.emplace_back(lg.begin() + i * V, lg.begin() + (i + 1) * V);
-  for (int32_t t : dec) {
-    m.forward(std::span(&t, 1), 1, &lg);
-    r.push_back(lg);
-  }
-  return r;
-}
-
 Rows run_gpu(gpu::GpuTransformer& g, const std::vector<int32_t>& ids, const std::vector<int32_t>& dec,
              int64_t call = kChunk) {
   g.reset(int64_t(ids.size() + dec.size()));
-  return run(g, ids, dec, call);
+  return test::logit_rows(g, ids, dec, kRows, call);  // the prompt in calls of `call` tokens
 }
 
 struct CpuRun {
@@ -121,25 +99,13 @@ CpuRun run_cpu(const std::string& spec, const std::vector<int32_t>& ids, const s
   CpuRun r;
   r.seq = cpu.new_sequence(int64_t(ids.size() + dec.size()));
   cpu.attach(r.seq.get());
-  r.rows = run(cpu, ids, dec);
+  r.rows = test::logit_rows(cpu, ids, dec, kRows, kChunk);
   cpu.attach(nullptr);
   return r;
 }
 
-struct Cmp {
-  double worst = 0;  // max over rows of max|diff| / tol
-  int checked = 0, equal = 0;
-};
-Cmp compare(const Rows& a, const Rows& b) {  // a = reference
-  Cmp c;
-  EXPECT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    const LogitDiff d = compare_row(a[i].data(), b[i].data(), int64_t(a[i].size()));
-    c.worst = std::max(c.worst, d.max_abs / d.tol());
-    if (d.margin_a > 2 * d.tol()) ++c.checked, c.equal += d.argmax_a == d.argmax_b;
-  }
-  return c;
-}
+using Cmp = test::RowsCmp;
+Cmp compare(const Rows& a, const Rows& b) { return test::compare_rows(a, b); }  // a = reference
 
 int64_t rows_differing(const Rows& a, const Rows& b) {
   EXPECT_EQ(a.size(), b.size());

@@ -36,6 +36,8 @@
 #include "methods/self_extend/self_extend_gpu.h"
 #include "model/tiny_model.h"
 #include "model/transformer.h"
+#include "../cuda/test_util.h"  // DevBuf, random_bf16 (fresh seed per run, printed)
+#include "model_rows.h"
 #include "test_util.h"
 #include "util/half.h"
 #include "util/thread_pool.h"
@@ -47,6 +49,8 @@ using test::compare_row;
 using test::contains;
 using test::LogitDiff;
 using test::random_ids;
+using test::Rows;
+using cuda::test::DevBuf;
 
 // ---- (1) the attention step vs the fp64 oracle --------------------------------------------
 
@@ -58,35 +62,6 @@ struct StepGeometry {
   int64_t chunk = 128;     // most rows of a prefill step
 };
 
-std::mt19937_64& rng() {
-  static std::mt19937_64 g = [] {
-    const uint64_t seed = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
-    std::printf("[test_gpu_self_extend] random seed %llu\n", (unsigned long long)seed);
-    return std::mt19937_64(seed);
-  }();
-  return g;
-}
-
-// n bf16 values ~ N(0, 1): the bits and the same values as doubles.
-std::vector<uint16_t> random_bf16(size_t n, std::vector<double>& vals) {
-  std::normal_distribution<float> dist(0.f, 1.f);
-  std::vector<uint16_t> h(n);
-  vals.resize(n);
-  for (size_t i = 0; i < n; ++i) {
-    h[i] = f32_to_bf16(dist(rng()));
-    vals[i] = bf16_to_f32(h[i]);
-  }
-  return h;
-}
-
-struct DeviceBuf {
-  void* p = nullptr;
-  explicit DeviceBuf(size_t bytes) : p(cuda::dev_malloc(bytes)) {}
-  ~DeviceBuf() { cuda::dev_free(p); }
-  DeviceBuf(const DeviceBuf&) = delete;
-  DeviceBuf& operator=(const DeviceBuf&) = delete;
-};
-
 // One sequence's un-rotated q/k/v (host doubles, the bf16 values) and the fp64 oracle.
 struct Sequence {
   StepGeometry g;
@@ -96,9 +71,9 @@ struct Sequence {
 
   explicit Sequence(const StepGeometry& geo) : g(geo) {
     const size_t T = size_t(g.n_tokens), d = size_t(g.head_dim);
-    qh = random_bf16(T * size_t(g.n_head) * d, q);
-    kh = random_bf16(T * size_t(g.n_kv_head) * d, k);
-    vh = random_bf16(T * size_t(g.n_kv_head) * d, v);
+    qh = cuda::test::random_bf16(T * size_t(g.n_head) * d, 1.0, q);
+    kh = cuda::test::random_bf16(T * size_t(g.n_kv_head) * d, 1.0, k);
+    vh = cuda::test::random_bf16(T * size_t(g.n_kv_head) * d, 1.0, v);
     for (int i = 0; i < g.head_dim / 2; ++i)
       inv_freq.push_back(1.0f / std::pow(10000.f, float(2 * i) / float(g.head_dim)));
   }
@@ -154,7 +129,7 @@ struct Runner {
   const Sequence& seq;
   int layer;
   SelfExtendGpu& m;
-  DeviceBuf k, v, inv, q, o;
+  DevBuf k, v, inv, q, o;
   Runner(const Sequence& s, int l, SelfExtendGpu& method)
       : seq(s), layer(l), m(method), k(s.kh.size() * 2), v(s.vh.size() * 2), inv(s.inv_freq.size() * 4),
         q(size_t(s.g.chunk * s.g.n_head * s.g.head_dim) * 2), o(size_t(s.g.chunk * s.g.n_head * s.g.head_dim) * 2) {
@@ -281,16 +256,8 @@ constexpr int64_t kChunk = 256;
 constexpr int64_t kRows = 4;  // prefill logit rows compared
 const std::string kSpec = "dense=self_extend=4:64";
 
-struct Fixture {
-  std::filesystem::path dir;
-  ModelConfig cfg;
-  std::unique_ptr<ModelFile> file;
-};
-
-Fixture& fixture() {
-  static Fixture* f = [] {
-    auto* x = new Fixture;
-    x->dir = test::temp_dir("self-extend");
+test::TinyModel& fixture() {
+  static test::TinyModel* f = [] {
     TinyModelSpec s;  // the default model's attention geometry (SmolLM2-135M: 9/3 heads, head_dim 64)
     s.n_layer = 2;
     s.n_embd = 576;
@@ -299,54 +266,29 @@ Fixture& fixture() {
     s.n_ff = 1024;
     s.context_length = 256;
     s.seed = 41;
-    write_tiny_model(x->dir.string(), s);
-    x->file = open_model_file((x->dir / "tiny.gguf").string());
-    x->cfg = ModelConfig::from_model_file(*x->file);
-    return x;
+    return test::write_tiny("self-extend", s).release();
   }();
   return *f;
 }
 
-MethodContext ctx_of(const ModelConfig& c) { return {c.n_layer, c.n_head, c.n_kv_head, c.head_dim, c.name}; }
-
-using Rows = std::vector<std::vector<float>>;
+using test::ctx_of;
 
 Rows run_gpu(const std::string& spec, const std::vector<int32_t>& ids, const std::vector<int32_t>& decode) {
-  Fixture& f = fixture();
+  test::TinyModel& f = fixture();
   gpu::GpuOptions o;
   o.chunk = kChunk;
   o.attn = spec;
   gpu::GpuTransformer g(f.cfg, gpu::DeviceWeights::upload(f.cfg, ModelWeights::load(*f.file, f.cfg), nullptr), o);
-  Rows r;
-  const int64_t V = g.config().vocab_size;
   g.reset(int64_t(ids.size() + decode.size()));
-  std::vector<float> lg;
-  g.forward(ids, kRows, &lg);
-  for (int64_t i = 0; i < kRows; ++i) r.emplace_back(lg.begin() + i * V, lg.begin() + (i + 1) * V);
-  for (int32_t t : decode) {
-    g.forward(std::span(&t, 1), 1, &lg);
-    r.push_back(lg);
-  }
-  return r;
+  return test::logit_rows(g, ids, decode, kRows);
 }
 
 Rows run_cpu(const std::string& spec, const std::vector<int32_t>& ids, const std::vector<int32_t>& decode) {
-  Fixture& f = fixture();
+  test::TinyModel& f = fixture();
   Transformer cpu(f.cfg, ModelWeights::load(*f.file, f.cfg), make_attention_method(spec, ctx_of(f.cfg)), global_pool());
   auto seq = cpu.new_sequence(int64_t(ids.size() + decode.size()));
   cpu.attach(seq.get());
-  const int64_t n = int64_t(ids.size()), V = f.cfg.vocab_size;
-  Rows r;
-  std::vector<float> lc;
-  for (int64_t c0 = 0; c0 < n; c0 += kChunk) {  // the GPU's chunks
-    const int64_t c1 = std::min(n, c0 + kChunk);
-    cpu.forward(std::span(ids).subspan(size_t(c0), size_t(c1 - c0)), c1 == n ? kRows : 0, &lc);
-  }
-  for (int64_t i = 0; i < kRows; ++i) r.emplace_back(lc.begin() + i * V, lc.begin() + (i + 1) * V);
-  for (int32_t t : decode) {
-    cpu.forward(std::span(&t, 1), 1, &lc);
-    r.push_back(lc);
-  }
+  Rows r = test::logit_rows(cpu, ids, decode, kRows, kChunk);  // the GPU's chunks
   cpu.attach(nullptr);
   return r;
 }

@@ -34,6 +34,7 @@
 #include "kernels/ref/soft_vote.h"
 #include "model/tiny_model.h"
 #include "model/transformer.h"
+#include "model_rows.h"
 #include "test_util.h"
 #include "util/thread_pool.h"
 
@@ -45,22 +46,15 @@ using test::contains;
 using test::error_of;
 using test::LogitDiff;
 using test::random_ids;
+using test::Rows;
 
 constexpr int kLayers = 3;
 constexpr int64_t kChunk = 512;   // the model's prefill chunk (GPU and CPU)
 constexpr int64_t kRows = 4;      // prefill logit rows compared
 const std::string kSmall = "tokenselect=n_init=64,k=128,n_local=256,chunk=256";  // budget 448
 
-struct Fixture {
-  std::filesystem::path dir;
-  ModelConfig cfg;
-  std::unique_ptr<ModelFile> file;
-};
-
-Fixture& fixture() {
-  static Fixture* f = [] {
-    auto* x = new Fixture;
-    x->dir = test::temp_dir("tokenselect");
+test::TinyModel& fixture() {
+  static test::TinyModel* f = [] {
     TinyModelSpec s;
     s.n_layer = kLayers;
     s.n_embd = 512;
@@ -69,18 +63,15 @@ Fixture& fixture() {
     s.n_ff = 1024;
     s.context_length = 8192;
     s.seed = 33;
-    write_tiny_model(x->dir.string(), s);
-    x->file = open_model_file((x->dir / "tiny.gguf").string());
-    x->cfg = ModelConfig::from_model_file(*x->file);
-    return x;
+    return test::write_tiny("tokenselect", s).release();
   }();
   return *f;
 }
 
-MethodContext ctx_of(const ModelConfig& c) { return {c.n_layer, c.n_head, c.n_kv_head, c.head_dim, c.name}; }
+using test::ctx_of;
 
 gpu::GpuTransformer make_gpu(const std::string& spec) {
-  Fixture& f = fixture();
+  test::TinyModel& f = fixture();
   gpu::GpuOptions o;
   o.chunk = kChunk;
   o.attn = spec;
@@ -94,20 +85,9 @@ const TokenSelectGpu& ts_of(const gpu::GpuTransformer& g) {
 }
 
 // The last kRows prefill rows, then one row per teacher-forced decode token.
-using Rows = std::vector<std::vector<float>>;
-
 Rows run_gpu(gpu::GpuTransformer& g, const std::vector<int32_t>& ids, const std::vector<int32_t>& decode) {
-  Rows r;
-  const int64_t V = g.config().vocab_size;
   g.reset(int64_t(ids.size() + decode.size()));
-  std::vector<float> lg;
-  g.forward(ids, kRows, &lg);
-  for (int64_t i = 0; i < kRows; ++i) r.emplace_back(lg.begin() + i * V, lg.begin() + (i + 1) * V);
-  for (int32_t t : decode) {
-    g.forward(std::span(&t, 1), 1, &lg);
-    r.push_back(lg);
-  }
-  return r;
+  return test::logit_rows(g, ids, decode, kRows);
 }
 
 struct CpuRun {
@@ -116,22 +96,12 @@ struct CpuRun {
 };
 
 CpuRun run_cpu(const std::string& spec, const std::vector<int32_t>& ids, const std::vector<int32_t>& decode) {
-  Fixture& f = fixture();
+  test::TinyModel& f = fixture();
   Transformer cpu(f.cfg, ModelWeights::load(*f.file, f.cfg), make_attention_method(spec, ctx_of(f.cfg)), global_pool());
   CpuRun r;
   r.seq = cpu.new_sequence(int64_t(ids.size() + decode.size()));
   cpu.attach(r.seq.get());
-  const int64_t n = int64_t(ids.size()), V = f.cfg.vocab_size;
-  std::vector<float> lc;
-  for (int64_t c0 = 0; c0 < n; c0 += kChunk) {  // the GPU's chunks
-    const int64_t c1 = std::min(n, c0 + kChunk);
-    cpu.forward(std::span(ids).subspan(size_t(c0), size_t(c1 - c0)), c1 == n ? kRows : 0, &lc);
-  }
-  for (int64_t i = 0; i < kRows; ++i) r.rows.emplace_back(lc.begin() + i * V, lc.begin() + (i + 1) * V);
-  for (int32_t t : decode) {
-    cpu.forward(std::span(&t, 1), 1, &lc);
-    r.rows.push_back(lc);
-  }
+  r.rows = test::logit_rows(cpu, ids, decode, kRows, kChunk);  // the GPU's chunks
   cpu.attach(nullptr);
   return r;
 }
@@ -175,7 +145,7 @@ std::vector<int32_t> decode_tokens() { return {5, 77, 200, 42, 9, 130}; }  // by
 // ---- no GPU needed --------------------------------------------------------------------------
 
 TEST(GpuTokenSelectParse, GpuSideAndRefusals) {
-  Fixture& f = fixture();
+  test::TinyModel& f = fixture();
   const MethodContext mc = ctx_of(f.cfg);
   const auto m = make_attention_method(kSmall, mc);
   EXPECT_EQ(gpu_method_problem(*m, mc), "");
@@ -234,7 +204,7 @@ TEST(GpuTokenSelect, Fp8CacheCloseToBf16Cache) {
   o.chunk = kChunk;
   o.attn = spec;
   o.kv_cache = gpu::KvCacheType::fp8;
-  Fixture& f = fixture();
+  test::TinyModel& f = fixture();
   gpu::GpuTransformer g(f.cfg, gpu::DeviceWeights::upload(f.cfg, ModelWeights::load(*f.file, f.cfg), nullptr), o);
   const Rows rb = run_gpu(b, ids, dec), rf = run_gpu(g, ids, dec);
   ASSERT_EQ(rb.size(), rf.size());

@@ -28,6 +28,7 @@
 #include "model/config.h"
 #include "model/transformer.h"
 #include "model/weights.h"
+#include "../sparse/counting_scorer.h"
 #include "model_test_util.h"
 #include "util/thread_pool.h"
 
@@ -38,21 +39,7 @@ const std::string kModel = std::string(LONGCTX_TEST_DATA) + "/arch/gemma3/model.
 constexpr int kGlobalLayer = 2;  // config.json layer_types
 constexpr int64_t kWindow = 16;  // config.json sliding_window
 
-// CpuScorer that counts the layers it is given.
-class CountingScorer final : public CandidateScorer {
- public:
-  explicit CountingScorer(ThreadPool& pool) : inner_(pool) {}
-  const char* device() const override { return "counting"; }
-  void begin_layer(const AttnParams& p) override {
-    ++layers;
-    inner_.begin_layer(p);
-  }
-  std::vector<double> errors(const SparseIndex& idx) override { return inner_.errors(idx); }
-  int layers = 0;
-
- private:
-  CpuScorer inner_;
-};
+using test::CountingScorer;  // tests/sparse/counting_scorer.h: counts the layers it is given
 
 std::vector<int32_t> random_tokens(int64_t n, int32_t vocab) {
   std::mt19937 rng(std::random_device{}());

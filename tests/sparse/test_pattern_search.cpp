@@ -13,6 +13,7 @@
 #include "methods/minference/pattern_search.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
+#include "counting_scorer.h"
 #include "test_util.h"
 #include "../common/error_of.h"
 
@@ -370,25 +371,7 @@ TEST(PatternSearch, RejectsTinySamples) {
 // The scorer hook (SearchOptions::scorer): a scorer that wraps the CPU one and counts its calls
 // gets begin_layer once per layer and errors() once per candidate, with one index head per
 // query head, and the search's output is the default (CPU) search's, number for number.
-class CountingScorer final : public CandidateScorer {
- public:
-  explicit CountingScorer(ThreadPool& pool) : inner_(pool) {}
-  const char* device() const override { return "counting"; }
-  void begin_layer(const AttnParams& p) override {
-    ++layers;
-    heads = p.n_head;
-    inner_.begin_layer(p);
-  }
-  std::vector<double> errors(const SparseIndex& idx) override {
-    ++candidates;
-    EXPECT_EQ(int(idx.heads.size()), heads);
-    return inner_.errors(idx);
-  }
-  int layers = 0, candidates = 0, heads = 0;
-
- private:
-  CpuScorer inner_;
-};
+using test::CountingScorer;  // counting_scorer.h
 
 TEST(PatternSearch, ScorerHookIsUsedAndCpuScorerIsTheDefault) {
   const SearchModel model = fake_model(2, 1 << 20);
@@ -401,6 +384,7 @@ TEST(PatternSearch, ScorerHookIsUsedAndCpuScorerIsTheDefault) {
   const auto j_hook = search_patterns(model, tokens, opt, {}, &r_hook);
   EXPECT_EQ(scorer.layers, 2);
   EXPECT_EQ(scorer.candidates, 2 * int(opt.candidates.size()));
+  EXPECT_EQ(scorer.head_mismatches, 0) << "an index without one head per query head";
   EXPECT_EQ(j_hook, j_default);
   EXPECT_EQ(r_hook.to_json(), r_default.to_json());
   // A scorer that returns the wrong number of errors is a clear error, not a crash.
@@ -437,6 +421,7 @@ TEST(PatternSearch, SearchesGlobalLayersOnlyWithTheModelsScale) {
   const auto j = search_patterns(model, tokens, opt, [&](const Progress& p) { seen.push_back(p); }, &report);
   EXPECT_EQ(scorer.layers, 1);
   EXPECT_EQ(scorer.candidates, int(opt.candidates.size()));
+  EXPECT_EQ(scorer.head_mismatches, 0) << "an index without one head per query head";
   ASSERT_EQ(seen.size(), 1u);
   EXPECT_EQ(seen[0].done, 1);
   EXPECT_EQ(seen[0].total, 1);
