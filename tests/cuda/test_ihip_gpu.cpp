@@ -13,8 +13,11 @@
 // heads) bit-equal and lists equal to the CPU reference per block (RoPE none, scored on tensor
 // cores, on small-integer inputs whose dots are exact), the index's key sets equal sinks +
 // survivors + window, and cuda::sparse_attention over that index equal to an fp64 dense
-// attention restricted to the same key sets; the tensor-core scores on random inputs against an
-// fp64 replay of the bisection (both halves followed at near ties), at head_dim 128 and 64.
+// attention restricted to the same key sets (RoPE modes on the fp32 FMA scorer:
+// rope_tensor_cores off); the tensor-core scores on random inputs against an fp64 replay of the
+// bisection (both halves followed at near ties), at head_dim 128 and 64 with RoPE none, and with
+// RoPE relative and chunk-indexed (operands rotated as the kernel does, then rounded to bf16) at
+// head_dim 64, 128 and 256.
 // Run: build-gpu/tests/cuda/test_ihip_gpu (skips without a Hopper GPU).
 #include <gtest/gtest.h>
 
@@ -465,6 +468,7 @@ void check_prefill(const PrefillCase& su, int mode) {
   p.n_kv_head = Hkv;
   p.head_dim = D;
   p.rope_mode = mode;
+  p.rope_tensor_cores = false;  // RoPE modes on the FMA scorer, bit-equal (tensor cores: check_mma_near_ties)
   p.n_sink = su.n_sink;
   p.n_stream = su.n_stream;
   p.rope_cos = cosb.as<float>();
@@ -699,6 +703,7 @@ struct MmaCase {  // a prefill chunk of n_q queries after q_pos0 keys, one pruni
   int H, Hkv, D;
   int64_t n_q = 130, q_pos0 = 16000;
   IhipStage st{64, 2048};
+  int mode = 0;  // IhipRopeMode: with RoPE the oracle's operands are rotated in fp32, then rounded to bf16
 };
 void check_mma_near_ties(const MmaCase& mc) {
   const int H = mc.H, Hkv = mc.Hkv, D = mc.D, group = H / Hkv;
@@ -712,8 +717,14 @@ void check_mma_near_ties(const MmaCase& mc) {
   for (size_t i = 0; i < hq.size(); ++i) fq[i] = bf16_to_f32(hq[i]);
   for (size_t i = 0; i < hk.size(); ++i) fk[i] = bf16_to_f32(hk[i]);
   DevBuf q(hq.size() * 2), k(hk.size() * 2);
+  const IhipRopeMode mode = IhipRopeMode(mc.mode);
+  const auto inv = inv_freq(500000.0, D);
+  const IhipRopeTable table = ihip_rope_table(inv.data(), D, n_stream + 2 + n_kv);
+  DevBuf cosb(table.cos.size() * 4), sinb(table.sin.size() * 4);
   q.upload(hq);
   k.upload(hk);
+  cosb.upload(table.cos);
+  sinb.upload(table.sin);
   IhipPrefillGpuParams p;
   p.q = q.p;
   p.k = k.p;
@@ -723,9 +734,12 @@ void check_mma_near_ties(const MmaCase& mc) {
   p.n_head = H;
   p.n_kv_head = Hkv;
   p.head_dim = D;
-  p.rope_mode = 0;
+  p.rope_mode = mc.mode;
   p.n_sink = n_sink;
   p.n_stream = n_stream;
+  p.rope_cos = cosb.as<float>();
+  p.rope_sin = sinb.as<float>();
+  p.rope_n_pos = table.n_pos;
   const int64_t max_chunks = (n_kv + st.l_c - 1) / st.l_c;
   DevBuf out(size_t(n_blk * st.k) * 4), olen(size_t(n_blk) * 4), scores(size_t(n_blk * Hkv * max_chunks) * 4);
   scores.poison();
@@ -749,23 +763,35 @@ void check_mma_near_ties(const MmaCase& mc) {
     const int64_t n_chunk = (n_cand + st.l_c - 1) / st.l_c;
     ASSERT_GT(n_chunk, st.keep_chunks());
     std::vector<float> chunk_score(static_cast<size_t>(n_chunk), -INFINITY);
+    // The tensor cores' operands: the queries rotated at their mode's position (ihip_pack_queries:
+    // [g][t = h' * rows + r][D]) and rounded to bf16 (RoPE none: as stored).
+    std::vector<float> qr;
+    ihip_pack_queries(fq.data(), H, Hkv, D, row0, rows, q_pos0 + row0, mode, &table, n_chunk, n_stream, qr);
+    for (float& x : qr) x = bf16_to_f32(f32_to_bf16(x));
     for (int g = 0; g < Hkv; ++g) {
-      // fp64 score of key e (max over the group's heads x the block's rows) and its |q|.|k| bound.
-      std::map<int64_t, std::pair<double, double>> memo;  // key -> (score, bound)
-      auto oracle = [&](int64_t e, double& bound) {
-        if (const auto it = memo.find(e); it != memo.end()) return bound = it->second.second, it->second.first;
+      // fp64 score of key e rotated at kpos (max over the group's heads x the block's rows) and its
+      // |q|.|k| bound.
+      std::map<std::pair<int64_t, int64_t>, std::pair<double, double>> memo;  // (key, kpos) -> (score, bound)
+      std::vector<float> kr(static_cast<size_t>(D));
+      auto oracle = [&](int64_t e, int64_t kpos, double& bound) {
+        if (const auto it = memo.find({e, kpos}); it != memo.end())
+          return bound = it->second.second, it->second.first;
         double best = -INFINITY;
         bound = 0;
         const float* kk = fk.data() + (e * Hkv + g) * D;
-        for (int h = g * group; h < (g + 1) * group; ++h)
-          for (int64_t r = 0; r < rows; ++r) {
-            const float* qq = fq.data() + ((row0 + r) * H + h) * D;
-            double d = 0, a = 0;
-            for (int i = 0; i < D; ++i) d += double(qq[i]) * kk[i], a += std::fabs(double(qq[i]) * kk[i]);
-            best = std::max(best, d);
-            bound = std::max(bound, a);
-          }
-        memo[e] = {best, bound};
+        if (mode != IhipRopeMode::none) {
+          ihip_rotate(kk, kr.data(), D, table, kpos);
+          for (float& x : kr) x = bf16_to_f32(f32_to_bf16(x));
+          kk = kr.data();
+        }
+        for (int64_t t = 0; t < group * rows; ++t) {
+          const float* qq = qr.data() + (g * group * rows + t) * D;
+          double d = 0, a = 0;
+          for (int i = 0; i < D; ++i) d += double(qq[i]) * kk[i], a += std::fabs(double(qq[i]) * kk[i]);
+          best = std::max(best, d);
+          bound = std::max(bound, a);
+        }
+        memo[{e, kpos}] = {best, bound};
         return best;
       };
       // fp32 sums of D exact products: |error| <= D * 2^-24 * sum |q_i k_i|; twice that as the margin.
@@ -773,6 +799,7 @@ void check_mma_near_ties(const MmaCase& mc) {
       for (int64_t j = 0; j < n_chunk; ++j) {
         const int64_t c0 = first + j * st.l_c, len = std::min<int64_t>(st.l_c, n_cand - j * st.l_c);
         const float gpu = got_sc[size_t((b * Hkv + g) * max_chunks + j)];
+        const int64_t pos_left = ihip_key_pos(mode, 0, j), pos_right = ihip_key_pos(mode, 1, j);
         bool ok = false;
         // best: the path's largest fp64 probe so far; err: the largest tolerance of its probes (the
         // fp32 max of the probes is within it of the fp64 max).
@@ -780,18 +807,21 @@ void check_mma_near_ties(const MmaCase& mc) {
                                                                           double err) {
           if (ok) return;
           if (hi - lo <= 1) {
-            if (len == 1) {  // no step: the representative's own probe is the score
-              double bound;
-              best = std::max(best, oracle(c0 + lo, bound));
-              err = std::max(err, tol(bound));
-            }
+            // the representative at both positions (relative RoPE), or a one-entry chunk's own probe
+            for (const int64_t kpos : {pos_right, pos_left})
+              if (pos_left != pos_right || (len == 1 && kpos == pos_right)) {
+                double bound;
+                best = std::max(best, oracle(c0 + lo, kpos, bound));
+                err = std::max(err, tol(bound));
+              }
             ok = std::fabs(double(gpu) - best) <= err;
             return;
           }
           // ihip_select_rep: the middle key of each half; the left half only when left > right.
           const int64_t mid = lo + (hi - lo) / 2;
           double bl, br;
-          const double left = oracle(c0 + lo + (mid - lo) / 2, bl), right = oracle(c0 + mid + (hi - mid) / 2, br);
+          const double left = oracle(c0 + lo + (mid - lo) / 2, pos_left, bl);
+          const double right = oracle(c0 + mid + (hi - mid) / 2, pos_right, br);
           const double margin = tol(bl) + tol(br);
           best = std::max(best, std::max(left, right));
           err = std::max(err, std::max(tol(bl), tol(br)));
@@ -821,8 +851,8 @@ void check_mma_near_ties(const MmaCase& mc) {
     ASSERT_EQ(got_len[size_t(b)], int32_t(want.size())) << "block " << b;
     EXPECT_TRUE(std::equal(want.begin(), want.end(), got.begin() + b * st.k)) << "block " << b;
   }
-  std::printf("[ihip mma d=%d] %lld chunk scores judged, %lld near-tie branches followed\n", D, (long long)judged,
-              (long long)near_ties);
+  std::printf("[ihip mma d=%d rope %d] %lld chunk scores judged, %lld near-tie branches followed\n", D, mc.mode,
+              (long long)judged, (long long)near_ties);
 }
 
 TEST(IhipGpuPrefill, TensorCoreScoresFollowTheFp64BisectionUpToNearTies) {
@@ -837,6 +867,30 @@ TEST(IhipGpuPrefill, TensorCoreScoresFollowTheFp64BisectionUpToNearTies) {
 TEST(IhipGpuPrefill, TensorCoreCtasLoopOverChunkGroups) {
   LC_REQUIRE_GPU();
   check_mma_near_ties({16, 16, 64, 64 * 40, 2400, {16, 512}});
+}
+
+// RoPE relative and chunk-indexed on tensor cores (rope_tensor_cores, the default where a KV head's
+// block queries fit one tile): gemma-3's 4 / 1 heads at head_dim 256, Llama-3-8B's 32 / 8 at 128,
+// SmolLM2-135M's 9 / 3 at 64 (the key's rotate-half partners in the other half of its 8 gather
+// lanes), each judged against the fp64 bisection replay on the same bf16-rounded rotated operands.
+// Bit-equal lists on exact-dot inputs do not carry over: rotated values are not small integers.
+TEST(IhipGpuPrefill, TensorCoreRopeScoresFollowTheFp64BisectionUpToNearTies) {
+  LC_REQUIRE_GPU();
+  for (const int mode : {1, 2}) {
+    SCOPED_TRACE(mode);
+    check_mma_near_ties({4, 1, 256, 130, 16000, {64, 2048}, mode});
+    check_mma_near_ties({32, 8, 128, 130, 16000, {64, 2048}, mode});
+    check_mma_near_ties({9, 3, 64, 130, 16000, {64, 2048}, mode});
+  }
+}
+
+// Chunks of 16 after a short prefix (chunk-indexed key positions 0 .. 57 over two 32-chunk
+// groups, the last chunk short), and a one-entry last chunk (321 candidates) in the relative mode
+// (its representative probed at both positions).
+TEST(IhipGpuPrefill, TensorCoreRopeShortChunksAndOneEntryChunk) {
+  LC_REQUIRE_GPU();
+  check_mma_near_ties({4, 1, 256, 100, 2100, {16, 256}, 2});
+  check_mma_near_ties({4, 1, 128, 64, 1537, {16, 128}, 1});  // q_last 1600: 1600 - 1024 + 1 - 256 = 321
 }
 
 }  // namespace

@@ -97,11 +97,16 @@ void ihip_decode_index(const IhipIndexGpuParams& p, Stream s = nullptr);
 // over the queries and the running max of each chunk's probes. The FMA path takes groups of 16
 // chunks with the group's queries (<= 256 at a time) in shared memory; the tensor-core path takes
 // groups of 32 chunks (64 probes a pass) with each warp's query A fragments in registers, loaded
-// once per CTA. Scoring: RoPE none with <= 4 query heads per KV head
-// (one query tile) on tensor cores (bf16 mma.m16n8k16, fp32 accumulate: the sums are not hip_dot's
-// order, so a near tie in a bisection step may go the other way: bit-equal on inputs with exact
-// dots, fp64-judged otherwise, tests/cuda/test_ihip_gpu.cpp); else fp32 FMAs in hip_dot's 8-lane
-// order, 4 queries x 8 probes a thread (rotated queries and keys: bit-equal to ihip_chunk_scores).
+// once per CTA. Scoring: <= 4 query heads per KV head (one query tile) on tensor cores (bf16
+// mma.m16n8k16, fp32 accumulate: the sums are not hip_dot's order, so a near tie in a bisection
+// step may go the other way: bit-equal on inputs with exact dots, fp64-judged otherwise,
+// tests/cuda/test_ihip_gpu.cpp), in every RoPE mode unless rope_tensor_cores is off: with RoPE the
+// queries are rotated once per CTA as their fragments load, the gathered probe keys in registers
+// before they enter shared memory, both with rotate()'s fp32 formula and table (the FMA path's
+// values) and then rounded to bf16 (relative error <= 2^-9 an operand: the mma path's scores are
+// those of the rounded operands, so they are judged against an fp64 replay on the same rounded
+// values); else fp32 FMAs in hip_dot's 8-lane order, 4 queries x 8 probes a thread (rotated
+// queries and keys in fp32: bit-equal to ihip_chunk_scores).
 // Select kernel: ihip_prune.cuh's select_chunks per block over the max of the KV heads' scores.
 struct IhipPrefillGpuParams {
   const void* q = nullptr;  // bf16 [n_q, n_head, D] (un-rotated unless rope_mode == 0)
@@ -110,6 +115,9 @@ struct IhipPrefillGpuParams {
   int n_head = 0, n_kv_head = 0;
   int head_dim = 128;  // D: 64, 128 or 256
   int rope_mode = 0;  // IhipRopeMode: 0 none, 1 relative, 2 chunk-indexed
+  // RoPE modes: score on tensor cores where one query tile holds the group (bf16 rotated
+  // operands), or false: the fp32 FMA scorer, bit-equal to the CPU reference.
+  bool rope_tensor_cores = true;
   int64_t n_sink = 256, n_stream = 1024;
   const float* rope_cos = nullptr;  // [rope_n_pos, D / 2] device (ihip_rope_table's values)
   const float* rope_sin = nullptr;

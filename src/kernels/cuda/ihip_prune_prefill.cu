@@ -142,28 +142,70 @@ struct QueryFrags {
   uint32_t a[2][D / 32][2][4];  // [m-tile][p][k-step of the pair][register]
 };
 
+// Rounds the fp32 pair (lo, hi) to bf16 (round to nearest even), lo in the low half (memory order).
+__device__ inline uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+// Rotates the 8 bf16 elements x[i] (u) and their rotate-half partners x[i + D / 2] (w) at the
+// table row cs / sn (8 consecutive entries, 32-byte aligned): rotate()'s fp32 formula, then each
+// result rounded to bf16, so the tensor cores see the FMA scorer's rotated values to bf16 precision.
+__device__ inline void rotate_bf16x8(uint4& u, uint4& w, const float* cs, const float* sn) {
+  uint32_t* a = reinterpret_cast<uint32_t*>(&u);
+  uint32_t* b = reinterpret_cast<uint32_t*>(&w);
+  const float4 c0 = __ldg(reinterpret_cast<const float4*>(cs)), c1 = __ldg(reinterpret_cast<const float4*>(cs) + 1);
+  const float4 s0 = __ldg(reinterpret_cast<const float4*>(sn)), s1 = __ldg(reinterpret_cast<const float4*>(sn) + 1);
+  const float c[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+  const float s[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&a[i]));
+    const float2 y = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&b[i]));
+    float x0 = x.x, y0 = y.x, x1 = x.y, y1 = y.y;
+    rotate(x0, y0, c[2 * i], s[2 * i]);
+    rotate(x1, y1, c[2 * i + 1], s[2 * i + 1]);
+    a[i] = pack_bf16(x0, x1);
+    b[i] = pack_bf16(y0, y1);
+  }
+}
+
 // Loads the warp's fragments from global memory once per CTA: query t of the group (t = h' * rows
-// + r) is head g * group + h', row row0 + r; zeros past n_qs.
+// + r) is head g * group + h', row row0 + r; zeros past n_qs. With RoPE each query is rotated at
+// its mode's position (ihip_pack_queries) and rounded to bf16: lane t's chunk 4p + t (elements
+// 32p + 8t ..) has its rotate-half partner in chunk 4(p + D / 64) + t, in the same lane.
 template <int D>
-__device__ inline void load_query_frags(const __nv_bfloat16* q, int n_head, int kv_head, int group, const Block& blk,
-                                        int n_qs, QueryFrags<D>& f) {
+__device__ inline void load_query_frags(const IhipPrefillGpuParams& p, int kv_head, int group, const Block& blk,
+                                        int n_qs, int64_t n_chunk, QueryFrags<D>& f) {
+  const auto* q = static_cast<const __nv_bfloat16*>(p.q);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  constexpr int kHalfP = D / 64;  // the p of the first half's partner offset
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {  // rows g and g + 8 of the m-tile
       const int qi = 32 * warp + 16 * mt + 8 * hh + g;
-      const __nv_bfloat16* src = nullptr;
+      uint4 v[D / 32];
+#pragma unroll
+      for (int pp = 0; pp < D / 32; ++pp) v[pp] = make_uint4(0, 0, 0, 0);
       if (qi < n_qs) {
         const int h = kv_head * group + qi / int(blk.rows);
         const int64_t row = blk.row0 + qi % int(blk.rows);
-        src = q + (row * n_head + h) * D;
+        const __nv_bfloat16* src = q + (row * p.n_head + h) * D;
+#pragma unroll
+        for (int pp = 0; pp < D / 32; ++pp) v[pp] = *reinterpret_cast<const uint4*>(src + 8 * (4 * pp + t));
+        if (p.rope_mode != 0) {
+          const int64_t qp = query_pos(p.rope_mode, p.q_pos0 + row, n_chunk, p.n_stream);
+#pragma unroll
+          for (int pp = 0; pp < kHalfP; ++pp) {
+            const int64_t e = qp * (D / 2) + 8 * (4 * pp + t);
+            rotate_bf16x8(v[pp], v[pp + kHalfP], p.rope_cos + e, p.rope_sin + e);
+          }
+        }
       }
 #pragma unroll
-      for (int p = 0; p < D / 32; ++p) {
-        const uint4 v = src ? *reinterpret_cast<const uint4*>(src + 8 * (4 * p + t)) : make_uint4(0, 0, 0, 0);
-        f.a[mt][p][0][hh] = v.x, f.a[mt][p][0][2 + hh] = v.y;
-        f.a[mt][p][1][hh] = v.z, f.a[mt][p][1][2 + hh] = v.w;
+      for (int pp = 0; pp < D / 32; ++pp) {
+        f.a[mt][pp][0][hh] = v[pp].x, f.a[mt][pp][0][2 + hh] = v[pp].y;
+        f.a[mt][pp][1][hh] = v[pp].z, f.a[mt][pp][1][2 + hh] = v[pp].w;
       }
     }
 }
@@ -215,7 +257,8 @@ __device__ inline void mma_pass(const QueryFrags<D>& f, const __nv_bfloat16* kb,
 }
 
 // One score CTA: chunks [x * per_cta, ...) of block z for KV head y. kMma: the tensor-core pass
-// (RoPE none, one query tile); else the fp32 FMA pass in hip_dot's order.
+// (one query tile; with RoPE the rotated operands rounded to bf16); else the fp32 FMA pass in
+// hip_dot's order.
 template <int D, bool kMma>
 __global__ void __launch_bounds__(kThreads, kMma ? Shape<D>::kMmaCtasPerSm : 1) score_kernel(IhipPrefillGpuParams p,
                                                                                           IhipPrefillStage st) {
@@ -252,8 +295,8 @@ __global__ void __launch_bounds__(kThreads, kMma ? Shape<D>::kMmaCtasPerSm : 1) 
 
   // Queries t0 .. t0 + kQTile of the group (t = h' * rows + r), rotated (ihip_pack_queries).
   auto load_queries = [&](int t0) {  // element-fastest: each warp reads a query row's contiguous elements
-    if constexpr (kMma) {  // bf16 as stored (RoPE none), into registers; one tile (t0 = 0)
-      load_query_frags<D>(q, p.n_head, g, group, blk, n_qs, qf);
+    if constexpr (kMma) {  // bf16 into registers (rotated, rounded to bf16); one tile (t0 = 0)
+      load_query_frags<D>(p, g, group, blk, n_qs, n_chunk, qf);
     } else {
     for (int i = tid; i < kQTile * kHalfD; i += kThreads) {
       const int tt = i / kHalfD, e = i % kHalfD, t = t0 + tt;
@@ -290,6 +333,25 @@ __global__ void __launch_bounds__(kThreads, kMma ? Shape<D>::kMmaCtasPerSm : 1) 
           const __nv_bfloat16* src = kp + (int64_t(probe[s].key) * p.n_kv_head + g) * D + 8 * kPer * l;
 #pragma unroll
           for (int c = 0; c < kPer; ++c) u[c] = *reinterpret_cast<const uint4*>(src + 8 * c);
+        }
+        if (p.rope_mode != 0) {
+          // Rotated at the probe's position, rounded to bf16: lane l's chunk kPer l + c pairs with
+          // lane (l ^ 4)'s chunk c (D / 2 elements on); lanes below 4 keep the first halves.
+          // Every thread runs every round (the shuffles need every lane).
+          const bool on = s < n_slots && probe[s].key >= 0, low = l < 4;
+#pragma unroll
+          for (int c = 0; c < kPer; ++c) {
+            uint4 o;
+            o.x = __shfl_xor_sync(0xffffffffu, u[c].x, 4), o.y = __shfl_xor_sync(0xffffffffu, u[c].y, 4);
+            o.z = __shfl_xor_sync(0xffffffffu, u[c].z, 4), o.w = __shfl_xor_sync(0xffffffffu, u[c].w, 4);
+            if (on) {
+              const int64_t e = int64_t(probe[s].kpos) * kHalfD + 8 * (kPer * (l % 4) + c);
+              if (low)
+                rotate_bf16x8(u[c], o, p.rope_cos + e, p.rope_sin + e);
+              else
+                rotate_bf16x8(o, u[c], p.rope_cos + e, p.rope_sin + e);
+            }
+          }
         }
 #pragma unroll
         for (int c = 0; c < kPer; ++c) *reinterpret_cast<uint4*>(kb + swz<D>(s, kPer * l + c)) = u[c];
@@ -558,10 +620,10 @@ void check_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage& st) {
 
 }  // namespace
 
-// The tensor-core scorer's case: RoPE none (the queries and keys are bf16 as stored) and a KV
-// head's queries of a block (group x 64) in one tile.
+// The tensor-core scorer's case: a KV head's queries of a block (group x 64) in one tile, and
+// RoPE none (the queries and keys are bf16 as stored) or a RoPE mode with rope_tensor_cores.
 bool prefill_uses_mma(const IhipPrefillGpuParams& p) {
-  return p.rope_mode == 0 && int64_t(p.n_head / p.n_kv_head) * kBlockQ <= kMmaQTile;
+  return (p.rope_mode == 0 || p.rope_tensor_cores) && int64_t(p.n_head / p.n_kv_head) * kBlockQ <= kMmaQTile;
 }
 
 namespace {
