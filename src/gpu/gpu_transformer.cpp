@@ -106,8 +106,9 @@ GpuTransformer::GpuTransformer(ModelConfig cfg, DeviceWeights w, const GpuOption
   }
   if (pre_rope()) check_pre_rope();
   if (kv_type_ == KvCacheType::fp8 && gpu_method_ && gpu_method_->decodes() && !gpu_method_->decode_reads_fp8())
-    fail("--attn {}: its GPU decode reads bf16 keys; drop --kv-cache fp8, or make only its prefill sparse "
-         "(--attn 'prefill:...')", opts.attn);
+    // A pre-RoPE method attends every step itself, so it has no prefill-only form to offer.
+    fail("--attn {}: its GPU decode reads bf16 keys; drop --kv-cache fp8{}", opts.attn,
+         pre_rope() ? "" : ", or make only its prefill sparse (--attn 'prefill:...')");
   // attend() takes host lengths (GpuAttendStep), so a pre-RoPE method decodes eagerly whatever it
   // says; TokenSelect's own reasons: tokenselect_engine_gpu.h.
   eager_decode_ = gpu_method_ && !gpu_method_->decode_graph_safe();
