@@ -34,7 +34,7 @@ if [ "${1:-}" = "--pack" ]; then
   carry_libs "$tmp/lib" "$tmp"/test_gpu "$tmp"/longctx "$tmp"/longctx_old "$tmp"/test_ihip_gpu_method \
     "$tmp"/test_ihip_gpu "$tmp"/longctx_bench_infinitehip
   tar -C "$tmp" -cJf "$carry/bin.tar.xz" .
-  cp "$0" "$carry/gpu-ihip-ropeon.sh"
+  cp "$0" "$carry/gpu-ihip-ropeon.sh" && cp "$(dirname "$0")/gpu-carry.sh" "$carry/"
   du -sh "$carry"
   exit 0
 fi
@@ -44,24 +44,15 @@ BUDGET=${BUDGET:-228}  # seconds: the call's limit (240) less the unpacking
 B=/tmp/ihip-ropeon-bin
 L=$OUT/logs
 T0=$(date +%s)
-mkdir -p "$L" "$B"
-[ -x "$B/test_gpu" ] || tar -C "$B" -xJf "$CARRY/bin.tar.xz"
-export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-{ nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv;
-  echo "commit ${GIT_COMMIT:-unknown}"; date -u; } > "$L/env.txt" 2>&1
-cat "$L/env.txt"
+HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/gpu-carry.sh"  # step, unpack_bin, record_env
+unpack_bin "$CARRY/bin.tar.xz" "$B"
+mkdir -p "$L"
+record_env "$L/env.txt" "${GIT_COMMIT:-unknown}"
 status=0
-step() {  # step NAME LIMIT_S CMD...: output in $L/NAME.log, one summary line
-  local name=$1 limit=$2 t0=$(date +%s); shift 2
-  if [ $(( t0 - T0 + limit )) -gt "$BUDGET" ]; then
-    echo "== $name skipped (budget: $(( t0 - T0 ))s used)" | tee -a "$OUT/summary.txt"; status=1; return 1
-  fi
-  timeout "$limit" "$@" > "$L/$name.log" 2>&1; local rc=$?
-  echo "== $name rc=$rc $(( $(date +%s) - t0 ))s" | tee -a "$OUT/summary.txt"
-  tar -C "$OUT" -czf "$OUT/all-logs.tgz" logs
-  [ $rc = 0 ] || status=1
-  return $rc
-}
+# step (gpu-carry.sh): logs in $L, each limit cut to what is left of BUDGET; the logs archived after each.
+STEP_DIR=$L STEP_BUDGET_S=$BUDGET STEP_T0=$T0 STEP_MIN_S=5
+step_show() { tar -C "$OUT" -czf "$OUT/all-logs.tgz" logs; }
 gtest_summary() { grep -E "Failure|Expected|Which is|^\[  (PASSED|FAILED|SKIPPED)|tests ran|random seed" "$L/$1.log" | head -30; }
 model() {  # model NAME BINARY ATTN
   step "$1" 30 "$B/$2" bench model --device cuda --random-weights gemma3-270m --lengths 32k --decode 16 --repeats 2 \
