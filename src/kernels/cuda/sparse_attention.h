@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda/attention.h"  // KvDtype
 #include "kernels/cuda/runtime.h"
 
 namespace longctx::cuda {
@@ -55,8 +56,15 @@ struct DeviceSparseIndex {
 
 struct SparseAttnParams {
   const void* q = nullptr;  // bf16 [n_q, n_head, head_dim]
-  const void* k = nullptr;  // bf16 [n_kv, n_kv_head, head_dim]
-  const void* v = nullptr;  // bf16 [n_kv, n_kv_head, head_dim]
+  const void* k = nullptr;  // kv_dtype [n_kv, n_kv_head, head_dim]
+  const void* v = nullptr;  // kv_dtype [n_kv, n_kv_head, head_dim]
+  // fp8 K/V tiles: with fp8_e4m3, k and v hold e4m3 codes in the same layout (one byte an
+  // element), read straight from the fp8 KV cache (gpu/kv_fp8.h: real value = code * k_scale for
+  // K, code * v_scale for V, one scale each per layer). The result is attention over the
+  // dequantized K/V (tests: the fp64 oracle on the dequantized K/V with the same mask); the
+  // bytes a key tile moves halve. A kernel without the fp8 path refuses it with an Error.
+  KvDtype kv_dtype = KvDtype::bf16;
+  float k_scale = 1.f, v_scale = 1.f;  // fp8_e4m3 only; finite, > 0
   void* o = nullptr;        // bf16 [n_q, n_head, head_dim]
   float* lse = nullptr;     // fp32 [n_head, n_q], optional
   int64_t n_q = 0;

@@ -222,6 +222,7 @@ void check_params(const SparseAttnParams& p) {
   LC_REQUIRE(aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && aligned16(p.o),
              "sparse_attention_generic: q/k/v/o must be 16-byte aligned");
   check_sparse_params(p, "sparse_attention_generic");
+  LC_REQUIRE(p.kv_dtype == KvDtype::bf16, "sparse_attention_generic: fp8 K/V tiles are not built in this kernel");
 }
 
 template <int D>

@@ -597,6 +597,7 @@ void check_params(const SparseAttnParams& p) {
   LC_REQUIRE(p.head_dim == 128 ? st == 3 : (st == 2 || st == 3),
              "sparse_attention: sm90_stages %d at head_dim %d (3 at 128; 2 or 3 at 256)", p.sm90_stages, p.head_dim);
   check_sparse_params(p, "sparse_attention");
+  LC_REQUIRE(p.kv_dtype == KvDtype::bf16, "sparse_attention: fp8 K/V tiles are not built in this kernel");
 }
 
 template <class G>

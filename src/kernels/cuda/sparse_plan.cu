@@ -129,6 +129,10 @@ void check_sparse_params(const SparseAttnParams& p, const char* who) {
              who, (long long)p.q_pos0, (long long)p.n_q, (long long)p.n_kv);
   LC_REQUIRE(p.tail_gather_max >= 0 && p.tail_gather_max <= kSparsePackMax,
              "%s: tail_gather_max %d outside [0, %d]", who, p.tail_gather_max, kSparsePackMax);
+  LC_REQUIRE(p.kv_dtype == KvDtype::bf16 ||
+                 (p.kv_dtype == KvDtype::fp8_e4m3 && std::isfinite(p.k_scale) && p.k_scale > 0.f &&
+                  std::isfinite(p.v_scale) && p.v_scale > 0.f),
+             "%s: fp8 K/V scales must be finite and > 0 (k_scale %g, v_scale %g)", who, p.k_scale, p.v_scale);
   const auto& ix = p.index;
   LC_REQUIRE(ix.n_index_head > 0 && p.n_head % ix.n_index_head == 0,
              "%s: n_head %d is not a multiple of the index's %d heads", who, p.n_head, ix.n_index_head);
