@@ -1,12 +1,14 @@
 // sparse_test_util.h (tests/cuda): what the sparse attention tests of both kernels share
 // (test_sparse_attention.cpp: Hopper; test_sparse_attention_generic.cpp: mma.sync, d 64/128):
-// the problem shape and the random index generators.
+// the problem shape, the random index generators, and fp8 K/V for the fp8-tile cases.
 #pragma once
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
 
+#include "kernels/ref/fp8_e4m3.h"
 #include "sparse/sparse_index.h"
 #include "test_util.h"
 
@@ -78,6 +80,29 @@ inline SparseIndex random_index(const Shape& sh, int n_index_head, double p_empt
       hi.end_block();
     }
   return idx;
+}
+
+// fp8 K or V for the fp8-tile cases (SparseAttnParams::kv_dtype fp8_e4m3): e4m3 codes of x at the
+// fp8 cache's scale rule (amax onto e4m3's range), and the dequantized values (code * scale) that
+// the fp64 oracle reads, so the kernel is judged against attention over exactly what it was given.
+struct Fp8Tensor {
+  std::vector<uint8_t> codes;   // [x.size()] e4m3
+  std::vector<float> dequant;   // [x.size()] e4m3_to_f32(code) * scale
+  float scale = 1.f;
+};
+
+inline Fp8Tensor quantize_e4m3(const std::vector<float>& x) {
+  float amax = 0.f;
+  for (float v : x) amax = std::max(amax, std::fabs(v));
+  Fp8Tensor t;
+  t.scale = fp8_scale_for_amax(amax);
+  t.codes.resize(x.size());
+  t.dequant.resize(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    t.codes[i] = f32_to_e4m3(x[i] / t.scale);
+    t.dequant[i] = e4m3_to_f32(t.codes[i]) * t.scale;
+  }
+  return t;
 }
 
 }  // namespace longctx::cuda::test
