@@ -21,6 +21,9 @@
 #   cmake --build build-gpu -j2 --target longctx test_gpu test_ihip_gpu test_ihip_gpu_method longctx_bench_infinitehip
 #   OLD=/tmp/ihrf-old/longctx bash scripts/gpu-ihip-ropefp8.sh --pack build-gpu /work/main/.carry/ihip-ropefp8
 # Run on the device: OUT=$OUT GIT_COMMIT=<commit> bash .carry/ihip-ropefp8/gpu-ihip-ropefp8.sh
+# STEPS=ab: the follow-up: the fp8-cache model tests (rope=on's bars set after the first call), then
+# the gemma3-270m 32K prefill A/B, base vs branch binary, 5 interleaved pairs of --repeats 3
+# (~40 s; the first call's two pairs measured the branch slower, see docs/benchmarks.md).
 set -uo pipefail
 if [ "${1:-}" = "--pack" ]; then
   build=$2 carry=$3 tmp=/tmp/gpu-ihip-ropefp8-pack
@@ -54,14 +57,27 @@ status=0
 STEP_DIR=$L STEP_BUDGET_S=$BUDGET STEP_T0=$T0 STEP_MIN_S=5
 step_show() { tar -C "$OUT" -czf "$OUT/all-logs.tgz" logs; }
 gtest_summary() { grep -E "Failure|Expected|Which is|^\[  (PASSED|FAILED|SKIPPED)|tests ran|random seed|\] " "$L/$1.log" | head -40; }
-model() {  # model NAME BINARY [ARGS...]
+model() {  # model NAME BINARY [ARGS...]   (REPEATS: --repeats, default 2)
   local name=$1 bin=$2
   shift 2
   step "$name" 25 "$B/$bin" bench model --device cuda --random-weights gemma3-270m --lengths 32k --decode 16 \
-    --repeats 2 --attn infinitehip --json "$L/$name.json" "$@"
+    --repeats "${REPEATS:-2}" --attn infinitehip --json "$L/$name.json" "$@"
   tail -3 "$L/$name.log"
 }
 
+if [ "${STEPS:-all}" = ab ]; then  # the follow-up: the relaxed rope=on fp8 test, then the prefill A/B
+  step gpu_fp8 40 "$B/test_gpu" --gtest_filter='GpuInfiniteHip.*Fp8*:GpuPreRopeWindow.InfiniteHip*Fp8*'
+  gtest_summary gpu_fp8
+  for i in 1 2 3 4 5; do
+    REPEATS=3 model "ab_old_$i" longctx_old
+    REPEATS=3 model "ab_new_$i" longctx
+  done
+  for n in old new; do
+    echo "$n prefill_s: $(for i in 1 2 3 4 5; do grep -o '"prefill_s": [0-9.]*' "$L/ab_${n}_$i.json" | cut -d' ' -f2; done | tr '\n' ' ')"
+  done | tee "$L/ab.txt"
+  tar -C "$OUT" -czf "$OUT/all-logs.tgz" logs
+  exit $status
+fi
 step method 30 "$B/test_ihip_gpu_method"; gtest_summary method
 step fp8stages 25 "$B/test_ihip_gpu" --gtest_filter='IhipGpu.*'; gtest_summary fp8stages
 step gpu 60 "$B/test_gpu" --gtest_filter='GpuInfiniteHip.*Fp8*:GpuInfiniteHip.RopeOn*:GpuInfiniteHip.SmolLM2HeadsRopeOn*:GpuPreRopeWindow.InfiniteHip*:GpuPreRopeWindow.TokenSelectFp8*:GpuPreRopeWindow.Refusals*'

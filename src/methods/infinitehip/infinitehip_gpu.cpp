@@ -332,6 +332,7 @@ class IhipGpu final : public GpuMethod {
   char* buf_ = nullptr;
   IhipCompactAttention att_;                 // rope=on
   std::map<const float*, DevTable> tables_;  // rope=on: device inv_freq -> its pruning table
+  std::vector<int32_t> host_keys_;           // rope=on prefill: the blocks' key sets uploaded last
 };
 
 void IhipGpu::decode_stages(int layer, const KvView& kv, const void* q, const RopeArgs& r, cuda::Stream s) {
@@ -459,7 +460,8 @@ RopeArgs IhipGpu::rope_args(int layer, const float* inv_freq, cuda::Stream s) {
 // A prefill chunk (rows n_kv - n_q .. n_kv - 1): a dense step attends every key at its own
 // position; a sparse one prunes (the pruning RoPE of the layer), then each 64-row block attends
 // its key set at 0..L-1 (select_keys + attend_compacted_ref on the CPU). The blocks' key sets are
-// assembled on the host from the last stage's lists (one sync per layer and chunk).
+// assembled on the host from the last stage's lists (one sync per layer and chunk: the only one;
+// the blocks' lanes fork and join on the device).
 void IhipGpu::attend_prefill(const GpuAttendStep& st, cuda::Stream s) {
   const int layer = st.layer;
   const int64_t T = st.n_q, q_pos0 = st.n_kv - T;
@@ -474,11 +476,14 @@ void IhipGpu::attend_prefill(const GpuAttendStep& st, cuda::Stream s) {
   prefill_stages({.layer = layer, .q = st.q, .k = st.k, .n_q = T, .q_pos0 = q_pos0, .n_kv = st.n_kv}, r, s);
   const int N = hp_.n_stage();
   const int64_t n_blk = ceil_div(T, cuda::kSparseQBlock), cap = l_.cap[size_t(N - 1)], per = l_.pre_keys_per_blk;
-  std::vector<int32_t> lens(static_cast<size_t>(n_blk)), sel(static_cast<size_t>(n_blk * cap)),
-      keys(static_cast<size_t>(n_blk * per));
+  std::vector<int32_t> lens(static_cast<size_t>(n_blk)), sel(static_cast<size_t>(n_blk * cap));
   cuda::copy_d2h(lens.data(), at<int32_t>(l_.out_len[size_t(N - 1)]), lens.size() * 4, s);
   cuda::copy_d2h(sel.data(), at<int32_t>(l_.out[size_t(N - 1)]), sel.size() * 4, s);
   cuda::stream_sync(s);
+  // A member, rewritten only after this sync (which follows the last step's upload from it on s):
+  // the upload below may read it after this call returns.
+  std::vector<int32_t>& keys = host_keys_;
+  keys.assign(static_cast<size_t>(n_blk * per), 0);
   std::vector<int64_t> n_keys(static_cast<size_t>(n_blk));
   for (int64_t b = 0; b < n_blk; ++b) {
     const int64_t row0 = b * cuda::kSparseQBlock, n = std::min<int64_t>(cuda::kSparseQBlock, T - row0);
@@ -498,7 +503,9 @@ void IhipGpu::attend_prefill(const GpuAttendStep& st, cuda::Stream s) {
                          .keys = d_keys + b * per, .n_keys = n_keys[size_t(b)]};
   }
   const int64_t max_keys = *std::max_element(n_keys.begin(), n_keys.end());  // <= per, <= n_kv
-  att_.attend_blocks(rows, blocks.data(), n_blk, max_keys, s);  // returns with the blocks done: keys may go
+  // Stream-ordered (events, no host wait): the next step's work on s, e.g. its key sets into
+  // l_.pre_keys, runs after these blocks.
+  att_.attend_blocks(rows, blocks.data(), n_blk, max_keys, s);
 }
 
 // A decode step, graph-safe: the route is taken at the step's bound (a replay sees lengths up to
