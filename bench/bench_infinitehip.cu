@@ -26,6 +26,8 @@
 // blocks one after another (main's order) and on 8 streams (IhipCompactAttention::attend_blocks).
 // --kv bf16,fp8: the decode steps also over the fp8 cache (--kv-cache fp8: e4m3 K/V, one scale
 // each; the pruning stages read e4m3 keys, sparse and dense decode e4m3 K/V), each cache in turn.
+// Each decode length also times rope=on's steps (bench_rope_on_decode: relative pruning RoPE, the
+// key list, the gather dequantising / rotating the set, dense decode over it), over either cache.
 // Inputs are random (never zeros): the pruning cost does not depend on the values.
 // Run: build-gpu/bench/longctx_bench_infinitehip [--lens 131072,1048576] [--kv bf16,fp8]
 //      [--prefix 131072,..] [--chunk 32768] [--prefill-shape 4,1,256] [--prefill-rope relative]
@@ -46,6 +48,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/compact_kv.h"
 #include "kernels/cuda/fp8_vec.cuh"
+#include "kernels/cuda/ihip_decode_cache.h"
 #include "kernels/cuda/ihip_prune.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/runtime.h"
@@ -97,6 +100,96 @@ double graph_ms(const std::function<void(Stream)>& step, int reps) {
   const double g = time_ms([&] { graph.launch(st); }, 3, reps, static_cast<cudaStream_t>(st));
   stream_destroy(st);
   return g;
+}
+
+// rope=on's decode step (IhipGpu::attend_decode): the stages with relative pruning RoPE (the
+// un-rotated cache; rope=on's layers past the first), the key list from the last stage's cache
+// (ihip_decode_keys: sinks, survivors, window), then IhipCompactAttention::attend_decode: the
+// list's keys gathered and rotated at 0..L-1 (compact_kv; the fp8 cache: e4m3 rows dequantised
+// first), the query rotated at L - 1, the dense split-KV decode over the L gathered keys.
+struct RopeOnDecode {
+  double none = 0, s1 = 0, s12 = 0, all = 0;  // step types as bench_decode's, each with the attention
+  double attend = 0, keys = 0;                // the gather + rotate + decode alone; ihip_decode_keys alone
+  double avg() const { return (none + s1 + 2 * s12 + 12 * all) / 16; }
+};
+
+RopeOnDecode bench_rope_on_decode(int64_t len, bool fp8, const KvView& kv, const IhipStageGpuParams* stages,
+                                  const void* q, void* o, const std::vector<int32_t>& page_of, int reps) {
+  // position -> pool row through the shuffled block table (compact_kv's page-size-1 slots)
+  std::vector<int32_t> slot(static_cast<size_t>(len));
+  for (int64_t j = 0; j < len; ++j) slot[size_t(j)] = page_of[size_t(j / kPageSize)] * kPageSize + int32_t(j % kPageSize);
+  const int64_t max_keys = std::min<int64_t>(len, kSink + kK[2] + kStream + 16);  // + refresh[0] - 1 window growth
+  std::vector<float> f(kHeadDim / 2);
+  for (int i = 0; i < kHeadDim / 2; ++i) f[size_t(i)] = float(std::pow(500000.0, -2.0 * i / kHeadDim));
+  auto* d_slot = static_cast<int32_t*>(dev_malloc(slot.size() * 4));
+  auto* d_f = static_cast<float*>(dev_malloc(f.size() * 4));
+  auto* d_keys = static_cast<int32_t*>(dev_malloc(size_t(max_keys) * 4));
+  auto* d_ints = static_cast<int32_t*>(dev_malloc(8));  // n_keys, q_pos
+  copy_h2d(d_slot, slot.data(), slot.size() * 4);
+  copy_h2d(d_f, f.data(), f.size() * 4);
+  const size_t kv_bytes = size_t(max_keys) * kKvHeads * kHeadDim * 2, q_bytes = size_t(kHeads) * kHeadDim * 2;
+  void* kc = dev_malloc(kv_bytes);
+  void* vc = dev_malloc(kv_bytes);
+  void* q_rot = dev_malloc(q_bytes);
+  const size_t ws_bytes = decode_workspace_bytes(1, kHeads, kHeadDim, max_keys);
+  void* ws = dev_malloc(ws_bytes);
+  decode_workspace_init(ws, ws_bytes);
+  IhipStageGpuParams sp[3];
+  for (int i = 0; i < 3; ++i) sp[i] = stages[i], sp[i].rope_mode = 1;
+  IhipDecodeKeysParams kp;
+  kp.seq_len = kv.seq_lens;
+  kp.sel = sp[2].out;
+  kp.sel_len = sp[2].out_len;
+  kp.win_begin = sp[0].win_begin;
+  kp.n_sink = kSink;
+  kp.keys = d_keys;
+  kp.cap = max_keys;
+  kp.n_keys = d_ints;
+  kp.q_pos = d_ints + 1;
+  CompactKvParams cp{.k_pool = kv.k_pool, .v_pool = kv.v_pool, .slots = d_slot, .keys = d_keys, .n_keys = max_keys,
+                     .k_out = kc, .v_out = vc, .inv_freq = d_f, .attn_factor = 1.f, .n_kv_head = kKvHeads,
+                     .head_dim = kHeadDim, .fp8 = fp8, .k_scale = kv.k_scale, .v_scale = kv.v_scale};
+  RopeParams rp;
+  rp.q = q_rot;
+  rp.n_q_heads = kHeads;
+  rp.head_dim = kHeadDim;
+  rp.n_tokens = 1;
+  rp.positions = kp.q_pos;
+  rp.inv_freq = d_f;
+  DecodeParams dp;
+  dp.q = q_rot;
+  dp.k = kc;
+  dp.v = vc;
+  dp.o = o;
+  dp.n_seq = 1;
+  dp.n_kv = max_keys;
+  dp.kv_lens = kp.n_keys;
+  dp.n_head = kHeads;
+  dp.n_kv_head = kKvHeads;
+  dp.head_dim = kHeadDim;
+  dp.workspace = ws;
+  dp.workspace_bytes = ws_bytes;
+  auto attend = [&](Stream s) {
+    compact_kv(cp, s);
+    copy_d2d(q_rot, q, q_bytes, s);
+    rope(rp, s);
+    attention_decode(dp, s);
+  };
+  auto from = [&](int first, Stream s) {
+    for (int i = first; i < 3; ++i) ihip_prune_stage_decode(sp[i], s);
+    ihip_decode_keys(kp, s);
+    attend(s);
+  };
+  RopeOnDecode r;
+  r.none = graph_ms([&](Stream s) { from(0, s); }, reps);  // first: fills the caches the others read
+  r.s1 = graph_ms([&](Stream s) { from(1, s); }, reps);
+  r.s12 = graph_ms([&](Stream s) { from(2, s); }, reps);
+  r.all = graph_ms([&](Stream s) { from(3, s); }, reps);
+  r.attend = graph_ms(attend, reps);
+  r.keys = graph_ms([&](Stream s) { ihip_decode_keys(kp, s); }, reps);
+  device_sync();
+  for (void* x : {(void*)d_slot, (void*)d_f, (void*)d_keys, (void*)d_ints, kc, vc, q_rot, ws}) dev_free(x);
+  return r;
 }
 
 std::string bench_decode(int64_t len, bool fp8) {
@@ -262,6 +355,7 @@ std::string bench_decode(int64_t len, bool fp8) {
     select_only[i] = graph_ms([&](Stream s) { ihip_select_decode(sp[i], s); }, reps);
   }
   const double index_only = graph_ms([&](Stream s) { ihip_decode_index(ip, s); }, reps);
+  const RopeOnDecode ro = bench_rope_on_decode(len, fp8, kv, sp, q, o, tab, reps);
   std::vector<int32_t> lens(3);
   for (int i = 0; i < 3; ++i) copy_d2h(&lens[size_t(i)], out_len[i], 4);
   const double avg = (none + s1 + 2 * s12 + 12 * all) / 16, avg_fast = (none + s1 + 2 * s12 + 28 * all) / 32;
@@ -270,6 +364,10 @@ std::string bench_decode(int64_t len, bool fp8) {
                   (void*)win, (void*)range_ptr, (void*)col_ptr, (void*)ranges})
     dev_free(p);
   for (int i = 0; i < 3; ++i) dev_free(out[i]), dev_free(out_len[i]);
+  std::fprintf(stderr,
+               "decode len=%lld kv=%s rope=on: None %.4f All %.4f ms (gather+attend %.4f, keys %.4f) | avg(16,8,4) "
+               "%.4f ms = %.1fx dense\n",
+               (long long)len, fp8 ? "fp8" : "bf16", ro.none, ro.all, ro.attend, ro.keys, ro.avg(), dense / ro.avg());
   std::fprintf(stderr,
                "decode len=%lld kv=%s: dense %.4f ms | infinitehip None %.4f S1 %.4f S1&2 %.4f All %.4f ms | avg(16,8,4) "
                "%.4f ms = %.1fx dense, avg(32,16,8) %.4f ms | stages (rope none) %.4f %.4f %.4f, (relative) %.4f "
@@ -284,11 +382,15 @@ std::string bench_decode(int64_t len, bool fp8) {
                 "\"s12_cached_ms\": %.5f, \"all_cached_ms\": %.5f, \"avg_16_8_4_ms\": %.5f, \"avg_32_16_8_ms\": %.5f, "
                 "\"stage_ms_rope_none\": [%.5f, %.5f, %.5f], \"stage_ms_rope_relative\": [%.5f, %.5f, %.5f], "
                 "\"score_ms\": [%.5f, %.5f, %.5f], \"select_ms\": [%.5f, %.5f, %.5f], \"index_ms\": %.5f, "
-                "\"kept\": [%d, %d, %d], \"ratio_dense_over_avg\": %.2f, \"ratio_dense_over_none\": %.2f}",
+                "\"kept\": [%d, %d, %d], \"ratio_dense_over_avg\": %.2f, \"ratio_dense_over_none\": %.2f, "
+                "\"rope_on\": {\"none_ms\": %.5f, \"s1_cached_ms\": %.5f, \"s12_cached_ms\": %.5f, "
+                "\"all_cached_ms\": %.5f, \"avg_16_8_4_ms\": %.5f, \"attend_ms\": %.5f, \"keys_ms\": %.5f, "
+                "\"ratio_dense_over_avg\": %.2f}}",
                 (long long)len, fp8 ? "fp8" : "bf16", dense, none, s1, s12, all, avg, avg_fast, stage[0][0],
                 stage[0][1], stage[0][2],
                 stage[1][0], stage[1][1], stage[1][2], score_only[0], score_only[1], score_only[2], select_only[0],
-                select_only[1], select_only[2], index_only, lens[0], lens[1], lens[2], dense / avg, dense / none);
+                select_only[1], select_only[2], index_only, lens[0], lens[1], lens[2], dense / avg, dense / none, ro.none,
+                ro.s1, ro.s12, ro.all, ro.avg(), ro.attend, ro.keys, dense / ro.avg());
   return buf;
 }
 

@@ -9,7 +9,9 @@
 // and the step-type counts equal the CPU State's; at head_dim 128 (8 / 2 heads), 256
 // (gemma-3-270m's 4 / 1 heads) and 64 (SmolLM2-135M's 9 / 3); and what the GPU refuses, with the reason: rope=on
 // composed per phase (rope=on runs as one method for both phases: tests/gpu/test_gpu_infinitehip.cpp);
-// rope=on prefill's block attention on several streams (attend_blocks) bit-equal to block by block.
+// rope=on prefill's block attention on several streams (attend_blocks) bit-equal to block by block;
+// rope=on decode's compacted attention on the fp8 cache's e4m3 rows (attend_decode, kv_fp8): equal
+// bits to the bf16 rows of the same values where they are exact, and an fp64 oracle otherwise.
 // Run: build-gpu/tests/cuda/test_ihip_gpu_method (skips without a Hopper GPU).
 #include <gtest/gtest.h>
 
@@ -23,6 +25,7 @@
 #include "methods/infinitehip/infinitehip_attend_gpu.h"
 #include "methods/infinitehip/infinitehip_gpu.h"
 #include "methods/infinitehip/infinitehip_method.h"
+#include "kernels/ref/fp8_e4m3.h"
 #include "methods/registry.h"
 #include "sparse/sparse_index.h"
 #include "test_util.h"
@@ -359,6 +362,138 @@ TEST(IhipGpuMethod, CompactBlocksOnLanesEqualBlockByBlock) {
     check_compact_blocks(ge, 0);   // capacity n_kv: about 3 lanes of up to 1264 keys
     check_compact_blocks(ge, -1);  // kLanes lanes
   }
+}
+
+
+// rope=on decode's compacted attention over the fp8 cache (IhipCompactDecode::kv_fp8): a random
+// sorted key set ending with the query's own row, gathered from e4m3 K / V (compact_kv dequantises,
+// then rotates K at 0..L-1), the query rotated at L - 1, split-KV decode over L keys read from the
+// device (entries past L in the bound gathered and ignored). Two checks:
+//   - power-of-two scales: every e4m3 * scale is a bf16 value, so the same attention over a bf16
+//     pool holding those values writes the same bits (the fp8 path changes the gather only);
+//   - the cache's own scales (amax / 448): within bf16 attention error of an fp64 oracle over the
+//     dequantised values (q and K rotated in fp64, softmax, V).
+struct Fp8Pool {
+  std::vector<uint8_t> bytes;
+  float scale = 1.f;
+  std::vector<double> vals;  // e4m3 * scale
+};
+Fp8Pool e4m3_pool(size_t n, bool pow2_scale) {
+  std::normal_distribution<float> dist(0.f, 1.f);
+  std::vector<float> x(n);
+  float amax = 0.f;
+  for (float& v : x) amax = std::max(amax, std::fabs(v = dist(rng())));
+  Fp8Pool r;
+  r.scale = fp8_scale_for_amax(amax);
+  if (pow2_scale) r.scale = std::exp2(std::ceil(std::log2(r.scale)));  // still covers amax
+  r.bytes.resize(n);
+  r.vals.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    r.bytes[i] = f32_to_e4m3(x[i] / r.scale);
+    r.vals[i] = double(e4m3_to_f32(r.bytes[i]) * r.scale);  // the kernel's fp32 product
+  }
+  return r;
+}
+
+void check_compact_decode_fp8(const Geometry& ge, bool pow2_scale) {
+  const MethodContext m = model(ge);
+  const int64_t n_kv = 3000, extra = 37;
+  const int group = ge.H / ge.Hkv, half = ge.D / 2;
+  const size_t kv_n = size_t(n_kv) * size_t(ge.Hkv) * size_t(ge.D), q_n = size_t(ge.H) * size_t(ge.D);
+  const Fp8Pool k8 = e4m3_pool(kv_n, pow2_scale), v8 = e4m3_pool(kv_n, pow2_scale);
+  std::vector<double> qv;
+  DevBuf q(q_n * 2), o8(q_n * 2), o16(q_n * 2), dk8(kv_n), dv8(kv_n), inv_freq(size_t(half) * 4);
+  q.upload(random_bf16(q_n, 1.0, qv));
+  dk8.upload(k8.bytes);
+  dv8.upload(v8.bytes);
+  std::vector<float> f(static_cast<size_t>(half));
+  for (int i = 0; i < half; ++i) f[size_t(i)] = float(std::pow(10000.0, -2.0 * i / ge.D));
+  inv_freq.upload(f);
+  std::vector<int32_t> keys;
+  for (int64_t j = 0; j + 1 < n_kv; ++j)
+    if (std::uniform_real_distribution<double>(0, 1)(rng()) < 0.3) keys.push_back(int32_t(j));
+  keys.push_back(int32_t(n_kv - 1));
+  const int64_t L = int64_t(keys.size());
+  std::vector<int32_t> bounded = keys;
+  for (int64_t i = 0; i < extra; ++i) bounded.push_back(int32_t(i));  // past L: gathered, not attended
+  const std::vector<int32_t> dev_ints = {int32_t(L), int32_t(L - 1)};  // n_keys, the query's position
+  DevBuf dkeys(bounded.size() * 4), ints(8);
+  dkeys.upload(bounded);
+  ints.upload(dev_ints);
+  IhipCompactAttention att;
+  att.allocate(m, 64, n_kv, nullptr);
+  IhipCompactDecode d{.q = q.p, .o = o8.p, .keys = dkeys.as<int32_t>(), .bound = int64_t(bounded.size()),
+                      .n_keys_dev = ints.as<int32_t>(), .q_pos_dev = ints.as<int32_t>() + 1, .k = dk8.p, .v = dv8.p,
+                      .inv_freq = inv_freq.as<float>(), .rope_factor = 1.f, .scale = 0.f, .kv_fp8 = true,
+                      .k_scale = k8.scale, .v_scale = v8.scale};
+  o8.poison();
+  att.attend_decode(d, nullptr);
+  const auto got = o8.download<uint16_t>(q_n);
+  const std::string what = std::string(pow2_scale ? "power-of-two" : "amax / 448") + " scales, H " +
+                           std::to_string(ge.H) + " / " + std::to_string(ge.Hkv) + ", D " + std::to_string(ge.D);
+  if (pow2_scale) {  // the same values as bf16 rows: the same bits
+    std::vector<uint16_t> k16(kv_n), v16(kv_n);
+    for (size_t i = 0; i < kv_n; ++i) {
+      k16[i] = f32_to_bf16(float(k8.vals[i]));
+      v16[i] = f32_to_bf16(float(v8.vals[i]));
+      ASSERT_EQ(double(bf16_to_f32(k16[i])), k8.vals[i]);  // exact: the premise of the check
+      ASSERT_EQ(double(bf16_to_f32(v16[i])), v8.vals[i]);
+    }
+    DevBuf dk16(kv_n * 2), dv16(kv_n * 2);
+    dk16.upload(k16);
+    dv16.upload(v16);
+    IhipCompactDecode b = d;
+    b.o = o16.p, b.k = dk16.p, b.v = dv16.p, b.kv_fp8 = false, b.k_scale = 1.f, b.v_scale = 1.f;
+    o16.poison();
+    att.attend_decode(b, nullptr);
+    const auto want = o16.download<uint16_t>(q_n);
+    int64_t differ = 0;
+    for (size_t i = 0; i < q_n; ++i) differ += want[i] != got[i];
+    EXPECT_EQ(differ, 0) << "of " << q_n << " outputs, " << what;
+  }
+  // fp64 oracle: key keys[j] rotated at j, the query at L - 1, softmax over the L keys.
+  auto rot = [&](const double* x, int64_t pos, double* out) {
+    for (int i = 0; i < half; ++i) {
+      const double a = double(pos) * double(f[size_t(i)]), c = std::cos(a), sn = std::sin(a);
+      out[i] = x[i] * c - x[i + half] * sn;
+      out[i + half] = x[i + half] * c + x[i] * sn;
+    }
+  };
+  std::vector<double> ref(q_n), qr(size_t(ge.D)), kr(size_t(ge.D)), sc(static_cast<size_t>(L));
+  const double scale = 1.0 / std::sqrt(double(ge.D));
+  for (int h = 0; h < ge.H; ++h) {
+    const int g = h / group;
+    rot(qv.data() + size_t(h) * size_t(ge.D), L - 1, qr.data());
+    double mx = -1e300;
+    for (int64_t j = 0; j < L; ++j) {
+      rot(k8.vals.data() + (size_t(keys[size_t(j)]) * size_t(ge.Hkv) + size_t(g)) * size_t(ge.D), j, kr.data());
+      double s = 0;
+      for (int e = 0; e < ge.D; ++e) s += qr[size_t(e)] * kr[size_t(e)];
+      sc[size_t(j)] = s * scale;
+      mx = std::max(mx, sc[size_t(j)]);
+    }
+    double den = 0;
+    for (double& s : sc) den += (s = std::exp(s - mx));
+    for (int64_t j = 0; j < L; ++j) {
+      const double* vr = v8.vals.data() + (size_t(keys[size_t(j)]) * size_t(ge.Hkv) + size_t(g)) * size_t(ge.D);
+      for (int e = 0; e < ge.D; ++e) ref[size_t(h) * size_t(ge.D) + size_t(e)] += sc[size_t(j)] / den * vr[e];
+    }
+  }
+  // bf16 rotated operands (2^-9 relative each), bf16 probabilities in P.V and a bf16 output.
+  constexpr double kAtol = 2e-3, kRtol = 2e-2, kRelL2 = 1e-2;
+  const ErrStats e = compare(to_double(got), ref, kAtol * std::max(1.0, max_abs(ref)), kRtol);
+  EXPECT_EQ(e.n_bad, 0) << what << ": " << e.str();
+  EXPECT_LT(e.rel_l2, kRelL2) << what << ": " << e.str();
+  EXPECT_GT(max_abs(ref), 0.0);
+}
+
+TEST(IhipGpuMethod, CompactDecodeReadsTheFp8Cache) {
+  LC_REQUIRE_GPU();
+  for (const Geometry& ge : {kGemma3, kGqa128, kSmolLM2})
+    for (const bool pow2 : {true, false}) {
+      SCOPED_TRACE(pow2);
+      check_compact_decode_fp8(ge, pow2);
+    }
 }
 
 }  // namespace

@@ -5,7 +5,10 @@
 #include <numeric>
 #include <vector>
 
+#include <cuda_runtime.h>
+
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/check.h"
 #include "kernels/cuda/compact_kv.h"
 #include "kernels/cuda/ops.h"
 #include "methods/gpu_carve.h"
@@ -16,6 +19,9 @@ namespace longctx {
 namespace {
 
 constexpr size_t kBf16 = 2;
+
+cudaStream_t cs(cuda::Stream s) { return static_cast<cudaStream_t>(s); }
+cudaEvent_t ce(void* e) { return static_cast<cudaEvent_t>(e); }
 
 struct Parts {
   size_t kc, vc, q_rot, iota, ws, ws_bytes, total;
@@ -55,6 +61,11 @@ void IhipCompactAttention::allocate(const MethodContext& m, int64_t chunk, int64
   ws_ = buf_ + p.ws;
   ws_bytes_ = p.ws_bytes;
   for (auto& lane : lanes_) lane = cuda::stream_create();
+  for (void*& e : events_) {
+    cudaEvent_t ev = nullptr;
+    LC_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "infinitehip compact attention events");
+    e = ev;
+  }
   std::vector<int32_t> id(static_cast<size_t>(capacity));
   std::iota(id.begin(), id.end(), 0);
   cuda::copy_h2d(iota_, id.data(), id.size() * 4, s);
@@ -63,6 +74,10 @@ void IhipCompactAttention::allocate(const MethodContext& m, int64_t chunk, int64
 }
 
 void IhipCompactAttention::release() {
+  for (void*& e : events_) {
+    if (e) (void)cudaEventDestroy(ce(e));  // a pending record completes first (the driver defers the free)
+    e = nullptr;
+  }
   for (auto& lane : lanes_) {
     if (lane) cuda::stream_destroy(lane);
     lane = nullptr;
@@ -87,7 +102,10 @@ void IhipCompactAttention::attend_blocks(const IhipCompactRows& r, const IhipCom
   const int n_lanes = int(std::min<int64_t>(kLanes, capacity_ / max_keys));
   const size_t kv_slice = size_t(max_keys) * size_t(m_.n_kv_head) * size_t(m_.head_dim) * kBf16;
   const size_t q_row = size_t(m_.n_head) * size_t(m_.head_dim) * kBf16;
-  cuda::stream_sync(s);  // the fork: the lanes start after s's work (the key sets, the queries)
+  // The fork: the lanes start after s's work (the key sets, the queries), without the host waiting.
+  LC_CUDA_CHECK(cudaEventRecord(ce(events_[kLanes]), cs(s)), "infinitehip attend_blocks fork");
+  for (int l = 0; l < n_lanes; ++l)
+    LC_CUDA_CHECK(cudaStreamWaitEvent(cs(lanes_[l]), ce(events_[kLanes]), 0), "infinitehip attend_blocks fork");
   for (int64_t i = 0; i < n_blocks; ++i) {
     const IhipCompactBlock& b = blocks[i];
     if (b.n_rows < 1 || b.row0 < 0 || b.row0 + b.n_rows > chunk_ || b.n_keys < b.n_rows || b.n_keys > max_keys)
@@ -104,7 +122,12 @@ void IhipCompactAttention::attend_blocks(const IhipCompactRows& r, const IhipCom
     attend_into(rows, static_cast<char*>(kc_) + size_t(lane) * kv_slice, static_cast<char*>(vc_) + size_t(lane) * kv_slice,
                 static_cast<char*>(q_rot_) + size_t(b.row0) * q_row, lanes_[lane]);
   }
-  for (int l = 0; l < n_lanes; ++l) cuda::stream_sync(lanes_[l]);  // the join
+  // The join: s's later work (the next layer's gathers into these slices and its key sets into the
+  // method's buffer, the output's readers) waits for every lane's blocks, on the device.
+  for (int l = 0; l < n_lanes; ++l) {
+    LC_CUDA_CHECK(cudaEventRecord(ce(events_[l]), cs(lanes_[l])), "infinitehip attend_blocks join");
+    LC_CUDA_CHECK(cudaStreamWaitEvent(cs(s), ce(events_[l]), 0), "infinitehip attend_blocks join");
+  }
 }
 
 void IhipCompactAttention::attend_into(const IhipCompactRows& r, void* kc, void* vc, void* q_rot, cuda::Stream s) {
@@ -145,7 +168,7 @@ void IhipCompactAttention::attend_decode(const IhipCompactDecode& d, cuda::Strea
     fail("internal: infinitehip compact decode over {} keys (capacity {})", d.bound, capacity_);
   cuda::compact_kv({.k_pool = d.k, .v_pool = d.v, .slots = iota_, .keys = d.keys, .n_keys = d.bound, .k_out = kc_,
                     .v_out = vc_, .inv_freq = d.inv_freq, .attn_factor = d.rope_factor, .n_kv_head = m_.n_kv_head,
-                    .head_dim = m_.head_dim},
+                    .head_dim = m_.head_dim, .fp8 = d.kv_fp8, .k_scale = d.k_scale, .v_scale = d.v_scale},
                    s);
   cuda::copy_d2d(q_rot_, d.q, size_t(m_.n_head) * size_t(m_.head_dim) * kBf16, s);
   cuda::RopeParams rp;

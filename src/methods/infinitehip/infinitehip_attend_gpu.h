@@ -8,11 +8,16 @@
 // one block's kernels fill a few SMs (64 rows x 4 query heads at d 256), so up to kLanes blocks run
 // at once, each on its own stream with its own slice of the gather buffers (capacity / max_keys
 // slices); the kernels and their inputs are those of attend_rows per block, so the outputs are
-// the same bits.
+// the same bits. The lanes fork from and join the caller's stream with events (no host sync).
+// The fp8 KV cache (--kv-cache fp8): a decode step's k / v are e4m3 rows (IhipCompactDecode::kv_fp8);
+// compact_kv dequantises them (stored * scale, fp32) before it rotates K, into the same bf16
+// gather buffers, so the dense decode kernel is the bf16 one. Prefill rows are always bf16 (the
+// model stages them).
 // Memory (IhipCompactAttention::bytes): the gathered K and V for `capacity` keys (a dense step
 // gathers every key; the blocks' slices share them), the rotated queries of one chunk, the identity
 // position list 0..capacity-1 and the decode kernel's workspace.
-// Tensors (bf16, device): k/v [>= n_kv, n_kv_head, head_dim] un-rotated, position = row;
+// Tensors (bf16, device): k/v [>= n_kv, n_kv_head, head_dim] un-rotated, position = row (decode:
+// or e4m3, one byte an element);
 // q/o [rows, n_head, head_dim]; keys int32 [L] sorted positions.
 #pragma once
 #include <cstddef>
@@ -58,6 +63,8 @@ struct IhipCompactDecode {
   const float* inv_freq = nullptr;
   float rope_factor = 1.f;
   float scale = 0.f;
+  bool kv_fp8 = false;  // k / v are the fp8 cache's e4m3 rows: real = stored * k_scale / v_scale
+  float k_scale = 1.f, v_scale = 1.f;
 };
 
 class IhipCompactAttention {
@@ -69,7 +76,8 @@ class IhipCompactAttention {
   const int32_t* iota() const { return iota_; }  // 0..capacity-1
   void attend_rows(const IhipCompactRows& r, cuda::Stream s);
   // Every block of a chunk (r's q / o / k / v / RoPE; r.keys, n_keys, n_rows unused), each block
-  // at most max_keys keys; returns with the blocks' work done (the lanes synchronized).
+  // at most max_keys keys. Stream-ordered like the other calls: s's later work waits for the blocks
+  // (events; the host does not block), and the blocks wait for s's earlier work.
   void attend_blocks(const IhipCompactRows& r, const IhipCompactBlock* blocks, int64_t n_blocks, int64_t max_keys,
                      cuda::Stream s);
   // Blocks in flight at once: 8 blocks x 4 heads (gemma-3) is 32 CTAs of the 132 SMs, and the
@@ -84,6 +92,7 @@ class IhipCompactAttention {
   MethodContext m_;
   int64_t chunk_ = 0, capacity_ = 0;
   cuda::Stream lanes_[kLanes] = {};
+  void* events_[kLanes + 1] = {};  // cudaEvent_t: each lane's join, then the fork (on s)
   char* buf_ = nullptr;
   void *kc_ = nullptr, *vc_ = nullptr, *q_rot_ = nullptr, *ws_ = nullptr;
   int32_t* iota_ = nullptr;

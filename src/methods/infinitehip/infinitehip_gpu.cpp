@@ -18,7 +18,8 @@
 // serves every step type. Decode memory: per layer every stage's cache (cap_i entries) and its
 // refresh positions; shared: the scratch lists, the chunk scores of the largest stage at
 // `capacity` keys, one sequence's index and the sparse decode workspace.
-// rope=on (attend): the same stages on the un-rotated cache with the layer's pruning RoPE table
+// rope=on (attend): the same stages on the un-rotated cache (decode: bf16 or the fp8 cache's e4m3,
+// dequantised by the scorers and the gather) with the layer's pruning RoPE table
 // (ihip_rope_table's values, one per RoPE frequency table, built at its first step); a prefill
 // block's key set is assembled on the host from the last stage's list (ihip_key_set) and a decode
 // step's on the device (cuda::ihip_decode_keys: graph-safe), then IhipCompactAttention attends it
@@ -113,9 +114,10 @@ class IhipGpu final : public GpuMethod {
     cuda::memset_async(buf_ + l_.counts, 0, size_t(hp_.n_stage() + 1) * 4, s);
   }
   bool decodes() const override { return true; }
-  // rope=off: the pruning stages and cuda::sparse_decode read the e4m3 cache (the step's KvView);
-  // rope=on attends through IhipCompactAttention, which reads bf16 rows only.
-  bool decode_reads_fp8() const override { return !hp_.rope; }
+  // The e4m3 cache at decode: rope=off through the step's KvView (the pruning stages and
+  // cuda::sparse_decode); rope=on through GpuAttendStep::kv_fp8 (the stages' one-page view and
+  // IhipCompactAttention's gather dequantise it).
+  bool decode_reads_fp8() const override { return true; }
   GpuDecodeIndex build_decode(const GpuDecodeStep& st, cuda::Stream s) override;
   IhipGpuDecodeCounts decode_counts(cuda::Stream s) const {
     const int N = hp_.n_stage();
@@ -139,7 +141,10 @@ class IhipGpu final : public GpuMethod {
     if (st.n_q <= 0 || st.n_kv < st.n_q || st.n_kv > capacity_ || st.layer < 0 || st.layer >= model_.n_layer)
       fail("internal: infinitehip attend of {} rows over {} keys, layer {} (capacity {})", st.n_q, st.n_kv, st.layer,
            capacity_);
-    if (st.phase == Phase::decode && st.n_q == 1)
+    const bool decode = st.phase == Phase::decode && st.n_q == 1;
+    if (st.kv_fp8 && !decode)
+      fail("internal: infinitehip got e4m3 rows for a {}-row prefill step (staged bf16 expected)", st.n_q);
+    if (decode)
       attend_decode(st, s);
     else
       attend_prefill(st, s);
@@ -327,6 +332,7 @@ class IhipGpu final : public GpuMethod {
   char* buf_ = nullptr;
   IhipCompactAttention att_;                 // rope=on
   std::map<const float*, DevTable> tables_;  // rope=on: device inv_freq -> its pruning table
+  std::vector<int32_t> host_keys_;           // rope=on prefill: the blocks' key sets uploaded last
 };
 
 void IhipGpu::decode_stages(int layer, const KvView& kv, const void* q, const RopeArgs& r, cuda::Stream s) {
@@ -454,7 +460,8 @@ RopeArgs IhipGpu::rope_args(int layer, const float* inv_freq, cuda::Stream s) {
 // A prefill chunk (rows n_kv - n_q .. n_kv - 1): a dense step attends every key at its own
 // position; a sparse one prunes (the pruning RoPE of the layer), then each 64-row block attends
 // its key set at 0..L-1 (select_keys + attend_compacted_ref on the CPU). The blocks' key sets are
-// assembled on the host from the last stage's lists (one sync per layer and chunk).
+// assembled on the host from the last stage's lists (one sync per layer and chunk: the only one;
+// the blocks' lanes fork and join on the device).
 void IhipGpu::attend_prefill(const GpuAttendStep& st, cuda::Stream s) {
   const int layer = st.layer;
   const int64_t T = st.n_q, q_pos0 = st.n_kv - T;
@@ -469,11 +476,14 @@ void IhipGpu::attend_prefill(const GpuAttendStep& st, cuda::Stream s) {
   prefill_stages({.layer = layer, .q = st.q, .k = st.k, .n_q = T, .q_pos0 = q_pos0, .n_kv = st.n_kv}, r, s);
   const int N = hp_.n_stage();
   const int64_t n_blk = ceil_div(T, cuda::kSparseQBlock), cap = l_.cap[size_t(N - 1)], per = l_.pre_keys_per_blk;
-  std::vector<int32_t> lens(static_cast<size_t>(n_blk)), sel(static_cast<size_t>(n_blk * cap)),
-      keys(static_cast<size_t>(n_blk * per));
+  std::vector<int32_t> lens(static_cast<size_t>(n_blk)), sel(static_cast<size_t>(n_blk * cap));
   cuda::copy_d2h(lens.data(), at<int32_t>(l_.out_len[size_t(N - 1)]), lens.size() * 4, s);
   cuda::copy_d2h(sel.data(), at<int32_t>(l_.out[size_t(N - 1)]), sel.size() * 4, s);
   cuda::stream_sync(s);
+  // A member, rewritten only after this sync (which follows the last step's upload from it on s):
+  // the upload below may read it after this call returns.
+  std::vector<int32_t>& keys = host_keys_;
+  keys.assign(static_cast<size_t>(n_blk * per), 0);
   std::vector<int64_t> n_keys(static_cast<size_t>(n_blk));
   for (int64_t b = 0; b < n_blk; ++b) {
     const int64_t row0 = b * cuda::kSparseQBlock, n = std::min<int64_t>(cuda::kSparseQBlock, T - row0);
@@ -493,7 +503,9 @@ void IhipGpu::attend_prefill(const GpuAttendStep& st, cuda::Stream s) {
                          .keys = d_keys + b * per, .n_keys = n_keys[size_t(b)]};
   }
   const int64_t max_keys = *std::max_element(n_keys.begin(), n_keys.end());  // <= per, <= n_kv
-  att_.attend_blocks(rows, blocks.data(), n_blk, max_keys, s);  // returns with the blocks done: keys may go
+  // Stream-ordered (events, no host wait): the next step's work on s, e.g. its key sets into
+  // l_.pre_keys, runs after these blocks.
+  att_.attend_blocks(rows, blocks.data(), n_blk, max_keys, s);
 }
 
 // A decode step, graph-safe: the route is taken at the step's bound (a replay sees lengths up to
@@ -516,13 +528,16 @@ void IhipGpu::attend_decode(const GpuAttendStep& st, cuda::Stream s) {
   kp.q_pos = at<int32_t>(l_.q_pos);
   IhipCompactDecode d{.q = st.q, .o = st.o, .keys = att_.iota(), .bound = bound, .n_keys_dev = kp.n_keys,
                       .q_pos_dev = kp.q_pos, .k = st.k, .v = st.v, .inv_freq = st.inv_freq,
-                      .rope_factor = st.rope_factor, .scale = st.scale};
+                      .rope_factor = st.rope_factor, .scale = st.scale, .kv_fp8 = st.kv_fp8,
+                      .k_scale = st.k_scale, .v_scale = st.v_scale};
   const AttnStep step{.layer = layer, .phase = Phase::decode, .n_q = 1, .q_pos0 = bound - 1, .n_kv = bound};
   if (method_.route(step) == Route::sparse) {
     KvView kv;
     kv.k_pool = st.k;
     kv.v_pool = st.v;
-    kv.elem = KvElem::bf16;
+    kv.elem = st.kv_fp8 ? KvElem::fp8_e4m3 : KvElem::bf16;
+    kv.k_scale = st.kv_fp8 ? st.k_scale : 1.f;
+    kv.v_scale = st.kv_fp8 ? st.v_scale : 1.f;
     kv.block_table = at<int32_t>(l_.zero);
     kv.seq_lens = len_dev;
     kv.n_seq = 1;
