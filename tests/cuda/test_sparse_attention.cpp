@@ -501,7 +501,7 @@ TEST(SparseAttnFp8, TaskOrderOddShapesAndLonger) {
   LC_REQUIRE_GPU();
   auto g = gen();
   for (const RunOpts& run : {kFp8, kFp8D256}) {
-    const Shape sh{4170, 4170, 0, 10, 2};
+    const Shape sh{2100, 2300, 200, 10, 2};  // pairs across KV groups, the last order chunk partial
     check(sh, random_index(sh, 10, 0.3, g), "fp8/order/10-heads-group-5", run);
     const Shape sh3{1100, 4100, 3000, 4, 1};
     check(sh3, random_index(sh3, 4, 0.05, g), "fp8/random/4K", run);
