@@ -2,8 +2,9 @@
 //
 // What: sparse_attention.h, head_dim 128 and 256. The GPU twin of sparse/sparse_attention.cpp;
 // tested against an fp64 oracle with the same boolean mask in tests/cuda/test_sparse_attention.cpp,
-// timed by bench/bench_sparse.cu and bench/bench_hip.cu (scripts/gpu-sparse.sh, and at d 256
-// scripts/gpu-sparse-d256.sh, run them on the device machine).
+// timed by bench/bench_sparse.cu and bench/bench_hip.cu (scripts/gpu-sparse.sh, at d 256
+// scripts/gpu-sparse-d256.sh, fp8 K/V tiles scripts/gpu-sparse-fp8.sh: run them on the device
+// machine). K/V in bf16, or in fp8 e4m3 with a scale each (widened to f16 in shared memory).
 //
 // How (structure of attention_prefill_sm90.cu, the FA3-style dense kernel, adapted):
 // - Plan kernel (sparse_plan.h, shared with the generic kernel): each block's lists made
@@ -34,6 +35,29 @@
 //   consumer warpgroup (Q 32 KB + 3 stages x 64 KB = 224 KB) next to the producer warpgroup,
 //   Q is read from shared memory (its fragments would not fit the registers beside O's 128),
 //   and O is two 128-column accumulators; the producer's paths are the same, per 64-dim panel.
+// - fp8 e4m3 K/V tiles (SparseAttnParams::kv_dtype fp8_e4m3, read straight from the fp8 KV
+//   cache): the producer's paths are the same with byte tiles: a range tile or packed segment is
+//   one TMA box (u8 map, 128-byte rows, no swizzle) per 128-dim part, a gathered row 16 dims per
+//   cp.async (empty slots zero-filled); the e4m3 bytes of part i land unswizzled in the stage's
+//   panel 2 i + 1, so a key tile moves half the bytes. The consumer warpgroup widens them in
+//   place to f16 in the same 128-byte-swizzled layout its wgmma reads (widen_operand: one
+//   cvt.f16x2.e4m3x2 per pair, exact; a row's f16 overwrite only that row's codes): K before
+//   S = Q K^T, V while S runs on the tensor cores (at d = 256 before it: 253 of 255 registers).
+//   The wgmmas take f16 operands: Q widened to f16 once per task (exact for |q| in [2^-14,
+//   65504], saturated beyond, tiny values become f16 subnormals: absolute error < 2^-25), P in
+//   f16 (3 more mantissa bits than bf16). k_scale joins the softmax scale (so the LSE), v_scale
+//   multiplies O once at the end: the math is on the exact e4m3 values.
+//   Why f16 and not bf16 tiles: sm_90 converts e4m3 pairs to f16 in one instruction and has no
+//   e4m3 -> bf16 conversion (a bit shuffle and a multiply by 2^120: ~5 instructions a pair), and
+//   the conversion rate bounds the fp8 kernel. Why not FA3's fp8 wgmma: it needs Q and P in e4m3
+//   (Q's 3 mantissa bits on every score: far more error than the cache's own rounding of K) and
+//   V transposed to K-major for the B operand (a transpose per tile instead of a widening).
+//   Why the consumers widen and not the spare producer warps: a first version staged the bytes
+//   for one converter warp per consumer warpgroup (d 128; three at d 256) between loader and
+//   consumer; on an H100 it ran at 0.45-0.9x of bf16 (bench/results/*sparse-fp8*): the
+//   conversions of a whole tile went through one warp scheduler's conversion unit, and the
+//   3-stage ring serialised load, conversion and use. The consumer warpgroup spreads them over
+//   the SM's four schedulers and overlaps V's with the tensor cores.
 // Why 64-key tiles and one task per warpgroup: a query block's keys are its own (MInference
 // indexes per query head and per 64-row block), so two warpgroups cannot share K/V tiles; 64
 // keys match the index granularity, and at d 128 three 32 KB stages per warpgroup fit the 227 KB
@@ -109,11 +133,7 @@ struct SparseGeo {
   static constexpr int kWgK = kTile;
   static constexpr int kWgV = kWgK + kStages * kTile;
   static constexpr int kWgBytes = kWgV + kStages * kTile;
-  // fp8: the producer warps beside the loaders widen the staged e4m3 tiles (kConvWarps per
-  // consumer warpgroup: 1 at d = 128, 3 at d = 256), and a third barrier per stage ("staged":
-  // the e4m3 bytes landed) sits between the loader and them.
-  static constexpr int kConvWarps = kFp8 ? (4 - kWgs) / kWgs : 0;
-  static constexpr int kBarsPerWg = 1 + (kFp8 ? 3 : 2) * kStages;  // q_full, full[s], empty[s] (, staged[s])
+  static constexpr int kBarsPerWg = 1 + 2 * kStages;  // q_full, full[s], empty[s]
   static constexpr int kSmemMeta = kWgs * kWgBytes;
   // + mbarriers, tile headers, and slack to align the base to 1024
   static constexpr int kSmemBytes = kSmemMeta + kWgs * kBarsPerWg * 8 + kWgs * kStages * kHdrBytes + 1024;
@@ -275,67 +295,55 @@ __device__ __forceinline__ void task_of(const MainArgs& a, int64_t i, int& unit,
   b = a.n_qblk - 1 - (c * C + u / gl);
 }
 
-// fp8: converter c (of G::kConvWarps) of consumer warpgroup w widens the e4m3 tiles the loader
-// staged, in tile order: wait for stage s's staged barrier, widen K and V, fence (the consumers'
-// wgmma reads through the async proxy), arrive on the consumers' full barrier; the end marker
-// passes through. The work is groups of 4 rows x 128 dims of one operand: lane l reads 16 codes
-// (row 4 g' + l / 8, dims 16 (l % 8) ..) of the staged part (panel 2 part + 1, 128-byte rows) and
-// writes 16 f16 into panels 2 part, 2 part + 1 (swizzled). A row's f16 overwrite only its own
-// codes, so a warp reads a whole group before it writes it (one __syncwarp between).
+// fp8: a consumer warpgroup widens one staged operand tile in place (the e4m3 bytes of 128-dim
+// part i sit unswizzled, 128-byte rows, in the tile's panel 2 i + 1; the f16 go to panels 2 i,
+// 2 i + 1, swizzled as TMA writes bf16). The work is groups of 4 rows x 128 dims: lane l of warp
+// wp reads 16 codes (row 4 g + l / 8, dims 16 (l % 8) ..) and writes them as 16 f16. A row's f16
+// overwrite only that row's codes, so a warp reads its groups before it writes them (one
+// __syncwarp between). Then each thread fences (the wgmma reads through the async proxy); the
+// caller syncs the warpgroup before a wgmma reads the tile.
+__device__ __forceinline__ uint4 lds128(uint32_t a) {
+  uint4 v;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a) : "memory");
+  return v;
+}
+__device__ __forceinline__ void sts128(uint32_t a, uint4 v) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(a), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
 template <class G>
-__device__ __forceinline__ void widen_tiles(uint32_t base, uint8_t* base_ptr, int w, int c, int lane) {
-  constexpr int kStages = G::kStages, kTile = G::kTile, kParts = G::kParts;
+__device__ __forceinline__ void widen_operand(uint32_t tile, int wp, int lane) {
   constexpr int kGroupsPerPart = kBK / 4;
-  constexpr int kGroups = 2 * kParts * kGroupsPerPart;  // K and V
-  constexpr int kBatch = 4;                              // groups read before they are written
-  constexpr int kPer = (kGroups + G::kConvWarps - 1) / G::kConvWarps;
-  uint8_t* wp = base_ptr + w * G::kWgBytes;
-  auto bar = [&](int i) { return base + G::kSmemMeta + 8u * (w * G::kBarsPerWg + i); };
+  constexpr int kPerWarp = G::kParts * kGroupsPerPart / 4;  // groups per warp: 4 (d 128), 8 (d 256)
+  // groups read before they are written: 2 at d = 256; 1 at d = 128, where 2 spill 16 bytes of
+  // the consumer's 224 registers (ptxas -v)
+  constexpr int kBatch = G::kD == 128 ? 1 : 2;
+  static_assert(kPerWarp % kBatch == 0, "widening batches");
   const int rl = lane / 8, c8 = lane % 8;
-  for (int t = 0;; ++t) {
-    const int s = t % kStages;
-    mbar_wait(bar(1 + 2 * kStages + s), (t / kStages) & 1);
-    const int32_t* hd = reinterpret_cast<const int32_t*>(base_ptr + G::kSmemMeta + G::kWgs * G::kBarsPerWg * 8 +
-                                                         (w * kStages + s) * kHdrBytes);
-    const bool end = hd[kHdrFlags] & kHdrFlagEnd;
-    if (!end) {
-#pragma unroll 1
-      for (int i0 = 0; i0 < kPer; i0 += kBatch) {
-        uint4 x[kBatch];
-        uint8_t* row[kBatch];
-        int rr[kBatch];
 #pragma unroll
-        for (int j = 0; j < kBatch; ++j) {
-          const int gi = c + G::kConvWarps * (i0 + j);
-          const int op = gi / (kParts * kGroupsPerPart), part = (gi / kGroupsPerPart) % kParts;
-          rr[j] = 4 * (gi % kGroupsPerPart) + rl;
-          row[j] = wp + (op ? G::kWgV : G::kWgK) + s * kTile + 2 * part * kHalf + rr[j] * 128;
-          if (gi < kGroups) x[j] = *reinterpret_cast<const uint4*>(row[j] + kHalf + c8 * 16);
-        }
-        __syncwarp();
+  for (int i0 = 0; i0 < kPerWarp; i0 += kBatch) {
+    uint4 x[kBatch];
 #pragma unroll
-        for (int j = 0; j < kBatch; ++j) {
-          const int gi = c + G::kConvWarps * (i0 + j);
-          if (gi < kGroups) {
-            using fp8vec::e4m3x2_to_f16x2;
-            const uint4 lo = make_uint4(e4m3x2_to_f16x2(x[j].x), e4m3x2_to_f16x2(x[j].x >> 16),
-                                        e4m3x2_to_f16x2(x[j].y), e4m3x2_to_f16x2(x[j].y >> 16));
-            const uint4 hi = make_uint4(e4m3x2_to_f16x2(x[j].z), e4m3x2_to_f16x2(x[j].z >> 16),
-                                        e4m3x2_to_f16x2(x[j].w), e4m3x2_to_f16x2(x[j].w >> 16));
-            // dims 16 c8 .. + 15 of the part: panel c8 / 4, 16-byte chunks 2 (c8 % 4), + 1
-            uint8_t* pr = row[j] + (c8 / 4) * kHalf;
-            const int ch = 2 * (c8 % 4), sw = rr[j] % 8;
-            *reinterpret_cast<uint4*>(pr + ((ch ^ sw) * 16)) = lo;
-            *reinterpret_cast<uint4*>(pr + (((ch + 1) ^ sw) * 16)) = hi;
-          }
-        }
-      }
-      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    for (int j = 0; j < kBatch; ++j) {
+      const int gi = wp + 4 * (i0 + j), part = gi / kGroupsPerPart, r = 4 * (gi % kGroupsPerPart) + rl;
+      x[j] = lds128(tile + (2 * part + 1) * kHalf + r * 128 + c8 * 16);
     }
     __syncwarp();
-    if (lane == 0) mbar_arrive(bar(1 + s));
-    if (end) return;
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int gi = wp + 4 * (i0 + j), part = gi / kGroupsPerPart, r = 4 * (gi % kGroupsPerPart) + rl;
+      using fp8vec::e4m3x2_to_f16x2;
+      const uint4 lo = make_uint4(e4m3x2_to_f16x2(x[j].x), e4m3x2_to_f16x2(x[j].x >> 16), e4m3x2_to_f16x2(x[j].y),
+                                  e4m3x2_to_f16x2(x[j].y >> 16));
+      const uint4 hi = make_uint4(e4m3x2_to_f16x2(x[j].z), e4m3x2_to_f16x2(x[j].z >> 16), e4m3x2_to_f16x2(x[j].w),
+                                  e4m3x2_to_f16x2(x[j].w >> 16));
+      // dims 16 c8 .. + 15 of the part: panel 2 part + c8 / 4, 16-byte chunks 2 (c8 % 4), + 1
+      const uint32_t pr = tile + (2 * part + c8 / 4) * kHalf + r * 128;
+      const int ch = 2 * (c8 % 4), sw = r % 8;
+      sts128(pr + ((ch ^ sw) * 16), lo);
+      sts128(pr + (((ch + 1) ^ sw) * 16), hi);
+    }
   }
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
 // tm_k16 / tm_v16: the K / V maps with 16-key boxes (packed tiles' segments).
@@ -352,7 +360,7 @@ __global__ void __launch_bounds__(G::kThreads, 1)
   uint8_t* base_ptr = smem_raw + (base - mma::smem_u32(smem_raw));
   const int tid = threadIdx.x;
   const int wg = tid / 128;
-  // 0: q, 1+s full, 1+kStages+s empty, (fp8) 1+2kStages+s staged
+  // 0: q, 1+s full, 1+kStages+s empty
   auto bar = [&](int w, int i) { return base + kSmemMeta + 8u * (w * kBarsPerWg + i); };
   auto hdr = [&](int w, int s) {
     return reinterpret_cast<int32_t*>(base_ptr + kSmemMeta + kWgs * kBarsPerWg * 8 + (w * kStages + s) * kHdrBytes);
@@ -365,9 +373,8 @@ __global__ void __launch_bounds__(G::kThreads, 1)
     for (int w = 0; w < kWgs; ++w) {
       mbar_init(bar(w, 0), 1);
       for (int s = 0; s < kStages; ++s) {
-        mbar_init(bar(w, 1 + s), G::kFp8 ? G::kConvWarps : 1);
+        mbar_init(bar(w, 1 + s), 1);
         mbar_init(bar(w, 1 + kStages + s), 128);
-        if constexpr (G::kFp8) mbar_init(bar(w, 1 + 2 * kStages + s), 1);
       }
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -379,15 +386,8 @@ __global__ void __launch_bounds__(G::kThreads, 1)
     if constexpr (kWgs == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
     const int w = (tid - 128 * kWgs) / 32, lane = tid % 32;
     const int h = kWgs * unit + w;
-    if constexpr (G::kFp8) {
-      // widening warps: warp kWgs + w + kWgs c is converter c of consumer warpgroup w
-      const int cw = w - kWgs;
-      if (cw >= 0 && kWgs * unit + cw % kWgs < a.n_head)
-        widen_tiles<G>(base, base_ptr, cw % kWgs, cw / kWgs, lane);
-    }
     if (w < kWgs && h < a.n_head) {
-      // where a stage's loads complete: the consumers' full barrier, or (fp8) the staged one
-      auto ld_bar = [&](int s) { return bar(w, G::kFp8 ? 1 + 2 * kStages + s : 1 + s); };
+      auto ld_bar = [&](int s) { return bar(w, 1 + s); };  // where a stage's loads complete
       const int kvh = h / a.group;
       const uint32_t wb = base + w * kWgBytes;
       const int64_t row = int64_t(h / a.heads_per_index) * a.n_qblk + b;
@@ -412,7 +412,7 @@ __global__ void __launch_bounds__(G::kThreads, 1)
       const int64_t ld = int64_t(a.n_kv_head) * kD;
       // One TMA box height of K and V rows from key k0 into stage (sk, sv) at row byte offset off:
       // bf16, one swizzled box per 64-dim panel; fp8, one unswizzled 128-byte-row box per 128-dim
-      // part, staged in the part's second panel (widen_tiles). kTileLoad: the bytes of a whole tile.
+      // part, staged in the part's second panel (widen_operand). kTileLoad: the bytes of a whole tile.
       constexpr uint32_t kTileLoad = G::kFp8 ? kTile : 2 * kTile;
       auto load_rows = [&](uint32_t sk, uint32_t sv, const CUtensorMap* mk, const CUtensorMap* mv, uint32_t mb,
                            int32_t k0, uint32_t off) {
@@ -490,7 +490,7 @@ __global__ void __launch_bounds__(G::kThreads, 1)
         // 64 rows x kC chunks of 16 bytes per operand, 32 per iteration: chunk i = 32 it + lane is
         // row i / kC, chunk i % kC (bf16 d = 128: two rows an iteration; d = 256: one). fp8: a
         // chunk is 16 dims, staged unswizzled (128-byte rows) in panel 2 part + 1 of 128-dim part
-        // c / 8 (the widening pass's layout, see widen_tiles), empty slots zero-filled.
+        // c / 8 (the widening pass's layout, see widen_operand), empty slots zero-filled.
         constexpr int kC = G::kFp8 ? kD / 16 : kD / 8;
         const uint8_t* kb8 = reinterpret_cast<const uint8_t*>(a.k);
         const uint8_t* vb8 = reinterpret_cast<const uint8_t*>(a.v);
@@ -735,13 +735,26 @@ __global__ void __launch_bounds__(G::kThreads, 1)
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         asm volatile("bar.sync 1, 128;\n" ::: "memory");  // the consumer warpgroup (d = 256: the only one)
       }
+      // fp8: the warpgroup widens stage s's K before S = Q K^T (then syncs: the wgmma reads every
+      // warp's rows) and its V while S and the previous tile's P V run on the tensor cores; the
+      // next tile's sync publishes that V before its P V.
+      constexpr bool kWidenVInFlight = kD == 128;
+      auto widen = [&](uint32_t tile) {
+        if constexpr (G::kFp8) widen_operand<G>(tile, warp, lane);
+      };
+      auto wg_sync = [&] {
+        if constexpr (G::kFp8) asm volatile("bar.sync %0, 128;\n" ::"r"(1 + w) : "memory");
+      };
       mbar_wait(bar(w, 1), 0);
       if (!(hdr(w, 0)[kHdrFlags] & kHdrFlagEnd)) {
         uint32_t p[4][4];
         float corr[2];
         {
           float sc[32];
+          widen(wb + kWgK);
+          wg_sync();
           issue_s(sc, wb + kWgK);
+          widen(wb + kWgV);
           wgmma_wait<0>();
           fence_regs(sc);
           softmax(sc, hdr(w, 0), corr);
@@ -755,8 +768,12 @@ __global__ void __launch_bounds__(G::kThreads, 1)
           fence_p(p);
           mbar_wait(bar(w, 1 + s), (t / kStages) & 1);
           if (hdr(w, s)[kHdrFlags] & kHdrFlagEnd) break;
+          widen(wb + kWgK + s * kTile);
+          if constexpr (!kWidenVInFlight) widen(wb + kWgV + s * kTile);
+          wg_sync();
           issue_s(sc, wb + kWgK + s * kTile);
           issue_pv(p, wb + kWgV + sp * kTile);
+          if constexpr (kWidenVInFlight) widen(wb + kWgV + s * kTile);
           wgmma_wait<1>();
           fence_regs(sc);
           softmax(sc, hdr(w, s), corr);
@@ -768,6 +785,7 @@ __global__ void __launch_bounds__(G::kThreads, 1)
           to_p(sc, p);
           sp = s;
         }
+        wg_sync();
         issue_pv(p, wb + kWgV + sp * kTile);
         wgmma_wait<0>();
         fence_o();
