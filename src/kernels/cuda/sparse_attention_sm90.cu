@@ -54,10 +54,13 @@
 //   V transposed to K-major for the B operand (a transpose per tile instead of a widening).
 //   Why the consumers widen and not the spare producer warps: a first version staged the bytes
 //   for one converter warp per consumer warpgroup (d 128; three at d 256) between loader and
-//   consumer; on an H100 it ran at 0.45-0.9x of bf16 (bench/results/*sparse-fp8*): the
-//   conversions of a whole tile went through one warp scheduler's conversion unit, and the
-//   3-stage ring serialised load, conversion and use. The consumer warpgroup spreads them over
-//   the SM's four schedulers and overlaps V's with the tensor cores.
+//   consumer; on an H100 it ran at 0.45-0.94x of bf16 tiles: the conversions of a whole tile
+//   went through one warp scheduler's conversion unit, and the 3-stage ring serialised load,
+//   conversion and use. The consumer warpgroup spreads them over the SM's four schedulers and
+//   overlaps V's with the tensor cores. H100, same index (bench/results/2026-11-26-h100-sparse-
+//   sm90-fp8-d7f2b1c.json): fp8 tiles 1.04x bf16 tiles on HiP's index (d 128), 1.2x at d 256 and
+//   on 1M block-sparse; 0.65-0.74x on 128K MInference indices (L2-resident: the K widening before
+//   S costs more than the halved transfer saves), 0.82x on 1M vertical-slash.
 // Why 64-key tiles and one task per warpgroup: a query block's keys are its own (MInference
 // indexes per query head and per 64-row block), so two warpgroups cannot share K/V tiles; 64
 // keys match the index granularity, and at d 128 three 32 KB stages per warpgroup fit the 227 KB
