@@ -18,11 +18,13 @@
 //     256 the sparse attention also on the generic mma.sync kernel (hip_sparse_attention_generic_ms:
 //     the A/B of the Hopper kernel at 256); --cta 128,256,512 also times the estimate at each
 //     prefill CTA size (HipPrefillParams::cta_threads: same blocks, A/B of the occupancy),
-//     --estimate-only times the estimate alone.
+//     --estimate-only times the estimate alone; --fp8-tiles also times the sparse attention with
+//     fp8 e4m3 K/V tiles (SparseAttnParams::kv_dtype, on e4m3 copies of K and V at amax / 448)
+//     beside the bf16 one, and the total with an fp8 cache (fp8 estimate + fp8-tile attention).
 // Paper defaults: k = 512, b_q = 64, b_sq = 2, b_k = 2, b_sk = 1, window 256, sinks 16, r_m = 8.
 // Inputs are random (never zeros): estimation cost does not depend on the values.
 // Run: build-gpu/bench/longctx_bench_hip [--lens 131072,1048576] [--prefill 131072] [--geometry 32/8/128,4/1/256]
-//        [--dense-max 262144] [--cta 128,256,512] [--estimate-only] [--json F]
+//        [--dense-max 262144] [--cta 128,256,512] [--estimate-only] [--fp8-tiles] [--json F]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -233,6 +235,7 @@ struct PrefillOptions {
   int64_t dense_max = INT64_MAX;  // dense prefill timed up to this length
   bool estimate_only = false;     // no dense, fp8 or sparse attention timings
   std::vector<int64_t> ctas;      // prefill CTA sizes to time the estimate at, besides the default
+  bool fp8_tiles = false;         // also the sparse attention with fp8 e4m3 K/V tiles
 };
 
 std::string bench_prefill(int64_t n, const HipEstimateConfig& cfg, const Geometry& g, const PrefillOptions& opt) {
@@ -336,6 +339,30 @@ std::string bench_prefill(int64_t n, const HipEstimateConfig& cfg, const Geometr
   const bool ab_generic = head_dim == 256;
   const double sparse_generic =
       ab_generic ? time_ms([&] { sparse_attention_generic(sa, st); }, 1, 3, static_cast<cudaStream_t>(st)) : 0.0;
+  // --fp8-tiles: the same index over e4m3 K (k8, from the estimate's copy) and V; scales read back
+  double sparse8 = 0.0;
+  if (opt.fp8_tiles) {
+    void* v8 = dev_malloc(size_t(ke));
+    unsigned bits[2] = {0, 0};
+    fp8_copy(k, ke, k8, amax, st);
+    copy_d2h(&bits[0], amax, 4, st);
+    fp8_copy(v, ke, v8, amax, st);
+    copy_d2h(&bits[1], amax, 4, st);
+    stream_sync(st);
+    SparseAttnParams s8 = sa;
+    s8.k = k8;
+    s8.v = v8;
+    s8.kv_dtype = KvDtype::fp8_e4m3;
+    float am[2];
+    std::memcpy(am, bits, 8);
+    s8.k_scale = am[0] > 0.f ? am[0] / 448.f : 1.f;
+    s8.v_scale = am[1] > 0.f ? am[1] / 448.f : 1.f;
+    sparse8 = time_ms([&] { sparse_attention(s8, st); }, 1, 3, static_cast<cudaStream_t>(st));
+    std::fprintf(stderr, "prefill %d/%d/%d n=%lld: sparse attention, fp8 K/V tiles %.2f ms (bf16 %.2f ms, %.2fx); "
+                 "fp8 cache total (fp8 estimate + fp8 tiles) %.2f ms\n", n_head, n_kv_head, head_dim, (long long)n,
+                 sparse8, sparse, sparse / sparse8, estimate8 + sparse8);
+    dev_free(v8);
+  }
   stream_sync(st);
   stream_destroy(st);
   for (void* p : {q, k, v, o, k8, sa.workspace, (void*)amax, (void*)range_ptr, (void*)col_ptr, (void*)ranges}) dev_free(p);
@@ -347,16 +374,17 @@ std::string bench_prefill(int64_t n, const HipEstimateConfig& cfg, const Geometr
                "dense/hip %.2fx | generic sparse kernel %.2f ms\n",
                n_head, n_kv_head, head_dim, (long long)n, dense, estimate, est_per_block_us, sparse, total, copy,
                estimate8, estimate / estimate8, total8, run_dense ? dense / total : 0.0, sparse_generic);
-  char buf[1024];
+  char buf[1536];
   std::snprintf(buf, sizeof buf,
                 "{\"case\": \"prefill\", \"n_head\": %d, \"n_kv_head\": %d, \"head_dim\": %d, \"len\": %lld, "
                 "\"dense_ms\": %.4f, \"dense_reps\": %d, \"hip_estimate_ms\": %.4f, \"hip_estimate_per_qblock_us\": %.3f, "
                 "\"hip_sparse_attention_ms\": %.4f, \"hip_total_ms\": %.4f, \"fp8_copy_ms\": %.4f, "
                 "\"hip_estimate_fp8_ms\": %.4f, \"hip_total_fp8_ms\": %.4f, \"ratio_dense_over_hip\": %.3f, "
-                "\"hip_sparse_attention_generic_ms\": %.4f, \"hip_estimate_ms_by_cta\": {%s}}",
+                "\"hip_sparse_attention_generic_ms\": %.4f, \"hip_sparse_attention_fp8_tiles_ms\": %.4f, "
+                "\"hip_total_fp8_cache_ms\": %.4f, \"hip_estimate_ms_by_cta\": {%s}}",
                 n_head, n_kv_head, head_dim, (long long)n, dense, run_dense ? (long_run ? 1 : 3) : 0, estimate,
                 est_per_block_us, sparse, total, copy, estimate8, total8, run_dense ? dense / total : 0.0, sparse_generic,
-                per_cta.c_str());
+                sparse8, opt.fp8_tiles ? estimate8 + sparse8 : 0.0, per_cta.c_str());
   return buf;
 }
 
@@ -374,6 +402,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--dense-max") && i + 1 < argc) popt.dense_max = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--cta") && i + 1 < argc) popt.ctas = bench::parse_list(argv[++i]);
     else if (!std::strcmp(argv[i], "--estimate-only")) popt.estimate_only = true;
+    else if (!std::strcmp(argv[i], "--fp8-tiles")) popt.fp8_tiles = true;
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--geometry") && i + 1 < argc) {
       geometries.clear();
@@ -392,7 +421,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--lens N,..] [--prefill N,..] [--geometry H/KV/D,..] [--dense-max N] [--cta 128,256,512] "
-                   "[--estimate-only] [--json FILE]\n",
+                   "[--estimate-only] [--fp8-tiles] [--json FILE]\n",
                    argv[0]);
       return 2;
     }

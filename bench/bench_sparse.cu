@@ -30,12 +30,15 @@
 // Hopper sparse kernel with its 3- and 2-stage rings ("impl": "sm90", "sm90_stages2") and the
 // generic mma.sync kernel (sparse_attention_generic.h, "generic", the dispatch before the Hopper
 // kernel took d 256), each against the dense Hopper kernel.
+// --fp8: also the Hopper kernel with fp8 e4m3 K/V tiles (SparseAttnParams::kv_dtype fp8_e4m3,
+// "impl": "sm90_fp8"; estimated indices: "kernel_fp8_ms"), on an e4m3 copy of the same K/V at
+// the fp8 cache's scale rule (amax / 448), side by side with the bf16 kernel on the same index.
 // --estimate (implied by structured): the indices estimated on the GPU as above from the random
 // inputs too (index build included; any head dim the builders take). Random Q/K make scattered
 // vertical-slash lines, so that pattern costs far more than on real heads; block-sparse is typical.
 // Run: build-gpusparse/bench/longctx_bench_sparse [--seqs 131072,524288,1048576]
 //        [--dense-seqs 131072,524288] [--inputs random|structured] [--mask-dir DIR] [--json out.json]
-//        [--head-dim 256] [--estimate];
+//        [--head-dim 256] [--estimate] [--fp8];
 //      scripts/gpu-sparse.sh runs it.
 #include <cuda_runtime.h>
 
@@ -56,6 +59,7 @@
 #include "kernels/cuda/attention_sm90.h"
 #include "kernels/cuda/sparse_attention_generic.h"
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/fp8_vec.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/runtime.h"
 #include "kernels/cuda/minference_index.h"
@@ -74,6 +78,7 @@ constexpr int kB = kSparseQBlock;
 // The layer's shape: Llama-3-8B (32 / 8 heads, d 128), or with --head-dim 256 Gemma 3 12B's global
 // layers (16 / 8 heads, d 256).
 int kHeads = 32, kKvHeads = 8, kD = 128;
+bool g_fp8 = false;  // --fp8: the fp8-tile kernel beside the bf16 one
 
 // The sparse kernels timed on each index: the Hopper one (its default ring), and at d 256 also
 // its 2-stage ring and the generic kernel.
@@ -81,10 +86,46 @@ struct SparseImpl {
   const char* name;
   bool hopper;
   int stages;  // SparseAttnParams::sm90_stages
+  bool fp8 = false;  // K/V as e4m3 (kv_dtype fp8_e4m3)
 };
 std::vector<SparseImpl> sparse_impls() {
-  if (kD == 128) return {{"sm90", true, 0}};
-  return {{"sm90", true, 0}, {"sm90_stages2", true, 2}, {"generic", false, 0}};
+  std::vector<SparseImpl> v = {{"sm90", true, 0}};
+  if (kD == 256) v.insert(v.end(), {{"sm90_stages2", true, 2}, {"generic", false, 0}});
+  if (g_fp8) v.push_back({"sm90_fp8", true, 0, true});
+  return v;
+}
+
+// The e4m3 copy of a bf16 tensor [n] (n % 8 == 0) at the fp8 cache's scale rule (gpu/kv_fp8.h:
+// amax / 448); returns the scale (amax read back: setup, outside the timings).
+__global__ void amax_kernel(const uint4* x, int64_t n_vec, unsigned* amax_bits) {
+  float m = 0.f;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n_vec; i += int64_t(gridDim.x) * blockDim.x) {
+    const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&x[i]);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) m = fmaxf(m, fabsf(__bfloat162float(e[j])));
+  }
+  for (int off = 16; off > 0; off /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+  if (threadIdx.x % 32 == 0) atomicMax(amax_bits, __float_as_uint(m));
+}
+__global__ void quantize_kernel(const uint4* x, uint2* out, int64_t n_vec, float inv_scale) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n_vec; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = fp8vec::quantize8(x[i], inv_scale);
+}
+float quantize_e4m3(const void* x, int64_t n, void* out) {
+  auto* amax = static_cast<unsigned*>(dev_malloc(4));
+  memset_async(amax, 0, 4, nullptr);
+  amax_kernel<<<fp8vec::blocks_for(n / 8), fp8vec::kThreads>>>(static_cast<const uint4*>(x), n / 8, amax);
+  unsigned bits = 0;
+  copy_d2h(&bits, amax, 4);
+  dev_free(amax);
+  float a;
+  std::memcpy(&a, &bits, 4);
+  const float scale = a > 0.f ? a / 448.f : 1.f;
+  quantize_kernel<<<fp8vec::blocks_for(n / 8), fp8vec::kThreads>>>(static_cast<const uint4*>(x),
+                                                                  static_cast<uint2*>(out), n / 8, 1.f / scale);
+  LC_LAUNCH_CHECK("bench_sparse: quantize_kernel n=%lld", (long long)n);
+  device_sync();
+  return scale;
 }
 constexpr int kBsBlocks = 100;  // MInference block_sparse default: 100 key blocks per query block
 // The published Llama-3-8B-262K config's (vertical, slash) budgets, in proportion over 32 heads.
@@ -399,12 +440,13 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--dense-seqs") && i + 1 < argc) dense_seqs = parse_list(argv[++i]);
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--estimate")) estimate = true;
+    else if (!std::strcmp(argv[i], "--fp8")) g_fp8 = true;
     else if (!std::strcmp(argv[i], "--head-dim") && i + 1 < argc && !std::strcmp(argv[i + 1], "256")) {
       kHeads = 16, kKvHeads = 8, kD = 256;
       ++i;
     } else {
       std::fprintf(stderr, "usage: %s [--seqs N,..] [--dense-seqs N,..] [--inputs random|structured] "
-                   "[--mask-dir DIR] [--json FILE] [--head-dim 256] [--estimate]\n", argv[0]);
+                   "[--mask-dir DIR] [--json FILE] [--head-dim 256] [--estimate] [--fp8]\n", argv[0]);
       return 2;
     }
   }
@@ -442,6 +484,18 @@ int main(int argc, char** argv) {
         fill_random_bf16(k, int64_t(nk), 22, 1.f);
       }
       fill_random_bf16(v, int64_t(nk), 23, 1.f);
+      void* k8 = g_fp8 ? dev_malloc(nk) : nullptr;  // e4m3 copies for --fp8
+      void* v8 = g_fp8 ? dev_malloc(nk) : nullptr;
+      const float k_scale = g_fp8 ? quantize_e4m3(k, int64_t(nk), k8) : 1.f;
+      const float v_scale = g_fp8 ? quantize_e4m3(v, int64_t(nk), v8) : 1.f;
+      // p's K/V: the bf16 tensors, or (fp8) their e4m3 copies
+      auto set_kv = [&](SparseAttnParams& p, bool fp8) {
+        p.k = fp8 ? k8 : k;
+        p.v = fp8 ? v8 : v;
+        p.kv_dtype = fp8 ? KvDtype::fp8_e4m3 : KvDtype::bf16;
+        p.k_scale = fp8 ? k_scale : 1.f;
+        p.v_scale = fp8 ? v_scale : 1.f;
+      };
       const double dense_flops = 2.0 * double(S) * double(S) * kD * kHeads;
       if (std::find(dense_seqs.begin(), dense_seqs.end(), S) != dense_seqs.end()) {
         PrefillParams p;
@@ -476,6 +530,14 @@ int main(int argc, char** argv) {
           p.workspace_bytes = builder.attention_workspace_bytes();
           const double ms_plan = time_ms([&] { sparse_attention_plan(p); }, 1, reps);
           const double ms_run = time_ms([&] { sparse_attention_run(p); }, 1, reps);
+          double ms_run8 = 0;
+          if (g_fp8) {
+            set_kv(p, true);
+            ms_run8 = time_ms([&] { sparse_attention_run(p); }, 1, reps);
+            set_kv(p, false);
+            std::fprintf(stderr, "S=%lld %s: fp8 K/V tiles: kernel %.3f ms (bf16 %.3f ms, %.2fx)\n", (long long)S, name,
+                         ms_run8, ms_run, ms_run / ms_run8);
+          }
           const IndexWork wk = index_work(ix, S);
           if (kind == 0 && !mask_dir.empty())
             write_flex_mask(wk.host, S, (S + kB - 1) / kB, mask_dir + "/bs_mask_" + std::to_string(S) + ".bin");
@@ -491,10 +553,11 @@ int main(int argc, char** argv) {
           std::snprintf(buf, sizeof buf,
                         "{\"seq\": %lld, \"kernel\": \"%s\", \"ms\": %.3f, \"index_ms\": %.3f, \"plan_ms\": %.4f, "
                         "\"kernel_ms\": %.3f, \"index_share\": %.4f, \"work_fraction\": %.5f, \"tflops_pairs\": %.1f, "
-                        "\"tflops_tiles\": %.1f, \"n_ranges\": %lld, \"n_cols\": %lld, \"reps\": %d}",
+                        "\"tflops_tiles\": %.1f, \"n_ranges\": %lld, \"n_cols\": %lld, \"reps\": %d, "
+                        "\"kernel_fp8_ms\": %.3f}",
                         (long long)S, name, ms, ms_index, ms_plan, ms_run, ms_index / (ms_plan + ms_run),
                         flops / dense_flops, flops / (ms_run * 1e-3) / 1e12, tile_flops / (ms_run * 1e-3) / 1e12,
-                        (long long)ix.n_ranges, (long long)ix.n_cols, reps);
+                        (long long)ix.n_ranges, (long long)ix.n_cols, reps, ms_run8);
           emit(buf);
         }
       }
@@ -515,6 +578,7 @@ int main(int argc, char** argv) {
         p.head_dim = kD;
         for (const SparseImpl& impl : sparse_impls()) {
           p.sm90_stages = impl.stages;
+          set_kv(p, impl.fp8);
           const bool hopper = impl.hopper;
           const double ms_plan =
               time_ms([&] { hopper ? sparse_attention_plan(p) : sparse_attention_generic_plan(p); }, 1, reps);
@@ -539,7 +603,7 @@ int main(int argc, char** argv) {
           emit(buf);
         }
       }
-      for (void* x : {q, k, v, o, static_cast<void*>(lse)}) dev_free(x);
+      for (void* x : {q, k, v, o, static_cast<void*>(lse), k8, v8}) dev_free(x);
     }
     js.finish(json_path);
   } catch (const std::exception& e) {

@@ -10,11 +10,14 @@
 // task-order chunks, HiP's index (sinks, hundreds of 2-key blocks, window; gathered tails).
 // The same cases at head_dim 256 (SparseAttn*D256: Gemma 3's global layers; one consumer
 // warpgroup per CTA, Q from shared memory, 2- and 3-stage rings), with GQA 4:1 and 8:1.
+// fp8 e4m3 K/V tiles (SparseAttn*Fp8*): the same cases with K/V given as e4m3 codes + scales,
+// the oracle on the dequantized values.
 // Run: build-gpusparse/tests/cuda/test_cuda --gtest_filter='Sparse*' (skips without a Hopper GPU).
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/cuda/sparse_attention.h"
@@ -52,6 +55,7 @@ struct RunOpts {
   int head_dim = 128;                     // 128 or 256
   int tail_gather_max = kSparseGatherMax;  // SparseAttnParams::tail_gather_max
   int stages = 0;                         // SparseAttnParams::sm90_stages (0 = default)
+  bool fp8 = false;                       // K/V as e4m3 codes + scales (kv_dtype fp8_e4m3)
 };
 
 // Runs the kernel on idx and checks O (sampled heads: all) and LSE against the fp64 oracle.
@@ -61,10 +65,25 @@ void check(const Shape& sh, const SparseIndex& idx, const char* what, RunOpts ru
   const auto qh = random_bf16(size_t(sh.n_q) * sh.n_head * D, 1.0, qd);
   const auto kh = random_bf16(size_t(sh.n_kv) * sh.n_kv_head * D, 1.0, kd);
   const auto vh = random_bf16(size_t(sh.n_kv) * sh.n_kv_head * D, 1.0, vd);
-  DevBuf q(qh.size() * 2), k(kh.size() * 2), v(vh.size() * 2), o(qh.size() * 2), lse(size_t(sh.n_q) * sh.n_head * 4);
+  // fp8: the kernel reads e4m3 codes (of the bf16 values) and the oracle their dequantized values
+  Fp8Tensor k8, v8;
+  if (run.fp8) {
+    k8 = quantize_e4m3(std::vector<float>(kd.begin(), kd.end()));
+    v8 = quantize_e4m3(std::vector<float>(vd.begin(), vd.end()));
+    kd.assign(k8.dequant.begin(), k8.dequant.end());
+    vd.assign(v8.dequant.begin(), v8.dequant.end());
+  }
+  const size_t kv_elem = run.fp8 ? 1 : 2;
+  DevBuf q(qh.size() * 2), k(kh.size() * kv_elem), v(vh.size() * kv_elem), o(qh.size() * 2),
+      lse(size_t(sh.n_q) * sh.n_head * 4);
   q.upload(qh);
-  k.upload(kh);
-  v.upload(vh);
+  if (run.fp8) {
+    k.upload(k8.codes);
+    v.upload(v8.codes);
+  } else {
+    k.upload(kh);
+    v.upload(vh);
+  }
   o.poison();
   lse.poison();
   const FlatIndex f = flatten(idx);
@@ -89,6 +108,11 @@ void check(const Shape& sh, const SparseIndex& idx, const char* what, RunOpts ru
   p.head_dim = D;
   p.tail_gather_max = run.tail_gather_max;
   p.sm90_stages = run.stages;
+  if (run.fp8) {
+    p.kv_dtype = KvDtype::fp8_e4m3;
+    p.k_scale = k8.scale;
+    p.v_scale = v8.scale;
+  }
   p.index.n_index_head = int(idx.heads.size());
   p.index.n_qblk = n_query_blocks(sh.n_q);
   p.index.range_ptr = rp.as<int64_t>();
@@ -153,7 +177,8 @@ void check(const Shape& sh, const SparseIndex& idx, const char* what, RunOpts ru
     }
   const auto eo = compare(got, ref, 5e-3 * max_abs(vd), 1e-2);
   const auto el = compare(lgot, lref, 2e-3, 1e-5);
-  std::printf("  sparse d=%d %-28s n_q=%lld n_kv=%lld q_pos0=%lld heads=%d/%d idx_heads=%zu: O %s | LSE %s\n", D, what,
+  std::printf("  sparse d=%d%s %-28s n_q=%lld n_kv=%lld q_pos0=%lld heads=%d/%d idx_heads=%zu: O %s | LSE %s\n", D,
+              run.fp8 ? " fp8" : "", what,
               (long long)sh.n_q, (long long)sh.n_kv, (long long)sh.q_pos0, sh.n_head, sh.n_kv_head, idx.heads.size(),
               eo.str().c_str(), el.str().c_str());
   EXPECT_EQ(eo.n_bad, 0) << what << ": " << eo.str();
@@ -404,13 +429,83 @@ TEST(SparseAttnD256, TaskOrderOddShapesAndLonger) {
   check(sh3, random_index(sh3, 4, 0.05, g), "random/4K", kD256);
 }
 
-// Bad input is refused before any work: a ring depth the head dim cannot take.
+// Bad input is refused before any work: a ring depth the head dim cannot take, and fp8 K/V
+// tiles with the 2-stage ring (built with 3 only).
 TEST(SparseAttnSmallD256, RefusesUnsupportedStages) {
   LC_REQUIRE_GPU();
   SparseAttnParams p;
   p.head_dim = 128;
   p.sm90_stages = 2;
   EXPECT_THROW(sparse_attention_run(p), Error);
+  p.head_dim = 256;
+  p.kv_dtype = KvDtype::fp8_e4m3;
+  try {
+    sparse_attention_run(p);
+    ADD_FAILURE() << "fp8 with 2 stages accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("3-stage ring"), std::string::npos) << e.what();
+  }
+}
+
+// ---- fp8 e4m3 K/V tiles (kv_dtype fp8_e4m3): the same index cases, d 128 and 256 ------------
+// The oracle attends over the dequantized K/V (code * scale), so the tolerance is the bf16
+// cases': the kernel's math is f16 on exact e4m3 values. Range tiles (TMA of byte tiles), packed
+// 16-key segments, gathered tails and columns (cp.async), causal edges, ragged n_kv and the
+// q_pos0 > 0 chunks, GQA 4:1 / 8:1 / shared indices, HiP's 2-key blocks.
+constexpr RunOpts kFp8{.fp8 = true};
+constexpr RunOpts kFp8D256{.head_dim = 256, .fp8 = true};
+
+TEST(SparseAttnSmallFp8, RandomIndexGqaDenseEmptyNonCausal) {
+  LC_REQUIRE_GPU();
+  auto g = gen();
+  for (const RunOpts& run : {kFp8, kFp8D256}) {
+    const Shape sh{300, 700, 400, 8, 2};
+    check(sh, random_index(sh, 8, 0.1, g), "fp8/random/per-q-head", run);
+    const Shape sh8{260, 900, 640, 8, 1};
+    check(sh8, random_index(sh8, 1, 0.1, g), "fp8/random/shared/8:1", run);
+    const Shape sh2{191, 900, 709, 6, 3};
+    check(sh2, random_index(sh2, 3, 0.2, g), "fp8/random/per-kv-head", run);
+    const Shape sd{333, 333, 0, 4, 1};
+    check(sd, uniform_index(sd, 1, false), "fp8/all-ranges", run);
+    check(sd, uniform_index(sd, 1, true), "fp8/all-columns", run);
+    const Shape sc{130, 500, 370, 2, 2};
+    check(sc, uniform_index(sc, 2, true), "fp8/all-columns/chunk", run);
+    const Shape se{200, 200, 0, 2, 1};
+    check(se, random_index(se, 2, 1.0, g), "fp8/all-empty", run);
+    check(se, last_row_column_index(se), "fp8/last-row-column", run);
+    Shape nc{150, 410, 0, 4, 4};
+    nc.causal = false;
+    check(nc, random_index(nc, 4, 0.1, g), "fp8/non-causal", run);
+  }
+}
+
+TEST(SparseAttnSmallFp8, ShortRangesTailPackingAndHip) {
+  LC_REQUIRE_GPU();
+  auto g = gen();
+  for (RunOpts run : {kFp8, kFp8D256}) {
+    const Shape sh{320, 2600, 2280, 4, 2};
+    check(sh, many_short(sh, 4, g), "fp8/many-short-ranges", run);
+    const Shape st{320, 4000, 3680, 4, 2};
+    check(st, tail_packing_index(st, g), "fp8/tail-packing", run);
+    const Shape sp{448, 3400, 2952, 4, run.head_dim == 256 ? 1 : 2};
+    const SparseIndex idx = hip_index(sp, g);
+    check(sp, idx, "fp8/hip-2-key-blocks", run);
+    run.tail_gather_max = kSparsePackMax;
+    check(sp, idx, "fp8/hip-2-key-blocks/all-gathered", run);
+    run.tail_gather_max = 0;
+    check(sp, idx, "fp8/hip-2-key-blocks/segments", run);
+  }
+}
+
+TEST(SparseAttnFp8, TaskOrderOddShapesAndLonger) {
+  LC_REQUIRE_GPU();
+  auto g = gen();
+  for (const RunOpts& run : {kFp8, kFp8D256}) {
+    const Shape sh{2100, 2300, 200, 10, 2};  // pairs across KV groups, the last order chunk partial
+    check(sh, random_index(sh, 10, 0.3, g), "fp8/order/10-heads-group-5", run);
+    const Shape sh3{1100, 4100, 3000, 4, 1};
+    check(sh3, random_index(sh3, 4, 0.05, g), "fp8/random/4K", run);
+  }
 }
 
 }  // namespace

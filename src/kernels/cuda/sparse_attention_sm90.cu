@@ -2,8 +2,9 @@
 //
 // What: sparse_attention.h, head_dim 128 and 256. The GPU twin of sparse/sparse_attention.cpp;
 // tested against an fp64 oracle with the same boolean mask in tests/cuda/test_sparse_attention.cpp,
-// timed by bench/bench_sparse.cu and bench/bench_hip.cu (scripts/gpu-sparse.sh, and at d 256
-// scripts/gpu-sparse-d256.sh, run them on the device machine).
+// timed by bench/bench_sparse.cu and bench/bench_hip.cu (scripts/gpu-sparse.sh, at d 256
+// scripts/gpu-sparse-d256.sh, fp8 K/V tiles scripts/gpu-sparse-fp8.sh: run them on the device
+// machine). K/V in bf16, or in fp8 e4m3 with a scale each (widened to f16 in shared memory).
 //
 // How (structure of attention_prefill_sm90.cu, the FA3-style dense kernel, adapted):
 // - Plan kernel (sparse_plan.h, shared with the generic kernel): each block's lists made
@@ -34,6 +35,32 @@
 //   consumer warpgroup (Q 32 KB + 3 stages x 64 KB = 224 KB) next to the producer warpgroup,
 //   Q is read from shared memory (its fragments would not fit the registers beside O's 128),
 //   and O is two 128-column accumulators; the producer's paths are the same, per 64-dim panel.
+// - fp8 e4m3 K/V tiles (SparseAttnParams::kv_dtype fp8_e4m3, read straight from the fp8 KV
+//   cache): the producer's paths are the same with byte tiles: a range tile or packed segment is
+//   one TMA box (u8 map, 128-byte rows, no swizzle) per 128-dim part, a gathered row 16 dims per
+//   cp.async (empty slots zero-filled); the e4m3 bytes of part i land unswizzled in the stage's
+//   panel 2 i + 1, so a key tile moves half the bytes. The consumer warpgroup widens them in
+//   place to f16 in the same 128-byte-swizzled layout its wgmma reads (widen_operand: one
+//   cvt.f16x2.e4m3x2 per pair, exact; a row's f16 overwrite only that row's codes): K before
+//   S = Q K^T, V while S runs on the tensor cores (at d = 256 before it: 253 of 255 registers).
+//   The wgmmas take f16 operands: Q widened to f16 once per task (exact for |q| in [2^-14,
+//   65504], saturated beyond, tiny values become f16 subnormals: absolute error < 2^-25), P in
+//   f16 (3 more mantissa bits than bf16). k_scale joins the softmax scale (so the LSE), v_scale
+//   multiplies O once at the end: the math is on the exact e4m3 values.
+//   Why f16 and not bf16 tiles: sm_90 converts e4m3 pairs to f16 in one instruction and has no
+//   e4m3 -> bf16 conversion (a bit shuffle and a multiply by 2^120: ~5 instructions a pair), and
+//   the conversion rate bounds the fp8 kernel. Why not FA3's fp8 wgmma: it needs Q and P in e4m3
+//   (Q's 3 mantissa bits on every score: far more error than the cache's own rounding of K) and
+//   V transposed to K-major for the B operand (a transpose per tile instead of a widening).
+//   Why the consumers widen and not the spare producer warps: a first version staged the bytes
+//   for one converter warp per consumer warpgroup (d 128; three at d 256) between loader and
+//   consumer; on an H100 it ran at 0.45-0.94x of bf16 tiles: the conversions of a whole tile
+//   went through one warp scheduler's conversion unit, and the 3-stage ring serialised load,
+//   conversion and use. The consumer warpgroup spreads them over the SM's four schedulers and
+//   overlaps V's with the tensor cores. H100, same index (bench/results/2026-11-26-h100-sparse-
+//   sm90-fp8-d7f2b1c.json): fp8 tiles 1.04x bf16 tiles on HiP's index (d 128), 1.2x at d 256 and
+//   on 1M block-sparse; 0.65-0.74x on 128K MInference indices (L2-resident: the K widening before
+//   S costs more than the halved transfer saves), 0.82x on 1M vertical-slash.
 // Why 64-key tiles and one task per warpgroup: a query block's keys are its own (MInference
 // indexes per query head and per 64-row block), so two warpgroups cannot share K/V tiles; 64
 // keys match the index granularity, and at d 128 three 32 KB stages per warpgroup fit the 227 KB
@@ -54,6 +81,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/fp8_vec.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/sm90.cuh"
 #include "kernels/cuda/sparse_attention.h"
@@ -92,12 +120,13 @@ constexpr int kHdrBytes = (kBK + 3) * 4;
 //     tile t - 1 (both tiles live). So a CTA is 1 consumer + 1 producer warpgroup (256 threads),
 //     one CTA per SM; the consumer gets O 128 + S 32 + P 16 registers and reads Q from shared
 //     memory (Q's fragments in registers would be 64 more: over the 255 a thread may hold).
-template <int kD_, int kStages_>
+template <int kD_, int kStages_, bool kFp8_ = false>
 struct SparseGeo {
   static_assert((kD_ == 128 && kStages_ == 3) || (kD_ == 256 && (kStages_ == 2 || kStages_ == 3)),
                 "sparse Hopper kernel: head_dim 128 with 3 stages, or 256 with 2 or 3");
   static constexpr int kD = kD_;
   static constexpr int kStages = kStages_;
+  static constexpr bool kFp8 = kFp8_;               // K/V in e4m3, widened to f16 tiles (header)
   static constexpr int kWgs = kD == 128 ? 2 : 1;    // consumer warpgroups (tasks) per CTA
   static constexpr int kThreads = 128 * (kWgs + 1);  // + 1 producer warpgroup
   static constexpr int kPanels = kD / 64;           // 64-dim panels per tile row
@@ -158,8 +187,85 @@ __device__ __forceinline__ void wgmma_rs_n64(float (&d)[32], const uint32_t (&a)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
 }
 
+// The fp8 path's f16 operands (e4m3 -> f16 is one exact cvt per pair; see the header): the same
+// three wgmmas in f16. Operand lists of 32 and 64 fp32 accumulators:
+#define LC_ACC32(d)                                                                                              \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),   \
+      "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),    \
+      "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),   \
+      "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define LC_ACC32_AT(d, o)                                                                                        \
+  "+f"(d[o + 0]), "+f"(d[o + 1]), "+f"(d[o + 2]), "+f"(d[o + 3]), "+f"(d[o + 4]), "+f"(d[o + 5]), "+f"(d[o + 6]), \
+      "+f"(d[o + 7]), "+f"(d[o + 8]), "+f"(d[o + 9]), "+f"(d[o + 10]), "+f"(d[o + 11]), "+f"(d[o + 12]),          \
+      "+f"(d[o + 13]), "+f"(d[o + 14]), "+f"(d[o + 15]), "+f"(d[o + 16]), "+f"(d[o + 17]), "+f"(d[o + 18]),       \
+      "+f"(d[o + 19]), "+f"(d[o + 20]), "+f"(d[o + 21]), "+f"(d[o + 22]), "+f"(d[o + 23]), "+f"(d[o + 24]),       \
+      "+f"(d[o + 25]), "+f"(d[o + 26]), "+f"(d[o + 27]), "+f"(d[o + 28]), "+f"(d[o + 29]), "+f"(d[o + 30]),       \
+      "+f"(d[o + 31])
+#define LC_REGS32                                                                                              \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23," \
+  " %24, %25, %26, %27, %28, %29, %30, %31}"
+#define LC_REGS64                                                                                                \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23," \
+  " %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45," \
+  " %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+// S (d = 128): D[64 x 64] (+)= A[64 x 16] (registers) * B[16 x 64] (shared, K-major), f16.
+__device__ __forceinline__ void wgmma_rs_n64_f16(float (&d)[32], const uint32_t (&a)[4], uint64_t db, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " LC_REGS32 ", {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+      : LC_ACC32(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+// S (d = 256): D[64 x 64] (+)= A[64 x 16] * B[16 x 64], both from shared memory, K-major, f16.
+__device__ __forceinline__ void wgmma_ss_n64_f16(float (&d)[32], uint64_t da, uint64_t db, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " LC_REGS32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : LC_ACC32(d)
+      : "l"(da), "l"(db), "r"(scale_d));
+}
+// O += P V: D[64 x 128] += A[64 x 16] (registers) * B[16 x 128], B MN-major, f16.
+__device__ __forceinline__ void wgmma_rs_tb_f16(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " LC_REGS64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      : LC_ACC32_AT(d, 0), LC_ACC32_AT(d, 32)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+#undef LC_ACC32
+#undef LC_ACC32_AT
+#undef LC_REGS32
+#undef LC_REGS64
+
+// bf16 pair -> f16 pair (Q of the fp8 path), saturated to f16's finite range: exact for |q| in
+// [2^-14, 65504]; smaller values become f16 subnormals (absolute error < 2^-25).
+__device__ __forceinline__ uint32_t bf16x2_to_f16x2(uint32_t x) {
+  constexpr float kF16Max = 65504.f;
+  const float lo = fminf(fmaxf(__uint_as_float(x << 16), -kF16Max), kF16Max);
+  const float hi = fminf(fmaxf(__uint_as_float(x & 0xffff0000u), -kF16Max), kF16Max);
+  return mma::pack_f16(lo, hi);
+}
+
+// The u8 map over e4m3 K or V [n_tok, n_heads, head_dim] bytes; box = box_tokens tokens x 1 head x
+// 128 dims (128-byte rows, no swizzle: the staging layout the widening pass reads).
+inline CUtensorMap make_map_e4m3(const void* ptr, int64_t n_tok, int n_heads, int box_tokens, const char* what,
+                                 int head_dim) {
+  CUtensorMap m;
+  const cuuint64_t dims[3] = {cuuint64_t(head_dim), cuuint64_t(n_heads), cuuint64_t(n_tok)};
+  const cuuint64_t strides[2] = {cuuint64_t(head_dim), cuuint64_t(n_heads) * head_dim};  // bytes, dims 1..2
+  const cuuint32_t box[3] = {128, 1, cuuint32_t(box_tokens)};
+  const cuuint32_t estr[3] = {1, 1, 1};
+  const CUresult r = encode_fn()(&m, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, const_cast<void*>(ptr), dims, strides, box,
+                                 estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  LC_REQUIRE(r == CUDA_SUCCESS, "%s: cuTensorMapEncodeTiled(e4m3, tokens=%lld, heads=%d, box=%d) failed: %d", what,
+             (long long)n_tok, n_heads, box_tokens, int(r));
+  return m;
+}
+
 // ---- main kernel -----------------------------------------------------------------------------
 struct MainArgs : SparseKernelArgs {
+  float v_scale;    // fp8: O's factor (k_scale is folded into scale_log2); 1 for bf16
   int order_chunk;  // task order: 0 = block-major; C > 0 = chunks of C blocks, KV-group-major inside
   int tail_gather_max;  // SparseAttnParams::tail_gather_max
 };
@@ -192,6 +298,57 @@ __device__ __forceinline__ void task_of(const MainArgs& a, int64_t i, int& unit,
   b = a.n_qblk - 1 - (c * C + u / gl);
 }
 
+// fp8: a consumer warpgroup widens one staged operand tile in place (the e4m3 bytes of 128-dim
+// part i sit unswizzled, 128-byte rows, in the tile's panel 2 i + 1; the f16 go to panels 2 i,
+// 2 i + 1, swizzled as TMA writes bf16). The work is groups of 4 rows x 128 dims: lane l of warp
+// wp reads 16 codes (row 4 g + l / 8, dims 16 (l % 8) ..) and writes them as 16 f16. A row's f16
+// overwrite only that row's codes, so a warp reads its groups before it writes them (one
+// __syncwarp between). Then each thread fences (the wgmma reads through the async proxy); the
+// caller syncs the warpgroup before a wgmma reads the tile.
+__device__ __forceinline__ uint4 lds128(uint32_t a) {
+  uint4 v;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a) : "memory");
+  return v;
+}
+__device__ __forceinline__ void sts128(uint32_t a, uint4 v) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(a), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+template <class G>
+__device__ __forceinline__ void widen_operand(uint32_t tile, int wp, int lane) {
+  constexpr int kGroupsPerPart = kBK / 4;
+  constexpr int kPerWarp = G::kParts * kGroupsPerPart / 4;  // groups per warp: 4 (d 128), 8 (d 256)
+  // groups read before they are written: 2 at d = 256; 1 at d = 128, where 2 spill 16 bytes of
+  // the consumer's 224 registers (ptxas -v)
+  constexpr int kBatch = G::kD == 128 ? 1 : 2;
+  static_assert(kPerWarp % kBatch == 0, "widening batches");
+  const int rl = lane / 8, c8 = lane % 8;
+#pragma unroll
+  for (int i0 = 0; i0 < kPerWarp; i0 += kBatch) {
+    uint4 x[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int gi = wp + 4 * (i0 + j), part = gi / kGroupsPerPart, r = 4 * (gi % kGroupsPerPart) + rl;
+      x[j] = lds128(tile + (2 * part + 1) * kHalf + r * 128 + c8 * 16);
+    }
+    __syncwarp();
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int gi = wp + 4 * (i0 + j), part = gi / kGroupsPerPart, r = 4 * (gi % kGroupsPerPart) + rl;
+      using fp8vec::e4m3x2_to_f16x2;
+      const uint4 lo = make_uint4(e4m3x2_to_f16x2(x[j].x), e4m3x2_to_f16x2(x[j].x >> 16), e4m3x2_to_f16x2(x[j].y),
+                                  e4m3x2_to_f16x2(x[j].y >> 16));
+      const uint4 hi = make_uint4(e4m3x2_to_f16x2(x[j].z), e4m3x2_to_f16x2(x[j].z >> 16), e4m3x2_to_f16x2(x[j].w),
+                                  e4m3x2_to_f16x2(x[j].w >> 16));
+      // dims 16 c8 .. + 15 of the part: panel 2 part + c8 / 4, 16-byte chunks 2 (c8 % 4), + 1
+      const uint32_t pr = tile + (2 * part + c8 / 4) * kHalf + r * 128;
+      const int ch = 2 * (c8 % 4), sw = r % 8;
+      sts128(pr + ((ch ^ sw) * 16), lo);
+      sts128(pr + (((ch + 1) ^ sw) * 16), hi);
+    }
+  }
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
 // tm_k16 / tm_v16: the K / V maps with 16-key boxes (packed tiles' segments).
 template <class G>
 __global__ void __launch_bounds__(G::kThreads, 1)
@@ -206,7 +363,8 @@ __global__ void __launch_bounds__(G::kThreads, 1)
   uint8_t* base_ptr = smem_raw + (base - mma::smem_u32(smem_raw));
   const int tid = threadIdx.x;
   const int wg = tid / 128;
-  auto bar = [&](int w, int i) { return base + kSmemMeta + 8u * (w * kBarsPerWg + i); };  // 0: q, 1+s full, 1+kStages+s empty
+  // 0: q, 1+s full, 1+kStages+s empty
+  auto bar = [&](int w, int i) { return base + kSmemMeta + 8u * (w * kBarsPerWg + i); };
   auto hdr = [&](int w, int s) {
     return reinterpret_cast<int32_t*>(base_ptr + kSmemMeta + kWgs * kBarsPerWg * 8 + (w * kStages + s) * kHdrBytes);
   };
@@ -232,6 +390,7 @@ __global__ void __launch_bounds__(G::kThreads, 1)
     const int w = (tid - 128 * kWgs) / 32, lane = tid % 32;
     const int h = kWgs * unit + w;
     if (w < kWgs && h < a.n_head) {
+      auto ld_bar = [&](int s) { return bar(w, 1 + s); };  // where a stage's loads complete
       const int kvh = h / a.group;
       const uint32_t wb = base + w * kWgBytes;
       const int64_t row = int64_t(h / a.heads_per_index) * a.n_qblk + b;
@@ -254,6 +413,26 @@ __global__ void __launch_bounds__(G::kThreads, 1)
       int ng = 0, pend = -1;
       int32_t gka = -1, gkb = -1, gmax = -1;
       const int64_t ld = int64_t(a.n_kv_head) * kD;
+      // One TMA box height of K and V rows from key k0 into stage (sk, sv) at row byte offset off:
+      // bf16, one swizzled box per 64-dim panel; fp8, one unswizzled 128-byte-row box per 128-dim
+      // part, staged in the part's second panel (widen_operand). kTileLoad: the bytes of a whole tile.
+      constexpr uint32_t kTileLoad = G::kFp8 ? kTile : 2 * kTile;
+      auto load_rows = [&](uint32_t sk, uint32_t sv, const CUtensorMap* mk, const CUtensorMap* mv, uint32_t mb,
+                           int32_t k0, uint32_t off) {
+        if constexpr (G::kFp8) {
+#pragma unroll
+          for (int part = 0; part < G::kParts; ++part) {
+            tma_load_3d(sk + (2 * part + 1) * kHalf + off, mk, mb, 128 * part, kvh, k0);
+            tma_load_3d(sv + (2 * part + 1) * kHalf + off, mv, mb, 128 * part, kvh, k0);
+          }
+        } else {
+#pragma unroll
+          for (int pn = 0; pn < kPanels; ++pn) {
+            tma_load_3d(sk + pn * kHalf + off, mk, mb, 64 * pn, kvh, k0);
+            tma_load_3d(sv + pn * kHalf + off, mv, mb, 64 * pn, kvh, k0);
+          }
+        }
+      };
       auto arrive_pending = [&](bool keep_newest) {
         if (pend < 0) return;
         if (keep_newest)
@@ -262,7 +441,7 @@ __global__ void __launch_bounds__(G::kThreads, 1)
           mma::cp_async_wait<0>();
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncwarp();
-        if (lane == 0) mbar_arrive(bar(w, 1 + pend % kStages));
+        if (lane == 0) mbar_arrive(ld_bar(pend % kStages));
         pend = -1;
       };
       auto acquire = [&](int s) {
@@ -285,16 +464,12 @@ __global__ void __launch_bounds__(G::kThreads, 1)
             hd[kSegs + j] = j < np ? pc[j] : 0;
           }
           const uint32_t sk = wb + kWgK + s * kTile, sv = wb + kWgV + s * kTile;
-          mbar_expect_tx(bar(w, 1 + s), 2 * kTile);
+          mbar_expect_tx(ld_bar(s), kTileLoad);
 #pragma unroll
           for (int j = 0; j < kSegs; ++j) {
             const int32_t k0 = hd[j];
             const uint32_t off = j * kSeg * 128;  // 16 rows of 128 bytes: 1024-byte aligned, same swizzle
-#pragma unroll
-            for (int pn = 0; pn < kPanels; ++pn) {
-              tma_load_3d(sk + pn * kHalf + off, &tm_k16, bar(w, 1 + s), 64 * pn, kvh, k0);
-              tma_load_3d(sv + pn * kHalf + off, &tm_v16, bar(w, 1 + s), 64 * pn, kvh, k0);
-            }
+            load_rows(sk, sv, &tm_k16, &tm_v16, ld_bar(s), k0, off);
           }
         }
         ++t;
@@ -316,18 +491,29 @@ __global__ void __launch_bounds__(G::kThreads, 1)
         if (lane == 0) hd[kHdrFlags] = full ? 0 : kHdrFlagMask;
         const uint32_t sk = wb + kWgK + s * kTile, sv = wb + kWgV + s * kTile;
         // 64 rows x kC chunks of 16 bytes per operand, 32 per iteration: chunk i = 32 it + lane is
-        // row i / kC, chunk i % kC (d = 128: two rows an iteration; d = 256: one).
-        constexpr int kC = kD / 8;
+        // row i / kC, chunk i % kC (bf16 d = 128: two rows an iteration; d = 256: one). fp8: a
+        // chunk is 16 dims, staged unswizzled (128-byte rows) in panel 2 part + 1 of 128-dim part
+        // c / 8 (the widening pass's layout, see widen_operand), empty slots zero-filled.
+        constexpr int kC = G::kFp8 ? kD / 16 : kD / 8;
+        const uint8_t* kb8 = reinterpret_cast<const uint8_t*>(a.k);
+        const uint8_t* vb8 = reinterpret_cast<const uint8_t*>(a.v);
 #pragma unroll 1
         for (int it = 0; it < kBK * kC / 32; ++it) {
           const int r = (32 * it + lane) / kC, c = lane % kC;
           const int32_t ka_r = __shfl_sync(0xffffffffu, gka, r % 32), kb_r = __shfl_sync(0xffffffffu, gkb, r % 32);
           const int32_t key = r < 32 ? ka_r : kb_r;
           const bool ok = key >= 0;
-          const int64_t off = ok ? (int64_t(key) * ld + int64_t(kvh) * kD + c * 8) : 0;
-          const uint32_t dst = (c / 8) * kHalf + r * 128 + (((c % 8) ^ (r % 8)) * 16);
-          mma::cp_async16(sk + dst, a.k + off, ok ? 16 : 0);
-          mma::cp_async16(sv + dst, a.v + off, ok ? 16 : 0);
+          if constexpr (G::kFp8) {
+            const int64_t off = ok ? (int64_t(key) * ld + int64_t(kvh) * kD + c * 16) : 0;  // bytes
+            const uint32_t dst = (2 * (c / 8) + 1) * kHalf + r * 128 + (c % 8) * 16;
+            mma::cp_async16(sk + dst, kb8 + off, ok ? 16 : 0);
+            mma::cp_async16(sv + dst, vb8 + off, ok ? 16 : 0);
+          } else {
+            const int64_t off = ok ? (int64_t(key) * ld + int64_t(kvh) * kD + c * 8) : 0;
+            const uint32_t dst = (c / 8) * kHalf + r * 128 + (((c % 8) ^ (r % 8)) * 16);
+            mma::cp_async16(sk + dst, a.k + off, ok ? 16 : 0);
+            mma::cp_async16(sv + dst, a.v + off, ok ? 16 : 0);
+          }
         }
         mma::cp_async_commit();
         arrive_pending(true);
@@ -367,12 +553,8 @@ __global__ void __launch_bounds__(G::kThreads, 1)
           __syncwarp();
           if (lane == 0) {
             const uint32_t sk = wb + kWgK + s * kTile, sv = wb + kWgV + s * kTile;
-            mbar_expect_tx(bar(w, 1 + s), 2 * kTile);
-#pragma unroll
-            for (int pn = 0; pn < kPanels; ++pn) {
-              tma_load_3d(sk + pn * kHalf, &tm_k, bar(w, 1 + s), 64 * pn, kvh, t0);
-              tma_load_3d(sv + pn * kHalf, &tm_v, bar(w, 1 + s), 64 * pn, kvh, t0);
-            }
+            mbar_expect_tx(ld_bar(s), kTileLoad);
+            load_rows(sk, sv, &tm_k, &tm_v, ld_bar(s), t0, 0);
           }
         }
         if (re - t0 > 0 && re - t0 <= a.tail_gather_max) {
@@ -391,7 +573,7 @@ __global__ void __launch_bounds__(G::kThreads, 1)
         acquire(s);
         if (lane == 0) {
           hdr(w, s)[kHdrFlags] = kHdrFlagEnd;
-          mbar_arrive(bar(w, 1 + s));
+          mbar_arrive(ld_bar(s));
         }
       }
     }
@@ -430,8 +612,12 @@ __global__ void __launch_bounds__(G::kThreads, 1)
 #pragma unroll
         for (int kk = 0; kk < kD / 16; ++kk) {
           const uint32_t off = (kk / 4) * kHalf + (kk % 4) * 32;
-          if constexpr (G::kQInRegs)
+          if constexpr (G::kQInRegs && G::kFp8)
+            wgmma_rs_n64_f16(sc, qf[kk], desc_sw128(k_tile + off, 16), kk > 0);
+          else if constexpr (G::kQInRegs)
             wgmma_rs_n64(sc, qf[kk], desc_sw128(k_tile + off, 16), kk > 0);
+          else if constexpr (G::kFp8)
+            wgmma_ss_n64_f16(sc, desc_sw128(sQ + off, 16), desc_sw128(k_tile + off, 16), kk > 0);
           else
             wgmma_ss(sc, desc_sw128(sQ + off, 16), desc_sw128(k_tile + off, 16), kk > 0);
         }
@@ -442,8 +628,12 @@ __global__ void __launch_bounds__(G::kThreads, 1)
 #pragma unroll
         for (int kk = 0; kk < kBK / 16; ++kk)  // part i of O reads V's panels 2i, 2i + 1 (LBO: the stride)
 #pragma unroll
-          for (int part = 0; part < kParts; ++part)
-            wgmma_rs_tb(o[part], p[kk], desc_sw128(v_tile + 2 * part * kHalf + kk * 2048, kHalf));
+          for (int part = 0; part < kParts; ++part) {
+            if constexpr (G::kFp8)
+              wgmma_rs_tb_f16(o[part], p[kk], desc_sw128(v_tile + 2 * part * kHalf + kk * 2048, kHalf));
+            else
+              wgmma_rs_tb(o[part], p[kk], desc_sw128(v_tile + 2 * part * kHalf + kk * 2048, kHalf));
+          }
         wgmma_commit();
       };
       auto softmax = [&](float (&sc)[32], const int32_t* hd, float (&corr)[2]) {
@@ -504,12 +694,11 @@ __global__ void __launch_bounds__(G::kThreads, 1)
       };
       auto to_p = [&](const float (&sc)[32], uint32_t (&p)[4][4]) {
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          p[kk][0] = mma::pack_bf16(sc[8 * kk + 0], sc[8 * kk + 1]);
-          p[kk][1] = mma::pack_bf16(sc[8 * kk + 2], sc[8 * kk + 3]);
-          p[kk][2] = mma::pack_bf16(sc[8 * kk + 4], sc[8 * kk + 5]);
-          p[kk][3] = mma::pack_bf16(sc[8 * kk + 6], sc[8 * kk + 7]);
-        }
+        for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            p[kk][i] = G::kFp8 ? mma::pack_f16(sc[8 * kk + 2 * i], sc[8 * kk + 2 * i + 1])
+                               : mma::pack_bf16(sc[8 * kk + 2 * i], sc[8 * kk + 2 * i + 1]);
       };
       auto rescale_o = [&](const float (&corr)[2]) {
 #pragma unroll
@@ -533,15 +722,42 @@ __global__ void __launch_bounds__(G::kThreads, 1)
           const int col = 16 * kk + 8 * (lane / 16);
           const uint32_t addr = sQ + (col / 64) * kHalf + r * 128 + ((((col % 64) / 8) ^ (r % 8)) * 16);
           mma::ldmatrix_x4(addr, qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3]);
+          if constexpr (G::kFp8)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) qf[kk][i] = bf16x2_to_f16x2(qf[kk][i]);
         }
+      } else if constexpr (G::kFp8) {
+        // Q tile to f16 in place (each thread its own 16-byte chunks), then visible to wgmma
+        uint8_t* qp = base_ptr + w * kWgBytes + kWgQ;
+#pragma unroll 4
+        for (int i = ltid; i < kTile / 16; i += 128) {
+          uint4 x = *reinterpret_cast<const uint4*>(qp + 16 * i);
+          x = make_uint4(bf16x2_to_f16x2(x.x), bf16x2_to_f16x2(x.y), bf16x2_to_f16x2(x.z), bf16x2_to_f16x2(x.w));
+          *reinterpret_cast<uint4*>(qp + 16 * i) = x;
+        }
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        asm volatile("bar.sync 1, 128;\n" ::: "memory");  // the consumer warpgroup (d = 256: the only one)
       }
+      // fp8: the warpgroup widens stage s's K before S = Q K^T (then syncs: the wgmma reads every
+      // warp's rows) and its V while S and the previous tile's P V run on the tensor cores; the
+      // next tile's sync publishes that V before its P V.
+      constexpr bool kWidenVInFlight = kD == 128;
+      auto widen = [&](uint32_t tile) {
+        if constexpr (G::kFp8) widen_operand<G>(tile, warp, lane);
+      };
+      auto wg_sync = [&] {
+        if constexpr (G::kFp8) asm volatile("bar.sync %0, 128;\n" ::"r"(1 + w) : "memory");
+      };
       mbar_wait(bar(w, 1), 0);
       if (!(hdr(w, 0)[kHdrFlags] & kHdrFlagEnd)) {
         uint32_t p[4][4];
         float corr[2];
         {
           float sc[32];
+          widen(wb + kWgK);
+          wg_sync();
           issue_s(sc, wb + kWgK);
+          widen(wb + kWgV);
           wgmma_wait<0>();
           fence_regs(sc);
           softmax(sc, hdr(w, 0), corr);
@@ -555,8 +771,12 @@ __global__ void __launch_bounds__(G::kThreads, 1)
           fence_p(p);
           mbar_wait(bar(w, 1 + s), (t / kStages) & 1);
           if (hdr(w, s)[kHdrFlags] & kHdrFlagEnd) break;
+          widen(wb + kWgK + s * kTile);
+          if constexpr (!kWidenVInFlight) widen(wb + kWgV + s * kTile);
+          wg_sync();
           issue_s(sc, wb + kWgK + s * kTile);
           issue_pv(p, wb + kWgV + sp * kTile);
+          if constexpr (kWidenVInFlight) widen(wb + kWgV + s * kTile);
           wgmma_wait<1>();
           fence_regs(sc);
           softmax(sc, hdr(w, s), corr);
@@ -568,6 +788,7 @@ __global__ void __launch_bounds__(G::kThreads, 1)
           to_p(sc, p);
           sp = s;
         }
+        wg_sync();
         issue_pv(p, wb + kWgV + sp * kTile);
         wgmma_wait<0>();
         fence_o();
@@ -575,6 +796,11 @@ __global__ void __launch_bounds__(G::kThreads, 1)
         mbar_arrive(bar(w, 1 + kStages + sp));
       }
 
+      if constexpr (G::kFp8)  // O = sum p (code * v_scale) / l
+#pragma unroll
+        for (int part = 0; part < kParts; ++part)
+#pragma unroll
+          for (int i = 0; i < 64; ++i) o[part][i] *= a.v_scale;
       store_o_lse_parts<kParts>(o, l_r, m_r, row0, tq, h, a.n_q, a.n_head, a.scale_log2, a.o, a.lse);
     }
   }
@@ -596,23 +822,30 @@ void check_params(const SparseAttnParams& p) {
   const int st = stages_of(p);
   LC_REQUIRE(p.head_dim == 128 ? st == 3 : (st == 2 || st == 3),
              "sparse_attention: sm90_stages %d at head_dim %d (3 at 128; 2 or 3 at 256)", p.sm90_stages, p.head_dim);
+  LC_REQUIRE(p.kv_dtype != KvDtype::fp8_e4m3 || st == 3,
+             "sparse_attention: fp8 K/V tiles take the 3-stage ring (sm90_stages %d)", p.sm90_stages);
   check_sparse_params(p, "sparse_attention");
-  LC_REQUIRE(p.kv_dtype == KvDtype::bf16, "sparse_attention: fp8 K/V tiles are not built in this kernel");
 }
 
 template <class G>
 void launch_main(const SparseAttnParams& p, Stream s) {
   static const cudaError_t err =
       cudaFuncSetAttribute(sparse_attn_sm90_kernel<G>, cudaFuncAttributeMaxDynamicSharedMemorySize, G::kSmemBytes);
-  LC_CUDA_CHECK(err, "sparse_attn_sm90_kernel<d=%d,stages=%d>: raising dynamic shared memory to %d bytes", G::kD,
-                G::kStages, G::kSmemBytes);
+  LC_CUDA_CHECK(err, "sparse_attn_sm90_kernel<d=%d,stages=%d,fp8=%d>: raising dynamic shared memory to %d bytes",
+                G::kD, G::kStages, int(G::kFp8), G::kSmemBytes);
   MainArgs a{};
   static_cast<SparseKernelArgs&>(a) = sparse_kernel_args(p);
   const CUtensorMap tq = make_map(p.q, p.n_q, p.n_head, kBQ, "sparse_attention: q", G::kD);
-  const CUtensorMap tk = make_map(p.k, p.n_kv, p.n_kv_head, kBK, "sparse_attention: k", G::kD);
-  const CUtensorMap tv = make_map(p.v, p.n_kv, p.n_kv_head, kBK, "sparse_attention: v", G::kD);
-  const CUtensorMap tk16 = make_map(p.k, p.n_kv, p.n_kv_head, kSeg, "sparse_attention: k (segments)", G::kD);
-  const CUtensorMap tv16 = make_map(p.v, p.n_kv, p.n_kv_head, kSeg, "sparse_attention: v (segments)", G::kD);
+  auto kv_map = G::kFp8 ? make_map_e4m3 : make_map;
+  const CUtensorMap tk = kv_map(p.k, p.n_kv, p.n_kv_head, kBK, "sparse_attention: k", G::kD);
+  const CUtensorMap tv = kv_map(p.v, p.n_kv, p.n_kv_head, kBK, "sparse_attention: v", G::kD);
+  const CUtensorMap tk16 = kv_map(p.k, p.n_kv, p.n_kv_head, kSeg, "sparse_attention: k (segments)", G::kD);
+  const CUtensorMap tv16 = kv_map(p.v, p.n_kv, p.n_kv_head, kSeg, "sparse_attention: v (segments)", G::kD);
+  a.v_scale = 1.f;
+  if (G::kFp8) {  // S = Q (code k_scale): k_scale joins the softmax scale (and so the LSE)
+    a.scale_log2 *= p.k_scale;
+    a.v_scale = p.v_scale;
+  }
   a.order_chunk = kOrderChunk;
   a.tail_gather_max = p.tail_gather_max;
   const int64_t n_cta = int64_t((p.n_head + G::kWgs - 1) / G::kWgs) * p.index.n_qblk;
@@ -620,8 +853,8 @@ void launch_main(const SparseAttnParams& p, Stream s) {
   const dim3 grid{unsigned(n_cta)};
   sparse_attn_sm90_kernel<G><<<grid, G::kThreads, G::kSmemBytes, static_cast<cudaStream_t>(s)>>>(tq, tk, tv, tk16,
                                                                                                  tv16, a);
-  LC_LAUNCH_CHECK("sparse_attn_sm90_kernel<d=%d,stages=%d> n_q=%lld n_kv=%lld q_pos0=%lld heads=%d/%d grid=%d", G::kD,
-                  G::kStages, (long long)p.n_q, (long long)p.n_kv, (long long)p.q_pos0, p.n_head, p.n_kv_head, grid.x);
+  LC_LAUNCH_CHECK("sparse_attn_sm90_kernel<d=%d,stages=%d,fp8=%d> n_q=%lld n_kv=%lld q_pos0=%lld heads=%d/%d grid=%d",
+                  G::kD, G::kStages, int(G::kFp8), (long long)p.n_q, (long long)p.n_kv, (long long)p.q_pos0, p.n_head, p.n_kv_head, grid.x);
 }
 
 }  // namespace
@@ -635,6 +868,10 @@ void sparse_attention_plan(const SparseAttnParams& p, Stream s) {
 
 void sparse_attention_run(const SparseAttnParams& p, Stream s) {
   check_params(p);
+  if (p.kv_dtype == KvDtype::fp8_e4m3) {
+    if (p.head_dim == 128) return launch_main<SparseGeo<128, kStagesD128, true>>(p, s);
+    return launch_main<SparseGeo<256, 3, true>>(p, s);
+  }
   if (p.head_dim == 128) return launch_main<SparseGeo<128, kStagesD128>>(p, s);
   if (stages_of(p) == 2) return launch_main<SparseGeo<256, 2>>(p, s);
   launch_main<SparseGeo<256, 3>>(p, s);
