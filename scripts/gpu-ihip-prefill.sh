@@ -10,6 +10,10 @@
 #   2. serial (timed): bench base / ours at --prefix 131072,524288,1048576 --chunk 32768,
 #      torch_baseline.py --chunk 32768 --chunk-lens 163840,557056,1081344 (the same prefix + chunk
 #      key counts), then base / ours again at 1M only (the first steps cut by the deadline)
+# MODE=profile instead (a first look at a kernel change): base / ours at 1M, the prefill tests,
+# then ncu (scheduler, warp states, source counters, occupancy) on one launch of the stage-1 score
+# kernel at 1M of each build (the first score launch: the warm-up's stage 1), reports and their
+# text in the archive.
 # Build here (no GPU needed), then pack (BASE_BENCH: longctx_bench_infinitehip built from main):
 #   ninja -C build-gpu -j2 test_ihip_gpu test_ihip_gpu_method longctx_bench_infinitehip
 #   scripts/gpu-ihip-prefill.sh --pack build-gpu BASE_BENCH /work/main/.carry/ihip-prefill3
@@ -43,6 +47,28 @@ STEP_BUDGET_S=$DEADLINE_S STEP_T0=$T0 STEP_MIN_S=3
 gtest_summary() {
   grep -E "Failure|Expected|Which is|^\[  (PASSED|FAILED|SKIPPED)|tests ran|^\[ihip" "$OUT/$1.log" | head -20
 }
+
+if [ "${MODE:-full}" = profile ]; then
+  bench_line() { grep "^prefill" "$OUT/$1.log"; }
+  step bench_base_1m 30 "$B/bench_base" --lens "" --prefix 1048576 --chunk 32768 --json "$OUT/bench_base_1m.json"
+  bench_line bench_base_1m
+  step bench_ours_1m 30 "$B/longctx_bench_infinitehip" --lens "" --prefix 1048576 --chunk 32768 \
+    --json "$OUT/bench_ours_1m.json"; bench_line bench_ours_1m
+  step test_ihip_gpu 70 "$B/test_ihip_gpu" --gtest_filter='IhipGpuPrefill.*'; gtest_summary test_ihip_gpu
+  for who in ours base; do
+    bin=$B/longctx_bench_infinitehip; [ $who = base ] && bin=$B/bench_base
+    step ncu_$who 50 ncu --clock-control none --kernel-name regex:score_kernel --launch-count 1 \
+      --section SchedulerStats --section WarpStateStats --section SourceCounters --section Occupancy \
+      --section LaunchStats -o "$OUT/ncu_$who" "$bin" --lens "" --prefix 1048576 --chunk 32768
+    timeout 20 ncu --import "$OUT/ncu_$who.ncu-rep" --page details > "$OUT/ncu_$who.txt" 2>&1
+    grep -E "Duration|Registers|Achieved Occupancy|Issued Warp|No Eligible|Warp Cycles Per Issued|Stall" \
+      "$OUT/ncu_$who.txt" | head -30
+  done
+  echo "total $(( $(date +%s) - T0 ))s" | tee -a "$OUT/summary.txt"
+  tar -C "$OUT" -czf /tmp/ihip-prefill-results.tar.gz . && find "$OUT" -type f ! -name summary.txt -delete &&
+    mv /tmp/ihip-prefill-results.tar.gz "$OUT/"
+  exit 0
+fi
 
 # Phase 1: correctness, in parallel.
 step test_ihip_gpu 100 "$B/test_ihip_gpu" --gtest_filter='IhipGpuPrefill.*' &
