@@ -223,17 +223,22 @@ __device__ inline void mma_pass(const QueryFrags<D>& f, const __nv_bfloat16* kb,
 #pragma unroll 1
   for (int j0 = 0; j0 < kSlots / 8; j0 += kTiles) {
     float acc[kTiles][2][4] = {};
+    // Issue order: the 4 accumulators' mmas of a k-step one after another, so each mma's
+    // dependent successor is 4 issues away (the mma asm is volatile: this is the order the SM sees;
+    // back to back, every second mma stalled on its accumulator). Each accumulator still sums its
+    // k-steps in order, so the scores are unchanged.
 #pragma unroll
     for (int p = 0; p < D / 32; ++p) {
+      uint4 b[kTiles];
 #pragma unroll
-      for (int j = 0; j < kTiles; ++j) {
-        const uint4 b = *reinterpret_cast<const uint4*>(kb + swz<D>(8 * (j0 + j) + g, 4 * p + t));
+      for (int j = 0; j < kTiles; ++j) b[j] = *reinterpret_cast<const uint4*>(kb + swz<D>(8 * (j0 + j) + g, 4 * p + t));
 #pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
-          mma::mma_bf16_16816(acc[j][mt], f.a[mt][p][0], b.x, b.y);
-          mma::mma_bf16_16816(acc[j][mt], f.a[mt][p][1], b.z, b.w);
-        }
-      }
+      for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+        for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt)
+            mma::mma_bf16_16816(acc[j][mt], f.a[mt][p][kk], kk ? b[j].z : b[j].x, kk ? b[j].w : b[j].y);
     }
     // C: acc[j][mt][0..1] = (query 32w + 16mt + g, probes 8(j0 + j) + 2t, + 1), [2..3] = row + 8.
 #pragma unroll
@@ -623,7 +628,8 @@ __global__ void __launch_bounds__(kThreads, Shape<D>::kMmaCtasPerSm) score_kerne
         left = c.at(first + l);
       }
     }
-    const int row = lane / (32 / (2 * kOwned)), part = lane % (32 / (2 * kOwned));  // 8 rows, 4 lanes each
+    constexpr int kRowLanes = 32 / (2 * kOwned);  // 8 rows, 4 lanes each
+    const int row = lane / kRowLanes, part = lane % kRowLanes;
     const int32_t key_l = __shfl_sync(0xffffffffu, left, row % kOwned);
     const int32_t key_r = __shfl_sync(0xffffffffu, right, row % kOwned);
     const int32_t key = row < kOwned ? key_l : key_r;
@@ -631,8 +637,8 @@ __global__ void __launch_bounds__(kThreads, Shape<D>::kMmaCtasPerSm) score_kerne
     const __nv_bfloat16* src = kp + (int64_t(key < 0 ? 0 : key) * p.n_kv_head + g) * D;
     __nv_bfloat16* dst = kb + x * kSlots * D;
 #pragma unroll
-    for (int u = 0; u < kPerLane; ++u) {
-      const int ch = kPerLane * part + u;
+    for (int u = 0; u < kPerLane; ++u) {  // a row's 4 lanes copy 64 consecutive bytes at a time
+      const int ch = kRowLanes * u + part;
       mma::cp_async16(mma::smem_u32(dst + swz<D>(slot, ch)), src + 8 * ch, key < 0 ? 0 : 16);
     }
     mma::cp_async_commit();
