@@ -10,7 +10,8 @@
 #      (not the 640-pair group loop: its kernels are the pipeline test's, which memcheck runs)
 #   2. serial (timed): bench base / ours at --prefix 131072,524288,1048576 --chunk 32768,
 #      torch_baseline.py --chunk 32768 --chunk-lens 163840,557056,1081344 (the same prefix + chunk
-#      key counts), then base / ours again at 1M only (the first steps cut by the deadline)
+#      key counts), then base / ours again at 1M only (the first steps cut by the deadline), then
+#      ncu on ours' stage-1 score launch at 1M if time is left
 # MODE=profile instead (a first look at a kernel change): base / ours at 1M, the prefill tests,
 # then ncu (scheduler, warp states, source counters, occupancy) on one launch of the stage-1 score
 # kernel at 1M of each build (the first score launch: the warm-up's stage 1), reports and their
@@ -49,6 +50,18 @@ gtest_summary() {
   grep -E "Failure|Expected|Which is|^\[  (PASSED|FAILED|SKIPPED)|tests ran|^\[ihip" "$OUT/$1.log" | head -20
 }
 
+# ncu_stage1 WHO LIMIT: hardware counters of one stage-1 score launch at 1M (ours or base).
+ncu_stage1() {
+  local bin=$B/longctx_bench_infinitehip; [ "$1" = base ] && bin=$B/bench_base
+  if [ $(( DEADLINE_S - ($(date +%s) - T0) )) -lt 30 ]; then echo "== ncu_$1 not run (under 30 s left)"; return; fi
+  step "ncu_$1" "$2" ncu --clock-control none --kernel-name regex:score_kernel --launch-count 1 \
+    --section SchedulerStats --section WarpStateStats --section SourceCounters --section Occupancy \
+    --section LaunchStats -o "$OUT/ncu_$1" "$bin" --lens "" --prefix 1048576 --chunk 32768 || return
+  timeout 20 ncu --import "$OUT/ncu_$1.ncu-rep" --page details > "$OUT/ncu_$1.txt" 2>&1
+  grep -E "Registers Per|Achieved Occupancy|Issued Warp|No Eligible|Warp Cycles Per Issued|cycles being" \
+    "$OUT/ncu_$1.txt" | head -12
+}
+
 if [ "${MODE:-full}" = profile ]; then
   bench_line() { grep "^prefill" "$OUT/$1.log"; }
   step bench_base_1m 30 "$B/bench_base" --lens "" --prefix 1048576 --chunk 32768 --json "$OUT/bench_base_1m.json"
@@ -56,15 +69,7 @@ if [ "${MODE:-full}" = profile ]; then
   step bench_ours_1m 30 "$B/longctx_bench_infinitehip" --lens "" --prefix 1048576 --chunk 32768 \
     --json "$OUT/bench_ours_1m.json"; bench_line bench_ours_1m
   step test_ihip_gpu 70 "$B/test_ihip_gpu" --gtest_filter='IhipGpuPrefill.*'; gtest_summary test_ihip_gpu
-  for who in ours base; do
-    bin=$B/longctx_bench_infinitehip; [ $who = base ] && bin=$B/bench_base
-    step ncu_$who 50 ncu --clock-control none --kernel-name regex:score_kernel --launch-count 1 \
-      --section SchedulerStats --section WarpStateStats --section SourceCounters --section Occupancy \
-      --section LaunchStats -o "$OUT/ncu_$who" "$bin" --lens "" --prefix 1048576 --chunk 32768
-    timeout 20 ncu --import "$OUT/ncu_$who.ncu-rep" --page details > "$OUT/ncu_$who.txt" 2>&1
-    grep -E "Duration|Registers|Achieved Occupancy|Issued Warp|No Eligible|Warp Cycles Per Issued|Stall" \
-      "$OUT/ncu_$who.txt" | head -30
-  done
+  ncu_stage1 ours 50; ncu_stage1 base 50
   echo "total $(( $(date +%s) - T0 ))s" | tee -a "$OUT/summary.txt"
   tar -C "$OUT" -czf /tmp/ihip-prefill-results.tar.gz . && find "$OUT" -type f ! -name summary.txt -delete &&
     mv /tmp/ihip-prefill-results.tar.gz "$OUT/"
@@ -92,6 +97,7 @@ step bench_base_2 25 "$B/bench_base" --lens "" --prefix 1048576 --chunk 32768 --
 bench_line bench_base_2
 step bench_ours_2 25 "$B/longctx_bench_infinitehip" --lens "" --prefix 1048576 --chunk 32768 \
   --json "$OUT/bench_ours_2.json"; bench_line bench_ours_2
+ncu_stage1 ours 40  # what limits the stage-1 kernel now (skipped when the deadline is near)
 echo "total $(( $(date +%s) - T0 ))s" | tee -a "$OUT/summary.txt"
 # One archive: the device call returns a limited number of files.
 tar -C "$OUT" -czf /tmp/ihip-prefill-results.tar.gz . && find "$OUT" -type f ! -name summary.txt -delete &&
