@@ -7,9 +7,15 @@
 # Phases (each step's rc and seconds in $OUT/summary.txt; logs and JSON in $OUT/results.tar.gz):
 #   1. in parallel (CPU-bound oracles, no timing): test_ihip_gpu IhipGpuPrefill.*,
 #      test_ihip_gpu_method, compute-sanitizer memcheck on the tensor-core and small prefill cases
+#      (not the 640-pair group loop: its kernels are the pipeline test's, which memcheck runs)
 #   2. serial (timed): bench base / ours at --prefix 131072,524288,1048576 --chunk 32768,
 #      torch_baseline.py --chunk 32768 --chunk-lens 163840,557056,1081344 (the same prefix + chunk
-#      key counts), then base / ours again at 1M only (the first steps cut by the deadline)
+#      key counts), then base / ours again at 1M only (the first steps cut by the deadline), then
+#      ncu on ours' stage-1 score launch at 1M if time is left
+# MODE=profile instead (a first look at a kernel change): base / ours at 1M, the prefill tests,
+# then ncu (scheduler, warp states, source counters, occupancy) on one launch of the stage-1 score
+# kernel at 1M of each build (the first score launch: the warm-up's stage 1), reports and their
+# text in the archive.
 # Build here (no GPU needed), then pack (BASE_BENCH: longctx_bench_infinitehip built from main):
 #   ninja -C build-gpu -j2 test_ihip_gpu test_ihip_gpu_method longctx_bench_infinitehip
 #   scripts/gpu-ihip-prefill.sh --pack build-gpu BASE_BENCH /work/main/.carry/ihip-prefill3
@@ -44,11 +50,37 @@ gtest_summary() {
   grep -E "Failure|Expected|Which is|^\[  (PASSED|FAILED|SKIPPED)|tests ran|^\[ihip" "$OUT/$1.log" | head -20
 }
 
+# ncu_stage1 WHO LIMIT: hardware counters of one stage-1 score launch at 1M (ours or base).
+ncu_stage1() {
+  local bin=$B/longctx_bench_infinitehip; [ "$1" = base ] && bin=$B/bench_base
+  if [ $(( DEADLINE_S - ($(date +%s) - T0) )) -lt 30 ]; then echo "== ncu_$1 not run (under 30 s left)"; return; fi
+  step "ncu_$1" "$2" ncu --clock-control none --kernel-name regex:score_kernel --launch-count 1 \
+    --section SchedulerStats --section WarpStateStats --section SourceCounters --section Occupancy \
+    --section LaunchStats -o "$OUT/ncu_$1" "$bin" --lens "" --prefix 1048576 --chunk 32768 || return
+  timeout 20 ncu --import "$OUT/ncu_$1.ncu-rep" --page details > "$OUT/ncu_$1.txt" 2>&1
+  grep -E "Registers Per|Achieved Occupancy|Issued Warp|No Eligible|Warp Cycles Per Issued|cycles being" \
+    "$OUT/ncu_$1.txt" | head -12
+}
+
+if [ "${MODE:-full}" = profile ]; then
+  bench_line() { grep "^prefill" "$OUT/$1.log"; }
+  step bench_base_1m 30 "$B/bench_base" --lens "" --prefix 1048576 --chunk 32768 --json "$OUT/bench_base_1m.json"
+  bench_line bench_base_1m
+  step bench_ours_1m 30 "$B/longctx_bench_infinitehip" --lens "" --prefix 1048576 --chunk 32768 \
+    --json "$OUT/bench_ours_1m.json"; bench_line bench_ours_1m
+  step test_ihip_gpu 70 "$B/test_ihip_gpu" --gtest_filter='IhipGpuPrefill.*'; gtest_summary test_ihip_gpu
+  ncu_stage1 ours 50; ncu_stage1 base 50
+  echo "total $(( $(date +%s) - T0 ))s" | tee -a "$OUT/summary.txt"
+  tar -C "$OUT" -czf /tmp/ihip-prefill-results.tar.gz . && find "$OUT" -type f ! -name summary.txt -delete &&
+    mv /tmp/ihip-prefill-results.tar.gz "$OUT/"
+  exit 0
+fi
+
 # Phase 1: correctness, in parallel.
 step test_ihip_gpu 100 "$B/test_ihip_gpu" --gtest_filter='IhipGpuPrefill.*' &
 step test_ihip_gpu_method 60 "$B/test_ihip_gpu_method" &
 step memcheck 100 compute-sanitizer --tool memcheck --error-exitcode 99 "$B/test_ihip_gpu" \
-  --gtest_filter='IhipGpuPrefill.TensorCore*:IhipGpuPrefill.Llama3Heads*:IhipGpuPrefill.ChunkAtTheStart*' &
+  --gtest_filter='IhipGpuPrefill.TensorCore*:IhipGpuPrefill.Llama3Heads*:IhipGpuPrefill.ChunkAtTheStart*-*CtasLoopOverChunkGroups' &
 wait
 gtest_summary test_ihip_gpu; gtest_summary test_ihip_gpu_method; tail -3 "$OUT/memcheck.log"
 
@@ -65,6 +97,7 @@ step bench_base_2 25 "$B/bench_base" --lens "" --prefix 1048576 --chunk 32768 --
 bench_line bench_base_2
 step bench_ours_2 25 "$B/longctx_bench_infinitehip" --lens "" --prefix 1048576 --chunk 32768 \
   --json "$OUT/bench_ours_2.json"; bench_line bench_ours_2
+ncu_stage1 ours 40  # what limits the stage-1 kernel now (skipped when the deadline is near)
 echo "total $(( $(date +%s) - T0 ))s" | tee -a "$OUT/summary.txt"
 # One archive: the device call returns a limited number of files.
 tar -C "$OUT" -czf /tmp/ihip-prefill-results.tar.gz . && find "$OUT" -type f ! -name summary.txt -delete &&

@@ -893,5 +893,16 @@ TEST(IhipGpuPrefill, TensorCoreRopeShortChunksAndOneEntryChunk) {
   check_mma_near_ties({4, 1, 128, 64, 1537, {16, 128}, 1});  // q_last 1600: 1600 - 1024 + 1 - 256 = 321
 }
 
+// The pipelined RoPE-none scorer's lane bookkeeping: 640 (block, KV head) pairs, one CTA each,
+// walking 3 to 8 chunk groups in two lanes (odd counts leave one lane stepping alone at the end),
+// every block's last chunk one entry long (q_pos0 2401: 1185 + 64 b candidates, 1 mod 16), so
+// the group holding it takes the extra representative step while the other lane bisects; and
+// one group only (the second lane idle from the start) with a one-entry chunk at head_dim 128.
+TEST(IhipGpuPrefill, TensorCorePipelineLanesAndOneEntryChunks) {
+  LC_REQUIRE_GPU();
+  check_mma_near_ties({16, 16, 64, 64 * 40, 2401, {16, 512}});
+  check_mma_near_ties({4, 1, 128, 64, 1537, {16, 128}});  // 321 candidates: 21 chunks, the last one entry
+}
+
 }  // namespace
 }  // namespace longctx::cuda

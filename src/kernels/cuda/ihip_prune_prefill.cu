@@ -49,6 +49,8 @@ struct Shape {
   // while one CTA waits for its gather another computes.
   static constexpr int kMmaCtasPerSm = D == 64 ? 3 : D == 128 ? 2 : 1;
   static constexpr size_t kMmaSmem = size_t(kMmaSlots) * D * 2 + size_t(kWarps) * kMmaSlots * 4;
+  // The pipelined tensor-core scorer (RoPE none): two lanes' probe keys, then the per-warp maxima.
+  static constexpr size_t kPipeSmem = 2 * size_t(kMmaSlots) * D * 2 + size_t(kWarps) * kMmaSlots * 4;
 };
 // std::max's choice (ihip_select_rep's running max): b when a < b, else a (signed zeros as the CPU).
 __device__ inline float max_as_std(float a, float b) { return a < b ? b : a; }
@@ -221,17 +223,22 @@ __device__ inline void mma_pass(const QueryFrags<D>& f, const __nv_bfloat16* kb,
 #pragma unroll 1
   for (int j0 = 0; j0 < kSlots / 8; j0 += kTiles) {
     float acc[kTiles][2][4] = {};
+    // Issue order: the 4 accumulators' mmas of a k-step one after another, so each mma's
+    // dependent successor comes 4 issues later (the mma asm is volatile, so this order stands;
+    // with an accumulator's two k-steps back to back ncu counted 4.9 of 10.6 cycles an instruction
+    // as fixed-latency stalls). Each accumulator still sums its k-steps in order: scores unchanged.
 #pragma unroll
     for (int p = 0; p < D / 32; ++p) {
+      uint4 b[kTiles];
 #pragma unroll
-      for (int j = 0; j < kTiles; ++j) {
-        const uint4 b = *reinterpret_cast<const uint4*>(kb + swz<D>(8 * (j0 + j) + g, 4 * p + t));
+      for (int j = 0; j < kTiles; ++j) b[j] = *reinterpret_cast<const uint4*>(kb + swz<D>(8 * (j0 + j) + g, 4 * p + t));
 #pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
-          mma::mma_bf16_16816(acc[j][mt], f.a[mt][p][0], b.x, b.y);
-          mma::mma_bf16_16816(acc[j][mt], f.a[mt][p][1], b.z, b.w);
-        }
-      }
+      for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+        for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt)
+            mma::mma_bf16_16816(acc[j][mt], f.a[mt][p][kk], kk ? b[j].z : b[j].x, kk ? b[j].w : b[j].y);
     }
     // C: acc[j][mt][0..1] = (query 32w + 16mt + g, probes 8(j0 + j) + 2t, + 1), [2..3] = row + 8.
 #pragma unroll
@@ -543,6 +550,191 @@ __global__ void __launch_bounds__(kThreads, kMma ? Shape<D>::kMmaCtasPerSm : 1) 
   }
 }
 
+// The tensor-core scorer without RoPE, pipelined: the CTA walks its chunk groups in two lanes
+// (groups 0, 2, 4, .. and 1, 3, 5, ..), alternating one bisection step of each, so one lane's
+// probe keys travel (cp.async into its own key buffer) while the other lane's probes are scored.
+// Warp w owns chunks 4w .. 4w + 3 of each lane's group (probe slots 4w + k left, kMmaChunks + 4w
+// + k right): after a step's mma it reduces its 8 slots over the warps, moves its chunks'
+// bisection (lane k < 4 of the warp holds chunk 4w + k) and issues their next probes' copies, with
+// no barrier between; a step costs 2 barriers (keys landed, maxima written). The probes, their
+// order and the mma operands are score_kernel<D, true>'s with RoPE none, and a probe's maximum is
+// over the same values, so the scores are equal.
+template <int D>
+__global__ void __launch_bounds__(kThreads, Shape<D>::kMmaCtasPerSm) score_kernel_pipelined(IhipPrefillGpuParams p,
+                                                                                           IhipPrefillStage st) {
+  constexpr int kSlots = kMmaSlots, kChunks = kMmaChunks;
+  constexpr int kOwned = kChunks / kWarps;  // chunks a warp owns (4): 2 probe slots each
+  constexpr int kRowChunks = D / 8;         // 16-byte chunks of a key row
+  constexpr int kPerLane = kRowChunks * 2 * kOwned / 32;  // a warp's copies per lane (4 at D = 128)
+  static_assert(kOwned == 4 && 2 * kOwned * kRowChunks % 32 == 0, "a warp owns 4 chunks, 8 probe rows");
+  extern __shared__ __align__(16) float smem[];
+  auto* kb = reinterpret_cast<__nv_bfloat16*>(smem);  // [2 lanes][kSlots][D] swizzled probe keys
+  float* red = reinterpret_cast<float*>(kb + 2 * kSlots * D);  // [kWarps][kSlots] per-warp maxima
+  __shared__ int lo[2][kChunks], hi[2][kChunks];  // each entry read and written by its owner lane only
+  __shared__ float path_best[2][kChunks];
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = blockIdx.y;
+  const int64_t b = blockIdx.z;
+  const Block blk = block_of(p, b);
+  const Cands c = block_cands(p, st, b, blk);
+  const int64_t n_chunk = (c.n + st.l_c - 1) / st.l_c, keep = st.k / st.l_c;
+  if (n_chunk > st.max_chunks) __trap();  // the host bound is broken: never write past the workspace
+  if (n_chunk <= keep || int64_t(blockIdx.x) * kChunks >= n_chunk) return;
+  const int n_qs = p.n_head / p.n_kv_head * int(blk.rows);
+  const auto* kp = static_cast<const __nv_bfloat16*>(p.k);
+  QueryFrags<D> qf;
+  load_query_frags<D>(p, g, p.n_head / p.n_kv_head, blk, n_qs, n_chunk, qf);
+  int n_iter = 0;
+  while ((1 << n_iter) < st.l_c) ++n_iter;
+  // Chunk j's entry count (the last chunk may be shorter).
+  auto chunk_len = [&](int64_t j) {
+    const int64_t rest = c.n - j * st.l_c;
+    return int(rest < st.l_c ? rest : st.l_c);
+  };
+  // The group's steps: n_iter bisection steps, then one probe of the representative where a chunk
+  // has one entry (ihip_select_rep scores a one-entry chunk by its only key).
+  auto n_steps = [&](int64_t j0) {
+    const bool one_entry = st.l_c == 1 || (j0 + kChunks >= n_chunk && chunk_len(n_chunk - 1) == 1);
+    return n_iter + (one_entry ? 1 : 0);
+  };
+  const int own = kOwned * warp + lane % kOwned;  // the chunk of lane lane % 4's state
+  auto prefetch_key = [&](int32_t key) {  // warms L2 with a key row a later step may probe
+    const char* a = reinterpret_cast<const char*>(kp + (int64_t(key) * p.n_kv_head + g) * D);
+#pragma unroll
+    for (int o = 0; o < 2 * D; o += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(a + o));
+  };
+  auto prefetch_half = [&](int64_t first, int a, int a_end) {  // the two keys a step keeping [a, a_end) probes
+    if (a_end - a <= 1) return;
+    const int m = a + (a_end - a) / 2;
+    prefetch_key(c.at(first + a + (m - a) / 2));
+    prefetch_key(c.at(first + m + (a_end - m) / 2));
+  };
+  // Warp-wide: the probes of step it of lane x's group j0 for the warp's chunks, copied into the
+  // lane's key buffer (an unused slot zero-filled), as one cp.async group.
+  auto issue = [&](int x, int64_t j0, int it) {
+    int32_t left = -1, right = -1;
+    if (lane < kOwned) {
+      const int64_t j = j0 + own, first = j * st.l_c;
+      const int l = lo[x][own], h = hi[x][own];
+      if (it < n_iter) {  // slot left: the middle of the left half, right: of the right half
+        if (j < n_chunk && h - l > 1) {
+          const int mid = l + (h - l) / 2;
+          left = c.at(first + l + (mid - l) / 2);
+          right = c.at(first + mid + (h - mid) / 2);
+          if (it + 1 < n_iter) {
+            prefetch_half(first, l, mid);
+            prefetch_half(first, mid, h);
+          }
+        }
+      } else if (j < n_chunk && chunk_len(j) == 1) {
+        left = c.at(first + l);
+      }
+    }
+    constexpr int kRowLanes = 32 / (2 * kOwned);  // 8 rows, 4 lanes each
+    const int row = lane / kRowLanes, part = lane % kRowLanes;
+    const int32_t key_l = __shfl_sync(0xffffffffu, left, row % kOwned);
+    const int32_t key_r = __shfl_sync(0xffffffffu, right, row % kOwned);
+    const int32_t key = row < kOwned ? key_l : key_r;
+    const int slot = (row < kOwned ? 0 : kChunks) + kOwned * warp + row % kOwned;
+    const __nv_bfloat16* src = kp + (int64_t(key < 0 ? 0 : key) * p.n_kv_head + g) * D;
+    __nv_bfloat16* dst = kb + x * kSlots * D;
+#pragma unroll
+    for (int u = 0; u < kPerLane; ++u) {  // a row's 4 lanes copy 64 consecutive bytes at a time
+      const int ch = kRowLanes * u + part;
+      mma::cp_async16(mma::smem_u32(dst + swz<D>(slot, ch)), src + 8 * ch, key < 0 ? 0 : 16);
+    }
+    mma::cp_async_commit();
+  };
+  auto init_group = [&](int x, int64_t j0) {
+    if (lane < kOwned) {
+      const int64_t j = j0 + own;
+      lo[x][own] = 0;
+      hi[x][own] = j < n_chunk ? chunk_len(j) : 0;
+      path_best[x][own] = -INFINITY;
+    }
+    __syncwarp();
+  };
+  // Warp-wide, after step it's maxima are in red: slot 4w + k's and kChunks + 4w + k's maxima over
+  // the warps reach lane k, which moves chunk 4w + k as ihip_select_rep does.
+  auto finish = [&](int x, int64_t j0, int it) {
+    const int s = lane % (2 * kOwned), slot = (s < kOwned ? 0 : kChunks) + kOwned * warp + s % kOwned;
+    float m = -INFINITY;  // red holds no NaN
+    for (int w = lane / (2 * kOwned); w < kWarps; w += 32 / (2 * kOwned))
+      if (red[w * kSlots + slot] > m) m = red[w * kSlots + slot];
+#pragma unroll
+    for (int off = 2 * kOwned; off < 32; off *= 2) {
+      const float o = __shfl_xor_sync(0xffffffffu, m, off);
+      if (o > m) m = o;
+    }
+    const float right = __shfl_down_sync(0xffffffffu, m, kOwned), left = m;
+    if (lane < kOwned) {
+      const int64_t j = j0 + own;
+      const int l = lo[x][own], h = hi[x][own];
+      if (it < n_iter) {
+        if (j < n_chunk && h - l > 1) {
+          const int mid = l + (h - l) / 2;
+          if (left > right)
+            hi[x][own] = mid;
+          else
+            lo[x][own] = mid;  // ties go right
+          path_best[x][own] = max_as_std(path_best[x][own], max_as_std(left, right));
+        }
+      } else if (j < n_chunk && chunk_len(j) == 1) {
+        path_best[x][own] = max_as_std(path_best[x][own], left);
+      }
+    }
+    __syncwarp();
+  };
+
+  // Every thread follows both lanes' (group j, step it) alike, so the loop's branches are uniform:
+  // the lane to step now (x) and the other (y), swapped after every step (registers, no indexing).
+  struct LaneState {
+    int x;       // the lane: its key buffer and chunk states
+    int64_t j;   // its group's first chunk (>= n_chunk: no group left)
+    int it;      // its step in the group
+  };
+  const int64_t stride = 2 * int64_t(gridDim.x) * kChunks;
+  LaneState now{0, int64_t(blockIdx.x) * kChunks, 0}, other{1, (int64_t(blockIdx.x) + gridDim.x) * kChunks, 0};
+  init_group(0, now.j);
+  issue(0, now.j, 0);
+  if (other.j < n_chunk) {
+    init_group(1, other.j);
+    issue(1, other.j, 0);
+  } else {
+    mma::cp_async_commit();  // an empty group: each lane's copies stay one group apart
+  }
+  bool other_issued_last = true;  // the other lane's copies are the newest committed group
+  while (now.j < n_chunk || other.j < n_chunk) {
+    if (now.j >= n_chunk) {  // this lane is done: the other steps alone
+      const LaneState t = now;
+      now = other, other = t;
+      other_issued_last = false;
+      continue;
+    }
+    if (other_issued_last)
+      mma::cp_async_wait<1>();  // the other lane's newer copies may still travel
+    else
+      mma::cp_async_wait<0>();
+    __syncthreads();  // every warp's copies for this lane landed; red's last readers are done
+    mma_pass<D>(qf, kb + now.x * kSlots * D, n_qs, red);
+    __syncthreads();  // red holds every warp's maxima; this lane's key buffer is free
+    finish(now.x, now.j, now.it);
+    if (++now.it == n_steps(now.j)) {
+      if (lane < kOwned && now.j + own < n_chunk)
+        st.scores[(b * p.n_kv_head + g) * st.max_chunks + now.j + own] = path_best[now.x][own];
+      now.j += stride;
+      now.it = 0;
+      if (now.j < n_chunk) init_group(now.x, now.j);
+    }
+    if (now.j < n_chunk)
+      issue(now.x, now.j, now.it);
+    else
+      mma::cp_async_commit();
+    const LaneState t = now;
+    now = other, other = t;
+    other_issued_last = true;
+  }
+}
+
 __global__ void __launch_bounds__(kSelectThreads) select_kernel(IhipPrefillGpuParams p, IhipPrefillStage st) {
   extern __shared__ __align__(16) char sel_smem[];
   const int64_t b = blockIdx.x;
@@ -589,7 +781,7 @@ __global__ void index_kernel(IhipPrefillIndexParams p) {
   }
 }
 
-size_t g_score_smem[3][2] = {}, g_select_smem = 0;  // score: [head_dim 64, 128, 256][tensor cores]
+size_t g_score_smem[3][3] = {}, g_select_smem = 0;  // score: [head_dim 64, 128, 256][launch_score_prefill's kind]
 constexpr int dim_slot(int D) { return D == 64 ? 0 : D == 128 ? 1 : 2; }
 
 void allow_smem(const void* kernel, size_t bytes, size_t& done, const char* what) {
@@ -632,10 +824,12 @@ template <int D>
 void launch_score_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage& st, cudaStream_t stream) {
   const bool mma = prefill_uses_mma(p);
   const int per_cta = mma ? kMmaChunks : Shape<D>::kChunks;
-  const void* kernel = mma ? reinterpret_cast<const void*>(score_kernel<D, true>)
-                           : reinterpret_cast<const void*>(score_kernel<D, false>);
-  const size_t bytes = mma ? Shape<D>::kMmaSmem : Shape<D>::kScoreSmem;
-  allow_smem(kernel, bytes, g_score_smem[dim_slot(D)][mma], "the prefill queries");
+  const int kind = !mma ? 0 : p.rope_mode == 0 ? 2 : 1;  // FMA, tensor cores with RoPE, pipelined
+  const void* kernel = kind == 2   ? reinterpret_cast<const void*>(score_kernel_pipelined<D>)
+                       : kind == 1 ? reinterpret_cast<const void*>(score_kernel<D, true>)
+                                   : reinterpret_cast<const void*>(score_kernel<D, false>);
+  const size_t bytes = kind == 2 ? Shape<D>::kPipeSmem : kind == 1 ? Shape<D>::kMmaSmem : Shape<D>::kScoreSmem;
+  allow_smem(kernel, bytes, g_score_smem[dim_slot(D)][kind], "the prefill queries");
   // CTAs per (block, KV head): enough for ~4 waves over the SMs, each looping over its share of
   // the chunk groups (the queries are loaded once per CTA).
   static int n_sm = 0;
@@ -647,7 +841,9 @@ void launch_score_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage&
   const int64_t groups = (st.max_chunks + per_cta - 1) / per_cta, pairs = p.n_blk() * p.n_kv_head;
   const int64_t per_pair = std::min<int64_t>(groups, std::max<int64_t>(1, (4 * n_sm + pairs - 1) / pairs));
   const dim3 grid(unsigned(per_pair), unsigned(p.n_kv_head), unsigned(p.n_blk()));
-  if (mma)
+  if (kind == 2)
+    score_kernel_pipelined<D><<<grid, kThreads, bytes, stream>>>(p, st);
+  else if (kind == 1)
     score_kernel<D, true><<<grid, kThreads, bytes, stream>>>(p, st);
   else
     score_kernel<D, false><<<grid, kThreads, bytes, stream>>>(p, st);
