@@ -279,6 +279,24 @@ std::string bench_prefill(int64_t n, const HipEstimateConfig& cfg, const Geometr
   hp.ranges = ranges;
   hp.col_ptr = col_ptr;
   const double estimate = time_ms([&] { hip_estimate_prefill(hp, st); }, 1, 3, static_cast<cudaStream_t>(st));
+#ifdef LONGCTX_HIP_PHASE_CLOCKS
+  {  // one more estimate with the phase clocks (bench-only build): where a CTA's cycles go
+    uint64_t ph[kHipPhaseSlots];
+    stream_sync(st);
+    hip_estimate_phase_clocks(ph);  // clears the timed runs' sums
+    hip_estimate_prefill(hp, st);
+    stream_sync(st);
+    hip_estimate_phase_clocks(ph);
+    const char* names[] = {"prologue", "score", "score_wait", "radix", "compact", "end_wait", "epilogue"};
+    double total = 0;
+    for (int i = 0; i < 7; ++i) total += double(ph[i]);
+    std::fprintf(stderr, "phase clocks n=%lld: %llu CTAs, %.2f iterations a CTA, %.0f cycles a CTA (%.0f an iteration):",
+                 (long long)n, (unsigned long long)ph[8], double(ph[7]) / double(ph[8]), total / double(ph[8]),
+                 (double(ph[1]) + ph[2] + ph[3] + ph[4] + ph[5]) / double(ph[7]));
+    for (int i = 0; i < 7; ++i) std::fprintf(stderr, " %s %.1f%%", names[i], 100.0 * double(ph[i]) / total);
+    std::fprintf(stderr, "\n");
+  }
+#endif
   std::string per_cta;
   for (int64_t cta : opt.ctas) {
     HipPrefillParams hc = hp;

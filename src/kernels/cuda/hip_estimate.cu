@@ -145,6 +145,45 @@ __device__ inline uint32_t rank_key(float score) {
 }
 constexpr uint32_t kEmptyRank = 0xffffffffu;
 
+// Bench-only phase clocks (compile with -DLONGCTX_HIP_PHASE_CLOCKS; never in the engine's build):
+// thread 0 of each prefill CTA splits its lifetime by clock64() into the phases below, summed over
+// the CTAs into g_hip_phase (hip_estimate_phase_clocks reads and clears them). Warp 0's view: a
+// phase includes the cycles the SM spent on other CTAs' warps meanwhile.
+enum HipPhase { kPhProlog, kPhScore, kPhScoreWait, kPhRadix, kPhCompact, kPhEndWait, kPhEpilog, kPhIters, kPhCount };
+#ifdef LONGCTX_HIP_PHASE_CLOCKS
+__device__ unsigned long long g_hip_phase[kPhCount + 1];  // [kPhCount]: CTAs
+#endif
+struct PhaseClock {
+  long long last = 0, t[kPhCount] = {};
+  __device__ void begin() {
+#ifdef LONGCTX_HIP_PHASE_CLOCKS
+    if (threadIdx.x == 0) last = clock64();
+#endif
+  }
+  __device__ void iteration() {
+#ifdef LONGCTX_HIP_PHASE_CLOCKS
+    if (threadIdx.x == 0) ++t[kPhIters];
+#endif
+  }
+  __device__ void flush() {
+#ifdef LONGCTX_HIP_PHASE_CLOCKS
+    if (threadIdx.x == 0) {
+      for (int i = 0; i < kPhCount; ++i) atomicAdd(&g_hip_phase[i], (unsigned long long)t[i]);
+      atomicAdd(&g_hip_phase[kPhCount], 1ull);
+    }
+#endif
+  }
+  __device__ void mark(int phase) {
+#ifdef LONGCTX_HIP_PHASE_CLOCKS
+    if (threadIdx.x == 0) {
+      const long long now = clock64();
+      t[phase] += now - last;
+      last = now;
+    }
+#endif
+  }
+};
+
 // Keeps the m best of the nb branches br ranked by key (ascending, ties by branch index), writes
 // them to s.chunks[0, m) in branch order and their halves (the next iteration's branches: chunk c
 // gives 2c, the first half, empty when c is one block, and 2c + 1; the CPU's list order with the
@@ -157,7 +196,8 @@ constexpr uint32_t kEmptyRank = 0xffffffffu;
 // order. 5-9 barriers (a bitonic sort of 512 keys takes 45).
 // s.hist is zero on entry and on return (each pass's bins are cleared once read).
 template <int kCta>
-__device__ bool keep_best(int64_t m, int nb, const Smem& s, const uint32_t* key, const Branch* br, Branch* next) {
+__device__ bool keep_best(int64_t m, int nb, const Smem& s, const uint32_t* key, const Branch* br, Branch* next,
+                          PhaseClock& pc) {
   constexpr int kWarps = kCta / 32;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int rounds = (nb + kCta - 1) / kCta;
@@ -215,6 +255,7 @@ __device__ bool keep_best(int64_t m, int nb, const Smem& s, const uint32_t* key,
     }
     split_ties = pass == kPasses - 1;  // uniform: some keys equal to T are left out
   }
+  pc.mark(kPhRadix);
   // Keep flags and compaction in branch order: thread t holds branches t + r * kCta (r <
   // rounds); a branch's place among the flagged ones is the flagged count of the warps and rounds
   // before it (per-warp ballot counts in s.cnt) plus its lanes below.
@@ -263,6 +304,7 @@ __device__ bool keep_best(int64_t m, int nb, const Smem& s, const uint32_t* key,
       wide |= b.g > 1;
     }
   }
+  pc.mark(kPhCompact);
   return wide;
 }
 
@@ -471,7 +513,7 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
 // Barriers an iteration: one after the scores (a cluster barrier in decode), the selection's
 // (keep_best), one at the end (which also says whether another iteration is needed).
 template <int kCta, int kItems, int kCluster, bool kMma, int kChunks, class KeyRow>
-__device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem& s, KeyRow key_row) {
+__device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem& s, KeyRow key_row, PhaseClock& pc) {
   constexpr int kGroups = kCta / kLanes;
   const int tid = threadIdx.x, lane = tid % kLanes, d = sh.head_dim;
   int rank = 0;
@@ -500,6 +542,7 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
   // score_mma's specialised case (uniform): 2 sampled keys a branch, 32 sampled queries, no causal
   // mask inside the search region (its keys end before the first sampled query).
   const bool paper = n_ks == 2 && sh.n_qs == kMmaQueries && sh.key_end - 1 <= s.pos[0];
+  pc.mark(kPhProlog);
   for (int iter = 0;; ++iter) {
     // (selects, not indexing: no local-memory copy of s)
     uint32_t* const own = iter & 1 ? s.key[1] : s.key[0];
@@ -590,10 +633,15 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
       }
       flush(cur_slot, cur_best);
     }
+    pc.mark(kPhScore);
     // Every CTA's keys are in place (the cluster barrier orders the remote stores before the reads).
     if constexpr (kCluster > 1) cg::this_cluster().sync();
     else __syncthreads();
-    if (!__syncthreads_or(keep_best<kCta>(m, nb, s, own, brs, next))) break;
+    pc.mark(kPhScoreWait);
+    const bool more = __syncthreads_or(keep_best<kCta>(m, nb, s, own, brs, next, pc));
+    pc.mark(kPhEndWait);
+    pc.iteration();
+    if (!more) break;
   }
   return int(m);
 }
@@ -651,6 +699,8 @@ __device__ void load_q(const Smem& s, const __nv_bfloat16* q, int64_t q_row_stri
 template <class Key, bool kMma, int kChunks, int kCta>
 __global__ void __launch_bounds__(kCta, kThreads / kCta) prefill_kernel(HipPrefillParams p) {
   extern __shared__ __align__(16) char smem[];
+  PhaseClock pc;
+  pc.begin();
   const HipEstimateConfig& cfg = p.cfg;
   const int h = blockIdx.y;
   const int64_t b = blockIdx.x, n_qblk = gridDim.x;
@@ -673,7 +723,7 @@ __global__ void __launch_bounds__(kCta, kThreads / kCta) prefill_kernel(HipPrefi
   const int count = search<kCta, kPrefillItems * 2 / kChunks, 1, kMma, kChunks>(
       cfg, sh, s, [=](int64_t j, bool, int u) {
         return static_cast<const Key*>(keys) + size_t(uint32_t(j) * unit_stride + head_units + uint32_t(u)) * kKeyUnit;
-      });
+      }, pc);
   const int64_t e = int64_t(h) * n_qblk + b, m = cfg.budget_blocks();
   if (p.blocks)
     for (int i = threadIdx.x; i < count; i += kCta) p.blocks[e * m + i] = s.chunks[i].a;
@@ -687,6 +737,8 @@ __global__ void __launch_bounds__(kCta, kThreads / kCta) prefill_kernel(HipPrefi
       if (e == 0) p.range_ptr[0] = p.col_ptr[0] = 0;
     }
   }
+  pc.mark(kPhEpilog);
+  pc.flush();
 }
 
 // Key: the cache's element type, __nv_bfloat16 or __nv_fp8_e4m3 (load_key8 widens the codes).
@@ -726,6 +778,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(HipDecodeParams p) {
     return pool + (row * n_kv_head + hk) * d;
   };
   int count;
+  PhaseClock pc;  // (prefill's bench-only phase clocks; unused here)
   if constexpr (kOffload) {
     const KvOffloadCache& c = p.offload;
     const auto* bank = static_cast<const Key*>(c.bank_k);
@@ -738,11 +791,11 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(HipDecodeParams p) {
       if (slot < 0) return host_row(j) + 8 * u;
       return bank + ((int64_t(slot) * c.line_tokens + t % c.line_tokens) * n_kv_head + hk) * d + 8 * u;
     };
-    count = search<kThreads, kDecodeItems * 2 / kChunks, kCluster, false, kChunks>(cfg, sh, s, key_row);
+    count = search<kThreads, kDecodeItems * 2 / kChunks, kCluster, false, kChunks>(cfg, sh, s, key_row, pc);
     offload_add_stats(c, reads, misses);
   } else {
     count = search<kThreads, kDecodeItems * 2 / kChunks, kCluster, false, kChunks>(
-        cfg, sh, s, [=](int64_t j, bool, int u) { return host_row(j) + 8 * u; });
+        cfg, sh, s, [=](int64_t j, bool, int u) { return host_row(j) + 8 * u; }, pc);
   }
   if (!writer) return;
   const int64_t m = cfg.budget_blocks();
@@ -875,6 +928,15 @@ void hip_estimate_prefill(const HipPrefillParams& p, Stream s) {
   }
   LC_LAUNCH_CHECK("hip_estimate_prefill n_q=%lld n_kv=%lld heads=%d", (long long)p.n_q, (long long)p.n_kv, p.n_head);
 }
+
+#ifdef LONGCTX_HIP_PHASE_CLOCKS
+void hip_estimate_phase_clocks(uint64_t out[kHipPhaseSlots]) {
+  static_assert(kHipPhaseSlots == kPhCount + 1, "hip_estimate.h's phase slots");
+  LC_CUDA_CHECK(cudaMemcpyFromSymbol(out, g_hip_phase, sizeof(uint64_t) * kHipPhaseSlots), "hip phase clocks");
+  const uint64_t zero[kHipPhaseSlots] = {};
+  LC_CUDA_CHECK(cudaMemcpyToSymbol(g_hip_phase, zero, sizeof zero), "hip phase clocks");
+}
+#endif
 
 void hip_estimate_decode(const HipDecodeParams& p, Stream s) {
   check_cfg(p.cfg, p.kv.head_dim);

@@ -89,6 +89,15 @@ struct HipPrefillParams {
 };
 void hip_estimate_prefill(const HipPrefillParams& p, Stream s = nullptr);
 
+#ifdef LONGCTX_HIP_PHASE_CLOCKS
+// Bench-only (a build with -DLONGCTX_HIP_PHASE_CLOCKS, never the engine's): the prefill CTAs'
+// clock64() cycles since the last call, summed over CTAs, by phase: prologue, scoring, wait after
+// it, radix select, compaction, the iteration's last barrier, epilogue; then iterations and CTAs.
+// Clears them. Synchronous.
+constexpr int kHipPhaseSlots = 9;
+void hip_estimate_phase_clocks(uint64_t out[kHipPhaseSlots]);
+#endif
+
 struct HipDecodeParams {
   HipEstimateConfig cfg;
   int refresh = 8;            // r_m
