@@ -338,26 +338,9 @@ constexpr int kPrefillCta = 128;
 // value is a bf16 value: 3 mantissa bits, exponents 2^-9..2^8). The layer's scale is left out:
 // it multiplies every key of the layer, so the scores' order is that of the codes' (the search
 // ranks, it never reports a score); the CPU twin scores the codes (e4m3_to_f32) the same way.
-// kStream (prefill's tensor-core scorer): the load does not allocate in L1 (ld.global.nc
-// .L1::no_allocate). A CTA reads each key row once, so L1 only ever held them to evict what is
-// reused there: the kernel's register spills (ncu at 1M: L1 hit rate 6.5%, so the loop's spill
-// reloads went to L2 and stalled like key loads). The keys are read-only during the launch.
-template <bool kStream = false>
-__device__ __forceinline__ uint4 load_key8(const __nv_bfloat16* p) {
-  if constexpr (kStream) {
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
-  }
-  return *reinterpret_cast<const uint4*>(p);
-}
-template <bool kStream = false>
+__device__ __forceinline__ uint4 load_key8(const __nv_bfloat16* p) { return *reinterpret_cast<const uint4*>(p); }
 __device__ __forceinline__ uint4 load_key8(const __nv_fp8_e4m3* p) {
-  uint2 v;
-  if constexpr (kStream) asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
-  else v = *reinterpret_cast<const uint2*>(p);
+  const uint2 v = *reinterpret_cast<const uint2*>(p);
   uint4 out;
   uint32_t* o = reinterpret_cast<uint32_t*>(&out);
 #pragma unroll
@@ -438,7 +421,7 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
       const auto row = key_row(ok ? kk : 0, ok, t);  // bf16 or e4m3 elements, from element 8t
 #pragma unroll
       for (int p = 0; p < kPairs; ++p)
-        if (32 * p < d) kb[j][p] = load_key8<true>(row + 32 * p);  // (pairs past d are never read)
+        if (32 * p < d) kb[j][p] = load_key8(row + 32 * p);  // (pairs past d are never read)
     }
     float acc[kTiles][2][4] = {};
 #pragma unroll
