@@ -6,7 +6,7 @@
 # WarpStateStats, SourceCounters, LaunchStats, Occupancy, MemoryWorkloadAnalysis; the details page
 # as text, the per-instruction source page as CSV for matching against cuobjdump -sass here).
 # Pack (here): bins.tar.xz in the carry folder C holding longctx_bench_hip and
-# longctx_bench_hip_clocks (stripped), commit.txt, this script and gpu-carry.sh beside it.
+# longctx_bench_hip_clocks (stripped), commit.txt and this script beside it.
 # Run on the device: OUT=... bash .carry/<branch>/gpu-hip-profile.sh (everything in $OUT/results.tgz)
 set -uo pipefail
 FINAL=${OUT:-out}; mkdir -p "$FINAL"; OUT=/tmp/hipprof-out; rm -rf $OUT; mkdir -p $OUT
