@@ -18,7 +18,9 @@
 //     256 the sparse attention also on the generic mma.sync kernel (hip_sparse_attention_generic_ms:
 //     the A/B of the Hopper kernel at 256); --cta 128,256,512 also times the estimate at each
 //     prefill CTA size (HipPrefillParams::cta_threads: same blocks, A/B of the occupancy),
-//     --estimate-only times the estimate alone.
+//     --estimate-only times the estimate alone. Built with -DLONGCTX_HIP_PHASE_CLOCKS
+//     (scripts/gpu-hip-clocks-build.sh: longctx_bench_hip_clocks) it also prints where a prefill
+//     CTA's cycles go (scoring, radix select, compaction, barriers: hip_estimate_phase_clocks).
 // Paper defaults: k = 512, b_q = 64, b_sq = 2, b_k = 2, b_sk = 1, window 256, sinks 16, r_m = 8.
 // Inputs are random (never zeros): estimation cost does not depend on the values.
 // Run: build-gpu/bench/longctx_bench_hip [--lens 131072,1048576] [--prefill 131072] [--geometry 32/8/128,4/1/256]
