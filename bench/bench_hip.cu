@@ -21,6 +21,9 @@
 //     --estimate-only times the estimate alone; --fp8-tiles also times the sparse attention with
 //     fp8 e4m3 K/V tiles (SparseAttnParams::kv_dtype, on e4m3 copies of K and V at amax / 448)
 //     beside the bf16 one, and the total with an fp8 cache (fp8 estimate + fp8-tile attention).
+//     Built with -DLONGCTX_HIP_PHASE_CLOCKS (scripts/gpu-hip-clocks-build.sh:
+//     longctx_bench_hip_clocks) it also prints where a prefill CTA's cycles go (scoring, radix
+//     select, compaction, barriers: hip_estimate_phase_clocks).
 // Paper defaults: k = 512, b_q = 64, b_sq = 2, b_k = 2, b_sk = 1, window 256, sinks 16, r_m = 8.
 // Inputs are random (never zeros): estimation cost does not depend on the values.
 // Run: build-gpu/bench/longctx_bench_hip [--lens 131072,1048576] [--prefill 131072] [--geometry 32/8/128,4/1/256]
@@ -282,6 +285,24 @@ std::string bench_prefill(int64_t n, const HipEstimateConfig& cfg, const Geometr
   hp.ranges = ranges;
   hp.col_ptr = col_ptr;
   const double estimate = time_ms([&] { hip_estimate_prefill(hp, st); }, 1, 3, static_cast<cudaStream_t>(st));
+#ifdef LONGCTX_HIP_PHASE_CLOCKS
+  {  // one more estimate with the phase clocks (bench-only build): where a CTA's cycles go
+    uint64_t ph[kHipPhaseSlots];
+    stream_sync(st);
+    hip_estimate_phase_clocks(ph);  // clears the timed runs' sums
+    hip_estimate_prefill(hp, st);
+    stream_sync(st);
+    hip_estimate_phase_clocks(ph);
+    const char* names[] = {"prologue", "score", "score_wait", "radix", "compact", "end_wait", "epilogue"};
+    double total = 0;
+    for (int i = 0; i < 7; ++i) total += double(ph[i]);
+    std::fprintf(stderr, "phase clocks n=%lld: %llu CTAs, %.2f iterations a CTA, %.0f cycles a CTA (%.0f an iteration):",
+                 (long long)n, (unsigned long long)ph[8], double(ph[7]) / double(ph[8]), total / double(ph[8]),
+                 (double(ph[1]) + ph[2] + ph[3] + ph[4] + ph[5]) / double(ph[7]));
+    for (int i = 0; i < 7; ++i) std::fprintf(stderr, " %s %.1f%%", names[i], 100.0 * double(ph[i]) / total);
+    std::fprintf(stderr, "\n");
+  }
+#endif
   std::string per_cta;
   for (int64_t cta : opt.ctas) {
     HipPrefillParams hc = hp;

@@ -715,6 +715,25 @@ TEST(HipEstimate, ConfigsOutOfReachAreRefusedUpFront) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("32-bit offsets"), std::string::npos) << e.what();
   }
+  // The launch order puts each KV head's query heads side by side (grid x): heads must be groups.
+  p.n_kv = 4096;
+  p.n_head = 6;
+  p.n_kv_head = 4;
+  try {
+    hip_estimate_prefill(p);
+    ADD_FAILURE() << "6 query heads over 4 KV heads accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not groups"), std::string::npos) << e.what();
+  }
+  // Query blocks are the grid's y dimension: at most 65535 blocks of b_q a chunk.
+  p.n_head = 8;
+  p.n_q = 65536 * 64;
+  try {
+    hip_estimate_prefill(p);
+    ADD_FAILURE() << "65536 query blocks accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("prefill chunk"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -38,6 +38,8 @@ constexpr int32_t kOpenEnd = 0x7fffffff;  // a decode window's end: clipped to t
 // Prefill addresses key rows by 32-bit offsets in units of kKeyUnit elements (head_dim is a
 // multiple of 8): up to 2^35 key elements a layer (64 GiB of bf16 keys).
 constexpr int kKeyUnit = 8;
+// Prefill's query blocks are the grid's y dimension (CUDA's limit).
+constexpr int64_t kMaxGridY = 65535;
 
 struct Branch {
   int32_t a, g;  // first key block, blocks
@@ -145,6 +147,45 @@ __device__ inline uint32_t rank_key(float score) {
 }
 constexpr uint32_t kEmptyRank = 0xffffffffu;
 
+// Bench-only phase clocks (compile with -DLONGCTX_HIP_PHASE_CLOCKS; never in the engine's build):
+// thread 0 of each prefill CTA splits its lifetime by clock64() into the phases below, summed over
+// the CTAs into g_hip_phase (hip_estimate_phase_clocks reads and clears them). Warp 0's view: a
+// phase includes the cycles the SM spent on other CTAs' warps meanwhile.
+enum HipPhase { kPhProlog, kPhScore, kPhScoreWait, kPhRadix, kPhCompact, kPhEndWait, kPhEpilog, kPhIters, kPhCount };
+#ifdef LONGCTX_HIP_PHASE_CLOCKS
+__device__ unsigned long long g_hip_phase[kPhCount + 1];  // [kPhCount]: CTAs
+#endif
+struct PhaseClock {
+  long long last = 0, t[kPhCount] = {};
+  __device__ void begin() {
+#ifdef LONGCTX_HIP_PHASE_CLOCKS
+    if (threadIdx.x == 0) last = clock64();
+#endif
+  }
+  __device__ void iteration() {
+#ifdef LONGCTX_HIP_PHASE_CLOCKS
+    if (threadIdx.x == 0) ++t[kPhIters];
+#endif
+  }
+  __device__ void flush() {
+#ifdef LONGCTX_HIP_PHASE_CLOCKS
+    if (threadIdx.x == 0) {
+      for (int i = 0; i < kPhCount; ++i) atomicAdd(&g_hip_phase[i], (unsigned long long)t[i]);
+      atomicAdd(&g_hip_phase[kPhCount], 1ull);
+    }
+#endif
+  }
+  __device__ void mark(int phase) {
+#ifdef LONGCTX_HIP_PHASE_CLOCKS
+    if (threadIdx.x == 0) {
+      const long long now = clock64();
+      t[phase] += now - last;
+      last = now;
+    }
+#endif
+  }
+};
+
 // Keeps the m best of the nb branches br ranked by key (ascending, ties by branch index), writes
 // them to s.chunks[0, m) in branch order and their halves (the next iteration's branches: chunk c
 // gives 2c, the first half, empty when c is one block, and 2c + 1; the CPU's list order with the
@@ -157,7 +198,8 @@ constexpr uint32_t kEmptyRank = 0xffffffffu;
 // order. 5-9 barriers (a bitonic sort of 512 keys takes 45).
 // s.hist is zero on entry and on return (each pass's bins are cleared once read).
 template <int kCta>
-__device__ bool keep_best(int64_t m, int nb, const Smem& s, const uint32_t* key, const Branch* br, Branch* next) {
+__device__ bool keep_best(int64_t m, int nb, const Smem& s, const uint32_t* key, const Branch* br, Branch* next,
+                          PhaseClock& pc) {
   constexpr int kWarps = kCta / 32;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int rounds = (nb + kCta - 1) / kCta;
@@ -215,6 +257,7 @@ __device__ bool keep_best(int64_t m, int nb, const Smem& s, const uint32_t* key,
     }
     split_ties = pass == kPasses - 1;  // uniform: some keys equal to T are left out
   }
+  pc.mark(kPhRadix);
   // Keep flags and compaction in branch order: thread t holds branches t + r * kCta (r <
   // rounds); a branch's place among the flagged ones is the flagged count of the warps and rounds
   // before it (per-warp ballot counts in s.cnt) plus its lanes below.
@@ -263,6 +306,7 @@ __device__ bool keep_best(int64_t m, int nb, const Smem& s, const uint32_t* key,
       wide |= b.g > 1;
     }
   }
+  pc.mark(kPhCompact);
   return wide;
 }
 
@@ -471,7 +515,7 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
 // Barriers an iteration: one after the scores (a cluster barrier in decode), the selection's
 // (keep_best), one at the end (which also says whether another iteration is needed).
 template <int kCta, int kItems, int kCluster, bool kMma, int kChunks, class KeyRow>
-__device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem& s, KeyRow key_row) {
+__device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem& s, KeyRow key_row, PhaseClock& pc) {
   constexpr int kGroups = kCta / kLanes;
   const int tid = threadIdx.x, lane = tid % kLanes, d = sh.head_dim;
   int rank = 0;
@@ -500,6 +544,7 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
   // score_mma's specialised case (uniform): 2 sampled keys a branch, 32 sampled queries, no causal
   // mask inside the search region (its keys end before the first sampled query).
   const bool paper = n_ks == 2 && sh.n_qs == kMmaQueries && sh.key_end - 1 <= s.pos[0];
+  pc.mark(kPhProlog);
   for (int iter = 0;; ++iter) {
     // (selects, not indexing: no local-memory copy of s)
     uint32_t* const own = iter & 1 ? s.key[1] : s.key[0];
@@ -590,10 +635,15 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
       }
       flush(cur_slot, cur_best);
     }
+    pc.mark(kPhScore);
     // Every CTA's keys are in place (the cluster barrier orders the remote stores before the reads).
     if constexpr (kCluster > 1) cg::this_cluster().sync();
     else __syncthreads();
-    if (!__syncthreads_or(keep_best<kCta>(m, nb, s, own, brs, next))) break;
+    pc.mark(kPhScoreWait);
+    const bool more = __syncthreads_or(keep_best<kCta>(m, nb, s, own, brs, next, pc));
+    pc.mark(kPhEndWait);
+    pc.iteration();
+    if (!more) break;
   }
   return int(m);
 }
@@ -627,20 +677,34 @@ __device__ void write_ranges(const HipEstimateConfig& cfg, const Smem& s, int co
 }
 
 // kMma: the bf16 fragment-ordered copy (s.qb, padding rows zero), else the fp32 copy (s.q).
+// kMma reads 8 elements (16 bytes, head_dim a multiple of 32 there) a load and stores them as 4
+// pairs (qfrag_offset keeps elements 2i and 2i + 1 adjacent): ncu at 1M put 4.6% of the stall
+// samples on the element-wise copy's stores waiting for their 2-byte loads.
 template <int kCta, bool kMma>
 __device__ void load_q(const Smem& s, const __nv_bfloat16* q, int64_t q_row_stride, int n_qs, int b_sq, int rows,
                        int64_t pos0, int d) {
-  for (int idx = threadIdx.x; idx < n_qs * d; idx += kCta) {
-    const int i = idx / d, e = idx % d;
-    const int row = min(i * b_sq + b_sq - 1, rows - 1);
-    const __nv_bfloat16 v = q[row * q_row_stride + e];
-    if constexpr (kMma) s.qb[qfrag_offset(i, e, d)] = v;
-    else s.q[idx] = __bfloat162float(v);
-    if (e == 0) s.pos[i] = pos0 + row;
+  if constexpr (kMma) {
+    const int d8 = d / 8;
+    for (int idx = threadIdx.x; idx < kMmaQueries * d8; idx += kCta) {
+      const int i = idx / d8, e = (idx - i * d8) * 8;
+      uint4 v = make_uint4(0, 0, 0, 0);  // padding query rows of the tensor-core tile: zeros (masked anyway)
+      if (i < n_qs) {
+        const int row = min(i * b_sq + b_sq - 1, rows - 1);
+        v = *reinterpret_cast<const uint4*>(q + row * q_row_stride + e);
+        if (e == 0) s.pos[i] = pos0 + row;
+      }
+      const uint32_t w[4] = {v.x, v.y, v.z, v.w};  // elements e + 2k, e + 2k + 1
+#pragma unroll
+      for (int k = 0; k < 4; ++k) *reinterpret_cast<uint32_t*>(s.qb + qfrag_offset(i, e + 2 * k, d)) = w[k];
+    }
+  } else {
+    for (int idx = threadIdx.x; idx < n_qs * d; idx += kCta) {
+      const int i = idx / d, e = idx % d;
+      const int row = min(i * b_sq + b_sq - 1, rows - 1);
+      s.q[idx] = __bfloat162float(q[row * q_row_stride + e]);
+      if (e == 0) s.pos[i] = pos0 + row;
+    }
   }
-  if constexpr (kMma)  // padding query rows of the tensor-core tile: zeros (masked anyway)
-    for (int idx = n_qs * d + threadIdx.x; idx < kMmaQueries * d; idx += kCta)
-      s.qb[qfrag_offset(idx / d, idx % d, d)] = __float2bfloat16(0.f);
   __syncthreads();
 }
 
@@ -651,9 +715,18 @@ __device__ void load_q(const Smem& s, const __nv_bfloat16* q, int64_t q_row_stri
 template <class Key, bool kMma, int kChunks, int kCta>
 __global__ void __launch_bounds__(kCta, kThreads / kCta) prefill_kernel(HipPrefillParams p) {
   extern __shared__ __align__(16) char smem[];
+  PhaseClock pc;
+  pc.begin();
   const HipEstimateConfig& cfg = p.cfg;
-  const int h = blockIdx.y;
-  const int64_t b = blockIdx.x, n_qblk = gridDim.x;
+  // Launch order (grid x: the query heads of one KV head, y: query blocks, z: KV heads): the
+  // heads of a group side by side, then the query blocks, then the KV heads. Co-resident CTAs then read one KV head's keys (as before), and the
+  // heads of a group score the same rows in the first iteration (the same region, the same chunks)
+  // and where their kept chunks agree later, within a short time: L2 serves the repeats. At 1M a
+  // KV head's keys (256 MiB) are past L2 and the search was bound by DRAM (ncu: 2.6 TB/s, L2 hit
+  // rate 26%); with blocks of one head side by side the 4 heads' reads were ~n_qblk CTAs apart.
+  // (Grid indices, not a decomposed 1-D index: no extra values live across the search.)
+  const int h = int(blockIdx.z * gridDim.x + blockIdx.x);
+  const int64_t b = blockIdx.y, n_qblk = gridDim.y;
   const int64_t row0 = b * cfg.b_q;
   const int rows = int(p.n_q - row0 < cfg.b_q ? p.n_q - row0 : cfg.b_q);
   const int n_qs = (rows + cfg.b_sq - 1) / cfg.b_sq;
@@ -669,11 +742,11 @@ __global__ void __launch_bounds__(kCta, kThreads / kCta) prefill_kernel(HipPrefi
   // IMAD.WIDE an item instead of 64-bit multiplies and adds. hip_estimate_prefill checks that every
   // offset fits.
   const uint32_t unit_stride = uint32_t(p.n_kv_head * (p.head_dim / kKeyUnit));
-  const uint32_t head_units = uint32_t(h / (p.n_head / p.n_kv_head) * (p.head_dim / kKeyUnit));
+  const uint32_t head_units = uint32_t(blockIdx.z * (p.head_dim / kKeyUnit));
   const int count = search<kCta, kPrefillItems * 2 / kChunks, 1, kMma, kChunks>(
       cfg, sh, s, [=](int64_t j, bool, int u) {
         return static_cast<const Key*>(keys) + size_t(uint32_t(j) * unit_stride + head_units + uint32_t(u)) * kKeyUnit;
-      });
+      }, pc);
   const int64_t e = int64_t(h) * n_qblk + b, m = cfg.budget_blocks();
   if (p.blocks)
     for (int i = threadIdx.x; i < count; i += kCta) p.blocks[e * m + i] = s.chunks[i].a;
@@ -687,6 +760,8 @@ __global__ void __launch_bounds__(kCta, kThreads / kCta) prefill_kernel(HipPrefi
       if (e == 0) p.range_ptr[0] = p.col_ptr[0] = 0;
     }
   }
+  pc.mark(kPhEpilog);
+  pc.flush();
 }
 
 // Key: the cache's element type, __nv_bfloat16 or __nv_fp8_e4m3 (load_key8 widens the codes).
@@ -726,6 +801,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(HipDecodeParams p) {
     return pool + (row * n_kv_head + hk) * d;
   };
   int count;
+  PhaseClock pc;  // (prefill's bench-only phase clocks; unused here)
   if constexpr (kOffload) {
     const KvOffloadCache& c = p.offload;
     const auto* bank = static_cast<const Key*>(c.bank_k);
@@ -738,11 +814,11 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(HipDecodeParams p) {
       if (slot < 0) return host_row(j) + 8 * u;
       return bank + ((int64_t(slot) * c.line_tokens + t % c.line_tokens) * n_kv_head + hk) * d + 8 * u;
     };
-    count = search<kThreads, kDecodeItems * 2 / kChunks, kCluster, false, kChunks>(cfg, sh, s, key_row);
+    count = search<kThreads, kDecodeItems * 2 / kChunks, kCluster, false, kChunks>(cfg, sh, s, key_row, pc);
     offload_add_stats(c, reads, misses);
   } else {
     count = search<kThreads, kDecodeItems * 2 / kChunks, kCluster, false, kChunks>(
-        cfg, sh, s, [=](int64_t j, bool, int u) { return host_row(j) + 8 * u; });
+        cfg, sh, s, [=](int64_t j, bool, int u) { return host_row(j) + 8 * u; }, pc);
   }
   if (!writer) return;
   const int64_t m = cfg.budget_blocks();
@@ -860,10 +936,17 @@ void hip_estimate_prefill(const HipPrefillParams& p, Stream s) {
              "hip: the GPU prefill estimator addresses keys with 32-bit offsets: %lld keys x %d KV heads x head_dim %d "
              "is over 2^35 key elements (or 2^31 keys) a layer",
              (long long)p.n_kv, p.n_kv_head, p.head_dim);
+  LC_REQUIRE(reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && reinterpret_cast<uintptr_t>(p.k) % 16 == 0 &&
+                 reinterpret_cast<uintptr_t>(p.k_fp8) % 16 == 0,
+             "internal: hip prefill estimate reads q and k in 16-byte pieces (unaligned tensors)");
+  LC_REQUIRE(p.n_kv_head > 0 && p.n_head % p.n_kv_head == 0, "hip: %d query heads are not groups of the %d KV heads",
+             p.n_head, p.n_kv_head);
   if (p.n_q <= 0) return;
   const int64_t n_qblk = (p.n_q + p.cfg.b_q - 1) / p.cfg.b_q;
+  LC_REQUIRE(n_qblk <= kMaxGridY, "hip: a prefill chunk of %lld queries is over the GPU estimator's %lld (blocks of %d)",
+             (long long)p.n_q, (long long)kMaxGridY * p.cfg.b_q, p.cfg.b_q);
   const size_t bytes = hip_estimate_smem_bytes(p.cfg, p.head_dim);
-  const dim3 grid(unsigned(n_qblk), unsigned(p.n_head));
+  const dim3 grid(unsigned(p.n_head / p.n_kv_head), unsigned(n_qblk), unsigned(p.n_kv_head));  // prefill_kernel's order
   const auto st = static_cast<cudaStream_t>(s);
   const bool mma = prefill_mma((p.cfg.b_q + p.cfg.b_sq - 1) / p.cfg.b_sq, p.head_dim);
   if (p.k_fp8) {
@@ -875,6 +958,15 @@ void hip_estimate_prefill(const HipPrefillParams& p, Stream s) {
   }
   LC_LAUNCH_CHECK("hip_estimate_prefill n_q=%lld n_kv=%lld heads=%d", (long long)p.n_q, (long long)p.n_kv, p.n_head);
 }
+
+#ifdef LONGCTX_HIP_PHASE_CLOCKS
+void hip_estimate_phase_clocks(uint64_t out[kHipPhaseSlots]) {
+  static_assert(kHipPhaseSlots == kPhCount + 1, "hip_estimate.h's phase slots");
+  LC_CUDA_CHECK(cudaMemcpyFromSymbol(out, g_hip_phase, sizeof(uint64_t) * kHipPhaseSlots), "hip phase clocks");
+  const uint64_t zero[kHipPhaseSlots] = {};
+  LC_CUDA_CHECK(cudaMemcpyToSymbol(g_hip_phase, zero, sizeof zero), "hip phase clocks");
+}
+#endif
 
 void hip_estimate_decode(const HipDecodeParams& p, Stream s) {
   check_cfg(p.cfg, p.kv.head_dim);

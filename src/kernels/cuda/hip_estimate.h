@@ -14,9 +14,13 @@
 // the hardware's order): the same rule, but near-equal scores may rank differently than on the CPU
 // (tested against an fp64 oracle with near-tie judging; exact on small-integer inputs).
 // Prefill CTAs have 128 threads, 4 an SM (HipPrefillParams::cta_threads: 256 or 512 for tests and
-// A/B; the same blocks at every size): the search is latency-bound (ncu: ~0.4 instructions issued
+// A/B; the same blocks at every size): at 128K the search is latency-bound (ncu: ~0.4 issued
 // a cycle per scheduler, L2 hit rate ~90%, DRAM ~5%), and independent CTAs overlap one's selection
-// barriers with another's key loads. The tensor-core epilogue is specialised for the paper's
+// barriers with another's key loads. At 1M a KV head's keys (256 MiB) are past L2 and the search
+// is bound by DRAM (ncu: ~2.6 TB/s): the grid (query heads of a KV head, query blocks, KV heads)
+// runs a group's heads side by side, so L2 serves the rows they share (the first iteration's
+// all, later ones where their kept chunks agree); a chunk has at most 65535 query blocks.
+// The tensor-core epilogue is specialised for the paper's
 // shape (2 sampled keys a branch, 32 sampled queries, no causal mask inside the search region).
 // Decode (graph-safe, no host sync): each (sequence, head) row keeps its last estimate's position
 // in `refresh_pos` (device, per layer); a step re-estimates only when methods/hip/hip_method.h's
@@ -88,6 +92,15 @@ struct HipPrefillParams {
   int cta_threads = 0;
 };
 void hip_estimate_prefill(const HipPrefillParams& p, Stream s = nullptr);
+
+#ifdef LONGCTX_HIP_PHASE_CLOCKS
+// Bench-only (a build with -DLONGCTX_HIP_PHASE_CLOCKS, never the engine's): the prefill CTAs'
+// clock64() cycles since the last call, summed over CTAs, by phase: prologue, scoring, wait after
+// it, radix select, compaction, the iteration's last barrier, epilogue; then iterations and CTAs.
+// Clears them. Synchronous.
+constexpr int kHipPhaseSlots = 9;
+void hip_estimate_phase_clocks(uint64_t out[kHipPhaseSlots]);
+#endif
 
 struct HipDecodeParams {
   HipEstimateConfig cfg;
