@@ -554,10 +554,12 @@ TEST(SparseGenericFp8, RejectsBadScales) {
   }
 }
 
-// SmolLM2-135M geometry (9 query / 3 KV heads, d 64, per-query-head index) at 8K and 32K, and
-// Llama-3.2-1B's (32 / 8, d 64) at 8K: everything selected vs the dense FA2 prefill kernel, and
-// times per call (plan + attention) for the dense index and a vertical-slash-like one (per block: the last 1024 keys, 16 slash ranges of
-// 64 keys, 1000 vertical columns before the block: ~3K keys per block at the end).
+// SmolLM2-135M geometry (9 query / 3 KV heads, d 64, per-query-head index) at 8K and 32K,
+// Llama-3.2-1B's (32 / 8, d 64) at 8K and Llama-3-8B's (32 / 8, d 128) at 16K: everything
+// selected vs the dense FA2 prefill kernel, and times per call (plan + attention) for the dense
+// index and a vertical-slash-like one (per block: the last 1024 keys, 16 slash ranges of 64 keys,
+// 1000 vertical columns before the block: ~3K keys per block at the end), with bf16 and with fp8
+// K/V tiles (printed side by side).
 double time_ms(const std::function<void()>& f, int iters) {
   f();
   device_sync();
@@ -573,14 +575,15 @@ TEST(SparseGeneric, PerfSmolLM2Geometry) {
   struct Geo {
     const char* name;
     int64_t n;
-    int n_head, n_kv_head;
+    int n_head, n_kv_head, d;
   };
-  for (const Geo& geo : {Geo{"SmolLM2-135M", 8192, 9, 3}, Geo{"SmolLM2-135M", 32768, 9, 3},
-                         Geo{"Llama-3.2-1B", 8192, 32, 8}}) {
+  for (const Geo& geo : {Geo{"SmolLM2-135M", 8192, 9, 3, 64}, Geo{"SmolLM2-135M", 32768, 9, 3, 64},
+                         Geo{"Llama-3.2-1B", 8192, 32, 8, 64}, Geo{"Llama-3-8B", 16384, 32, 8, 128}}) {
     const int64_t n = geo.n;
-    const int H = geo.n_head;
+    const int H = geo.n_head, D = geo.d;
     const Shape sh{n, n, 0, H, geo.n_kv_head};
-    const Inputs in(sh, 64);
+    const Inputs in(sh, D);
+    const Inputs in8(sh, D, true);  // fp8 e4m3 K/V tiles (other random values: timing only)
     DevBuf o(in.qh.size() * 2), od(in.qh.size() * 2), lse(size_t(n) * H * 4), lsed(size_t(n) * H * 4);
     // dense FA2 reference
     PrefillParams pp;
@@ -593,7 +596,7 @@ TEST(SparseGeneric, PerfSmolLM2Geometry) {
     pp.n_kv = n;
     pp.n_head = H;
     pp.n_kv_head = geo.n_kv_head;
-    pp.head_dim = 64;
+    pp.head_dim = D;
     pp.causal = true;
     pp.impl = PrefillImpl::fa2_mma_sync;
     const double t_dense = time_ms([&] { attention_prefill(pp); }, 10);
@@ -605,6 +608,11 @@ TEST(SparseGeneric, PerfSmolLM2Geometry) {
     p.workspace = ws.p;
     p.workspace_bytes = ws.bytes;
     const double t_all = time_ms([&] { sparse_attention_generic(p); }, 10);
+    SparseAttnParams p8 = make_params(sh, in8, di, o.p, lse.as<float>());
+    p8.workspace = ws.p;
+    p8.workspace_bytes = ws.bytes;
+    const double t_all8 = time_ms([&] { sparse_attention_generic(p8); }, 10);
+    device_sync();
     const auto oh = o.download<uint16_t>(in.qh.size()), odh = od.download<uint16_t>(in.qh.size());
     const auto lh = lse.download<float>(size_t(n) * H), ldh = lsed.download<float>(size_t(n) * H);
     double max_o = 0, max_l = 0;
@@ -648,12 +656,19 @@ TEST(SparseGeneric, PerfSmolLM2Geometry) {
     pv.workspace = wsv.p;
     pv.workspace_bytes = wsv.bytes;
     const double t_vs = time_ms([&] { sparse_attention_generic(pv); }, 10);
+    SparseAttnParams pv8 = make_params(sh, in8, dv, o.p, lse.as<float>());
+    pv8.workspace = wsv.p;
+    pv8.workspace_bytes = wsv.bytes;
+    const double t_vs8 = time_ms([&] { sparse_attention_generic(pv8); }, 10);
     const double t_plan = time_ms([&] { sparse_attention_generic_plan(pv); }, 10);
     const double causal_keys = double(H) * double(n) * double(n + 1) / 2.0 / 64.0;  // per block, summed
-    std::printf("  %s geometry n=%lld (%d/%d heads, d 64): dense FA2 %.3f ms | generic all-selected %.3f ms "
+    std::printf("  %s geometry n=%lld (%d/%d heads, d %d): dense FA2 %.3f ms | generic all-selected %.3f ms "
                 "(max |dO| %.2g, |dLSE| %.2g) | generic VS-like %.3f ms (plan %.3f ms, ~%.0f%% of causal keys)\n",
-                geo.name, (long long)n, H, geo.n_kv_head, t_dense, t_all, max_o, max_l, t_vs, t_plan,
+                geo.name, (long long)n, H, geo.n_kv_head, D, t_dense, t_all, max_o, max_l, t_vs, t_plan,
                 100.0 * double(keys) / causal_keys);
+    std::printf("  %s geometry n=%lld d %d fp8 K/V tiles: all-selected %.3f ms (%.2fx bf16) | VS-like %.3f ms "
+                "(%.2fx bf16)\n",
+                geo.name, (long long)n, D, t_all8, t_all8 / t_all, t_vs8, t_vs8 / t_vs);
   }
 }
 
