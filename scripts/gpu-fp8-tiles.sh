@@ -19,7 +19,7 @@
 #   parallel on the one GPU: perplexity (ppl, paradise_lost, 2K/4K/8K) and passkey --no-chat
 #   (2K/4K/8K, 5 depths x 4 samples) for dense, MInference (its config for this model) and
 #   prefill-only HiP, each sparse method with --attn-tiles bf16 and fp8; then, if time is left,
-#   bench model --random-weights llama3-8b --kv-cache fp8 --synthetic-qk at 128K (4 of 32 layers)
+#   bench model --random-weights llama3-8b --kv-cache fp8 --synthetic-qk at 128K (all 32 layers)
 #   with MInference, bf16 vs fp8 tiles.
 # Everything lands in $OUT/fp8tiles-all.tgz, summary.txt and env.txt beside it. Each step has a
 # timeout cut to what is left of BUDGET_S (default 285 s; the calls run with timeout_s 300).
@@ -103,7 +103,7 @@ case $what in
     TEXT="$OUT/paradise_lost.txt"
     xz -d -c "$HERE/paradise_lost.txt.xz" > "$TEXT"
     DEPTHS=0,0.25,0.5,0.75,1
-    lim=${EVAL_LIMIT_S:-200}
+    lim=${EVAL_LIMIT_S:-150}
     common=(--device cuda --kv-cache fp8 --lengths 2k,4k,8k)
     par ppl_dense "$lim" ppl "${common[@]}" --samples 2 --text "$TEXT" --attn dense
     par passkey_dense "$lim" passkey --no-chat "${common[@]}" --depths $DEPTHS --samples 4 --attn dense
@@ -117,9 +117,9 @@ case $what in
     done
     wait
     for f in "$OUT"/ppl_*.txt "$OUT"/passkey_*.txt; do echo "== $f"; cat "$f"; grep -m2 "longctx:" "${f%.txt}.log"; done
-    # Prefill time at 128K on the Llama-3-8B geometry (4 of its 32 layers), MInference, fp8 cache.
+    # Prefill time at 128K on the Llama-3-8B geometry (its MInference config needs all 32 layers), fp8 cache.
     for tiles in bf16 fp8; do
-      step "bench_minf_$tiles" 60 "$BIN/longctx" bench model --device cuda --random-weights llama3-8b:4 --synthetic-qk \
+      step "bench_minf_$tiles" 60 "$BIN/longctx" bench model --device cuda --random-weights llama3-8b --synthetic-qk \
         --kv-cache fp8 --attn "minference=$LLAMA_MINF_CONFIG" --attn-tiles $tiles --lengths 128k --decode 2 \
         --json "$OUT/bench_minf_$tiles.json"
     done
