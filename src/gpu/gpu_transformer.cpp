@@ -74,8 +74,6 @@ AttnTiles parse_attn_tiles(const std::string& s) {
   fail("unknown attention tile type '{}' (known: bf16, fp8)", s);
 }
 
-const char* attn_tiles_name(AttnTiles t) { return t == AttnTiles::fp8 ? "fp8" : "bf16"; }
-
 std::string attn_tiles_problem(const GpuOptions& opts, const AttentionMethod& m, const GpuMethod* gm) {
   if (opts.attn_tiles == AttnTiles::bf16) return "";
   if (opts.kv_cache != KvCacheType::fp8)

@@ -157,7 +157,6 @@ class GpuSequence {
 // staging, or the fp8 cache's e4m3 rows.
 enum class AttnTiles { bf16, fp8 };
 AttnTiles parse_attn_tiles(const std::string& s);  // "bf16" | "fp8"; else Error naming the choices
-const char* attn_tiles_name(AttnTiles t);
 
 struct GpuOptions {
   int64_t chunk = kDefaultChunk;  // tokens per prefill chunk (activation arena is sized by it)

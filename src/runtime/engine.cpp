@@ -88,7 +88,8 @@ class CpuEngine final : public Engine {
         fail("{}: tokenizer has {} tokens but the model's vocabulary is {}", path, tok_->vocab_size(), cfg_.vocab_size);
     }
     max_ctx_ = opts_.max_context > 0 ? opts_.max_context : cfg_.context_length;
-    if (opts_.attn_tiles == "fp8" && make_attention_method(opts_.attn, method_context())->needs().keys == KeyLayout::pre_rope)
+    if (opts_.attn_tiles == "fp8" &&
+        make_attention_method(opts_.attn, method_context())->needs().keys == KeyLayout::pre_rope)
       fail("--attn {} keeps pre-RoPE keys and attends every step itself; --attn-tiles fp8 is for the sparse prefill "
            "kernel (MInference, A-shape, HiP): drop it",
            opts_.attn);
@@ -401,7 +402,8 @@ class CpuEngine final : public Engine {
       note("--kv-offload applies on the GPU only; the CPU path keeps its cache in host memory");
     }
     if (opts_.attn_tiles != "bf16")
-      note(fmt::format("--attn-tiles {} applies on the GPU only; the CPU path attends its own cache", opts_.attn_tiles));
+      note(fmt::format("--attn-tiles {} applies on the GPU only; the CPU path attends its own cache",
+                       opts_.attn_tiles));
     if (opts_.kv_cache != "bf16") {
       if (opts_.device == "cpu") fail("--kv-cache {} is a GPU option (the CPU path keeps its own cache): use --device cuda", opts_.kv_cache);
       note(fmt::format("--kv-cache {} applies on the GPU only; the CPU path keeps its own cache", opts_.kv_cache));
@@ -463,7 +465,8 @@ class CpuEngine final : public Engine {
       to.kv_offload.on = opts_.kv_offload;
       const MethodContext mc = method_context();
       const auto m = make_attention_method(opts_.attn, mc);
-      if (const std::string p = gpu::attn_tiles_problem(to, *m, make_gpu_method(*m, mc).get()); !p.empty()) fail("{}", p);
+      const std::string p = gpu::attn_tiles_problem(to, *m, make_gpu_method(*m, mc).get());
+      if (!p.empty()) fail("{}", p);
     }
     if (why.empty()) {
       const size_t w = gpu::weight_bytes(cfg_), a = gpu::arena_layout(cfg_, chunk).total;

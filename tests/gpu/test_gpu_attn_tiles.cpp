@@ -58,7 +58,8 @@ std::string tiny64_path() { return (tiny64().dir / "tiny.gguf").string(); }
 
 TEST(AttnTiles, RefusedUpFrontWithoutAGpu) {
   const std::string m = tiny64_path();
-  std::string e = error_of([&] { Engine::load({.model_path = m, .device = "auto", .kv_cache = "fp8", .attn_tiles = "fp16"}); });
+  std::string e =
+      error_of([&] { Engine::load({.model_path = m, .device = "auto", .kv_cache = "fp8", .attn_tiles = "fp16"}); });
   EXPECT_TRUE(contains(e, "unknown attention tile type 'fp16'")) << e;
   e = error_of([&] { Engine::load({.model_path = m, .device = "cpu", .attn_tiles = "fp8"}); });
   EXPECT_TRUE(contains(e, "--attn-tiles fp8 is a GPU option")) << e;
