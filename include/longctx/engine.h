@@ -45,6 +45,10 @@ struct LoadOptions {
   // Llama-3-8B at 1M tokens fits one 141 GB GPU; the prefill then runs layer by layer). The CPU
   // path keeps its own cache and rejects "fp8" with --device cpu.
   std::string kv_cache = "bf16";
+  // K/V tiles of the GPU's sparse prefill attention: "bf16" (the layer's K/V staged in bf16), or
+  // "fp8" (the fp8 cache's e4m3 rows, read straight by the sparse kernel: needs kv_cache "fp8",
+  // a sparse post-RoPE method, no kv_offload; dense steps stay bf16). Refused with --device cpu.
+  std::string attn_tiles = "bf16";
   // KV offload on the GPU (gpu/gpu_offload.h): the KV cache in pinned host memory behind GPU caches
   // for layers that do not fit HBM, with a sparse decode method that reads through them (--attn
   // hip); one sequence. kv_host_layers: layers kept in host memory (-1: as few as the GPU needs).

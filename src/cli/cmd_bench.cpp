@@ -70,6 +70,7 @@ struct BenchArgs {
   int64_t chunk = LoadOptions{}.prefill_chunk;  // CPU prefill chunk
   bool synthetic_qk = false;  // GPU: Q/K replaced by structured synthetic vectors after RoPE
   std::string kv_cache = "bf16";  // GPU KV cache: bf16 or fp8
+  std::string attn_tiles = "bf16";  // GPU sparse prefill K/V tiles: bf16 or fp8 (LoadOptions::attn_tiles)
   KvOffloadArgs offload;          // GPU: --kv-offload, --kv-host-layers
   std::string cpu_weights = kCliCpuWeights;
 };
@@ -126,6 +127,7 @@ void run(const BenchArgs& a) {
   lo.gpu_chunk = a.gpu_chunk;
   lo.synthetic_qk = a.synthetic_qk;
   lo.kv_cache = a.kv_cache;
+  lo.attn_tiles = a.attn_tiles;
   lo.kv_offload = a.offload.on;
   lo.kv_host_layers = a.offload.host_layers;
   lo.kv_page_table = a.offload.page_table;
@@ -166,6 +168,7 @@ void run(const BenchArgs& a) {
   if (random) out["random_weights"] = a.random_weights;
   if (a.synthetic_qk) out["synthetic_qk"] = true;
   if (gpu) out["kv_cache_type"] = a.kv_cache;  // the CPU path keeps fp32 K/V
+  if (gpu) out["attn_tiles"] = a.attn_tiles;
   if (gpu && a.offload.on) out["kv_offload"] = {{"host_layers_asked", a.offload.host_layers}};
   if (!gpu) out["cpu_weights"] = a.cpu_weights;
   out["matmul_params"] = matmul_params(eng->config());
@@ -332,6 +335,7 @@ void register_bench(CLI::App& app) {
   m->add_option("--kv-cache", args->kv_cache,
                 "GPU KV cache: bf16, or fp8 (e4m3 with per-layer scales: half the memory; prefill runs layer by layer)")
       ->check(one_of({"bf16", "fp8"}, "KV cache type"));
+  add_attn_tiles(m, args->attn_tiles);
   add_kv_offload(m, args->offload);
   add_threads(m, args->threads);
   m->add_option("--json", args->json_path, "Write the JSON here instead of stdout")->check(writable_file());

@@ -23,6 +23,7 @@ namespace {
 struct GenerateArgs {
   std::string model, prompt, file, chat, system, attn = "dense", device = "cpu";
   std::string kv_cache = "bf16";
+  std::string attn_tiles = "bf16";
   KvOffloadArgs offload;
   std::string cpu_weights = kCliCpuWeights;
   int64_t gpu_chunk = 0;  // prefill chunk on the GPU (0 = automatic)
@@ -60,6 +61,7 @@ void run(const GenerateArgs& a) {
   lo.prefill_chunk = a.chunk;
   lo.device = a.device;
   lo.kv_cache = a.kv_cache;
+  lo.attn_tiles = a.attn_tiles;
   lo.kv_offload = a.offload.on;
   lo.kv_host_layers = a.offload.host_layers;
   lo.kv_page_table = a.offload.page_table;
@@ -139,6 +141,7 @@ void register_generate(CLI::App& app) {
   c->add_option("--kv-cache", args->kv_cache,
                 "GPU KV cache: bf16, or fp8 (e4m3 with per-layer scales: half the memory; prefill runs layer by layer)")
       ->check(one_of({"bf16", "fp8"}, "KV cache type"));
+  add_attn_tiles(c, args->attn_tiles);
   add_kv_offload(c, args->offload);
   c->add_option("--gpu-chunk", args->gpu_chunk, "Prefill chunk on the GPU in tokens (0 = automatic: 16K)")
       ->check(integer_at_least(0));

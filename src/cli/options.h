@@ -9,6 +9,7 @@
 //   -c,--max-context N      context limit; past the model's trained context only with --extrapolate
 //   -n,--max-new-tokens N   tokens to generate
 //   --seed N                random seed (>= 0)
+//   --attn-tiles bf16|fp8   GPU sparse prefill attention's K/V tiles (fp8: from the fp8 KV cache)
 // Checks run while the command line is parsed, so a bad value fails before any model loads.
 // They throw CLI::ValidationError, which main() prints as `longctx: <what is wrong>` and exits
 // with kExitUsage; errors found while working (an unreadable model, ...) exit with kExitRuntime.
@@ -214,6 +215,16 @@ inline void add_kv_offload(CLI::App* c, KvOffloadArgs& a) {
                 "With --kv-offload: the prefill's residual stream in pinned host memory, through two GPU chunk "
                 "buffers (host: GPU staging O(chunk)), or whole in GPU memory (gpu)")
       ->check(CLI::IsMember({"host", "gpu"}));
+}
+
+// --attn-tiles (generate, bench model, eval: the commands with --kv-cache): LoadOptions::attn_tiles.
+inline CLI::Option* add_attn_tiles(CLI::App* c, std::string& tiles) {
+  return c
+      ->add_option("--attn-tiles", tiles,
+                   "GPU: K/V tiles of the sparse prefill attention (MInference, A-shape, HiP): bf16 (the layer's K/V "
+                   "staged in bf16), or fp8 (the e4m3 rows of --kv-cache fp8, read straight by the kernel: half the "
+                   "bytes, the values decode sees). Dense steps read bf16 either way")
+      ->check(one_of({"bf16", "fp8"}, "attention tile type"));
 }
 
 inline CLI::Option* add_prefill_chunk(CLI::App* c, int64_t& chunk) {

@@ -57,6 +57,7 @@ void register_eval_command(CLI::App& app, eval::EngineFactory factory) {
   cli::add_device(sub, st->o.device);
   sub->add_option("--kv-cache", st->o.kv_cache, "GPU KV cache: bf16 or fp8 (e4m3, half the memory)")
       ->check(cli::one_of({"bf16", "fp8"}, "KV cache type"));
+  cli::add_attn_tiles(sub, st->o.attn_tiles);
   sub->add_option("--gpu-chunk", st->o.gpu_chunk, "Prefill chunk on the GPU in tokens (0 = automatic: 16K)")
       ->check(cli::integer_at_least(0));
   cli::add_prefill_chunk(sub, st->o.prefill_chunk);

@@ -28,6 +28,7 @@ struct EvalOptions {
   int64_t prefill_chunk = 0;                   // 0 = the engine's default
   std::string device;                          // cpu, cuda or auto; empty = the engine's default
   std::string kv_cache = "bf16";               // GPU KV cache: bf16 or fp8 (LoadOptions::kv_cache)
+  std::string attn_tiles = "bf16";             // GPU sparse prefill K/V tiles: bf16 or fp8 (LoadOptions::attn_tiles)
   int64_t gpu_chunk = 0;                       // GPU prefill chunk; 0 = the engine's default
   int64_t max_context = 0;                     // 0 = the model's trained context (more: extrapolation)
   std::string text_path;                       // ppl text / haystack book; empty = default (ppl only)

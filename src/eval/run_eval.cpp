@@ -21,6 +21,7 @@ LoadOptions load_options_for(const EvalOptions& o, const std::string& method) {
   if (o.prefill_chunk > 0) lo.prefill_chunk = o.prefill_chunk;
   if (!o.device.empty()) lo.device = o.device;
   lo.kv_cache = o.kv_cache;
+  lo.attn_tiles = o.attn_tiles;
   lo.gpu_chunk = o.gpu_chunk;
   lo.max_context = o.max_context;
   return lo;

@@ -14,6 +14,7 @@
 #include "kernels/cuda/kv_offload.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/sparse_attention.h"
+#include "kernels/cuda/sparse_attention_generic.h"
 #include "kernels/cuda/sparse_decode.h"
 #include "kv/cuda/device_kv_cache.h"
 #include "util/error.h"
@@ -67,6 +68,28 @@ std::string gpu_model_problem(const ModelConfig& c) {
   return "";
 }
 
+AttnTiles parse_attn_tiles(const std::string& s) {
+  if (s == "bf16") return AttnTiles::bf16;
+  if (s == "fp8") return AttnTiles::fp8;
+  fail("unknown attention tile type '{}' (known: bf16, fp8)", s);
+}
+
+std::string attn_tiles_problem(const GpuOptions& opts, const AttentionMethod& m, const GpuMethod* gm) {
+  if (opts.attn_tiles == AttnTiles::bf16) return "";
+  if (opts.kv_cache != KvCacheType::fp8)
+    return "--attn-tiles fp8 reads the e4m3 rows of the fp8 KV cache: add --kv-cache fp8";
+  if (opts.kv_offload.on)
+    return "--attn-tiles fp8 does not run with --kv-offload (host layers' rows are not on the GPU): drop one";
+  if (m.needs().keys == KeyLayout::pre_rope)
+    return fmt::format("--attn {} keeps pre-RoPE keys and attends every step itself; --attn-tiles fp8 is for the "
+                       "sparse prefill kernel (MInference, A-shape, HiP): drop it",
+                       opts.attn);
+  if (!gm)
+    return fmt::format("--attn {} has no sparse prefill step, so --attn-tiles fp8 would change nothing (dense steps "
+                       "read bf16 tiles): drop it, or pick a sparse method",
+                       opts.attn);
+  return "";
+}
 
 GpuMemoryStats last_gpu_memory_stats() {
   std::lock_guard<std::mutex> lk(g_stats_mu);
@@ -89,6 +112,8 @@ GpuTransformer::GpuTransformer(ModelConfig cfg, DeviceWeights w, const GpuOption
   gpu_method_ = make_gpu_method(*method_, method_ctx_);
   if (kv_type_ == KvCacheType::fp8 && cfg_.head_dim < 64)
     fail("--kv-cache fp8 needs head dim 64 or more; {} has {}", cfg_.name, cfg_.head_dim);
+  if (const std::string p = attn_tiles_problem(opts, *method_, gpu_method_.get()); !p.empty()) fail("{}", p);
+  attn_tiles_ = opts.attn_tiles;
   attn_spec_ = opts.attn;
   offload_opts_ = opts.kv_offload;
   if (offload_opts_.on) check_offload_options();
@@ -358,16 +383,23 @@ void GpuTransformer::forward_layer_major(std::span<const int32_t> tokens, int64_
     events_used_ = 0;
     const bool wide = !xr.on_host() && prompt_wide_lines(l, pos0, T);  // reads the whole stream
     if (wide) estimate_prompt_lines(l, pos0, T, xr.chunk(0), k_stage, v_stage);
+    // fp8 tiles: the layer's rows in the cache (scales from all of them) before its first chunk
+    // attends (the residual stream is resident: attn_tiles_problem refuses --kv-offload).
+    const bool tiles8 = attn_tiles_ == AttnTiles::fp8;
+    if (tiles8) {
+      if (!wide) project_layer_kv(l, pos0, T, xr.chunk(0), k_stage, v_stage);
+      store_layer_kv(l, pos0, T);
+    }
     xr.begin_pass(T);
     for (int64_t i = 0, c0 = 0; c0 < T; ++i, c0 += C) {
       const int64_t n = std::min(C, T - c0);
       layer({.l = l, .T = n, .pos0 = pos0 + c0, .x = xr.chunk(i), .k_all = k_stage, .v_all = v_stage,
-             .kv_ready = wide});
+             .kv_ready = wide || tiles8});
       xr.done(i);
     }
     xr.end_pass();
     if (wide) gpu_method_->end_prompt();
-    if (fp8) store_layer_kv(l, pos0, T);
+    if (fp8 && !tiles8) store_layer_kv(l, pos0, T);
     // fp8: store_layer_kv quantized into the layer's rows (a host layer's: through the mapped pointer)
     if (host && !fp8) offload_->store(l, pos0, T, at(k_stage, size_t(pos0 * KV)), at(v_stage, size_t(pos0 * KV)), stream_);
     if (events_used_ > 0) read_attention_times();
@@ -664,13 +696,18 @@ bool GpuTransformer::prompt_wide_lines(int l, int64_t pos0, int64_t T) const {
   return method_layer(l) && method_->estimates_per_prompt(l, pos0 + T);
 }
 
-void GpuTransformer::estimate_prompt_lines(int l, int64_t pos0, int64_t T, void* xs, void* k_stage, void* v_stage) {
+void GpuTransformer::project_layer_kv(int l, int64_t pos0, int64_t T, const void* xs, void* k_stage, void* v_stage) {
   const int64_t C = layout_.chunk, E = cfg_.n_embd, KV = int64_t(cfg_.n_kv_head) * cfg_.head_dim;
-  for (int64_t c0 = 0; c0 < T; c0 += C) {  // every chunk's K/V of this layer, into the staging
+  for (int64_t c0 = 0; c0 < T; c0 += C) {
     const int64_t n = std::min(C, T - c0), p = pos0 + c0;
-    project({.l = l, .T = n, .pos0 = p, .x = at(xs, size_t(c0 * E)), .q = nullptr, .k = at(k_stage, size_t(p * KV)),
-             .v = at(v_stage, size_t(p * KV))});
+    project({.l = l, .T = n, .pos0 = p, .x = static_cast<const char*>(xs) + size_t(c0 * E) * kBf16, .q = nullptr,
+             .k = at(k_stage, size_t(p * KV)), .v = at(v_stage, size_t(p * KV))});
   }
+}
+
+void GpuTransformer::estimate_prompt_lines(int l, int64_t pos0, int64_t T, void* xs, void* k_stage, void* v_stage) {
+  const int64_t E = cfg_.n_embd;
+  project_layer_kv(l, pos0, T, xs, k_stage, v_stage);  // every chunk's K/V of this layer, into the staging
   const int64_t R = cuda::kSparseQBlock;  // the prompt's last 64 queries (T > C >= 64)
   void* q = act(layout_.q);               // [R, n_head * head_dim]
   project({.l = l, .T = R, .pos0 = pos0 + T - R, .x = at(xs, size_t((T - R) * E)), .q = q, .k = nullptr,
@@ -740,7 +777,16 @@ void GpuTransformer::prefill_attention(int l, int64_t T, int64_t pos0, void* q, 
     stats_.index_ranges += sp.index.n_ranges;
     stats_.index_cols += sp.index.n_cols;
     check_cuda(cudaEventRecord(ev(e.index_end), s), "cudaEventRecord");
-    cuda::sparse_attention(sp, stream_);  // the Hopper kernel for head_dim 128 / 256, else the generic one
+    if (attn_tiles_ == AttnTiles::fp8) {  // the layer's e4m3 rows, quantized before its first chunk
+      sp.k = kv_cache_at(l, 0);
+      sp.v = kv_cache_at(l, 1);
+      sp.kv_dtype = cuda::KvDtype::fp8_e4m3;
+      sp.k_scale = k_scale_[size_t(l)];
+      sp.v_scale = v_scale_[size_t(l)];
+      cuda::sparse_attention_generic(sp, stream_);  // the Hopper kernel has no fp8 path yet
+    } else {
+      cuda::sparse_attention(sp, stream_);  // the Hopper kernel for head_dim 128 / 256, else the generic one
+    }
   }
   check_cuda(cudaEventRecord(ev(e.end), s), "cudaEventRecord");
 }

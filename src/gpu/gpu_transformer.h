@@ -51,6 +51,18 @@
 // numbers as the bf16 cache), only decode reads e4m3, and the bf16 staging is one layer, not 32.
 // forward() of a T-token prompt is then one call (the engine passes the whole prompt) with a
 // per-layer progress callback.
+// fp8 attention tiles (GpuOptions::attn_tiles, --attn-tiles fp8, with the fp8 cache): every
+// SPARSE prefill step reads the layer's e4m3 K/V straight from the cache (cuda::SparseAttnParams
+// kv_dtype fp8_e4m3 with the layer's scales) instead of the bf16 staging: half the bytes per key
+// tile, attention over what decode will see. The layer's scales come from the amax of all its new
+// rows, so the order changes: each layer first projects every chunk's K/V into the staging
+// (as estimate_prompt_lines does; the residual stream is the layer's input, unchanged until its
+// chunk runs), quantizes them into the cache (store_layer_kv), and only then runs the chunks,
+// which compute their Q alone (no Q is recomputed or kept: the memory is the bf16 path's).
+// Dense steps, and the index builders (MInference's estimate, HiP's), keep reading the bf16
+// staging. The generic mma.sync kernel runs the fp8 tiles at every head_dim (the Hopper kernel
+// refuses fp8 until it has the path). Refused up front (attn_tiles_problem) without the fp8
+// cache, with --kv-offload, for a pre-RoPE method or one with no sparse prefill step.
 // Several sequences (mirrors model/Transformer): the KV cache is one pool of pages
 // (kv::DeviceKvCache, pages of kKvPageTokens tokens: memory_plan.h) shared by the model's own
 // sequence (reset/forward) and the GpuSequences of new_sequence(capacity). attach(s) makes
@@ -141,12 +153,18 @@ class GpuSequence {
   bool broken = false;    // an error interrupted a forward on it
 };
 
+// K/V tiles of the sparse prefill kernels (see "fp8 attention tiles" above): the layer's bf16
+// staging, or the fp8 cache's e4m3 rows.
+enum class AttnTiles { bf16, fp8 };
+AttnTiles parse_attn_tiles(const std::string& s);  // "bf16" | "fp8"; else Error naming the choices
+
 struct GpuOptions {
   int64_t chunk = kDefaultChunk;  // tokens per prefill chunk (activation arena is sized by it)
   bool cuda_graph = true;         // decode by CUDA graph replay (env LONGCTX_NO_CUDA_GRAPH=1: off)
   std::string attn = "dense";     // --attn spec (methods/spec.h): dense, minference=..., a_shape=...
   bool synthetic_qk = false;      // benchmarks only: prefill Q/K replaced after RoPE (kernels/cuda/structured_qk.h)
   KvCacheType kv_cache = KvCacheType::bf16;  // fp8: e4m3 cache, layer-major prefill (see above)
+  AttnTiles attn_tiles = AttnTiles::bf16;    // fp8: sparse prefill steps read the e4m3 cache (see above)
   // KV offload (gpu/gpu_offload.h): one sequence, bf16 or fp8, a method whose decode reads through the
   // offload caches (HiP); the prefill runs layer-major. Refused up front otherwise.
   KvOffloadOptions kv_offload = {};  // (an initializer: designated-initializer users get no -Wextra warning)
@@ -158,6 +176,11 @@ using LayerProgressFn = std::function<void(int layers_done, int n_layer)>;
 
 // "" when the GPU path runs model c (head_dim 16..256, GQA group, sizes); else what it lacks.
 std::string gpu_model_problem(const ModelConfig& c);
+
+// "" when opts.attn_tiles can apply with these options and method (gm: its GPU builder, null
+// when no step is ever sparse); else why not. fp8 tiles need the fp8 cache, no --kv-offload, a
+// post-RoPE method with a sparse prefill step.
+std::string attn_tiles_problem(const GpuOptions& opts, const AttentionMethod& m, const GpuMethod* gm);
 
 class GpuTransformer {
  public:
@@ -174,6 +197,7 @@ class GpuTransformer {
   const DeviceWeights& weights() const { return w_; }
   int64_t chunk() const { return layout_.chunk; }
   KvCacheType kv_cache() const { return kv_type_; }
+  AttnTiles attn_tiles() const { return attn_tiles_; }
   // Prefill runs layer-major (fp8 cache, or MInference with vertical-slash heads: its one
   // estimate per prompt needs every key of a layer before the layer's first chunk attends):
   // callers should pass the whole prompt in one forward().
@@ -339,6 +363,9 @@ class GpuTransformer {
   // (MinferenceIndexBuilder::estimate_vs); the layer's chunks then reuse them (GpuMethod::prepare_prompt).
   bool prompt_wide_lines(int l, int64_t pos0, int64_t T) const;
   void estimate_prompt_lines(int l, int64_t pos0, int64_t T, void* xs, void* k_stage, void* v_stage);
+  // Every chunk's K/V of layer l (rows pos0..pos0+T of the staging) from the layer inputs xs
+  // [T, n_embd] (estimate_prompt_lines, and fp8 tiles before the layer's first chunk attends).
+  void project_layer_kv(int l, int64_t pos0, int64_t T, const void* xs, void* k_stage, void* v_stage);
   // Prefill attention of layer l for T > 1 queries at pos0 (route: dense, or sparse through gpu_method_), timed.
   void prefill_attention(int l, int64_t T, int64_t pos0, void* q, void* k_all, void* v_all, void* o);
   bool prompt_wide_method() const;  // whether some layer estimates per prompt (layer-major prefill)
@@ -415,6 +442,7 @@ class GpuTransformer {
   // attached sequence's rows start at its base_row in each.
   void* kv_cache_at(int l, int which) const;  // which: 0 = K, 1 = V; of the attached sequence
   KvCacheType kv_type_ = KvCacheType::bf16;
+  AttnTiles attn_tiles_ = AttnTiles::bf16;
   bool layer_major_ = false;
   size_t kv_elem_ = 2;
   std::unique_ptr<kv::DeviceKvCache> pool_;

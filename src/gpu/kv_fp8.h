@@ -10,8 +10,10 @@
 // e4m3's whole range; kv_quantize stores the new rows (round to nearest even, saturating: a later
 // value beyond the first prefill's amax is clamped to +-kFp8Max * scale, never inf/NaN);
 // kv_dequantize widens cached rows back into the staging buffer when a later prefill extends
-// the cache; kv_append_fp8 quantizes one decode step's K and V rows at a position read from
-// device memory (CUDA-graph friendly, as gpu_ops.h kv_append).
+// the cache (with --attn-tiles fp8 the layer's rows are quantized before its chunks attend, so
+// the sparse prefill reads them: gpu_transformer.h); kv_append_fp8 quantizes one decode step's
+// K and V rows at a position read from device memory (CUDA-graph friendly, as gpu_ops.h
+// kv_append).
 // Tested in tests/gpu/test_gpu_kv_fp8.cpp against the host conversions of cuda_fp8.h.
 #pragma once
 #include <cstdint>

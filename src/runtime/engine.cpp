@@ -55,6 +55,7 @@ class CpuEngine final : public Engine {
     if (opts_.device != "cpu" && opts_.device != "cuda" && opts_.device != "auto")
       fail("unknown device '{}' (expected cpu, cuda or auto)", opts_.device);
     parse_cpu_weights(opts_.cpu_weights);  // a bad name fails before the model loads
+    check_attn_tiles();
     const bool random = !opts_.random_weights.empty();
 #ifndef LONGCTX_WITH_GPU
     if (random) fail("--random-weights generates the weights on a GPU, but this longctx was built without CUDA");
@@ -87,6 +88,11 @@ class CpuEngine final : public Engine {
         fail("{}: tokenizer has {} tokens but the model's vocabulary is {}", path, tok_->vocab_size(), cfg_.vocab_size);
     }
     max_ctx_ = opts_.max_context > 0 ? opts_.max_context : cfg_.context_length;
+    if (opts_.attn_tiles == "fp8" &&
+        make_attention_method(opts_.attn, method_context())->needs().keys == KeyLayout::pre_rope)
+      fail("--attn {} keeps pre-RoPE keys and attends every step itself; --attn-tiles fp8 is for the sparse prefill "
+           "kernel (MInference, A-shape, HiP): drop it",
+           opts_.attn);
 #ifdef LONGCTX_WITH_GPU
     if (opts_.device != "cpu") on_gpu_ = load_gpu(random);
 #endif
@@ -369,6 +375,21 @@ class CpuEngine final : public Engine {
   }
 #endif
 
+  MethodContext method_context() const { return {cfg_.n_layer, cfg_.n_head, cfg_.n_kv_head, cfg_.head_dim, cfg_.name}; }
+
+  // --attn-tiles: what needs no model and no GPU, before anything loads (the GPU model checks the
+  // method's side too: gpu::attn_tiles_problem).
+  void check_attn_tiles() const {
+    if (opts_.attn_tiles != "bf16" && opts_.attn_tiles != "fp8")
+      fail("unknown attention tile type '{}' (known: bf16, fp8)", opts_.attn_tiles);
+    if (opts_.attn_tiles == "bf16") return;
+    if (opts_.device == "cpu")
+      fail("--attn-tiles fp8 is a GPU option (the CPU path attends its own fp32 cache): use --device cuda");
+    if (opts_.kv_cache != "fp8") fail("--attn-tiles fp8 reads the e4m3 rows of the fp8 KV cache: add --kv-cache fp8");
+    if (opts_.kv_offload)
+      fail("--attn-tiles fp8 does not run with --kv-offload (host layers' rows are not on the GPU): drop one");
+  }
+
   // The CPU transformer (built on first need: at load, or when --device auto falls back).
   void ensure_cpu() {
     if (model_) return;
@@ -380,6 +401,9 @@ class CpuEngine final : public Engine {
       if (opts_.device == "cpu") fail("--kv-offload is a GPU option (the CPU path keeps its cache in host memory): use --device cuda");
       note("--kv-offload applies on the GPU only; the CPU path keeps its cache in host memory");
     }
+    if (opts_.attn_tiles != "bf16")
+      note(fmt::format("--attn-tiles {} applies on the GPU only; the CPU path attends its own cache",
+                       opts_.attn_tiles));
     if (opts_.kv_cache != "bf16") {
       if (opts_.device == "cpu") fail("--kv-cache {} is a GPU option (the CPU path keeps its own cache): use --device cuda", opts_.kv_cache);
       note(fmt::format("--kv-cache {} applies on the GPU only; the CPU path keeps its own cache", opts_.kv_cache));
@@ -433,6 +457,17 @@ class CpuEngine final : public Engine {
       why = gpu::gpu_model_problem(cfg_);
       if (why.empty()) why = gpu_method_problem(*make_attention_method(opts_.attn, mc), mc);
     }
+    if (why.empty() && opts_.attn_tiles != "bf16") {  // a usage error, not a reason to leave the GPU
+      gpu::GpuOptions to;
+      to.attn = opts_.attn;
+      to.attn_tiles = gpu::parse_attn_tiles(opts_.attn_tiles);
+      to.kv_cache = gpu::parse_kv_cache(opts_.kv_cache);
+      to.kv_offload.on = opts_.kv_offload;
+      const MethodContext mc = method_context();
+      const auto m = make_attention_method(opts_.attn, mc);
+      const std::string p = gpu::attn_tiles_problem(to, *m, make_gpu_method(*m, mc).get());
+      if (!p.empty()) fail("{}", p);
+    }
     if (why.empty()) {
       const size_t w = gpu::weight_bytes(cfg_), a = gpu::arena_layout(cfg_, chunk).total;
       if (w + a + gpu::kReserveBytes > pr.free_bytes)
@@ -453,6 +488,7 @@ class CpuEngine final : public Engine {
     go.attn = opts_.attn;
     go.synthetic_qk = opts_.synthetic_qk;
     go.kv_cache = gpu::parse_kv_cache(opts_.kv_cache);
+    go.attn_tiles = gpu::parse_attn_tiles(opts_.attn_tiles);
     go.kv_offload.on = opts_.kv_offload;
     go.kv_offload.host_layers = opts_.kv_host_layers;
     go.kv_offload.page_table = gpu::parse_page_table(opts_.kv_page_table);

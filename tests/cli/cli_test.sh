@@ -88,6 +88,8 @@ expect_usage stray_argument "unexpected argument 'extra' for 'longctx inspect'" 
 expect_usage negative_threads "--threads: must not be negative (got -4" "$BIN" generate -m "$NOPE" -p hi -t -4
 expect_usage bad_device "unknown device 'gpu' (expected cpu, cuda or auto)" "$BIN" generate -m "$NOPE" -p hi --device gpu
 expect_usage bad_kv "unknown KV cache type 'fp4'" "$BIN" generate -m "$NOPE" -p hi --kv-cache fp4
+expect_usage bad_attn_tiles "unknown attention tile type 'fp4'" "$BIN" generate -m "$NOPE" -p hi --attn-tiles fp4
+expect_usage bench_attn_tiles "unknown attention tile type 'fp4'" "$BIN" bench model -m "$NOPE" --attn-tiles fp4
 expect_usage bad_cpu_weights "unknown CPU weights 'int4' (expected quantized or fp32)" \
   "$BIN" generate -m "$NOPE" -p hi --cpu-weights int4
 expect_usage bench_cpu_weights "unknown CPU weights 'int4'" "$BIN" bench model -m "$NOPE" --cpu-weights int4

@@ -2,7 +2,8 @@
 // attention kernel (kernels/cuda/sparse_attention_generic.h) as "dense reference with the same
 // mask": an fp64 CPU oracle that attends, per row, exactly the keys in (union of the block's
 // ranges and columns) and causal; fresh random bf16 inputs per run (seed printed by test_util.h).
-// Every case runs for head_dim 64, 128 and 256 (Gemma 3's global layers).
+// Every case runs for head_dim 64, 128 and 256 (Gemma 3's global layers); the SparseGenericFp8
+// cases run the same oracle with e4m3 K/V tiles (kv_dtype fp8_e4m3) over the dequantized K/V.
 // Index cases: random (overlapping ranges, ends past n_kv, duplicate columns, columns inside
 // ranges or past the causal frontier); adversarial ranges (touching, nested, identical,
 // zero-length, starting at/after n_kv, merges across the plan's 32-range warp chunks) and
@@ -80,23 +81,39 @@ struct DevIndex {
 };
 
 
-// Random bf16 Q/K/V on host (as doubles) and device.
+// Random bf16 Q/K/V on host (as doubles) and device. fp8: K ~ N(0, 2^2) and V ~ N(0, 0.5^2)
+// (distinct scales) quantized to e4m3 (sparse_test_util.h quantize_e4m3); the device gets the
+// codes and kd / vd the dequantized values the oracle reads.
 struct Inputs {
   int D;
+  bool fp8;
+  float k_scale = 1.f, v_scale = 1.f;
   std::vector<double> qd, kd, vd;
   std::vector<uint16_t> qh, kh, vh;
   DevBuf q, k, v;
-  Inputs(const Shape& sh, int d)
+  Inputs(const Shape& sh, int d, bool fp8_kv = false)
       : D(d),
+        fp8(fp8_kv),
         qh(random_bf16(size_t(sh.n_q) * sh.n_head * d, 1.0, qd)),
-        kh(random_bf16(size_t(sh.n_kv) * sh.n_kv_head * d, 1.0, kd)),
-        vh(random_bf16(size_t(sh.n_kv) * sh.n_kv_head * d, 1.0, vd)),
+        kh(random_bf16(size_t(sh.n_kv) * sh.n_kv_head * d, fp8_kv ? 2.0 : 1.0, kd)),
+        vh(random_bf16(size_t(sh.n_kv) * sh.n_kv_head * d, fp8_kv ? 0.5 : 1.0, vd)),
         q(qh.size() * 2),
         k(kh.size() * 2),
         v(vh.size() * 2) {
     q.upload(qh);
-    k.upload(kh);
-    v.upload(vh);
+    if (!fp8) {
+      k.upload(kh);
+      v.upload(vh);
+      return;
+    }
+    auto to_fp8 = [](std::vector<double>& vals, DevBuf& buf, float& scale) {
+      const Fp8Tensor t = quantize_e4m3(std::vector<float>(vals.begin(), vals.end()));
+      buf.upload(t.codes);
+      vals.assign(t.dequant.begin(), t.dequant.end());
+      scale = t.scale;
+    };
+    to_fp8(kd, k, k_scale);
+    to_fp8(vd, v, v_scale);
   }
 };
 
@@ -115,6 +132,11 @@ SparseAttnParams make_params(const Shape& sh, const Inputs& in, const DevIndex& 
   p.q_pos0 = sh.q_pos0;
   p.causal = sh.causal;
   p.index = di.ix;
+  if (in.fp8) {
+    p.kv_dtype = KvDtype::fp8_e4m3;
+    p.k_scale = in.k_scale;
+    p.v_scale = in.v_scale;
+  }
   return p;
 }
 
@@ -209,14 +231,15 @@ void expect_close(const Outputs& got, const Outputs& ref, double vmax, const cha
 
 // Runs the generic kernel on idx with fresh inputs, checks O and LSE against the fp64 oracle
 // (and, with vs_hopper on an sm_90 GPU and D = 128, against the Hopper kernel on the same index).
+// fp8: e4m3 K/V (Inputs), judged against the oracle over the dequantized K/V.
 void check(const Shape& sh, int D, const SparseIndex& idx, const char* what, float scale = 0.f,
-           bool vs_hopper = false) {
+           bool vs_hopper = false, bool fp8 = false) {
   ASSERT_EQ(idx.n_q, sh.n_q) << what;
-  const Inputs in(sh, D);
+  const Inputs in(sh, D, fp8);
   const DevIndex di(idx, sh.n_q);
-  std::printf("  generic d=%-3d %-30s n_q=%lld n_kv=%lld q_pos0=%lld heads=%d/%d idx_heads=%zu%s\n", D, what,
+  std::printf("  generic d=%-3d %-30s n_q=%lld n_kv=%lld q_pos0=%lld heads=%d/%d idx_heads=%zu%s%s\n", D, what,
               (long long)sh.n_q, (long long)sh.n_kv, (long long)sh.q_pos0, sh.n_head, sh.n_kv_head, idx.heads.size(),
-              sh.causal ? "" : " non-causal");
+              sh.causal ? "" : " non-causal", fp8 ? " fp8-kv" : "");
   const Outputs got = run_kernel(sh, in, di, scale, false);
   const Outputs ref = oracle(sh, in, idx, scale);
   const double vmax = max_abs(in.vd);
@@ -462,10 +485,81 @@ TEST(SparseGeneric, RejectsBadArguments) {
   EXPECT_LE(sparse_attention_generic_workspace_bytes(di.ix), sparse_attention_workspace_bytes(di.ix));
 }
 
-// SmolLM2-135M geometry (9 query / 3 KV heads, d 64, per-query-head index) at 8K and 32K, and
-// Llama-3.2-1B's (32 / 8, d 64) at 8K: everything selected vs the dense FA2 prefill kernel, and
-// times per call (plan + attention) for the dense index and a vertical-slash-like one (per block: the last 1024 keys, 16 slash ranges of
-// 64 keys, 1000 vertical columns before the block: ~3K keys per block at the end).
+// fp8 e4m3 K/V tiles (kv_dtype fp8_e4m3, k_scale / v_scale distinct): the oracle over the
+// dequantized K/V with the same mask, for d 64/128/256: GQA 9/3 and 4/1, random ranges +
+// columns, adversarial lists (causal edges, ends past n_kv), many short ranges (ragged tails),
+// a partial last block in a q_pos0 > 0 chunk, everything selected, non-causal, a custom scale.
+TEST(SparseGenericFp8, RandomGqa) {
+  LC_REQUIRE_SM80();
+  auto g = gen();
+  const Shape sh{300, 700, 400, 9, 3};
+  const Shape sh2{191, 900, 709, 4, 1};  // last block partial, chunk at q_pos0 709
+  for (int D : {64, 128, 256}) {
+    check(sh, D, random_index(sh, 9, 0.1, g), "fp8/random/9-3/per-q-head", 0.f, false, true);
+    check(sh, D, random_index(sh, 3, 0.1, g), "fp8/random/9-3/per-kv-head", 0.f, false, true);
+    check(sh2, D, random_index(sh2, 1, 0.2, g), "fp8/random/4-1/shared/chunk", 0.f, false, true);
+  }
+}
+
+TEST(SparseGenericFp8, EdgesAndTails) {
+  LC_REQUIRE_SM80();
+  auto g = gen();
+  const Shape sh{300, 1500, 1200, 9, 3};
+  const Shape sh2{129, 600, 0, 4, 1};  // q_pos0 0: lists reach past the causal frontier
+  const Shape sh3{320, 2600, 2280, 4, 2};
+  const Shape sh4{130, 500, 370, 9, 3};
+  for (int D : {64, 128, 256}) {
+    check(sh, D, adversarial_index(sh, 9, g), "fp8/adversarial/9-3/chunk", 0.f, false, true);
+    check(sh2, D, adversarial_index(sh2, 4, g), "fp8/adversarial/4-1", 0.f, false, true);
+    check(sh3, D, many_short(sh3, 4, g), "fp8/many-short-ranges", 0.f, false, true);
+    check(sh4, D, uniform_index(sh4, 9, AllAs::both), "fp8/all-both/chunk", 0.f, false, true);
+  }
+}
+
+TEST(SparseGenericFp8, NonCausalAndScale) {
+  LC_REQUIRE_SM80();
+  auto g = gen();
+  Shape sh{200, 130, 0, 9, 3};  // more queries than keys
+  sh.causal = false;
+  const Shape sh2{260, 600, 340, 4, 2};
+  for (int D : {64, 128, 256}) {
+    check(sh, D, adversarial_index(sh, 3, g), "fp8/non-causal/adversarial", 0.f, false, true);
+    check(sh2, D, random_index(sh2, 4, 0.05, g), "fp8/random/scale-0.3", 0.3f, false, true);
+  }
+  const Shape sh3{1100, 4100, 3000, 9, 3};
+  check(sh3, 64, random_index(sh3, 9, 0.05, g), "fp8/random/4K/9-3", 0.f, false, true);
+}
+
+// fp8 scales must be finite and > 0.
+TEST(SparseGenericFp8, RejectsBadScales) {
+  LC_REQUIRE_SM80();
+  const Shape sh{100, 100, 0, 2, 1};
+  const SparseIndex idx = uniform_index(sh, 1, AllAs::ranges);
+  const Inputs in(sh, 64, true);
+  const DevIndex di(idx, sh.n_q);
+  DevBuf o(in.qh.size() * 2);
+  DevBuf ws(sparse_attention_generic_workspace_bytes(di.ix));
+  SparseAttnParams p = make_params(sh, in, di, o.p, nullptr);
+  p.workspace = ws.p;
+  p.workspace_bytes = ws.bytes;
+  EXPECT_NO_THROW(sparse_attention_generic(p));
+  device_sync();
+  for (float bad_scale : {0.f, -1.f, std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+    SparseAttnParams bad = p;
+    bad.k_scale = bad_scale;
+    EXPECT_ANY_THROW(sparse_attention_generic(bad)) << "k_scale " << bad_scale;
+    bad = p;
+    bad.v_scale = bad_scale;
+    EXPECT_ANY_THROW(sparse_attention_generic(bad)) << "v_scale " << bad_scale;
+  }
+}
+
+// SmolLM2-135M geometry (9 query / 3 KV heads, d 64, per-query-head index) at 8K and 32K,
+// Llama-3.2-1B's (32 / 8, d 64) at 8K and Llama-3-8B's (32 / 8, d 128) at 16K: everything
+// selected vs the dense FA2 prefill kernel, and times per call (plan + attention) for the dense
+// index and a vertical-slash-like one (per block: the last 1024 keys, 16 slash ranges of 64 keys,
+// 1000 vertical columns before the block: ~3K keys per block at the end), with bf16 and with fp8
+// K/V tiles (printed side by side).
 double time_ms(const std::function<void()>& f, int iters) {
   f();
   device_sync();
@@ -481,14 +575,15 @@ TEST(SparseGeneric, PerfSmolLM2Geometry) {
   struct Geo {
     const char* name;
     int64_t n;
-    int n_head, n_kv_head;
+    int n_head, n_kv_head, d;
   };
-  for (const Geo& geo : {Geo{"SmolLM2-135M", 8192, 9, 3}, Geo{"SmolLM2-135M", 32768, 9, 3},
-                         Geo{"Llama-3.2-1B", 8192, 32, 8}}) {
+  for (const Geo& geo : {Geo{"SmolLM2-135M", 8192, 9, 3, 64}, Geo{"SmolLM2-135M", 32768, 9, 3, 64},
+                         Geo{"Llama-3.2-1B", 8192, 32, 8, 64}, Geo{"Llama-3-8B", 16384, 32, 8, 128}}) {
     const int64_t n = geo.n;
-    const int H = geo.n_head;
+    const int H = geo.n_head, D = geo.d;
     const Shape sh{n, n, 0, H, geo.n_kv_head};
-    const Inputs in(sh, 64);
+    const Inputs in(sh, D);
+    const Inputs in8(sh, D, true);  // fp8 e4m3 K/V tiles (other random values: timing only)
     DevBuf o(in.qh.size() * 2), od(in.qh.size() * 2), lse(size_t(n) * H * 4), lsed(size_t(n) * H * 4);
     // dense FA2 reference
     PrefillParams pp;
@@ -501,7 +596,7 @@ TEST(SparseGeneric, PerfSmolLM2Geometry) {
     pp.n_kv = n;
     pp.n_head = H;
     pp.n_kv_head = geo.n_kv_head;
-    pp.head_dim = 64;
+    pp.head_dim = D;
     pp.causal = true;
     pp.impl = PrefillImpl::fa2_mma_sync;
     const double t_dense = time_ms([&] { attention_prefill(pp); }, 10);
@@ -521,6 +616,11 @@ TEST(SparseGeneric, PerfSmolLM2Geometry) {
     for (size_t i = 0; i < lh.size(); ++i) max_l = std::max(max_l, double(std::fabs(lh[i] - ldh[i])));
     EXPECT_LT(max_o, 2e-2) << "all-selected vs dense FA2 at n=" << n;
     EXPECT_LT(max_l, 1e-3) << "all-selected vs dense FA2 at n=" << n;
+    // fp8 tiles, timed after the bf16 result was read (they write the same o / lse)
+    SparseAttnParams p8 = make_params(sh, in8, di, o.p, lse.as<float>());
+    p8.workspace = ws.p;
+    p8.workspace_bytes = ws.bytes;
+    const double t_all8 = time_ms([&] { sparse_attention_generic(p8); }, 10);
 
     // vertical-slash-like index
     SparseIndex vs;
@@ -556,12 +656,19 @@ TEST(SparseGeneric, PerfSmolLM2Geometry) {
     pv.workspace = wsv.p;
     pv.workspace_bytes = wsv.bytes;
     const double t_vs = time_ms([&] { sparse_attention_generic(pv); }, 10);
+    SparseAttnParams pv8 = make_params(sh, in8, dv, o.p, lse.as<float>());
+    pv8.workspace = wsv.p;
+    pv8.workspace_bytes = wsv.bytes;
+    const double t_vs8 = time_ms([&] { sparse_attention_generic(pv8); }, 10);
     const double t_plan = time_ms([&] { sparse_attention_generic_plan(pv); }, 10);
     const double causal_keys = double(H) * double(n) * double(n + 1) / 2.0 / 64.0;  // per block, summed
-    std::printf("  %s geometry n=%lld (%d/%d heads, d 64): dense FA2 %.3f ms | generic all-selected %.3f ms "
+    std::printf("  %s geometry n=%lld (%d/%d heads, d %d): dense FA2 %.3f ms | generic all-selected %.3f ms "
                 "(max |dO| %.2g, |dLSE| %.2g) | generic VS-like %.3f ms (plan %.3f ms, ~%.0f%% of causal keys)\n",
-                geo.name, (long long)n, H, geo.n_kv_head, t_dense, t_all, max_o, max_l, t_vs, t_plan,
+                geo.name, (long long)n, H, geo.n_kv_head, D, t_dense, t_all, max_o, max_l, t_vs, t_plan,
                 100.0 * double(keys) / causal_keys);
+    std::printf("  %s geometry n=%lld d %d fp8 K/V tiles: all-selected %.3f ms (%.2fx bf16) | VS-like %.3f ms "
+                "(%.2fx bf16)\n",
+                geo.name, (long long)n, D, t_all8, t_all8 / t_all, t_vs8, t_vs8 / t_vs);
   }
 }
 

@@ -15,9 +15,16 @@
 //   softmax in the log2 domain. Tiles whose keys are all real and visible to every row of the
 //   block skip the mask. CTAs run latest block first (causal work grows with b), all heads of
 //   a block next to each other (GQA heads share K/V rows in L2).
+// fp8 K/V tiles (p.kv_dtype fp8_e4m3, the fp8 cache's codes): each tile's e4m3 rows are
+// cp.async'ed (double buffered, 16-byte chunks of 16 codes) into a row-major byte tile, then
+// widened to bf16 (exact: every e4m3 value is a bf16) into one swizzled bf16 K/V tile that the
+// same mma code reads. k_scale is folded into the softmax scale (scores = code_q . code_k *
+// k_scale * scale), v_scale into O at the end: attention over the dequantized K/V. Shared memory
+// is the bf16 kernel's: 2 stages x 64 x D bytes each for K and V plus one bf16 K and V tile.
 #include "kernels/cuda/sparse_attention_generic.h"
 
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 #include <climits>
 #include <cmath>
@@ -37,7 +44,7 @@ using namespace mma;
 constexpr int kBQ = kSparseQBlock;  // 64 query rows per CTA
 constexpr int kBK = 64;             // keys per tile
 
-template <int D>
+template <int D, bool kFp8>
 struct GTile {
   static constexpr int kWarps = 4;  // 4 x 16 rows = one query block
   static constexpr int kThreads = kWarps * 32;
@@ -46,13 +53,39 @@ struct GTile {
   static constexpr int kMinBlocks = D == 64 ? 4 : D == 128 ? 2 : 1;
   static constexpr int kChunks = D / 8;  // 16-byte chunks per row
   static constexpr int kSmemQ = kBQ * D * 2;
-  static constexpr int kSmemKV = kBK * D * 2;  // one K (or V) tile
+  static constexpr int kSmemKV = kBK * D * 2;  // one bf16 K (or V) tile
+  static constexpr int kSmemRaw = kBK * D;     // one e4m3 K (or V) tile (fp8 path)
+  static constexpr int kChunks8 = D / 16;      // 16-byte chunks per e4m3 row
+  // bf16: the K/V tiles of each stage. fp8: each stage's e4m3 K/V, then one widened bf16 K/V.
+  static constexpr int kSmemPipe = kFp8 ? 2 * kStages * kSmemRaw + 2 * kSmemKV : 2 * kStages * kSmemKV;
   static constexpr int kSmemKeys = kStages * kBK * 4;
-  static constexpr int kSmem = kSmemQ + 2 * kStages * kSmemKV + kSmemKeys + kStages * 4;
+  static constexpr int kSmem = kSmemQ + kSmemPipe + kSmemKeys + kStages * 4;
 };
 
+// Arguments of the attention kernel: the shared ones plus V's dequantization scale (fp8 only;
+// K's scale is inside scale_log2).
+struct GenericArgs : SparseKernelArgs {
+  float v_scale;
+};
+
+// 16 e4m3 codes (one uint4) -> 16 bf16 (two uint4), exact (e4m3 -> fp16 -> fp32 -> bf16 loses
+// nothing: 3 mantissa bits, exponents 2^-9 .. 2^8).
+__device__ __forceinline__ void widen16(const uint4 raw, uint4& lo, uint4& hi) {
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+  uint32_t out[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const uint32_t two = (w[i / 2] >> (16 * (i & 1))) & 0xffffu;
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(two), __NV_E4M3);
+    const float2 f = __half22float2(__half2(h));
+    out[i] = pack_bf16(f.x, f.y);
+  }
+  lo = make_uint4(out[0], out[1], out[2], out[3]);
+  hi = make_uint4(out[4], out[5], out[6], out[7]);
+}
+
 // ---- attention kernel --------------------------------------------------------------------------
-using MainArgs = SparseKernelArgs;
+using MainArgs = GenericArgs;
 
 // The CTA's walk over its tiles: merged ranges first (each cut into 64-key tiles from its own
 // start), then the columns 64 at a time. Every thread holds the same cursor.
@@ -84,14 +117,19 @@ struct TileCursor {
   }
 };
 
-template <int D>
-__global__ void __launch_bounds__(GTile<D>::kThreads, GTile<D>::kMinBlocks) sparse_generic_kernel(const MainArgs a) {
-  using T = GTile<D>;
+template <int D, bool kFp8>
+__global__ void __launch_bounds__(GTile<D, kFp8>::kThreads, GTile<D, kFp8>::kMinBlocks)
+    sparse_generic_kernel(const MainArgs a) {
+  using T = GTile<D, kFp8>;
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t sQ = smem_u32(smem);
-  const uint32_t sK = sQ + T::kSmemQ;  // stage s at sK + s * kSmemKV
-  const uint32_t sV = sK + T::kStages * T::kSmemKV;
-  int32_t* s_keys = reinterpret_cast<int32_t*>(smem + T::kSmemQ + 2 * T::kStages * T::kSmemKV);  // [stage][64]
+  // bf16: stage s of K at sK + s * kSmemKV (V likewise). fp8: stage s of the e4m3 K at
+  // sKr + s * kSmemRaw (V likewise), widened into the single bf16 tiles sK / sV.
+  const uint32_t sKr = sQ + T::kSmemQ;
+  const uint32_t sVr = sKr + T::kStages * T::kSmemRaw;
+  const uint32_t sK = kFp8 ? sVr + T::kStages * T::kSmemRaw : sQ + T::kSmemQ;
+  const uint32_t sV = kFp8 ? sK + T::kSmemKV : sK + T::kStages * T::kSmemKV;
+  int32_t* s_keys = reinterpret_cast<int32_t*>(smem + T::kSmemQ + T::kSmemPipe);  // [stage][64]
   int32_t* s_cnt = s_keys + T::kStages * kBK;                                                     // [stage]
 
   const int64_t cta = blockIdx.x;
@@ -105,6 +143,8 @@ __global__ void __launch_bounds__(GTile<D>::kThreads, GTile<D>::kMinBlocks) spar
   const bf16* qg = a.q + m0 * ldq + int64_t(h) * D;
   const bf16* kg = a.k + int64_t(kvh) * D;
   const bf16* vg = a.v + int64_t(kvh) * D;
+  const uint8_t* kg8 = reinterpret_cast<const uint8_t*>(a.k) + int64_t(kvh) * D;  // fp8: one byte an element
+  const uint8_t* vg8 = reinterpret_cast<const uint8_t*>(a.v) + int64_t(kvh) * D;
 
   TileCursor cur;
   cur.R = a.ranges + 2 * a.range_ptr[row];
@@ -125,15 +165,29 @@ __global__ void __launch_bounds__(GTile<D>::kThreads, GTile<D>::kMinBlocks) spar
   cp_async_commit();
 
   // One tile's K/V rows (empty slots zero-filled, so masked scores stay finite) and key positions.
+  // fp8: the e4m3 rows land row-major in the stage's byte tiles (widen_tile makes them bf16).
   auto load_tile = [&](int stage, bool is_col, int32_t first, int cnt) {
-    for (int i = tid; i < kBK * T::kChunks; i += T::kThreads) {
-      const int r = i / T::kChunks, c = i % T::kChunks;
-      int32_t key = -1;
-      if (r < cnt) key = is_col ? __ldg(C + first + r) : first + r;
-      const bool ok = key >= 0;
-      const int64_t off = int64_t(ok ? key : 0) * ldk + c * 8;
-      cp_async16(sK + stage * T::kSmemKV + swz<D>(r, c), ok ? kg + off : a.k, ok ? 16 : 0);
-      cp_async16(sV + stage * T::kSmemKV + swz<D>(r, c), ok ? vg + off : a.v, ok ? 16 : 0);
+    if constexpr (kFp8) {
+      for (int i = tid; i < kBK * T::kChunks8; i += T::kThreads) {
+        const int r = i / T::kChunks8, c = i % T::kChunks8;
+        int32_t key = -1;
+        if (r < cnt) key = is_col ? __ldg(C + first + r) : first + r;
+        const bool ok = key >= 0;
+        const int64_t off = int64_t(ok ? key : 0) * ldk + c * 16;
+        const uint32_t dst = uint32_t(stage * T::kSmemRaw + r * D + c * 16);
+        cp_async16(sKr + dst, ok ? kg8 + off : kg8, ok ? 16 : 0);
+        cp_async16(sVr + dst, ok ? vg8 + off : vg8, ok ? 16 : 0);
+      }
+    } else {
+      for (int i = tid; i < kBK * T::kChunks; i += T::kThreads) {
+        const int r = i / T::kChunks, c = i % T::kChunks;
+        int32_t key = -1;
+        if (r < cnt) key = is_col ? __ldg(C + first + r) : first + r;
+        const bool ok = key >= 0;
+        const int64_t off = int64_t(ok ? key : 0) * ldk + c * 8;
+        cp_async16(sK + stage * T::kSmemKV + swz<D>(r, c), ok ? kg + off : a.k, ok ? 16 : 0);
+        cp_async16(sV + stage * T::kSmemKV + swz<D>(r, c), ok ? vg + off : a.v, ok ? 16 : 0);
+      }
     }
     if (tid < kBK) s_keys[stage * kBK + tid] = tid < cnt ? (is_col ? __ldg(C + first + tid) : first + tid) : -1;
     if (tid == 0) s_cnt[stage] = cnt;
@@ -162,6 +216,22 @@ __global__ void __launch_bounds__(GTile<D>::kThreads, GTile<D>::kMinBlocks) spar
   const int32_t vis0 = int32_t(min(a.q_pos0 + row0, int64_t(INT_MAX - 8)));
   const int32_t vis_first = int32_t(min(a.q_pos0 + m0, int64_t(INT_MAX)));  // visible to every row
 
+  // fp8: stage st's e4m3 K/V -> the bf16 tiles sK / sV (16 codes -> two swizzled 16-byte chunks).
+  auto widen_tile = [&](int stage) {
+    const uint8_t* rk = smem + T::kSmemQ + stage * T::kSmemRaw;
+    const uint8_t* rv = rk + T::kStages * T::kSmemRaw;
+    for (int i = tid; i < kBK * T::kChunks8; i += T::kThreads) {
+      const int r = i / T::kChunks8, c = i % T::kChunks8;
+      uint4 lo, hi;
+      widen16(*reinterpret_cast<const uint4*>(rk + r * D + c * 16), lo, hi);
+      *reinterpret_cast<uint4*>(smem + (sK - sQ) + swz<D>(r, 2 * c)) = lo;
+      *reinterpret_cast<uint4*>(smem + (sK - sQ) + swz<D>(r, 2 * c + 1)) = hi;
+      widen16(*reinterpret_cast<const uint4*>(rv + r * D + c * 16), lo, hi);
+      *reinterpret_cast<uint4*>(smem + (sV - sQ) + swz<D>(r, 2 * c)) = lo;
+      *reinterpret_cast<uint4*>(smem + (sV - sQ) + swz<D>(r, 2 * c + 1)) = hi;
+    }
+  };
+
   int st = 0;
   while (have) {
     bool n_is_col;
@@ -172,8 +242,12 @@ __global__ void __launch_bounds__(GTile<D>::kThreads, GTile<D>::kMinBlocks) spar
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
+    if constexpr (kFp8) {
+      widen_tile(st);
+      __syncthreads();
+    }
 
-    const uint32_t kbase = sK + st * T::kSmemKV, vbase = sV + st * T::kSmemKV;
+    const uint32_t kbase = kFp8 ? sK : sK + st * T::kSmemKV, vbase = kFp8 ? sV : sV + st * T::kSmemKV;
     const int32_t* keys = s_keys + st * kBK;
     float s[8][4];
     if constexpr (kQInSmem)
@@ -199,11 +273,17 @@ __global__ void __launch_bounds__(GTile<D>::kThreads, GTile<D>::kMinBlocks) spar
     }
     fa2::softmax_update<D>(s, m_r, l_r, oacc);
     fa2::pv_tile<D>(s, vbase, oacc, lane);
-    __syncthreads();  // stage st (and its keys) is overwritten by the load issued next iteration
+    __syncthreads();  // stage st (and its keys; fp8: the bf16 tiles) is overwritten next iteration
     st ^= 1;
     have = have_next;
   }
   cp_async_wait<0>();
+  if constexpr (kFp8) {
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) oacc[i][e] *= a.v_scale;
+  }
 
   // Epilogue: normalise, stage the warp's 16 rows in its own part of the Q buffer, 16B stores.
   fa2::stage_output<D>(oacc, l_r, sQ, warp, lane);
@@ -221,19 +301,30 @@ void check_params(const SparseAttnParams& p) {
   LC_REQUIRE(p.q && p.k && p.v && p.o, "sparse_attention_generic: null q/k/v/o pointer");
   LC_REQUIRE(aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && aligned16(p.o),
              "sparse_attention_generic: q/k/v/o must be 16-byte aligned");
-  check_sparse_params(p, "sparse_attention_generic");
-  LC_REQUIRE(p.kv_dtype == KvDtype::bf16, "sparse_attention_generic: fp8 K/V tiles are not built in this kernel");
+  check_sparse_params(p, "sparse_attention_generic");  // fp8: the scales finite and > 0
 }
 
-template <int D>
+template <int D, bool kFp8>
 void launch_main(const MainArgs& a, int64_t n_cta, cudaStream_t stream) {
-  using T = GTile<D>;
+  using T = GTile<D, kFp8>;
   static const cudaError_t err =
-      cudaFuncSetAttribute(sparse_generic_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmem);
-  LC_CUDA_CHECK(err, "sparse_generic_kernel<d=%d>: raising dynamic shared memory to %d bytes", D, T::kSmem);
-  sparse_generic_kernel<D><<<unsigned(n_cta), T::kThreads, T::kSmem, stream>>>(a);
-  LC_LAUNCH_CHECK("sparse_generic_kernel<d=%d> n_q=%lld n_kv=%lld q_pos0=%lld heads=%d/%d grid=%lld", D,
-                  (long long)a.n_q, (long long)a.n_kv, (long long)a.q_pos0, a.n_head, a.n_kv_head, (long long)n_cta);
+      cudaFuncSetAttribute(sparse_generic_kernel<D, kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmem);
+  LC_CUDA_CHECK(err, "sparse_generic_kernel<d=%d, fp8=%d>: raising dynamic shared memory to %d bytes", D, int(kFp8),
+                T::kSmem);
+  sparse_generic_kernel<D, kFp8><<<unsigned(n_cta), T::kThreads, T::kSmem, stream>>>(a);
+  LC_LAUNCH_CHECK("sparse_generic_kernel<d=%d, fp8=%d> n_q=%lld n_kv=%lld q_pos0=%lld heads=%d/%d grid=%lld", D,
+                  int(kFp8), (long long)a.n_q, (long long)a.n_kv, (long long)a.q_pos0, a.n_head, a.n_kv_head,
+                  (long long)n_cta);
+}
+
+template <bool kFp8>
+void launch_for_dim(const MainArgs& a, int head_dim, int64_t n_cta, cudaStream_t stream) {
+  if (head_dim == 256)
+    launch_main<256, kFp8>(a, n_cta, stream);
+  else if (head_dim == 128)
+    launch_main<128, kFp8>(a, n_cta, stream);
+  else
+    launch_main<64, kFp8>(a, n_cta, stream);
 }
 
 }  // namespace
@@ -247,16 +338,17 @@ void sparse_attention_generic_plan(const SparseAttnParams& p, Stream s) {
 
 void sparse_attention_generic_run(const SparseAttnParams& p, Stream s) {
   check_params(p);
-  const MainArgs a = sparse_kernel_args(p);
+  const bool fp8 = p.kv_dtype == KvDtype::fp8_e4m3;
+  MainArgs a{sparse_kernel_args(p)};
+  a.v_scale = fp8 ? p.v_scale : 1.f;
+  if (fp8) a.scale_log2 *= p.k_scale;
   const int64_t n_cta = int64_t(p.n_head) * p.index.n_qblk;
   LC_REQUIRE(n_cta <= 0x7fffffff, "sparse_attention_generic: %lld CTAs exceed the grid limit", (long long)n_cta);
   auto stream = static_cast<cudaStream_t>(s);
-  if (p.head_dim == 256)
-    launch_main<256>(a, n_cta, stream);
-  else if (p.head_dim == 128)
-    launch_main<128>(a, n_cta, stream);
+  if (fp8)
+    launch_for_dim<true>(a, p.head_dim, n_cta, stream);
   else
-    launch_main<64>(a, n_cta, stream);
+    launch_for_dim<false>(a, p.head_dim, n_cta, stream);
 }
 
 void sparse_attention_generic(const SparseAttnParams& p, Stream s) {
