@@ -14,7 +14,6 @@
 #include "kernels/cuda/kv_offload.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/sparse_attention.h"
-#include "kernels/cuda/sparse_attention_generic.h"
 #include "kernels/cuda/sparse_decode.h"
 #include "kv/cuda/device_kv_cache.h"
 #include "util/error.h"
@@ -783,10 +782,8 @@ void GpuTransformer::prefill_attention(int l, int64_t T, int64_t pos0, void* q, 
       sp.kv_dtype = cuda::KvDtype::fp8_e4m3;
       sp.k_scale = k_scale_[size_t(l)];
       sp.v_scale = v_scale_[size_t(l)];
-      cuda::sparse_attention_generic(sp, stream_);  // the Hopper kernel has no fp8 path yet
-    } else {
-      cuda::sparse_attention(sp, stream_);  // the Hopper kernel for head_dim 128 / 256, else the generic one
     }
+    cuda::sparse_attention(sp, stream_);  // the Hopper kernel for head_dim 128 / 256, else the generic one
   }
   check_cuda(cudaEventRecord(ev(e.end), s), "cudaEventRecord");
 }
