@@ -103,7 +103,9 @@ constexpr int kHalf = 64 * 64 * 2;   // one [64 rows][64 dims] bf16 TMA box (a p
 // Tile header per stage: key position of each slot (-1 = empty; column tiles only), then flags,
 // then (range tiles) the first key and the key count: a range tile's slot i is key t0 + i, so its
 // mask is two compares per element instead of a shared-memory read.
-constexpr int kHdrFlagMask = 1, kHdrFlagEnd = 2, kHdrFlagRange = 4, kHdrFlagPacked = 8;
+// kHdrFlagGather: the tile's rows were written by cp.async (the generic proxy); the consumer
+// fences before its wgmmas read them (the async proxy).
+constexpr int kHdrFlagMask = 1, kHdrFlagEnd = 2, kHdrFlagRange = 4, kHdrFlagPacked = 8, kHdrFlagGather = 16;
 constexpr int kHdrFlags = kBK, kHdrT0 = kBK + 1, kHdrCnt = kBK + 2;
 // Packed tiles: slots [kSeg j, kSeg (j + 1)) hold keys hdr[j] + 0.. of segment j, the first
 // hdr[kSegs + j] of them valid (0: an unused segment, loaded from a valid key and masked).
@@ -404,13 +406,10 @@ __global__ void __launch_bounds__(G::kThreads, 1)
       int t = 0;
       // The gather tile being filled: slots [0, ng) hold range-tail keys and columns, slot i in
       // lane i's gka (i < 32) or lane i - 32's gkb (-1 = empty); gmax = the largest key. Its rows
-      // are copied with cp.async; the full barrier of the last gathered tile (tile `pend`) is
-      // arrived once the next gathered tile is issued, or before any other stage is acquired
-      // unless it is the tile just before and kStages = 3 (the consumers take tiles in order:
-      // acquiring tile t waits for tile t - kStages's release, which follows tile
-      // t - kStages + 1's full barrier), so two gathered tiles' copies overlap and the ring never
-      // waits on a tile the producer holds back.
-      int ng = 0, pend = -1;
+      // are copied with cp.async, and the stage's full barrier completes when they land
+      // (cp.async.mbarrier.arrive): the producer never waits for a gathered tile, so up to
+      // kStages of them are in flight per consumer (the ring's depth), not one.
+      int ng = 0;
       int32_t gka = -1, gkb = -1, gmax = -1;
       const int64_t ld = int64_t(a.n_kv_head) * kD;
       // One TMA box height of K and V rows from key k0 into stage (sk, sv) at row byte offset off:
@@ -433,19 +432,7 @@ __global__ void __launch_bounds__(G::kThreads, 1)
           }
         }
       };
-      auto arrive_pending = [&](bool keep_newest) {
-        if (pend < 0) return;
-        if (keep_newest)
-          mma::cp_async_wait<1>();
-        else
-          mma::cp_async_wait<0>();
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        __syncwarp();
-        if (lane == 0) mbar_arrive(ld_bar(pend % kStages));
-        pend = -1;
-      };
       auto acquire = [&](int s) {
-        if (pend >= 0 && pend < t - kStages + 2) arrive_pending(false);
         if (t >= kStages) mbar_wait(bar(w, 1 + kStages + s), ((t / kStages) & 1) ^ 1);
       };
       // The packed tile being filled: segments [0, np), first keys ps[], counts pc[] (registers:
@@ -488,7 +475,7 @@ __global__ void __launch_bounds__(G::kThreads, 1)
         hd[lane] = gka;
         hd[lane + 32] = gkb;
         const bool full = ng == kBK && (!a.causal || gmax <= first_pos);
-        if (lane == 0) hd[kHdrFlags] = full ? 0 : kHdrFlagMask;
+        if (lane == 0) hd[kHdrFlags] = kHdrFlagGather | (full ? 0 : kHdrFlagMask);
         const uint32_t sk = wb + kWgK + s * kTile, sv = wb + kWgV + s * kTile;
         // 64 rows x kC chunks of 16 bytes per operand, 32 per iteration: chunk i = 32 it + lane is
         // row i / kC, chunk i % kC (bf16 d = 128: two rows an iteration; d = 256: one). fp8: a
@@ -515,9 +502,12 @@ __global__ void __launch_bounds__(G::kThreads, 1)
             mma::cp_async16(sv + dst, a.v + off, ok ? 16 : 0);
           }
         }
-        mma::cp_async_commit();
-        arrive_pending(true);
-        pend = t;
+        // Each lane's copies arrive on the stage's full barrier when they land (the pending count
+        // goes up by one per lane now, down when its copies complete); lane 0's arrival, after
+        // every lane's (and the header's writes: __syncwarp), is the phase's own.
+        asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(ld_bar(s)) : "memory");
+        __syncwarp();
+        if (lane == 0) mbar_arrive(ld_bar(s));
         ++t;
         ng = 0;
         gka = gkb = gmax = -1;
@@ -536,8 +526,12 @@ __global__ void __launch_bounds__(G::kThreads, 1)
       };
       const int32_t* rg = a.ranges + 2 * a.range_ptr[row];
       const int nr = a.n_r[row];
+      // The ranges, 32 at a time: lane j loads range i0 + j (one coalesced read instead of a
+      // dependent load per range: HiP's rows hold 258 ranges), then each is broadcast.
+      int32_t rs_l = 0, re_l = 0;
       for (int i = 0; i < nr; ++i) {
-        const int32_t rs = rg[2 * i], re = rg[2 * i + 1];
+        if (i % 32 == 0 && i + lane < nr) rs_l = rg[2 * (i + lane)], re_l = rg[2 * (i + lane) + 1];
+        const int32_t rs = __shfl_sync(0xffffffffu, rs_l, i % 32), re = __shfl_sync(0xffffffffu, re_l, i % 32);
         int32_t t0 = rs;
         for (; t0 < re && re - t0 > kSparsePackMax; t0 += kBK, ++t) {
           const int s = t % kStages;
@@ -567,7 +561,6 @@ __global__ void __launch_bounds__(G::kThreads, 1)
       const int32_t* cl = a.cols + a.col_ptr[row];
       add_keys([cl](int j) { return cl[j]; }, a.n_c[row]);
       if (ng > 0) flush_gather();
-      arrive_pending(false);
       {  // end marker
         const int s = t % kStages;
         acquire(s);
@@ -748,12 +741,18 @@ __global__ void __launch_bounds__(G::kThreads, 1)
       auto wg_sync = [&] {
         if constexpr (G::kFp8) asm volatile("bar.sync %0, 128;\n" ::"r"(1 + w) : "memory");
       };
+      // A gathered tile's rows came through the generic proxy (cp.async, completed on the full
+      // barrier this thread has just observed): fence before the wgmmas (async proxy) read them.
+      auto fence_gathered = [&](int s) {
+        if (hdr(w, s)[kHdrFlags] & kHdrFlagGather) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      };
       mbar_wait(bar(w, 1), 0);
       if (!(hdr(w, 0)[kHdrFlags] & kHdrFlagEnd)) {
         uint32_t p[4][4];
         float corr[2];
         {
           float sc[32];
+          fence_gathered(0);
           widen(wb + kWgK);
           wg_sync();
           issue_s(sc, wb + kWgK);
@@ -771,6 +770,7 @@ __global__ void __launch_bounds__(G::kThreads, 1)
           fence_p(p);
           mbar_wait(bar(w, 1 + s), (t / kStages) & 1);
           if (hdr(w, s)[kHdrFlags] & kHdrFlagEnd) break;
+          fence_gathered(s);
           widen(wb + kWgK + s * kTile);
           if constexpr (!kWidenVInFlight) widen(wb + kWgV + s * kTile);
           wg_sync();
