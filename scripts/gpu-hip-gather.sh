@@ -11,7 +11,8 @@
 #   2 (final): test_cuda 'SparseAttn*' (bf16 and fp8, d 128 and 256), test_hip_gpu_method,
 #     compute-sanitizer memcheck on the HiP sparse cases; bench_hip random and --structured-qk,
 #     base and ours interleaved; torch SDPA cuDNN / flash at 128K (bench/torch_baseline.py, the
-#     lead's checkout); bench_sparse 128K random and structured, base and ours.
+#     lead's checkout); bench_sparse 128K random and structured, base and ours; with VAR_A, an
+#     earlier variant's bench_hip beside them (and its tests if ours fail).
 # "base" is the kernel of the commit named in base.txt (built from `git archive` of it, with this
 # branch's bench_hip.cu for the --structured-qk option), "ours" this branch's.
 # Logs: $OUT/steps.log (each step's digest), $OUT/logs.tgz (every log), JSON per benchmark in it.
@@ -35,15 +36,20 @@ if [ "${1:-}" = "--pack" ]; then
     "$BUILD/bench/longctx_bench_hip" "$tmp/"
   cp "$BASE_BUILD/bench/longctx_bench_sparse" "$tmp/base_bench_sparse"
   cp "$BASE_BUILD/bench/longctx_bench_hip" "$tmp/base_bench_hip"
+  if [ -n "${VAR_A:-}" ]; then  # a variant's packed bin.tar.xz (an earlier commit of this branch)
+    mkdir -p "$tmp/a" && tar -C "$tmp/a" -xJf "$VAR_A"
+    cp "$tmp/a/test_cuda" "$tmp/a_test_cuda"; cp "$tmp/a/longctx_bench_hip" "$tmp/a_bench_hip"; rm -rf "$tmp/a"
+  fi
   strip "$tmp"/*
   tar -C "$tmp" -cJf "$CARRY/bin.tar.xz" .
-  carry_libs "$CARRY/lib" "$tmp"/*
+  carry_libs "$tmp/lib" "$tmp"/*  # OpenBLAS etc. (the CPU oracles), compressed: the carry's 64 MiB
+  tar -C "$tmp/lib" -cJf "$CARRY/lib.tar.xz" .
   cp "$0" "$(dirname "$0")/gpu-carry.sh" "$CARRY/"
   git rev-parse --short HEAD > "$CARRY/commit.txt"
   echo "${BASE_COMMIT:-unknown}" > "$CARRY/base.txt"
   printf '#!/usr/bin/env bash\nPHASE=%s BUDGET_S=%s bash "$(dirname "$0")/gpu-hip-gather.sh"\n' "${PHASE:-1}" \
     "${BUDGET_S:-225}" > "$CARRY/run.sh"
-  ls -la "$CARRY" "$CARRY/lib"; du -sh "$CARRY"
+  ls -la "$CARRY"; du -sh "$CARRY"
   exit 0
 fi
 
@@ -51,7 +57,8 @@ OUT=${OUT:-out}
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$OUT"
 BIN=/tmp/hipg-bin
-unpack_bin "$HERE/bin.tar.xz" "$BIN" "$HERE/lib"
+unpack_bin "$HERE/bin.tar.xz" "$BIN" "$BIN/lib"
+mkdir -p "$BIN/lib" && tar -C "$BIN/lib" -xJf "$HERE/lib.tar.xz"
 COMMIT=$(cat "$HERE/commit.txt" 2>/dev/null || echo unknown)
 BASE=$(cat "$HERE/base.txt" 2>/dev/null || echo unknown)
 PHASE=${PHASE:-1}
@@ -95,24 +102,31 @@ if [ "$PHASE" = 1 ]; then
   [ $ok = 1 ] && step sparse_ours 30 "$BIN/longctx_bench_sparse" --seqs 131072 --dense-seqs 0 \
     --json "$LOGS/sparse_ours.json"
 else
-  step tests "${T_TESTS:-70}" "$BIN/test_cuda" --gtest_filter='SparseAttn*'
-  step tests_hip_method 30 "$BIN/test_hip_gpu_method"
-  step memcheck "${T_MEMCHECK:-60}" compute-sanitizer --tool memcheck --error-exitcode 99 "$BIN/test_cuda" \
-    --gtest_filter='SparseAttnSmall.Hip*:SparseAttnSmallFp8.ShortRangesTailPackingAndHip'
-  for i in 1 2; do  # base and ours interleaved, twice
-    hip "hip_base_$i" "$BIN/base_bench_hip" 25 --prefill 131072,1048576 --fp8-tiles
-    hip "hip_ours_$i" "$BIN/longctx_bench_hip" 25 --prefill 131072,1048576 --fp8-tiles
-  done
-  hip hip_base_structured "$BIN/base_bench_hip" 25 --prefill 131072,1048576 --structured-qk
-  hip hip_ours_structured "$BIN/longctx_bench_hip" 25 --prefill 131072,1048576 --structured-qk
-  step torch 40 python3 bench/torch_baseline.py --prefill 131072 --decode "" --backends cudnn \
+  [ $ok = 1 ] && step tests "${T_TESTS:-70}" "$BIN/test_cuda" --gtest_filter='SparseAttn*'
+  tests_rc=$?
+  hip hip_base_1 "$BIN/base_bench_hip" 25 --prefill 131072,1048576 --fp8-tiles
+  [ -x "$BIN/a_bench_hip" ] && hip hip_a_1 "$BIN/a_bench_hip" 25 --prefill 131072,1048576 --fp8-tiles
+  [ $ok = 1 ] && hip hip_ours_1 "$BIN/longctx_bench_hip" 25 --prefill 131072,1048576 --fp8-tiles
+  hip hip_base_structured "$BIN/base_bench_hip" 20 --prefill 131072,1048576 --structured-qk
+  [ $ok = 1 ] && hip hip_ours_structured "$BIN/longctx_bench_hip" 20 --prefill 131072,1048576 --structured-qk
+  step torch 45 python3 bench/torch_baseline.py --prefill 131072 --decode "" --backends cudnn \
     --json "$LOGS/torch.json"
-  step sparse_base 30 "$BIN/base_bench_sparse" --seqs 131072 --dense-seqs 0 --json "$LOGS/sparse_base.json"
-  step sparse_ours 30 "$BIN/longctx_bench_sparse" --seqs 131072 --dense-seqs 0 --json "$LOGS/sparse_ours.json"
-  step sparse_base_structured 25 "$BIN/base_bench_sparse" --inputs structured --seqs 131072 --dense-seqs 0 \
+  [ $ok = 1 ] && step memcheck "${T_MEMCHECK:-60}" compute-sanitizer --tool memcheck --error-exitcode 99 \
+    "$BIN/test_cuda" --gtest_filter='SparseAttnSmall.Hip*'
+  step tests_hip_method 25 "$BIN/test_hip_gpu_method"
+  [ $ok = 1 ] && ncu_sparse ncu_ours "$BIN/longctx_bench_hip" 20
+  step sparse_base 15 "$BIN/base_bench_sparse" --seqs 131072 --dense-seqs 0 --json "$LOGS/sparse_base.json"
+  [ $ok = 1 ] && step sparse_ours 15 "$BIN/longctx_bench_sparse" --seqs 131072 --dense-seqs 0 \
+    --json "$LOGS/sparse_ours.json"
+  hip hip_base_2 "$BIN/base_bench_hip" 15 --prefill 131072,1048576
+  [ $ok = 1 ] && hip hip_ours_2 "$BIN/longctx_bench_hip" 15 --prefill 131072,1048576
+  step sparse_base_structured 20 "$BIN/base_bench_sparse" --inputs structured --seqs 131072 --dense-seqs 0 \
     --json "$LOGS/sparse_base_structured.json"
-  step sparse_ours_structured 25 "$BIN/longctx_bench_sparse" --inputs structured --seqs 131072 --dense-seqs 0 \
-    --json "$LOGS/sparse_ours_structured.json"
+  [ $ok = 1 ] && step sparse_ours_structured 20 "$BIN/longctx_bench_sparse" --inputs structured --seqs 131072 \
+    --dense-seqs 0 --json "$LOGS/sparse_ours_structured.json"
+  if [ $ok = 0 ] || [ "$tests_rc" != 0 ]; then  # ours failed: the fallback variant's tests
+    [ -x "$BIN/a_test_cuda" ] && step tests_a 60 "$BIN/a_test_cuda" --gtest_filter='SparseAttn*'
+  fi
 fi
 tar -C "$LOGS" -czf "$OUT/logs.tgz" .
 echo "== done (commit $COMMIT, base $BASE, phase $PHASE), status $status, $(( $(date +%s) - T0 )) s" | tee -a "$OUT/steps.log"

@@ -24,8 +24,12 @@
 //   so consumers never parse the index: one online softmax over range and column tiles alike.
 //   Tails of at most SparseAttnParams::tail_gather_max keys (HiP's 2-key blocks: a 16-key
 //   segment would carry 2 valid keys) join the columns in gathered tiles, 64 keys each, filled
-//   in order (range tails, then columns) and copied with cp.async; the producer keeps one
-//   gathered tile in flight while it issues the next.
+//   in order (range tails, then columns) and copied with cp.async. Each lane's copies arrive on
+//   the stage's full barrier as they land (cp.async.mbarrier.arrive), so the producer never
+//   waits for a gathered tile: every free stage of the ring can hold one in flight. A batch of
+//   32 ranges that are all gathered tails (HiP's rows) is appended with all lanes at once (a warp
+//   prefix sum and a binary search per slot), not range by range. The consumer fences the async
+//   proxy before its wgmmas read a gathered tile (kHdrFlagGather).
 // - Consumer: S = Q K^T with wgmma m64n64k16, Q from registers (loaded once per task with
 //   ldmatrix: the SS form read Q and K from shared memory per instruction, ~32 FLOP/B, at the
 //   SM's shared-memory bandwidth), K from shared memory; online softmax in registers (log2
@@ -405,13 +409,12 @@ __global__ void __launch_bounds__(G::kThreads, 1)
       }
       int t = 0;
       // The gather tile being filled: slots [0, ng) hold range-tail keys and columns, slot i in
-      // lane i's gka (i < 32) or lane i - 32's gkb (-1 = empty); gmax = the largest key. Its rows
+      // lane i's gka (i < 32) or lane i - 32's gkb (-1 = empty). Its rows
       // are copied with cp.async, and the stage's full barrier completes when they land
       // (cp.async.mbarrier.arrive): the producer never waits for a gathered tile, so up to
       // kStages of them are in flight per consumer (the ring's depth), not one.
       int ng = 0;
-      int32_t gka = -1, gkb = -1, gmax = -1;
-      const int64_t ld = int64_t(a.n_kv_head) * kD;
+      int32_t gka = -1, gkb = -1;
       // One TMA box height of K and V rows from key k0 into stage (sk, sv) at row byte offset off:
       // bf16, one swizzled box per 64-dim panel; fp8, one unswizzled 128-byte-row box per 128-dim
       // part, staged in the part's second panel (widen_operand). kTileLoad: the bytes of a whole tile.
@@ -474,6 +477,9 @@ __global__ void __launch_bounds__(G::kThreads, 1)
         int32_t* hd = hdr(w, s);
         hd[lane] = gka;
         hd[lane + 32] = gkb;
+        int32_t gmax = max(gka, gkb);  // the tile's last key (empty slots are -1)
+#pragma unroll
+        for (int o = 16; o > 0; o /= 2) gmax = max(gmax, __shfl_xor_sync(0xffffffffu, gmax, o));
         const bool full = ng == kBK && (!a.causal || gmax <= first_pos);
         if (lane == 0) hd[kHdrFlags] = kHdrFlagGather | (full ? 0 : kHdrFlagMask);
         const uint32_t sk = wb + kWgK + s * kTile, sv = wb + kWgV + s * kTile;
@@ -481,26 +487,30 @@ __global__ void __launch_bounds__(G::kThreads, 1)
         // row i / kC, chunk i % kC (bf16 d = 128: two rows an iteration; d = 256: one). fp8: a
         // chunk is 16 dims, staged unswizzled (128-byte rows) in panel 2 part + 1 of 128-dim part
         // c / 8 (the widening pass's layout, see widen_operand), empty slots zero-filled.
+        // A lane's chunk column c is the same in every iteration (32 is a multiple of kC), so its
+        // source column is hoisted; a row's offset is key * ld (32-bit ld: one wide multiply-add).
+        // Unrolled by 4: the key broadcasts of four iterations are in flight together (the loop
+        // was bound by their latency, not by the copies).
         constexpr int kC = G::kFp8 ? kD / 16 : kD / 8;
-        const uint8_t* kb8 = reinterpret_cast<const uint8_t*>(a.k);
-        const uint8_t* vb8 = reinterpret_cast<const uint8_t*>(a.v);
-#pragma unroll 1
+        constexpr int kElem = G::kFp8 ? 1 : 2;  // bytes per K/V element
+        const int c = lane % kC;
+        const int32_t ld = a.n_kv_head * kD * kElem;  // bytes per token
+        const uint8_t* kcol = reinterpret_cast<const uint8_t*>(a.k) + (kvh * kD + c * (16 / kElem)) * kElem;
+        const uint8_t* vcol = reinterpret_cast<const uint8_t*>(a.v) + (kvh * kD + c * (16 / kElem)) * kElem;
+#pragma unroll 4
         for (int it = 0; it < kBK * kC / 32; ++it) {
-          const int r = (32 * it + lane) / kC, c = lane % kC;
+          const int r = (32 * it + lane) / kC;
           const int32_t ka_r = __shfl_sync(0xffffffffu, gka, r % 32), kb_r = __shfl_sync(0xffffffffu, gkb, r % 32);
           const int32_t key = r < 32 ? ka_r : kb_r;
           const bool ok = key >= 0;
-          if constexpr (G::kFp8) {
-            const int64_t off = ok ? (int64_t(key) * ld + int64_t(kvh) * kD + c * 16) : 0;  // bytes
-            const uint32_t dst = (2 * (c / 8) + 1) * kHalf + r * 128 + (c % 8) * 16;
-            mma::cp_async16(sk + dst, kb8 + off, ok ? 16 : 0);
-            mma::cp_async16(sv + dst, vb8 + off, ok ? 16 : 0);
-          } else {
-            const int64_t off = ok ? (int64_t(key) * ld + int64_t(kvh) * kD + c * 8) : 0;
-            const uint32_t dst = (c / 8) * kHalf + r * 128 + (((c % 8) ^ (r % 8)) * 16);
-            mma::cp_async16(sk + dst, a.k + off, ok ? 16 : 0);
-            mma::cp_async16(sv + dst, a.v + off, ok ? 16 : 0);
-          }
+          const int64_t off = ok ? int64_t(key) * ld : 0;
+          uint32_t dst;
+          if constexpr (G::kFp8)
+            dst = (2 * (c / 8) + 1) * kHalf + r * 128 + (c % 8) * 16;
+          else
+            dst = (c / 8) * kHalf + r * 128 + (((c % 8) ^ (r % 8)) * 16);
+          mma::cp_async16(sk + dst, ok ? kcol + off : kcol, ok ? 16 : 0);
+          mma::cp_async16(sv + dst, ok ? vcol + off : vcol, ok ? 16 : 0);
         }
         // Each lane's copies arrive on the stage's full barrier when they land (the pending count
         // goes up by one per lane now, down when its copies complete); lane 0's arrival, after
@@ -510,7 +520,7 @@ __global__ void __launch_bounds__(G::kThreads, 1)
         if (lane == 0) mbar_arrive(ld_bar(s));
         ++t;
         ng = 0;
-        gka = gkb = gmax = -1;
+        gka = gkb = -1;
       };
       // Appends n ascending keys key_at(0..n) to the gather tile (flushing it when full).
       auto add_keys = [&](auto key_at, int n) {
@@ -518,44 +528,84 @@ __global__ void __launch_bounds__(G::kThreads, 1)
           const int take = min(kBK - ng, n - i0);
           if (lane >= ng && lane < ng + take) gka = key_at(i0 + lane - ng);
           if (lane + 32 >= ng && lane + 32 < ng + take) gkb = key_at(i0 + lane + 32 - ng);
-          gmax = max(gmax, key_at(i0 + take - 1));
           ng += take;
           i0 += take;
+          if (ng == kBK) flush_gather();
+        }
+      };
+      // Appends a batch of short ranges, one per lane (lane j: keys rs_j .. rs_j + c_j - 1, c_j = 0
+      // for none), to the gather tile with all lanes at once: a warp prefix sum puts range j's
+      // keys at positions excl_j .. of the batch's key stream, and each tile slot finds the range
+      // of its position by a binary search over the lanes (excl is non-decreasing: the last lane
+      // with excl_j <= q holds q). HiP's rows are ~256 such ranges: a range at a time, the walk
+      // (a few dependent shuffles and branches per 2-key range) bounded the producer.
+      auto add_batch = [&](int32_t rs_j, int c_j) {
+        int incl = c_j;
+#pragma unroll
+        for (int o = 1; o < 32; o *= 2) {
+          const int v = __shfl_up_sync(0xffffffffu, incl, o);
+          if (lane >= o) incl += v;
+        }
+        const int excl = incl - c_j, total = __shfl_sync(0xffffffffu, incl, 31);
+        const int32_t base_j = rs_j - excl;  // the key at stream position q of range j: base_j + q
+        auto key_of = [&](int q) {
+          int j = 0;
+#pragma unroll
+          for (int step = 16; step > 0; step /= 2)
+            if (__shfl_sync(0xffffffffu, excl, j + step) <= q) j += step;
+          return __shfl_sync(0xffffffffu, base_j, j) + q;
+        };
+        for (int done = 0; done < total;) {
+          const int take = min(kBK - ng, total - done);
+          const int qa = done + lane - ng, qb = qa + 32;  // stream positions of slots lane, lane + 32
+          const int32_t ka = key_of(min(max(qa, 0), total - 1)), kb = key_of(min(max(qb, 0), total - 1));
+          if (lane >= ng && lane < ng + take) gka = ka;
+          if (lane + 32 >= ng && lane + 32 < ng + take) gkb = kb;
+          ng += take;
+          done += take;
           if (ng == kBK) flush_gather();
         }
       };
       const int32_t* rg = a.ranges + 2 * a.range_ptr[row];
       const int nr = a.n_r[row];
       // The ranges, 32 at a time: lane j loads range i0 + j (one coalesced read instead of a
-      // dependent load per range: HiP's rows hold 258 ranges), then each is broadcast.
-      int32_t rs_l = 0, re_l = 0;
-      for (int i = 0; i < nr; ++i) {
-        if (i % 32 == 0 && i + lane < nr) rs_l = rg[2 * (i + lane)], re_l = rg[2 * (i + lane) + 1];
-        const int32_t rs = __shfl_sync(0xffffffffu, rs_l, i % 32), re = __shfl_sync(0xffffffffu, re_l, i % 32);
-        int32_t t0 = rs;
-        for (; t0 < re && re - t0 > kSparsePackMax; t0 += kBK, ++t) {
-          const int s = t % kStages;
-          acquire(s);
-          const int cnt = min(kBK, re - t0);
-          int32_t* hd = hdr(w, s);
-          const bool full = cnt == kBK && (!a.causal || t0 + kBK - 1 <= first_pos);
-          if (lane == 0) {
-            hd[kHdrFlags] = kHdrFlagRange | (full ? 0 : kHdrFlagMask);
-            hd[kHdrT0] = t0;
-            hd[kHdrCnt] = cnt;
-          }
-          __syncwarp();
-          if (lane == 0) {
-            const uint32_t sk = wb + kWgK + s * kTile, sv = wb + kWgV + s * kTile;
-            mbar_expect_tx(ld_bar(s), kTileLoad);
-            load_rows(sk, sv, &tm_k, &tm_v, ld_bar(s), t0, 0);
-          }
-        }
-        if (re - t0 > 0 && re - t0 <= a.tail_gather_max) {
-          add_keys([t0](int j) { return t0 + j; }, re - t0);
+      // dependent load per range). A batch of only gathered tails (HiP's 2-key blocks) goes in at
+      // once (add_batch); any other batch range by range, each broadcast from its lane.
+      for (int i0 = 0; i0 < nr; i0 += 32) {
+        const int nb = min(32, nr - i0);
+        int32_t rs_l = 0, re_l = 0;
+        if (lane < nb) rs_l = rg[2 * (i0 + lane)], re_l = rg[2 * (i0 + lane) + 1];
+        if (__all_sync(0xffffffffu, re_l - rs_l <= a.tail_gather_max)) {
+          add_batch(rs_l, max(re_l - rs_l, 0));
           continue;
         }
-        for (; t0 < re; t0 += kSeg) add_segment(t0, min(kSeg, re - t0));
+        for (int i = 0; i < nb; ++i) {
+          const int32_t rs = __shfl_sync(0xffffffffu, rs_l, i), re = __shfl_sync(0xffffffffu, re_l, i);
+          int32_t t0 = rs;
+          for (; t0 < re && re - t0 > kSparsePackMax; t0 += kBK, ++t) {
+            const int s = t % kStages;
+            acquire(s);
+            const int cnt = min(kBK, re - t0);
+            int32_t* hd = hdr(w, s);
+            const bool full = cnt == kBK && (!a.causal || t0 + kBK - 1 <= first_pos);
+            if (lane == 0) {
+              hd[kHdrFlags] = kHdrFlagRange | (full ? 0 : kHdrFlagMask);
+              hd[kHdrT0] = t0;
+              hd[kHdrCnt] = cnt;
+            }
+            __syncwarp();
+            if (lane == 0) {
+              const uint32_t sk = wb + kWgK + s * kTile, sv = wb + kWgV + s * kTile;
+              mbar_expect_tx(ld_bar(s), kTileLoad);
+              load_rows(sk, sv, &tm_k, &tm_v, ld_bar(s), t0, 0);
+            }
+          }
+          if (re - t0 > 0 && re - t0 <= a.tail_gather_max) {
+            add_keys([t0](int j) { return t0 + j; }, re - t0);
+            continue;
+          }
+          for (; t0 < re; t0 += kSeg) add_segment(t0, min(kSeg, re - t0));
+        }
       }
       if (np > 0) flush_pack();
       const int32_t* cl = a.cols + a.col_ptr[row];
