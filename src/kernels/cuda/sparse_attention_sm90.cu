@@ -410,10 +410,9 @@ __global__ void __launch_bounds__(G::kThreads, 1)
       }
       int t = 0;
       // The gather tile being filled: slots [0, ng) hold range-tail keys and columns, slot i in
-      // lane i's gka (i < 32) or lane i - 32's gkb (-1 = empty). Its rows
-      // are copied with cp.async, and the stage's full barrier completes when they land
-      // (cp.async.mbarrier.arrive): the producer never waits for a gathered tile, so up to
-      // kStages of them are in flight per consumer (the ring's depth), not one.
+      // lane i's gka (i < 32) or lane i - 32's gkb (-1 = empty). Its rows are copied with
+      // cp.async, and the stage's full barrier completes when they land (cp.async.mbarrier.arrive):
+      // the producer never waits for a gathered tile, so every free stage of the ring can hold one.
       int ng = 0;
       int32_t gka = -1, gkb = -1;
       // One TMA box height of K and V rows from key k0 into stage (sk, sv) at row byte offset off:
@@ -490,8 +489,8 @@ __global__ void __launch_bounds__(G::kThreads, 1)
         // c / 8 (the widening pass's layout, see widen_operand), empty slots zero-filled.
         // A lane's chunk column c is the same in every iteration (32 is a multiple of kC), so its
         // source column is hoisted; a row's offset is key * ld (32-bit ld: one wide multiply-add).
-        // Unrolled by 4: the key broadcasts of four iterations are in flight together (the loop
-        // was bound by their latency, not by the copies).
+        // Unrolled by 4, so the key broadcasts of four iterations can be in flight together
+        // (measured only together with the batched walk: 1.41x with it, 1.09x without either).
         constexpr int kC = G::kFp8 ? kD / 16 : kD / 8;
         constexpr int kElem = G::kFp8 ? 1 : 2;  // bytes per K/V element
         const int c = lane % kC;
