@@ -20,14 +20,20 @@
 //     prefill CTA size (HipPrefillParams::cta_threads: same blocks, A/B of the occupancy),
 //     --estimate-only times the estimate alone; --fp8-tiles also times the sparse attention with
 //     fp8 e4m3 K/V tiles (SparseAttnParams::kv_dtype, on e4m3 copies of K and V at amax / 448)
-//     beside the bf16 one, and the total with an fp8 cache (fp8 estimate + fp8-tile attention).
+//     beside the bf16 one, and the total with an fp8 cache (fp8 estimate + fp8-tile attention);
+//     --structured-qk fills the prefill's Q and K from kernels/cuda/structured_qk.h (head_dim 128:
+//     local/slash, sinks, vertical tokens, topic segments, as real heads attend) instead of i.i.d.
+//     random values, so HiP's estimate picks clustered blocks as on real prompts (neighbouring
+//     query blocks and the heads of a KV group overlap) and the sparse attention's gathered rows
+//     come partly from L2; V stays random. The JSON's "inputs" says which.
 //     Built with -DLONGCTX_HIP_PHASE_CLOCKS (scripts/gpu-hip-clocks-build.sh:
 //     longctx_bench_hip_clocks) it also prints where a prefill CTA's cycles go (scoring, radix
 //     select, compaction, barriers: hip_estimate_phase_clocks).
 // Paper defaults: k = 512, b_q = 64, b_sq = 2, b_k = 2, b_sk = 1, window 256, sinks 16, r_m = 8.
-// Inputs are random (never zeros): estimation cost does not depend on the values.
+// Inputs are random (never zeros) unless --structured-qk: the estimate's cost does not depend on
+// the values, the sparse attention's does (where the selected keys lie decides its L2 hits).
 // Run: build-gpu/bench/longctx_bench_hip [--lens 131072,1048576] [--prefill 131072] [--geometry 32/8/128,4/1/256]
-//        [--dense-max 262144] [--cta 128,256,512] [--estimate-only] [--fp8-tiles] [--json F]
+//        [--dense-max 262144] [--cta 128,256,512] [--estimate-only] [--fp8-tiles] [--structured-qk] [--json F]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -49,6 +55,7 @@
 #include "kernels/cuda/sparse_attention.h"
 #include "kernels/cuda/sparse_attention_generic.h"
 #include "kernels/cuda/sparse_decode.h"
+#include "kernels/cuda/structured_qk.h"
 
 using namespace longctx;
 using namespace longctx::cuda;
@@ -239,7 +246,9 @@ struct PrefillOptions {
   bool estimate_only = false;     // no dense, fp8 or sparse attention timings
   std::vector<int64_t> ctas;      // prefill CTA sizes to time the estimate at, besides the default
   bool fp8_tiles = false;         // also the sparse attention with fp8 e4m3 K/V tiles
+  bool structured_qk = false;     // Q/K from structured_qk.h (head_dim 128), not i.i.d. random
 };
+constexpr uint64_t kStructuredSeed = 5;  // bench_sparse's, so the two benches see the same heads
 
 std::string bench_prefill(int64_t n, const HipEstimateConfig& cfg, const Geometry& g, const PrefillOptions& opt) {
   const int64_t dense_max = opt.estimate_only ? 0 : opt.dense_max;
@@ -249,8 +258,15 @@ std::string bench_prefill(int64_t n, const HipEstimateConfig& cfg, const Geometr
   void* k = dev_malloc(size_t(ke) * 2);
   void* v = dev_malloc(size_t(ke) * 2);
   void* o = dev_malloc(size_t(qe) * 2);
-  fill_random_bf16(q, qe, 21, 1.f);
-  fill_random_bf16(k, ke, 22, 1.f);
+  const char* inputs = opt.structured_qk ? "structured" : "random";
+  if (opt.structured_qk) {
+    const StructuredQk sq(n_head, n_kv_head, kStructuredSeed);
+    sq.fill({.q = q, .k = k, .n_tok = n, .pos0 = 0, .seed = kStructuredSeed});
+    device_sync();
+  } else {
+    fill_random_bf16(q, qe, 21, 1.f);
+    fill_random_bf16(k, ke, 22, 1.f);
+  }
   fill_random_bf16(v, ke, 23, 1.f);
   PrefillParams dp;
   dp.q = q;
@@ -390,20 +406,20 @@ std::string bench_prefill(int64_t n, const HipEstimateConfig& cfg, const Geometr
   const double total = estimate + sparse, total8 = copy + estimate8 + sparse;
   const double est_per_block_us = 1e3 * estimate / double(n_qblk);  // all heads of one 64-query block
   std::fprintf(stderr,
-               "prefill %d/%d/%d n=%lld: dense %.2f ms | hip estimate %.2f ms (%.2f us per query block) + sparse "
+               "prefill %d/%d/%d n=%lld (%s inputs): dense %.2f ms | hip estimate %.2f ms (%.2f us per query block) + sparse "
                "attention %.2f ms = %.2f ms | fp8 K: copy %.2f + estimate %.2f (%.2fx) -> total %.2f ms | "
                "dense/hip %.2fx | generic sparse kernel %.2f ms\n",
-               n_head, n_kv_head, head_dim, (long long)n, dense, estimate, est_per_block_us, sparse, total, copy,
+               n_head, n_kv_head, head_dim, (long long)n, inputs, dense, estimate, est_per_block_us, sparse, total, copy,
                estimate8, estimate / estimate8, total8, run_dense ? dense / total : 0.0, sparse_generic);
   char buf[1536];
   std::snprintf(buf, sizeof buf,
-                "{\"case\": \"prefill\", \"n_head\": %d, \"n_kv_head\": %d, \"head_dim\": %d, \"len\": %lld, "
+                "{\"case\": \"prefill\", \"inputs\": \"%s\", \"n_head\": %d, \"n_kv_head\": %d, \"head_dim\": %d, \"len\": %lld, "
                 "\"dense_ms\": %.4f, \"dense_reps\": %d, \"hip_estimate_ms\": %.4f, \"hip_estimate_per_qblock_us\": %.3f, "
                 "\"hip_sparse_attention_ms\": %.4f, \"hip_total_ms\": %.4f, \"fp8_copy_ms\": %.4f, "
                 "\"hip_estimate_fp8_ms\": %.4f, \"hip_total_fp8_ms\": %.4f, \"ratio_dense_over_hip\": %.3f, "
                 "\"hip_sparse_attention_generic_ms\": %.4f, \"hip_sparse_attention_fp8_tiles_ms\": %.4f, "
                 "\"hip_total_fp8_cache_ms\": %.4f, \"hip_estimate_ms_by_cta\": {%s}}",
-                n_head, n_kv_head, head_dim, (long long)n, dense, run_dense ? (long_run ? 1 : 3) : 0, estimate,
+                inputs, n_head, n_kv_head, head_dim, (long long)n, dense, run_dense ? (long_run ? 1 : 3) : 0, estimate,
                 est_per_block_us, sparse, total, copy, estimate8, total8, run_dense ? dense / total : 0.0, sparse_generic,
                 sparse8, opt.fp8_tiles ? estimate8 + sparse8 : 0.0, per_cta.c_str());
   return buf;
@@ -424,6 +440,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--cta") && i + 1 < argc) popt.ctas = bench::parse_list(argv[++i]);
     else if (!std::strcmp(argv[i], "--estimate-only")) popt.estimate_only = true;
     else if (!std::strcmp(argv[i], "--fp8-tiles")) popt.fp8_tiles = true;
+    else if (!std::strcmp(argv[i], "--structured-qk")) popt.structured_qk = true;
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--geometry") && i + 1 < argc) {
       geometries.clear();
@@ -442,11 +459,17 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--lens N,..] [--prefill N,..] [--geometry H/KV/D,..] [--dense-max N] [--cta 128,256,512] "
-                   "[--estimate-only] [--fp8-tiles] [--json FILE]\n",
+                   "[--estimate-only] [--fp8-tiles] [--structured-qk] [--json FILE]\n",
                    argv[0]);
       return 2;
     }
   }
+  for (const Geometry& g : geometries)
+    if (popt.structured_qk && g.head_dim != 128) {
+      std::fprintf(stderr, "longctx_bench_hip: --structured-qk needs head_dim 128 (structured_qk.h), got %d\n",
+                   g.head_dim);
+      return 2;
+    }
   try {
     require_hopper();
     const HipEstimateConfig cfg;  // the paper's defaults

@@ -7,7 +7,8 @@
 // (== dense), all keys as gathered columns, the last partial query block, q_pos0 > 0 chunks,
 // GQA with per-query-head / per-KV-head / shared indices, non-causal, many short ranges, range
 // tails at the kernel's packing boundaries, odd head counts and block counts over the kernel's
-// task-order chunks, HiP's index (sinks, hundreds of 2-key blocks, window; gathered tails).
+// task-order chunks, HiP's index (sinks, hundreds of 2-key blocks, window; gathered tails), and
+// at the paper's size (256 blocks: every ring stage a gathered tile in flight; range tiles among).
 // The same cases at head_dim 256 (SparseAttn*D256: Gemma 3's global layers; one consumer
 // warpgroup per CTA, Q from shared memory, 2- and 3-stage rings), with GQA 4:1 and 8:1.
 // fp8 e4m3 K/V tiles (SparseAttn*Fp8*): the same cases with K/V given as e4m3 codes + scales,
@@ -342,6 +343,47 @@ TEST(SparseAttnSmall, HipBlocksOfTwoKeysGathered) {
   check(sh, idx, "hip-2-key-blocks");
   check(sh, idx, "hip-2-key-blocks/all-gathered", {.tail_gather_max = kSparsePackMax});
   check(sh, idx, "hip-2-key-blocks/segments", {.tail_gather_max = 0});
+}
+
+// HiP's index at the paper's size: sinks, k / b_k = 256 distinct 2-key blocks (512 keys: 8 full
+// gathered tiles, more than the 3-stage ring holds, so the producer has gathered tiles in flight
+// in every stage at once), the window; with `with_ranges`, longer ranges (a whole 64-key range
+// tile plus a packed tail) among the blocks, so gathered and TMA tiles alternate in the ring's
+// stages while a gather tile is part filled.
+SparseIndex hip_paper_index(const Shape& sh, std::mt19937_64& g, bool with_ranges) {
+  constexpr int32_t kSinks = 16, kWindow = 256, kBk = 2, kBlocks = 256, kLong = 100;
+  SparseIndex idx;
+  idx.n_q = sh.n_q;
+  idx.heads.resize(size_t(sh.n_head));
+  for (auto& hi : idx.heads)
+    for (int64_t b = 0; b < n_query_blocks(sh.n_q); ++b) {
+      const int32_t first = int32_t(sh.q_pos0 + b * kSparseQBlock), key_end = first - kWindow + 1;
+      const int32_t end = int32_t(std::min<int64_t>(first + kSparseQBlock, sh.n_kv));
+      std::vector<int32_t> all;
+      for (int32_t blk = kSinks / kBk; blk < key_end / kBk; ++blk) all.push_back(blk);
+      std::shuffle(all.begin(), all.end(), g);
+      all.resize(std::min<size_t>(all.size(), kBlocks));
+      std::sort(all.begin(), all.end());
+      hi.ranges.push_back({0, kSinks});
+      for (size_t i = 0; i < all.size(); ++i) {
+        hi.ranges.push_back({all[i] * kBk, all[i] * kBk + kBk});
+        if (with_ranges && i % 64 == 32 && all[i] * kBk + kLong < key_end)
+          hi.ranges.push_back({all[i] * kBk, all[i] * kBk + kLong});  // overlaps blocks: merged by the plan
+      }
+      hi.ranges.push_back({key_end, end});
+      hi.end_block();
+    }
+  return idx;
+}
+TEST(SparseAttnSmall, HipPaperIndexGatherRingFull) {
+  LC_REQUIRE_GPU();
+  auto g = gen();
+  for (const RunOpts& run :
+       {RunOpts{}, RunOpts{.fp8 = true}, RunOpts{.head_dim = 256}, RunOpts{.head_dim = 256, .fp8 = true}}) {
+    const Shape sh{512, 4096, 3584, 4, 2};
+    check(sh, hip_paper_index(sh, g, false), "hip-paper-256-blocks", run);
+    check(sh, hip_paper_index(sh, g, true), "hip-paper-256-blocks/with-ranges", run);
+  }
 }
 
 // The kernel's task order (sparse_attention_sm90.cu task_of): more query blocks than one order

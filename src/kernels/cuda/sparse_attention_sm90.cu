@@ -24,8 +24,12 @@
 //   so consumers never parse the index: one online softmax over range and column tiles alike.
 //   Tails of at most SparseAttnParams::tail_gather_max keys (HiP's 2-key blocks: a 16-key
 //   segment would carry 2 valid keys) join the columns in gathered tiles, 64 keys each, filled
-//   in order (range tails, then columns) and copied with cp.async; the producer keeps one
-//   gathered tile in flight while it issues the next.
+//   in order (range tails, then columns) and copied with cp.async. Each lane's copies arrive on
+//   the stage's full barrier as they land (cp.async.mbarrier.arrive), so the producer never
+//   waits for a gathered tile: every free stage of the ring can hold one in flight. A batch of
+//   32 ranges that are all gathered tails (HiP's rows) is appended with all lanes at once (a warp
+//   prefix sum and a binary search per slot), not range by range. The consumer fences the async
+//   proxy before its wgmmas read a gathered tile (kHdrFlagGather).
 // - Consumer: S = Q K^T with wgmma m64n64k16, Q from registers (loaded once per task with
 //   ldmatrix: the SS form read Q and K from shared memory per instruction, ~32 FLOP/B, at the
 //   SM's shared-memory bandwidth), K from shared memory; online softmax in registers (log2
@@ -103,7 +107,9 @@ constexpr int kHalf = 64 * 64 * 2;   // one [64 rows][64 dims] bf16 TMA box (a p
 // Tile header per stage: key position of each slot (-1 = empty; column tiles only), then flags,
 // then (range tiles) the first key and the key count: a range tile's slot i is key t0 + i, so its
 // mask is two compares per element instead of a shared-memory read.
-constexpr int kHdrFlagMask = 1, kHdrFlagEnd = 2, kHdrFlagRange = 4, kHdrFlagPacked = 8;
+// kHdrFlagGather: the tile's rows were written by cp.async (the generic proxy); the consumer
+// fences before its wgmmas read them (the async proxy).
+constexpr int kHdrFlagMask = 1, kHdrFlagEnd = 2, kHdrFlagRange = 4, kHdrFlagPacked = 8, kHdrFlagGather = 16;
 constexpr int kHdrFlags = kBK, kHdrT0 = kBK + 1, kHdrCnt = kBK + 2;
 // Packed tiles: slots [kSeg j, kSeg (j + 1)) hold keys hdr[j] + 0.. of segment j, the first
 // hdr[kSegs + j] of them valid (0: an unused segment, loaded from a valid key and masked).
@@ -155,8 +161,9 @@ constexpr int kStagesD128 = 3, kStagesD256 = 3;
 
 // setmaxnreg split at d = 128 (384 threads): 128 x 56 + 256 x 224 = 384 x 168, what the CTA
 // holds at launch (sm90::setmaxnreg_split_fits). The producers gather columns and short tails
-// (64-bit addressing, one gathered tile in flight): 40 registers spilled 60 bytes (ptxas -v), 24
-// (the dense kernel's TMA-only producer) more; the consumers do not spill at 224. At d = 256 the
+// (64-bit addressing, the batched range walk, the issue loop unrolled by 4): ptxas -v reports
+// 40-44 bytes of spill stores and 56-60 of loads (bf16 / fp8) at 56 registers, 24 (the dense
+// kernel's TMA-only producer) more; the consumers do not spill at 224. At d = 256 the
 // CTA has 256 threads, which start with 255 registers each: no split needed.
 constexpr int kProducerRegs = 56, kConsumerRegs = 224;
 static_assert(setmaxnreg_split_fits(384, 128, kProducerRegs, kConsumerRegs), "register split");
@@ -403,16 +410,11 @@ __global__ void __launch_bounds__(G::kThreads, 1)
       }
       int t = 0;
       // The gather tile being filled: slots [0, ng) hold range-tail keys and columns, slot i in
-      // lane i's gka (i < 32) or lane i - 32's gkb (-1 = empty); gmax = the largest key. Its rows
-      // are copied with cp.async; the full barrier of the last gathered tile (tile `pend`) is
-      // arrived once the next gathered tile is issued, or before any other stage is acquired
-      // unless it is the tile just before and kStages = 3 (the consumers take tiles in order:
-      // acquiring tile t waits for tile t - kStages's release, which follows tile
-      // t - kStages + 1's full barrier), so two gathered tiles' copies overlap and the ring never
-      // waits on a tile the producer holds back.
-      int ng = 0, pend = -1;
-      int32_t gka = -1, gkb = -1, gmax = -1;
-      const int64_t ld = int64_t(a.n_kv_head) * kD;
+      // lane i's gka (i < 32) or lane i - 32's gkb (-1 = empty). Its rows are copied with
+      // cp.async, and the stage's full barrier completes when they land (cp.async.mbarrier.arrive):
+      // the producer never waits for a gathered tile, so every free stage of the ring can hold one.
+      int ng = 0;
+      int32_t gka = -1, gkb = -1;
       // One TMA box height of K and V rows from key k0 into stage (sk, sv) at row byte offset off:
       // bf16, one swizzled box per 64-dim panel; fp8, one unswizzled 128-byte-row box per 128-dim
       // part, staged in the part's second panel (widen_operand). kTileLoad: the bytes of a whole tile.
@@ -433,19 +435,7 @@ __global__ void __launch_bounds__(G::kThreads, 1)
           }
         }
       };
-      auto arrive_pending = [&](bool keep_newest) {
-        if (pend < 0) return;
-        if (keep_newest)
-          mma::cp_async_wait<1>();
-        else
-          mma::cp_async_wait<0>();
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        __syncwarp();
-        if (lane == 0) mbar_arrive(ld_bar(pend % kStages));
-        pend = -1;
-      };
       auto acquire = [&](int s) {
-        if (pend >= 0 && pend < t - kStages + 2) arrive_pending(false);
         if (t >= kStages) mbar_wait(bar(w, 1 + kStages + s), ((t / kStages) & 1) ^ 1);
       };
       // The packed tile being filled: segments [0, np), first keys ps[], counts pc[] (registers:
@@ -487,40 +477,50 @@ __global__ void __launch_bounds__(G::kThreads, 1)
         int32_t* hd = hdr(w, s);
         hd[lane] = gka;
         hd[lane + 32] = gkb;
+        int32_t gmax = max(gka, gkb);  // the tile's last key (empty slots are -1)
+#pragma unroll
+        for (int o = 16; o > 0; o /= 2) gmax = max(gmax, __shfl_xor_sync(0xffffffffu, gmax, o));
         const bool full = ng == kBK && (!a.causal || gmax <= first_pos);
-        if (lane == 0) hd[kHdrFlags] = full ? 0 : kHdrFlagMask;
+        if (lane == 0) hd[kHdrFlags] = kHdrFlagGather | (full ? 0 : kHdrFlagMask);
         const uint32_t sk = wb + kWgK + s * kTile, sv = wb + kWgV + s * kTile;
         // 64 rows x kC chunks of 16 bytes per operand, 32 per iteration: chunk i = 32 it + lane is
         // row i / kC, chunk i % kC (bf16 d = 128: two rows an iteration; d = 256: one). fp8: a
         // chunk is 16 dims, staged unswizzled (128-byte rows) in panel 2 part + 1 of 128-dim part
         // c / 8 (the widening pass's layout, see widen_operand), empty slots zero-filled.
+        // A lane's chunk column c is the same in every iteration (32 is a multiple of kC), so its
+        // source column is hoisted; a row's offset is key * ld (32-bit ld: one wide multiply-add).
+        // Unrolled by 4, so the key broadcasts of four iterations can be in flight together
+        // (measured only together with the batched walk: 1.41x with it, 1.09x without either).
         constexpr int kC = G::kFp8 ? kD / 16 : kD / 8;
-        const uint8_t* kb8 = reinterpret_cast<const uint8_t*>(a.k);
-        const uint8_t* vb8 = reinterpret_cast<const uint8_t*>(a.v);
-#pragma unroll 1
+        constexpr int kElem = G::kFp8 ? 1 : 2;  // bytes per K/V element
+        const int c = lane % kC;
+        const int32_t ld = a.n_kv_head * kD * kElem;  // bytes per token
+        const uint8_t* kcol = reinterpret_cast<const uint8_t*>(a.k) + (kvh * kD + c * (16 / kElem)) * kElem;
+        const uint8_t* vcol = reinterpret_cast<const uint8_t*>(a.v) + (kvh * kD + c * (16 / kElem)) * kElem;
+#pragma unroll 4
         for (int it = 0; it < kBK * kC / 32; ++it) {
-          const int r = (32 * it + lane) / kC, c = lane % kC;
+          const int r = (32 * it + lane) / kC;
           const int32_t ka_r = __shfl_sync(0xffffffffu, gka, r % 32), kb_r = __shfl_sync(0xffffffffu, gkb, r % 32);
           const int32_t key = r < 32 ? ka_r : kb_r;
           const bool ok = key >= 0;
-          if constexpr (G::kFp8) {
-            const int64_t off = ok ? (int64_t(key) * ld + int64_t(kvh) * kD + c * 16) : 0;  // bytes
-            const uint32_t dst = (2 * (c / 8) + 1) * kHalf + r * 128 + (c % 8) * 16;
-            mma::cp_async16(sk + dst, kb8 + off, ok ? 16 : 0);
-            mma::cp_async16(sv + dst, vb8 + off, ok ? 16 : 0);
-          } else {
-            const int64_t off = ok ? (int64_t(key) * ld + int64_t(kvh) * kD + c * 8) : 0;
-            const uint32_t dst = (c / 8) * kHalf + r * 128 + (((c % 8) ^ (r % 8)) * 16);
-            mma::cp_async16(sk + dst, a.k + off, ok ? 16 : 0);
-            mma::cp_async16(sv + dst, a.v + off, ok ? 16 : 0);
-          }
+          const int64_t off = ok ? int64_t(key) * ld : 0;
+          uint32_t dst;
+          if constexpr (G::kFp8)
+            dst = (2 * (c / 8) + 1) * kHalf + r * 128 + (c % 8) * 16;
+          else
+            dst = (c / 8) * kHalf + r * 128 + (((c % 8) ^ (r % 8)) * 16);
+          mma::cp_async16(sk + dst, ok ? kcol + off : kcol, ok ? 16 : 0);
+          mma::cp_async16(sv + dst, ok ? vcol + off : vcol, ok ? 16 : 0);
         }
-        mma::cp_async_commit();
-        arrive_pending(true);
-        pend = t;
+        // Each lane's copies arrive on the stage's full barrier when they land (the pending count
+        // goes up by one per lane now, down when its copies complete); lane 0's arrival, after
+        // every lane's (and the header's writes: __syncwarp), is the phase's own.
+        asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(ld_bar(s)) : "memory");
+        __syncwarp();
+        if (lane == 0) mbar_arrive(ld_bar(s));
         ++t;
         ng = 0;
-        gka = gkb = gmax = -1;
+        gka = gkb = -1;
       };
       // Appends n ascending keys key_at(0..n) to the gather tile (flushing it when full).
       auto add_keys = [&](auto key_at, int n) {
@@ -528,46 +528,89 @@ __global__ void __launch_bounds__(G::kThreads, 1)
           const int take = min(kBK - ng, n - i0);
           if (lane >= ng && lane < ng + take) gka = key_at(i0 + lane - ng);
           if (lane + 32 >= ng && lane + 32 < ng + take) gkb = key_at(i0 + lane + 32 - ng);
-          gmax = max(gmax, key_at(i0 + take - 1));
           ng += take;
           i0 += take;
           if (ng == kBK) flush_gather();
         }
       };
+      // Appends a batch of short ranges, one per lane (lane j: keys rs_j .. rs_j + c_j - 1, c_j = 0
+      // for none), to the gather tile with all lanes at once: a warp prefix sum puts range j's
+      // keys at positions excl_j .. of the batch's key stream, and each tile slot finds the range
+      // of its position by a binary search over the lanes (excl is non-decreasing: the last lane
+      // with excl_j <= q holds q). HiP's rows are ~256 such ranges: a range at a time, the walk
+      // (a few dependent shuffles and branches per 2-key range) bounded the producer.
+      auto add_batch = [&](int32_t rs_j, int c_j) {
+        int incl = c_j;
+#pragma unroll
+        for (int o = 1; o < 32; o *= 2) {
+          const int v = __shfl_up_sync(0xffffffffu, incl, o);
+          if (lane >= o) incl += v;
+        }
+        const int excl = incl - c_j, total = __shfl_sync(0xffffffffu, incl, 31);
+        const int32_t base_j = rs_j - excl;  // the key at stream position q of range j: base_j + q
+        auto key_of = [&](int q) {
+          int j = 0;
+#pragma unroll
+          for (int step = 16; step > 0; step /= 2)
+            if (__shfl_sync(0xffffffffu, excl, j + step) <= q) j += step;
+          return __shfl_sync(0xffffffffu, base_j, j) + q;
+        };
+        for (int done = 0; done < total;) {
+          const int take = min(kBK - ng, total - done);
+          const int qa = done + lane - ng, qb = qa + 32;  // stream positions of slots lane, lane + 32
+          const int32_t ka = key_of(min(max(qa, 0), total - 1)), kb = key_of(min(max(qb, 0), total - 1));
+          if (lane >= ng && lane < ng + take) gka = ka;
+          if (lane + 32 >= ng && lane + 32 < ng + take) gkb = kb;
+          ng += take;
+          done += take;
+          if (ng == kBK) flush_gather();
+        }
+      };
       const int32_t* rg = a.ranges + 2 * a.range_ptr[row];
       const int nr = a.n_r[row];
-      for (int i = 0; i < nr; ++i) {
-        const int32_t rs = rg[2 * i], re = rg[2 * i + 1];
-        int32_t t0 = rs;
-        for (; t0 < re && re - t0 > kSparsePackMax; t0 += kBK, ++t) {
-          const int s = t % kStages;
-          acquire(s);
-          const int cnt = min(kBK, re - t0);
-          int32_t* hd = hdr(w, s);
-          const bool full = cnt == kBK && (!a.causal || t0 + kBK - 1 <= first_pos);
-          if (lane == 0) {
-            hd[kHdrFlags] = kHdrFlagRange | (full ? 0 : kHdrFlagMask);
-            hd[kHdrT0] = t0;
-            hd[kHdrCnt] = cnt;
-          }
-          __syncwarp();
-          if (lane == 0) {
-            const uint32_t sk = wb + kWgK + s * kTile, sv = wb + kWgV + s * kTile;
-            mbar_expect_tx(ld_bar(s), kTileLoad);
-            load_rows(sk, sv, &tm_k, &tm_v, ld_bar(s), t0, 0);
-          }
-        }
-        if (re - t0 > 0 && re - t0 <= a.tail_gather_max) {
-          add_keys([t0](int j) { return t0 + j; }, re - t0);
+      // The ranges, 32 at a time: lane j loads range i0 + j (one coalesced read instead of a
+      // dependent load per range). A batch of only gathered tails (HiP's 2-key blocks) goes in at
+      // once (add_batch); any other batch range by range, each broadcast from its lane.
+      for (int i0 = 0; i0 < nr; i0 += 32) {
+        const int nb = min(32, nr - i0);
+        int32_t rs_l = 0, re_l = 0;
+        if (lane < nb) rs_l = rg[2 * (i0 + lane)], re_l = rg[2 * (i0 + lane) + 1];
+        if (__all_sync(0xffffffffu, re_l - rs_l <= a.tail_gather_max)) {
+          add_batch(rs_l, max(re_l - rs_l, 0));
           continue;
         }
-        for (; t0 < re; t0 += kSeg) add_segment(t0, min(kSeg, re - t0));
+        for (int i = 0; i < nb; ++i) {
+          const int32_t rs = __shfl_sync(0xffffffffu, rs_l, i), re = __shfl_sync(0xffffffffu, re_l, i);
+          int32_t t0 = rs;
+          for (; t0 < re && re - t0 > kSparsePackMax; t0 += kBK, ++t) {
+            const int s = t % kStages;
+            acquire(s);
+            const int cnt = min(kBK, re - t0);
+            int32_t* hd = hdr(w, s);
+            const bool full = cnt == kBK && (!a.causal || t0 + kBK - 1 <= first_pos);
+            if (lane == 0) {
+              hd[kHdrFlags] = kHdrFlagRange | (full ? 0 : kHdrFlagMask);
+              hd[kHdrT0] = t0;
+              hd[kHdrCnt] = cnt;
+            }
+            __syncwarp();
+            if (lane == 0) {
+              const uint32_t sk = wb + kWgK + s * kTile, sv = wb + kWgV + s * kTile;
+              mbar_expect_tx(ld_bar(s), kTileLoad);
+              load_rows(sk, sv, &tm_k, &tm_v, ld_bar(s), t0, 0);
+            }
+          }
+          if (re - t0 > 0 && re - t0 <= a.tail_gather_max) {
+            add_keys([t0](int j) { return t0 + j; }, re - t0);
+            continue;
+          }
+          for (; t0 < re; t0 += kSeg) add_segment(t0, min(kSeg, re - t0));
+        }
       }
       if (np > 0) flush_pack();
       const int32_t* cl = a.cols + a.col_ptr[row];
       add_keys([cl](int j) { return cl[j]; }, a.n_c[row]);
       if (ng > 0) flush_gather();
-      arrive_pending(false);
       {  // end marker
         const int s = t % kStages;
         acquire(s);
@@ -748,12 +791,18 @@ __global__ void __launch_bounds__(G::kThreads, 1)
       auto wg_sync = [&] {
         if constexpr (G::kFp8) asm volatile("bar.sync %0, 128;\n" ::"r"(1 + w) : "memory");
       };
+      // A gathered tile's rows came through the generic proxy (cp.async, completed on the full
+      // barrier this thread has just observed): fence before the wgmmas (async proxy) read them.
+      auto fence_gathered = [&](int s) {
+        if (hdr(w, s)[kHdrFlags] & kHdrFlagGather) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      };
       mbar_wait(bar(w, 1), 0);
       if (!(hdr(w, 0)[kHdrFlags] & kHdrFlagEnd)) {
         uint32_t p[4][4];
         float corr[2];
         {
           float sc[32];
+          fence_gathered(0);
           widen(wb + kWgK);
           wg_sync();
           issue_s(sc, wb + kWgK);
@@ -771,6 +820,7 @@ __global__ void __launch_bounds__(G::kThreads, 1)
           fence_p(p);
           mbar_wait(bar(w, 1 + s), (t / kStages) & 1);
           if (hdr(w, s)[kHdrFlags] & kHdrFlagEnd) break;
+          fence_gathered(s);
           widen(wb + kWgK + s * kTile);
           if constexpr (!kWidenVInFlight) widen(wb + kWgV + s * kTile);
           wg_sync();
