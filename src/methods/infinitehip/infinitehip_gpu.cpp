@@ -572,6 +572,8 @@ std::string infinitehip_gpu_problem(const InfiniteHipMethod& m, const MethodCont
   const IhipParams& hp = m.params();
   if (hp.n_stage() > cuda::kIhipMaxStages)
     return fmt::format("infinitehip on the GPU runs at most {} stages (got {})", cuda::kIhipMaxStages, hp.n_stage());
+  if (hp.rank == IhipRank::local)
+    return "infinitehip rank=local runs on the CPU only for now (the GPU scorers rank by raw logits)";
   if ((model.head_dim != 64 && model.head_dim != 128 && model.head_dim != 256) || model.n_head % model.n_kv_head != 0)
     return fmt::format("infinitehip on the GPU needs head_dim 64, 128 or 256 (and GQA groups), but {} has head_dim {} "
                        "({} / {} heads)",
