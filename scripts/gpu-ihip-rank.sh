@@ -15,8 +15,9 @@
 # tests: test_ihip_gpu (IhipGpuRankLocal*: offsets, scores and lists bit-equal to the CPU twin, decode
 #   and prefill, every RoPE mode; plus existing decode/prefill cases on the changed kernels).
 #   test_ihip_gpu_method (RankLocal*) does not fit the carry (41 MB): run it with the next suite.
-# eval: passkey --no-chat and niah_single (chat template) with 5 depths x 2 samples = 10 prompts a
-#   cell (seed 42): dense at 4K (the bar), infinitehip (the paper's rule) and infinitehip=rank=local
+# eval: passkey --no-chat (5 depths x 2 samples) and niah_single (chat template, 10 samples: it
+#   places its needle itself), 10 prompts a cell (seed 42; EVAL_TASKS picks the tasks, default
+#   "passkey niah_single"): dense at 4K (the bar), infinitehip (the paper's rule) and infinitehip=rank=local
 #   at 4K, 16K, 32K, 64K (-c 66000 --extrapolate), one process per (task, method, lengths), all in
 #   parallel on the one GPU, each under PAR_LIMIT_S (default 250 s); progress lines (one a prompt)
 #   go to the logs, so a cut process still shows its finished prompts.
@@ -83,18 +84,21 @@ case $what in
     lim=${PAR_LIMIT_S:-260} depths=0,0.25,0.5,0.75,1
     par() {  # par NAME ARGS...: one eval process in the background; its rc and time in summary.txt
       local name=$1; shift
-      ( t=$(date +%s); timeout "$lim" "$B/longctx" eval "$@" --device cuda --depths $depths --samples 2 \
-          --json "$OUT/$name.json" > "$OUT/$name.txt" 2> "$OUT/$name.log"
+      ( t=$(date +%s); timeout "$lim" "$B/longctx" eval "$@" --device cuda --json "$OUT/$name.json" \
+          > "$OUT/$name.txt" 2> "$OUT/$name.log"
         echo "== $name: rc=$?, $(( $(date +%s) - t )) s" >> "$OUT/summary.txt" ) &
     }
-    for task in passkey niah_single; do
-      chat=; [ $task = passkey ] && chat=--no-chat
-      par "${task}_dense_4k" $task $chat --lengths 4k --attn dense
+    for task in ${EVAL_TASKS:-passkey niah_single}; do
+      # passkey: 5 depths x 2 samples; niah_single places its needle itself (--depths is not its
+      # option: it would run --samples prompts), so 10 samples
+      opts="--depths $depths --samples 2"; [ $task = passkey ] && opts="--no-chat $opts"
+      [ $task = niah_single ] && opts="--samples 10"
+      par "${task}_dense_4k" $task $opts --lengths 4k --attn dense
       for m in infinitehip infinitehip=rank=local; do
         tag=${m/infinitehip=rank=local/local}
-        par "${task}_${tag}_4k16k" $task $chat -c 66000 --extrapolate --lengths 4k,16k --attn "$m"
-        par "${task}_${tag}_32k" $task $chat -c 66000 --extrapolate --lengths 32k --attn "$m"
-        par "${task}_${tag}_64k" $task $chat -c 66000 --extrapolate --lengths 64k --attn "$m"
+        par "${task}_${tag}_4k16k" $task $opts -c 66000 --extrapolate --lengths 4k,16k --attn "$m"
+        par "${task}_${tag}_32k" $task $opts -c 66000 --extrapolate --lengths 32k --attn "$m"
+        par "${task}_${tag}_64k" $task $opts -c 66000 --extrapolate --lengths 64k --attn "$m"
       done
     done
     wait
