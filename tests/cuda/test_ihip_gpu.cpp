@@ -17,7 +17,8 @@
 // rope_tensor_cores off); the tensor-core scores on random inputs against an fp64 replay of the
 // bisection (both halves followed at near ties), at head_dim 128 and 64 with RoPE none, and with
 // RoPE relative and chunk-indexed (operands rotated as the kernel does, then rounded to bf16) at
-// head_dim 64, 128 and 256.
+// head_dim 64, 128 and 256. rank=local (IhipGpuRankLocal*): the offsets kernels' outputs, the chunk
+// scores and the lists bit-equal to the CPU twin with IhipStageInput::offset, decode and prefill.
 // Run: build-gpu/tests/cuda/test_ihip_gpu (skips without a Hopper GPU).
 #include <gtest/gtest.h>
 

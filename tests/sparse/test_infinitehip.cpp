@@ -5,7 +5,8 @@
 // (three RoPE modes, GQA, a short last chunk, ties, nothing to prune), multi-stage composition,
 // the method's prefill (rotated: sparse mainloop vs dense-with-the-same-mask; pre-RoPE:
 // compacted StreamingLLM positions vs the fp64 oracle), the decode mask caches and refresh
-// schedule, and the spec (presets, options, errors, composition).
+// schedule, the spec (presets, options, errors, composition), and rank=local (the offsets vs fp64,
+// stages vs the fp64 oracle with offsets, a loud / quiet head case in exact integers, ties).
 // Run: build/tests/sparse/test_sparse --gtest_filter='Ihip*'
 #include <gtest/gtest.h>
 
