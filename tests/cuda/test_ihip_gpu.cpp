@@ -17,7 +17,8 @@
 // rope_tensor_cores off); the tensor-core scores on random inputs against an fp64 replay of the
 // bisection (both halves followed at near ties), at head_dim 128 and 64 with RoPE none, and with
 // RoPE relative and chunk-indexed (operands rotated as the kernel does, then rounded to bf16) at
-// head_dim 64, 128 and 256.
+// head_dim 64, 128 and 256. rank=local (IhipGpuRankLocal*): the offsets kernels' outputs, the chunk
+// scores and the lists bit-equal to the CPU twin with IhipStageInput::offset, decode and prefill.
 // Run: build-gpu/tests/cuda/test_ihip_gpu (skips without a Hopper GPU).
 #include <gtest/gtest.h>
 
@@ -47,6 +48,7 @@ struct ChainCase {
   std::vector<IhipStage> stages;
   bool equal_keys_seq1 = false;  // sequence 1's keys all equal (every score ties)
   bool fp8 = false;  // keys in e4m3 with one scale (the fp8 KV cache), the CPU twin reading the same bytes
+  bool local = false;  // rank=local: the offsets (ihip_offsets_decode vs ihip_local_offsets) bit-equal too
 };
 
 // Keys of the fp8 cache: the random values quantized with its rule (scale = amax / 448).
@@ -94,7 +96,7 @@ void check_chain(const ChainCase& su, int mode) {
   int64_t max_chunks0 = (cap + su.stages[0].l_c - 1) / su.stages[0].l_c;
   const IhipRopeTable table = ihip_rope_table(inv.data(), D, su.n_stream + 2 + cap);
   DevBuf kp(hk.size() * eb), dtab(tab.size() * 4), dlens(size_t(n_seq) * 4), q(hq.size() * 2),
-      cosb(table.cos.size() * 4), sinb(table.sin.size() * 4), win(size_t(n_seq) * 4);
+      cosb(table.cos.size() * 4), sinb(table.sin.size() * 4), win(size_t(n_seq) * 4), offb(size_t(n_seq * H) * 4);
   if (su.fp8)
     kp.upload(hk8.bytes);
   else
@@ -171,8 +173,10 @@ void check_chain(const ChainCase& su, int mode) {
     p.scores = scores.as<float>();
     p.max_chunks = max_chunks;
     p.win_begin = i == 0 ? win.as<int32_t>() : nullptr;
+    p.offset = su.local ? offb.as<float>() : nullptr;
     ihip_prune_stage_decode(p);
     device_sync();
+    const auto got_off = su.local ? offb.download<float>(size_t(n_seq * H)) : std::vector<float>{};
     const auto got = out->download<int32_t>(size_t(n_seq * st.k));
     const auto got_len = olen->download<int32_t>(size_t(n_seq));
     const auto got_sc = scores.download<float>(size_t(n_seq * max_chunks));
@@ -181,9 +185,17 @@ void check_chain(const ChainCase& su, int mode) {
       std::vector<float> qp;
       ihip_pack_queries(fq.data() + s * H * D, H, Hkv, D, 0, 1, pos, IhipRopeMode(mode), &table, n_chunk,
                         su.n_stream, qp);
-      const IhipStageInput in{.q = qp.data(), .n_qs = H / Hkv, .k = fk[size_t(s)].data(), .k_stride = Hkv * D,
-                              .k_fp8 = su.fp8 ? fk8[size_t(s)].data() : nullptr, .k_scale = kv.k_scale,
-                              .n_kv_head = Hkv, .head_dim = D, .rope = IhipRopeMode(mode), .table = &table};
+      IhipStageInput in{.q = qp.data(), .n_qs = H / Hkv, .k = fk[size_t(s)].data(), .k_stride = Hkv * D,
+                        .k_fp8 = su.fp8 ? fk8[size_t(s)].data() : nullptr, .k_scale = kv.k_scale,
+                        .n_kv_head = Hkv, .head_dim = D, .rope = IhipRopeMode(mode), .table = &table};
+      std::vector<float> off;
+      if (su.local && n_chunk > st.keep_chunks()) {
+        ihip_local_offsets(in, {.rows = 1, .pos0 = pos, .n_sink = su.n_sink,
+                                .win_begin = std::max(su.n_sink, pos - su.n_stream + 1), .n_chunk = n_chunk}, off);
+        in.offset = off.data();
+        EXPECT_EQ(std::memcmp(off.data(), got_off.data() + s * H, size_t(H) * 4), 0)
+            << "offsets, mode " << mode << " stage " << i << " seq " << s;
+      }
       std::vector<int32_t> want;
       ihip_prune_stage(st, in, cand[size_t(s)], want);
       if (n_chunk > st.keep_chunks()) {
@@ -384,6 +396,7 @@ struct PrefillCase {
   int64_t n_sink = 256, n_stream = 1024;
   std::vector<IhipStage> stages{{256, 4096}, {32, 1024}, {8, 256}};
   bool prunes = true;  // whether some stage of some block has more chunks than it keeps
+  bool local = false;  // rank=local: offsets bit-equal to ihip_local_offsets, scored on the FMA path
 };
 
 // fp64 softmax attention of each row over its block's key set (keys <= the row's position).
@@ -474,6 +487,8 @@ void check_prefill(const PrefillCase& su, int mode) {
   p.rope_cos = cosb.as<float>();
   p.rope_sin = sinb.as<float>();
   p.rope_n_pos = table.n_pos;
+  DevBuf offb(size_t(n_blk * H * 64) * 4);
+  p.offset = su.local ? offb.as<float>() : nullptr;
   // CPU: each block's candidates, stage by stage.
   std::vector<std::vector<int32_t>> cand(static_cast<size_t>(n_blk));
   for (int64_t b = 0; b < n_blk; ++b) {
@@ -504,6 +519,7 @@ void check_prefill(const PrefillCase& su, int mode) {
     const auto got = out->download<int32_t>(size_t(n_blk * st.k));
     const auto got_len = olen->download<int32_t>(size_t(n_blk));
     const auto got_sc = scores.download<float>(size_t(n_blk * Hkv * max_chunks));
+    const auto got_off = su.local ? offb.download<float>(size_t(n_blk * H * 64)) : std::vector<float>{};
     for (int64_t b = 0; b < n_blk; ++b) {
       const int64_t row0 = b * 64, rows = std::min<int64_t>(64, su.n_q - row0);
       auto& cb = cand[size_t(b)];
@@ -511,8 +527,19 @@ void check_prefill(const PrefillCase& su, int mode) {
       std::vector<float> qp;
       ihip_pack_queries(fq.data(), H, Hkv, D, row0, rows, su.q_pos0 + row0, IhipRopeMode(mode), &table, n_chunk,
                         su.n_stream, qp);
-      const IhipStageInput in{.q = qp.data(), .n_qs = int(group * rows), .k = fk.data(), .k_stride = Hkv * D,
-                              .n_kv_head = Hkv, .head_dim = D, .rope = IhipRopeMode(mode), .table = &table};
+      IhipStageInput in{.q = qp.data(), .n_qs = int(group * rows), .k = fk.data(), .k_stride = Hkv * D,
+                        .n_kv_head = Hkv, .head_dim = D, .rope = IhipRopeMode(mode), .table = &table};
+      std::vector<float> off;
+      if (su.local && n_chunk > st.keep_chunks()) {
+        const int64_t q_last = su.q_pos0 + row0 + rows - 1;
+        ihip_local_offsets(in, {.rows = rows, .pos0 = su.q_pos0 + row0, .n_sink = su.n_sink,
+                                .win_begin = std::max(su.n_sink, q_last - su.n_stream + 1), .n_chunk = n_chunk}, off);
+        in.offset = off.data();
+        for (int g = 0; g < Hkv; ++g)
+          ASSERT_EQ(std::memcmp(off.data() + g * in.n_qs, got_off.data() + (b * Hkv + g) * group * 64,
+                                size_t(in.n_qs) * 4), 0)
+              << "offsets, mode " << mode << " stage " << i << " block " << b << " KV head " << g;
+      }
       std::vector<int32_t> want;
       ihip_prune_stage(st, in, cb, want);
       if (n_chunk > st.keep_chunks()) {
@@ -902,6 +929,55 @@ TEST(IhipGpuPrefill, TensorCorePipelineLanesAndOneEntryChunks) {
   LC_REQUIRE_GPU();
   check_mma_near_ties({16, 16, 64, 64 * 40, 2401, {16, 512}});
   check_mma_near_ties({4, 1, 128, 64, 1537, {16, 128}});  // 321 candidates: 21 chunks, the last one entry
+}
+
+// ---- rank=local (IhipStageGpuParams / IhipPrefillGpuParams::offset): each stage's offsets
+// bit-equal to ihip_local_offsets, then the chunk scores bit-equal and the lists equal to the CPU
+// twin with IhipStageInput::offset, in every RoPE mode.
+
+// Decode: two sequences (with RoPE none and relative one of all-equal keys: ties; chunk-indexed
+// rotates chunk j's keys at j, so equal keys do not tie there), head_dim 128, 64 and 256, bf16 and
+// fp8 keys.
+TEST(IhipGpuRankLocal, DecodeOffsetsScoresAndListsEqualTheCpuTwin) {
+  LC_REQUIRE_GPU();
+  for (const int D : {128, 64, 256})
+    for (const bool fp8 : {false, true}) {
+      ChainCase su;
+      su.D = D;
+      su.H = D == 64 ? 9 : 8;
+      su.Hkv = D == 64 ? 3 : 2;
+      su.lens = {9000, 6100};
+      su.stages = {{64, 2048}, {16, 512}, {4, 128}};
+      su.fp8 = fp8;
+      su.local = true;
+      for (const int mode : {0, 1, 2}) {
+        SCOPED_TRACE(testing::Message() << "D " << D << " fp8 " << fp8 << " mode " << mode);
+        su.equal_keys_seq1 = mode != 2;
+        check_chain(su, mode);
+      }
+    }
+}
+
+// Prefill: the FMA scorer with offsets, every RoPE mode; groups of 4 (one query tile) and 16 heads
+// on one KV head (several tiles); head_dim 64 and 256.
+TEST(IhipGpuRankLocal, PrefillOffsetsScoresListsAndAttentionEqualTheCpuTwin) {
+  LC_REQUIRE_GPU();
+  PrefillCase su;
+  su.local = true;
+  for (const int mode : {0, 1, 2}) {
+    SCOPED_TRACE(mode);
+    check_prefill(su, mode);
+  }
+  PrefillCase wide = su;
+  wide.H = 16, wide.Hkv = 1, wide.n_q = 100, wide.q_pos0 = 12000, wide.stages = {{64, 2048}, {16, 512}};
+  check_prefill(wide, 0);
+  check_prefill(wide, 2);
+  PrefillCase d64 = su;
+  d64.D = 64, d64.H = 9, d64.Hkv = 3;
+  check_prefill(d64, 1);
+  PrefillCase d256 = su;
+  d256.D = 256, d256.H = 4, d256.Hkv = 1;
+  check_prefill(d256, 2);
 }
 
 }  // namespace

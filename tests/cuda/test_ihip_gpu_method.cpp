@@ -127,8 +127,9 @@ void check_chunk(GpuMethod& g, const AttentionMethod& m, const Geometry& ge, int
   }
 }
 
-void check_prefill_index(const Geometry& ge) {
-  const auto m = make_attention_method(kSpec, model(ge));
+// extra: appended to the spec (",rank=local").
+void check_prefill_index(const Geometry& ge, const std::string& extra = "") {
+  const auto m = make_attention_method(kSpec + extra, model(ge));
   auto g = make_gpu_method(*m, model(ge));
   ASSERT_TRUE(g);
   EXPECT_FALSE(g->decodes());
@@ -150,11 +151,11 @@ TEST(IhipGpuMethod, PrefillIndexHasTheCpuKeySets) {
 
 // Decode: keys of a sequence in a one-page device view (the GPU model's own_view), a fresh query per
 // step; the CPU method runs with its State across the same steps.
-void check_decode_index(const Geometry& ge) {
+void check_decode_index(const Geometry& ge, const std::string& extra = "") {
   const int H = ge.H, Hkv = ge.Hkv, D = ge.D;
   // Both phases; refresh 8/4/2 so a dozen steps visit every step type (from stage 0, 1, 2; cached).
-  const char* spec = "infinitehip=l_c=64/16/4,k=1024/256/64,n_sink=32,n_stream=128,early_layers=1,k_early=128,"
-                     "refresh=8/4/2,rope=off";
+  const std::string spec = "infinitehip=l_c=64/16/4,k=1024/256/64,n_sink=32,n_stream=128,early_layers=1,k_early=128,"
+                           "refresh=8/4/2,rope=off" + extra;
   const auto m = make_attention_method(spec, model(ge));
   auto g = make_gpu_method(*m, model(ge));
   ASSERT_TRUE(g);
@@ -494,6 +495,19 @@ TEST(IhipGpuMethod, CompactDecodeReadsTheFp8Cache) {
       SCOPED_TRACE(pow2);
       check_compact_decode_fp8(ge, pow2);
     }
+}
+
+// rank=local: the GPU method's prefill (FMA scorer with offsets) and decode (offsets kernel before
+// each stage's scorer) key sets equal the CPU method's, on the default model's heads (SmolLM2-135M:
+// 9 / 3, head_dim 64) and on GQA groups of 4 at head_dim 128.
+TEST(IhipGpuMethod, RankLocalHasTheCpuKeySets) {
+  LC_REQUIRE_GPU();
+  EXPECT_EQ(gpu_method_problem(*make_attention_method("infinitehip=rank=local", model(kSmolLM2)), model(kSmolLM2)), "");
+  for (const Geometry ge : {kSmolLM2, kGqa128}) {
+    SCOPED_TRACE(ge.D);
+    check_prefill_index(ge, ",rank=local");
+    check_decode_index(ge, ",rank=local");
+  }
 }
 
 }  // namespace

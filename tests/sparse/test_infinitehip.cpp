@@ -5,7 +5,8 @@
 // (three RoPE modes, GQA, a short last chunk, ties, nothing to prune), multi-stage composition,
 // the method's prefill (rotated: sparse mainloop vs dense-with-the-same-mask; pre-RoPE:
 // compacted StreamingLLM positions vs the fp64 oracle), the decode mask caches and refresh
-// schedule, and the spec (presets, options, errors, composition).
+// schedule, the spec (presets, options, errors, composition), and rank=local (the offsets vs fp64,
+// stages vs the fp64 oracle with offsets, a loud / quiet head case in exact integers, ties).
 // Run: build/tests/sparse/test_sparse --gtest_filter='Ihip*'
 #include <gtest/gtest.h>
 
@@ -59,8 +60,37 @@ struct OracleIn {
   IhipRopeMode mode;
   const std::vector<float>* inv;
   int64_t n_stream;
+  int64_t n_sink = -1;  // >= 0: rank=local, offsets over the rows' sinks [0, n_sink) and window
 };
-double probe_d(const OracleIn& o, int g, int32_t key, int64_t kpos, int64_t n_chunk) {
+// rank=local's offsets in fp64, independently: off[h * rows + r] = max over row r's sinks and
+// window [max(n_sink, q_last - n_stream + 1), pos] of q~ . k~, the keys rotated at the left
+// branch of the last chunk (relative 0, chunk-indexed n_chunk - 1), the query as its probes see it.
+std::vector<double> offsets_d(const OracleIn& o, int64_t n_chunk) {
+  const AttnParams& p = *o.p;
+  const int d = p.head_dim;
+  const int64_t pos0 = p.q_pos0 + o.row0, q_last = pos0 + o.rows - 1;
+  const int64_t win = std::max(o.n_sink, q_last - o.n_stream + 1);
+  const int64_t kpos = o.mode == IhipRopeMode::relative ? 0 : std::max<int64_t>(n_chunk - 1, 0);
+  std::vector<double> off(size_t(p.n_head * o.rows), -1e300), k(static_cast<size_t>(d)), q(static_cast<size_t>(d));
+  for (int h = 0; h < p.n_head; ++h)
+    for (int64_t r = 0; r < o.rows; ++r) {
+      const float* qr = p.q + ((o.row0 + r) * p.n_head + h) * d;
+      if (o.mode == IhipRopeMode::none) for (int e = 0; e < d; ++e) q[size_t(e)] = qr[e];
+      else rot_d(qr, ihip_query_pos(o.mode, pos0 + r, n_chunk, o.n_stream), *o.inv, d, q.data());
+      for (int64_t j = 0; j <= pos0 + r; ++j) {
+        if (j >= o.n_sink && j < win) continue;
+        const float* kr = p.k + (j * p.n_kv_head + h / (p.n_head / p.n_kv_head)) * d;
+        if (o.mode == IhipRopeMode::none) for (int e = 0; e < d; ++e) k[size_t(e)] = kr[e];
+        else rot_d(kr, kpos, *o.inv, d, k.data());
+        double s = 0;
+        for (int e = 0; e < d; ++e) s += q[size_t(e)] * k[size_t(e)];
+        off[size_t(h * o.rows + r)] = std::max(off[size_t(h * o.rows + r)], s);
+      }
+    }
+  return off;
+}
+double probe_d(const OracleIn& o, int g, int32_t key, int64_t kpos, int64_t n_chunk,
+               const std::vector<double>* off = nullptr) {
   const AttnParams& p = *o.p;
   const int d = p.head_dim, group = p.n_head / p.n_kv_head;
   std::vector<double> k(static_cast<size_t>(d)), q(static_cast<size_t>(d));
@@ -75,6 +105,7 @@ double probe_d(const OracleIn& o, int g, int32_t key, int64_t kpos, int64_t n_ch
       else rot_d(qr, ihip_query_pos(o.mode, p.q_pos0 + r, n_chunk, o.n_stream), *o.inv, d, q.data());
       double s = 0;
       for (int e = 0; e < d; ++e) s += q[size_t(e)] * k[size_t(e)];
+      if (off) s -= (*off)[size_t(h * o.rows + (r - o.row0))];
       best = std::max(best, s);
     }
   return best;
@@ -85,6 +116,9 @@ std::vector<int32_t> oracle_stage(const IhipStage& st, const OracleIn& o, const 
   const auto kpos = [&](int branch, int64_t j) {
     return o.mode == IhipRopeMode::relative ? int64_t(branch) : j;  // paper Eq. 3
   };
+  std::vector<double> off_v;
+  if (o.n_sink >= 0) off_v = offsets_d(o, n_chunk);
+  const std::vector<double>* off = o.n_sink >= 0 ? &off_v : nullptr;
   std::vector<std::pair<double, int64_t>> sc;
   for (int64_t j = 0; j < n_chunk; ++j) {
     const int64_t b = j * st.l_c, len = std::min<int64_t>(st.l_c, n - b);
@@ -93,12 +127,13 @@ std::vector<int32_t> oracle_stage(const IhipStage& st, const OracleIn& o, const 
       int64_t lo = 0, hi = len;
       while (hi - lo > 1) {
         const int64_t mid = (lo + hi) / 2;
-        const double l = probe_d(o, g, cand[size_t(b + (lo + mid) / 2)], kpos(0, j), n_chunk);
-        const double r = probe_d(o, g, cand[size_t(b + (mid + hi) / 2)], kpos(1, j), n_chunk);
+        const double l = probe_d(o, g, cand[size_t(b + (lo + mid) / 2)], kpos(0, j), n_chunk, off);
+        const double r = probe_d(o, g, cand[size_t(b + (mid + hi) / 2)], kpos(1, j), n_chunk, off);
         (l > r ? hi : lo) = mid;
         best = std::max({best, l, r});
       }
-      for (const int branch : {0, 1}) best = std::max(best, probe_d(o, g, cand[size_t(b + lo)], kpos(branch, j), n_chunk));
+      for (const int branch : {0, 1})
+        best = std::max(best, probe_d(o, g, cand[size_t(b + lo)], kpos(branch, j), n_chunk, off));
     }
     sc.push_back({-best, j});
   }
@@ -489,6 +524,11 @@ TEST(IhipSpec, PresetsOptionsErrorsAndComposition) {
   const std::string custom = name("infinitehip=5k,rope=off,dense_layers=0+2-3,n_sink=128");
   EXPECT_EQ(name(custom), custom);  // the canonical spec parses back to itself
   EXPECT_NE(custom.find("dense_layers=0+2+3"), std::string::npos);
+  const std::string local = name("infinitehip=3k,rank=local");  // rank=local round-trips; paper is the default
+  EXPECT_EQ(local, name("infinitehip") + ",rank=local");
+  EXPECT_EQ(name(local), local);
+  EXPECT_EQ(name("infinitehip=rank=paper"), name("infinitehip"));
+  EXPECT_EQ(parse_ihip_params("rank=local").rank, IhipRank::local);
   const auto m = make_attention_method("infinitehip=dense_layers=1", c);
   EXPECT_EQ(m->route({.layer = 1, .phase = Phase::decode, .n_q = 1, .q_pos0 = 100000, .n_kv = 100001}), Route::dense);
   EXPECT_EQ(m->route({.layer = 3, .phase = Phase::decode, .n_q = 1, .q_pos0 = 100000, .n_kv = 100001}), Route::sparse);
@@ -508,6 +548,7 @@ TEST(IhipSpec, PresetsOptionsErrorsAndComposition) {
            {"infinitehip=n_stream=16", "n_stream (16) must be >= b_q"},
            {"infinitehip=dense_layers=4", "the model has 4 layers"},
            {"infinitehip=refresh=16/0/4", "refresh of stage 2"},
+           {"infinitehip=rank=maybe", "rank must be paper or local"},
        })
     EXPECT_NE(error_of([&] { make_attention_method(spec, c); }).find(says), std::string::npos) << spec;
 
@@ -519,6 +560,125 @@ TEST(IhipSpec, PresetsOptionsErrorsAndComposition) {
   EXPECT_EQ(mix->name(), "prefill:a_shape=64,256;decode:" + name("infinitehip=rope=off"));
   EXPECT_NE(error_of([&] { make_attention_method("a_shape=64,256;decode:infinitehip", c); }).find("key layouts"),
             std::string::npos);
+}
+
+// ---- rank=local (IhipStageInput::offset): probes rank by q.k minus the row's largest local logit.
+
+// The offsets' definition on a small case, every RoPE mode, a block and a single row (rows past
+// the first see fewer window keys: causal): ihip_local_offsets equals the fp64 oracle's.
+TEST(IhipRankLocal, OffsetsAreEachRowsLargestLocalLogit) {
+  const int H = 4, Hkv = 2, D = 32;
+  const auto inv = test::inv_freq_of(D, 10000.0);
+  const IhipRopeTable table = ihip_rope_table(inv.data(), D, 4096);
+  auto pr = test::make_problem(64, 300, H, Hkv, D, 31);
+  int checked = 0;
+  for (const IhipRopeMode mode : {IhipRopeMode::none, IhipRopeMode::relative, IhipRopeMode::chunk_indexed})
+    for (const int64_t rows : {64, 1}) {
+      const int64_t n_chunk = 7, row0 = 64 - rows, pos0 = pr.p.q_pos0 + row0;
+      const OracleIn o{.p = &pr.p, .row0 = row0, .rows = rows, .mode = mode, .inv = &inv, .n_stream = 96, .n_sink = 16};
+      std::vector<float> q, off;
+      ihip_pack_queries(pr.p.q, H, Hkv, D, row0, rows, pos0, mode, &table, n_chunk, o.n_stream, q);
+      const IhipStageInput in{.q = q.data(), .n_qs = int(H / Hkv * rows), .k = pr.p.k, .k_stride = int64_t(Hkv) * D,
+                              .n_kv_head = Hkv, .head_dim = D, .rope = mode, .table = &table};
+      const int64_t win = std::max<int64_t>(16, pos0 + rows - 1 - 96 + 1);
+      ihip_local_offsets(in, {.rows = rows, .pos0 = pos0, .n_sink = 16, .win_begin = win, .n_chunk = n_chunk}, off);
+      const std::vector<double> want = offsets_d(o, n_chunk);
+      ASSERT_EQ(off.size(), want.size());
+      for (size_t i = 0; i < off.size(); ++i)
+        EXPECT_NEAR(off[i], want[i], 1e-5 * (1 + std::abs(want[i]))) << int(mode) << " rows " << rows << " t " << i;
+      ++checked;
+    }
+  EXPECT_EQ(checked, 6);
+  EXPECT_EQ(ihip_local_key_pos(IhipRopeMode::relative, 9), 0);
+  EXPECT_EQ(ihip_local_key_pos(IhipRopeMode::chunk_indexed, 9), 8);
+}
+
+// Multi-stage with rank=local (ihip_prune_block computes each stage's offsets): every stage
+// equals the fp64 oracle's, in an early (chunk-indexed) and a later (relative) layer and with
+// RoPE none, and the lists differ from the paper's rule somewhere (the option changes something).
+TEST(IhipRankLocal, StagesEqualTheFp64OracleWithOffsets) {
+  const int H = 4, Hkv = 2, D = 32;
+  const auto inv = test::inv_freq_of(D, 10000.0);
+  auto pr = test::make_problem(128, 1000, H, Hkv, D, 32);
+  bool differs = false;
+  for (const char* rope : {"on", "off"}) {
+    const IhipParams hp = parse_ihip_params(std::string(kSmall) + ",rank=local,rope=" + rope);
+    const IhipParams paper = parse_ihip_params(std::string(kSmall) + ",rope=" + rope);
+    const IhipRopeTable table = ihip_rope_table(inv.data(), D, ihip_rope_positions(hp, 1200));
+    for (const int layer : {0, 2}) {
+      pr.p.layer = layer;
+      std::vector<std::vector<int32_t>> outs, outs_paper;
+      ihip_prune_block({.hp = hp, .p = pr.p, .table = &table, .row0 = 64, .rows = 64}, 0, outs);
+      ihip_prune_block({.hp = paper, .p = pr.p, .table = &table, .row0 = 64, .rows = 64}, 0, outs_paper);
+      std::vector<int32_t> cand;
+      for (int64_t j = hp.n_sink; j < ihip_candidate_end(hp, 1000 + 127); ++j) cand.push_back(int32_t(j));
+      for (int i = 0; i < hp.n_stage(); ++i) {
+        const OracleIn o{.p = &pr.p, .row0 = 64, .rows = 64, .mode = hp.rope_mode(layer), .inv = &inv,
+                         .n_stream = hp.n_stream, .n_sink = hp.n_sink};
+        cand = oracle_stage(ihip_stage(hp, layer, i), o, cand);
+        EXPECT_EQ(outs[size_t(i)], cand) << "rope " << rope << " layer " << layer << " stage " << i;
+      }
+      differs |= outs != outs_paper;
+    }
+  }
+  EXPECT_TRUE(differs);
+}
+
+// Exact-integer keys and queries (every dot exact in fp32, so no tolerance): KV head 0 is loud
+// (every logit 8..12), KV head 1 quiet (local logits 0..1) with its needle (logit 5) in chunk 0.
+// The paper's rule ranks chunk 3 first (head 0's 11 beats the needle's 5); with offsets (head 0:
+// 12, head 1: 1) the needle's 5 - 1 = 4 beats head 0's best 11 - 12 = -1 and chunk 0 is kept.
+struct LoudQuiet {
+  static constexpr int D = 64, Hkv = 2, n_key = 22;  // sinks 0-1, candidates 2..17 (4 chunks of 4), window 18..21
+  std::vector<float> k = std::vector<float>(size_t(n_key * Hkv * D), 0.f), q = std::vector<float>(size_t(Hkv * D), 0.f);
+  LoudQuiet() {
+    for (int g = 0; g < Hkv; ++g) q[size_t(g * D)] = 1.f;  // q = e0: the dot is the key's element 0
+    for (int j = 0; j < n_key; ++j) {
+      const bool local = j < 2 || j >= 18;
+      set(j, 0, local ? 12.f : float(8 + (j - 2) / 4));
+      set(j, 1, j >= 18 ? 1.f : 0.f);
+      for (int e = 1; e < D; ++e) k[size_t((j * Hkv + 1) * D + e)] = float((j * 7 + e) % 5) - 2.f;  // q ignores these
+    }
+    set(3, 1, 5.f);  // the needle: chunk 0, entry 1
+  }
+  void set(int j, int g, float v) { k[size_t((j * Hkv + g) * D)] = v; }
+  IhipStageInput input(const float* offset) const {
+    return {.q = q.data(), .n_qs = 1, .k = k.data(), .k_stride = Hkv * D, .n_kv_head = Hkv, .head_dim = D,
+            .rope = IhipRopeMode::none, .offset = offset};
+  }
+};
+
+TEST(IhipRankLocal, QuietHeadsNeedleIsLostByRawLogitsAndKeptWithOffsets) {
+  const LoudQuiet c;
+  std::vector<int32_t> cand(16);
+  std::iota(cand.begin(), cand.end(), 2);
+  std::vector<float> off;
+  ihip_local_offsets(c.input(nullptr), {.rows = 1, .pos0 = 21, .n_sink = 2, .win_begin = 18, .n_chunk = 4}, off);
+  EXPECT_EQ(off, (std::vector<float>{12.f, 1.f}));
+  const IhipStage st{4, 4};
+  EXPECT_EQ(ihip_chunk_scores(st, c.input(nullptr), cand), (std::vector<float>{8.f, 9.f, 10.f, 11.f}));
+  EXPECT_EQ(ihip_chunk_scores(st, c.input(off.data()), cand), (std::vector<float>{4.f, -1.f, -1.f, -1.f}));
+  std::vector<int32_t> raw, local;
+  ihip_prune_stage(st, c.input(nullptr), cand, raw);
+  ihip_prune_stage(st, c.input(off.data()), cand, local);
+  EXPECT_EQ(raw, (std::vector<int32_t>{14, 15, 16, 17}));
+  EXPECT_EQ(local, (std::vector<int32_t>{2, 3, 4, 5}));
+}
+
+// Ties after the offsets (exact integers): a second needle of the same logit in chunk 2 ties with
+// chunk 0's (4 = 4), and chunk 0, the earlier, is kept; with K = 2 both needles' chunks are.
+TEST(IhipRankLocal, ExactIntegerTiesKeepTheEarliestChunk) {
+  LoudQuiet c;
+  c.set(11, 1, 5.f);  // chunk 2, entry 1
+  std::vector<int32_t> cand(16);
+  std::iota(cand.begin(), cand.end(), 2);
+  const std::vector<float> off{12.f, 1.f};
+  EXPECT_EQ(ihip_chunk_scores({4, 4}, c.input(off.data()), cand), (std::vector<float>{4.f, -1.f, 4.f, -1.f}));
+  std::vector<int32_t> out;
+  ihip_prune_stage({4, 4}, c.input(off.data()), cand, out);
+  EXPECT_EQ(out, (std::vector<int32_t>{2, 3, 4, 5}));
+  ihip_prune_stage({4, 8}, c.input(off.data()), cand, out);
+  EXPECT_EQ(out, (std::vector<int32_t>{2, 3, 4, 5, 10, 11, 12, 13}));
 }
 
 }  // namespace

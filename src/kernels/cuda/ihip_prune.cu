@@ -22,8 +22,9 @@ constexpr int kScoreThreads = 256, kGroups = kScoreThreads / kLanes;
 constexpr int kMaxGroupHeads = 16;        // query heads per KV head
 constexpr int kMaxHeads = 32;             // query heads (the rotated queries live in shared memory)
 constexpr int kHeadsAtOnce = 4;           // query heads a probe pair scores together (8 FMA chains a lane)
-// The score kernel's static shared memory at head_dim D: the rotated queries and the item scores.
-constexpr size_t score_static_smem(int D) { return (size_t(kMaxHeads) * D + kGroups) * 4; }
+// The score kernel's static shared memory at head_dim D: the rotated queries, their offsets
+// (rank=local) and the item scores.
+constexpr size_t score_static_smem(int D) { return (size_t(kMaxHeads) * D + kMaxHeads + kGroups) * 4; }
 constexpr int32_t kOpenEnd = 0x7fffffff;  // the decode window's end: clipped to the length by sparse_decode
 
 // Programmatic dependent launch (Hopper): the decode kernels here (score, select, index) are
@@ -137,13 +138,13 @@ __device__ inline void unpack_key(const IhipStageGpuParams& p, const KeyRegs<D, 
   }
 }
 
-// The max over the group's n_qs query heads of q~ . y for two probes at once (yl, yr; NaN never
-// wins), every dot in hip_dot's order (a lane's 8-element chunks in order, then the xor tree 4, 2,
+// The max over the group's n_qs query heads of q~ . y (minus the head's head_off[t] when set:
+// rank=local) for two probes at once (yl, yr; NaN never wins), every dot in hip_dot's order (a lane's 8-element chunks in order, then the xor tree 4, 2,
 // 1): every lane gets both. kHeadsAtOnce heads x 2 probes are independent FMA and shuffle chains,
 // interleaved, so a bisection step waits on one chain's latency instead of 2 x n_qs of them.
 template <int D>
-__device__ inline void probe_pair(const float* qs, int n_qs, const float (&yl)[D / 8], const float (&yr)[D / 8],
-                                  int lane, float& best_l, float& best_r) {
+__device__ inline void probe_pair(const float* qs, const float* head_off, int n_qs, const float (&yl)[D / 8],
+                                  const float (&yr)[D / 8], int lane, float& best_l, float& best_r) {
   best_l = best_r = -INFINITY;
   for (int t0 = 0; t0 < n_qs; t0 += kHeadsAtOnce) {  // uniform over the CTA: the shuffles need every lane
     float al[kHeadsAtOnce], ar[kHeadsAtOnce];
@@ -180,6 +181,10 @@ __device__ inline void probe_pair(const float* qs, int n_qs, const float (&yl)[D
 #pragma unroll
     for (int u = 0; u < kHeadsAtOnce; ++u)
       if (t0 + u < n_qs) {
+        if (head_off) {
+          al[u] = __fsub_rn(al[u], head_off[t0 + u]);
+          ar[u] = __fsub_rn(ar[u], head_off[t0 + u]);
+        }
         if (al[u] > best_l) best_l = al[u];
         if (ar[u] > best_r) best_r = ar[u];
       }
@@ -202,6 +207,7 @@ constexpr int kScoreCtasPerSm = D <= 128 ? 4 : 2;
 template <int D, bool kRelative, bool FP8>
 __global__ void __launch_bounds__(kScoreThreads, kScoreCtasPerSm<D>) score_kernel(IhipStageGpuParams p) {
   __shared__ __align__(16) float qs[kMaxHeads * D];  // [n_head][D] rotated
+  __shared__ float qoff[kMaxHeads];                  // rank=local: [n_head] the offsets
   __shared__ float item_score[kGroups];
   extern __shared__ int32_t chunk_rows[];  // [per_cta][l_c] pool rows of the CTA's chunks
   constexpr int kHalfD = D / 2;
@@ -223,6 +229,7 @@ __global__ void __launch_bounds__(kScoreThreads, kScoreCtasPerSm<D>) score_kerne
     qs[h * D + e] = a;
     qs[h * D + kHalfD + e] = b;
   }
+  if (p.offset && tid < p.n_head) qoff[tid] = p.offset[int64_t(seq) * p.n_head + tid];
   load_rows(p, seq, c, int64_t(blockIdx.x) * per_cta, per_cta, chunk_rows);  // ends with a barrier
   const int g = grp % n_kv, group = p.n_head / n_kv;
   const int64_t j = int64_t(blockIdx.x) * per_cta + grp / n_kv;
@@ -232,6 +239,7 @@ __global__ void __launch_bounds__(kScoreThreads, kScoreCtasPerSm<D>) score_kerne
   const int64_t jr = valid ? j : 0;  // an idle item reads the table in range
   const int64_t pos_left = kRelative ? 0 : jr, pos_right = kRelative ? 1 : jr;
   const float* qg = qs + g * group * D;
+  const float* og = p.offset ? qoff + g * group : nullptr;
   const int32_t* rows = chunk_rows + (grp / n_kv) * p.l_c;
   int lo = 0, hi = len;
   float best = -INFINITY;
@@ -247,7 +255,7 @@ __global__ void __launch_bounds__(kScoreThreads, kScoreCtasPerSm<D>) score_kerne
     unpack_key(p, kl, pos_left, lane, yl);
     unpack_key(p, kr, pos_right, lane, yr);
     float left, right;
-    probe_pair<D>(qg, group, yl, yr, lane, left, right);
+    probe_pair<D>(qg, og, group, yl, yr, lane, left, right);
     if (active) {
       if (left > right)
         hi = mid;
@@ -263,7 +271,7 @@ __global__ void __launch_bounds__(kScoreThreads, kScoreCtasPerSm<D>) score_kerne
     unpack_key(p, kl, pos_right, lane, yl);
     unpack_key(p, kl, pos_left, lane, yr);
     float at_right, at_left;
-    probe_pair<D>(qg, group, yl, yr, lane, at_right, at_left);
+    probe_pair<D>(qg, og, group, yl, yr, lane, at_right, at_left);
     if (kRelative || len == 1) best = max_as_std(best, at_right);
     if (kRelative) best = max_as_std(best, at_left);
   }
@@ -277,6 +285,80 @@ __global__ void __launch_bounds__(kScoreThreads, kScoreCtasPerSm<D>) score_kerne
         if (item_score[tid * n_kv + h] > top) top = item_score[tid * n_kv + h];
       p.scores[int64_t(seq) * p.max_chunks + jj] = top;
     }
+  }
+}
+
+// rank=local's offsets (ihip_local_offsets with the one row at pos): CTA (KV head g, sequence);
+// item grp (8 lanes) takes local keys grp, grp + 32, .. (the sinks, then the window), loads,
+// dequantises and rotates each at the local position as a probe (load_key, unpack_key), and keeps
+// a running max per query head of the group of its dots in hip_dot's order (probe_pair's FMA chain
+// and xor tree); then the max over the items. Every loop trip is CTA-uniform (the shuffles).
+template <int D, bool FP8>
+__global__ void __launch_bounds__(kScoreThreads) offsets_kernel(IhipStageGpuParams p) {
+  __shared__ __align__(16) float qs[kMaxGroupHeads * D];  // [group][D] rotated
+  __shared__ float part[kGroups][kMaxGroupHeads];
+  constexpr int kHalfD = D / 2;
+  follow_previous_kernel();
+  const int g = blockIdx.x, seq = blockIdx.y, tid = threadIdx.x, lane = tid % kLanes, grp = tid / kLanes;
+  const int64_t pos = int64_t(p.kv.seq_lens[seq]) - 1;
+  const Cands c = cands_of(p, seq, pos);
+  const int64_t n_chunk = (c.n + p.l_c - 1) / p.l_c, keep = p.k / p.l_c;
+  if (n_chunk <= keep) return;  // the stage keeps every candidate: nothing is scored
+  const int group = p.n_head / p.kv.n_kv_head;
+  const int64_t qp = query_pos(p.rope_mode, pos, n_chunk, p.n_stream);
+  const int64_t kpos = p.rope_mode == 1 ? 0 : n_chunk - 1;  // ihip_local_key_pos (n_chunk > keep >= 1)
+  const auto* q = static_cast<const __nv_bfloat16*>(p.q) + (int64_t(seq) * p.n_head + g * group) * D;
+  for (int i = tid; i < group * kHalfD; i += kScoreThreads) {
+    const int h = i / kHalfD, e = i % kHalfD;
+    float a = __bfloat162float(q[h * D + e]), b = __bfloat162float(q[h * D + kHalfD + e]);
+    if (p.rope_mode != 0) rotate(a, b, p.rope_cos[qp * kHalfD + e], p.rope_sin[qp * kHalfD + e]);
+    qs[h * D + e] = a;
+    qs[h * D + kHalfD + e] = b;
+  }
+  __syncthreads();
+  const int64_t n_sink = p.n_sink < pos + 1 ? p.n_sink : pos + 1;
+  const int64_t win = pos - p.n_stream + 1 > p.n_sink ? pos - p.n_stream + 1 : p.n_sink;
+  const int64_t n_loc = n_sink + (pos + 1 - win > 0 ? pos + 1 - win : 0);
+  const int32_t* table = p.kv.block_table + int64_t(seq) * p.kv.max_pages_per_seq;
+  const uint32_t page = uint32_t(p.kv.page_size);
+  float best[kMaxGroupHeads];
+#pragma unroll
+  for (int h = 0; h < kMaxGroupHeads; ++h) best[h] = -INFINITY;
+  for (int64_t base = 0; base < n_loc; base += kGroups) {
+    const int64_t i = base + grp;
+    const bool ok = i < n_loc;
+    int32_t row = 0;
+    if (ok) {
+      const uint32_t e = uint32_t(i < n_sink ? i : win + (i - n_sink)), pg = e / page;
+      row = int32_t(uint32_t(table[pg]) * page + (e - pg * page));
+    }
+    KeyRegs<D, FP8> kr;
+    float y[D / 8];
+    load_key(p, g, row, ok, lane, kr);
+    unpack_key(p, kr, kpos, lane, y);
+#pragma unroll
+    for (int h = 0; h < kMaxGroupHeads; ++h) {
+      if (h >= group) break;  // CTA-uniform
+      const float* qh = qs + h * D + 8 * lane;
+      float a = 0.f;
+#pragma unroll
+      for (int c = 0; c < D / 64; ++c)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) a = fmaf(qh[64 * c + e], y[8 * c + e], a);
+#pragma unroll
+      for (int off = kLanes / 2; off >= 1; off /= 2) a += __shfl_xor_sync(0xffffffffu, a, off);
+      if (ok && a > best[h]) best[h] = a;  // NaN never wins
+    }
+  }
+  if (lane == 0)
+#pragma unroll
+    for (int h = 0; h < kMaxGroupHeads; ++h) part[grp][h] = best[h];
+  __syncthreads();
+  if (tid < group) {
+    float m = -INFINITY;
+    for (int k = 0; k < kGroups; ++k)
+      if (part[k][tid] > m) m = part[k][tid];
+    p.offset[int64_t(seq) * p.n_head + g * group + tid] = m;
   }
 }
 
@@ -428,7 +510,27 @@ void ihip_select_decode(const IhipStageGpuParams& p, Stream s) {
   LC_LAUNCH_CHECK("ihip select l_c=%d max_chunks=%lld", p.l_c, (long long)p.max_chunks);
 }
 
+void ihip_offsets_decode(const IhipStageGpuParams& p, Stream s) {
+  check_stage(p);
+  LC_REQUIRE(p.offset, "internal: infinitehip offsets without a workspace");
+  if (p.kv.n_seq <= 0) return;
+  const auto st = static_cast<cudaStream_t>(s);
+  const dim3 grid(unsigned(p.kv.n_kv_head), unsigned(p.kv.n_seq));
+  const bool fp8 = p.kv.elem == KvElem::fp8_e4m3;
+  if (p.kv.head_dim == 64)
+    fp8 ? launch_dependent(offsets_kernel<64, true>, grid, kScoreThreads, 0, st, p)
+        : launch_dependent(offsets_kernel<64, false>, grid, kScoreThreads, 0, st, p);
+  else if (p.kv.head_dim == 128)
+    fp8 ? launch_dependent(offsets_kernel<128, true>, grid, kScoreThreads, 0, st, p)
+        : launch_dependent(offsets_kernel<128, false>, grid, kScoreThreads, 0, st, p);
+  else
+    fp8 ? launch_dependent(offsets_kernel<256, true>, grid, kScoreThreads, 0, st, p)
+        : launch_dependent(offsets_kernel<256, false>, grid, kScoreThreads, 0, st, p);
+  LC_LAUNCH_CHECK("ihip offsets l_c=%d", p.l_c);
+}
+
 void ihip_prune_stage_decode(const IhipStageGpuParams& p, Stream s) {
+  if (p.offset) ihip_offsets_decode(p, s);
   ihip_score_decode(p, s);
   ihip_select_decode(p, s);
 }

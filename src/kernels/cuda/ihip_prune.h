@@ -29,6 +29,12 @@
 // dequantised as e4m3 * kv.k_scale in fp32, the CPU twin's IhipStageInput::k_fp8; half the bytes a
 // probe); head_dim 64, 128 or 256, n_kv_head <= 32. The select waits for the score kernel before
 // it lets the next stage's score kernel launch (PDL), so that kernel's CTAs spread over free SMs.
+// rank=local (offset set): a third kernel runs first, ihip_offsets_decode: one CTA per (KV head,
+// sequence), 32 items of 8 lanes over the row's local keys (sinks [0, min(n_sink, pos + 1)), window
+// [max(n_sink, pos - n_stream + 1), pos]), each key loaded, dequantised and rotated at
+// ihip_local_key_pos as a probe is and dotted with the group's query heads in hip_dot's order
+// (ihip_local_offsets: bit-equal); the score kernel subtracts offset[h] (__fsub_rn) from each head's
+// dot before the max, ihip_probe's order.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -58,8 +64,14 @@ struct IhipStageGpuParams {
   float* scores = nullptr;     // workspace [n_seq, max_chunks]
   int64_t max_chunks = 0;      // bound on ceil(candidates / l_c) of any sequence (grid size)
   int32_t* win_begin = nullptr;  // stage-0 input only (optional): [n_seq] cand_end, the window's anchor
+  // rank=local: workspace [n_seq, n_head] the stage's offsets (ihip_offsets_decode writes them,
+  // the score kernel subtracts them); nullptr: the paper's raw logits.
+  float* offset = nullptr;
 };
+// offset set: ihip_offsets_decode, then the two launches below.
 void ihip_prune_stage_decode(const IhipStageGpuParams& p, Stream s = nullptr);
+// rank=local: p.offset of each sequence whose stage prunes (n_chunk > k / l_c; others untouched).
+void ihip_offsets_decode(const IhipStageGpuParams& p, Stream s = nullptr);
 // Its two launches, separately (the benchmark times each): chunk scores into p.scores, then the
 // ranking and the output.
 void ihip_score_decode(const IhipStageGpuParams& p, Stream s = nullptr);
@@ -108,6 +120,14 @@ void ihip_decode_index(const IhipIndexGpuParams& p, Stream s = nullptr);
 // values); else fp32 FMAs in hip_dot's 8-lane order, 4 queries x 8 probes a thread (rotated
 // queries and keys in fp32: bit-equal to ihip_chunk_scores).
 // Select kernel: ihip_prune.cuh's select_chunks per block over the max of the KV heads' scores.
+// rank=local (offset set): ihip_offsets_prefill first writes each block's offsets (ihip_local_offsets
+// for its rows: one CTA per (KV head, block) gathers the rows' local keys kSlots at a time, rotated
+// at ihip_local_key_pos, into the FMA scorer's transposed tile and takes the 4 x 8 tile dots in
+// hip_dot's order, a key counting for the rows at or after it), and the score kernel runs the fp32
+// FMA path (never the tensor cores: their sums are not hip_dot's, and the offsets are the FMA
+// path's), subtracting offset[t] (__fsub_rn) from each dot before the max over the queries: the
+// chunk scores stay bit-equal to ihip_chunk_scores with IhipStageInput::offset.
+
 struct IhipPrefillGpuParams {
   const void* q = nullptr;  // bf16 [n_q, n_head, D] (un-rotated unless rope_mode == 0)
   const void* k = nullptr;  // bf16 [n_kv, n_kv_head, D], keys 0..n_kv-1 contiguous
@@ -122,6 +142,9 @@ struct IhipPrefillGpuParams {
   const float* rope_cos = nullptr;  // [rope_n_pos, D / 2] device (ihip_rope_table's values)
   const float* rope_sin = nullptr;
   int64_t rope_n_pos = 0;
+  // rank=local: workspace [n_blk, n_kv_head, group * 64] (query t = h' * rows + r of the block's KV
+  // head: ihip_pack_queries' order): each stage's offsets; nullptr: the paper's raw logits.
+  float* offset = nullptr;
   int64_t n_blk() const { return (n_q + 63) / 64; }
 };
 struct IhipPrefillStage {
@@ -137,6 +160,8 @@ struct IhipPrefillStage {
   int64_t max_chunks = 0;      // bound on ceil(candidates / l_c) of any block (grid size)
 };
 void ihip_prune_stage_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage& st, Stream s = nullptr);
+// rank=local: p.offset of each block whose stage prunes (n_chunk > k / l_c; others untouched).
+void ihip_offsets_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage& st, Stream s = nullptr);
 // Its two launches, separately (benchmarks).
 void ihip_score_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage& st, Stream s = nullptr);
 void ihip_select_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage& st, Stream s = nullptr);

@@ -437,11 +437,17 @@ __global__ void __launch_bounds__(kThreads, kMma ? Shape<D>::kMmaCtasPerSm : 1) 
       float r[4][8];
       tile_dots<D>(qT, kT, qq, ko, r);
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-        if (qt * kQTile + 4 * qq + i < n_qs)
+      for (int i = 0; i < 4; ++i) {
+        const int t = qt * kQTile + 4 * qq + i;
+        if (t < n_qs) {
+          const float o = p.offset ? p.offset[(b * p.n_kv_head + g) * (group * kBlockQ) + t] : 0.f;  // rank=local
 #pragma unroll
-          for (int j = 0; j < 8; ++j)
-            if (r[i][j] > best[j]) best[j] = r[i][j];  // NaN never wins
+          for (int j = 0; j < 8; ++j) {
+            const float v = p.offset ? __fsub_rn(r[i][j], o) : r[i][j];
+            if (v > best[j]) best[j] = v;  // NaN never wins
+          }
+        }
+      }
     }
 #pragma unroll
     for (int j = 0; j < 8; ++j) red[qq * kSlots + 8 * ko + j] = best[j];
@@ -735,6 +741,136 @@ __global__ void __launch_bounds__(kThreads, Shape<D>::kMmaCtasPerSm) score_kerne
   }
 }
 
+// rank=local's offsets of block z's rows for KV head y (ihip_local_offsets): the local keys (the
+// sinks, then the window of the block's last row) kSlots at a time, gathered in the FMA scorer's
+// lane layout (8 threads a key, rotated at the local position: its gather), against the block's
+// queries (kQTile at a time, rotated as the FMA scorer loads them) by tile_dots (hip_dot's
+// order); a key counts for the rows at or after it (causal). Running max per query in registers,
+// then over the kOctets threads that share a query quad.
+template <int D>
+__global__ void __launch_bounds__(kThreads, 1) offsets_kernel(IhipPrefillGpuParams p, IhipPrefillStage st) {
+  using S = Shape<D>;
+  constexpr int kHalfD = D / 2, kQStride = S::kQStride, kSlots = S::kSlots, kQTile = S::kQTile;
+  constexpr int kQuads = S::kQuads, kOctets = S::kOctets, kSlotsPerRound = kThreads / 8, kRuns = D / 64;
+  extern __shared__ __align__(16) float smem[];
+  float* qT = smem;               // [D][kQStride] the rotated queries, transposed
+  float* kT = qT + D * kQStride;  // [D][kSlots] the pass's local keys, rotated, transposed
+  float* red = kT + D * kSlots;   // [kOctets][kQTile] per-thread maxima
+  __shared__ int32_t key_of[kSlots];
+  const int tid = threadIdx.x, g = blockIdx.y;
+  const int64_t b = blockIdx.z;
+  const Block blk = block_of(p, b);
+  const Cands c = block_cands(p, st, b, blk);
+  const int64_t n_chunk = (c.n + st.l_c - 1) / st.l_c, keep = st.k / st.l_c;
+  if (n_chunk <= keep) return;  // the stage keeps every candidate: nothing is scored
+  const int group = p.n_head / p.n_kv_head, n_qs = group * int(blk.rows);
+  const int n_qtile = (n_qs + kQTile - 1) / kQTile;
+  const int qq = tid % kQuads, ko = tid / kQuads;
+  const auto* q = static_cast<const __nv_bfloat16*>(p.q);
+  const auto* kp = static_cast<const __nv_bfloat16*>(p.k);
+  const int64_t pos0 = p.q_pos0 + blk.row0;
+  const int64_t n_sink = p.n_sink < blk.q_last + 1 ? p.n_sink : blk.q_last + 1;
+  const int64_t win = blk.q_last - p.n_stream + 1 > p.n_sink ? blk.q_last - p.n_stream + 1 : p.n_sink;
+  const int64_t n_loc = n_sink + (blk.q_last + 1 - win > 0 ? blk.q_last + 1 - win : 0);
+  const int64_t kpos = p.rope_mode == 1 ? 0 : n_chunk - 1;  // ihip_local_key_pos (n_chunk > keep >= 1)
+  float* out = p.offset + (b * p.n_kv_head + g) * (int64_t(group) * kBlockQ);
+  for (int qt = 0; qt < n_qtile; ++qt) {
+    __syncthreads();
+    for (int i = tid; i < kQTile * kHalfD; i += kThreads) {  // score_kernel's FMA load_queries
+      const int tt = i / kHalfD, e = i % kHalfD, t = qt * kQTile + tt;
+      float a = 0.f, bb = 0.f;
+      if (t < n_qs) {
+        const int h = g * group + t / int(blk.rows);
+        const int64_t row = blk.row0 + t % int(blk.rows);
+        const __nv_bfloat16* src = q + (row * p.n_head + h) * D;
+        a = __bfloat162float(src[e]);
+        bb = __bfloat162float(src[e + kHalfD]);
+        if (p.rope_mode != 0) {
+          const int64_t qp = query_pos(p.rope_mode, p.q_pos0 + row, n_chunk, p.n_stream);
+          rotate(a, bb, p.rope_cos[qp * kHalfD + e], p.rope_sin[qp * kHalfD + e]);
+        }
+      }
+      qT[e * kQStride + tt] = a;
+      qT[(e + kHalfD) * kQStride + tt] = bb;
+    }
+    float best[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) best[i] = -INFINITY;
+    for (int64_t base = 0; base < n_loc; base += kSlots) {
+      __syncthreads();  // the previous pass's keys are read
+#pragma unroll
+      for (int round = 0; round < kSlots / kSlotsPerRound; ++round) {  // score_kernel's FMA gather
+        const int s = kSlotsPerRound * round + tid / 8, l = tid % 8;
+        const int64_t i = base + s;
+        const bool on = i < n_loc;
+        const int64_t key = on ? (i < n_sink ? i : win + (i - n_sink)) : 0;
+        if (l == 0) key_of[s] = on ? int32_t(key) : INT32_MAX;  // INT32_MAX: counts for no row
+        float y[8 * kRuns];
+#pragma unroll
+        for (int e = 0; e < 8 * kRuns; ++e) y[e] = 0.f;
+        if (on) {
+          const __nv_bfloat16* src = kp + (key * p.n_kv_head + g) * D + 8 * l;
+#pragma unroll
+          for (int cc = 0; cc < kRuns; ++cc) {
+            const uint4 u = *reinterpret_cast<const uint4*>(src + 64 * cc);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const float2 a = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&u)[e]);
+              y[8 * cc + 2 * e] = a.x, y[8 * cc + 2 * e + 1] = a.y;
+            }
+          }
+          if (p.rope_mode != 0) {
+#pragma unroll
+            for (int cc = 0; cc < kRuns / 2; ++cc) {
+              const float* cs = p.rope_cos + kpos * kHalfD + 64 * cc + 8 * l;
+              const float* sn = p.rope_sin + kpos * kHalfD + 64 * cc + 8 * l;
+#pragma unroll
+              for (int e = 0; e < 8; ++e) rotate(y[8 * cc + e], y[8 * (cc + kRuns / 2) + e], cs[e], sn[e]);
+            }
+          }
+        }
+        if constexpr (D == 64) {
+          if (p.rope_mode != 0) {  // pair (i, i + 32): i = 8 l + e in lane l < 4, its partner in lane l + 4
+            const bool low = l < 4;
+            const int64_t row = kpos * kHalfD + 8 * (l % 4);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+              const float other = __shfl_xor_sync(0xffffffffu, y[e], 4);
+              float a = low ? y[e] : other, bb = low ? other : y[e];
+              if (on) rotate(a, bb, p.rope_cos[row + e], p.rope_sin[row + e]);
+              y[e] = low ? a : bb;
+            }
+          }
+        }
+#pragma unroll
+        for (int cc = 0; cc < kRuns; ++cc)
+#pragma unroll
+          for (int e = 0; e < 8; ++e) kT[(64 * cc + 8 * l + e) * kSlots + s] = y[8 * cc + e];
+      }
+      __syncthreads();
+      float r[4][8];
+      tile_dots<D>(qT, kT, qq, ko, r);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int t = qt * kQTile + 4 * qq + i;
+        const int64_t pos = pos0 + t % int(blk.rows);
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          if (t < n_qs && key_of[8 * ko + j] <= pos && r[i][j] > best[i]) best[i] = r[i][j];  // NaN never wins
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) red[ko * kQTile + 4 * qq + i] = best[i];
+    __syncthreads();
+    if (tid < kQTile && qt * kQTile + tid < n_qs) {
+      float m = -INFINITY;
+      for (int o = 0; o < kOctets; ++o)
+        if (red[o * kQTile + tid] > m) m = red[o * kQTile + tid];
+      out[qt * kQTile + tid] = m;
+    }
+  }
+}
+
 __global__ void __launch_bounds__(kSelectThreads) select_kernel(IhipPrefillGpuParams p, IhipPrefillStage st) {
   extern __shared__ __align__(16) char sel_smem[];
   const int64_t b = blockIdx.x;
@@ -781,7 +917,7 @@ __global__ void index_kernel(IhipPrefillIndexParams p) {
   }
 }
 
-size_t g_score_smem[3][3] = {}, g_select_smem = 0;  // score: [head_dim 64, 128, 256][launch_score_prefill's kind]
+size_t g_score_smem[3][3] = {}, g_select_smem = 0, g_offsets_smem[3] = {};  // score: [head_dim 64, 128, 256][launch_score_prefill's kind]
 constexpr int dim_slot(int D) { return D == 64 ? 0 : D == 128 ? 1 : 2; }
 
 void allow_smem(const void* kernel, size_t bytes, size_t& done, const char* what) {
@@ -814,8 +950,9 @@ void check_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage& st) {
 
 // The tensor-core scorer's case: a KV head's queries of a block (group x 64) in one tile, and
 // RoPE none (the queries and keys are bf16 as stored) or a RoPE mode with rope_tensor_cores.
+// rank=local (offset set) always scores on the FMA path.
 bool prefill_uses_mma(const IhipPrefillGpuParams& p) {
-  return (p.rope_mode == 0 || p.rope_tensor_cores) && int64_t(p.n_head / p.n_kv_head) * kBlockQ <= kMmaQTile;
+  return !p.offset && (p.rope_mode == 0 || p.rope_tensor_cores) && int64_t(p.n_head / p.n_kv_head) * kBlockQ <= kMmaQTile;
 }
 
 namespace {
@@ -874,7 +1011,27 @@ void ihip_select_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage& 
   LC_LAUNCH_CHECK("ihip prefill select l_c=%d max_chunks=%lld", st.l_c, (long long)st.max_chunks);
 }
 
+void ihip_offsets_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage& st, Stream s) {
+  check_prefill(p, st);
+  LC_REQUIRE(p.offset, "internal: infinitehip offsets without a workspace");
+  if (p.n_q <= 0) return;
+  const auto stream = static_cast<cudaStream_t>(s);
+  const dim3 grid(1, unsigned(p.n_kv_head), unsigned(p.n_blk()));
+  auto launch = [&](auto kernel, size_t bytes, size_t& done) {
+    allow_smem(reinterpret_cast<const void*>(kernel), bytes, done, "the offsets' queries");
+    kernel<<<grid, kThreads, bytes, stream>>>(p, st);
+  };
+  if (p.head_dim == 64)
+    launch(offsets_kernel<64>, Shape<64>::kScoreSmem, g_offsets_smem[0]);
+  else if (p.head_dim == 128)
+    launch(offsets_kernel<128>, Shape<128>::kScoreSmem, g_offsets_smem[1]);
+  else
+    launch(offsets_kernel<256>, Shape<256>::kScoreSmem, g_offsets_smem[2]);
+  LC_LAUNCH_CHECK("ihip prefill offsets l_c=%d d=%d", st.l_c, p.head_dim);
+}
+
 void ihip_prune_stage_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage& st, Stream s) {
+  if (p.offset) ihip_offsets_prefill(p, st, s);
   ihip_score_prefill(p, st, s);
   ihip_select_prefill(p, st, s);
 }

@@ -70,10 +70,13 @@ void ihip_pack_queries(const float* q, int n_head, int n_kv_head, int head_dim, 
   }
 }
 
-float ihip_probe(const IhipStageInput& in, int g, int32_t key, int64_t key_pos) {
+namespace {
+
+// Key `key` of KV head g as the pruning frame sees it (dequantised, rotated at key_pos unless
+// RoPE none); deq and rot: head_dim scratch floats each.
+const float* frame_key(const IhipStageInput& in, int g, int32_t key, int64_t key_pos, float* deq, float* rot) {
   const int d = in.head_dim;
   const float* k = in.k_fp8 ? nullptr : in.k + int64_t(key) * in.k_stride + int64_t(g) * d;
-  float deq[512], rot[512];
   if (in.k_fp8) {
     const uint8_t* b = in.k_fp8 + int64_t(key) * in.k_stride + int64_t(g) * d;
     for (int i = 0; i < d; ++i) deq[i] = e4m3_to_f32(b[i]) * in.k_scale;
@@ -83,13 +86,52 @@ float ihip_probe(const IhipStageInput& in, int g, int32_t key, int64_t key_pos) 
     ihip_rotate(k, rot, d, *in.table, key_pos);
     k = rot;
   }
+  return k;
+}
+
+}  // namespace
+
+float ihip_probe(const IhipStageInput& in, int g, int32_t key, int64_t key_pos) {
+  const int d = in.head_dim;
+  float deq[512], rot[512];
+  const float* k = frame_key(in, g, key, key_pos, deq, rot);
   const float* q = in.q + int64_t(g) * in.n_qs * d;
+  const float* off = in.offset ? in.offset + int64_t(g) * in.n_qs : nullptr;
   float best = -std::numeric_limits<float>::infinity();
   for (int t = 0; t < in.n_qs; ++t) {
-    const float v = hip_dot(q + int64_t(t) * d, k, d);
+    float v = hip_dot(q + int64_t(t) * d, k, d);
+    if (off) v -= off[t];
     if (v > best) best = v;  // NaN never wins
   }
   return best;
+}
+
+int64_t ihip_local_key_pos(IhipRopeMode mode, int64_t n_chunk) {
+  return ihip_key_pos(mode, 0, std::max<int64_t>(n_chunk - 1, 0));
+}
+
+void ihip_local_offsets(const IhipStageInput& in, const IhipLocalKeys& lk, std::vector<float>& out) {
+  if (in.head_dim > 512) fail("internal: infinitehip pruning supports head_dim <= 512");
+  const int d = in.head_dim;
+  const int64_t rows = lk.rows, group = in.n_qs / rows, key_pos = ihip_local_key_pos(in.rope, lk.n_chunk);
+  out.assign(size_t(int64_t(in.n_kv_head) * in.n_qs), -std::numeric_limits<float>::infinity());
+  const int64_t q_last = lk.pos0 + rows - 1;
+  float deq[512], rot[512];
+  for (int g = 0; g < in.n_kv_head; ++g) {
+    const float* q = in.q + int64_t(g) * in.n_qs * d;
+    float* o = out.data() + int64_t(g) * in.n_qs;
+    auto score = [&](int64_t j) {  // key j against every row that attends it (rows at pos >= j)
+      const float* k = frame_key(in, g, int32_t(j), key_pos, deq, rot);
+      for (int64_t r = std::max<int64_t>(0, j - lk.pos0); r < rows; ++r)
+        for (int64_t h = 0; h < group; ++h) {
+          const int64_t t = h * rows + r;
+          const float v = hip_dot(q + t * d, k, d);
+          if (v > o[t]) o[t] = v;  // NaN never wins
+        }
+    };
+    for (int64_t j = 0; j < std::min(lk.n_sink, q_last + 1); ++j) score(j);
+    for (int64_t j = std::max(lk.win_begin, lk.n_sink); j <= q_last; ++j) score(j);
+  }
 }
 
 int ihip_select_rep(const IhipStageInput& in, int g, const int32_t* entries, int n, int64_t chunk, float* rep_score) {

@@ -26,6 +26,20 @@
 // candidate list). Keys are fp32 values or e4m3 bytes with a scale (the fp8 KV cache: IhipStageInput::
 // k_fp8). Rotation is rotate-half (HF/NeoX) from an fp32 cos/sin table, with explicit
 // fma so the GPU twin (kernels/cuda/ihip_prune.cu) rotates bit-identically.
+// Ranking by local log weight (`rank=local`, opt-in; the paper's raw logits stay the default):
+// IhipStageInput::offset holds, per KV head g and packed query t (head h', row r), the largest
+// pruning-frame logit of that row over the keys it always attends (the local keys: its sinks
+// [0, min(n_sink, pos + 1)) and the window [win_begin, pos], win_begin = max(n_sink, q_last -
+// n_stream + 1) of the block's last row), and every probe dot becomes q~.k~ - offset before the
+// max over the group's queries: a chunk then ranks by the largest log attention weight it would
+// get against the local context (up to the row's softmax normaliser), which is comparable across
+// heads and rows whose logit scales differ. The same pruning frame: RoPE none scores the stored
+// (rotated) keys against the stored queries; the RoPE modes rotate the local keys at the
+// left-branch position of the stage's last chunk, ihip_local_key_pos (relative: 0, every left
+// probe's position; chunk-indexed: n_chunk - 1, the candidate chunk nearest the query), i.e. the
+// local context is scored as if it were the nearest candidate, against the stage's packed
+// (rotated) queries; so the offsets are per stage (the chunk-indexed query positions depend on
+// n_chunk). The subtraction is one fp32 operation after hip_dot (the GPU twins' __fsub_rn).
 // Why one stage: the paper's single kernel reused with different (b_q, l_c, k); b_q is the
 // caller's choice of query rows (a 64-row block in prefill, the one token in decode).
 #pragma once
@@ -76,6 +90,9 @@ struct IhipStageInput {
   int head_dim = 0;
   IhipRopeMode rope = IhipRopeMode::none;
   const IhipRopeTable* table = nullptr;  // covers every position the mode asks (not for none)
+  // rank=local: [n_kv_head][n_qs] subtracted from each probe dot (ihip_local_offsets); nullptr:
+  // the paper's raw logits.
+  const float* offset = nullptr;
 };
 
 // The block's queries packed for a stage: rows [row0, row0 + rows) of q [n_q, n_head, d] at
@@ -92,8 +109,24 @@ int ihip_select_rep(const IhipStageInput& in, int g, const int32_t* entries, int
                     float* rep_score = nullptr);
 
 // Score of one key (absolute position `key`, KV head g) rotated at `key_pos`: max over the
-// group's queries of hip_dot(q~, k~); -inf if every dot is NaN.
+// group's queries t of hip_dot(q~_t, k~) (minus in.offset[g * n_qs + t] when set); -inf if every
+// dot is NaN.
 float ihip_probe(const IhipStageInput& in, int g, int32_t key, int64_t key_pos);
+
+// The key position of the local keys in the pruning frame (rank=local; unused for none).
+int64_t ihip_local_key_pos(IhipRopeMode mode, int64_t n_chunk);
+
+// rank=local: the block's local keys, for one stage of n_chunk chunks. Rows r < rows sit at
+// absolute positions pos0 + r.
+struct IhipLocalKeys {
+  int64_t rows = 1, pos0 = 0;
+  int64_t n_sink = 256;
+  int64_t win_begin = 0;  // max(n_sink, q_last - n_stream + 1) (ihip_candidate_end)
+  int64_t n_chunk = 1;
+};
+// out[g * in.n_qs + t] = max over row r's local keys j (t = h' * rows + r) of hip_dot(q~_t, k~_j),
+// k~_j at ihip_local_key_pos; NaN dots never win (-inf if all are NaN). in.offset is ignored.
+void ihip_local_offsets(const IhipStageInput& in, const IhipLocalKeys& lk, std::vector<float>& out);
 
 // Chunk scores of a stage (step 3), one per chunk, for tests and the GPU twin's check.
 std::vector<float> ihip_chunk_scores(const IhipStage& st, const IhipStageInput& in, std::span<const int32_t> cand);

@@ -48,17 +48,24 @@ void ihip_prune_block(const IhipBlockPrune& b, int first, std::vector<std::vecto
     const int64_t cand_end = ihip_candidate_end(hp, q_last);
     for (int64_t j = hp.n_sink; j < cand_end; ++j) range.push_back(int32_t(j));
   }
-  std::vector<float> q;  // [n_kv_head][group * rows][d]
+  std::vector<float> q;       // [n_kv_head][group * rows][d]
+  std::vector<float> offset;  // rank=local: [n_kv_head][group * rows]
   for (int i = first; i < N; ++i) {
     const std::vector<int32_t>& cand = i == 0 ? range : outs[size_t(i - 1)];
     const IhipStage st = ihip_stage(hp, layer, i);
     const int64_t n_chunk = (int64_t(cand.size()) + st.l_c - 1) / st.l_c;
-    if (n_chunk > st.keep_chunks())  // else the stage keeps every candidate: no queries needed
+    const bool prunes = n_chunk > st.keep_chunks();  // else every candidate survives: no scores needed
+    if (prunes)
       ihip_pack_queries(p.q, p.n_head, p.n_kv_head, p.head_dim, b.row0, b.rows, pos0, mode, b.table, n_chunk,
                         hp.n_stream, q);
-    const IhipStageInput in{.q = q.data(), .n_qs = int(p.n_head / p.n_kv_head * b.rows), .k = p.k,
-                            .k_stride = int64_t(p.n_kv_head) * p.head_dim, .n_kv_head = p.n_kv_head,
-                            .head_dim = p.head_dim, .rope = mode, .table = b.table};
+    IhipStageInput in{.q = q.data(), .n_qs = int(p.n_head / p.n_kv_head * b.rows), .k = p.k,
+                      .k_stride = int64_t(p.n_kv_head) * p.head_dim, .n_kv_head = p.n_kv_head,
+                      .head_dim = p.head_dim, .rope = mode, .table = b.table};
+    if (prunes && hp.rank == IhipRank::local) {
+      ihip_local_offsets(in, {.rows = b.rows, .pos0 = pos0, .n_sink = hp.n_sink,
+                              .win_begin = ihip_candidate_end(hp, q_last), .n_chunk = n_chunk}, offset);
+      in.offset = offset.data();
+    }
     ihip_prune_stage(st, in, cand, outs[size_t(i)]);
   }
 }

@@ -11,6 +11,8 @@
 //                       block's last see the window under the causal mask)
 // Every stage shares one b_q (64): the paper's child-block mapping m' is then the identity.
 // One key set per block is shared by every head (the chunk score pools over all heads).
+// rank=local: each stage that prunes first computes the block's offsets (ihip_local_offsets over
+// the rows' sinks and window [ihip_candidate_end(q_last), pos]) from the stage's packed queries.
 // Decode caches the stage outputs per layer (infinitehip_method.h).
 #pragma once
 #include <cstdint>

@@ -13,7 +13,7 @@ namespace longctx {
 
 namespace {
 
-constexpr const char* kKeys = "l_c, k, refresh, b_q, n_sink, n_stream, early_layers, k_early, rope, dense_layers";
+constexpr const char* kKeys = "l_c, k, refresh, b_q, n_sink, n_stream, early_layers, k_early, rope, dense_layers, rank";
 
 std::vector<int64_t> parse_list(const std::string& text, const std::string& key) {
   std::vector<int64_t> out;
@@ -110,6 +110,10 @@ IhipParams parse_ihip_params(const std::string& arg) {
       if (val == "on") p.rope = true;
       else if (val == "off") p.rope = false;
       else fail("infinitehip: rope must be on or off (got '{}')", val);
+    } else if (key == "rank") {
+      if (val == "paper") p.rank = IhipRank::paper;
+      else if (val == "local") p.rank = IhipRank::local;
+      else fail("infinitehip: rank must be paper or local (got '{}')", val);
     } else {
       fail("infinitehip: unknown key '{}' (keys: {})", key, kKeys);
     }
@@ -134,6 +138,7 @@ std::string ihip_params_text(const IhipParams& p) {
                               join(l_c, "/"), join(k, "/"), join(p.refresh, "/"), p.b_q, p.n_sink, p.n_stream,
                               p.early_layers, p.k_early, p.rope ? "on" : "off");
   if (!p.dense_layers.empty()) t += ",dense_layers=" + join(p.dense_layers, "+");
+  if (p.rank == IhipRank::local) t += ",rank=local";  // the default (paper) is left out
   return t;
 }
 

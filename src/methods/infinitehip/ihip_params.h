@@ -14,8 +14,13 @@
 //                 off: keys rotated at their own positions everywhere (composes with
 //                 rotated-key methods such as minference)
 //   dense_layers=I+J-K   layers that stay dense (0-based; '+'-separated, ranges with '-')
+//   rank=paper|local  paper (default): chunks rank by their largest raw q.k logit; local: by the
+//                 largest logit minus the row's largest logit over its sinks and window (its log
+//                 attention weight against the local context: comparable across heads whose
+//                 logit scales differ; kernels/ref/ihip_prune.h)
 //   --attn infinitehip                       3K preset, RoPE extrapolation on
 //   --attn 'infinitehip=5k,rope=off'
+//   --attn 'infinitehip=rank=local'
 //   --attn 'prefill:infinitehip'             dense decode (the paper's RULER setting)
 //   --attn 'prefill:minference=cfg.json;decode:infinitehip=rope=off'
 #pragma once
@@ -27,6 +32,8 @@
 
 namespace longctx {
 
+enum class IhipRank { paper, local };
+
 struct IhipParams {
   std::vector<IhipStage> stages{{256, 32768}, {32, 8192}, {8, 2048}};  // 3K preset
   std::vector<int> refresh{16, 8, 4};
@@ -37,6 +44,7 @@ struct IhipParams {
   int64_t k_early = 4096;
   bool rope = true;
   std::vector<int> dense_layers;  // sorted, unique
+  IhipRank rank = IhipRank::paper;
 
   int n_stage() const { return int(stages.size()); }
   bool dense_layer(int layer) const;

@@ -25,6 +25,9 @@
 // step's on the device (cuda::ihip_decode_keys: graph-safe), then IhipCompactAttention attends it
 // at StreamingLLM positions. Dense steps (dense layers, short contexts) attend every key at its own
 // position through the same gather (what the CPU's select_keys + attend_compacted_ref do).
+// rank=local: every stage's kernels get an offsets workspace (prefill [n_blk, n_head * 64], decode
+// [n_head]); the stage entry points run the offsets kernel first, and the prefill scores on the
+// fp32 FMA path (kernels/cuda/ihip_prune.h).
 #include "methods/infinitehip/infinitehip_gpu.h"
 
 #include <fmt/format.h>
@@ -77,6 +80,8 @@ struct Layout {
   // decode length for a step that has none on the device.
   size_t pre_keys = 0, dec_keys = 0, n_keys = 0, q_pos = 0, zero = 0, host_len = 0;
   int64_t pre_keys_per_blk = 0;
+  // rank=local: the stages' offsets, prefill [n_blk, n_head * 64] and decode [n_head].
+  size_t pre_offset = 0, dec_offset = 0;
   size_t total = 0;
 };
 
@@ -205,6 +210,7 @@ class IhipGpu final : public GpuMethod {
     p.rope_n_pos = r.n_pos;
     p.n_sink = hp_.n_sink;
     p.n_stream = hp_.n_stream;
+    p.offset = local() ? at<float>(l_.pre_offset) : nullptr;  // rank=local: the FMA scorer
     const int N = hp_.n_stage();
     // Stage 0's candidates of the chunk's last block bound every block's.
     const int64_t q_last = st.q_pos0 + st.n_q - 1;
@@ -229,6 +235,7 @@ class IhipGpu final : public GpuMethod {
 
   template <class T>
   T* at(size_t off) const { return reinterpret_cast<T*>(buf_ + off); }
+  bool local() const { return hp_.rank == IhipRank::local; }
   // Layer state [n_layer, N] at offset off, and the layer's cache of stage i.
   int32_t* layer_state(size_t off, int layer) const { return at<int32_t>(off) + int64_t(layer) * hp_.n_stage(); }
   int32_t* cache(int layer, int i) const { return at<int32_t>(l_.cache[size_t(i)]) + int64_t(layer) * l_.cap[size_t(i)]; }
@@ -317,6 +324,10 @@ class IhipGpu final : public GpuMethod {
     l.q_pos = c.take(4);
     l.zero = c.take(4);
     l.host_len = c.take(4);
+    if (hp_.rank == IhipRank::local) {
+      l.pre_offset = c.take(size_t(l.n_blk * shape.model.n_head * cuda::kSparseQBlock) * 4);
+      l.dec_offset = c.take(size_t(shape.model.n_head) * 4);
+    }
   }
 
   struct DevTable {
@@ -382,6 +393,7 @@ void IhipGpu::decode_stages(int layer, const KvView& kv, const void* q, const Ro
     p.out_cap = l_.cap[size_t(i)];
     p.scores = at<float>(l_.dec_scores);
     p.max_chunks = l_.dec_chunks[size_t(i)];
+    p.offset = local() ? at<float>(l_.dec_offset) : nullptr;
     cuda::ihip_prune_stage_decode(p, s);
     cuda::IhipDecodeCommitParams cp;
     cp.stage = i;
