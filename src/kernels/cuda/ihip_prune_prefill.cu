@@ -27,12 +27,6 @@ constexpr int kWarps = kThreads / 32;
 // bisection's next probes wait for this pass's scores) is paid once per 64 x 256 x D dot products.
 constexpr int kMmaChunks = 32;
 constexpr int kMmaSlots = 2 * kMmaChunks;
-// The tensor-core passes' per-warp maxima: red[w][slot] at red_idx (rows of kRedStride floats, the
-// right slots 4 floats on). The pipelined reduction's lanes read 4 warps' rows x 4 left and 4
-// right slots at once: rows 8 banks apart and the right slots 4 banks on, so 32 distinct banks
-// (unpadded, 8-way conflicts; ncu counted 22% excess shared wavefronts with those and the copies').
-constexpr int kRedStride = kMmaSlots + 8;
-__device__ inline int red_idx(int w, int slot) { return w * kRedStride + slot + (slot >= kMmaChunks ? 4 : 0); }
 
 // The shapes of one score CTA at head_dim D (64, 128 or 256). The FMA scorer holds kQTile queries in
 // shared memory at once (fp32, transposed: [D][kQStride], so 128 of them at D = 256 to fit) and
@@ -56,9 +50,9 @@ struct Shape {
   // SM (65536 / 256 threads): 3 at D = 64 (<= 85 a thread), 2 at D = 128 (<= 128), 1 at D = 256;
   // while one CTA waits for its gather another computes.
   static constexpr int kMmaCtasPerSm = D == 64 ? 3 : D == 128 ? 2 : 1;
-  static constexpr size_t kMmaSmem = size_t(kMmaSlots) * D * 2 + size_t(kWarps) * kRedStride * 4;
+  static constexpr size_t kMmaSmem = size_t(kMmaSlots) * D * 2 + size_t(kWarps) * kMmaSlots * 4;
   // The pipelined tensor-core scorer (RoPE none): two lanes' probe keys, then the per-warp maxima.
-  static constexpr size_t kPipeSmem = 2 * size_t(kMmaSlots) * D * 2 + size_t(kWarps) * kRedStride * 4;
+  static constexpr size_t kPipeSmem = 2 * size_t(kMmaSlots) * D * 2 + size_t(kWarps) * kMmaSlots * 4;
   // Its wgmma form: the same, plus room to align the key buffers to 1024 bytes (the 128-byte swizzle).
   static constexpr size_t kWgSmem = kPipeSmem + 1024;
 };
@@ -224,7 +218,7 @@ __device__ inline void load_query_frags(const IhipPrefillGpuParams& p, int kv_he
 
 // The tensor-core pass's dots and maxima: warp w multiplies its queries (fragments in registers)
 // by the kMmaSlots probes (kMmaSlots / 8 n-tiles of 8) with mma.m16n8k16 (bf16 in, fp32 accumulate),
-// masks the rows past n_qs, and writes each probe's max over its rows to red[red_idx(w, slot)].
+// masks the rows past n_qs, and writes each probe's max over its rows to red[w][slot].
 template <int D>
 __device__ inline void mma_pass(const QueryFrags<D>& f, const __nv_bfloat16* kb, int n_qs, float* red) {
   constexpr int kTiles = 2;  // n-tiles at a time (the accumulators beside the fragments: no spills)
@@ -268,7 +262,7 @@ __device__ inline void mma_pass(const QueryFrags<D>& f, const __nv_bfloat16* kb,
         if (o1 > b1) b1 = o1;
       }
       const int slot = 8 * (j0 + j) + 2 * t;
-      if (g == 0) red[red_idx(warp, slot)] = b0, red[red_idx(warp, slot + 1)] = b1;
+      if (g == 0) red[warp * kSlots + slot] = b0, red[warp * kSlots + slot + 1] = b1;
     }
   }
 }
@@ -320,7 +314,7 @@ __device__ inline int sw128(int r, int c) {
 }
 // The pass's dots and maxima on wgmma: per 32 probes, each m-tile's D / 16 wgmmas (m64n32k16,
 // interleaved over the two m-tiles' accumulators), then each probe's max over the warp's rows
-// below n_qs into red[red_idx(warp, slot)] as mma_pass. kb: the tile's shared address.
+// below n_qs into red[warp][slot] as mma_pass. kb: the tile's shared address.
 template <int D>
 __device__ inline void wgmma_pass(const WgQueryFrags<D>& f, uint32_t kb, int n_qs, float* red) {
   constexpr int kN = 32;                         // probes per wgmma
@@ -366,7 +360,7 @@ __device__ inline void wgmma_pass(const WgQueryFrags<D>& f, uint32_t kb, int n_q
         if (o1 > b1) b1 = o1;
       }
       const int slot = n0 + 8 * j + 2 * t;
-      if (g == 0) red[red_idx(warp, slot)] = b0, red[red_idx(warp, slot + 1)] = b1;
+      if (g == 0) red[warp * kMmaSlots + slot] = b0, red[warp * kMmaSlots + slot + 1] = b1;
     }
   }
 }
@@ -387,7 +381,7 @@ __global__ void __launch_bounds__(kThreads, kMma ? Shape<D>::kMmaCtasPerSm : 1) 
   float* kT = qT + D * kQStride;    // [D][kSlots] the pass's probe keys, rotated, transposed
   float* red = kT + D * kSlots;     // [kQuads][kSlots] per-thread maxima
   auto* kb = reinterpret_cast<__nv_bfloat16*>(smem);          // kMma: [kSlots][D] swizzled probe keys
-  float* red_mma = reinterpret_cast<float*>(kb + kSlots * D);  // kMma: [kWarps][kRedStride] (red_idx)
+  float* red_mma = reinterpret_cast<float*>(kb + kSlots * D);  // kMma: [kWarps][kSlots]
   QueryFrags<D> qf;  // kMma: the warp's queries (unused, so dropped, in the FMA scorer)
   __shared__ Probe probe[kSlots];
   __shared__ float result[kSlots];
@@ -477,7 +471,7 @@ __global__ void __launch_bounds__(kThreads, kMma ? Shape<D>::kMmaCtasPerSm : 1) 
       if (tid < n_slots) {
         float m = -INFINITY;
         for (int w = 0; w < kWarps; ++w)
-          if (red_mma[red_idx(w, tid)] > m) m = red_mma[red_idx(w, tid)];
+          if (red_mma[w * kSlots + tid] > m) m = red_mma[w * kSlots + tid];
         result[tid] = m;
       }
       __syncthreads();
@@ -684,7 +678,7 @@ __global__ void __launch_bounds__(kThreads, kWg && D == 64 ? 2 : Shape<D>::kMmaC
   // [2 lanes][kSlots][D] swizzled probe keys (kWg: from the first 1024-byte boundary)
   auto* kb = reinterpret_cast<__nv_bfloat16*>(reinterpret_cast<char*>(smem) +
                                               (kWg ? (1024u - (mma::smem_u32(smem) & 1023u)) & 1023u : 0u));
-  float* red = reinterpret_cast<float*>(kb + 2 * kSlots * D);  // [kWarps][kRedStride] per-warp maxima (red_idx)
+  float* red = reinterpret_cast<float*>(kb + 2 * kSlots * D);  // [kWarps][kSlots] per-warp maxima
   __shared__ int lo[2][kChunks], hi[2][kChunks];  // each entry read and written by its owner lane only
   __shared__ float path_best[2][kChunks];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = blockIdx.y;
@@ -757,9 +751,7 @@ __global__ void __launch_bounds__(kThreads, kWg && D == 64 ? 2 : Shape<D>::kMmaC
     __nv_bfloat16* dst = kb + x * kSlots * D;
 #pragma unroll
     for (int u = 0; u < kPerLane; ++u) {  // a row's 4 lanes copy 64 consecutive bytes at a time
-      // kWg: the right slots' rows (same row % 8 as the left ones') take the other half of each
-      // 8-chunk panel row first, so a copy's 8 rows cover the 32 banks evenly in the 128-byte swizzle
-      const int ch = (kRowLanes * u + part) ^ (kWg && row >= kOwned ? kRowLanes : 0);
+      const int ch = kRowLanes * u + part;
       mma::cp_async16(mma::smem_u32(dst + (kWg ? sw128<D>(slot, ch) : swz<D>(slot, ch))), src + 8 * ch,
                       key < 0 ? 0 : 16);
     }
@@ -780,7 +772,7 @@ __global__ void __launch_bounds__(kThreads, kWg && D == 64 ? 2 : Shape<D>::kMmaC
     const int s = lane % (2 * kOwned), slot = (s < kOwned ? 0 : kChunks) + kOwned * warp + s % kOwned;
     float m = -INFINITY;  // red holds no NaN
     for (int w = lane / (2 * kOwned); w < kWarps; w += 32 / (2 * kOwned))
-      if (red[red_idx(w, slot)] > m) m = red[red_idx(w, slot)];
+      if (red[w * kSlots + slot] > m) m = red[w * kSlots + slot];
 #pragma unroll
     for (int off = 2 * kOwned; off < 32; off *= 2) {
       const float o = __shfl_xor_sync(0xffffffffu, m, off);
