@@ -20,7 +20,8 @@
 // chunk; torch cuDNN runs beside it (torch_baseline.py --chunk-lens). Pruning RoPE none (rope=off),
 // or --prefill-rope relative (rope=on's pruning; --prefill-scorer mma, the default: tensor cores on
 // bf16-rounded rotated operands where one query tile holds a KV head's block queries, or fma: the
-// fp32 scorer bit-equal to the CPU reference); --prefill-shape H,Hkv,D sets the
+// fp32 scorer bit-equal to the CPU reference; RoPE none scores on wgmma, or on mma.sync with
+// --prefill-scorer mma-sync: the A/B in one binary); --prefill-shape H,Hkv,D sets the
 // prefill case's heads (4,1,256: gemma-3-270m's global layers). Also timed: rope=on's attention
 // (per block: compact_kv + rotated queries + dense causal kernel over the block's ~3.4K keys),
 // blocks one after another (main's order) and on 8 streams (IhipCompactAttention::attend_blocks).
@@ -31,7 +32,7 @@
 // Inputs are random (never zeros): the pruning cost does not depend on the values.
 // Run: build-gpu/bench/longctx_bench_infinitehip [--lens 131072,1048576] [--kv bf16,fp8]
 //      [--prefix 131072,..] [--chunk 32768] [--prefill-shape 4,1,256] [--prefill-rope relative]
-//      [--prefill-scorer mma|fma] [--json F]
+//      [--prefill-scorer mma|mma-sync|fma] [--json F]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -399,6 +400,7 @@ struct PrefillShape {
   int H = kHeads, Hkv = kKvHeads, D = kHeadDim;
   int rope_mode = 0;  // 0 none, 1 relative (rope=on's pruning)
   bool rope_tensor_cores = true;  // --prefill-scorer mma (true) or fma
+  bool wgmma = true;              // RoPE none: wgmma, or mma.sync (--prefill-scorer mma-sync)
 };
 
 // rope=on's attention of a chunk (IhipCompactAttention): per 64-row block, its key set gathered and
@@ -512,6 +514,7 @@ std::string bench_prefill(int64_t prefix, int64_t chunk, const PrefillShape& sh)
   p.head_dim = kHeadDim;
   p.rope_mode = sh.rope_mode;
   p.rope_tensor_cores = sh.rope_tensor_cores;
+  p.wgmma_scorer = sh.wgmma;
   // The relative-RoPE table (rope=on's pruning): positions 0, 1 and n_stream + 1, base 10000.
   const int64_t n_pos = kStream + 2;
   std::vector<float> cs(static_cast<size_t>(n_pos * kHeadDim / 2)), sn(cs.size());
@@ -611,15 +614,16 @@ std::string bench_prefill(int64_t prefix, int64_t chunk, const PrefillShape& sh)
   for (int i = 0; i < 3; ++i) dev_free(out[i]), dev_free(out_len[i]);
   const double prune = score[0] + select[0] + score[1] + select[1] + score[2] + select[2];
   std::fprintf(stderr,
-               "prefill %d/%d/%d rope %d scorer %s chunk=%lld after %lld: dense %.2f ms | infinitehip %.2f ms = %.2fx dense (stages "
+               "prefill %d/%d/%d rope %d scorer %s%s chunk=%lld after %lld: dense %.2f ms | infinitehip %.2f ms = %.2fx dense (stages "
                "%.2f: score %.2f %.2f %.2f, select %.2f %.2f %.2f; index %.3f; sparse attention %.2f) | rope=on "
                "attention: blocks serial %.2f ms, 8 lanes %.2f ms | last block kept %d/%d/%d\n",
-               kHeads, kKvHeads, kHeadDim, sh.rope_mode, sh.rope_tensor_cores ? "mma" : "fma", (long long)chunk, (long long)prefix, dense, total, dense / total,
+               kHeads, kKvHeads, kHeadDim, sh.rope_mode, sh.rope_tensor_cores ? "mma" : "fma", sh.wgmma ? "" : "-sync", (long long)chunk, (long long)prefix, dense, total, dense / total,
                prune, score[0], score[1], score[2], select[0], select[1], select[2], index, attn, compact_serial,
                compact_lanes, kept[0], kept[1], kept[2]);
   char buf[1600];
   std::snprintf(buf, sizeof buf,
                 "{\"case\": \"prefill\", \"heads\": [%d, %d, %d], \"pruning_rope\": \"%s\", \"rope_scorer\": \"%s\", "
+                "\"rope_none_scorer\": \"%s\", "
                 "\"prefix\": %lld, "
                 "\"chunk\": %lld, \"dense_ms\": %.4f, \"infinitehip_ms\": "
                 "%.4f, \"score_ms\": [%.4f, %.4f, %.4f], \"select_ms\": [%.4f, %.4f, %.4f], \"index_ms\": %.4f, "
@@ -627,6 +631,7 @@ std::string bench_prefill(int64_t prefix, int64_t chunk, const PrefillShape& sh)
                 "\"rope_on_attention_8_lanes_ms\": %.4f, \"kept_last_block\": [%d, %d, %d], "
                 "\"ratio_dense_over_infinitehip\": %.2f}",
                 kHeads, kKvHeads, kHeadDim, sh.rope_mode ? "relative" : "none", sh.rope_tensor_cores ? "mma" : "fma",
+                sh.wgmma ? "wgmma" : "mma.sync",
                 (long long)prefix, (long long)chunk,
                 dense, total, score[0], score[1], score[2], select[0], select[1], select[2], index, attn,
                 compact_serial, compact_lanes, kept[0], kept[1], kept[2], dense / total);
@@ -676,16 +681,18 @@ int main(int argc, char** argv) {
       shape.rope_mode = r == "relative" ? 1 : 0;
     } else if (!std::strcmp(argv[i], "--prefill-scorer") && i + 1 < argc) {
       const std::string r = argv[++i];
-      if (r != "mma" && r != "fma") {
-        std::fprintf(stderr, "longctx_bench_infinitehip: --prefill-scorer takes mma or fma, got '%s'\n", r.c_str());
+      if (r != "mma" && r != "mma-sync" && r != "fma") {
+        std::fprintf(stderr, "longctx_bench_infinitehip: --prefill-scorer takes mma, mma-sync or fma, got '%s'\n",
+                     r.c_str());
         return 2;
       }
-      shape.rope_tensor_cores = r == "mma";
+      shape.rope_tensor_cores = r != "fma";
+      shape.wgmma = r != "mma-sync";
     }
     else {
       std::fprintf(stderr,
                    "usage: %s [--lens N,..] [--kv bf16,fp8] [--prefix N,..] [--chunk N] [--prefill-shape H,Hkv,D] "
-                   "[--prefill-rope none|relative] [--prefill-scorer mma|fma] [--json FILE]\n",
+                   "[--prefill-rope none|relative] [--prefill-scorer mma|mma-sync|fma] [--json FILE]\n",
                    argv[0]);
       return 2;
     }

@@ -10,8 +10,10 @@
 #      (not the 640-pair group loop: its kernels are the pipeline test's, which memcheck runs)
 #   2. serial (timed): bench base / ours at --prefix 131072,524288,1048576 --chunk 32768,
 #      torch_baseline.py --chunk 32768 --chunk-lens 163840,557056,1081344 (the same prefix + chunk
-#      key counts), then base / ours again at 1M only (the first steps cut by the deadline), then
-#      ncu on ours' stage-1 score launch at 1M if time is left
+#      key counts), then base / ours again at 1M only, then ours with --prefill-scorer mma-sync at
+#      1M (RoPE none's mma.sync scorer instead of wgmma: the A/B inside one binary) and at head_dim
+#      64 (--prefill-shape 9,3,64: SmolLM2's heads) with each scorer (the first steps cut by the
+#      deadline), then ncu on ours' stage-1 score launch at 1M if time is left
 # MODE=profile instead (a first look at a kernel change): base / ours at 1M, the prefill tests,
 # then ncu (scheduler, warp states, source counters, occupancy) on one launch of the stage-1 score
 # kernel at 1M of each build (the first score launch: the warm-up's stage 1), reports and their
@@ -97,6 +99,12 @@ step bench_base_2 25 "$B/bench_base" --lens "" --prefix 1048576 --chunk 32768 --
 bench_line bench_base_2
 step bench_ours_2 25 "$B/longctx_bench_infinitehip" --lens "" --prefix 1048576 --chunk 32768 \
   --json "$OUT/bench_ours_2.json"; bench_line bench_ours_2
+step bench_ours_sync 25 "$B/longctx_bench_infinitehip" --lens "" --prefix 1048576 --chunk 32768 \
+  --prefill-scorer mma-sync --json "$OUT/bench_ours_sync.json"; bench_line bench_ours_sync
+for s in mma mma-sync; do
+  step "bench_d64_$s" 20 "$B/longctx_bench_infinitehip" --lens "" --prefix 1048576 --chunk 32768 \
+    --prefill-shape 9,3,64 --prefill-scorer $s --json "$OUT/bench_d64_$s.json"; bench_line "bench_d64_$s"
+done
 ncu_stage1 ours 40  # what limits the stage-1 kernel now (skipped when the deadline is near)
 echo "total $(( $(date +%s) - T0 ))s" | tee -a "$OUT/summary.txt"
 # One archive: the device call returns a limited number of files.

@@ -15,7 +15,8 @@
 // survivors + window, and cuda::sparse_attention over that index equal to an fp64 dense
 // attention restricted to the same key sets (RoPE modes on the fp32 FMA scorer:
 // rope_tensor_cores off); the tensor-core scores on random inputs against an fp64 replay of the
-// bisection (both halves followed at near ties), at head_dim 128 and 64 with RoPE none, and with
+// bisection (both halves followed at near ties), at head_dim 256, 128 and 64 with RoPE none (the
+// wgmma scorer, the default, and the mma.sync one), and with
 // RoPE relative and chunk-indexed (operands rotated as the kernel does, then rounded to bf16) at
 // head_dim 64, 128 and 256. rank=local (IhipGpuRankLocal*): the offsets kernels' outputs, the chunk
 // scores and the lists bit-equal to the CPU twin with IhipStageInput::offset, decode and prefill.
@@ -397,6 +398,7 @@ struct PrefillCase {
   std::vector<IhipStage> stages{{256, 4096}, {32, 1024}, {8, 256}};
   bool prunes = true;  // whether some stage of some block has more chunks than it keeps
   bool local = false;  // rank=local: offsets bit-equal to ihip_local_offsets, scored on the FMA path
+  bool wgmma = true;   // IhipPrefillGpuParams::wgmma_scorer (RoPE none's tensor-core scorer)
 };
 
 // fp64 softmax attention of each row over its block's key set (keys <= the row's position).
@@ -482,6 +484,7 @@ void check_prefill(const PrefillCase& su, int mode) {
   p.head_dim = D;
   p.rope_mode = mode;
   p.rope_tensor_cores = false;  // RoPE modes on the FMA scorer, bit-equal (tensor cores: check_mma_near_ties)
+  p.wgmma_scorer = su.wgmma;
   p.n_sink = su.n_sink;
   p.n_stream = su.n_stream;
   p.rope_cos = cosb.as<float>();
@@ -731,6 +734,7 @@ struct MmaCase {  // a prefill chunk of n_q queries after q_pos0 keys, one pruni
   int64_t n_q = 130, q_pos0 = 16000;
   IhipStage st{64, 2048};
   int mode = 0;  // IhipRopeMode: with RoPE the oracle's operands are rotated in fp32, then rounded to bf16
+  bool wgmma = true;  // IhipPrefillGpuParams::wgmma_scorer (RoPE none)
 };
 void check_mma_near_ties(const MmaCase& mc) {
   const int H = mc.H, Hkv = mc.Hkv, D = mc.D, group = H / Hkv;
@@ -762,6 +766,7 @@ void check_mma_near_ties(const MmaCase& mc) {
   p.n_kv_head = Hkv;
   p.head_dim = D;
   p.rope_mode = mc.mode;
+  p.wgmma_scorer = mc.wgmma;
   p.n_sink = n_sink;
   p.n_stream = n_stream;
   p.rope_cos = cosb.as<float>();
@@ -878,8 +883,9 @@ void check_mma_near_ties(const MmaCase& mc) {
     ASSERT_EQ(got_len[size_t(b)], int32_t(want.size())) << "block " << b;
     EXPECT_TRUE(std::equal(want.begin(), want.end(), got.begin() + b * st.k)) << "block " << b;
   }
-  std::printf("[ihip mma d=%d rope %d] %lld chunk scores judged, %lld near-tie branches followed\n", D, mc.mode,
-              (long long)judged, (long long)near_ties);
+  std::printf("[ihip mma d=%d rope %d %s] %lld chunk scores judged, %lld near-tie branches followed\n", D, mc.mode,
+              mc.mode == 0 && mc.wgmma ? "wgmma" : "mma.sync", (long long)judged,
+              (long long)near_ties);
 }
 
 TEST(IhipGpuPrefill, TensorCoreScoresFollowTheFp64BisectionUpToNearTies) {
@@ -978,6 +984,35 @@ TEST(IhipGpuRankLocal, PrefillOffsetsScoresListsAndAttentionEqualTheCpuTwin) {
   PrefillCase d256 = su;
   d256.D = 256, d256.H = 4, d256.Hkv = 1;
   check_prefill(d256, 2);
+}
+
+// The wgmma scorer (RoPE none's default: a warpgroup's 128 queries against each probe key read
+// once) and the mma.sync one it replaces (wgmma_scorer off) on the same cases: random inputs judged
+// against the fp64 replay at head_dim 256 / 128 / 64, with groups that fill the tile (4 / 1, 32 / 8),
+// leave warpgroup 1 without rows (8 / 8: 64 queries a KV head) or half of them (9 / 3: 192), and a
+// 2-row last block (n_q 130); and the exact-dot inputs, where both are bit-equal to the CPU
+// reference. wgmma sums a dot's products in another fp32 order than mma.sync, so on random inputs
+// the two kernels' scores may differ in the last bits: the judged tests allow either.
+TEST(IhipGpuPrefill, TensorCoreWgmmaAndMmaSyncScorersAtEveryHeadDim) {
+  LC_REQUIRE_GPU();
+  for (const bool wgmma : {true, false}) {
+    SCOPED_TRACE(wgmma ? "wgmma" : "mma.sync");
+    for (MmaCase mc : {MmaCase{4, 1, 256}, MmaCase{32, 8, 128}, MmaCase{8, 8, 128}, MmaCase{9, 3, 64}}) {
+      mc.wgmma = wgmma;
+      check_mma_near_ties(mc);
+    }
+    PrefillCase su;
+    su.wgmma = wgmma;
+    su.H = 32, su.Hkv = 8, su.n_q = 130, su.q_pos0 = 40000;
+    su.stages = {{256, 8192}, {32, 2048}, {8, 512}};
+    check_prefill(su, 0);
+    su = PrefillCase{};
+    su.wgmma = wgmma;
+    su.D = 256, su.H = 4, su.Hkv = 1, su.n_q = 150, su.q_pos0 = 16000;
+    check_prefill(su, 0);
+    su.D = 64, su.H = 9, su.Hkv = 3;
+    check_prefill(su, 0);
+  }
 }
 
 }  // namespace

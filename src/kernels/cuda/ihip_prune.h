@@ -138,6 +138,9 @@ struct IhipPrefillGpuParams {
   // RoPE modes: score on tensor cores where one query tile holds the group (bf16 rotated
   // operands), or false: the fp32 FMA scorer, bit-equal to the CPU reference.
   bool rope_tensor_cores = true;
+  // RoPE none on tensor cores: wgmma (a warpgroup reads each probe key once, sm_90a), or false:
+  // mma.sync (each warp reads every probe key). The same probes; dots summed in either's fp32 order.
+  bool wgmma_scorer = true;
   int64_t n_sink = 256, n_stream = 1024;
   const float* rope_cos = nullptr;  // [rope_n_pos, D / 2] device (ihip_rope_table's values)
   const float* rope_sin = nullptr;

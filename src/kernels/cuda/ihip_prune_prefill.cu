@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/ihip_prune.cuh"
 #include "kernels/cuda/ihip_prune.h"
 #include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/sm90.cuh"
 
 namespace longctx::cuda {
 
@@ -51,6 +53,8 @@ struct Shape {
   static constexpr size_t kMmaSmem = size_t(kMmaSlots) * D * 2 + size_t(kWarps) * kMmaSlots * 4;
   // The pipelined tensor-core scorer (RoPE none): two lanes' probe keys, then the per-warp maxima.
   static constexpr size_t kPipeSmem = 2 * size_t(kMmaSlots) * D * 2 + size_t(kWarps) * kMmaSlots * 4;
+  // Its wgmma form: the same, plus room to align the key buffers to 1024 bytes (the 128-byte swizzle).
+  static constexpr size_t kWgSmem = kPipeSmem + 1024;
 };
 // std::max's choice (ihip_select_rep's running max): b when a < b, else a (signed zeros as the CPU).
 __device__ inline float max_as_std(float a, float b) { return a < b ? b : a; }
@@ -259,6 +263,104 @@ __device__ inline void mma_pass(const QueryFrags<D>& f, const __nv_bfloat16* kb,
       }
       const int slot = 8 * (j0 + j) + 2 * t;
       if (g == 0) red[warp * kSlots + slot] = b0, red[warp * kSlots + slot + 1] = b1;
+    }
+  }
+}
+
+// The wgmma scorer (RoPE none, sm_90a). Warpgroup w4 = warp / 4 of the CTA multiplies its 128
+// queries (two m-tiles of 64, A fragments in registers for the CTA) by the pass's probe keys (B,
+// shared memory): each wgmma reads its 16 x 32 slice of B once for the warpgroup's 4 warps, where
+// each mma.sync warp reads all of it, so a pass reads the probe keys 4 times a CTA instead of 8.
+// Row of the group's query tile held by lane g of warp w in m-tile mt, half hh (rows g, g + 8).
+__device__ inline int wg_row(int warp, int mt, int hh, int g) {
+  return 128 * (warp / 4) + 64 * mt + 16 * (warp % 4) + 8 * hh + g;
+}
+template <int D>
+struct WgQueryFrags {
+  uint32_t a[2][D / 16][4];  // [m-tile][k-step][register]: (row g, k 2t..2t+1), (g + 8, ..), (g, 2t+8..), (g + 8, ..)
+};
+// Loads the warp's fragments once per CTA, the head dimension in natural order (wgmma reads B that
+// way): query t of the group (t = h' * rows + r) is head g * group + h', row row0 + r; zeros past n_qs.
+template <int D>
+__device__ inline void load_query_frags_wg(const IhipPrefillGpuParams& p, int kv_head, int group, const Block& blk,
+                                           int n_qs, WgQueryFrags<D>& f) {
+  const auto* q = static_cast<const __nv_bfloat16*>(p.q);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int qi = wg_row(warp, mt, hh, g);
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) f.a[mt][ks][hh] = f.a[mt][ks][2 + hh] = 0u;
+      if (qi < n_qs) {
+        const int h = kv_head * group + qi / int(blk.rows);
+        const int64_t row = blk.row0 + qi % int(blk.rows);
+        const auto* src = reinterpret_cast<const uint32_t*>(q + (row * p.n_head + h) * D);  // bf16 pairs
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ++ks) {
+          f.a[mt][ks][hh] = __ldg(src + 8 * ks + t);
+          f.a[mt][ks][2 + hh] = __ldg(src + 8 * ks + 4 + t);
+        }
+      }
+    }
+}
+// Element offset of 16-byte chunk c (0 .. D / 8 - 1) of probe row r in a [kMmaSlots][D] bf16 tile
+// in wgmma's K-major 128-byte-swizzle layout: D / 64 panels of kMmaSlots rows x 128 bytes, chunk
+// c % 8 of a row stored at (c % 8) ^ (r % 8) (the tile 1024-byte aligned; sm90::desc_sw128).
+template <int D>
+__device__ inline int sw128(int r, int c) {
+  return (c / 8) * (kMmaSlots * 64) + r * 64 + (((c % 8) ^ (r % 8)) << 3);
+}
+// The pass's dots and maxima on wgmma: per 32 probes, each m-tile's D / 16 wgmmas (m64n32k16,
+// interleaved over the two m-tiles' accumulators), then each probe's max over the warp's rows
+// below n_qs into red[warp][slot] as mma_pass. kb: the tile's shared address.
+template <int D>
+__device__ inline void wgmma_pass(const WgQueryFrags<D>& f, uint32_t kb, int n_qs, float* red) {
+  constexpr int kN = 32;                         // probes per wgmma
+  constexpr uint32_t kPanel = kMmaSlots * 128;   // bytes of a 64-dim panel
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+#pragma unroll 1
+  for (int n0 = 0; n0 < kMmaSlots; n0 += kN) {
+    float acc[2][16];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) acc[mt][i] = 0.f;
+      sm90::fence_regs(acc[mt]);
+    }
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks)  // 16 dims = 32 bytes of a panel row
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+        sm90::wgmma_rs_n32(acc[mt], f.a[mt][ks],
+                           sm90::desc_sw128(kb + (ks / 4) * kPanel + n0 * 128 + (ks % 4) * 32, 16), ks > 0);
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) sm90::fence_regs(acc[mt]);
+    // acc[mt][4j + 2hh + e] = (query wg_row(warp, mt, hh, g), probe n0 + 8j + 2t + e)
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j) {
+      float b0 = -INFINITY, b1 = -INFINITY;
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh)  // NaN never wins
+          if (wg_row(warp, mt, hh, g) < n_qs) {
+            const float v0 = acc[mt][4 * j + 2 * hh], v1 = acc[mt][4 * j + 2 * hh + 1];
+            if (v0 > b0) b0 = v0;
+            if (v1 > b1) b1 = v1;
+          }
+#pragma unroll
+      for (int off = 4; off < 32; off *= 2) {
+        const float o0 = __shfl_xor_sync(0xffffffffu, b0, off), o1 = __shfl_xor_sync(0xffffffffu, b1, off);
+        if (o0 > b0) b0 = o0;
+        if (o1 > b1) b1 = o1;
+      }
+      const int slot = n0 + 8 * j + 2 * t;
+      if (g == 0) red[warp * kMmaSlots + slot] = b0, red[warp * kMmaSlots + slot + 1] = b1;
     }
   }
 }
@@ -565,16 +667,23 @@ __global__ void __launch_bounds__(kThreads, kMma ? Shape<D>::kMmaCtasPerSm : 1) 
 // no barrier between; a step costs 2 barriers (keys landed, maxima written). The probes, their
 // order and the mma operands are score_kernel<D, true>'s with RoPE none, and a probe's maximum is
 // over the same values, so the scores are equal.
-template <int D>
-__global__ void __launch_bounds__(kThreads, Shape<D>::kMmaCtasPerSm) score_kernel_pipelined(IhipPrefillGpuParams p,
-                                                                                           IhipPrefillStage st) {
+// kWg: the dots on wgmma (wgmma_pass; the keys in its swizzled layout, the queries in its fragment
+// order): the same probes and maxima, each dot summed in the wgmma's fp32 order instead of
+// mma.sync's (scores within fp32 rounding of the mma.sync kernel's, equal on exact-dot inputs).
+// At D = 64 the wgmma form takes 2 CTAs an SM, not 3: at <= 85 registers ptxas serialises its
+// wgmmas (C7512).
+template <int D, bool kWg>
+__global__ void __launch_bounds__(kThreads, kWg && D == 64 ? 2 : Shape<D>::kMmaCtasPerSm)
+    score_kernel_pipelined(IhipPrefillGpuParams p, IhipPrefillStage st) {
   constexpr int kSlots = kMmaSlots, kChunks = kMmaChunks;
   constexpr int kOwned = kChunks / kWarps;  // chunks a warp owns (4): 2 probe slots each
   constexpr int kRowChunks = D / 8;         // 16-byte chunks of a key row
   constexpr int kPerLane = kRowChunks * 2 * kOwned / 32;  // a warp's copies per lane (4 at D = 128)
   static_assert(kOwned == 4 && 2 * kOwned * kRowChunks % 32 == 0, "a warp owns 4 chunks, 8 probe rows");
   extern __shared__ __align__(16) float smem[];
-  auto* kb = reinterpret_cast<__nv_bfloat16*>(smem);  // [2 lanes][kSlots][D] swizzled probe keys
+  // [2 lanes][kSlots][D] swizzled probe keys (kWg: from the first 1024-byte boundary)
+  auto* kb = reinterpret_cast<__nv_bfloat16*>(reinterpret_cast<char*>(smem) +
+                                              (kWg ? (1024u - (mma::smem_u32(smem) & 1023u)) & 1023u : 0u));
   float* red = reinterpret_cast<float*>(kb + 2 * kSlots * D);  // [kWarps][kSlots] per-warp maxima
   __shared__ int lo[2][kChunks], hi[2][kChunks];  // each entry read and written by its owner lane only
   __shared__ float path_best[2][kChunks];
@@ -587,8 +696,11 @@ __global__ void __launch_bounds__(kThreads, Shape<D>::kMmaCtasPerSm) score_kerne
   if (n_chunk <= keep || int64_t(blockIdx.x) * kChunks >= n_chunk) return;
   const int n_qs = p.n_head / p.n_kv_head * int(blk.rows);
   const auto* kp = static_cast<const __nv_bfloat16*>(p.k);
-  QueryFrags<D> qf;
-  load_query_frags<D>(p, g, p.n_head / p.n_kv_head, blk, n_qs, n_chunk, qf);
+  std::conditional_t<kWg, WgQueryFrags<D>, QueryFrags<D>> qf;
+  if constexpr (kWg)
+    load_query_frags_wg<D>(p, g, p.n_head / p.n_kv_head, blk, n_qs, qf);
+  else
+    load_query_frags<D>(p, g, p.n_head / p.n_kv_head, blk, n_qs, n_chunk, qf);
   int n_iter = 0;
   while ((1 << n_iter) < st.l_c) ++n_iter;
   // Chunk j's entry count (the last chunk may be shorter).
@@ -646,7 +758,8 @@ __global__ void __launch_bounds__(kThreads, Shape<D>::kMmaCtasPerSm) score_kerne
 #pragma unroll
     for (int u = 0; u < kPerLane; ++u) {  // a row's 4 lanes copy 64 consecutive bytes at a time
       const int ch = kRowLanes * u + part;
-      mma::cp_async16(mma::smem_u32(dst + swz<D>(slot, ch)), src + 8 * ch, key < 0 ? 0 : 16);
+      mma::cp_async16(mma::smem_u32(dst + (kWg ? sw128<D>(slot, ch) : swz<D>(slot, ch))), src + 8 * ch,
+                      key < 0 ? 0 : 16);
     }
     mma::cp_async_commit();
   };
@@ -720,8 +833,12 @@ __global__ void __launch_bounds__(kThreads, Shape<D>::kMmaCtasPerSm) score_kerne
       mma::cp_async_wait<1>();  // the other lane's newer copies may still travel
     else
       mma::cp_async_wait<0>();
+    if constexpr (kWg) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // wgmma reads async
     __syncthreads();  // every warp's copies for this lane landed; red's last readers are done
-    mma_pass<D>(qf, kb + now.x * kSlots * D, n_qs, red);
+    if constexpr (kWg)
+      wgmma_pass<D>(qf, mma::smem_u32(kb + now.x * kSlots * D), n_qs, red);
+    else
+      mma_pass<D>(qf, kb + now.x * kSlots * D, n_qs, red);
     __syncthreads();  // red holds every warp's maxima; this lane's key buffer is free
     finish(now.x, now.j, now.it);
     if (++now.it == n_steps(now.j)) {
@@ -917,7 +1034,7 @@ __global__ void index_kernel(IhipPrefillIndexParams p) {
   }
 }
 
-size_t g_score_smem[3][3] = {}, g_select_smem = 0, g_offsets_smem[3] = {};  // score: [head_dim 64, 128, 256][launch_score_prefill's kind]
+size_t g_score_smem[3][4] = {}, g_select_smem = 0, g_offsets_smem[3] = {};  // score: [head_dim 64, 128, 256][launch_score_prefill's kind]
 constexpr int dim_slot(int D) { return D == 64 ? 0 : D == 128 ? 1 : 2; }
 
 void allow_smem(const void* kernel, size_t bytes, size_t& done, const char* what) {
@@ -961,11 +1078,16 @@ template <int D>
 void launch_score_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage& st, cudaStream_t stream) {
   const bool mma = prefill_uses_mma(p);
   const int per_cta = mma ? kMmaChunks : Shape<D>::kChunks;
-  const int kind = !mma ? 0 : p.rope_mode == 0 ? 2 : 1;  // FMA, tensor cores with RoPE, pipelined
-  const void* kernel = kind == 2   ? reinterpret_cast<const void*>(score_kernel_pipelined<D>)
+  // FMA, tensor cores with RoPE, pipelined mma.sync, pipelined wgmma
+  const int kind = !mma ? 0 : p.rope_mode != 0 ? 1 : p.wgmma_scorer ? 3 : 2;
+  const void* kernel = kind == 3   ? reinterpret_cast<const void*>(score_kernel_pipelined<D, true>)
+                       : kind == 2 ? reinterpret_cast<const void*>(score_kernel_pipelined<D, false>)
                        : kind == 1 ? reinterpret_cast<const void*>(score_kernel<D, true>)
                                    : reinterpret_cast<const void*>(score_kernel<D, false>);
-  const size_t bytes = kind == 2 ? Shape<D>::kPipeSmem : kind == 1 ? Shape<D>::kMmaSmem : Shape<D>::kScoreSmem;
+  const size_t bytes = kind == 3   ? Shape<D>::kWgSmem
+                       : kind == 2 ? Shape<D>::kPipeSmem
+                       : kind == 1 ? Shape<D>::kMmaSmem
+                                   : Shape<D>::kScoreSmem;
   allow_smem(kernel, bytes, g_score_smem[dim_slot(D)][kind], "the prefill queries");
   // CTAs per (block, KV head): enough for ~4 waves over the SMs, each looping over its share of
   // the chunk groups (the queries are loaded once per CTA).
@@ -978,14 +1100,16 @@ void launch_score_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage&
   const int64_t groups = (st.max_chunks + per_cta - 1) / per_cta, pairs = p.n_blk() * p.n_kv_head;
   const int64_t per_pair = std::min<int64_t>(groups, std::max<int64_t>(1, (4 * n_sm + pairs - 1) / pairs));
   const dim3 grid(unsigned(per_pair), unsigned(p.n_kv_head), unsigned(p.n_blk()));
-  if (kind == 2)
-    score_kernel_pipelined<D><<<grid, kThreads, bytes, stream>>>(p, st);
+  if (kind == 3)
+    score_kernel_pipelined<D, true><<<grid, kThreads, bytes, stream>>>(p, st);
+  else if (kind == 2)
+    score_kernel_pipelined<D, false><<<grid, kThreads, bytes, stream>>>(p, st);
   else if (kind == 1)
     score_kernel<D, true><<<grid, kThreads, bytes, stream>>>(p, st);
   else
     score_kernel<D, false><<<grid, kThreads, bytes, stream>>>(p, st);
-  LC_LAUNCH_CHECK("ihip prefill score l_c=%d max_chunks=%lld mma=%d d=%d", st.l_c, (long long)st.max_chunks,
-                  int(mma), D);
+  LC_LAUNCH_CHECK("ihip prefill score l_c=%d max_chunks=%lld kind=%d d=%d", st.l_c, (long long)st.max_chunks,
+                  kind, D);
 }
 
 }  // namespace
