@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "bench/fp8_copy.cuh"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/fp8_vec.cuh"
 #include "kernels/cuda/hip_estimate.h"
@@ -59,6 +60,8 @@
 
 using namespace longctx;
 using namespace longctx::cuda;
+using longctx::bench::fp8_copy;
+using longctx::bench::fp8_scale;
 using longctx::bench::time_ms;
 
 namespace {
@@ -216,31 +219,6 @@ std::string bench_decode(int64_t len, const HipEstimateConfig& cfg, const Geomet
   return buf;
 }
 
-// The fp8 copy of K: max |K| (atomicMax over the bit patterns of non-negative floats), then
-// codes = e4m3(K * 448 / amax), the scale read on the device (no host sync), as gpu/kv_fp8.h.
-__global__ void amax_kernel(const uint4* x, int64_t n_vec, unsigned* amax_bits) {
-  float m = 0.f;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n_vec; i += int64_t(gridDim.x) * blockDim.x) {
-    const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&x[i]);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) m = fmaxf(m, fabsf(__bfloat162float(e[j])));
-  }
-  for (int off = 16; off > 0; off /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-  if (threadIdx.x % 32 == 0) atomicMax(amax_bits, __float_as_uint(m));
-}
-__global__ void quantize_kernel(const uint4* x, uint2* out, int64_t n_vec, const unsigned* amax_bits) {
-  const float amax = __uint_as_float(*amax_bits), inv = amax > 0.f ? 448.f / amax : 1.f;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n_vec; i += int64_t(gridDim.x) * blockDim.x)
-    out[i] = fp8vec::quantize8(x[i], inv);
-}
-void fp8_copy(const void* k, int64_t n, void* k8, unsigned* amax_bits, Stream s) {
-  const auto st = static_cast<cudaStream_t>(s);
-  memset_async(amax_bits, 0, 4, s);
-  amax_kernel<<<fp8vec::blocks_for(n / 8), fp8vec::kThreads, 0, st>>>(static_cast<const uint4*>(k), n / 8, amax_bits);
-  quantize_kernel<<<fp8vec::blocks_for(n / 8), fp8vec::kThreads, 0, st>>>(static_cast<const uint4*>(k),
-                                                                          static_cast<uint2*>(k8), n / 8, amax_bits);
-}
-
 struct PrefillOptions {
   int64_t dense_max = INT64_MAX;  // dense prefill timed up to this length
   bool estimate_only = false;     // no dense, fp8 or sparse attention timings
@@ -380,20 +358,16 @@ std::string bench_prefill(int64_t n, const HipEstimateConfig& cfg, const Geometr
   double sparse8 = 0.0;
   if (opt.fp8_tiles) {
     void* v8 = dev_malloc(size_t(ke));
-    unsigned bits[2] = {0, 0};
     fp8_copy(k, ke, k8, amax, st);
-    copy_d2h(&bits[0], amax, 4, st);
+    const float k_scale = fp8_scale(amax, st);
     fp8_copy(v, ke, v8, amax, st);
-    copy_d2h(&bits[1], amax, 4, st);
-    stream_sync(st);
+    const float v_scale = fp8_scale(amax, st);
     SparseAttnParams s8 = sa;
     s8.k = k8;
     s8.v = v8;
     s8.kv_dtype = KvDtype::fp8_e4m3;
-    float am[2];
-    std::memcpy(am, bits, 8);
-    s8.k_scale = am[0] > 0.f ? am[0] / 448.f : 1.f;
-    s8.v_scale = am[1] > 0.f ? am[1] / 448.f : 1.f;
+    s8.k_scale = k_scale;
+    s8.v_scale = v_scale;
     sparse8 = time_ms([&] { sparse_attention(s8, st); }, 1, 3, static_cast<cudaStream_t>(st));
     std::fprintf(stderr, "prefill %d/%d/%d n=%lld: sparse attention, fp8 K/V tiles %.2f ms (bf16 %.2f ms, %.2fx); "
                  "fp8 cache total (fp8 estimate + fp8 tiles) %.2f ms\n", n_head, n_kv_head, head_dim, (long long)n,

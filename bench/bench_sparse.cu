@@ -66,6 +66,7 @@
 #include "kernels/cuda/sparse_attention.h"
 #include "kernels/cuda/structured_qk.h"
 #include "bench/bench_util.h"
+#include "bench/fp8_copy.cuh"
 
 using namespace longctx::cuda;
 using longctx::bench::JsonRecord;
@@ -95,36 +96,13 @@ std::vector<SparseImpl> sparse_impls() {
   return v;
 }
 
-// The e4m3 copy of a bf16 tensor [n] (n % 8 == 0) at the fp8 cache's scale rule (gpu/kv_fp8.h:
-// amax / 448); returns the scale (amax read back: setup, outside the timings).
-__global__ void amax_kernel(const uint4* x, int64_t n_vec, unsigned* amax_bits) {
-  float m = 0.f;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n_vec; i += int64_t(gridDim.x) * blockDim.x) {
-    const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&x[i]);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) m = fmaxf(m, fabsf(__bfloat162float(e[j])));
-  }
-  for (int off = 16; off > 0; off /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-  if (threadIdx.x % 32 == 0) atomicMax(amax_bits, __float_as_uint(m));
-}
-__global__ void quantize_kernel(const uint4* x, uint2* out, int64_t n_vec, float inv_scale) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n_vec; i += int64_t(gridDim.x) * blockDim.x)
-    out[i] = fp8vec::quantize8(x[i], inv_scale);
-}
+// The e4m3 copy of a bf16 tensor [n] (n % 8 == 0) at the fp8 cache's scale rule
+// (bench/fp8_copy.cuh); returns the scale (read back: setup, outside the timings).
 float quantize_e4m3(const void* x, int64_t n, void* out) {
   auto* amax = static_cast<unsigned*>(dev_malloc(4));
-  memset_async(amax, 0, 4, nullptr);
-  amax_kernel<<<fp8vec::blocks_for(n / 8), fp8vec::kThreads>>>(static_cast<const uint4*>(x), n / 8, amax);
-  unsigned bits = 0;
-  copy_d2h(&bits, amax, 4);
+  longctx::bench::fp8_copy(x, n, out, amax, nullptr);
+  const float scale = longctx::bench::fp8_scale(amax, nullptr);
   dev_free(amax);
-  float a;
-  std::memcpy(&a, &bits, 4);
-  const float scale = a > 0.f ? a / 448.f : 1.f;
-  quantize_kernel<<<fp8vec::blocks_for(n / 8), fp8vec::kThreads>>>(static_cast<const uint4*>(x),
-                                                                  static_cast<uint2*>(out), n / 8, 1.f / scale);
-  LC_LAUNCH_CHECK("bench_sparse: quantize_kernel n=%lld", (long long)n);
-  device_sync();
   return scale;
 }
 constexpr int kBsBlocks = 100;  // MInference block_sparse default: 100 key blocks per query block
