@@ -317,8 +317,9 @@ __device__ inline int sw128(int r, int c) {
 // below n_qs into red[warp][slot] as mma_pass. kb: the tile's shared address.
 // The maxima over the warp's 8 row groups (lanes g = lane / 4) are a transposing butterfly: at each
 // of the 3 exchanges a lane sends the half of its values its partner keeps, so 8 values need 4 + 2
-// + 1 shuffles (not 3 x 8) and lane (g, t) ends with probe value g's maximum, which it stores: 32
-// lanes, 32 distinct slots, one store each. fmaxf: a NaN never wins (as the compare it replaces).
+// + 1 shuffles (a shuffle per value per exchange would need 24) and lane (g, t) ends with probe
+// value g's maximum, which it stores: 32 lanes, 32 distinct slots, one store each. fmaxf: a NaN
+// never wins, so red holds no NaN.
 template <int D>
 __device__ inline void wgmma_pass(const WgQueryFrags<D>& f, uint32_t kb, int n_qs, float* red) {
   constexpr int kN = 32;                         // probes per wgmma
