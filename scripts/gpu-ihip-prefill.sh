@@ -14,6 +14,10 @@
 #      1M (RoPE none's mma.sync scorer instead of wgmma: the A/B inside one binary) and at head_dim
 #      64 (--prefill-shape 9,3,64: SmolLM2's heads) with each scorer (the first steps cut by the
 #      deadline), then ncu on ours' stage-1 score launch at 1M if time is left
+# MODE=ab instead (one kernel change's call): the tensor-core and Llama-3 prefill tests,
+# test_ihip_gpu_method and memcheck of Llama3HeadsFillOneQueryTile in parallel, then base / ours
+# at 1M, torch cuDNN at 1M + 32K, base / ours at 1M again, base / ours at 128K and 512K, and ncu
+# of ours' stage-1 launch, the last ones as the deadline allows.
 # MODE=profile instead (a first look at a kernel change): base / ours at 1M, the prefill tests,
 # then ncu (scheduler, warp states, source counters, occupancy) on one launch of the stage-1 score
 # kernel at 1M of each build (the first score launch: the warm-up's stage 1), reports and their
@@ -64,6 +68,37 @@ ncu_stage1() {
     "$OUT/ncu_$1.txt" | head -12
 }
 
+if [ "${MODE:-full}" = ab ]; then
+  bench_line() { grep "^prefill" "$OUT/$1.log"; }
+  step test_ihip_gpu 100 "$B/test_ihip_gpu" --gtest_filter='IhipGpuPrefill.TensorCore*:IhipGpuPrefill.Llama3*' &
+  step test_ihip_gpu_method 60 "$B/test_ihip_gpu_method" &
+  step memcheck 100 compute-sanitizer --tool memcheck --error-exitcode 99 "$B/test_ihip_gpu" \
+    --gtest_filter='IhipGpuPrefill.Llama3HeadsFillOneQueryTile' &
+  wait
+  gtest_summary test_ihip_gpu; gtest_summary test_ihip_gpu_method; tail -3 "$OUT/memcheck.log"
+  for r in 1 2; do
+    for who in base ours; do
+      bin=$B/longctx_bench_infinitehip; [ $who = base ] && bin=$B/bench_base
+      step "bench_${who}_1m_$r" 25 "$bin" --lens "" --prefix 1048576 --chunk 32768 \
+        --json "$OUT/bench_${who}_1m_$r.json"; bench_line "bench_${who}_1m_$r"
+    done
+    [ $r = 1 ] || continue
+    step torch_chunk 60 python3 "$CARRY/torch_baseline.py" --prefill "" --decode "" --chunk 32768 \
+      --chunk-lens 1081344 --backends cudnn --json "$OUT/torch_chunk.json"
+    grep "^chunk" "$OUT/torch_chunk.log"
+  done
+  for who in base ours; do
+    bin=$B/longctx_bench_infinitehip; [ $who = base ] && bin=$B/bench_base
+    step "bench_${who}_short" 30 "$bin" --lens "" --prefix 131072,524288 --chunk 32768 \
+      --json "$OUT/bench_${who}_short.json"; bench_line "bench_${who}_short"
+  done
+  ncu_stage1 ours 40
+  echo "total $(( $(date +%s) - T0 ))s" | tee -a "$OUT/summary.txt"
+  tar -C "$OUT" -czf /tmp/ihip-prefill-results.tar.gz . && find "$OUT" -type f ! -name summary.txt -delete &&
+    mv /tmp/ihip-prefill-results.tar.gz "$OUT/"
+  grep -q "rc=[^0]" "$OUT/summary.txt" && exit 1
+  exit 0
+fi
 if [ "${MODE:-full}" = profile ]; then
   bench_line() { grep "^prefill" "$OUT/$1.log"; }
   step bench_base_1m 30 "$B/bench_base" --lens "" --prefix 1048576 --chunk 32768 --json "$OUT/bench_base_1m.json"

@@ -315,11 +315,23 @@ __device__ inline int sw128(int r, int c) {
 // The pass's dots and maxima on wgmma: per 32 probes, each m-tile's D / 16 wgmmas (m64n32k16,
 // interleaved over the two m-tiles' accumulators), then each probe's max over the warp's rows
 // below n_qs into red[warp][slot] as mma_pass. kb: the tile's shared address.
+// The maxima over the warp's 8 row groups (lanes g = lane / 4) are a transposing butterfly: at each
+// of the 3 exchanges a lane sends the half of its values its partner keeps, so 8 values need 4 + 2
+// + 1 shuffles (a shuffle per value per exchange would need 24) and lane (g, t) ends with probe
+// value g's maximum, which it stores: 32 lanes, 32 distinct slots, one store each. fmaxf: a NaN
+// never wins, so red holds no NaN.
 template <int D>
 __device__ inline void wgmma_pass(const WgQueryFrags<D>& f, uint32_t kb, int n_qs, float* red) {
   constexpr int kN = 32;                         // probes per wgmma
   constexpr uint32_t kPanel = kMmaSlots * 128;   // bytes of a 64-dim panel
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  bool live[2][2];  // whether the row of (m-tile, half) is a query
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) live[mt][hh] = wg_row(warp, mt, hh, g) < n_qs;
+  // Lane (g, t)'s probe after the butterfly: value g = 2j + e is probe 8j + 2t + e of the 32.
+  const int my_slot = 8 * (g / 2) + 2 * t + g % 2;
 #pragma unroll 1
   for (int n0 = 0; n0 < kMmaSlots; n0 += kN) {
     float acc[2][16];
@@ -340,28 +352,32 @@ __device__ inline void wgmma_pass(const WgQueryFrags<D>& f, uint32_t kb, int n_q
     sm90::wgmma_wait<0>();
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) sm90::fence_regs(acc[mt]);
-    // acc[mt][4j + 2hh + e] = (query wg_row(warp, mt, hh, g), probe n0 + 8j + 2t + e)
+    // acc[mt][4j + 2hh + e] = (query wg_row(warp, mt, hh, g), probe n0 + 8j + 2t + e): v[2j + e] is
+    // the max over the lane's live rows.
+    float v[8];
 #pragma unroll
-    for (int j = 0; j < kN / 8; ++j) {
-      float b0 = -INFINITY, b1 = -INFINITY;
+    for (int i = 0; i < 8; ++i) v[i] = -INFINITY;
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-        for (int hh = 0; hh < 2; ++hh)  // NaN never wins
-          if (wg_row(warp, mt, hh, g) < n_qs) {
-            const float v0 = acc[mt][4 * j + 2 * hh], v1 = acc[mt][4 * j + 2 * hh + 1];
-            if (v0 > b0) b0 = v0;
-            if (v1 > b1) b1 = v1;
-          }
+      for (int hh = 0; hh < 2; ++hh)
+        if (live[mt][hh])
 #pragma unroll
-      for (int off = 4; off < 32; off *= 2) {
-        const float o0 = __shfl_xor_sync(0xffffffffu, b0, off), o1 = __shfl_xor_sync(0xffffffffu, b1, off);
-        if (o0 > b0) b0 = o0;
-        if (o1 > b1) b1 = o1;
+          for (int j = 0; j < kN / 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) v[2 * j + e] = fmaxf(v[2 * j + e], acc[mt][4 * j + 2 * hh + e]);
+    // Exchange over lane bit 4 (g bit 2), then 3, then 2: a lane with the bit set keeps the upper
+    // half of its values, so after the three it holds value g's maximum in v[0].
+#pragma unroll
+    for (int half = 4; half >= 1; half /= 2) {
+      const bool up = lane & (4 * half);  // lane bit 2 + log2(half): g's bit log2(half)
+#pragma unroll
+      for (int i = 0; i < half; ++i) {
+        const float keep = up ? v[i + half] : v[i], send = up ? v[i] : v[i + half];
+        v[i] = fmaxf(keep, __shfl_xor_sync(0xffffffffu, send, 4 * half));
       }
-      const int slot = n0 + 8 * j + 2 * t;
-      if (g == 0) red[warp * kMmaSlots + slot] = b0, red[warp * kMmaSlots + slot + 1] = b1;
     }
+    red[warp * kMmaSlots + n0 + my_slot] = v[0];
   }
 }
 
