@@ -174,6 +174,22 @@ unpack_bin() {
   export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 }
 
+# The opening of a device script whose steps log under LOGDIR (a folder of $OUT): the binaries of
+# TARBALL unpacked into BINDIR (their libraries on LD_LIBRARY_PATH), the card and commit
+# ($GIT_COMMIT) in LOGDIR/env.txt, and step's limits cut to what is left of BUDGET seconds from now
+# (STEP_T0); after each step the logs are archived again ($OUT/all-logs.tgz), so a call cut off at
+# its limit still brings back every finished step's log.
+step_session() {
+  local tarball=$1 bindir=$2 logdir=$3 budget=$4
+  unpack_bin "$tarball" "$bindir"
+  mkdir -p "$logdir"
+  record_env "$logdir/env.txt" "${GIT_COMMIT:-unknown}"
+  status=0
+  STEP_DIR=$logdir STEP_BUDGET_S=$budget STEP_T0=$(date +%s) STEP_MIN_S=5
+  STEP_ARCHIVE_DIR=$(basename "$logdir")
+  step_show() { tar -C "$OUT" -czf "$OUT/all-logs.tgz" "$STEP_ARCHIVE_DIR"; }
+}
+
 out_archive() {
   local name=$1
   FINAL=${OUT:-out} OUT_ARCHIVE=$2

@@ -43,16 +43,10 @@ CARRY=${BIN:-.carry/ihip-ropeon}
 BUDGET=${BUDGET:-228}  # seconds: the call's limit (240) less the unpacking
 B=/tmp/ihip-ropeon-bin
 L=$OUT/logs
-T0=$(date +%s)
 HERE=$(cd "$(dirname "$0")" && pwd)
-. "$HERE/gpu-carry.sh"  # step, unpack_bin, record_env
-unpack_bin "$CARRY/bin.tar.xz" "$B"
-mkdir -p "$L"
-record_env "$L/env.txt" "${GIT_COMMIT:-unknown}"
-status=0
-# step (gpu-carry.sh): logs in $L, each limit cut to what is left of BUDGET; the logs archived after each.
-STEP_DIR=$L STEP_BUDGET_S=$BUDGET STEP_T0=$T0 STEP_MIN_S=5
-step_show() { tar -C "$OUT" -czf "$OUT/all-logs.tgz" logs; }
+. "$HERE/gpu-carry.sh"  # step, step_session
+step_session "$CARRY/bin.tar.xz" "$B" "$L" "$BUDGET"
+T0=$STEP_T0
 gtest_summary() { grep -E "Failure|Expected|Which is|^\[  (PASSED|FAILED|SKIPPED)|tests ran|random seed" "$L/$1.log" | head -30; }
 model() {  # model NAME BINARY ATTN
   step "$1" 30 "$B/$2" bench model --device cuda --random-weights gemma3-270m --lengths 32k --decode 16 --repeats 2 \
