@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "gpu/attn_tiles_options.h"
 #include "gpu/gpu_ops.h"
 #include "gpu/kv_fp8.h"
 #include "kernels/cuda/attention.h"
@@ -75,10 +76,8 @@ AttnTiles parse_attn_tiles(const std::string& s) {
 
 std::string attn_tiles_problem(const GpuOptions& opts, const AttentionMethod& m, const GpuMethod* gm) {
   if (opts.attn_tiles == AttnTiles::bf16) return "";
-  if (opts.kv_cache != KvCacheType::fp8)
-    return "--attn-tiles fp8 reads the e4m3 rows of the fp8 KV cache: add --kv-cache fp8";
-  if (opts.kv_offload.on)
-    return "--attn-tiles fp8 does not run with --kv-offload (host layers' rows are not on the GPU): drop one";
+  if (std::string p = attn_tiles_cache_problem(opts.kv_cache == KvCacheType::fp8, opts.kv_offload.on); !p.empty())
+    return p;
   if (m.needs().keys == KeyLayout::pre_rope)
     return fmt::format("--attn {} keeps pre-RoPE keys and attends every step itself; --attn-tiles fp8 is for the "
                        "sparse prefill kernel (MInference, A-shape, HiP): drop it",

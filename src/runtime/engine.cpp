@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "gpu/attn_tiles_options.h"
 #include "model/transformer.h"
 #include "runtime/sequence_batch.h"
 #include "runtime/sequence_run.h"
@@ -385,9 +386,8 @@ class CpuEngine final : public Engine {
     if (opts_.attn_tiles == "bf16") return;
     if (opts_.device == "cpu")
       fail("--attn-tiles fp8 is a GPU option (the CPU path attends its own fp32 cache): use --device cuda");
-    if (opts_.kv_cache != "fp8") fail("--attn-tiles fp8 reads the e4m3 rows of the fp8 KV cache: add --kv-cache fp8");
-    if (opts_.kv_offload)
-      fail("--attn-tiles fp8 does not run with --kv-offload (host layers' rows are not on the GPU): drop one");
+    if (const std::string p = gpu::attn_tiles_cache_problem(opts_.kv_cache == "fp8", opts_.kv_offload); !p.empty())
+      fail("{}", p);
   }
 
   // The CPU transformer (built on first need: at load, or when --device auto falls back).
