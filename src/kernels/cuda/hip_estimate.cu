@@ -6,7 +6,8 @@
 // threads a CTA, each group loading up to 8 (branch, sampled key) items at a time (8 threads per
 // dot product, 16-byte key loads, the xor-shuffle tree of hip_topk.h's order: bit-equal to the
 // CPU); prefill's tensor-core scorer multiplies the 32 sampled queries (kept in shared memory in
-// the mma's A-fragment order) by 8-key tiles (mma m16n8k16). head_dim 256 holds 4 key chunks a
+// the mma's A-fragment order) by 8-key tiles (mma m16n8k16: bf16 keys bf16 x bf16; fp8 keys
+// f16 x f16, one cvt per 2 codes, the queries scaled into f16 by a power of 2). head_dim 256 holds 4 key chunks a
 // lane instead of 2 and half the items in flight.
 // Keep-the-best: a radix select of the (score desc, branch asc) threshold over 32-bit rank keys
 // (the CPU's total order) and ballot-based compaction in branch order that also writes the next
@@ -328,25 +329,19 @@ constexpr int kDecodeItems = 8, kPrefillItems = 4;
 constexpr int kDecodeCluster = 2;
 // Tensor-core prefill scoring: n-tiles of 8 items a warp loads at once at kChunks = 2 (measured: 4
 // beat 2, and 1 at 2 CTAs an SM); 2 at head_dim 256 (the same registers).
+// fp8 keys keep the same 4: their codes stay packed until their k-step pair is multiplied, which
+// leaves the fp8 kernel without spills (bf16's: 17 STL / 56 LDL). Measured on H100 at 128K / 1M
+// (docs/benchmarks.md): loading 8 n-tiles of codes at once (twice the items in flight) and
+// multiplying them 4 or 2 at a time was slower (19.8 / 21.1 ms vs 16.3 ms at 128K): it spills.
 constexpr int kMmaTiles = 4;
-// fp8 keys (f16 scorer): the codes stay packed until their k-step pair is multiplied (half the
-// registers of bf16 keys), so a warp loads kFp8LoadTiles n-tiles at once, twice bf16's items in
-// flight for the same registers, and multiplies them kFp8MmaTiles at a time (at head_dim 128;
-// half at 256). (Macros: bench A/B builds only.)
-#ifndef LONGCTX_HIP_FP8_LOAD_TILES
-#define LONGCTX_HIP_FP8_LOAD_TILES 8
-#endif
-#ifndef LONGCTX_HIP_FP8_MMA_TILES
-#define LONGCTX_HIP_FP8_MMA_TILES 4
-#endif
-constexpr int kFp8LoadTiles = LONGCTX_HIP_FP8_LOAD_TILES, kFp8MmaTiles = LONGCTX_HIP_FP8_MMA_TILES;
 // Prefill CTA threads: kThreads / kPrefillCta CTAs share an SM (128 registers a thread either
 // way), so one's selection barriers overlap another's key loads. Measured on H100 (bench_hip
 // --cta, docs/benchmarks.md): 128 beat 256 and 512 at every length (1M: 420 / 444 / 511 ms).
 constexpr int kPrefillCta = 128;
 
 // 8 consecutive key elements as 8 bf16 (one uint4) for either scorer. bf16 keys: one 16-byte
-// load. fp8 e4m3 keys (decode over the fp8 cache, prefill over HipPrefillParams::k_fp8): one 8-byte load, widened exactly (every e4m3
+// load. fp8 e4m3 keys (decode over the fp8 cache; prefill's FMA scorer over HipPrefillParams::k_fp8):
+// one 8-byte load, widened exactly (every e4m3
 // value is a bf16 value: 3 mantissa bits, exponents 2^-9..2^8). The layer's scale is left out:
 // it multiplies every key of the layer, so the scores' order is that of the codes' (the search
 // ranks, it never reports a score); the CPU twin scores the codes (e4m3_to_f32) the same way.
@@ -364,7 +359,8 @@ __device__ __forceinline__ uint4 load_key8(const __nv_fp8_e4m3* p) {
   }
   return out;
 }
-// The tensor-core scorer's fp8 keys: 8 codes (one uint2) as 8 f16 (one uint4, the bf16 load's element order),
+// The tensor-core scorer's fp8 keys: 8 codes (one uint2) as 8 f16 (one uint4, the bf16 load's
+// element order),
 // one cvt.rn.f16x2.e4m3x2 per 2 codes, exact (e4m3 is a subset of f16: 3 mantissa bits,
 // exponents 2^-9..2^8, all f16 normals). The queries are f16 too (load_q's power-of-2 scale).
 __device__ __forceinline__ uint4 e4m3x8_to_f16(uint2 v) {
@@ -420,7 +416,7 @@ __device__ __forceinline__ float max_over_rows(const float (&v)[kTiles], int g) 
 // the search region at or before every sampled query (key_end - 1 <= the first query's position,
 // so no causal mask: only keys past key_end are masked, from one ballot a tile). The other cases
 // mask each (query, key) pair.
-// fp8 keys (KeyRow gives e4m3 rows): f16 x f16 (load_key8_f16, load_q's scaled f16 queries),
+// fp8 keys (KeyRow gives e4m3 rows): f16 x f16 (e4m3x8_to_f16, load_q's scaled f16 queries),
 // fp32 accumulation; the scores are the codes' times the CTA's power of 2 (the same order).
 template <int kCta, int kChunks, bool kPaper, class KeyRow>
 __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const Smem& s, KeyRow key_row, int nb,
@@ -436,17 +432,13 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
   int32_t qpos[4];  // this lane's query rows g, g + 8, g + 16, g + 24 (-1: padding, never valid)
 #pragma unroll
   for (int r = 0; r < 4; ++r) qpos[r] = g + 8 * r < sh.n_qs ? int32_t(s.pos[g + 8 * r]) : -1;
-  // kTiles n-tiles multiplied at once (the epilogue's group), kLoad loaded at once (a multiple).
-  constexpr int kTiles = kF16 && kFp8MmaTiles * 2 / kChunks < 2 ? 2 : (kF16 ? kFp8MmaTiles : kMmaTiles) * 2 / kChunks;
-  constexpr int kPairs = 2 * kChunks;  // k-step pairs: 32 elements each
-  constexpr int kLoad = (kF16 ? kFp8LoadTiles : kMmaTiles) * 2 / kChunks;
-  static_assert(kLoad % kTiles == 0, "fp8 load tiles: a multiple of the mma tiles");
+  constexpr int kTiles = kMmaTiles * 2 / kChunks, kPairs = 2 * kChunks;  // k-step pairs: 32 elements each
   using Raw = std::conditional_t<kF16, uint2, uint4>;  // 8 elements: e4m3 codes or bf16
-  for (int tile0 = warp * kLoad; tile0 < n_tiles; tile0 += kWarps * kLoad) {
-    Raw kb[kLoad][kPairs];  // [tile][k-step pair], d <= 64 * kChunks
-    int32_t key[kLoad];     // item g's key position (INT32_MAX: no key)
+  for (int tile0 = warp * kTiles; tile0 < n_tiles; tile0 += kWarps * kTiles) {
+    Raw kb[kTiles][kPairs];  // [tile][k-step pair], d <= 64 * kChunks
+    int32_t key[kTiles];     // item g's key position (INT32_MAX: no key)
 #pragma unroll
-    for (int j = 0; j < kLoad; ++j) {
+    for (int j = 0; j < kTiles; ++j) {
       const int item = (tile0 + j) * 8 + g, bi = kPaper ? item >> 1 : item / n_ks, sk = item - bi * n_ks;
       const Branch br = item < n_items ? brs[bi] : Branch{0, 0};
       const int32_t kk = (br.a + br.g / 2) * cfg.b_k + sk * cfg.b_sk + cfg.b_sk - 1;
@@ -461,85 +453,80 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
           else kb[j][p] = load_key8(row + 32 * p);
         }
     }
+    float acc[kTiles][2][4] = {};
 #pragma unroll
-    for (int h = 0; h < kLoad / kTiles; ++h) {  // groups of kTiles loaded tiles (one group for bf16)
-      const int tg = tile0 + h * kTiles;  // the group's first tile
-      if (h > 0 && tg >= n_tiles) break;  // uniform over the warp
-      float acc[kTiles][2][4] = {};
+    for (int p = 0; p < kPairs; ++p) {
+      if (p > 0 && 32 * p >= d) break;  // head_dim >= 32 here (prefill_mma): the first k-steps always run
+      uint4 kf[kTiles];                 // the tiles' B fragments of pair p (fp8: widened here, once)
 #pragma unroll
-      for (int p = 0; p < kPairs; ++p) {
-        if (p > 0 && 32 * p >= d) break;  // head_dim >= 32 here (prefill_mma): the first k-steps always run
-        uint4 kf[kTiles];                 // the group's B fragments of pair p (fp8: widened here, once)
+      for (int j = 0; j < kTiles; ++j) {
+        if constexpr (kF16) kf[j] = e4m3x8_to_f16(kb[j][p]);
+        else kf[j] = kb[j][p];
+      }
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {  // one m-tile's A fragments live at a time (registers)
+        uint32_t a[2][4];               // [k-step of the pair]: the fragment-ordered copy's quads
+        const uint4* qf = reinterpret_cast<const uint4*>(s.qb) + (mt * n_pairs + p) * 64 + lane;
+        const uint4 q0 = qf[0], q1 = qf[32];
+        a[0][0] = q0.x, a[0][1] = q0.y, a[0][2] = q0.z, a[0][3] = q0.w;
+        a[1][0] = q1.x, a[1][1] = q1.y, a[1][2] = q1.z, a[1][3] = q1.w;
 #pragma unroll
         for (int j = 0; j < kTiles; ++j) {
-          if constexpr (kF16) kf[j] = e4m3x8_to_f16(kb[h * kTiles + j][p]);
-          else kf[j] = kb[h * kTiles + j][p];
-        }
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {  // one m-tile's A fragments live at a time (registers)
-          uint32_t a[2][4];               // [k-step of the pair]: the fragment-ordered copy's quads
-          const uint4* qf = reinterpret_cast<const uint4*>(s.qb) + (mt * n_pairs + p) * 64 + lane;
-          const uint4 q0 = qf[0], q1 = qf[32];
-          a[0][0] = q0.x, a[0][1] = q0.y, a[0][2] = q0.z, a[0][3] = q0.w;
-          a[1][0] = q1.x, a[1][1] = q1.y, a[1][2] = q1.z, a[1][3] = q1.w;
-#pragma unroll
-          for (int j = 0; j < kTiles; ++j) {
-            if constexpr (kF16) {
-              mma::mma_f16_16816(acc[j][mt], a[0], kf[j].x, kf[j].y);
-              mma::mma_f16_16816(acc[j][mt], a[1], kf[j].z, kf[j].w);
-            } else {
-              mma::mma_bf16_16816(acc[j][mt], a[0], kf[j].x, kf[j].y);
-              mma::mma_bf16_16816(acc[j][mt], a[1], kf[j].z, kf[j].w);
-            }
+          if constexpr (kF16) {
+            mma::mma_f16_16816(acc[j][mt], a[0], kf[j].x, kf[j].y);
+            mma::mma_f16_16816(acc[j][mt], a[1], kf[j].z, kf[j].w);
+          } else {
+            mma::mma_bf16_16816(acc[j][mt], a[0], kf[j].x, kf[j].y);
+            mma::mma_bf16_16816(acc[j][mt], a[1], kf[j].z, kf[j].w);
           }
         }
       }
-      // C: acc[j][mt][0..1] = (query 16mt + g, items 2t, 2t + 1), [2..3] = query 16mt + g + 8.
-      if constexpr (kPaper) {
-        float b[kTiles];  // this lane's best of branch (tg + j) * 4 + t over its 4 query rows
+    }
+    // C: acc[j][mt][0..1] = (query 16mt + g, items 2t, 2t + 1), [2..3] = query 16mt + g + 8.
+    if constexpr (kPaper) {
+      float b[kTiles];  // this lane's best of branch (tile0 + j) * 4 + t over its 4 query rows
 #pragma unroll
-        for (int j = 0; j < kTiles; ++j) {
-          // Lane 4i + t loaded item i: items 2t and 2t + 1 (this lane's columns) are ballot bits 8t, 8t + 4.
-          const unsigned ok = __ballot_sync(0xffffffffu, key[h * kTiles + j] != INT32_MAX) >> (8 * t);
-          b[j] = -INFINITY;
-          if (ok & 1u) b[j] = fmaxf(fmaxf(acc[j][0][0], acc[j][0][2]), fmaxf(acc[j][1][0], acc[j][1][2]));
-          if (ok & 16u) b[j] = fmaxf(b[j], fmaxf(fmaxf(acc[j][0][1], acc[j][0][3]), fmaxf(acc[j][1][1], acc[j][1][3])));
+      for (int j = 0; j < kTiles; ++j) {
+        // Lane 4i + t loaded item i: items 2t and 2t + 1 (this lane's columns) are ballot bits 8t, 8t + 4.
+        const unsigned ok = __ballot_sync(0xffffffffu, key[j] != INT32_MAX) >> (8 * t);
+        b[j] = -INFINITY;
+        if (ok & 1u) b[j] = fmaxf(fmaxf(acc[j][0][0], acc[j][0][2]), fmaxf(acc[j][1][0], acc[j][1][2]));
+        if (ok & 16u) b[j] = fmaxf(b[j], fmaxf(fmaxf(acc[j][0][1], acc[j][0][3]), fmaxf(acc[j][1][1], acc[j][1][3])));
+      }
+      const int j = tile_of_lane<kTiles>(g);
+      const float best = max_over_rows(b, g);
+      const int bi = (tile0 + j) * 4 + t;
+      if (g < kTiles && bi < nb) own[bi] = brs[bi].g > 0 ? rank_key(best) : kEmptyRank;
+    } else {
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j) {
+        const int32_t k0 = __shfl_sync(0xffffffffu, key[j], 8 * t), k1 = __shfl_sync(0xffffffffu, key[j], 8 * t + 4);
+        float b0 = -INFINITY, b1 = -INFINITY;
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {  // query row g + 8r: m-tile r / 2, half r % 2
+          const float v0 = acc[j][r / 2][2 * (r % 2)], v1 = acc[j][r / 2][2 * (r % 2) + 1];
+          if (k0 <= qpos[r]) b0 = fmaxf(b0, v0);
+          if (k1 <= qpos[r]) b1 = fmaxf(b1, v1);
         }
-        const int j = tile_of_lane<kTiles>(g);
-        const float best = max_over_rows(b, g);
-        const int bi = (tg + j) * 4 + t;
-        if (g < kTiles && bi < nb) own[bi] = brs[bi].g > 0 ? rank_key(best) : kEmptyRank;
-      } else {
 #pragma unroll
-        for (int j = 0; j < kTiles; ++j) {
-          const int32_t k0 = __shfl_sync(0xffffffffu, key[h * kTiles + j], 8 * t), k1 = __shfl_sync(0xffffffffu, key[h * kTiles + j], 8 * t + 4);
-          float b0 = -INFINITY, b1 = -INFINITY;
-#pragma unroll
-          for (int r = 0; r < 4; ++r) {  // query row g + 8r: m-tile r / 2, half r % 2
-            const float v0 = acc[j][r / 2][2 * (r % 2)], v1 = acc[j][r / 2][2 * (r % 2) + 1];
-            if (k0 <= qpos[r]) b0 = fmaxf(b0, v0);
-            if (k1 <= qpos[r]) b1 = fmaxf(b1, v1);
-          }
-#pragma unroll
-          for (int off = 4; off < 32; off *= 2) {
-            b0 = fmaxf(b0, __shfl_xor_sync(0xffffffffu, b0, off));
-            b1 = fmaxf(b1, __shfl_xor_sync(0xffffffffu, b1, off));
-          }
-          const int item = (tg + j) * 8 + 2 * t;
-          if (in_tile) {  // lanes t (g = 0) hold items 2t, 2t + 1: n_ks / 2 lanes a branch (one at n_ks <= 2)
-            if (n_ks == 1) {
-              if (g == 0 && item < n_items) own[item] = brs[item].g > 0 ? rank_key(b0) : kEmptyRank;
-              if (g == 0 && item + 1 < n_items) own[item + 1] = brs[item + 1].g > 0 ? rank_key(b1) : kEmptyRank;
-            } else {
-              float b = fmaxf(b0, b1);
-              for (int off = 1; 2 * off < n_ks; off *= 2) b = fmaxf(b, __shfl_xor_sync(0xffffffffu, b, off));
-              const int bi = item / n_ks;
-              if (g == 0 && item % n_ks == 0 && bi < nb) own[bi] = brs[bi].g > 0 ? rank_key(b) : kEmptyRank;
-            }
+        for (int off = 4; off < 32; off *= 2) {
+          b0 = fmaxf(b0, __shfl_xor_sync(0xffffffffu, b0, off));
+          b1 = fmaxf(b1, __shfl_xor_sync(0xffffffffu, b1, off));
+        }
+        const int item = (tile0 + j) * 8 + 2 * t;
+        if (in_tile) {  // lanes t (g = 0) hold items 2t, 2t + 1: n_ks / 2 lanes a branch (one at n_ks <= 2)
+          if (n_ks == 1) {
+            if (g == 0 && item < n_items) own[item] = brs[item].g > 0 ? rank_key(b0) : kEmptyRank;
+            if (g == 0 && item + 1 < n_items) own[item + 1] = brs[item + 1].g > 0 ? rank_key(b1) : kEmptyRank;
           } else {
-            if (g == 0 && item < n_items) s.item[item] = b0;
-            if (g == 0 && item + 1 < n_items) s.item[item + 1] = b1;
+            float b = fmaxf(b0, b1);
+            for (int off = 1; 2 * off < n_ks; off *= 2) b = fmaxf(b, __shfl_xor_sync(0xffffffffu, b, off));
+            const int bi = item / n_ks;
+            if (g == 0 && item % n_ks == 0 && bi < nb) own[bi] = brs[bi].g > 0 ? rank_key(b) : kEmptyRank;
           }
+        } else {
+          if (g == 0 && item < n_items) s.item[item] = b0;
+          if (g == 0 && item + 1 < n_items) s.item[item + 1] = b1;
         }
       }
     }
