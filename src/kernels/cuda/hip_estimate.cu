@@ -331,8 +331,9 @@ constexpr int kDecodeCluster = 2;
 // beat 2, and 1 at 2 CTAs an SM); 2 at head_dim 256 (the same registers).
 // fp8 keys keep the same 4: their codes stay packed until their k-step pair is multiplied, which
 // leaves the fp8 kernel without spills (bf16's: 17 STL / 56 LDL). Measured on H100 at 128K / 1M
-// (docs/benchmarks.md): loading 8 n-tiles of codes at once (twice the items in flight) and
-// multiplying them 4 or 2 at a time was slower (19.8 / 21.1 ms vs 16.3 ms at 128K): it spills.
+// (docs/benchmarks.md): 8 n-tiles of codes loaded at once (twice the items in flight; spills)
+// multiplied 4 or 2 at a time, and 4 multiplied 2 at a time (twice the epilogues) were slower:
+// 19.8 / 21.1 / 20.2 ms vs 16.3 ms at 128K.
 constexpr int kMmaTiles = 4;
 // Prefill CTA threads: kThreads / kPrefillCta CTAs share an SM (128 registers a thread either
 // way), so one's selection barriers overlap another's key loads. Measured on H100 (bench_hip
