@@ -7,6 +7,7 @@
 # each variant's test_hip_gpu_<name> fp8 cases, the head's whole test_hip_gpu and memcheck on its
 # fp8 cases, torch cuDNN at 128K, ncu at 128K on the head's fp8 kernel (bytes, stalls) and the
 # fp8 kernels' spill instructions (cuobjdump). Steps cut to what is left of BUDGET s (default 380).
+# (03ae18d removed the macros: the 4 x 4 grouping, the measured best, is the code.)
 # Pack (here): bash scripts/gpu-hip-est6-ab.sh --pack BUILD BINS_DIR C   (BINS_DIR: main's bench as
 #   longctx_bench_hip_main, variants as longctx_bench_hip_<name> and test_hip_gpu_<name>)
 # Run (device): OUT=$OUT GIT_COMMIT=<sha> bash .carry/hip-est6/gpu-hip-est6-ab.sh
