@@ -14,7 +14,8 @@
 //     (every 64-query block and head) + cuda::sparse_attention over its index, vs dense
 //     cuda::attention_prefill (timed once past 256K, skipped past --dense-max); the estimate also
 //     over an fp8 e4m3 copy of K (HipPrefillParams::k_fp8), side by side, with the copy's cost
-//     (max |K| and the quantize pass, as the engine would run them once per layer); at head_dim
+//     (max |K| and the quantize pass, as the engine would run them once per layer) and its
+//     selection's agreement with bf16's (fp8_block_jaccard: mean Jaccard index); at head_dim
 //     256 the sparse attention also on the generic mma.sync kernel (hip_sparse_attention_generic_ms:
 //     the A/B of the Hopper kernel at 256); --cta 128,256,512 also times the estimate at each
 //     prefill CTA size (HipPrefillParams::cta_threads: same blocks, A/B of the occupancy),
@@ -228,6 +229,42 @@ struct PrefillOptions {
 };
 constexpr uint64_t kStructuredSeed = 5;  // bench_sparse's, so the two benches see the same heads
 
+// How far the fp8 key copy's selection agrees with the bf16 one: the mean over (head, query
+// block) of the Jaccard index |A n B| / |A u B| of the two selected block sets (1: the same).
+double fp8_block_agreement(HipPrefillParams bf, HipPrefillParams f8, int64_t entries, Stream st) {
+  const int64_t m = bf.cfg.budget_blocks();
+  std::vector<int32_t> ids[2], counts[2];
+  HipPrefillParams* ps[2] = {&bf, &f8};
+  auto* blocks = static_cast<int32_t*>(dev_malloc(size_t(entries * m) * 4));
+  auto* n_blocks = static_cast<int32_t*>(dev_malloc(size_t(entries) * 4));
+  for (int v = 0; v < 2; ++v) {
+    ps[v]->blocks = blocks;
+    ps[v]->n_blocks = n_blocks;
+    hip_estimate_prefill(*ps[v], st);
+    ids[v].resize(size_t(entries * m));
+    counts[v].resize(size_t(entries));
+    copy_d2h(ids[v].data(), blocks, ids[v].size() * 4, st);
+    copy_d2h(counts[v].data(), n_blocks, counts[v].size() * 4, st);
+    stream_sync(st);
+  }
+  dev_free(blocks);
+  dev_free(n_blocks);
+  double sum = 0;
+  for (int64_t e = 0; e < entries; ++e) {  // both lists ascending: a merge counts the common ids
+    const int32_t *a = ids[0].data() + e * m, *b = ids[1].data() + e * m;
+    const int na = counts[0][size_t(e)], nb = counts[1][size_t(e)];
+    int i = 0, j = 0, common = 0;
+    while (i < na && j < nb) {
+      if (a[i] == b[j]) ++common, ++i, ++j;
+      else if (a[i] < b[j]) ++i;
+      else ++j;
+    }
+    const int uni = na + nb - common;
+    sum += uni ? double(common) / uni : 1.0;
+  }
+  return entries ? sum / double(entries) : 1.0;
+}
+
 std::string bench_prefill(int64_t n, const HipEstimateConfig& cfg, const Geometry& g, const PrefillOptions& opt) {
   const int64_t dense_max = opt.estimate_only ? 0 : opt.dense_max;
   const int n_head = g.heads, n_kv_head = g.kv_heads, head_dim = g.head_dim;
@@ -328,6 +365,7 @@ std::string bench_prefill(int64_t n, const HipEstimateConfig& cfg, const Geometr
   HipPrefillParams hp8 = hp;
   hp8.k_fp8 = k8;
   const double estimate8 = time_ms([&] { hip_estimate_prefill(hp8, st); }, 1, 3, static_cast<cudaStream_t>(st));
+  const double jaccard = fp8_block_agreement(hp, hp8, n_qblk * n_head, st);
   hip_estimate_prefill(hp, st);  // the bf16 index for the sparse attention below
   SparseAttnParams sa;
   sa.q = q;
@@ -381,10 +419,10 @@ std::string bench_prefill(int64_t n, const HipEstimateConfig& cfg, const Geometr
   const double est_per_block_us = 1e3 * estimate / double(n_qblk);  // all heads of one 64-query block
   std::fprintf(stderr,
                "prefill %d/%d/%d n=%lld (%s inputs): dense %.2f ms | hip estimate %.2f ms (%.2f us per query block) + sparse "
-               "attention %.2f ms = %.2f ms | fp8 K: copy %.2f + estimate %.2f (%.2fx) -> total %.2f ms | "
+               "attention %.2f ms = %.2f ms | fp8 K: copy %.2f + estimate %.2f (%.2fx, block Jaccard vs bf16 %.4f) -> total %.2f ms | "
                "dense/hip %.2fx | generic sparse kernel %.2f ms\n",
                n_head, n_kv_head, head_dim, (long long)n, inputs, dense, estimate, est_per_block_us, sparse, total, copy,
-               estimate8, estimate / estimate8, total8, run_dense ? dense / total : 0.0, sparse_generic);
+               estimate8, estimate / estimate8, jaccard, total8, run_dense ? dense / total : 0.0, sparse_generic);
   char buf[1536];
   std::snprintf(buf, sizeof buf,
                 "{\"case\": \"prefill\", \"inputs\": \"%s\", \"n_head\": %d, \"n_kv_head\": %d, \"head_dim\": %d, \"len\": %lld, "
@@ -392,10 +430,10 @@ std::string bench_prefill(int64_t n, const HipEstimateConfig& cfg, const Geometr
                 "\"hip_sparse_attention_ms\": %.4f, \"hip_total_ms\": %.4f, \"fp8_copy_ms\": %.4f, "
                 "\"hip_estimate_fp8_ms\": %.4f, \"hip_total_fp8_ms\": %.4f, \"ratio_dense_over_hip\": %.3f, "
                 "\"hip_sparse_attention_generic_ms\": %.4f, \"hip_sparse_attention_fp8_tiles_ms\": %.4f, "
-                "\"hip_total_fp8_cache_ms\": %.4f, \"hip_estimate_ms_by_cta\": {%s}}",
+                "\"hip_total_fp8_cache_ms\": %.4f, \"fp8_block_jaccard\": %.5f, \"hip_estimate_ms_by_cta\": {%s}}",
                 inputs, n_head, n_kv_head, head_dim, (long long)n, dense, run_dense ? (long_run ? 1 : 3) : 0, estimate,
                 est_per_block_us, sparse, total, copy, estimate8, total8, run_dense ? dense / total : 0.0, sparse_generic,
-                sparse8, opt.fp8_tiles ? estimate8 + sparse8 : 0.0, per_cta.c_str());
+                sparse8, opt.fp8_tiles ? estimate8 + sparse8 : 0.0, jaccard, per_cta.c_str());
   return buf;
 }
 

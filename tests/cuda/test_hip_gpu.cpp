@@ -161,12 +161,25 @@ void check_prefill(const HipEstimateConfig& cfg, int64_t n_q, int64_t q_pos0, in
 // GPU choice is right when every branch it keeps instead of an oracle's one scores, in fp64,
 // within the fp32 accumulation bound of it: |s_x - s_y| <= d * 2^-22 * max |q|.|k| sums.
 // fp8: scored from an e4m3 copy of the keys, the oracle over its codes' values.
+// q_exp, q_spread (fp8's f16 query copy, hip_estimate.cu's load_q): every query element times
+// 2^q_exp and a further 2^-u, u uniform in [0, q_spread] (exact in bf16): the copy's power-of-2
+// scale brings any magnitude into f16's range, and elements more than 2^-32 under the largest
+// round to f16's grid; the bound grows by that rounding, d * 2^-40 * max|q| * max|k|.
 void check_prefill_mma_judged(const HipEstimateConfig& cfg, int64_t q_pos0, int H, int Hkv, int d, int64_t& swaps,
-                              bool fp8 = false) {
-  SCOPED_TRACE(testing::Message() << "d=" << d << " heads " << H << "/" << Hkv << " pos0=" << q_pos0 << " fp8=" << fp8);
+                              bool fp8 = false, int q_exp = 0, int q_spread = 0) {
+  SCOPED_TRACE(testing::Message() << "d=" << d << " heads " << H << "/" << Hkv << " pos0=" << q_pos0 << " fp8=" << fp8
+                                  << " q_exp=" << q_exp << " q_spread=" << q_spread);
   const int64_t n_q = cfg.b_q, n_kv = q_pos0 + n_q, M = cfg.budget_blocks(), R = cfg.ranges_per_row();
-  const auto hq = inputs(size_t(n_q * H * d), false), hk = inputs(size_t(n_kv * Hkv * d), false);
+  auto hq = inputs(size_t(n_q * H * d), false);
+  const auto hk = inputs(size_t(n_kv * Hkv * d), false);
+  std::mt19937 spread_rng(uint32_t(q_pos0 * 31 + q_exp + 7 * q_spread));
+  for (auto& x : hq)
+    x = f32_to_bf16(std::ldexp(bf16_to_f32(x), q_exp - int(spread_rng() % uint32_t(q_spread + 1))));
   auto fq = to_float(hq), fk = to_float(hk);
+  double q_max = 0, k_max = 0;
+  for (float x : fq) q_max = std::max(q_max, double(std::fabs(x)));
+  for (float x : fk) k_max = std::max(k_max, double(std::fabs(x)));
+  const double range_bound = fp8 ? d * std::ldexp(1.0, -40) * q_max * k_max : 0.0;
   const auto codes = fp8 ? fp8_codes(fk, false) : std::vector<uint8_t>{};
   DevBuf k8(std::max<size_t>(codes.size(), 1));
   if (fp8) k8.upload(codes);
@@ -249,7 +262,7 @@ void check_prefill_mma_judged(const HipEstimateConfig& cfg, int64_t q_pos0, int 
     for (int64_t x : extra)
       for (int64_t y : missing) {
         const Br bx = find(x), by = find(y);
-        EXPECT_LE(by.score - bx.score, d * std::ldexp(1.0, -22) * std::max(bx.abs, by.abs))
+        EXPECT_LE(by.score - bx.score, d * std::ldexp(1.0, -22) * std::max(bx.abs, by.abs) + range_bound)
             << "head " << h << ": kept block " << x << " (" << bx.score << ") over block " << y << " (" << by.score << ")";
       }
     swaps += int64_t(extra.size());
@@ -550,6 +563,24 @@ TEST(HipEstimate, PrefillOverAnFp8KeyCopyEqualsTheReferenceOverItsCodes) {
     check_prefill_mma_judged(HipEstimateConfig{}, pos0, 4, 1, 256, swaps, true);
   }
   std::printf("[hip mma fp8] %lld near-tie swaps against the fp64 oracle over the codes\n", (long long)swaps);
+}
+
+// The fp8 scorer's f16 query copy (one power-of-2 scale a CTA) at magnitudes far outside f16's
+// range (bf16 queries of 2^-100 and 2^60: scaled exactly) and with elements spread over 2^-48 of
+// each other (the small ones rounded to f16's grid): still the fp64 oracle's best up to near ties.
+TEST(HipEstimate, PrefillFp8QueriesOfAnyMagnitudeScaleIntoF16) {
+  LC_REQUIRE_GPU();
+  HipEstimateConfig small;
+  small.k = 64;
+  small.window = 64;
+  small.sinks = 8;
+  int64_t swaps = 0;
+  for (int q_exp : {-100, -20, 20, 60})
+    for (int64_t pos0 : {148, 180}) check_prefill_mma_judged(small, pos0, 8, 2, 128, swaps, true, q_exp, 0);
+  for (int q_spread : {16, 48})
+    for (int64_t pos0 : {148, 180}) check_prefill_mma_judged(small, pos0, 8, 2, 128, swaps, true, 0, q_spread);
+  check_prefill_mma_judged(HipEstimateConfig{}, 1000, 4, 1, 256, swaps, true, 40, 40);
+  std::printf("[hip mma fp8 range] %lld near-tie swaps against the fp64 oracle over the codes\n", (long long)swaps);
 }
 
 // What scoring an fp8 copy of K costs in ranks (no GPU needed: the GPU's k_fp8 selection is the

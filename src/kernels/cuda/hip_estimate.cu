@@ -6,12 +6,14 @@
 // threads a CTA, each group loading up to 8 (branch, sampled key) items at a time (8 threads per
 // dot product, 16-byte key loads, the xor-shuffle tree of hip_topk.h's order: bit-equal to the
 // CPU); prefill's tensor-core scorer multiplies the 32 sampled queries (kept in shared memory in
-// the mma's A-fragment order) by 8-key tiles (mma m16n8k16). head_dim 256 holds 4 key chunks a
+// the mma's A-fragment order) by 8-key tiles (mma m16n8k16: bf16 keys bf16 x bf16; fp8 keys
+// f16 x f16, one cvt per 2 codes, the queries scaled into f16 by a power of 2). head_dim 256 holds 4 key chunks a
 // lane instead of 2 and half the items in flight.
 // Keep-the-best: a radix select of the (score desc, branch asc) threshold over 32-bit rank keys
 // (the CPU's total order) and ballot-based compaction in branch order that also writes the next
 // iteration's halves (7-11 barriers an iteration in all).
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
@@ -327,6 +329,11 @@ constexpr int kDecodeItems = 8, kPrefillItems = 4;
 constexpr int kDecodeCluster = 2;
 // Tensor-core prefill scoring: n-tiles of 8 items a warp loads at once at kChunks = 2 (measured: 4
 // beat 2, and 1 at 2 CTAs an SM); 2 at head_dim 256 (the same registers).
+// fp8 keys keep the same 4: their codes stay packed until their k-step pair is multiplied, which
+// leaves the fp8 kernel without spills (bf16's: 17 STL / 56 LDL). Measured on H100 at 128K / 1M
+// (docs/benchmarks.md): 8 n-tiles of codes loaded at once (twice the items in flight; spills)
+// multiplied 4 or 2 at a time, and 4 multiplied 2 at a time (twice the epilogues) were slower:
+// 19.8 / 21.1 / 20.2 ms vs 16.3 ms at 128K.
 constexpr int kMmaTiles = 4;
 // Prefill CTA threads: kThreads / kPrefillCta CTAs share an SM (128 registers a thread either
 // way), so one's selection barriers overlap another's key loads. Measured on H100 (bench_hip
@@ -334,7 +341,8 @@ constexpr int kMmaTiles = 4;
 constexpr int kPrefillCta = 128;
 
 // 8 consecutive key elements as 8 bf16 (one uint4) for either scorer. bf16 keys: one 16-byte
-// load. fp8 e4m3 keys (decode over the fp8 cache, prefill over HipPrefillParams::k_fp8): one 8-byte load, widened exactly (every e4m3
+// load. fp8 e4m3 keys (decode over the fp8 cache; prefill's FMA scorer over HipPrefillParams::k_fp8):
+// one 8-byte load, widened exactly (every e4m3
 // value is a bf16 value: 3 mantissa bits, exponents 2^-9..2^8). The layer's scale is left out:
 // it multiplies every key of the layer, so the scores' order is that of the codes' (the search
 // ranks, it never reports a score); the CPU twin scores the codes (e4m3_to_f32) the same way.
@@ -349,6 +357,21 @@ __device__ __forceinline__ uint4 load_key8(const __nv_fp8_e4m3* p) {
     const __half2 h(__nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t((w >> (16 * (i % 2))) & 0xffffu), __NV_E4M3));
     const __nv_bfloat162 b = __float22bfloat162_rn(__half22float2(h));
     o[i] = *reinterpret_cast<const uint32_t*>(&b);
+  }
+  return out;
+}
+// The tensor-core scorer's fp8 keys: 8 codes (one uint2) as 8 f16 (one uint4, the bf16 load's
+// element order),
+// one cvt.rn.f16x2.e4m3x2 per 2 codes, exact (e4m3 is a subset of f16: 3 mantissa bits,
+// exponents 2^-9..2^8, all f16 normals). The queries are f16 too (load_q's power-of-2 scale).
+__device__ __forceinline__ uint4 e4m3x8_to_f16(uint2 v) {
+  uint4 out;
+  uint32_t* o = reinterpret_cast<uint32_t*>(&out);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t w = i < 2 ? v.x : v.y;
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t((w >> (16 * (i % 2))) & 0xffffu), __NV_E4M3);
+    o[i] = uint32_t(h.x) | (uint32_t(h.y) << 16);
   }
   return out;
 }
@@ -394,9 +417,13 @@ __device__ __forceinline__ float max_over_rows(const float (&v)[kTiles], int g) 
 // the search region at or before every sampled query (key_end - 1 <= the first query's position,
 // so no causal mask: only keys past key_end are masked, from one ballot a tile). The other cases
 // mask each (query, key) pair.
+// fp8 keys (KeyRow gives e4m3 rows): f16 x f16 (e4m3x8_to_f16, load_q's scaled f16 queries),
+// fp32 accumulation; the scores are the codes' times the CTA's power of 2 (the same order).
 template <int kCta, int kChunks, bool kPaper, class KeyRow>
 __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const Smem& s, KeyRow key_row, int nb,
                           const Branch* brs, uint32_t* own) {
+  using Elem = std::remove_cv_t<std::remove_pointer_t<decltype(key_row(0, false, 0))>>;
+  constexpr bool kF16 = std::is_same_v<Elem, __nv_fp8_e4m3>;
   constexpr int kWarps = kCta / 32;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4, d = sh.head_dim;
   const int n_ks = kPaper ? 2 : cfg.b_k / cfg.b_sk, n_items = nb * n_ks, n_tiles = (n_items + 7) / 8;
@@ -407,9 +434,10 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
 #pragma unroll
   for (int r = 0; r < 4; ++r) qpos[r] = g + 8 * r < sh.n_qs ? int32_t(s.pos[g + 8 * r]) : -1;
   constexpr int kTiles = kMmaTiles * 2 / kChunks, kPairs = 2 * kChunks;  // k-step pairs: 32 elements each
+  using Raw = std::conditional_t<kF16, uint2, uint4>;  // 8 elements: e4m3 codes or bf16
   for (int tile0 = warp * kTiles; tile0 < n_tiles; tile0 += kWarps * kTiles) {
-    uint4 kb[kTiles][kPairs];  // [tile][k-step pair], d <= 64 * kChunks
-    int32_t key[kTiles];       // item g's key position (INT32_MAX: no key)
+    Raw kb[kTiles][kPairs];  // [tile][k-step pair], d <= 64 * kChunks
+    int32_t key[kTiles];     // item g's key position (INT32_MAX: no key)
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) {
       const int item = (tile0 + j) * 8 + g, bi = kPaper ? item >> 1 : item / n_ks, sk = item - bi * n_ks;
@@ -421,12 +449,21 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
       const auto row = key_row(ok ? kk : 0, ok, t);  // bf16 or e4m3 elements, from element 8t
 #pragma unroll
       for (int p = 0; p < kPairs; ++p)
-        if (32 * p < d) kb[j][p] = load_key8(row + 32 * p);  // (pairs past d are never read)
+        if (32 * p < d) {  // (pairs past d are never read)
+          if constexpr (kF16) kb[j][p] = *reinterpret_cast<const uint2*>(row + 32 * p);
+          else kb[j][p] = load_key8(row + 32 * p);
+        }
     }
     float acc[kTiles][2][4] = {};
 #pragma unroll
     for (int p = 0; p < kPairs; ++p) {
       if (p > 0 && 32 * p >= d) break;  // head_dim >= 32 here (prefill_mma): the first k-steps always run
+      uint4 kf[kTiles];                 // the tiles' B fragments of pair p (fp8: widened here, once)
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j) {
+        if constexpr (kF16) kf[j] = e4m3x8_to_f16(kb[j][p]);
+        else kf[j] = kb[j][p];
+      }
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {  // one m-tile's A fragments live at a time (registers)
         uint32_t a[2][4];               // [k-step of the pair]: the fragment-ordered copy's quads
@@ -436,8 +473,13 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
         a[1][0] = q1.x, a[1][1] = q1.y, a[1][2] = q1.z, a[1][3] = q1.w;
 #pragma unroll
         for (int j = 0; j < kTiles; ++j) {
-          mma::mma_bf16_16816(acc[j][mt], a[0], kb[j][p].x, kb[j][p].y);
-          mma::mma_bf16_16816(acc[j][mt], a[1], kb[j][p].z, kb[j][p].w);
+          if constexpr (kF16) {
+            mma::mma_f16_16816(acc[j][mt], a[0], kf[j].x, kf[j].y);
+            mma::mma_f16_16816(acc[j][mt], a[1], kf[j].z, kf[j].w);
+          } else {
+            mma::mma_bf16_16816(acc[j][mt], a[0], kf[j].x, kf[j].y);
+            mma::mma_bf16_16816(acc[j][mt], a[1], kf[j].z, kf[j].w);
+          }
         }
       }
     }
@@ -680,11 +722,37 @@ __device__ void write_ranges(const HipEstimateConfig& cfg, const Smem& s, int co
 // kMma reads 8 elements (16 bytes, head_dim a multiple of 32 there) a load and stores them as 4
 // pairs (qfrag_offset keeps elements 2i and 2i + 1 adjacent): ncu at 1M put 4.6% of the stall
 // samples on the element-wise copy's stores waiting for their 2-byte loads.
-template <int kCta, bool kMma>
+// kF16 (fp8 keys on tensor cores): the copy is f16, every element times 2^s, one s for the CTA:
+// the largest element's bf16 exponent field E gives s = 142 - E (at most 127), so the largest
+// lands in [2^15, 65280] (f16's largest finite is 65504) and the scores are the bf16 queries'
+// times 2^s, exactly, for every element within 2^-32 of it (f16's 11 significant bits hold
+// bf16's 8 down to its subnormal grid 2^-24, scaled exponent -17). Smaller elements round to
+// that grid: a score moves by at most d * 2^-25 * max|k| in scaled units, under 2^-40 of the
+// largest term (the fp8 keys' own quantization moves scores by up to ~2^-4 relative). Scaling
+// by a power of 2 keeps the order the search ranks by.
+template <int kCta, bool kMma, bool kF16 = false>
 __device__ void load_q(const Smem& s, const __nv_bfloat16* q, int64_t q_row_stride, int n_qs, int b_sq, int rows,
                        int64_t pos0, int d) {
   if constexpr (kMma) {
     const int d8 = d / 8;
+    float scale = 1.f;
+    if constexpr (kF16) {
+      uint32_t e_max = 0;  // the largest bf16 exponent field of the sampled rows
+      for (int idx = threadIdx.x; idx < n_qs * d8; idx += kCta) {
+        const int i = idx / d8, e = (idx - i * d8) * 8;
+        const uint4 v = *reinterpret_cast<const uint4*>(q + min(i * b_sq + b_sq - 1, rows - 1) * q_row_stride + e);
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) e_max = max(e_max, max((w[k] >> 7) & 0xffu, (w[k] >> 23) & 0xffu));
+      }
+      e_max = __reduce_max_sync(0xffffffffu, e_max);
+      if (threadIdx.x == 0) s.sel[0] = 0;  // (the selection's state, free until the search)
+      __syncthreads();
+      if (threadIdx.x % 32 == 0) atomicMax(&s.sel[0], int(e_max));
+      __syncthreads();
+      const int sh = min(142 - s.sel[0], 127);  // in [-113, 127]: 2^sh is a normal fp32
+      scale = __int_as_float((sh + 127) << 23);
+    }
     for (int idx = threadIdx.x; idx < kMmaQueries * d8; idx += kCta) {
       const int i = idx / d8, e = (idx - i * d8) * 8;
       uint4 v = make_uint4(0, 0, 0, 0);  // padding query rows of the tensor-core tile: zeros (masked anyway)
@@ -693,7 +761,15 @@ __device__ void load_q(const Smem& s, const __nv_bfloat16* q, int64_t q_row_stri
         v = *reinterpret_cast<const uint4*>(q + row * q_row_stride + e);
         if (e == 0) s.pos[i] = pos0 + row;
       }
-      const uint32_t w[4] = {v.x, v.y, v.z, v.w};  // elements e + 2k, e + 2k + 1
+      uint32_t w[4] = {v.x, v.y, v.z, v.w};  // elements e + 2k, e + 2k + 1
+      if constexpr (kF16) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[k]));
+          const __half2 h = __floats2half2_rn(f.x * scale, f.y * scale);
+          w[k] = *reinterpret_cast<const uint32_t*>(&h);
+        }
+      }
 #pragma unroll
       for (int k = 0; k < 4; ++k) *reinterpret_cast<uint32_t*>(s.qb + qfrag_offset(i, e + 2 * k, d)) = w[k];
     }
@@ -733,7 +809,8 @@ __global__ void __launch_bounds__(kCta, kThreads / kCta) prefill_kernel(HipPrefi
   const int n_qs_max = (cfg.b_q + cfg.b_sq - 1) / cfg.b_sq;
   const Smem s = carve(smem, {n_qs_max, p.head_dim, cfg.budget_blocks(), cfg.b_k / cfg.b_sk, kMma});
   const auto* q = static_cast<const __nv_bfloat16*>(p.q) + (row0 * p.n_head + h) * p.head_dim;
-  load_q<kCta, kMma>(s, q, int64_t(p.n_head) * p.head_dim, n_qs, cfg.b_sq, rows, p.q_pos0 + row0, p.head_dim);
+  load_q<kCta, kMma, kMma && std::is_same_v<Key, __nv_fp8_e4m3>>(s, q, int64_t(p.n_head) * p.head_dim, n_qs, cfg.b_sq,
+                                                                 rows, p.q_pos0 + row0, p.head_dim);
   const Region r = region_of(cfg, p.q_pos0 + row0);
   const Shape sh{n_qs, p.head_dim, r.block_begin, r.block_end, r.key_end < p.n_kv ? r.key_end : p.n_kv};
   const void* keys = std::is_same_v<Key, __nv_fp8_e4m3> ? p.k_fp8 : p.k;
