@@ -18,12 +18,13 @@
 # test_ihip_gpu_method and memcheck of Llama3HeadsFillOneQueryTile in parallel, then base / ours
 # at 1M, torch cuDNN at 1M + 32K, base / ours at 1M again, base / ours at 128K and 512K, and ncu
 # of ours' stage-1 launch, the last ones as the deadline allows.
-# MODE=pipe instead (the wgmma pipeline's variants, IhipPrefillGpuParams::pipe_lanes / l2_prefetch):
-# the tensor-core and Llama-3 prefill tests and the method tests, memcheck of the three-lane small cases, then two interleaved
-# rounds at 1M of base and of ours with each variant (--prefill-lanes 2|3|4, --prefill-prefetch
-# on|off; ours with --prefill-skip-dense), torch cuDNN at 1M + 32K after the first round, then ncu
-# (memory, compute, warp states, scheduler; raw stall and traffic metrics in ncu_*_raw.txt) on the
-# stage-1 launch of ours with each lane count (VARIANTS / NCU_VARIANTS override the lists).
+# MODE=pipe instead (ihip-stage1d: the pipelined scorer without the L2 prefetch, with fewer
+# instructions a pass): the tensor-core and Llama-3 prefill tests and the method tests, memcheck of
+# the prefetch-equality and Llama-3 cases, then two interleaved rounds at 1M of base, ours and ours
+# with --prefill-prefetch on (--prefill-skip-dense), torch cuDNN at 1M + 32K after the first round,
+# base / ours at 128K and 512K and at head_dim 64 (--prefill-shape 9,3,64), then ncu (memory,
+# compute, warp states, scheduler; raw stall and traffic metrics in ncu_*_raw.txt) of ours' stage-1
+# launch.
 # MODE=profile instead (a first look at a kernel change): base / ours at 1M, the prefill tests,
 # then ncu (scheduler, warp states, source counters, occupancy) on one launch of the stage-1 score
 # kernel at 1M of each build (the first score launch: the warm-up's stage 1), reports and their
@@ -97,25 +98,30 @@ if [ "${MODE:-full}" = pipe ]; then
   step test_ihip_gpu 150 "$B/test_ihip_gpu" --gtest_filter='IhipGpuPrefill.TensorCore*:IhipGpuPrefill.Llama3*' &
   step test_ihip_gpu_method 60 "$B/test_ihip_gpu_method" &
   step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 99 "$B/test_ihip_gpu" \
-    --gtest_filter='IhipGpuPrefill.TensorCorePipelineThreeLanesSmallCases:IhipGpuPrefill.Llama3HeadsFillOneQueryTile' &
+    --gtest_filter='IhipGpuPrefill.TensorCorePipelineWithL2PrefetchEqualsWithout:IhipGpuPrefill.Llama3HeadsFillOneQueryTile' &
   wait
   gtest_summary test_ihip_gpu; gtest_summary test_ihip_gpu_method; tail -3 "$OUT/memcheck.log"
+  one_m=(--lens "" --prefix 1048576 --chunk 32768)
   for r in 1 2; do
-    step "bench_base_1m_$r" 30 "$B/bench_base" --lens "" --prefix 1048576 --chunk 32768 \
-      --json "$OUT/bench_base_1m_$r.json"; bench_line "bench_base_1m_$r"
-    for v in ${VARIANTS:-2,on 3,on 4,on 2,off 3,off}; do
-      step "bench_ours_${v/,/_}_1m_$r" 20 "$B/longctx_bench_infinitehip" --lens "" --prefix 1048576 --chunk 32768 \
-        --prefill-skip-dense --prefill-lanes "${v%,*}" --prefill-prefetch "${v#*,}" \
-        --json "$OUT/bench_ours_${v/,/_}_1m_$r.json"; bench_line "bench_ours_${v/,/_}_1m_$r"
-    done
+    step "bench_base_1m_$r" 30 "$B/bench_base" "${one_m[@]}" --json "$OUT/bench_base_1m_$r.json"
+    bench_line "bench_base_1m_$r"
+    step "bench_ours_1m_$r" 30 "$B/longctx_bench_infinitehip" "${one_m[@]}" --json "$OUT/bench_ours_1m_$r.json"
+    bench_line "bench_ours_1m_$r"
+    step "bench_ours_pf_1m_$r" 20 "$B/longctx_bench_infinitehip" "${one_m[@]}" --prefill-skip-dense \
+      --prefill-prefetch on --json "$OUT/bench_ours_pf_1m_$r.json"; bench_line "bench_ours_pf_1m_$r"
     [ $r = 1 ] || continue
     step torch_chunk 60 python3 "$CARRY/torch_baseline.py" --prefill "" --decode "" --chunk 32768 \
       --chunk-lens 1081344 --backends cudnn --json "$OUT/torch_chunk.json"
     grep "^chunk" "$OUT/torch_chunk.log"
   done
-  for v in ${NCU_VARIANTS:-2,on 3,on}; do
-    ncu_pipe "${v/,/_}" 45 --prefill-lanes "${v%,*}" --prefill-prefetch "${v#*,}"
+  for who in base ours; do
+    bin=$B/longctx_bench_infinitehip; [ $who = base ] && bin=$B/bench_base
+    step "bench_${who}_short" 30 "$bin" --lens "" --prefix 131072,524288 --chunk 32768 \
+      --json "$OUT/bench_${who}_short.json"; bench_line "bench_${who}_short"
+    step "bench_${who}_d64" 30 "$bin" "${one_m[@]}" --prefill-shape 9,3,64 \
+      --json "$OUT/bench_${who}_d64.json"; bench_line "bench_${who}_d64"
   done
+  ncu_pipe ours 45
   echo "total $(( $(date +%s) - T0 ))s" | tee -a "$OUT/summary.txt"
   tar -C "$OUT" -czf /tmp/ihip-prefill-results.tar.gz . && find "$OUT" -type f ! -name summary.txt -delete &&
     mv /tmp/ihip-prefill-results.tar.gz "$OUT/"

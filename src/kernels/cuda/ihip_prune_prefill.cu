@@ -51,11 +51,10 @@ struct Shape {
   // while one CTA waits for its gather another computes.
   static constexpr int kMmaCtasPerSm = D == 64 ? 3 : D == 128 ? 2 : 1;
   static constexpr size_t kMmaSmem = size_t(kMmaSlots) * D * 2 + size_t(kWarps) * kMmaSlots * 4;
-  // The pipelined tensor-core scorer (RoPE none): each lane's probe keys, then the per-warp maxima;
-  // the wgmma form adds room to align the key buffers to 1024 bytes (the 128-byte swizzle).
-  static constexpr size_t pipe_smem(int lanes, bool wg) {
-    return size_t(lanes) * kMmaSlots * D * 2 + size_t(kWarps) * kMmaSlots * 4 + (wg ? 1024 : 0);
-  }
+  // The pipelined tensor-core scorer (RoPE none): two lanes' probe keys, then the per-warp maxima.
+  static constexpr size_t kPipeSmem = 2 * size_t(kMmaSlots) * D * 2 + size_t(kWarps) * kMmaSlots * 4;
+  // Its wgmma form: the same, plus room to align the key buffers to 1024 bytes (the 128-byte swizzle).
+  static constexpr size_t kWgSmem = kPipeSmem + 1024;
 };
 // std::max's choice (ihip_select_rep's running max): b when a < b, else a (signed zeros as the CPU).
 __device__ inline float max_as_std(float a, float b) { return a < b ? b : a; }
@@ -320,12 +319,19 @@ __device__ inline int sw128(int r, int c) {
 // of the 3 exchanges a lane sends the half of its values its partner keeps, so 8 values need 4 + 2
 // + 1 shuffles (a shuffle per value per exchange would need 24) and lane (g, t) ends with probe
 // value g's maximum, which it stores: 32 lanes, 32 distinct slots, one store each. fmaxf: a NaN
-// never wins, so red holds no NaN.
+// never wins over a number.
+// Instruction count matters here (ncu at 1M: issue-bound, not waiting on memory): where every row
+// of the CTA's tile is a query (n_qs = 256, every full block of a 4-head group) a lane's 4 rows
+// reduce as a tree of 3 fmaxf a value with no liveness predicates (ptxas turned the predicated
+// form into ~2.5 instructions a value); and the wgmma descriptors are one base a pass half plus
+// constant offsets (the address field is addr >> 4 in the low 14 bits: shared addresses < 2^18, so
+// adding off >> 4 never carries out of it).
 template <int D>
 __device__ inline void wgmma_pass(const WgQueryFrags<D>& f, uint32_t kb, int n_qs, float* red) {
   constexpr int kN = 32;                         // probes per wgmma
   constexpr uint32_t kPanel = kMmaSlots * 128;   // bytes of a 64-dim panel
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const bool all_live = n_qs >= kMmaQTile;  // CTA-uniform
   bool live[2][2];  // whether the row of (m-tile, half) is a query
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
@@ -342,13 +348,13 @@ __device__ inline void wgmma_pass(const WgQueryFrags<D>& f, uint32_t kb, int n_q
       for (int i = 0; i < 16; ++i) acc[mt][i] = 0.f;
       sm90::fence_regs(acc[mt]);
     }
+    const uint64_t desc0 = sm90::desc_sw128(kb + n0 * 128, 16);
     sm90::wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks)  // 16 dims = 32 bytes of a panel row
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
-        sm90::wgmma_rs_n32(acc[mt], f.a[mt][ks],
-                           sm90::desc_sw128(kb + (ks / 4) * kPanel + n0 * 128 + (ks % 4) * 32, 16), ks > 0);
+        sm90::wgmma_rs_n32(acc[mt], f.a[mt][ks], desc0 + (((ks / 4) * kPanel + (ks % 4) * 32) >> 4), ks > 0);
     sm90::wgmma_commit();
     sm90::wgmma_wait<0>();
 #pragma unroll
@@ -356,17 +362,26 @@ __device__ inline void wgmma_pass(const WgQueryFrags<D>& f, uint32_t kb, int n_q
     // acc[mt][4j + 2hh + e] = (query wg_row(warp, mt, hh, g), probe n0 + 8j + 2t + e): v[2j + e] is
     // the max over the lane's live rows.
     float v[8];
+    if (all_live) {
 #pragma unroll
-    for (int i = 0; i < 8; ++i) v[i] = -INFINITY;
+      for (int j = 0; j < kN / 8; ++j)
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+        for (int e = 0; e < 2; ++e)
+          v[2 * j + e] = fmaxf(fmaxf(acc[0][4 * j + e], acc[0][4 * j + 2 + e]),
+                               fmaxf(acc[1][4 * j + e], acc[1][4 * j + 2 + e]));
+    } else {
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh)
-        if (live[mt][hh])
+      for (int i = 0; i < 8; ++i) v[i] = -INFINITY;
 #pragma unroll
-          for (int j = 0; j < kN / 8; ++j)
+      for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-            for (int e = 0; e < 2; ++e) v[2 * j + e] = fmaxf(v[2 * j + e], acc[mt][4 * j + 2 * hh + e]);
+        for (int hh = 0; hh < 2; ++hh)
+          if (live[mt][hh])
+#pragma unroll
+            for (int j = 0; j < kN / 8; ++j)
+#pragma unroll
+              for (int e = 0; e < 2; ++e) v[2 * j + e] = fmaxf(v[2 * j + e], acc[mt][4 * j + 2 * hh + e]);
+    }
     // Exchange over lane bit 4 (g bit 2), then 3, then 2: a lane with the bit set keeps the upper
     // half of its values, so after the three it holds value g's maximum in v[0].
 #pragma unroll
@@ -675,37 +690,35 @@ __global__ void __launch_bounds__(kThreads, kMma ? Shape<D>::kMmaCtasPerSm : 1) 
   }
 }
 
-// The tensor-core scorer without RoPE, pipelined: the CTA walks its chunk groups in kLanes lanes
-// (lane x takes groups x, x + kLanes, ..), one bisection step of each in turn, so a lane's probe
-// keys travel (cp.async into its own key buffer) while the other lanes' probes are scored: a
-// gather has kLanes - 1 passes to land.
+// The tensor-core scorer without RoPE, pipelined: the CTA walks its chunk groups in two lanes
+// (groups 0, 2, 4, .. and 1, 3, 5, ..), alternating one bisection step of each, so one lane's
+// probe keys travel (cp.async into its own key buffer) while the other lane's probes are scored.
 // Warp w owns chunks 4w .. 4w + 3 of each lane's group (probe slots 4w + k left, kMmaChunks + 4w
 // + k right): after a step's mma it reduces its 8 slots over the warps, moves its chunks'
 // bisection (lane k < 4 of the warp holds chunk 4w + k) and issues their next probes' copies, with
 // no barrier between; a step costs 2 barriers (keys landed, maxima written). The probes, their
 // order and the mma operands are score_kernel<D, true>'s with RoPE none, and a probe's maximum is
-// over the same values, so the scores are equal (for any kLanes: a lane's steps are the same).
+// over the same values, so the scores are equal.
 // kWg: the dots on wgmma (wgmma_pass; the keys in its swizzled layout, the queries in its fragment
 // order): the same probes and maxima, each dot summed in the wgmma's fp32 order instead of
 // mma.sync's (scores within fp32 rounding of the mma.sync kernel's, equal on exact-dot inputs).
 // At D = 64 the wgmma form takes 2 CTAs an SM, not 3: at <= 85 registers ptxas serialises its
 // wgmmas (C7512).
-template <int D, bool kWg, int kLanes>
+template <int D, bool kWg>
 __global__ void __launch_bounds__(kThreads, kWg && D == 64 ? 2 : Shape<D>::kMmaCtasPerSm)
     score_kernel_pipelined(IhipPrefillGpuParams p, IhipPrefillStage st) {
-  static_assert(kLanes >= 2 && kLanes <= 4, "two to four lanes");
   constexpr int kSlots = kMmaSlots, kChunks = kMmaChunks;
   constexpr int kOwned = kChunks / kWarps;  // chunks a warp owns (4): 2 probe slots each
   constexpr int kRowChunks = D / 8;         // 16-byte chunks of a key row
   constexpr int kPerLane = kRowChunks * 2 * kOwned / 32;  // a warp's copies per lane (4 at D = 128)
   static_assert(kOwned == 4 && 2 * kOwned * kRowChunks % 32 == 0, "a warp owns 4 chunks, 8 probe rows");
   extern __shared__ __align__(16) float smem[];
-  // [kLanes][kSlots][D] swizzled probe keys (kWg: from the first 1024-byte boundary)
+  // [2 lanes][kSlots][D] swizzled probe keys (kWg: from the first 1024-byte boundary)
   auto* kb = reinterpret_cast<__nv_bfloat16*>(reinterpret_cast<char*>(smem) +
                                               (kWg ? (1024u - (mma::smem_u32(smem) & 1023u)) & 1023u : 0u));
-  float* red = reinterpret_cast<float*>(kb + kLanes * kSlots * D);  // [kWarps][kSlots] per-warp maxima
-  __shared__ int lo[kLanes][kChunks], hi[kLanes][kChunks];  // each entry read and written by its owner lane only
-  __shared__ float path_best[kLanes][kChunks];
+  float* red = reinterpret_cast<float*>(kb + 2 * kSlots * D);  // [kWarps][kSlots] per-warp maxima
+  __shared__ int lo[2][kChunks], hi[2][kChunks];  // each entry read and written by its owner lane only
+  __shared__ float path_best[2][kChunks];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = blockIdx.y;
   const int64_t b = blockIdx.z;
   const Block blk = block_of(p, b);
@@ -729,8 +742,9 @@ __global__ void __launch_bounds__(kThreads, kWg && D == 64 ? 2 : Shape<D>::kMmaC
   };
   // The group's steps: n_iter bisection steps, then one probe of the representative where a chunk
   // has one entry (ihip_select_rep scores a one-entry chunk by its only key).
+  const bool last_one = chunk_len(n_chunk - 1) == 1;  // the last chunk has one entry (once, not every pass)
   auto n_steps = [&](int64_t j0) {
-    const bool one_entry = st.l_c == 1 || (j0 + kChunks >= n_chunk && chunk_len(n_chunk - 1) == 1);
+    const bool one_entry = st.l_c == 1 || (last_one && j0 + kChunks >= n_chunk);
     return n_iter + (one_entry ? 1 : 0);
   };
   const int own = kOwned * warp + lane % kOwned;  // the chunk of lane lane % 4's state
@@ -772,12 +786,13 @@ __global__ void __launch_bounds__(kThreads, kWg && D == 64 ? 2 : Shape<D>::kMmaC
     const int32_t key_r = __shfl_sync(0xffffffffu, right, row % kOwned);
     const int32_t key = row < kOwned ? key_l : key_r;
     const int slot = (row < kOwned ? 0 : kChunks) + kOwned * warp + row % kOwned;
-    const __nv_bfloat16* src = kp + (int64_t(key < 0 ? 0 : key) * p.n_kv_head + g) * D;
+    // the lane's first chunk; chunk kRowLanes u + part is kRowLanes u chunks on (constant offsets)
+    const __nv_bfloat16* src = kp + (int64_t(key < 0 ? 0 : key) * p.n_kv_head + g) * D + 8 * part;
     __nv_bfloat16* dst = kb + x * kSlots * D;
 #pragma unroll
     for (int u = 0; u < kPerLane; ++u) {  // a row's 4 lanes copy 64 consecutive bytes at a time
       const int ch = kRowLanes * u + part;
-      mma::cp_async16(mma::smem_u32(dst + (kWg ? sw128<D>(slot, ch) : swz<D>(slot, ch))), src + 8 * ch,
+      mma::cp_async16(mma::smem_u32(dst + (kWg ? sw128<D>(slot, ch) : swz<D>(slot, ch))), src + 8 * kRowLanes * u,
                       key < 0 ? 0 : 16);
     }
     mma::cp_async_commit();
@@ -795,9 +810,13 @@ __global__ void __launch_bounds__(kThreads, kWg && D == 64 ? 2 : Shape<D>::kMmaC
   // the warps reach lane k, which moves chunk 4w + k as ihip_select_rep does.
   auto finish = [&](int x, int64_t j0, int it) {
     const int s = lane % (2 * kOwned), slot = (s < kOwned ? 0 : kChunks) + kOwned * warp + s % kOwned;
-    float m = -INFINITY;  // red holds no NaN
-    for (int w = lane / (2 * kOwned); w < kWarps; w += 32 / (2 * kOwned))
-      if (red[w * kSlots + slot] > m) m = red[w * kSlots + slot];
+    float m = -INFINITY;  // a NaN in red (all of a warp's rows NaN) never wins
+    constexpr int kWarpStep = 32 / (2 * kOwned);  // the lanes reading one slot: 4, each kWarps / 4 warps
+#pragma unroll
+    for (int i = 0; i < kWarps / kWarpStep; ++i) {
+      const float r = red[(lane / (2 * kOwned) + kWarpStep * i) * kSlots + slot];
+      if (r > m) m = r;
+    }
 #pragma unroll
     for (int off = 2 * kOwned; off < 32; off *= 2) {
       const float o = __shfl_xor_sync(0xffffffffu, m, off);
@@ -823,61 +842,57 @@ __global__ void __launch_bounds__(kThreads, kWg && D == 64 ? 2 : Shape<D>::kMmaC
     __syncwarp();
   };
 
-  // Every thread follows every lane's (group j, step it) alike, so the loop's branches are uniform.
-  // ln[0] is the lane to step now; after each step the lanes rotate (registers: the indices are
-  // constants after unrolling). Each step commits exactly one cp.async group (empty where the lane
-  // has nothing to copy), so ln[0]'s copies are always the oldest of the last kLanes groups.
+  // Every thread follows both lanes' (group j, step it) alike, so the loop's branches are uniform:
+  // the lane to step now (x) and the other (y), swapped after every step (registers, no indexing).
   struct LaneState {
     int x;       // the lane: its key buffer and chunk states
-    int32_t j;   // its group's first chunk (>= n_chunk: no group left; n_chunk < 2^31 / l_c)
+    int64_t j;   // its group's first chunk (>= n_chunk: no group left)
     int it;      // its step in the group
   };
-  const int32_t stride = kLanes * int32_t(gridDim.x) * kChunks;
-  LaneState ln[kLanes];
-#pragma unroll
-  for (int x = 0; x < kLanes; ++x) {
-    ln[x] = LaneState{x, (int32_t(blockIdx.x) + x * int32_t(gridDim.x)) * kChunks, 0};
-    if (ln[x].j < n_chunk) {
-      init_group(x, ln[x].j);
-      issue(x, ln[x].j, 0);
-    } else {
-      mma::cp_async_commit();
-    }
+  const int64_t stride = 2 * int64_t(gridDim.x) * kChunks;
+  LaneState now{0, int64_t(blockIdx.x) * kChunks, 0}, other{1, (int64_t(blockIdx.x) + gridDim.x) * kChunks, 0};
+  init_group(0, now.j);
+  issue(0, now.j, 0);
+  if (other.j < n_chunk) {
+    init_group(1, other.j);
+    issue(1, other.j, 0);
+  } else {
+    mma::cp_async_commit();  // an empty group: each lane's copies stay one group apart
   }
-  auto any_left = [&] {
-    bool left = false;
-#pragma unroll
-    for (int x = 0; x < kLanes; ++x) left |= ln[x].j < n_chunk;
-    return left;
-  };
-  while (any_left()) {
-    LaneState& now = ln[0];
-    if (now.j < n_chunk) {
-      mma::cp_async_wait<kLanes - 1>();  // the other lanes' newer copies may still travel
-      if constexpr (kWg) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // wgmma reads async
-      __syncthreads();  // every warp's copies for this lane landed; red's last readers are done
-      if constexpr (kWg)
-        wgmma_pass<D>(qf, mma::smem_u32(kb + now.x * kSlots * D), n_qs, red);
-      else
-        mma_pass<D>(qf, kb + now.x * kSlots * D, n_qs, red);
-      __syncthreads();  // red holds every warp's maxima; this lane's key buffer is free
-      finish(now.x, now.j, now.it);
-      if (++now.it == n_steps(now.j)) {
-        if (lane < kOwned && now.j + own < n_chunk)
-          st.scores[(b * p.n_kv_head + g) * st.max_chunks + now.j + own] = path_best[now.x][own];
-        now.j += stride;
-        now.it = 0;
-        if (now.j < n_chunk) init_group(now.x, now.j);
-      }
+  bool other_issued_last = true;  // the other lane's copies are the newest committed group
+  while (now.j < n_chunk || other.j < n_chunk) {
+    if (now.j >= n_chunk) {  // this lane is done: the other steps alone
+      const LaneState t = now;
+      now = other, other = t;
+      other_issued_last = false;
+      continue;
+    }
+    if (other_issued_last)
+      mma::cp_async_wait<1>();  // the other lane's newer copies may still travel
+    else
+      mma::cp_async_wait<0>();
+    if constexpr (kWg) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // wgmma reads async
+    __syncthreads();  // every warp's copies for this lane landed; red's last readers are done
+    if constexpr (kWg)
+      wgmma_pass<D>(qf, mma::smem_u32(kb + now.x * kSlots * D), n_qs, red);
+    else
+      mma_pass<D>(qf, kb + now.x * kSlots * D, n_qs, red);
+    __syncthreads();  // red holds every warp's maxima; this lane's key buffer is free
+    finish(now.x, now.j, now.it);
+    if (++now.it == n_steps(now.j)) {
+      if (lane < kOwned && now.j + own < n_chunk)
+        st.scores[(b * p.n_kv_head + g) * st.max_chunks + now.j + own] = path_best[now.x][own];
+      now.j += stride;
+      now.it = 0;
+      if (now.j < n_chunk) init_group(now.x, now.j);
     }
     if (now.j < n_chunk)
       issue(now.x, now.j, now.it);
     else
-      mma::cp_async_commit();  // this lane is done: an empty group keeps the count
-    const LaneState first = ln[0];
-#pragma unroll
-    for (int x = 0; x + 1 < kLanes; ++x) ln[x] = ln[x + 1];
-    ln[kLanes - 1] = first;
+      mma::cp_async_commit();
+    const LaneState t = now;
+    now = other, other = t;
+    other_issued_last = true;
   }
 }
 
@@ -1057,7 +1072,7 @@ __global__ void index_kernel(IhipPrefillIndexParams p) {
   }
 }
 
-size_t g_score_smem[3][6] = {}, g_select_smem = 0, g_offsets_smem[3] = {};  // score: [head_dim 64, 128, 256][launch_score_prefill's kind]
+size_t g_score_smem[3][4] = {}, g_select_smem = 0, g_offsets_smem[3] = {};  // score: [head_dim 64, 128, 256][launch_score_prefill's kind]
 constexpr int dim_slot(int D) { return D == 64 ? 0 : D == 128 ? 1 : 2; }
 
 void allow_smem(const void* kernel, size_t bytes, size_t& done, const char* what) {
@@ -1083,8 +1098,6 @@ void check_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage& st) {
   LC_REQUIRE(st.l_c >= 1 && st.k >= st.l_c && st.k % st.l_c == 0 && st.out_cap >= st.k && st.max_chunks >= 1,
              "internal: infinitehip stage l_c=%d k=%lld out_cap=%lld", st.l_c, (long long)st.k, (long long)st.out_cap);
   LC_REQUIRE(p.rope_mode == 0 || (p.rope_cos && p.rope_sin), "internal: infinitehip RoPE table missing");
-  LC_REQUIRE(p.pipe_lanes >= 2 && p.pipe_lanes <= 4, "infinitehip: the prefill scorer's pipe_lanes is 2, 3 or 4, got %d",
-             p.pipe_lanes);
   LC_REQUIRE(p.n_kv < (int64_t(1) << 31), "infinitehip: %lld keys exceed 2^31", (long long)p.n_kv);
 }
 
@@ -1103,18 +1116,14 @@ template <int D>
 void launch_score_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage& st, cudaStream_t stream) {
   const bool mma = prefill_uses_mma(p);
   const int per_cta = mma ? kMmaChunks : Shape<D>::kChunks;
-  // FMA, tensor cores with RoPE, pipelined mma.sync, pipelined wgmma with 2, 3 or 4 lanes
-  const int kind = !mma ? 0 : p.rope_mode != 0 ? 1 : !p.wgmma_scorer ? 2 : p.pipe_lanes + 1;
-  const void* kernel = kind == 5   ? reinterpret_cast<const void*>(score_kernel_pipelined<D, true, 4>)
-                       : kind == 4 ? reinterpret_cast<const void*>(score_kernel_pipelined<D, true, 3>)
-                       : kind == 3 ? reinterpret_cast<const void*>(score_kernel_pipelined<D, true, 2>)
-                       : kind == 2 ? reinterpret_cast<const void*>(score_kernel_pipelined<D, false, 2>)
+  // FMA, tensor cores with RoPE, pipelined mma.sync, pipelined wgmma
+  const int kind = !mma ? 0 : p.rope_mode != 0 ? 1 : p.wgmma_scorer ? 3 : 2;
+  const void* kernel = kind == 3   ? reinterpret_cast<const void*>(score_kernel_pipelined<D, true>)
+                       : kind == 2 ? reinterpret_cast<const void*>(score_kernel_pipelined<D, false>)
                        : kind == 1 ? reinterpret_cast<const void*>(score_kernel<D, true>)
                                    : reinterpret_cast<const void*>(score_kernel<D, false>);
-  const size_t bytes = kind == 5   ? Shape<D>::pipe_smem(4, true)
-                       : kind == 4 ? Shape<D>::pipe_smem(3, true)
-                       : kind == 3 ? Shape<D>::pipe_smem(2, true)
-                       : kind == 2 ? Shape<D>::pipe_smem(2, false)
+  const size_t bytes = kind == 3   ? Shape<D>::kWgSmem
+                       : kind == 2 ? Shape<D>::kPipeSmem
                        : kind == 1 ? Shape<D>::kMmaSmem
                                    : Shape<D>::kScoreSmem;
   allow_smem(kernel, bytes, g_score_smem[dim_slot(D)][kind], "the prefill queries");
@@ -1129,14 +1138,10 @@ void launch_score_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage&
   const int64_t groups = (st.max_chunks + per_cta - 1) / per_cta, pairs = p.n_blk() * p.n_kv_head;
   const int64_t per_pair = std::min<int64_t>(groups, std::max<int64_t>(1, (4 * n_sm + pairs - 1) / pairs));
   const dim3 grid(unsigned(per_pair), unsigned(p.n_kv_head), unsigned(p.n_blk()));
-  if (kind == 5)
-    score_kernel_pipelined<D, true, 4><<<grid, kThreads, bytes, stream>>>(p, st);
-  else if (kind == 4)
-    score_kernel_pipelined<D, true, 3><<<grid, kThreads, bytes, stream>>>(p, st);
-  else if (kind == 3)
-    score_kernel_pipelined<D, true, 2><<<grid, kThreads, bytes, stream>>>(p, st);
+  if (kind == 3)
+    score_kernel_pipelined<D, true><<<grid, kThreads, bytes, stream>>>(p, st);
   else if (kind == 2)
-    score_kernel_pipelined<D, false, 2><<<grid, kThreads, bytes, stream>>>(p, st);
+    score_kernel_pipelined<D, false><<<grid, kThreads, bytes, stream>>>(p, st);
   else if (kind == 1)
     score_kernel<D, true><<<grid, kThreads, bytes, stream>>>(p, st);
   else
