@@ -32,7 +32,11 @@
 // Inputs are random (never zeros): the pruning cost does not depend on the values.
 // Run: build-gpu/bench/longctx_bench_infinitehip [--lens 131072,1048576] [--kv bf16,fp8]
 //      [--prefix 131072,..] [--chunk 32768] [--prefill-shape 4,1,256] [--prefill-rope relative]
-//      [--prefill-scorer mma|mma-sync|fma] [--json F]
+//      [--prefill-scorer mma|mma-sync|fma] [--prefill-prefetch on|off] [--prefill-skip-dense] [--json F]
+// --prefill-prefetch on: the RoPE-none scorer also warms L2 with the next step's candidate keys
+// (IhipPrefillGpuParams::l2_prefetch, off by default: the A/B in one binary); --prefill-skip-dense
+// leaves out the dense and rope=on attention timings (0 in the line) so a variant's run costs the
+// InfiniteHiP steps only.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -401,6 +405,8 @@ struct PrefillShape {
   int rope_mode = 0;  // 0 none, 1 relative (rope=on's pruning)
   bool rope_tensor_cores = true;  // --prefill-scorer mma (true) or fma
   bool wgmma = true;              // RoPE none: wgmma, or mma.sync (--prefill-scorer mma-sync)
+  bool prefetch = false;          // RoPE none: L2 prefetch of the next step's keys (--prefill-prefetch on|off)
+  bool skip_dense = false;        // --prefill-skip-dense: no dense / rope=on attention timing (variant runs)
 };
 
 // rope=on's attention of a chunk (IhipCompactAttention): per 64-row block, its key set gathered and
@@ -501,7 +507,7 @@ std::string bench_prefill(int64_t prefix, int64_t chunk, const PrefillShape& sh)
   dp.head_dim = kHeadDim;
   dp.q_pos0 = prefix;
   const int reps = prefix >= (int64_t(1) << 20) ? 2 : 3;
-  const double dense = time_ms([&] { attention_prefill(dp); }, 1, reps);
+  const double dense = sh.skip_dense ? 0.0 : time_ms([&] { attention_prefill(dp); }, 1, reps);
 
   IhipPrefillGpuParams p;
   p.q = q;
@@ -515,6 +521,7 @@ std::string bench_prefill(int64_t prefix, int64_t chunk, const PrefillShape& sh)
   p.rope_mode = sh.rope_mode;
   p.rope_tensor_cores = sh.rope_tensor_cores;
   p.wgmma_scorer = sh.wgmma;
+  p.l2_prefetch = sh.prefetch;
   // The relative-RoPE table (rope=on's pruning): positions 0, 1 and n_stream + 1, base 10000.
   const int64_t n_pos = kStream + 2;
   std::vector<float> cs(static_cast<size_t>(n_pos * kHeadDim / 2)), sn(cs.size());
@@ -604,8 +611,8 @@ std::string bench_prefill(int64_t prefix, int64_t chunk, const PrefillShape& sh)
   const double index = time_ms([&] { ihip_prefill_index(ip); }, 1, reps);
   const double attn = time_ms([&] { sparse_attention(sp); }, 1, reps);
   // rope=on's attention (compacted key sets per block): blocks one after another, and on 8 lanes
-  const double compact_serial = compact_attention_ms(sh, q, k, v, o, prefix, chunk, 1, reps);
-  const double compact_lanes = compact_attention_ms(sh, q, k, v, o, prefix, chunk, 8, reps);
+  const double compact_serial = sh.skip_dense ? 0.0 : compact_attention_ms(sh, q, k, v, o, prefix, chunk, 1, reps);
+  const double compact_lanes = sh.skip_dense ? 0.0 : compact_attention_ms(sh, q, k, v, o, prefix, chunk, 8, reps);
   std::vector<int32_t> kept(3);
   for (int i = 0; i < 3; ++i) copy_d2h(&kept[size_t(i)], out_len[i] + n_blk - 1, 4);  // the last block's
   device_sync();
@@ -614,16 +621,16 @@ std::string bench_prefill(int64_t prefix, int64_t chunk, const PrefillShape& sh)
   for (int i = 0; i < 3; ++i) dev_free(out[i]), dev_free(out_len[i]);
   const double prune = score[0] + select[0] + score[1] + select[1] + score[2] + select[2];
   std::fprintf(stderr,
-               "prefill %d/%d/%d rope %d scorer %s%s chunk=%lld after %lld: dense %.2f ms | infinitehip %.2f ms = %.2fx dense (stages "
+               "prefill %d/%d/%d rope %d scorer %s%s prefetch %d chunk=%lld after %lld: dense %.2f ms | infinitehip %.2f ms = %.2fx dense (stages "
                "%.2f: score %.2f %.2f %.2f, select %.2f %.2f %.2f; index %.3f; sparse attention %.2f) | rope=on "
                "attention: blocks serial %.2f ms, 8 lanes %.2f ms | last block kept %d/%d/%d\n",
-               kHeads, kKvHeads, kHeadDim, sh.rope_mode, sh.rope_tensor_cores ? "mma" : "fma", sh.wgmma ? "" : "-sync", (long long)chunk, (long long)prefix, dense, total, dense / total,
+               kHeads, kKvHeads, kHeadDim, sh.rope_mode, sh.rope_tensor_cores ? "mma" : "fma", sh.wgmma ? "" : "-sync", int(sh.prefetch), (long long)chunk, (long long)prefix, dense, total, dense / total,
                prune, score[0], score[1], score[2], select[0], select[1], select[2], index, attn, compact_serial,
                compact_lanes, kept[0], kept[1], kept[2]);
   char buf[1600];
   std::snprintf(buf, sizeof buf,
                 "{\"case\": \"prefill\", \"heads\": [%d, %d, %d], \"pruning_rope\": \"%s\", \"rope_scorer\": \"%s\", "
-                "\"rope_none_scorer\": \"%s\", "
+                "\"rope_none_scorer\": \"%s\", \"l2_prefetch\": %s, "
                 "\"prefix\": %lld, "
                 "\"chunk\": %lld, \"dense_ms\": %.4f, \"infinitehip_ms\": "
                 "%.4f, \"score_ms\": [%.4f, %.4f, %.4f], \"select_ms\": [%.4f, %.4f, %.4f], \"index_ms\": %.4f, "
@@ -631,7 +638,7 @@ std::string bench_prefill(int64_t prefix, int64_t chunk, const PrefillShape& sh)
                 "\"rope_on_attention_8_lanes_ms\": %.4f, \"kept_last_block\": [%d, %d, %d], "
                 "\"ratio_dense_over_infinitehip\": %.2f}",
                 kHeads, kKvHeads, kHeadDim, sh.rope_mode ? "relative" : "none", sh.rope_tensor_cores ? "mma" : "fma",
-                sh.wgmma ? "wgmma" : "mma.sync",
+                sh.wgmma ? "wgmma" : "mma.sync", sh.prefetch ? "true" : "false",
                 (long long)prefix, (long long)chunk,
                 dense, total, score[0], score[1], score[2], select[0], select[1], select[2], index, attn,
                 compact_serial, compact_lanes, kept[0], kept[1], kept[2], dense / total);
@@ -688,11 +695,21 @@ int main(int argc, char** argv) {
       }
       shape.rope_tensor_cores = r != "fma";
       shape.wgmma = r != "mma-sync";
+    } else if (!std::strcmp(argv[i], "--prefill-prefetch") && i + 1 < argc) {
+      const std::string r = argv[++i];
+      if (r != "on" && r != "off") {
+        std::fprintf(stderr, "longctx_bench_infinitehip: --prefill-prefetch takes on or off, got '%s'\n", r.c_str());
+        return 2;
+      }
+      shape.prefetch = r == "on";
+    } else if (!std::strcmp(argv[i], "--prefill-skip-dense")) {
+      shape.skip_dense = true;
     }
     else {
       std::fprintf(stderr,
                    "usage: %s [--lens N,..] [--kv bf16,fp8] [--prefix N,..] [--chunk N] [--prefill-shape H,Hkv,D] "
-                   "[--prefill-rope none|relative] [--prefill-scorer mma|mma-sync|fma] [--json FILE]\n",
+                   "[--prefill-rope none|relative] [--prefill-scorer mma|mma-sync|fma] [--prefill-prefetch on|off] "
+                   "[--prefill-skip-dense] [--json FILE]\n",
                    argv[0]);
       return 2;
     }

@@ -18,6 +18,13 @@
 # test_ihip_gpu_method and memcheck of Llama3HeadsFillOneQueryTile in parallel, then base / ours
 # at 1M, torch cuDNN at 1M + 32K, base / ours at 1M again, base / ours at 128K and 512K, and ncu
 # of ours' stage-1 launch, the last ones as the deadline allows.
+# MODE=pipe instead (ihip-stage1d: the pipelined scorer without the L2 prefetch, with fewer
+# instructions a pass): the tensor-core and Llama-3 prefill tests and the method tests, memcheck of
+# the prefetch-equality and Llama-3 cases, then two interleaved rounds at 1M of base, ours and ours
+# with --prefill-prefetch on (--prefill-skip-dense), torch cuDNN at 1M + 32K after the first round,
+# base / ours at 128K and 512K and at head_dim 64 (--prefill-shape 9,3,64), then ncu (memory,
+# compute, warp states, scheduler; raw stall and traffic metrics in ncu_*_raw.txt) of ours' stage-1
+# launch.
 # MODE=profile instead (a first look at a kernel change): base / ours at 1M, the prefill tests,
 # then ncu (scheduler, warp states, source counters, occupancy) on one launch of the stage-1 score
 # kernel at 1M of each build (the first score launch: the warm-up's stage 1), reports and their
@@ -68,6 +75,59 @@ ncu_stage1() {
     "$OUT/ncu_$1.txt" | head -12
 }
 
+# ncu_pipe NAME LIMIT BENCH_ARGS..: ncu_stage1's launch with the memory and compute sections too;
+# the details page and the raw stall / traffic / pipe metrics as text.
+ncu_pipe() {
+  local name=$1 limit=$2; shift 2
+  if [ $(( DEADLINE_S - ($(date +%s) - T0) )) -lt 30 ]; then echo "== ncu_$name not run (under 30 s left)"; return; fi
+  step "ncu_$name" "$limit" ncu --clock-control none --kernel-name regex:score_kernel --launch-count 1 \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+    --section SchedulerStats --section WarpStateStats --section Occupancy --section LaunchStats \
+    -o "$OUT/ncu_$name" "$B/longctx_bench_infinitehip" --lens "" --prefix 1048576 --chunk 32768 \
+    --prefill-skip-dense "$@" || return
+  timeout 20 ncu --import "$OUT/ncu_$name.ncu-rep" --page details > "$OUT/ncu_$name.txt" 2>&1
+  timeout 20 ncu --import "$OUT/ncu_$name.ncu-rep" --page raw > "$OUT/ncu_${name}_raw.txt" 2>&1
+  grep -E "Duration|Registers Per|Achieved Occupancy|Issued Warp|No Eligible|Warp Cycles Per Issued|Memory Throughput|DRAM Throughput|L2 Hit|L1/TEX Hit|Mem Busy|Max Bandwidth|Compute \(SM\)" \
+    "$OUT/ncu_$name.txt" | head -24
+  grep -E "dram__bytes_read.sum |lts__t_bytes.sum |lts__t_sector_hit_rate.pct |sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active |sm__inst_executed_pipe_tensor|smsp__average_warps_issue_stalled_[a-z_]+_per_issue_active.ratio " \
+    "$OUT/ncu_${name}_raw.txt" | awk '$NF+0 > 0.05 || /dram|lts|tensor/' | head -40
+}
+
+if [ "${MODE:-full}" = pipe ]; then
+  bench_line() { grep "^prefill" "$OUT/$1.log"; }
+  step test_ihip_gpu 150 "$B/test_ihip_gpu" --gtest_filter='IhipGpuPrefill.TensorCore*:IhipGpuPrefill.Llama3*' &
+  step test_ihip_gpu_method 60 "$B/test_ihip_gpu_method" &
+  step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 99 "$B/test_ihip_gpu" \
+    --gtest_filter='IhipGpuPrefill.TensorCorePipelineWithL2PrefetchEqualsWithout:IhipGpuPrefill.Llama3HeadsFillOneQueryTile' &
+  wait
+  gtest_summary test_ihip_gpu; gtest_summary test_ihip_gpu_method; tail -3 "$OUT/memcheck.log"
+  one_m=(--lens "" --prefix 1048576 --chunk 32768)
+  for r in 1 2; do
+    step "bench_base_1m_$r" 30 "$B/bench_base" "${one_m[@]}" --json "$OUT/bench_base_1m_$r.json"
+    bench_line "bench_base_1m_$r"
+    step "bench_ours_1m_$r" 30 "$B/longctx_bench_infinitehip" "${one_m[@]}" --json "$OUT/bench_ours_1m_$r.json"
+    bench_line "bench_ours_1m_$r"
+    step "bench_ours_pf_1m_$r" 20 "$B/longctx_bench_infinitehip" "${one_m[@]}" --prefill-skip-dense \
+      --prefill-prefetch on --json "$OUT/bench_ours_pf_1m_$r.json"; bench_line "bench_ours_pf_1m_$r"
+    [ $r = 1 ] || continue
+    step torch_chunk 60 python3 "$CARRY/torch_baseline.py" --prefill "" --decode "" --chunk 32768 \
+      --chunk-lens 1081344 --backends cudnn --json "$OUT/torch_chunk.json"
+    grep "^chunk" "$OUT/torch_chunk.log"
+  done
+  for who in base ours; do
+    bin=$B/longctx_bench_infinitehip; [ $who = base ] && bin=$B/bench_base
+    step "bench_${who}_short" 30 "$bin" --lens "" --prefix 131072,524288 --chunk 32768 \
+      --json "$OUT/bench_${who}_short.json"; bench_line "bench_${who}_short"
+    step "bench_${who}_d64" 30 "$bin" "${one_m[@]}" --prefill-shape 9,3,64 \
+      --json "$OUT/bench_${who}_d64.json"; bench_line "bench_${who}_d64"
+  done
+  ncu_pipe ours 45
+  echo "total $(( $(date +%s) - T0 ))s" | tee -a "$OUT/summary.txt"
+  tar -C "$OUT" -czf /tmp/ihip-prefill-results.tar.gz . && find "$OUT" -type f ! -name summary.txt -delete &&
+    mv /tmp/ihip-prefill-results.tar.gz "$OUT/"
+  grep -q "rc=[^0]" "$OUT/summary.txt" && exit 1
+  exit 0
+fi
 if [ "${MODE:-full}" = ab ]; then
   bench_line() { grep "^prefill" "$OUT/$1.log"; }
   step test_ihip_gpu 100 "$B/test_ihip_gpu" --gtest_filter='IhipGpuPrefill.TensorCore*:IhipGpuPrefill.Llama3*' &

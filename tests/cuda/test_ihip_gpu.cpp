@@ -735,6 +735,9 @@ struct MmaCase {  // a prefill chunk of n_q queries after q_pos0 keys, one pruni
   IhipStage st{64, 2048};
   int mode = 0;  // IhipRopeMode: with RoPE the oracle's operands are rotated in fp32, then rounded to bf16
   bool wgmma = true;  // IhipPrefillGpuParams::wgmma_scorer (RoPE none)
+  // IhipPrefillGpuParams::l2_prefetch; on (not the default) the scores are also compared bit for
+  // bit with the default's on the same inputs (the same probes and dot order).
+  bool prefetch = false;
 };
 void check_mma_near_ties(const MmaCase& mc) {
   const int H = mc.H, Hkv = mc.Hkv, D = mc.D, group = H / Hkv;
@@ -767,6 +770,7 @@ void check_mma_near_ties(const MmaCase& mc) {
   p.head_dim = D;
   p.rope_mode = mc.mode;
   p.wgmma_scorer = mc.wgmma;
+  p.l2_prefetch = mc.prefetch;
   p.n_sink = n_sink;
   p.n_stream = n_stream;
   p.rope_cos = cosb.as<float>();
@@ -788,6 +792,19 @@ void check_mma_near_ties(const MmaCase& mc) {
   const auto got = out.download<int32_t>(size_t(n_blk * st.k));
   const auto got_len = olen.download<int32_t>(size_t(n_blk));
   const auto got_sc = scores.download<float>(size_t(n_blk * Hkv * max_chunks));
+  if (mc.prefetch) {  // the default (no prefetch) on the same inputs: the same bits
+    IhipPrefillGpuParams p2 = p;
+    p2.l2_prefetch = false;
+    DevBuf scores2(size_t(n_blk * Hkv * max_chunks) * 4);
+    scores2.poison();
+    IhipPrefillStage ps2 = ps;
+    ps2.scores = scores2.as<float>();
+    ihip_score_prefill(p2, ps2);
+    device_sync();
+    const auto want_sc = scores2.download<float>(got_sc.size());
+    ASSERT_EQ(0, std::memcmp(want_sc.data(), got_sc.data(), got_sc.size() * 4))
+        << "l2_prefetch on: scores differ from the default's";
+  }
   int64_t near_ties = 0, judged = 0;
   for (int64_t b = 0; b < n_blk; ++b) {
     const int64_t row0 = b * 64, rows = std::min<int64_t>(64, n_q - row0), q_last = q_pos0 + row0 + rows - 1;
@@ -883,8 +900,8 @@ void check_mma_near_ties(const MmaCase& mc) {
     ASSERT_EQ(got_len[size_t(b)], int32_t(want.size())) << "block " << b;
     EXPECT_TRUE(std::equal(want.begin(), want.end(), got.begin() + b * st.k)) << "block " << b;
   }
-  std::printf("[ihip mma d=%d rope %d %s] %lld chunk scores judged, %lld near-tie branches followed\n", D, mc.mode,
-              mc.mode == 0 && mc.wgmma ? "wgmma" : "mma.sync", (long long)judged,
+  std::printf("[ihip mma d=%d rope %d %s prefetch %d] %lld chunk scores judged, %lld near-tie branches followed\n", D,
+              mc.mode, mc.mode == 0 && mc.wgmma ? "wgmma" : "mma.sync", int(mc.prefetch), (long long)judged,
               (long long)near_ties);
 }
 
@@ -935,6 +952,21 @@ TEST(IhipGpuPrefill, TensorCorePipelineLanesAndOneEntryChunks) {
   LC_REQUIRE_GPU();
   check_mma_near_ties({16, 16, 64, 64 * 40, 2401, {16, 512}});
   check_mma_near_ties({4, 1, 128, 64, 1537, {16, 128}});  // 321 candidates: 21 chunks, the last one entry
+}
+
+// The pipelined RoPE-none scorers with the L2 prefetch on (IhipPrefillGpuParams::l2_prefetch, off
+// by default), judged against the fp64 replay and bit-equal to the default's scores on the same
+// inputs: wgmma at head_dim 128 (32 / 8 heads: every row of the tile a query, and a 2-row last
+// block), 256 and 64, one group with a one-entry chunk, and mma.sync at 128.
+TEST(IhipGpuPrefill, TensorCorePipelineWithL2PrefetchEqualsWithout) {
+  LC_REQUIRE_GPU();
+  MmaCase sync{32, 8, 128};
+  sync.wgmma = false;
+  for (MmaCase mc : {MmaCase{32, 8, 128}, MmaCase{4, 1, 256}, MmaCase{9, 3, 64}, MmaCase{4, 1, 128, 64, 1537, {16, 128}},
+                     sync}) {
+    mc.prefetch = true;
+    check_mma_near_ties(mc);
+  }
 }
 
 // ---- rank=local (IhipStageGpuParams / IhipPrefillGpuParams::offset): each stage's offsets

@@ -319,12 +319,19 @@ __device__ inline int sw128(int r, int c) {
 // of the 3 exchanges a lane sends the half of its values its partner keeps, so 8 values need 4 + 2
 // + 1 shuffles (a shuffle per value per exchange would need 24) and lane (g, t) ends with probe
 // value g's maximum, which it stores: 32 lanes, 32 distinct slots, one store each. fmaxf: a NaN
-// never wins, so red holds no NaN.
+// never wins over a number.
+// Instruction count matters here (ncu at 1M: issue-bound, not waiting on memory): where every row
+// of the CTA's tile is a query (n_qs = 256, every full block of a 4-head group) a lane's 4 rows
+// reduce as a tree of 3 fmaxf a value with no liveness predicates (ptxas turned the predicated
+// form into ~2.5 instructions a value); and the wgmma descriptors are one base a pass half plus
+// constant offsets (the address field is addr >> 4 in the low 14 bits: shared addresses < 2^18, so
+// adding off >> 4 never carries out of it).
 template <int D>
 __device__ inline void wgmma_pass(const WgQueryFrags<D>& f, uint32_t kb, int n_qs, float* red) {
   constexpr int kN = 32;                         // probes per wgmma
   constexpr uint32_t kPanel = kMmaSlots * 128;   // bytes of a 64-dim panel
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const bool all_live = n_qs >= kMmaQTile;  // CTA-uniform
   bool live[2][2];  // whether the row of (m-tile, half) is a query
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
@@ -341,13 +348,13 @@ __device__ inline void wgmma_pass(const WgQueryFrags<D>& f, uint32_t kb, int n_q
       for (int i = 0; i < 16; ++i) acc[mt][i] = 0.f;
       sm90::fence_regs(acc[mt]);
     }
+    const uint64_t desc0 = sm90::desc_sw128(kb + n0 * 128, 16);
     sm90::wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks)  // 16 dims = 32 bytes of a panel row
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
-        sm90::wgmma_rs_n32(acc[mt], f.a[mt][ks],
-                           sm90::desc_sw128(kb + (ks / 4) * kPanel + n0 * 128 + (ks % 4) * 32, 16), ks > 0);
+        sm90::wgmma_rs_n32(acc[mt], f.a[mt][ks], desc0 + (((ks / 4) * kPanel + (ks % 4) * 32) >> 4), ks > 0);
     sm90::wgmma_commit();
     sm90::wgmma_wait<0>();
 #pragma unroll
@@ -355,17 +362,26 @@ __device__ inline void wgmma_pass(const WgQueryFrags<D>& f, uint32_t kb, int n_q
     // acc[mt][4j + 2hh + e] = (query wg_row(warp, mt, hh, g), probe n0 + 8j + 2t + e): v[2j + e] is
     // the max over the lane's live rows.
     float v[8];
+    if (all_live) {
 #pragma unroll
-    for (int i = 0; i < 8; ++i) v[i] = -INFINITY;
+      for (int j = 0; j < kN / 8; ++j)
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+        for (int e = 0; e < 2; ++e)
+          v[2 * j + e] = fmaxf(fmaxf(acc[0][4 * j + e], acc[0][4 * j + 2 + e]),
+                               fmaxf(acc[1][4 * j + e], acc[1][4 * j + 2 + e]));
+    } else {
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh)
-        if (live[mt][hh])
+      for (int i = 0; i < 8; ++i) v[i] = -INFINITY;
 #pragma unroll
-          for (int j = 0; j < kN / 8; ++j)
+      for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-            for (int e = 0; e < 2; ++e) v[2 * j + e] = fmaxf(v[2 * j + e], acc[mt][4 * j + 2 * hh + e]);
+        for (int hh = 0; hh < 2; ++hh)
+          if (live[mt][hh])
+#pragma unroll
+            for (int j = 0; j < kN / 8; ++j)
+#pragma unroll
+              for (int e = 0; e < 2; ++e) v[2 * j + e] = fmaxf(v[2 * j + e], acc[mt][4 * j + 2 * hh + e]);
+    }
     // Exchange over lane bit 4 (g bit 2), then 3, then 2: a lane with the bit set keeps the upper
     // half of its values, so after the three it holds value g's maximum in v[0].
 #pragma unroll
@@ -726,8 +742,9 @@ __global__ void __launch_bounds__(kThreads, kWg && D == 64 ? 2 : Shape<D>::kMmaC
   };
   // The group's steps: n_iter bisection steps, then one probe of the representative where a chunk
   // has one entry (ihip_select_rep scores a one-entry chunk by its only key).
+  const bool last_one = chunk_len(n_chunk - 1) == 1;  // the last chunk has one entry (once, not every pass)
   auto n_steps = [&](int64_t j0) {
-    const bool one_entry = st.l_c == 1 || (j0 + kChunks >= n_chunk && chunk_len(n_chunk - 1) == 1);
+    const bool one_entry = st.l_c == 1 || (last_one && j0 + kChunks >= n_chunk);
     return n_iter + (one_entry ? 1 : 0);
   };
   const int own = kOwned * warp + lane % kOwned;  // the chunk of lane lane % 4's state
@@ -754,7 +771,7 @@ __global__ void __launch_bounds__(kThreads, kWg && D == 64 ? 2 : Shape<D>::kMmaC
           const int mid = l + (h - l) / 2;
           left = c.at(first + l + (mid - l) / 2);
           right = c.at(first + mid + (h - mid) / 2);
-          if (it + 1 < n_iter) {
+          if (p.l2_prefetch && it + 1 < n_iter) {
             prefetch_half(first, l, mid);
             prefetch_half(first, mid, h);
           }
@@ -769,12 +786,13 @@ __global__ void __launch_bounds__(kThreads, kWg && D == 64 ? 2 : Shape<D>::kMmaC
     const int32_t key_r = __shfl_sync(0xffffffffu, right, row % kOwned);
     const int32_t key = row < kOwned ? key_l : key_r;
     const int slot = (row < kOwned ? 0 : kChunks) + kOwned * warp + row % kOwned;
-    const __nv_bfloat16* src = kp + (int64_t(key < 0 ? 0 : key) * p.n_kv_head + g) * D;
+    // the lane's first chunk; chunk kRowLanes u + part is kRowLanes u chunks on (constant offsets)
+    const __nv_bfloat16* src = kp + (int64_t(key < 0 ? 0 : key) * p.n_kv_head + g) * D + 8 * part;
     __nv_bfloat16* dst = kb + x * kSlots * D;
 #pragma unroll
     for (int u = 0; u < kPerLane; ++u) {  // a row's 4 lanes copy 64 consecutive bytes at a time
       const int ch = kRowLanes * u + part;
-      mma::cp_async16(mma::smem_u32(dst + (kWg ? sw128<D>(slot, ch) : swz<D>(slot, ch))), src + 8 * ch,
+      mma::cp_async16(mma::smem_u32(dst + (kWg ? sw128<D>(slot, ch) : swz<D>(slot, ch))), src + 8 * kRowLanes * u,
                       key < 0 ? 0 : 16);
     }
     mma::cp_async_commit();
@@ -792,9 +810,13 @@ __global__ void __launch_bounds__(kThreads, kWg && D == 64 ? 2 : Shape<D>::kMmaC
   // the warps reach lane k, which moves chunk 4w + k as ihip_select_rep does.
   auto finish = [&](int x, int64_t j0, int it) {
     const int s = lane % (2 * kOwned), slot = (s < kOwned ? 0 : kChunks) + kOwned * warp + s % kOwned;
-    float m = -INFINITY;  // red holds no NaN
-    for (int w = lane / (2 * kOwned); w < kWarps; w += 32 / (2 * kOwned))
-      if (red[w * kSlots + slot] > m) m = red[w * kSlots + slot];
+    float m = -INFINITY;  // a NaN in red (all of a warp's rows NaN) never wins
+    constexpr int kWarpStep = 32 / (2 * kOwned);  // the lanes reading one slot: 4, each kWarps / 4 warps
+#pragma unroll
+    for (int i = 0; i < kWarps / kWarpStep; ++i) {
+      const float r = red[(lane / (2 * kOwned) + kWarpStep * i) * kSlots + slot];
+      if (r > m) m = r;
+    }
 #pragma unroll
     for (int off = 2 * kOwned; off < 32; off *= 2) {
       const float o = __shfl_xor_sync(0xffffffffu, m, off);
