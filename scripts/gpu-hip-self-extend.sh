@@ -9,7 +9,7 @@
 #   nice ninja -C build -j2 longctx test_sparse_window test_gpu_hip_self_extend test_gpu_self_extend
 #   scripts/gpu-hip-self-extend.sh --pack build /work/main/build C
 # Run on the device (one call):  OUT=$OUT bash .carry/hip-se-gpu/gpu-hip-self-extend.sh
-# Each step has a timeout and is skipped when it would pass BUDGET seconds (default 420); logs and
+# Each step has a timeout and is skipped when it would pass BUDGET seconds (default 440); logs and
 # JSON go to /tmp/hse-out, tarred into $OUT/results.tgz after every step.
 set -uo pipefail
 if [ "${1:-}" = "--pack" ]; then
@@ -22,7 +22,7 @@ if [ "${1:-}" = "--pack" ]; then
   cp "$main/src/cli/longctx" "$tmp/longctx_main" || exit 2
   strip "$tmp"/*
   carry_libs "$tmp/lib" "$tmp/longctx" "$tmp/test_gpu_hip_self_extend"
-  tar -C "$tmp" -cJf "$carry/bins.tar.xz" .
+  XZ_OPT=-T2 tar -C "$tmp" -cJf "$carry/bins.tar.xz" .
   git -C "$HERE" rev-parse --short HEAD > "$carry/commit.txt"
   git -C "$main" rev-parse --short HEAD >> "$carry/commit.txt" 2>/dev/null || git -C /work/main rev-parse --short HEAD >> "$carry/commit.txt"
   cp "$0" "$carry/"
@@ -34,11 +34,22 @@ C=$(dirname "$0"); B=/tmp/hse; rm -rf $B; mkdir -p $B && tar -C $B -xJf "$C/bins
 export LD_LIBRARY_PATH=$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 log() { echo "== $* ($(date -u +%T), ${SECONDS}s)" | tee -a "$OUT/steps.log"; }
 step() { local name=$1 t=$2; shift 2; log "$name"
-  if [ $((SECONDS + t)) -gt ${BUDGET:-420} ]; then echo "$name skipped (time)" | tee -a "$OUT/steps.log"; return; fi
+  if [ $((SECONDS + t)) -gt ${BUDGET:-440} ]; then echo "$name skipped (time)" | tee -a "$OUT/steps.log"; return; fi
   timeout $t "$@" > "$OUT/$name.log" 2>&1; local rc=$?
   echo "$name rc=$rc" | tee -a "$OUT/steps.log"; tail -${TAILN:-6} "$OUT/$name.log"; tar -C $OUT -czf "$FINAL/results.tgz" .; }
 { nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv; echo "branch, main:"
   cat "$C/commit.txt"; date -u; } > "$OUT/env.txt" 2>&1; cat "$OUT/env.txt"
+
+# Code of the window-less kernels: registers/stack/shared and SASS instruction counts per sparse
+# kernel, main vs branch (the window is a separate instantiation; the plan kernels changed).
+sass_of() { cuobjdump -sass "$1" 2>/dev/null | awk '/Function :/ {f=$3} /^ +\/\*[0-9a-f]+\*\// {n[f]++} END {for (k in n) print k, n[k]}' |
+  grep -E "sparse|plan" | sort; }
+res_of() { cuobjdump -res-usage "$1" 2>/dev/null | grep -A1 -E "Function [^ ]*(sparse|plan)" | paste - - |
+  sed -E 's/.*Function ([^ :]*).*(REG:[0-9]+ STACK:[0-9]+ SHARED:[0-9]+).*/\1 \2/' | sort; }
+for bin in longctx_main longctx; do sass_of $B/$bin > "$OUT/sass_$bin.txt"; res_of $B/$bin > "$OUT/res_$bin.txt"; done
+{ echo "SASS instruction counts (main vs branch):"; join -a1 -a2 -e - -o 0,1.2,2.2 "$OUT/sass_longctx_main.txt" "$OUT/sass_longctx.txt" |
+  awk '$2 != $3'; echo "resource usage differences:"; diff "$OUT/res_longctx_main.txt" "$OUT/res_longctx.txt"; } > "$OUT/sass_diff.txt" 2>&1
+head -40 "$OUT/sass_diff.txt"
 
 TAILN=4 step test_sparse_window 60 $B/test_sparse_window
 TAILN=8 step test_gpu_hip_self_extend 90 $B/test_gpu_hip_self_extend
@@ -61,15 +72,17 @@ for attn in hip hip=self_extend=8:1024; do
   TAILN=8 step "d128_$tag" 45 $B/longctx "${BM[@]}" --random-weights llama3-8b:4 --lengths 32k --attn "$attn" \
     --json "$OUT/d128_$tag.json"
 done
-# Window-less paths, main vs branch, interleaved (two rounds).
+# Window-less paths, main vs branch, interleaved (two rounds; prefill-bound: 4 decode steps):
+# hip at head_dim 64 (generic sparse kernel) and 128 (Hopper kernel), A-shape at 128 (Hopper).
+AB=(bench model --device cuda --decode 4 --repeats 2 --lengths 32k)
 for r in 1 2; do
   for bin in longctx_main longctx; do
-    TAILN=6 step "ab${r}_${bin}_hip" 40 $B/$bin "${BM[@]}" --random-weights smollm2-135m --lengths 32k --attn hip \
+    TAILN=4 step "ab${r}_${bin}_hip" 30 $B/$bin "${AB[@]}" --random-weights smollm2-135m --attn hip \
       --json "$OUT/ab${r}_${bin}_hip.json"
-    TAILN=6 step "ab${r}_${bin}_hip_d128" 40 $B/$bin "${BM[@]}" --random-weights llama3-8b:4 --lengths 32k --attn hip \
+    TAILN=4 step "ab${r}_${bin}_hip_d128" 30 $B/$bin "${AB[@]}" --random-weights llama3-8b:4 --attn hip \
       --json "$OUT/ab${r}_${bin}_hip_d128.json"
-    TAILN=6 step "ab${r}_${bin}_minf" 40 $B/$bin "${BM[@]}" --random-weights smollm2-135m --lengths 32k --attn minference \
-      --json "$OUT/ab${r}_${bin}_minf.json"
+    TAILN=4 step "ab${r}_${bin}_ashape_d128" 30 $B/$bin "${AB[@]}" --random-weights llama3-8b:4 --attn a_shape=128,4096 \
+      --json "$OUT/ab${r}_${bin}_ashape_d128.json"
   done
 done
 log done
