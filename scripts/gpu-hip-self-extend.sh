@@ -9,6 +9,7 @@
 #   nice ninja -C build -j2 longctx test_sparse_window test_gpu_hip_self_extend test_gpu_self_extend
 #   scripts/gpu-hip-self-extend.sh --pack build /work/main/build C
 # Run on the device (one call):  OUT=$OUT bash .carry/hip-se-gpu/gpu-hip-self-extend.sh
+# (QUICK=1 before it: tests and memcheck, then the head_dim 128 cost rows only; ~60 s.)
 # Each step has a timeout and is skipped when it would pass BUDGET seconds (default 440); logs and
 # JSON go to /tmp/hse-out, tarred into $OUT/results.tgz after every step.
 set -uo pipefail
@@ -57,6 +58,19 @@ TAILN=4 step test_gpu_self_extend 60 $B/test_gpu_self_extend
 TAILN=4 step memcheck_kernels 90 compute-sanitizer --tool memcheck --error-exitcode 99 $B/test_sparse_window
 TAILN=4 step memcheck_model 90 compute-sanitizer --tool memcheck --error-exitcode 99 $B/test_gpu_hip_self_extend \
   --gtest_filter='*Chunks100'
+
+# QUICK=1: the tests above, then only the head_dim 128 rows with every layer sparse (HiP, HiP +
+# Self-Extend, dense Self-Extend; two rounds): the check of a kernel change on the Hopper path.
+if [ "${QUICK:-0}" = 1 ]; then
+  for r in 1 2; do
+    for attn in hip=dense_layers=0 hip=dense_layers=0,self_extend=8:1024 dense=self_extend=8:1024; do
+      tag=${attn//[=:,]/_}
+      TAILN=3 step "q${r}_d128_$tag" 40 $B/longctx bench model --device cuda --decode 32 --repeats 2 --lengths 32k \
+        --random-weights llama3-8b:4 --attn "$attn" --json "$OUT/q${r}_d128_$tag.json"
+    done
+  done
+  log done; exit 0
+fi
 
 # Cost rows (branch binary): SmolLM2-135M geometry (head_dim 64: the generic sparse kernel throughout).
 BM=(bench model --device cuda --decode 32 --repeats 2)

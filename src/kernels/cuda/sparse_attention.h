@@ -18,8 +18,8 @@
 // ranges clipped to the causal frontier; unique columns outside the ranges) into the caller's
 // workspace; the main kernel (warp-specialised, wgmma + TMA) then streams each block's key
 // tiles of 64: range tiles by TMA bulk tensor copies, column tiles by cp.async row gathers, one
-// online softmax over both. Calls with a window or a negative q_pos0 (Self-Extend's parts) run on
-// the generic kernel (sparse_attention_generic.h), which has both.
+// online softmax over both. Calls with a row window (Self-Extend's near part) run on the generic
+// kernel (sparse_attention_generic.h), which has it.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -77,8 +77,8 @@ struct SparseAttnParams {
   // Query i sits at position q_pos0 + i (the causal mask's position: row i sees keys <=
   // q_pos0 + i). Negative values (causal only) move the rows' mask back past the first key, so
   // rows with q_pos0 + i < 0 see no key (O = 0, LSE = -inf): Self-Extend's far part passes its
-  // rows' positions minus W (row q sees keys <= q - W). Generic kernel only (sparse_attention()
-  // routes it there).
+  // rows' positions minus W (row q sees keys <= q - W). Both kernels: the plan clips each block
+  // to its causal frontier, and the kernels' masks compare signed positions.
   int64_t q_pos0 = 0;
   float scale = 0.f;        // 0 = 1/sqrt(head_dim)
   bool causal = true;
@@ -102,12 +102,12 @@ struct SparseAttnParams {
 
 size_t sparse_attention_workspace_bytes(const DeviceSparseIndex& index);
 // Runs the plan kernel and the sparse kernel on stream s (asynchronous): the Hopper kernel for
-// head_dim 128 or 256 on sm_90 (no window, q_pos0 >= 0), else the generic mma.sync kernel
+// head_dim 128 or 256 on sm_90 without a window, else the generic mma.sync kernel
 // (sparse_attention_generic.h: head_dim 64, 128 or 256, sm_80+; same workspace). Throws Error naming the problem on unsupported shapes or
 // inconsistent index sizes.
 void sparse_attention(const SparseAttnParams& p, Stream s = nullptr);
 // The Hopper kernel's two halves, for benchmarks: plan once, attend many times (the plan
-// depends only on the index and the shape). head_dim 128 or 256 on sm_90 only; no window, q_pos0 >= 0.
+// depends only on the index and the shape). head_dim 128 or 256 on sm_90 only; no window.
 void sparse_attention_plan(const SparseAttnParams& p, Stream s = nullptr);
 void sparse_attention_run(const SparseAttnParams& p, Stream s = nullptr);
 

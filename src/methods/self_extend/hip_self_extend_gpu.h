@@ -20,8 +20,8 @@
 // scored near or grouped.
 // Cost: HiP's (estimator + sparse attention) with the sparse attention run twice over the index
 // (each part visits only its keys), both rotations of the step's rows, and the merge. The
-// windowed near part and chunks whose rows start before W (negative q_pos0 in the far part) run
-// on the generic sparse kernel (the Hopper kernel has neither); benchmarks: docs/benchmarks.md.
+// windowed near part runs on the generic sparse kernel (the Hopper kernel has no window); the far
+// part on the kernel plain HiP uses. Benchmarks: docs/benchmarks.md.
 // Memory: dense Self-Extend's (2 x the K cache in rotated copies) + HiP's index buffers.
 // Not on the GPU (the registry refuses, "use --device cpu"): Self-Extend with a sparse method
 // other than HiP, the fp8 KV cache's decode, KV offload; decode runs eagerly (no CUDA graph).
