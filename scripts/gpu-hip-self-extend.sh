@@ -7,7 +7,8 @@
 # the window-less paths (hip, minference) to show they kept their speed. Interleaved main, branch.
 # Pack (here, no GPU needed), into C = .carry/hip-se-gpu:
 #   nice ninja -C build -j2 longctx test_sparse_window test_gpu_hip_self_extend test_gpu_self_extend
-#   scripts/gpu-hip-self-extend.sh --pack build /work/main/build C
+#   [MAIN_COMMIT=abc1234] scripts/gpu-hip-self-extend.sh --pack build /work/main/build C
+# (MAIN_COMMIT: the commit main's build was made from, when its folder is not a checkout of it.)
 # Run on the device (one call):  OUT=$OUT bash .carry/hip-se-gpu/gpu-hip-self-extend.sh
 # (QUICK=1 before it: tests and memcheck, then the head_dim 128 cost rows only; ~60 s.)
 # Each step has a timeout and is skipped when it would pass BUDGET seconds (default 440); logs and
@@ -25,7 +26,7 @@ if [ "${1:-}" = "--pack" ]; then
   carry_libs "$tmp/lib" "$tmp/longctx" "$tmp/test_gpu_hip_self_extend"
   XZ_OPT=-T2 tar -C "$tmp" -cJf "$carry/bins.tar.xz" .
   git -C "$HERE" rev-parse --short HEAD > "$carry/commit.txt"
-  git -C "$main" rev-parse --short HEAD >> "$carry/commit.txt" 2>/dev/null || git -C /work/main rev-parse --short HEAD >> "$carry/commit.txt"
+  echo "${MAIN_COMMIT:-$(git -C "$main" rev-parse --short HEAD)}" >> "$carry/commit.txt"  # the baseline binary's commit
   cp "$0" "$carry/"
   du -sh "$carry"/*
   exit 0
