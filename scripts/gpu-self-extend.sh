@@ -18,7 +18,7 @@
 # they are skipped and say so.
 # Steps (each under a timeout cut to what is left of BUDGET_S, default 185 s for a 200 s call):
 #   tests    test_gpu_self_extend (fp64 oracle, GPU model vs CPU engine, refusals)
-#   refuse   `longctx bench model --device cuda --attn hip=self_extend=...` must print `longctx: ...`
+#   refuse   `longctx bench model --device cuda` with two G:W must print `longctx: ...`
 #   bench_*  longctx bench model --device cuda --random-weights smollm2-135m at 8K/16K/32K: dense,
 #            dense=self_extend=8:1024 (prefill and decode tokens/s; the default model's geometry)
 #   passkey / niah (model present): --no-chat, 8K/16K/32K, 5 depths x 4 samples = 20 prompts per
@@ -61,10 +61,12 @@ step_show() { tail -n 25 "$OUT/$1.txt"; grep -m3 "longctx:" "$OUT/$1.log"; }
 step tests 60 "$BIN/test_gpu_self_extend"
 grep -E "^\[ +(PASSED|FAILED|OK|SKIPPED) +\]" "$OUT/tests.txt" >> "$OUT/summary.txt"
 
-# HiP + Self-Extend is refused before any work, with the CLI's `longctx: ...` line.
+# Different G:W per phase is refused before any work, with the CLI's `longctx: ...` line (HiP +
+# Self-Extend runs on the GPU: scripts/gpu-hip-self-extend.sh).
 export BIN
 step refuse 20 bash -c '"$BIN/longctx" bench model --device cuda --random-weights smollm2-135m --lengths 1k \
-  --attn hip=self_extend=8:1024 2>&1 | tee /dev/stderr | grep -q "^longctx: .*Self-Extend with a sparse method"'
+  --attn "prefill:dense=self_extend=4:1024;decode:dense=self_extend=8:1024" 2>&1 | tee /dev/stderr |
+  grep -q "^longctx: .*the same self_extend=G:W in both phases"'
 
 for attn in dense "$SE"; do
   tag=${attn//[=:]/_}

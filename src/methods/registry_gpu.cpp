@@ -8,6 +8,7 @@
 #include "methods/infinitehip/infinitehip_gpu.h"
 #include "methods/minference/minference_gpu.h"
 #include "methods/phase_method.h"
+#include "methods/self_extend/hip_self_extend_gpu.h"
 #include "methods/self_extend/self_extend_gpu.h"
 #include "methods/tokenselect/tokenselect_engine_gpu.h"
 #include "util/error.h"
@@ -126,18 +127,23 @@ std::unique_ptr<GpuMethod> builder_of(const AttentionMethod& m, const MethodCont
 
 // The GPU side, or why there is none ("" and a null builder: every step is dense).
 std::unique_ptr<GpuMethod> try_make(const AttentionMethod& m, const MethodContext& ctx, std::string& why) {
-  // Self-Extend (pre-RoPE keys, self_extend_gpu.h) owns every step: dense only, both phases alike.
+  // Self-Extend (pre-RoPE keys) owns every step, both phases alike: dense (self_extend_gpu.h), or
+  // with HiP's selection on the phases whose steps HiP routes sparse (hip_self_extend_gpu.h).
   const SelfExtendParams* se_pre = m.self_extend(Phase::prefill);
   const SelfExtendParams* se_dec = m.self_extend(Phase::decode);
   if (se_pre || se_dec) {
+    const Sides sd = sparse_sides(m, ctx);
+    const auto* hip_pre = dynamic_cast<const HipMethod*>(sd.prefill);
+    const auto* hip_dec = dynamic_cast<const HipMethod*>(sd.decode);
     if (!se_pre || !se_dec || se_pre->group != se_dec->group || se_pre->neighbor != se_dec->neighbor)
       why = fmt::format("attention method '{}': Self-Extend on the GPU needs the same self_extend=G:W in both phases",
                         m.name());
-    else if (ever_sparse(m, ctx, Phase::prefill) || ever_sparse(m, ctx, Phase::decode))
-      why = fmt::format("attention method '{}': Self-Extend with a sparse method runs on the CPU only (the GPU runs "
-                        "dense=self_extend=G:W)", m.name());
+    else if ((sd.prefill && !hip_pre) || (sd.decode && !hip_dec))
+      why = fmt::format("attention method '{}': Self-Extend on the GPU runs with dense or hip steps only (e.g. "
+                        "hip=self_extend=G:W or dense=self_extend=G:W)", m.name());
     else
       try {
+        if (hip_pre || hip_dec) return make_hip_self_extend_gpu(*se_pre, hip_pre, hip_dec, ctx);
         return make_self_extend_gpu(*se_pre, ctx);
       } catch (const Error& e) {
         why = e.what();

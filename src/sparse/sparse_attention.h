@@ -3,8 +3,9 @@
 //
 // What: exact softmax attention of each query row over the keys its query block selects in a
 // SparseIndex (ranges + columns, union counted once), with the causal mask applied on top (and,
-// when p.window > 0, the sliding window: row at q sees keys (q - window, q]; the CPU reference
-// only, used by Self-Extend's neighbour part; the CUDA kernel has no window).
+// when p.window > 0, the sliding window: row at q sees keys (q - window, q], used by Self-Extend's
+// neighbour part; on the GPU SparseAttnParams::window, run by the generic kernel: the Hopper
+// kernel has no window and cuda::sparse_attention routes windowed calls away from it).
 // Returns O and, optionally, the natural-log LSE of the scaled scores of the attended keys, so
 // that partial results over disjoint key sets merge exactly (merge_states.h).
 // Why: every sparse method (A-shape, MInference VS/BS, ...) differs only in its index builder.

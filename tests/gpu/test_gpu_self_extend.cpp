@@ -18,8 +18,8 @@
 //     in chunks of 256 and 8 teacher-forced decode steps): logits within the bf16 tolerance
 //     (test_util.h) and equal argmax on clear rows; where Self-Extend's logits differ from plain
 //     dense beyond noise, the GPU's are much closer to the CPU's Self-Extend than to dense.
-// (3) What the GPU refuses, before any work (no GPU needed): Self-Extend with HiP, different G:W per
-//     phase, head_dim without a dense kernel.
+// (3) What the GPU refuses, before any work (no GPU needed): different G:W per phase, head_dim
+//     without a dense kernel (HiP with Self-Extend runs: test_gpu_hip_self_extend.cpp).
 //   build-gpu/tests/gpu/test_gpu_self_extend   (also part of test_gpu)
 #ifdef LONGCTX_WITH_GPU
 #include <algorithm>
@@ -345,19 +345,19 @@ TEST(GpuSelfExtendParse, GpuSideAndRefusals) {
             g->device_bytes({.model = mc, .chunk = kChunk, .capacity = 65536}));
   // One spec per phase with the same G:W runs; the same as one method.
   EXPECT_EQ(gpu_method_problem(*make_attention_method("prefill:" + kSpec + ";decode:" + kSpec, mc), mc), "");
+  // HiP with Self-Extend has its own GPU side (test_gpu_hip_self_extend.cpp).
   const std::string hip_se = "hip=k=64,window=32,sinks=4,dense_layers=0,self_extend=4:64";
-  std::string e = gpu_method_problem(*make_attention_method(hip_se, mc), mc);
-  EXPECT_TRUE(contains(e, "Self-Extend with a sparse method runs on the CPU only")) << e;
+  EXPECT_EQ(gpu_method_problem(*make_attention_method(hip_se, mc), mc), "");
   const std::string two_gw = "prefill:dense=self_extend=4:64;decode:dense=self_extend=8:64";
-  e = gpu_method_problem(*make_attention_method(two_gw, mc), mc);
+  std::string e = gpu_method_problem(*make_attention_method(two_gw, mc), mc);
   EXPECT_TRUE(contains(e, "the same self_extend=G:W in both phases")) << e;
   MethodContext d96 = mc;
   d96.head_dim = 96;
   e = gpu_method_problem(*make_attention_method(kSpec, d96), d96);
   EXPECT_TRUE(contains(e, "head_dim 16, 32, 64, 128 or 256") && contains(e, "has head_dim 96")) << e;
   // make_gpu_method's message ends with the CLI's advice.
-  const auto hip = make_attention_method("hip=dense_layers=0,self_extend=4:64", mc);
-  EXPECT_TRUE(contains(test::error_of([&] { (void)make_gpu_method(*hip, mc); }), "use --device cpu"));
+  const auto two = make_attention_method(two_gw, mc);
+  EXPECT_TRUE(contains(test::error_of([&] { (void)make_gpu_method(*two, mc); }), "use --device cpu"));
 }
 
 }  // namespace

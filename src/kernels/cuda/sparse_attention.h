@@ -2,7 +2,8 @@
 // sparse/sparse_attention.h), bf16 in/out, fp32 accumulation, with LSE.
 //
 // What: exact softmax attention of each query row over the keys its 64-row query block selects
-// in a sparse index (key ranges + single key columns, union counted once), causal mask on top.
+// in a sparse index (key ranges + single key columns, union counted once), causal mask on top,
+// and optionally a row-level sliding window (SparseAttnParams::window: Self-Extend's near part).
 // It serves block-sparse (ranges of whole 64-key blocks), vertical-slash (merged slash ranges +
 // gathered vertical columns, MInference Algorithm 5) and A-shape (two ranges) alike.
 // Index format: the CPU format of sparse/sparse_index.h (docs/minference.md), flattened to CSR
@@ -17,7 +18,8 @@
 // ranges clipped to the causal frontier; unique columns outside the ranges) into the caller's
 // workspace; the main kernel (warp-specialised, wgmma + TMA) then streams each block's key
 // tiles of 64: range tiles by TMA bulk tensor copies, column tiles by cp.async row gathers, one
-// online softmax over both.
+// online softmax over both. Calls with a row window (Self-Extend's near part) run on the generic
+// kernel (sparse_attention_generic.h), which has it.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -72,9 +74,21 @@ struct SparseAttnParams {
   int n_head = 0;
   int n_kv_head = 0;
   int head_dim = 128;       // 128 or 256 (Hopper kernel), 64 (generic kernel, via sparse_attention())
-  int64_t q_pos0 = 0;       // query i sits at position q_pos0 + i
+  // Query i sits at position q_pos0 + i (the causal mask's position: row i sees keys <=
+  // q_pos0 + i). Negative values (causal only) move the rows' mask back past the first key, so
+  // rows with q_pos0 + i < 0 see no key (O = 0, LSE = -inf): Self-Extend's far part passes its
+  // rows' positions minus W (row q sees keys <= q - W). Both kernels: the plan clips each block
+  // to its causal frontier, and the kernels' masks compare signed positions.
+  int64_t q_pos0 = 0;
   float scale = 0.f;        // 0 = 1/sqrt(head_dim)
   bool causal = true;
+  // Row-level sliding window (0 = none): row i sees only keys > q_pos0 + i - window, on top of its
+  // index and the causal mask (the CPU reference's AttnParams::window, sparse/sparse_attention.h;
+  // Self-Extend's near part). Needs causal and bf16 K/V. The plan clips each block's lists to keys
+  // > its first row's position - window; the generic kernel masks per row (a kernel variant, so
+  // calls without a window keep their code). The Hopper kernel has no window: sparse_attention()
+  // runs windowed calls on the generic kernel.
+  int64_t window = 0;
   DeviceSparseIndex index;
   void* workspace = nullptr;  // device, sparse_attention_workspace_bytes(index) bytes
   size_t workspace_bytes = 0;
@@ -88,12 +102,12 @@ struct SparseAttnParams {
 
 size_t sparse_attention_workspace_bytes(const DeviceSparseIndex& index);
 // Runs the plan kernel and the sparse kernel on stream s (asynchronous): the Hopper kernel for
-// head_dim 128 or 256 on sm_90, else the generic mma.sync kernel (sparse_attention_generic.h:
-// head_dim 64, 128 or 256, sm_80+; same workspace). Throws Error naming the problem on unsupported shapes or
+// head_dim 128 or 256 on sm_90 without a window, else the generic mma.sync kernel
+// (sparse_attention_generic.h: head_dim 64, 128 or 256, sm_80+; same workspace). Throws Error naming the problem on unsupported shapes or
 // inconsistent index sizes.
 void sparse_attention(const SparseAttnParams& p, Stream s = nullptr);
 // The Hopper kernel's two halves, for benchmarks: plan once, attend many times (the plan
-// depends only on the index and the shape). head_dim 128 or 256 on sm_90 only.
+// depends only on the index and the shape). head_dim 128 or 256 on sm_90 only; no window.
 void sparse_attention_plan(const SparseAttnParams& p, Stream s = nullptr);
 void sparse_attention_run(const SparseAttnParams& p, Stream s = nullptr);
 

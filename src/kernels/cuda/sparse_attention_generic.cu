@@ -117,7 +117,10 @@ struct TileCursor {
   }
 };
 
-template <int D, bool kFp8>
+// kWindow: the row-level window (SparseAttnParams::window): row i also masks keys <=
+// q_pos0 + i - window, every tile masked (the plan already dropped keys below the block's first
+// row's bound). A separate instantiation, so calls without a window run the code they had.
+template <int D, bool kFp8, bool kWindow>
 __global__ void __launch_bounds__(GTile<D, kFp8>::kThreads, GTile<D, kFp8>::kMinBlocks)
     sparse_generic_kernel(const MainArgs a) {
   using T = GTile<D, kFp8>;
@@ -257,7 +260,7 @@ __global__ void __launch_bounds__(GTile<D, kFp8>::kThreads, GTile<D, kFp8>::kMin
 
     const int tcnt = s_cnt[st];
     // keys ascend within a tile (range: consecutive; columns: sorted), so keys[63] is the largest
-    const bool need_mask = tcnt < kBK || (a.causal && keys[kBK - 1] > vis_first);
+    const bool need_mask = kWindow || tcnt < kBK || (a.causal && keys[kBK - 1] > vis_first);
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
@@ -267,6 +270,9 @@ __global__ void __launch_bounds__(GTile<D, kFp8>::kThreads, GTile<D, kFp8>::kMin
           const int32_t key = keys[nt * 8 + 2 * (lane & 3) + (e & 1)];
           const int32_t vis = vis0 + (e >> 1) * 8;
           if (key < 0 || (a.causal && key > vis)) x = -INFINITY;
+          if constexpr (kWindow) {
+            if (int64_t(key) <= int64_t(vis) - a.window) x = -INFINITY;
+          }
         }
         s[nt][e] = x;
       }
@@ -304,27 +310,30 @@ void check_params(const SparseAttnParams& p) {
   check_sparse_params(p, "sparse_attention_generic");  // fp8: the scales finite and > 0
 }
 
-template <int D, bool kFp8>
+template <int D, bool kFp8, bool kWindow>
 void launch_main(const MainArgs& a, int64_t n_cta, cudaStream_t stream) {
   using T = GTile<D, kFp8>;
-  static const cudaError_t err =
-      cudaFuncSetAttribute(sparse_generic_kernel<D, kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmem);
-  LC_CUDA_CHECK(err, "sparse_generic_kernel<d=%d, fp8=%d>: raising dynamic shared memory to %d bytes", D, int(kFp8),
-                T::kSmem);
-  sparse_generic_kernel<D, kFp8><<<unsigned(n_cta), T::kThreads, T::kSmem, stream>>>(a);
-  LC_LAUNCH_CHECK("sparse_generic_kernel<d=%d, fp8=%d> n_q=%lld n_kv=%lld q_pos0=%lld heads=%d/%d grid=%lld", D,
-                  int(kFp8), (long long)a.n_q, (long long)a.n_kv, (long long)a.q_pos0, a.n_head, a.n_kv_head,
-                  (long long)n_cta);
+  static const cudaError_t err = cudaFuncSetAttribute(sparse_generic_kernel<D, kFp8, kWindow>,
+                                                      cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmem);
+  LC_CUDA_CHECK(err, "sparse_generic_kernel<d=%d, fp8=%d, window=%d>: raising dynamic shared memory to %d bytes", D,
+                int(kFp8), int(kWindow), T::kSmem);
+  sparse_generic_kernel<D, kFp8, kWindow><<<unsigned(n_cta), T::kThreads, T::kSmem, stream>>>(a);
+  LC_LAUNCH_CHECK(
+      "sparse_generic_kernel<d=%d, fp8=%d, window=%d> n_q=%lld n_kv=%lld q_pos0=%lld window=%lld heads=%d/%d "
+      "grid=%lld",
+      D, int(kFp8), int(kWindow), (long long)a.n_q, (long long)a.n_kv, (long long)a.q_pos0, (long long)a.window,
+      a.n_head, a.n_kv_head, (long long)n_cta);
 }
 
-template <bool kFp8>
+// The window variant exists for bf16 K/V only (check_sparse_params refuses fp8 with a window).
+template <bool kFp8, bool kWindow>
 void launch_for_dim(const MainArgs& a, int head_dim, int64_t n_cta, cudaStream_t stream) {
   if (head_dim == 256)
-    launch_main<256, kFp8>(a, n_cta, stream);
+    launch_main<256, kFp8, kWindow>(a, n_cta, stream);
   else if (head_dim == 128)
-    launch_main<128, kFp8>(a, n_cta, stream);
+    launch_main<128, kFp8, kWindow>(a, n_cta, stream);
   else
-    launch_main<64, kFp8>(a, n_cta, stream);
+    launch_main<64, kFp8, kWindow>(a, n_cta, stream);
 }
 
 }  // namespace
@@ -346,9 +355,11 @@ void sparse_attention_generic_run(const SparseAttnParams& p, Stream s) {
   LC_REQUIRE(n_cta <= 0x7fffffff, "sparse_attention_generic: %lld CTAs exceed the grid limit", (long long)n_cta);
   auto stream = static_cast<cudaStream_t>(s);
   if (fp8)
-    launch_for_dim<true>(a, p.head_dim, n_cta, stream);
+    launch_for_dim<true, false>(a, p.head_dim, n_cta, stream);
+  else if (p.window > 0)
+    launch_for_dim<false, true>(a, p.head_dim, n_cta, stream);
   else
-    launch_for_dim<false>(a, p.head_dim, n_cta, stream);
+    launch_for_dim<false, false>(a, p.head_dim, n_cta, stream);
 }
 
 void sparse_attention_generic(const SparseAttnParams& p, Stream s) {

@@ -5,7 +5,8 @@
 // per (index head, 64-row query block) the union of its key ranges (sorted by start; may overlap
 // or touch; ends past n_kv clipped) and single columns (sorted; may repeat or lie inside a
 // range), each key counted once, causal mask on top (query i at position q_pos0 + i sees keys
-// <= q_pos0 + i), GQA via n_head / n_kv_head, query head h uses index head
+// <= q_pos0 + i; q_pos0 may be negative), the row-level window when p.window > 0 (row i also
+// drops keys <= q_pos0 + i - window; bf16 K/V), GQA via n_head / n_kv_head, query head h uses index head
 // h / (n_head / n_index_head). Rows with no attended key get O = 0, LSE = -inf.
 // bf16 q/k/v/o, fp32 accumulation, LSE (natural log of the scaled scores) optional. fp8 K/V tiles
 // (p.kv_dtype fp8_e4m3: k/v hold the fp8 cache's e4m3 codes, p.k_scale / p.v_scale): attention

@@ -874,6 +874,8 @@ void check_params(const SparseAttnParams& p) {
              "sparse_attention: sm90_stages %d at head_dim %d (3 at 128; 2 or 3 at 256)", p.sm90_stages, p.head_dim);
   LC_REQUIRE(p.kv_dtype != KvDtype::fp8_e4m3 || st == 3,
              "sparse_attention: fp8 K/V tiles take the 3-stage ring (sm90_stages %d)", p.sm90_stages);
+  LC_REQUIRE(p.window == 0, "sparse_attention: the Hopper kernel has no row window (%lld); sparse_attention() runs "
+             "windowed calls on the generic kernel", (long long)p.window);
   check_sparse_params(p, "sparse_attention");
 }
 
@@ -928,7 +930,9 @@ void sparse_attention_run(const SparseAttnParams& p, Stream s) {
 }
 
 void sparse_attention(const SparseAttnParams& p, Stream s) {
-  if ((p.head_dim != 128 && p.head_dim != 256) || !is_hopper()) return sparse_attention_generic(p, s);
+  // Self-Extend's near part (a row window) takes the generic kernel.
+  if ((p.head_dim != 128 && p.head_dim != 256) || !is_hopper() || p.window > 0)
+    return sparse_attention_generic(p, s);
   sparse_attention_plan(p, s);
   sparse_attention_run(p, s);
 }

@@ -47,6 +47,7 @@ struct PlanArgs {
   const int32_t* seq_lens;  // [n_seq]
   int64_t max_len;          // max_pages_per_seq * page_size: lengths are clamped to it
   int64_t max_keys;         // per-row cap (the key list's row stride)
+  int64_t window, shift;    // SparseDecodeParams: keys in [len - shift - window, len - shift) (window 0: from 0)
   int32_t* row_keys;        // [n_rows] attended keys per row (after the cap)
   int32_t* seg_start;       // [range_capacity + col_capacity]
   int32_t* seg_off;         // same
@@ -86,7 +87,10 @@ __global__ void __launch_bounds__(kPlanThreads) sparse_decode_plan_kernel(const 
   __shared__ int s_carry_max, s_carry_sum;
   const int64_t r = blockIdx.x;
   const int tid = threadIdx.x;
-  const int len = seq_len_of(a.seq_lens, int(r / a.idx.n_index_head), a.max_len);
+  // The row's keys lie in [lo, hi): its length, moved back by shift, and its window.
+  const int hi = int(max(int64_t(seq_len_of(a.seq_lens, int(r / a.idx.n_index_head), a.max_len)) - a.shift,
+                         int64_t(0)));
+  const int lo = a.window > 0 ? int(max(int64_t(hi) - a.window, int64_t(0))) : 0;
   const RowSpan sp = row_span(a.idx, r);
   int32_t* seg_start = a.seg_start + sp.seg_base();
   int32_t* seg_off = a.seg_off + sp.seg_base();
@@ -101,8 +105,8 @@ __global__ void __launch_bounds__(kPlanThreads) sparse_decode_plan_kernel(const 
     int st = 0, en = 0;
     if (i < sp.n_ranges()) {
       const int2 rg = reinterpret_cast<const int2*>(a.idx.ranges)[sp.rb + i];
-      st = min(max(rg.x, 0), len);
-      en = min(max(rg.y, 0), len);
+      st = min(max(rg.x, lo), hi);
+      en = min(max(rg.y, lo), hi);
     }
     int excl_max;
     Scan(tmp).ExclusiveScan(en, excl_max, 0, MaxOp());
@@ -121,7 +125,7 @@ __global__ void __launch_bounds__(kPlanThreads) sparse_decode_plan_kernel(const 
     __syncthreads();
   }
   const int range_keys = s_carry_sum;
-  // Columns: kept when inside [0, len), not a repeat, and outside every range.
+  // Columns: kept when inside [lo, hi), not a repeat, and outside every range.
   const int n_cols = sp.ce - sp.cb;
   const int32_t* cols = a.idx.cols + sp.cb;
   for (int i0 = 0; i0 < n_cols; i0 += kPlanThreads) {
@@ -129,7 +133,7 @@ __global__ void __launch_bounds__(kPlanThreads) sparse_decode_plan_kernel(const 
     int keep = 0, c = 0;
     if (i < n_cols) {
       c = cols[i];
-      keep = c >= 0 && c < len && (i == 0 || cols[i - 1] != c);
+      keep = c >= lo && c < hi && (i == 0 || cols[i - 1] != c);
       if (keep && sp.n_ranges() > 0) {
         // The last range with effective start <= c is the only one that can hold c.
         int lo = 0, hi = sp.n_ranges();  // first index with seg_start > c
@@ -306,6 +310,8 @@ void check_sparse_decode(const SparseDecodeParams& p) {
   LC_REQUIRE(p.n_head > 0 && kv.n_kv_head > 0 && p.n_head % kv.n_kv_head == 0 && p.n_head / kv.n_kv_head <= kMaxGroup,
              "sparse_decode: n_head %d / n_kv_head %d must be a positive integer <= %d", p.n_head, kv.n_kv_head,
              kMaxGroup);
+  LC_REQUIRE(p.window >= 0 && p.shift >= 0, "sparse_decode: window %lld and shift %lld must be >= 0",
+             (long long)p.window, (long long)p.shift);
   LC_REQUIRE(ix.n_index_head > 0 && p.n_head % ix.n_index_head == 0,
              "sparse_decode: n_index_head %d must divide n_head %d", ix.n_index_head, p.n_head);
   const int group = p.n_head / kv.n_kv_head, hpi = p.n_head / ix.n_index_head;
@@ -390,8 +396,8 @@ void sparse_decode(const SparseDecodeParams& p, Stream s) {
   const int64_t n_rows = p.index.n_rows();
   const int64_t max_keys = bounds.max_keys_per_row;
 
-  PlanArgs pa{p.index, kv.seq_lens, int64_t(kv.max_pages_per_seq) * kv.page_size, max_keys, row_keys, seg_start,
-              seg_off};
+  PlanArgs pa{p.index,  kv.seq_lens, int64_t(kv.max_pages_per_seq) * kv.page_size, max_keys, p.window, p.shift,
+              row_keys, seg_start,   seg_off};
   sparse_decode_plan_kernel<<<unsigned(n_rows), kPlanThreads, 0, stream>>>(pa);
   LC_LAUNCH_CHECK("sparse_decode_plan_kernel rows=%lld", (long long)n_rows);
 

@@ -14,7 +14,7 @@
 // How (flash-decoding over a gathered key list, no host syncs, so one step can be captured in a
 // CUDA graph and replayed while the index contents and kv.seq_lens change):
 //   1. plan (one CTA per index row): normalise the row (union of ranges, columns outside them,
-//      deduplicated, clipped) into disjoint segments with their key offsets; the row's key count.
+//      deduplicated, clipped to the length, or to window/shift's bounds) into disjoint segments with their key offsets; the row's key count.
 //   2. expand: every attended key's pool row (block table applied), in a per-row list.
 //   3. split kernel (decode_split.cuh, shared with dense decode): each row's keys are cut into
 //      n_splits parts of whole 64-key tiles processed by different CTAs; a CTA holds the query
@@ -41,6 +41,13 @@ struct SparseDecodeParams {
   KvView kv;                // device view; kv.n_seq sequences, elem bf16 or fp8_e4m3
   DecodeIndex index;        // device arrays; index.n_seq == kv.n_seq
   float scale = 0.f;        // 0 = 1/sqrt(head_dim)
+  // Self-Extend's two parts (methods/self_extend/hip_self_extend_gpu.h), applied in the plan only
+  // (the attention kernels are unchanged): a sequence of length len attends only its index's keys
+  // in [len - shift - window, len - shift): shift > 0 moves the query back (far part: keys <=
+  // q - W), window > 0 keeps the last window keys before that bound (near part: keys > q - W);
+  // 0 and 0 = keys [0, len).
+  int64_t window = 0;
+  int64_t shift = 0;
   // Most keys any row attends after clipping (sizes the workspace and the split count); 0 =
   // kv.max_pages_per_seq * kv.page_size, which always suffices. A row attending more keys than
   // this is cut to its first max_keys_per_row keys in the normalised order (ranges, then columns).

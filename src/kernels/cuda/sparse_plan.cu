@@ -19,6 +19,7 @@ struct PlanArgs {
   int32_t* n_r;         // [rows] canonical counts
   int32_t* n_c;
   int64_t n_q, n_kv, q_pos0;
+  int64_t window;  // > 0: keys >= the block's first row's position - window + 1 only
   bool causal;
 };
 
@@ -32,7 +33,10 @@ __global__ void plan_kernel(const PlanArgs a) {
   const int64_t b = r % a.idx.n_qblk;
   const int64_t last_row = min((b + 1) * kSparseQBlock, a.n_q) - 1;
   const int64_t lim = a.causal ? min(a.n_kv, a.q_pos0 + last_row + 1) : a.n_kv;  // keys < lim
-  const int32_t ilim = int32_t(lim);
+  const int32_t ilim = int32_t(max(lim, int64_t(0)));  // q_pos0 < 0 can put the frontier before key 0
+  // The row-level window's lower bound for the whole block (its first row sees the fewest keys
+  // below; the kernel masks the other rows per row).
+  const int32_t ilo = a.window > 0 ? int32_t(max(a.q_pos0 + b * kSparseQBlock - a.window + 1, int64_t(0))) : 0;
 
   // Ranges. pm: inclusive prefix max of the (clipped) ends of valid ranges; a valid range opens a
   // new merged range iff its start exceeds every earlier end (equal = touching = merge). The
@@ -46,7 +50,7 @@ __global__ void plan_kernel(const PlanArgs a) {
     int32_t s = 0, e = 0;
     bool valid = false;
     if (i < r1) {
-      s = max(a.idx.ranges[2 * i], 0);
+      s = max(a.idx.ranges[2 * i], ilo);
       e = min(a.idx.ranges[2 * i + 1], ilim);
       valid = s < e;
     }
@@ -72,7 +76,7 @@ __global__ void plan_kernel(const PlanArgs a) {
   if (lane == 0 && nr > 0) rout[2 * nr - 1] = run_end;
   __syncwarp();
 
-  // Columns: inside [0, lim), not a repeat, not inside a merged range.
+  // Columns: inside [ilo, lim), not a repeat, not inside a merged range.
   const int64_t c0 = a.idx.col_ptr[r], c1 = a.idx.col_ptr[r + 1];
   int32_t* cout = a.cols_out + c0;
   int nc = 0;
@@ -82,7 +86,7 @@ __global__ void plan_kernel(const PlanArgs a) {
     const int32_t c = i < c1 ? a.idx.cols[i] : INT_MIN;
     int32_t prev = __shfl_up_sync(0xffffffffu, c, 1);
     if (lane == 0) prev = prev_last;
-    bool keep = i < c1 && c >= 0 && c < ilim && c != prev;
+    bool keep = i < c1 && c >= ilo && c < ilim && c != prev;
     if (keep && nr > 0) {
       int lo = 0, hi = nr;  // first merged range with start > c
       while (lo < hi) {
@@ -120,9 +124,13 @@ int current_sm() {
 
 void check_sparse_params(const SparseAttnParams& p, const char* who) {
   constexpr int64_t kBQ = kSparseQBlock;
-  LC_REQUIRE(p.n_q > 0 && p.n_kv > 0 && p.n_q <= 0x7fffffff && p.n_kv <= 0x7fffffff && p.q_pos0 >= 0,
-             "%s: bad sizes n_q=%lld n_kv=%lld q_pos0=%lld", who, (long long)p.n_q, (long long)p.n_kv,
-             (long long)p.q_pos0);
+  LC_REQUIRE(p.n_q > 0 && p.n_kv > 0 && p.n_q <= 0x7fffffff && p.n_kv <= 0x7fffffff &&
+                 (p.q_pos0 >= 0 || (p.causal && p.q_pos0 > -0x7fffffff)),
+             "%s: bad sizes n_q=%lld n_kv=%lld q_pos0=%lld (negative only with the causal mask)", who,
+             (long long)p.n_q, (long long)p.n_kv, (long long)p.q_pos0);
+  LC_REQUIRE(p.window == 0 || (p.window > 0 && p.causal && p.kv_dtype == KvDtype::bf16),
+             "%s: window %lld needs the causal mask and bf16 K/V (a positive window, or 0 for none)", who,
+             (long long)p.window);
   LC_REQUIRE(p.n_head > 0 && p.n_kv_head > 0 && p.n_head % p.n_kv_head == 0,
              "%s: n_head %d is not a multiple of n_kv_head %d", who, p.n_head, p.n_kv_head);
   LC_REQUIRE(!p.causal || p.q_pos0 + p.n_q <= p.n_kv, "%s: causal chunk q_pos0 %lld + n_q %lld exceeds n_kv %lld",
@@ -169,6 +177,7 @@ SparseKernelArgs sparse_kernel_args(const SparseAttnParams& p) {
   a.heads_per_index = p.n_head / p.index.n_index_head;
   const float scale = p.scale > 0.f ? p.scale : 1.f / std::sqrt(float(p.head_dim));
   a.scale_log2 = scale * kLog2e;
+  a.window = p.window;
   a.causal = p.causal;
   return a;
 }
@@ -208,6 +217,7 @@ void launch_sparse_plan(const SparseAttnParams& p, Stream s, const char* who) {
   a.n_q = p.n_q;
   a.n_kv = p.n_kv;
   a.q_pos0 = p.q_pos0;
+  a.window = p.window;
   a.causal = p.causal;
   const int64_t rows = int64_t(p.index.n_index_head) * p.index.n_qblk;
   constexpr int kWarps = 8;  // warps (index rows) per plan block

@@ -5,7 +5,8 @@
 // What: each (index head, 64-row query block) row of a DeviceSparseIndex, made canonical in the
 // caller's workspace: its ranges clipped to [0, lim) (lim = the block's causal frontier, the
 // last row's position + 1, or n_kv) and merged into disjoint ranges (touching ranges merge),
-// written at the row's own offsets; its columns kept when inside [0, lim), not a repeat of the
+// written at the row's own offsets (with a row-level window, starts raised to the block's first
+// row's position - window + 1); its columns kept when inside those bounds, not a repeat of the
 // previous one (they are sorted) and not inside a merged range. Counts per row in n_r / n_c.
 // Why: the index format allows overlaps, repeats and columns inside ranges (union counted once);
 // the attention kernels then stream disjoint tiles with no per-key deduplication.
@@ -64,6 +65,7 @@ struct SparseKernelArgs {
   const int32_t* n_r;
   const int32_t* n_c;
   int64_t n_q, n_kv, q_pos0, n_qblk;
+  int64_t window;  // row-level window (0: none; the generic kernel's windowed variant)
   int n_head, n_kv_head, group, heads_per_index;
   float scale_log2;  // (p.scale, or 1/sqrt(head_dim)) * log2(e)
   bool causal;

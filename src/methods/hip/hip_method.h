@@ -15,7 +15,7 @@
 // Spec: hip=k=512,b_q=64,b_sq=2,b_k=2,b_sk=1,window=256,sinks=16,refresh=8,dense_layers=3 (any
 // subset, any order; these are the paper's defaults). b_q must be 64 (the sparse index's query
 // block). Composes per phase as every method: "prefill:minference=CFG;decode:hip".
-// self_extend=G:W (self_extend.h; CPU only): keys are cached pre-RoPE; the estimator ranks the
+// self_extend=G:W (self_extend.h; on the GPU: methods/self_extend/hip_self_extend_gpu.h): keys are cached pre-RoPE; the estimator ranks the
 // search region with q and k rotated at the grouped positions (SE2) for every candidate (the
 // region starts >= window keys behind each row, mostly beyond W; no score calibration across the
 // boundary, unlike the authors' kernel), and the selected pairs are scored near (SE1) or grouped

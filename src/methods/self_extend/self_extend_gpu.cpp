@@ -121,6 +121,38 @@ void SelfExtendGpu::rotate_queries(const GpuAttendStep& step, int64_t q_pos0, bo
 }
 
 void SelfExtendGpu::attend(const GpuAttendStep& step, cuda::Stream s) {
+  rotate_step(step, s);
+  attend_dense(step, s);
+}
+
+const void* SelfExtendGpu::keys_own(int layer) const {
+  return row_at(k_own_, int64_t(layer) * capacity_, int64_t(ctx_.n_kv_head) * ctx_.head_dim);
+}
+
+const void* SelfExtendGpu::keys_grouped(int layer) const {
+  return row_at(k_grp_, int64_t(layer) * capacity_, int64_t(ctx_.n_kv_head) * ctx_.head_dim);
+}
+
+const void* SelfExtendGpu::rotated_queries(const GpuAttendStep& step, bool grouped, cuda::Stream s) {
+  void* dst = grouped ? q_grp_ : q_own_;
+  rotate_queries(step, step.n_kv - step.n_q, grouped, dst, s);
+  return dst;
+}
+
+void SelfExtendGpu::merge(const GpuAttendStep& step, int64_t far_row0, cuda::Stream s) {
+  cuda::self_extend_merge({.o = step.o, .lse_near = lse_near_, .o_far = o_far_, .lse_far = lse_far_,
+                           .n_q = step.n_q, .far_row0 = far_row0, .n_head = ctx_.n_head, .head_dim = ctx_.head_dim},
+                          s);
+}
+
+void SelfExtendGpu::attend_dense(const GpuAttendStep& step, cuda::Stream s) {
+  if (step.phase == Phase::decode && step.n_q == 1)
+    decode(step, s);
+  else
+    prefill(step, s);
+}
+
+void SelfExtendGpu::rotate_step(const GpuAttendStep& step, cuda::Stream s) {
   if (!arena_) fail("internal: Self-Extend attend() before allocate()");
   if (step.kv_fp8) fail("internal: Self-Extend on the GPU reads bf16 keys (decode_reads_fp8 is false)");
   if (!step.inv_freq) fail("internal: Self-Extend needs the layer's RoPE frequencies");
@@ -136,10 +168,6 @@ void SelfExtendGpu::attend(const GpuAttendStep& step, cuda::Stream s) {
   rotate_keys(step, from, s);
   rotated_[l] = step.n_kv;
   rotated_of_[l] = step.k;
-  if (step.phase == Phase::decode && step.n_q == 1)
-    decode(step, s);
-  else
-    prefill(step, s);
 }
 
 void SelfExtendGpu::prefill(const GpuAttendStep& step, cuda::Stream s) {
@@ -165,10 +193,7 @@ void SelfExtendGpu::prefill(const GpuAttendStep& step, cuda::Stream s) {
                            .head_dim = ctx_.head_dim, .q_pos0 = q_pos0 + r0 - W, .scale = step.scale,
                            .causal = true},
                           s);
-  // (SE3) one softmax over both.
-  cuda::self_extend_merge({.o = step.o, .lse_near = lse_near_, .o_far = o_far_, .lse_far = lse_far_,
-                           .n_q = step.n_q, .far_row0 = r0, .n_head = ctx_.n_head, .head_dim = ctx_.head_dim},
-                          s);
+  merge(step, r0, s);  // (SE3) one softmax over both
 }
 
 void SelfExtendGpu::decode(const GpuAttendStep& step, cuda::Stream s) {
@@ -197,10 +222,7 @@ void SelfExtendGpu::decode(const GpuAttendStep& step, cuda::Stream s) {
   dp.n_kv = step.n_kv - W;
   dp.window = 0;
   cuda::attention_decode(dp, s);
-  // (SE3); decode's lse [n_seq = 1, n_head] is [n_head, n_q = 1].
-  cuda::self_extend_merge({.o = step.o, .lse_near = lse_near_, .o_far = o_far_, .lse_far = lse_far_, .n_q = 1,
-                           .far_row0 = 0, .n_head = ctx_.n_head, .head_dim = ctx_.head_dim},
-                          s);
+  merge(step, 0, s);  // (SE3); decode's lse [n_seq = 1, n_head] is [n_head, n_q = 1]
 }
 
 std::unique_ptr<GpuMethod> make_self_extend_gpu(const SelfExtendParams& se, const MethodContext& ctx) {

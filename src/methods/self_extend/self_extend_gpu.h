@@ -28,8 +28,11 @@
 // [capacity] x 2, and one decode workspace for capacity keys.
 // Sliding-window layers (Gemma 3's local layers) never come here: the model keeps their keys
 // post-RoPE and runs its dense window kernels (GpuTransformer::method_layer), the CPU's rule.
-// Not on the GPU (the registry refuses, "use --device cpu"): Self-Extend with HiP;
-// --synthetic-qk (the model's pre-RoPE check); the fp8 KV cache's decode
+// Shared with HiP + Self-Extend (hip_self_extend_gpu.h, the same rotations and merge around two
+// sparse attentions): rotate_step, keys_own/keys_grouped, rotated_queries, the far part's
+// buffers, merge and attend_dense are public for it.
+// Not on the GPU (the registry refuses, "use --device cpu"): Self-Extend with a sparse method
+// other than HiP; --synthetic-qk (the model's pre-RoPE check); the fp8 KV cache's decode
 // (decode_reads_fp8 false: the kernels read bf16 keys); CUDA-graph decode (host lengths: the
 // model decodes eagerly).
 #pragma once
@@ -59,6 +62,25 @@ class SelfExtendGpu final : public GpuMethod {
   void start_sequence(cuda::Stream s) override;
 
   const SelfExtendParams& params() const { return se_; }
+
+  // The pieces of a step (attend() = rotate_step + attend_dense). rotate_step checks the step and
+  // rotates the keys it added into both copies; every step of a layer starts with it.
+  void rotate_step(const GpuAttendStep& step, cuda::Stream s);
+  // Dense Self-Extend of a step rotate_step prepared (prefill, or decode with n_q = 1).
+  void attend_dense(const GpuAttendStep& step, cuda::Stream s);
+  // Layer l's rotated keys, bf16 [capacity, n_kv_head, head_dim]: own positions (SE1) / grouped (SE2).
+  const void* keys_own(int layer) const;
+  const void* keys_grouped(int layer) const;
+  // The step's queries (rows at n_kv - n_q ..) rotated at their own or grouped positions, bf16
+  // [n_q, n_head, head_dim] in this object's buffers (valid until the next call of the same kind).
+  const void* rotated_queries(const GpuAttendStep& step, bool grouped, cuda::Stream s);
+  // The far part's output bf16 [chunk, n_head, head_dim] and the two parts' LSEs fp32 [n_head, chunk].
+  void* far_out() const { return o_far_; }
+  float* lse_near() const { return lse_near_; }
+  float* lse_far() const { return lse_far_; }
+  // (SE3): step.o (the near part, LSE lse_near) merged with the far part (far_out / lse_far, rows
+  // far_row0.. of the step, packed from row 0) into one softmax.
+  void merge(const GpuAttendStep& step, int64_t far_row0, cuda::Stream s);
 
  private:
   struct Sizes;

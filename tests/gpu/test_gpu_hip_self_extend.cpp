@@ -1,0 +1,154 @@
+// test_gpu_hip_self_extend.cpp: HiP with Self-Extend on the GPU
+// (methods/self_extend/hip_self_extend_gpu.h) against the CPU engine's HiP + Self-Extend.
+//
+// (1) The GPU model vs the CPU engine on the default model's attention geometry (9 query / 3 KV
+//     heads, head_dim 64; random weights, trained context 256), `hip=k=64,window=32,sinks=4,
+//     refresh=4,dense_layers=0,self_extend=4:64` (every step past 100 keys sparse, W = 64 >
+//     HiP's window): a 700-token prompt in chunks of 256 (ragged last chunk) and of 100 (chunks
+//     that start off the 64-row grid; the first chunks' far parts have rows before W), then 12
+//     teacher-forced decode steps (three mask refreshes, cached masks between). Logits within the
+//     bf16 tolerance (test_util.h), argmax equal on clear rows. The GPU estimator may rank near
+//     ties differently than the CPU's (kernels/cuda/hip_estimate.h), which moves a few blocks;
+//     the logit tolerance covers that on this model (printed: worst |diff| / tol).
+//     The sparse path ran: where HiP + Self-Extend's logits differ from dense Self-Extend's
+//     beyond noise, the GPU's are much closer to the CPU's HiP + Self-Extend than to dense.
+// (2) The GPU side's properties and what stays refused (no GPU needed).
+//   build/tests/gpu/test_gpu_hip_self_extend   (also part of test_gpu)
+#ifdef LONGCTX_WITH_GPU
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "gpu/device_weights.h"
+#include "gpu/gpu_transformer.h"
+#include "methods/gpu_method.h"
+#include "methods/method.h"
+#include "model/tiny_model.h"
+#include "model/transformer.h"
+#include "model_rows.h"
+#include "test_util.h"
+#include "util/thread_pool.h"
+
+namespace longctx {
+namespace {
+
+using test::compare_row;
+using test::contains;
+using test::random_ids;
+using test::Rows;
+
+constexpr int64_t kRows = 4;  // prefill logit rows compared
+const std::string kSpec = "hip=k=64,window=32,sinks=4,refresh=4,dense_layers=0,self_extend=4:64";
+
+test::TinyModel& fixture() {
+  static test::TinyModel* f = [] {
+    TinyModelSpec s;  // SmolLM2-135M's attention geometry: 9/3 heads, head_dim 64
+    s.n_layer = 2;
+    s.n_embd = 576;
+    s.n_head = 9;
+    s.n_kv_head = 3;
+    s.n_ff = 1024;
+    s.context_length = 256;
+    s.seed = 43;
+    return test::write_tiny("hip-self-extend", s).release();
+  }();
+  return *f;
+}
+
+Rows run_gpu(const std::string& spec, int64_t chunk, const std::vector<int32_t>& ids,
+             const std::vector<int32_t>& decode) {
+  test::TinyModel& f = fixture();
+  gpu::GpuOptions o;
+  o.chunk = chunk;
+  o.attn = spec;
+  gpu::GpuTransformer g(f.cfg, gpu::DeviceWeights::upload(f.cfg, ModelWeights::load(*f.file, f.cfg), nullptr), o);
+  g.reset(int64_t(ids.size() + decode.size()));
+  return test::logit_rows(g, ids, decode, kRows);
+}
+
+Rows run_cpu(const std::string& spec, int64_t chunk, const std::vector<int32_t>& ids,
+             const std::vector<int32_t>& decode) {
+  test::TinyModel& f = fixture();
+  Transformer cpu(f.cfg, ModelWeights::load(*f.file, f.cfg), make_attention_method(spec, test::ctx_of(f.cfg)),
+                  global_pool());
+  auto seq = cpu.new_sequence(int64_t(ids.size() + decode.size()));
+  cpu.attach(seq.get());
+  Rows r = test::logit_rows(cpu, ids, decode, kRows, chunk);  // the GPU's chunks
+  cpu.attach(nullptr);
+  return r;
+}
+
+void check_model(int64_t chunk) {
+  const int32_t vocab = fixture().cfg.vocab_size;
+  const auto ids = random_ids(700, vocab, 61), dec = random_ids(12, vocab, 62);
+  const Rows gpu = run_gpu(kSpec, chunk, ids, dec), cpu = run_cpu(kSpec, chunk, ids, dec);
+  ASSERT_EQ(gpu.size(), cpu.size());
+  double worst = 0;
+  int clear = 0, equal = 0;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    const test::LogitDiff d = compare_row(cpu[i].data(), gpu[i].data(), int64_t(cpu[i].size()));
+    worst = std::max(worst, d.max_abs / d.tol());
+    EXPECT_LE(d.max_abs, d.tol()) << "chunk " << chunk << " row " << i << " (rel_l2 " << d.rel_l2 << ")";
+    if (d.margin_a > 2 * d.tol()) {
+      ++clear;
+      equal += d.argmax_a == d.argmax_b;
+      EXPECT_EQ(d.argmax_a, d.argmax_b) << "chunk " << chunk << " row " << i;
+    }
+  }
+  std::printf("chunk %lld: GPU vs CPU HiP + Self-Extend: worst |diff|/tol %.3f, argmax equal %d of %d clear rows\n",
+              (long long)chunk, worst, equal, clear);
+  const Rows dense = run_gpu("dense=self_extend=4:64", chunk, ids, dec);
+  double moved = 0, match = 0;
+  for (size_t i = 0; i < dense.size(); ++i) {
+    const int64_t V = int64_t(dense[i].size());
+    moved = std::max(moved, compare_row(gpu[i].data(), dense[i].data(), V).rel_l2);
+    match = std::max(match, compare_row(cpu[i].data(), gpu[i].data(), V).rel_l2);
+  }
+  std::printf("largest row rel_l2: GPU HiP+SE vs GPU dense SE %.4f, vs CPU HiP+SE %.4f\n", moved, match);
+  if (moved > 0.02) {
+    EXPECT_LT(match, moved / 2);
+  }
+}
+
+TEST(GpuHipSelfExtendModel, MatchesCpuEngineChunks256) {
+  REQUIRE_GPU();
+  check_model(256);
+}
+
+TEST(GpuHipSelfExtendModel, MatchesCpuEngineChunks100) {
+  REQUIRE_GPU();
+  check_model(100);
+}
+
+TEST(GpuHipSelfExtendParse, GpuSideAndRefusals) {
+  const MethodContext mc = test::ctx_of(fixture().cfg);
+  const auto m = make_attention_method(kSpec, mc);
+  EXPECT_EQ(gpu_method_problem(*m, mc), "");
+  const auto g = make_gpu_method(*m, mc);
+  ASSERT_NE(g, nullptr);
+  EXPECT_TRUE(g->attends());
+  EXPECT_TRUE(g->decodes());
+  EXPECT_FALSE(g->decode_graph_safe());
+  EXPECT_FALSE(g->decode_reads_fp8());
+  EXPECT_TRUE(g->keeps_sequence_state());
+  // HiP's index buffers on top of dense Self-Extend's.
+  const GpuShape shape{.model = mc, .chunk = 256, .capacity = 4096};
+  EXPECT_GT(g->device_bytes(shape), make_gpu_method(*make_attention_method("dense=self_extend=4:64", mc), mc)
+                                         ->device_bytes(shape));
+  // Prefill HiP + Self-Extend, decode dense Self-Extend (decision 7's composition) runs.
+  EXPECT_EQ(gpu_method_problem(*make_attention_method("prefill:" + kSpec + ";decode:dense=self_extend=4:64", mc), mc),
+            "");
+  // Still refused: different G:W per phase; a head_dim the sparse kernels lack.
+  std::string e = gpu_method_problem(
+      *make_attention_method("prefill:" + kSpec + ";decode:dense=self_extend=8:64", mc), mc);
+  EXPECT_TRUE(contains(e, "the same self_extend=G:W in both phases")) << e;
+  MethodContext d32 = mc;
+  d32.head_dim = 32;
+  e = gpu_method_problem(*make_attention_method(kSpec, d32), d32);
+  EXPECT_TRUE(contains(e, "head_dim 64, 128 or 256") && contains(e, "has head_dim 32")) << e;
+}
+
+}  // namespace
+}  // namespace longctx
+#endif  // LONGCTX_WITH_GPU
