@@ -153,6 +153,52 @@ __device__ inline uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
 }
+// One lane's share of a key for the FMA scorers (score_kernel's gather, offsets_kernel): 8 threads
+// a key in hip_dot's lane layout, lane l (< 8) holding elements 64 c + 8 l .. + 8 (c < D / 64), widened
+// to fp32 into y and, with RoPE, rotated at table row kpos. The rotate-half pairs (i, i + D / 2)
+// sit in runs c and c + D / 128; at D = 64 in lanes l and l + 4, exchanged by a shuffle, so every
+// thread of the warp calls it (on false: y stays zero, src and kpos are not read).
+template <int D>
+__device__ inline void gather_key_lane(float (&y)[D / 8], const __nv_bfloat16* src, int64_t kpos, bool on, int l,
+                                       const IhipPrefillGpuParams& p) {
+  constexpr int kRuns = D / 64, kHalfD = D / 2;
+#pragma unroll
+  for (int e = 0; e < 8 * kRuns; ++e) y[e] = 0.f;
+  if (on) {
+#pragma unroll
+    for (int c = 0; c < kRuns; ++c) {
+      const uint4 u = *reinterpret_cast<const uint4*>(src + 64 * c);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float2 a = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&u)[e]);
+        y[8 * c + 2 * e] = a.x, y[8 * c + 2 * e + 1] = a.y;
+      }
+    }
+    if (p.rope_mode != 0) {
+#pragma unroll
+      for (int c = 0; c < kRuns / 2; ++c) {
+        const float* cs = p.rope_cos + kpos * kHalfD + 64 * c + 8 * l;
+        const float* sn = p.rope_sin + kpos * kHalfD + 64 * c + 8 * l;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) rotate(y[8 * c + e], y[8 * (c + kRuns / 2) + e], cs[e], sn[e]);
+      }
+    }
+  }
+  if constexpr (D == 64) {
+    if (p.rope_mode != 0) {  // pair (i, i + 32): i = 8 l + e in lane l < 4, its partner in lane l + 4
+      const bool low = l < 4;
+      const int64_t row = on ? kpos * kHalfD + 8 * (l % 4) : 0;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float other = __shfl_xor_sync(0xffffffffu, y[e], 4);
+        float a = low ? y[e] : other, bb = low ? other : y[e];
+        if (on) rotate(a, bb, p.rope_cos[row + e], p.rope_sin[row + e]);
+        y[e] = low ? a : bb;
+      }
+    }
+  }
+}
+
 // Rotates the 8 bf16 elements x[i] (u) and their rotate-half partners x[i + D / 2] (w) at the
 // table row cs / sn (8 consecutive entries, 32-byte aligned): rotate()'s fp32 formula, then each
 // result rounded to bf16, so the tensor cores see the FMA scorer's rotated values to bf16 precision.
@@ -517,43 +563,9 @@ __global__ void __launch_bounds__(kThreads, kMma ? Shape<D>::kMmaCtasPerSm : 1) 
       const int s = kSlotsPerRound * round + tid / 8;
       const int l = tid % 8;
       float y[8 * kRuns];
-#pragma unroll
-      for (int e = 0; e < 8 * kRuns; ++e) y[e] = 0.f;
       const bool on = s < n_slots && probe[s].key >= 0;
-      if (on) {
-        const __nv_bfloat16* src = kp + (int64_t(probe[s].key) * p.n_kv_head + g) * D + 8 * l;
-#pragma unroll
-        for (int c = 0; c < kRuns; ++c) {
-          const uint4 u = *reinterpret_cast<const uint4*>(src + 64 * c);
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float2 a = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&u)[e]);
-            y[8 * c + 2 * e] = a.x, y[8 * c + 2 * e + 1] = a.y;
-          }
-        }
-        if (p.rope_mode != 0) {
-#pragma unroll
-          for (int c = 0; c < kRuns / 2; ++c) {
-            const float* cs = p.rope_cos + int64_t(probe[s].kpos) * kHalfD + 64 * c + 8 * l;
-            const float* sn = p.rope_sin + int64_t(probe[s].kpos) * kHalfD + 64 * c + 8 * l;
-#pragma unroll
-            for (int e = 0; e < 8; ++e) rotate(y[8 * c + e], y[8 * (c + kRuns / 2) + e], cs[e], sn[e]);
-          }
-        }
-      }
-      if constexpr (D == 64) {
-        if (p.rope_mode != 0) {  // pair (i, i + 32): i = 8 l + e in lane l < 4, its partner in lane l + 4
-          const bool low = l < 4;
-          const int64_t row = on ? int64_t(probe[s].kpos) * kHalfD + 8 * (l % 4) : 0;
-#pragma unroll
-          for (int e = 0; e < 8; ++e) {
-            const float other = __shfl_xor_sync(0xffffffffu, y[e], 4);
-            float a = low ? y[e] : other, bb = low ? other : y[e];
-            if (on) rotate(a, bb, p.rope_cos[row + e], p.rope_sin[row + e]);
-            y[e] = low ? a : bb;
-          }
-        }
-      }
+      gather_key_lane<D>(y, on ? kp + (int64_t(probe[s].key) * p.n_kv_head + g) * D + 8 * l : nullptr,
+                         on ? int64_t(probe[s].kpos) : 0, on, l, p);
 #pragma unroll
       for (int c = 0; c < kRuns; ++c)
 #pragma unroll
@@ -961,42 +973,7 @@ __global__ void __launch_bounds__(kThreads, 1) offsets_kernel(IhipPrefillGpuPara
         const int64_t key = on ? (i < n_sink ? i : win + (i - n_sink)) : 0;
         if (l == 0) key_of[s] = on ? int32_t(key) : INT32_MAX;  // INT32_MAX: counts for no row
         float y[8 * kRuns];
-#pragma unroll
-        for (int e = 0; e < 8 * kRuns; ++e) y[e] = 0.f;
-        if (on) {
-          const __nv_bfloat16* src = kp + (key * p.n_kv_head + g) * D + 8 * l;
-#pragma unroll
-          for (int cc = 0; cc < kRuns; ++cc) {
-            const uint4 u = *reinterpret_cast<const uint4*>(src + 64 * cc);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const float2 a = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&u)[e]);
-              y[8 * cc + 2 * e] = a.x, y[8 * cc + 2 * e + 1] = a.y;
-            }
-          }
-          if (p.rope_mode != 0) {
-#pragma unroll
-            for (int cc = 0; cc < kRuns / 2; ++cc) {
-              const float* cs = p.rope_cos + kpos * kHalfD + 64 * cc + 8 * l;
-              const float* sn = p.rope_sin + kpos * kHalfD + 64 * cc + 8 * l;
-#pragma unroll
-              for (int e = 0; e < 8; ++e) rotate(y[8 * cc + e], y[8 * (cc + kRuns / 2) + e], cs[e], sn[e]);
-            }
-          }
-        }
-        if constexpr (D == 64) {
-          if (p.rope_mode != 0) {  // pair (i, i + 32): i = 8 l + e in lane l < 4, its partner in lane l + 4
-            const bool low = l < 4;
-            const int64_t row = kpos * kHalfD + 8 * (l % 4);
-#pragma unroll
-            for (int e = 0; e < 8; ++e) {
-              const float other = __shfl_xor_sync(0xffffffffu, y[e], 4);
-              float a = low ? y[e] : other, bb = low ? other : y[e];
-              if (on) rotate(a, bb, p.rope_cos[row + e], p.rope_sin[row + e]);
-              y[e] = low ? a : bb;
-            }
-          }
-        }
+        gather_key_lane<D>(y, kp + (key * p.n_kv_head + g) * D + 8 * l, kpos, on, l, p);
 #pragma unroll
         for (int cc = 0; cc < kRuns; ++cc)
 #pragma unroll
