@@ -20,6 +20,10 @@
 #                                 $LONGCTX_CACHE/models and, once all N are there, join them into
 #                                 NAME and check its SHA-256 (the parts are removed either way)
 #   step NAME LIMIT_S CMD...      there: one step of a device script (below)
+#   carry_model_xz DIR1 DIR2      here: the default model as xz, split in two: DIR1/model.xz.part1 (the
+#                                 first MODEL_XZ_PART1 bytes) and DIR2/model.xz.part2 (the rest)
+#   join_model_xz PART2           there: store/join the default model from part 1 (stored under
+#                                 $LONGCTX_CACHE/models by an earlier call) and PART2; checks the SHA-256
 #   unpack_bin TARBALL DIR [LIB]  there: the packed binaries afresh into DIR (a warm machine may
 #                                 hold an older pack), LD_LIBRARY_PATH to LIB (default DIR/lib)
 #   out_archive NAME ARCHIVE FILE...  there: the steps write to a fresh folder $OUT (/tmp/NAME.*);
@@ -204,4 +208,29 @@ pack_out() {
   tar -czf "$FINAL/$OUT_ARCHIVE" -C "$OUT" .
   for f in $OUT_KEEP; do [ -f "$OUT/$f" ] && cp "$OUT/$f" "$FINAL/"; done
   return 0
+}
+
+# The default model travels as xz (98.4 MB -> 90.5 MB) in two calls made back to back: part 1 beside
+# a call's small files, part 2 beside the binaries (each call: 64 MiB with the checkout).
+carry_model_xz() {
+  local d1=$1 d2=$2 part1=${MODEL_XZ_PART1:-49800000} tmp
+  tmp=$(mktemp) || return 2
+  xz -6 -T2 -c "${LONGCTX_CACHE:-$HOME/.cache/longctx}/models/$MODEL_NAME" > "$tmp" || return 2
+  mkdir -p "$d1" "$d2"
+  head -c "$part1" "$tmp" > "$d1/model.xz.part1"
+  tail -c +$(( part1 + 1 )) "$tmp" > "$d2/model.xz.part2"
+  rm -f "$tmp"
+}
+# There: $LONGCTX_CACHE/models/$MODEL_NAME from part 1 (copied into that folder by the earlier
+# call) and PART2; returns non-zero (and says why) when part 1 is missing or the SHA-256 differs.
+join_model_xz() {
+  local m=$LONGCTX_CACHE/models
+  [ -f "$m/$MODEL_NAME" ] && return 0
+  [ -f "$m/model.xz.part1" ] || { echo "DEFAULT MODEL NOT HERE (part 1 missing: a fresh machine)"; return 1; }
+  cat "$m/model.xz.part1" "$1" | xz -d > "$m/$MODEL_NAME.tmp"
+  if [ "$(sha256sum "$m/$MODEL_NAME.tmp" | cut -d' ' -f1)" = "$MODEL_SHA" ]; then
+    mv "$m/$MODEL_NAME.tmp" "$m/$MODEL_NAME" && echo "$MODEL_NAME joined, SHA-256 ok"
+  else
+    echo "$MODEL_NAME: SHA-256 mismatch"; return 1
+  fi
 }

@@ -29,14 +29,11 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 # What travels: each call carries the lead's checkout (12.6 MB of tracked files) and one folder,
 # 64 MiB in all, so 2 x 54.5 MB for the model (98.4 MB; 90.5 MB as xz), test_ihip_gpu (2.8 MB xz)
 # and longctx with its libraries (11.8 MB xz, OpenBLAS static). The model therefore travels as xz:
-# its first IHIP_RANK_PART1 bytes (default 49.8 MB) beside the test, the rest beside longctx.
+# its first MODEL_XZ_PART1 bytes (default 49.8 MB) beside the test, the rest beside longctx.
 if [ "${1:-}" = "--pack" ]; then
-  build=$2 carry=$3 models=${LONGCTX_CACHE:-$HOME/.cache/longctx}/models tmp=/tmp/gpu-ihip-rank-pack
-  part1=${IHIP_RANK_PART1:-49800000}
+  build=$2 carry=$3 tmp=/tmp/gpu-ihip-rank-pack
   rm -rf "$carry" "$tmp" && mkdir -p "$carry/p1" "$carry/p2" "$tmp/tests" "$tmp/bin"
-  xz -6 -T2 -c "$models/$MODEL_NAME" > "$tmp/model.xz" || exit 2
-  head -c "$part1" "$tmp/model.xz" > "$carry/p1/model.xz.part1"
-  tail -c +$(( part1 + 1 )) "$tmp/model.xz" > "$carry/p2/model.xz.part2"
+  carry_model_xz "$carry/p1" "$carry/p2" || exit 2
   cp "$build/tests/cuda/test_ihip_gpu" "$tmp/tests/" && strip "$tmp/tests/test_ihip_gpu"
   carry_libs "$tmp/tests/lib" "$tmp/tests/test_ihip_gpu"
   cp "$build/src/cli/longctx" "$tmp/bin/" && strip "$tmp/bin/longctx"
@@ -69,16 +66,8 @@ case $what in
       --gtest_filter='IhipGpuRankLocal*:IhipGpu.StagesEqualTheCpuReferenceInEveryRopeMode:IhipGpu.HeadDim64*:IhipGpu.Fp8KeysEqual*:IhipGpuPrefill.StagesIndex*:IhipGpuPrefill.HeadDim64*'
     ;;
   eval)
-    m=$LONGCTX_CACHE/models
-    if [ ! -f "$m/$MODEL_NAME" ]; then
-      [ -f "$m/model.xz.part1" ] || { echo "DEFAULT MODEL NOT HERE (part 1 missing: a fresh machine)" | tee -a "$OUT/summary.txt"; exit 1; }
-      cat "$m/model.xz.part1" "$HERE/model.xz.part2" | xz -d > "$m/$MODEL_NAME.tmp"
-      if [ "$(sha256sum "$m/$MODEL_NAME.tmp" | cut -d' ' -f1)" = "$MODEL_SHA" ]; then
-        mv "$m/$MODEL_NAME.tmp" "$m/$MODEL_NAME" && echo "$MODEL_NAME joined, SHA-256 ok" | tee -a "$OUT/summary.txt"
-      else
-        echo "$MODEL_NAME: SHA-256 mismatch" | tee -a "$OUT/summary.txt"; exit 1
-      fi
-    fi
+    join_model_xz "$HERE/model.xz.part2" 2>&1 | tee -a "$OUT/summary.txt"
+    [ "${PIPESTATUS[0]}" = 0 ] || exit 1
     B=/tmp/gpu-ihip-rank-bin
     unpack_bin "$HERE/bin.tar.xz" "$B"
     lim=${PAR_LIMIT_S:-260} depths=0,0.25,0.5,0.75,1

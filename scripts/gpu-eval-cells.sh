@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# gpu-eval-cells.sh: quality cells on the default model (SmolLM2-135M) on the GPU, in two device
+# calls made back to back: any list of `longctx eval` runs, all in parallel on the one GPU.
+#
+# Why: the model (98 MB) does not fit one call beside the binary, so it travels as xz in two parts
+# (gpu-carry.sh carry_model_xz / join_model_xz); a machine keeps /root while it stays warm (30 s).
+# Here (no GPU), after `ninja -C BUILD longctx` (CUDA on):
+#   bash scripts/gpu-eval-cells.sh --pack BUILD CELLS /work/main/.carry/evalcells
+# CELLS: a file, one cell a line, `NAME ARGS...` (ARGS after `longctx eval`, without --device/--json);
+# `#` lines are comments. On the device:
+#   OUT=$OUT bash .carry/evalcells/p1/gpu-eval-cells.sh store    # part 1 of the model into /root
+#   OUT=$OUT bash .carry/evalcells/p2/gpu-eval-cells.sh eval     # joins it; runs every cell
+# eval: each cell one process under CELL_LIMIT_S (default 400 s; a cut cell's progress lines stay
+# in its log), `== NAME: rc, seconds` in summary.txt; all of it in $OUT/all.tgz.
+set -uo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/gpu-carry.sh"  # carry_model_xz, join_model_xz, carry_libs, record_env, unpack_bin, out_archive
+
+if [ "${1:-}" = "--pack" ]; then
+  build=$2 cells=$3 carry=$4 tmp=/tmp/gpu-eval-cells-pack
+  rm -rf "$carry" "$tmp" && mkdir -p "$carry/p1" "$carry/p2" "$tmp/bin"
+  carry_model_xz "$carry/p1" "$carry/p2" || exit 2
+  cp "$build/src/cli/longctx" "$tmp/bin/" && strip "$tmp/bin/longctx"
+  carry_libs "$tmp/bin/lib" "$tmp/bin/longctx"
+  tar -C "$tmp/bin" -cf - . | xz -9e -T2 > "$carry/p2/bin.tar.xz"
+  git -C "$HERE" rev-parse --short HEAD > "$tmp/commit.txt"
+  cp "$cells" "$carry/p2/cells.txt"
+  for d in p1 p2; do cp "$0" "$HERE/gpu-carry.sh" "$tmp/commit.txt" "$carry/$d/"; done
+  du -sb "$carry"/p1 "$carry"/p2
+  exit 0
+fi
+
+what=${1:?usage: gpu-eval-cells.sh --pack BUILD CELLS CARRY | store | eval}
+export LONGCTX_CACHE=${LONGCTX_CACHE:-/root/longctx-cache}
+out_archive gpu-eval-cells all.tgz summary.txt env.txt
+record_env "$OUT/env.txt" "$(cat "$HERE/commit.txt" 2>/dev/null || echo unknown)"
+T0=$(date +%s)
+case $what in
+  store)
+    mkdir -p "$LONGCTX_CACHE/models" && cp "$HERE/model.xz.part1" "$LONGCTX_CACHE/models/" &&
+      echo "model.xz.part1 stored" | tee -a "$OUT/summary.txt"
+    ;;
+  eval)
+    join_model_xz "$HERE/model.xz.part2" 2>&1 | tee -a "$OUT/summary.txt"
+    [ "${PIPESTATUS[0]}" = 0 ] || exit 1
+    B=/tmp/gpu-eval-cells-bin
+    unpack_bin "$HERE/bin.tar.xz" "$B"
+    while read -r name args; do
+      [ -z "$name" ] || [ "${name:0:1}" = "#" ] && continue
+      # shellcheck disable=SC2086  # ARGS are words of the cell's line
+      ( t=$(date +%s); timeout "${CELL_LIMIT_S:-400}" "$B/longctx" eval $args --device cuda --json "$OUT/$name.json" \
+          > "$OUT/$name.txt" 2> "$OUT/$name.log"
+        echo "== $name: rc=$?, $(( $(date +%s) - t )) s" >> "$OUT/summary.txt" ) &
+    done < "$HERE/cells.txt"
+    wait
+    for f in "$OUT"/*.txt; do [ "$(basename "$f")" = summary.txt ] || { echo "== $f"; tail -6 "$f"; }; done
+    for f in "$OUT"/*.log; do grep -m2 -i "longctx:\|error" "$f" && echo "   ^ $f"; done
+    ;;
+  *) echo "unknown: $what (store | eval)" >&2; exit 2 ;;
+esac
+echo "total $(( $(date +%s) - T0 )) s" | tee -a "$OUT/summary.txt"
