@@ -223,7 +223,8 @@ inline CLI::Option* add_attn_tiles(CLI::App* c, std::string& tiles) {
       ->add_option("--attn-tiles", tiles,
                    "GPU: K/V tiles of the sparse prefill attention (MInference, A-shape, HiP): bf16 (the layer's K/V "
                    "staged in bf16), or fp8 (the e4m3 rows of --kv-cache fp8, read straight by the kernel: half the "
-                   "bytes, the values decode sees). Dense steps read bf16 either way")
+                   "bytes, the values decode sees; HiP's prefill estimate scores the same e4m3 keys). Dense steps "
+                   "read bf16 either way")
       ->check(one_of({"bf16", "fp8"}, "attention tile type"));
 }
 

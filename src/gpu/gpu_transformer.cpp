@@ -766,8 +766,12 @@ void GpuTransformer::prefill_attention(int l, int64_t T, int64_t pos0, void* q, 
     ++stats_.sparse_calls;
     cuda::SparseAttnParams sp;
     set_shape(sp);
+    // fp8 tiles: the layer's e4m3 rows [rows, n_kv_head, head_dim] at the sequence's base row,
+    // quantized before its first chunk; the index builder gets the same keys (HiP scores them).
+    const bool tiles8 = attn_tiles_ == AttnTiles::fp8;
+    void* k8 = tiles8 ? kv_cache_at(l, 0) : nullptr;
     const GpuIndex gi = gpu_method_->build_prefill({.layer = l, .q = q, .k = k_all, .n_q = T, .q_pos0 = pos0, .n_kv = n_kv,
-                                                    .scale = cfg_.score_scale()},
+                                                    .scale = cfg_.score_scale(), .k_fp8 = k8},
                                                    stream_);
     sp.index = gi.index;
     sp.workspace = gi.workspace;
@@ -775,8 +779,8 @@ void GpuTransformer::prefill_attention(int l, int64_t T, int64_t pos0, void* q, 
     stats_.index_ranges += sp.index.n_ranges;
     stats_.index_cols += sp.index.n_cols;
     check_cuda(cudaEventRecord(ev(e.index_end), s), "cudaEventRecord");
-    if (attn_tiles_ == AttnTiles::fp8) {  // the layer's e4m3 rows, quantized before its first chunk
-      sp.k = kv_cache_at(l, 0);
+    if (tiles8) {
+      sp.k = k8;
       sp.v = kv_cache_at(l, 1);
       sp.kv_dtype = cuda::KvDtype::fp8_e4m3;
       sp.k_scale = k_scale_[size_t(l)];

@@ -59,8 +59,10 @@
 // (as estimate_prompt_lines does; the residual stream is the layer's input, unchanged until its
 // chunk runs), quantizes them into the cache (store_layer_kv), and only then runs the chunks,
 // which compute their Q alone (no Q is recomputed or kept: the memory is the bf16 path's).
-// Dense steps, and the index builders (MInference's estimate, HiP's), keep reading the bf16
-// staging. The generic mma.sync kernel runs the fp8 tiles at every head_dim (the Hopper kernel
+// Dense steps and MInference's estimate keep reading the bf16 staging; HiP's estimate scores the
+// same e4m3 keys the sparse kernel reads (GpuPrefillStep::k_fp8, the cache's rows in place: no
+// copy; its fp8 path on f16 tensor cores, cuda/hip_estimate.h), so one flag means "the sparse
+// prefill reads the fp8 cache", index and attention alike. The generic mma.sync kernel runs the fp8 tiles at every head_dim (the Hopper kernel
 // refuses fp8 until it has the path). Refused up front (attn_tiles_problem) without the fp8
 // cache, with --kv-offload, for a pre-RoPE method or one with no sparse prefill step.
 // Several sequences (mirrors model/Transformer): the KV cache is one pool of pages

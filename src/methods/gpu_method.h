@@ -74,6 +74,11 @@ struct GpuPrefillStep {
   int64_t q_pos0 = 0;
   int64_t n_kv = 0;
   float scale = 0.f;        // the model's score scale (ModelConfig::score_scale); 0 = 1/sqrt(head_dim)
+  // e4m3 codes of the same keys, k_fp8 [n_kv, n_kv_head, head_dim] (any positive scale), or null:
+  // with --attn-tiles fp8 the layer's rows of the fp8 cache, which the sparse kernel then reads
+  // too. A builder that scores keys (HiP's estimate) scores these instead of k, so the index is
+  // chosen over the values the attention reads; the others ignore it.
+  const void* k_fp8 = nullptr;
 };
 
 // One attention step of a pre-RoPE method (GpuMethod::attends): the method selects, rotates and

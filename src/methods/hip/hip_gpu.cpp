@@ -1,7 +1,10 @@
 // hip_gpu.cpp: HiP's GPU builder.
 // Prefill: cuda::hip_estimate_prefill writes the chunk's index straight into fixed buffers sized
 // for a full chunk (per query head and 64-query block: sinks, k/b_k blocks, pads, window; the same
-// key sets as HipMethod::build_index, tested in tests/cuda/test_hip_gpu_method.cpp).
+// key sets as HipMethod::build_index, tested in tests/cuda/test_hip_gpu_method.cpp). With fp8
+// attention tiles (GpuPrefillStep::k_fp8: the fp8 cache's e4m3 rows of the layer) the estimate
+// scores those codes (HipPrefillParams::k_fp8), the keys the sparse kernel then reads: the CPU
+// twin is HipMethod over e4m3_to_f32(code) (tests/gpu/test_gpu_hip_fp8.cpp).
 // Decode: one index per layer (n_seq * n_head rows of k/b_k + 2 ranges) and the layer's
 // refresh positions stay on the device; cuda::hip_estimate_decode re-estimates a row only on a
 // refresh step (hip_refreshes, decided on the device), so one captured CUDA graph serves refresh
@@ -74,6 +77,7 @@ class HipGpu final : public GpuMethod {
     p.cfg = cfg_;
     p.q = st.q;
     p.k = st.k;
+    p.k_fp8 = st.k_fp8;  // --attn-tiles fp8: the cache's e4m3 keys, scored instead of k
     p.n_q = st.n_q;
     p.q_pos0 = st.q_pos0;
     p.n_kv = st.n_kv;
