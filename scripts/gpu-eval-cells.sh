@@ -8,7 +8,7 @@
 #   bash scripts/gpu-eval-cells.sh --pack BUILD CELLS /work/main/.carry/evalcells
 # CELLS: a file, one cell a line, `NAME ARGS...` (ARGS after `longctx eval`, without --device/--json);
 # `#` lines are comments. On the device:
-#   OUT=$OUT bash .carry/evalcells/p1/gpu-eval-cells.sh store    # part 1 of the model into /root
+#   OUT=$OUT bash .carry/evalcells/p1/gpu-eval-cells.sh store    # part 1 of the model, the ppl text into /root
 #   OUT=$OUT bash .carry/evalcells/p2/gpu-eval-cells.sh eval     # joins it; runs every cell
 # eval: each cell one process under CELL_LIMIT_S (default 400 s; a cut cell's progress lines stay
 # in its log), `== NAME: rc, seconds` in summary.txt; all of it in $OUT/all.tgz.
@@ -20,6 +20,7 @@ if [ "${1:-}" = "--pack" ]; then
   build=$2 cells=$3 carry=$4 tmp=/tmp/gpu-eval-cells-pack
   rm -rf "$carry" "$tmp" && mkdir -p "$carry/p1" "$carry/p2" "$tmp/bin"
   carry_model_xz "$carry/p1" "$carry/p2" || exit 2
+  xz -T2 -c "${LONGCTX_CACHE:-$HOME/.cache/longctx}/texts/paradise_lost.txt" > "$carry/p1/paradise_lost.txt.xz"
   cp "$build/src/cli/longctx" "$tmp/bin/" && strip "$tmp/bin/longctx"
   carry_libs "$tmp/bin/lib" "$tmp/bin/longctx"
   tar -C "$tmp/bin" -cf - . | xz -9e -T2 > "$carry/p2/bin.tar.xz"
@@ -37,8 +38,9 @@ record_env "$OUT/env.txt" "$(cat "$HERE/commit.txt" 2>/dev/null || echo unknown)
 T0=$(date +%s)
 case $what in
   store)
-    mkdir -p "$LONGCTX_CACHE/models" && cp "$HERE/model.xz.part1" "$LONGCTX_CACHE/models/" &&
-      echo "model.xz.part1 stored" | tee -a "$OUT/summary.txt"
+    mkdir -p "$LONGCTX_CACHE/models" "$LONGCTX_CACHE/texts" && cp "$HERE/model.xz.part1" "$LONGCTX_CACHE/models/" &&
+      xz -d -c "$HERE/paradise_lost.txt.xz" > "$LONGCTX_CACHE/texts/paradise_lost.txt" &&
+      echo "model.xz.part1 and the ppl text stored" | tee -a "$OUT/summary.txt"
     ;;
   eval)
     join_model_xz "$HERE/model.xz.part2" 2>&1 | tee -a "$OUT/summary.txt"
