@@ -13,12 +13,12 @@
 # Pack (here): nice ninja -C build -j2 tests/cuda/test_ihip_gpu tests/cuda/test_ihip_gpu_method
 #   bench/longctx_bench_infinitehip; into C = /work/main/.carry/ihip-rank-tc: bins.tar.xz (those
 #   three stripped + main's build/bench/longctx_bench_infinitehip as longctx_bench_infinitehip_main),
-#   lib/ (scripts/gpu-carry.sh carry_libs), commit.txt, this script.
+#   with lib/ inside (scripts/gpu-carry.sh carry_libs), commit.txt, this script.
 # Run on the device: OUT=... bash .carry/ihip-rank-tc/gpu-ihip-rank-tc.sh
 set -uo pipefail
 FINAL=${OUT:-out}; mkdir -p "$FINAL"; OUT=/tmp/irtc-out; rm -rf $OUT; mkdir -p $OUT
 C=$(dirname "$0"); B=/tmp/irtc; rm -rf $B; mkdir -p $B && tar -C $B -xJf "$C/bins.tar.xz"
-export LD_LIBRARY_PATH=$C/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export LD_LIBRARY_PATH=$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 log() { echo "== $* ($(date -u +%T), ${SECONDS}s)" | tee -a "$OUT/steps.log"; }
 step() { local name=$1 t=$2; shift 2; log "$name";
   if [ $((SECONDS + t)) -gt ${BUDGET:-380} ]; then echo "$name skipped (time)" | tee -a "$OUT/steps.log"; return; fi
@@ -29,8 +29,8 @@ TAILN=4 step test_rank_local 90 $B/test_ihip_gpu --gtest_filter='IhipGpuRankLoca
 TAILN=4 step test_ihip_gpu 90 $B/test_ihip_gpu --gtest_filter='-IhipGpuRankLocal.*'
 TAILN=3 step test_ihip_gpu_method 60 $B/test_ihip_gpu_method
 TAILN=3 step memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 99 $B/test_ihip_gpu \
-  --gtest_filter='IhipGpuRankLocal.TensorCore*:IhipGpuRankLocal.Prefill*'
-bench() { local name=$1 bin=$2; shift 2; TAILN=2 step $name 25 $B/$bin --lens "" --prefix 131072,1048576 --chunk 32768 \
+  --gtest_filter='IhipGpuRankLocal.TensorCore*'
+bench() { local name=$1 bin=$2; shift 2; TAILN=2 step $name ${T:-25} $B/$bin --lens "" --prefix 131072,1048576 --chunk 32768 \
   --prefill-skip-dense --json "$OUT/$name.json" "$@"; }
 M=longctx_bench_infinitehip_main; N=longctx_bench_infinitehip
 for shape in 32,8,128 9,3,64; do
@@ -38,7 +38,7 @@ for shape in 32,8,128 9,3,64; do
   bench rel_main_$s $M --prefill-shape $shape --prefill-rope relative
   bench rel_paper_$s $N --prefill-shape $shape --prefill-rope relative --rank paper
   bench rel_local_$s $N --prefill-shape $shape --prefill-rope relative --rank local
-  bench rel_local_fma_$s $N --prefill-shape $shape --prefill-rope relative --rank local --prefill-scorer fma
+  T=45 bench rel_local_fma_$s $N --prefill-shape $shape --prefill-rope relative --rank local --prefill-scorer fma
   bench none_main_$s $M --prefill-shape $shape
   bench none_paper_$s $N --prefill-shape $shape --rank paper
   bench none_local_$s $N --prefill-shape $shape --rank local
