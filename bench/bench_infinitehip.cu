@@ -32,11 +32,15 @@
 // Inputs are random (never zeros): the pruning cost does not depend on the values.
 // Run: build-gpu/bench/longctx_bench_infinitehip [--lens 131072,1048576] [--kv bf16,fp8]
 //      [--prefix 131072,..] [--chunk 32768] [--prefill-shape 4,1,256] [--prefill-rope relative]
-//      [--prefill-scorer mma|mma-sync|fma] [--prefill-prefetch on|off] [--prefill-skip-dense] [--json F]
+//      [--prefill-scorer mma|mma-sync|fma] [--prefill-prefetch on|off] [--prefill-skip-dense]
+//      [--rank paper|local] [--json F]
 // --prefill-prefetch on: the RoPE-none scorer also warms L2 with the next step's candidate keys
 // (IhipPrefillGpuParams::l2_prefetch, off by default: the A/B in one binary); --prefill-skip-dense
 // leaves out the dense and rope=on attention timings (0 in the line) so a variant's run costs the
-// InfiniteHiP steps only.
+// InfiniteHiP steps only. --rank local: rank=local's pruning (IhipPrefillGpuParams::offset: each
+// stage's offsets kernel, timed apart, then the scorer subtracting them; --prefill-scorer fma with
+// --prefill-rope relative forces the fp32 FMA scorer it ran on before the tensor cores took it),
+// or paper (the default).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -407,6 +411,7 @@ struct PrefillShape {
   bool wgmma = true;              // RoPE none: wgmma, or mma.sync (--prefill-scorer mma-sync)
   bool prefetch = false;          // RoPE none: L2 prefetch of the next step's keys (--prefill-prefetch on|off)
   bool skip_dense = false;        // --prefill-skip-dense: no dense / rope=on attention timing (variant runs)
+  bool local = false;             // --rank local: rank=local's offsets and scoring
 };
 
 // rope=on's attention of a chunk (IhipCompactAttention): per 64-row block, its key set gathered and
@@ -522,6 +527,8 @@ std::string bench_prefill(int64_t prefix, int64_t chunk, const PrefillShape& sh)
   p.rope_tensor_cores = sh.rope_tensor_cores;
   p.wgmma_scorer = sh.wgmma;
   p.l2_prefetch = sh.prefetch;
+  // rank=local: the stages' offsets [n_blk, n_kv_head, group * 64]
+  p.offset = sh.local ? static_cast<float*>(dev_malloc(size_t(n_blk * kHeads * 64) * 4)) : nullptr;
   // The relative-RoPE table (rope=on's pruning): positions 0, 1 and n_stream + 1, base 10000.
   const int64_t n_pos = kStream + 2;
   std::vector<float> cs(static_cast<size_t>(n_pos * kHeadDim / 2)), sn(cs.size());
@@ -603,8 +610,10 @@ std::string bench_prefill(int64_t prefix, int64_t chunk, const PrefillShape& sh)
     sparse_attention(sp);
   };
   const double total = time_ms(whole, 1, reps);
-  double score[3], select[3];
+  double score[3], select[3], offsets[3] = {0, 0, 0};
   for (int i = 0; i < 3; ++i) {
+    // rank=local: the stage's offsets (then in the workspace for its score timing)
+    if (sh.local) offsets[i] = time_ms([&] { ihip_offsets_prefill(p, st[i]); }, 0, reps);
     score[i] = time_ms([&] { ihip_score_prefill(p, st[i]); }, 0, reps);
     select[i] = time_ms([&] { ihip_select_prefill(p, st[i]); }, 0, reps);
   }
@@ -616,31 +625,34 @@ std::string bench_prefill(int64_t prefix, int64_t chunk, const PrefillShape& sh)
   std::vector<int32_t> kept(3);
   for (int i = 0; i < 3; ++i) copy_d2h(&kept[size_t(i)], out_len[i] + n_blk - 1, 4);  // the last block's
   device_sync();
+  if (p.offset) dev_free(p.offset);
   for (void* x : {k, v, q, o, (void*)d_cos, (void*)d_sin, (void*)scores, (void*)ip.range_ptr, (void*)ip.col_ptr, (void*)ip.ranges, sp.workspace})
     dev_free(x);
   for (int i = 0; i < 3; ++i) dev_free(out[i]), dev_free(out_len[i]);
-  const double prune = score[0] + select[0] + score[1] + select[1] + score[2] + select[2];
+  const double prune = offsets[0] + score[0] + select[0] + offsets[1] + score[1] + select[1] + offsets[2] +
+                       score[2] + select[2];
   std::fprintf(stderr,
-               "prefill %d/%d/%d rope %d scorer %s%s prefetch %d chunk=%lld after %lld: dense %.2f ms | infinitehip %.2f ms = %.2fx dense (stages "
-               "%.2f: score %.2f %.2f %.2f, select %.2f %.2f %.2f; index %.3f; sparse attention %.2f) | rope=on "
+               "prefill %d/%d/%d rope %d scorer %s%s prefetch %d rank %s chunk=%lld after %lld: dense %.2f ms | infinitehip %.2f ms = %.2fx dense (stages "
+               "%.2f: offsets %.2f %.2f %.2f, score %.2f %.2f %.2f, select %.2f %.2f %.2f; index %.3f; sparse attention %.2f) | rope=on "
                "attention: blocks serial %.2f ms, 8 lanes %.2f ms | last block kept %d/%d/%d\n",
-               kHeads, kKvHeads, kHeadDim, sh.rope_mode, sh.rope_tensor_cores ? "mma" : "fma", sh.wgmma ? "" : "-sync", int(sh.prefetch), (long long)chunk, (long long)prefix, dense, total, dense / total,
-               prune, score[0], score[1], score[2], select[0], select[1], select[2], index, attn, compact_serial,
+               kHeads, kKvHeads, kHeadDim, sh.rope_mode, sh.rope_tensor_cores ? "mma" : "fma", sh.wgmma ? "" : "-sync", int(sh.prefetch),
+               sh.local ? "local" : "paper", (long long)chunk, (long long)prefix, dense, total, dense / total, prune,
+               offsets[0], offsets[1], offsets[2], score[0], score[1], score[2], select[0], select[1], select[2], index, attn, compact_serial,
                compact_lanes, kept[0], kept[1], kept[2]);
-  char buf[1600];
+  char buf[1800];
   std::snprintf(buf, sizeof buf,
                 "{\"case\": \"prefill\", \"heads\": [%d, %d, %d], \"pruning_rope\": \"%s\", \"rope_scorer\": \"%s\", "
-                "\"rope_none_scorer\": \"%s\", \"l2_prefetch\": %s, "
+                "\"rope_none_scorer\": \"%s\", \"l2_prefetch\": %s, \"rank\": \"%s\", "
                 "\"prefix\": %lld, "
                 "\"chunk\": %lld, \"dense_ms\": %.4f, \"infinitehip_ms\": "
-                "%.4f, \"score_ms\": [%.4f, %.4f, %.4f], \"select_ms\": [%.4f, %.4f, %.4f], \"index_ms\": %.4f, "
+                "%.4f, \"offsets_ms\": [%.4f, %.4f, %.4f], \"score_ms\": [%.4f, %.4f, %.4f], \"select_ms\": [%.4f, %.4f, %.4f], \"index_ms\": %.4f, "
                 "\"sparse_attention_ms\": %.4f, \"rope_on_attention_serial_ms\": %.4f, "
                 "\"rope_on_attention_8_lanes_ms\": %.4f, \"kept_last_block\": [%d, %d, %d], "
                 "\"ratio_dense_over_infinitehip\": %.2f}",
                 kHeads, kKvHeads, kHeadDim, sh.rope_mode ? "relative" : "none", sh.rope_tensor_cores ? "mma" : "fma",
-                sh.wgmma ? "wgmma" : "mma.sync", sh.prefetch ? "true" : "false",
+                sh.wgmma ? "wgmma" : "mma.sync", sh.prefetch ? "true" : "false", sh.local ? "local" : "paper",
                 (long long)prefix, (long long)chunk,
-                dense, total, score[0], score[1], score[2], select[0], select[1], select[2], index, attn,
+                dense, total, offsets[0], offsets[1], offsets[2], score[0], score[1], score[2], select[0], select[1], select[2], index, attn,
                 compact_serial, compact_lanes, kept[0], kept[1], kept[2], dense / total);
   return buf;
 }
@@ -704,12 +716,19 @@ int main(int argc, char** argv) {
       shape.prefetch = r == "on";
     } else if (!std::strcmp(argv[i], "--prefill-skip-dense")) {
       shape.skip_dense = true;
+    } else if (!std::strcmp(argv[i], "--rank") && i + 1 < argc) {
+      const std::string r = argv[++i];
+      if (r != "paper" && r != "local") {
+        std::fprintf(stderr, "longctx_bench_infinitehip: --rank takes paper or local, got '%s'\n", r.c_str());
+        return 2;
+      }
+      shape.local = r == "local";
     }
     else {
       std::fprintf(stderr,
                    "usage: %s [--lens N,..] [--kv bf16,fp8] [--prefix N,..] [--chunk N] [--prefill-shape H,Hkv,D] "
                    "[--prefill-rope none|relative] [--prefill-scorer mma|mma-sync|fma] [--prefill-prefetch on|off] "
-                   "[--prefill-skip-dense] [--json FILE]\n",
+                   "[--prefill-skip-dense] [--rank paper|local] [--json FILE]\n",
                    argv[0]);
       return 2;
     }

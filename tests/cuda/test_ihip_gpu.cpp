@@ -18,8 +18,12 @@
 // bisection (both halves followed at near ties), at head_dim 256, 128 and 64 with RoPE none (the
 // wgmma scorer, the default, and the mma.sync one), and with
 // RoPE relative and chunk-indexed (operands rotated as the kernel does, then rounded to bf16) at
-// head_dim 64, 128 and 256. rank=local (IhipGpuRankLocal*): the offsets kernels' outputs, the chunk
-// scores and the lists bit-equal to the CPU twin with IhipStageInput::offset, decode and prefill.
+// head_dim 64, 128 and 256. rank=local (IhipGpuRankLocal*): the offsets kernels' outputs bit-equal
+// to the CPU twin's; the chunk scores and the lists bit-equal to the CPU twin with
+// IhipStageInput::offset in decode and on the prefill FMA scorer (and RoPE none's tensor cores on
+// small-integer inputs); the prefill tensor-core scores (every RoPE mode, wgmma and mma.sync) on
+// random inputs against the fp64 bisection replay minus the offsets; the routing (tensor cores
+// where the paper's rule takes them).
 // Run: build-gpu/tests/cuda/test_ihip_gpu (skips without a Hopper GPU).
 #include <gtest/gtest.h>
 
@@ -738,6 +742,9 @@ struct MmaCase {  // a prefill chunk of n_q queries after q_pos0 keys, one pruni
   // IhipPrefillGpuParams::l2_prefetch; on (not the default) the scores are also compared bit for
   // bit with the default's on the same inputs (the same probes and dot order).
   bool prefetch = false;
+  // rank=local (IhipPrefillGpuParams::offset): the offsets bit-equal to ihip_local_offsets (on the
+  // fp32 rotated operands, as the CPU), and the oracle's probe is its fp64 dot minus the row's offset.
+  bool local = false;
 };
 void check_mma_near_ties(const MmaCase& mc) {
   const int H = mc.H, Hkv = mc.Hkv, D = mc.D, group = H / Hkv;
@@ -776,6 +783,8 @@ void check_mma_near_ties(const MmaCase& mc) {
   p.rope_cos = cosb.as<float>();
   p.rope_sin = sinb.as<float>();
   p.rope_n_pos = table.n_pos;
+  DevBuf offb(size_t(n_blk * H * 64) * 4);
+  p.offset = mc.local ? offb.as<float>() : nullptr;
   const int64_t max_chunks = (n_kv + st.l_c - 1) / st.l_c;
   DevBuf out(size_t(n_blk * st.k) * 4), olen(size_t(n_blk) * 4), scores(size_t(n_blk * Hkv * max_chunks) * 4);
   scores.poison();
@@ -792,6 +801,7 @@ void check_mma_near_ties(const MmaCase& mc) {
   const auto got = out.download<int32_t>(size_t(n_blk * st.k));
   const auto got_len = olen.download<int32_t>(size_t(n_blk));
   const auto got_sc = scores.download<float>(size_t(n_blk * Hkv * max_chunks));
+  const auto got_off = mc.local ? offb.download<float>(size_t(n_blk * H * 64)) : std::vector<float>{};
   if (mc.prefetch) {  // the default (no prefetch) on the same inputs: the same bits
     IhipPrefillGpuParams p2 = p;
     p2.l2_prefetch = false;
@@ -816,10 +826,29 @@ void check_mma_near_ties(const MmaCase& mc) {
     // [g][t = h' * rows + r][D]) and rounded to bf16 (RoPE none: as stored).
     std::vector<float> qr;
     ihip_pack_queries(fq.data(), H, Hkv, D, row0, rows, q_pos0 + row0, mode, &table, n_chunk, n_stream, qr);
+    // rank=local: the CPU's offsets [g][t] (fp32 operands), which the GPU's must equal bit for bit.
+    std::vector<float> off;
+    if (mc.local) {
+      IhipStageInput in;
+      in.q = qr.data();
+      in.n_qs = int(group * rows);
+      in.k = fk.data();
+      in.k_stride = int64_t(Hkv) * D;
+      in.n_kv_head = Hkv;
+      in.head_dim = D;
+      in.rope = mode;
+      in.table = &table;
+      ihip_local_offsets(in, {.rows = rows, .pos0 = q_pos0 + row0, .n_sink = n_sink,
+                              .win_begin = std::max(n_sink, q_last - n_stream + 1), .n_chunk = n_chunk}, off);
+      for (int g = 0; g < Hkv; ++g)
+        ASSERT_EQ(0, std::memcmp(off.data() + g * group * rows, got_off.data() + (b * Hkv + g) * group * 64,
+                                 size_t(group * rows) * 4))
+            << "offsets, block " << b << " KV head " << g;
+    }
     for (float& x : qr) x = bf16_to_f32(f32_to_bf16(x));
     for (int g = 0; g < Hkv; ++g) {
-      // fp64 score of key e rotated at kpos (max over the group's heads x the block's rows) and its
-      // |q|.|k| bound.
+      // fp64 score of key e rotated at kpos (max over the group's heads x the block's rows; rank=local:
+      // each dot minus its row's offset) and its |q|.|k| (+ |offset|) bound.
       std::map<std::pair<int64_t, int64_t>, std::pair<double, double>> memo;  // (key, kpos) -> (score, bound)
       std::vector<float> kr(static_cast<size_t>(D));
       auto oracle = [&](int64_t e, int64_t kpos, double& bound) {
@@ -837,6 +866,11 @@ void check_mma_near_ties(const MmaCase& mc) {
           const float* qq = qr.data() + (g * group * rows + t) * D;
           double d = 0, a = 0;
           for (int i = 0; i < D; ++i) d += double(qq[i]) * kk[i], a += std::fabs(double(qq[i]) * kk[i]);
+          if (mc.local) {
+            const double o = off[size_t(g * group * rows + t)];
+            d -= o;
+            a += std::fabs(o);
+          }
           best = std::max(best, d);
           bound = std::max(bound, a);
         }
@@ -900,9 +934,10 @@ void check_mma_near_ties(const MmaCase& mc) {
     ASSERT_EQ(got_len[size_t(b)], int32_t(want.size())) << "block " << b;
     EXPECT_TRUE(std::equal(want.begin(), want.end(), got.begin() + b * st.k)) << "block " << b;
   }
-  std::printf("[ihip mma d=%d rope %d %s prefetch %d] %lld chunk scores judged, %lld near-tie branches followed\n", D,
-              mc.mode, mc.mode == 0 && mc.wgmma ? "wgmma" : "mma.sync", int(mc.prefetch), (long long)judged,
-              (long long)near_ties);
+  std::printf("[ihip mma d=%d rope %d %s prefetch %d rank %s] %lld chunk scores judged, %lld near-tie branches "
+              "followed\n",
+              D, mc.mode, mc.mode == 0 && mc.wgmma ? "wgmma" : "mma.sync", int(mc.prefetch), mc.local ? "local" : "paper",
+              (long long)judged, (long long)near_ties);
 }
 
 TEST(IhipGpuPrefill, TensorCoreScoresFollowTheFp64BisectionUpToNearTies) {
@@ -996,8 +1031,9 @@ TEST(IhipGpuRankLocal, DecodeOffsetsScoresAndListsEqualTheCpuTwin) {
     }
 }
 
-// Prefill: the FMA scorer with offsets, every RoPE mode; groups of 4 (one query tile) and 16 heads
-// on one KV head (several tiles); head_dim 64 and 256.
+// Prefill: the FMA scorer with offsets (RoPE modes with rope_tensor_cores off; 16 heads on one
+// KV head: several query tiles), RoPE none on the tensor cores (small-integer inputs: exact dots and
+// offsets, so bit-equal), every RoPE mode; groups of 4 (one query tile) and 16; head_dim 64 and 256.
 TEST(IhipGpuRankLocal, PrefillOffsetsScoresListsAndAttentionEqualTheCpuTwin) {
   LC_REQUIRE_GPU();
   PrefillCase su;
@@ -1016,6 +1052,53 @@ TEST(IhipGpuRankLocal, PrefillOffsetsScoresListsAndAttentionEqualTheCpuTwin) {
   PrefillCase d256 = su;
   d256.D = 256, d256.H = 4, d256.Hkv = 1;
   check_prefill(d256, 2);
+}
+
+// rank=local routes as the paper's rule: tensor cores where a KV head's block queries fit one tile
+// (the engine's default model, SmolLM2-135M's 9 / 3 heads, and groups of 4), in RoPE none and
+// (rope_tensor_cores) the RoPE modes; the FMA scorer for groups of 16 or rope_tensor_cores off.
+TEST(IhipGpuRankLocal, RoutesToTheTensorCoresAsThePaperRule) {
+  float workspace = 0.f;  // never read: the routing looks at the pointer only
+  for (const bool local : {false, true}) {
+    SCOPED_TRACE(local ? "rank=local" : "paper");
+    IhipPrefillGpuParams p;
+    p.offset = local ? &workspace : nullptr;
+    for (const int mode : {0, 1, 2}) {
+      p.rope_mode = mode;
+      p.n_head = 9, p.n_kv_head = 3;
+      EXPECT_TRUE(prefill_uses_mma(p)) << "mode " << mode;
+      p.n_head = 32, p.n_kv_head = 8;
+      EXPECT_TRUE(prefill_uses_mma(p)) << "mode " << mode;
+      p.n_head = 16, p.n_kv_head = 1;
+      EXPECT_FALSE(prefill_uses_mma(p)) << "mode " << mode;
+      p.n_head = 9, p.n_kv_head = 3, p.rope_tensor_cores = false;
+      EXPECT_EQ(prefill_uses_mma(p), mode == 0) << "mode " << mode;
+      p.rope_tensor_cores = true;
+    }
+  }
+}
+
+// rank=local on the tensor cores (each row's accumulators start at minus its offset), random
+// inputs judged against the fp64 replay minus the CPU's offsets (the GPU's bit-equal to them):
+// RoPE relative and chunk-indexed (the engine's rope=on; mma.sync on rotated bf16 operands) and
+// none (wgmma and mma.sync), at head_dim 64 / 128 / 256 with groups of 3 / 4 (one query tile;
+// larger groups score on the FMA path: IhipGpuRankLocal.PrefillOffsets...), a 2-row last block,
+// CTAs looping over chunk groups, and a one-entry last chunk.
+TEST(IhipGpuRankLocal, TensorCoreScoresFollowTheFp64BisectionUpToNearTies) {
+  LC_REQUIRE_GPU();
+  for (const int mode : {1, 2, 0})
+    for (const bool wgmma : {true, false}) {
+      if (mode != 0 && !wgmma) continue;  // wgmma_scorer is RoPE none's switch
+      SCOPED_TRACE(testing::Message() << "mode " << mode << (wgmma ? " wgmma" : " mma.sync"));
+      for (MmaCase mc : {MmaCase{9, 3, 64}, MmaCase{32, 8, 128}, MmaCase{4, 1, 256}, MmaCase{4, 1, 128, 64, 1537, {16, 128}},
+                         MmaCase{16, 16, 64, 64 * 40, 2401, {16, 512}}}) {
+        if (mc.n_q > 130 && mode != 0) continue;  // the pipelined scorer's lanes (the CPU offsets cost ~1 s a mode)
+        mc.mode = mode;
+        mc.wgmma = wgmma;
+        mc.local = true;
+        check_mma_near_ties(mc);
+      }
+    }
 }
 
 // The wgmma scorer (RoPE none's default: a warpgroup's 128 queries against each probe key read

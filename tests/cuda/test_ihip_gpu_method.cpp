@@ -497,8 +497,9 @@ TEST(IhipGpuMethod, CompactDecodeReadsTheFp8Cache) {
     }
 }
 
-// rank=local: the GPU method's prefill (FMA scorer with offsets) and decode (offsets kernel before
-// each stage's scorer) key sets equal the CPU method's, on the default model's heads (SmolLM2-135M:
+// rank=local: the GPU method's prefill (offsets kernel, then rope=off's tensor-core scorer with the
+// offsets in its accumulators: exact on these small-integer inputs) and decode (offsets kernel
+// before each stage's scorer) key sets equal the CPU method's, on the default model's heads (SmolLM2-135M:
 // 9 / 3, head_dim 64) and on GQA groups of 4 at head_dim 128.
 TEST(IhipGpuMethod, RankLocalHasTheCpuKeySets) {
   LC_REQUIRE_GPU();

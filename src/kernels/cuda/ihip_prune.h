@@ -123,10 +123,12 @@ void ihip_decode_index(const IhipIndexGpuParams& p, Stream s = nullptr);
 // rank=local (offset set): ihip_offsets_prefill first writes each block's offsets (ihip_local_offsets
 // for its rows: one CTA per (KV head, block) gathers the rows' local keys kSlots at a time, rotated
 // at ihip_local_key_pos, into the FMA scorer's transposed tile and takes the 4 x 8 tile dots in
-// hip_dot's order, a key counting for the rows at or after it), and the score kernel runs the fp32
-// FMA path (never the tensor cores: their sums are not hip_dot's, and the offsets are the FMA
-// path's), subtracting offset[t] (__fsub_rn) from each dot before the max over the queries: the
-// chunk scores stay bit-equal to ihip_chunk_scores with IhipStageInput::offset.
+// hip_dot's order, a key counting for the rows at or after it: bit-equal), then the score kernel
+// takes the path the paper's rule would: on tensor cores each row's accumulators start at minus
+// its offset (the mma sums q.k - offset; separate kLocal instantiations, so the paper's kernels
+// keep their registers), judged against the fp64 replay minus the CPU's offsets (bit-equal on
+// exact-dot inputs); on the FMA path offset[t] is subtracted (__fsub_rn) from each dot before the
+// max over the queries: the chunk scores bit-equal to ihip_chunk_scores with IhipStageInput::offset.
 
 struct IhipPrefillGpuParams {
   const void* q = nullptr;  // bf16 [n_q, n_head, D] (un-rotated unless rope_mode == 0)
@@ -168,6 +170,9 @@ struct IhipPrefillStage {
   int64_t max_chunks = 0;      // bound on ceil(candidates / l_c) of any block (grid size)
 };
 void ihip_prune_stage_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage& st, Stream s = nullptr);
+// Whether the stage scores on tensor cores: a KV head's block queries (group x 64) fit one tile
+// (groups <= 4), and RoPE none or rope_tensor_cores; rank=local (offset) or not alike.
+bool prefill_uses_mma(const IhipPrefillGpuParams& p);
 // rank=local: p.offset of each block whose stage prunes (n_chunk > k / l_c; others untouched).
 void ihip_offsets_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage& st, Stream s = nullptr);
 // Its two launches, separately (benchmarks).

@@ -26,6 +26,7 @@ constexpr int kWarps = kThreads / 32;
 // Chunks per tensor-core pass: 32 chunks = 64 probes, so a pass's dependent key gather (the
 // bisection's next probes wait for this pass's scores) is paid once per 64 x 256 x D dot products.
 constexpr int kMmaChunks = 32;
+static_assert(kThreads == kMmaQTile, "score_kernel copies a tile's offsets one a thread");
 constexpr int kMmaSlots = 2 * kMmaChunks;
 
 // The shapes of one score CTA at head_dim D (64, 128 or 256). The FMA scorer holds kQTile queries in
@@ -264,15 +265,27 @@ __device__ inline void load_query_frags(const IhipPrefillGpuParams& p, int kv_he
 
 // The tensor-core pass's dots and maxima: warp w multiplies its queries (fragments in registers)
 // by the kMmaSlots probes (kMmaSlots / 8 n-tiles of 8) with mma.m16n8k16 (bf16 in, fp32 accumulate),
-// masks the rows past n_qs, and writes each probe's max over its rows to red[w][slot].
-template <int D>
-__device__ inline void mma_pass(const QueryFrags<D>& f, const __nv_bfloat16* kb, int n_qs, float* red) {
+// masks the rows past n_qs, and writes each probe's max over its rows to red[w][slot]. kLocal
+// (rank=local): each row's accumulators start at minus its offset off[row] (shared memory, the
+// tile's), so the mma sums q.k - offset: no instruction or register past the paper's pass (a
+// subtraction after the dot held the offsets through the pass and spilled at D = 64 and 128). The
+// fp32 order differs from ihip_probe's (dot, then __fsub_rn) as the dot's own does: judged
+// against fp64 (exact, so bit-equal, on exact-dot inputs).
+template <int D, bool kLocal = false>
+__device__ inline void mma_pass(const QueryFrags<D>& f, const __nv_bfloat16* kb, int n_qs, float* red,
+                                const float* off) {
   constexpr int kTiles = 2;  // n-tiles at a time (the accumulators beside the fragments: no spills)
   constexpr int kSlots = kMmaSlots;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
 #pragma unroll 1
   for (int j0 = 0; j0 < kSlots / 8; j0 += kTiles) {
-    float acc[kTiles][2][4] = {};
+    float acc[kTiles][2][4];
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[j][mt][i] = kLocal ? -off[32 * warp + 16 * mt + 8 * (i / 2) + g] : 0.f;
     // Issue order: the 4 accumulators' mmas of a k-step one after another, so each mma's
     // dependent successor comes 4 issues later (the mma asm is volatile, so this order stands;
     // with an accumulator's two k-steps back to back ncu counted 4.9 of 10.6 cycles an instruction
@@ -320,6 +333,14 @@ __device__ inline void mma_pass(const QueryFrags<D>& f, const __nv_bfloat16* kb,
 // Row of the group's query tile held by lane g of warp w in m-tile mt, half hh (rows g, g + 8).
 __device__ inline int wg_row(int warp, int mt, int hh, int g) {
   return 128 * (warp / 4) + 64 * mt + 16 * (warp % 4) + 8 * hh + g;
+}
+// rank=local: block b's offsets for KV head kv_head (p.offset's [group * 64], query t = h' * rows
+// + r as the fragments) copied to off_s[kMmaQTile] by the CTA's kMmaQTile threads, 0 past n_qs
+// (masked rows). The tensor-core passes read them after the next barrier.
+__device__ inline void copy_tile_offsets(const IhipPrefillGpuParams& p, int64_t b, int kv_head, int n_qs, float* off_s) {
+  const float* o = p.offset + (b * p.n_kv_head + kv_head) * (int64_t(p.n_head / p.n_kv_head) * kBlockQ);
+  const int t = threadIdx.x;
+  off_s[t] = t < n_qs ? o[t] : 0.f;
 }
 template <int D>
 struct WgQueryFrags {
@@ -372,8 +393,9 @@ __device__ inline int sw128(int r, int c) {
 // form into ~2.5 instructions a value); and the wgmma descriptors are one base a pass half plus
 // constant offsets (the address field is addr >> 4 in the low 14 bits: shared addresses < 2^18, so
 // adding off >> 4 never carries out of it).
-template <int D>
-__device__ inline void wgmma_pass(const WgQueryFrags<D>& f, uint32_t kb, int n_qs, float* red) {
+// kLocal (rank=local): each row's accumulators start at minus its offset, as mma_pass's.
+template <int D, bool kLocal = false>
+__device__ inline void wgmma_pass(const WgQueryFrags<D>& f, uint32_t kb, int n_qs, float* red, const float* off) {
   constexpr int kN = 32;                         // probes per wgmma
   constexpr uint32_t kPanel = kMmaSlots * 128;   // bytes of a 64-dim panel
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
@@ -391,7 +413,7 @@ __device__ inline void wgmma_pass(const WgQueryFrags<D>& f, uint32_t kb, int n_q
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
-      for (int i = 0; i < 16; ++i) acc[mt][i] = 0.f;
+      for (int i = 0; i < 16; ++i) acc[mt][i] = kLocal ? -off[wg_row(warp, mt, (i / 2) % 2, g)] : 0.f;
       sm90::fence_regs(acc[mt]);
     }
     const uint64_t desc0 = sm90::desc_sw128(kb + n0 * 128, 16);
@@ -400,7 +422,7 @@ __device__ inline void wgmma_pass(const WgQueryFrags<D>& f, uint32_t kb, int n_q
     for (int ks = 0; ks < D / 16; ++ks)  // 16 dims = 32 bytes of a panel row
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
-        sm90::wgmma_rs_n32(acc[mt], f.a[mt][ks], desc0 + (((ks / 4) * kPanel + (ks % 4) * 32) >> 4), ks > 0);
+        sm90::wgmma_rs_n32(acc[mt], f.a[mt][ks], desc0 + (((ks / 4) * kPanel + (ks % 4) * 32) >> 4), kLocal || ks > 0);
     sm90::wgmma_commit();
     sm90::wgmma_wait<0>();
 #pragma unroll
@@ -445,8 +467,9 @@ __device__ inline void wgmma_pass(const WgQueryFrags<D>& f, uint32_t kb, int n_q
 
 // One score CTA: chunks [x * per_cta, ...) of block z for KV head y. kMma: the tensor-core pass
 // (one query tile; with RoPE the rotated operands rounded to bf16); else the fp32 FMA pass in
-// hip_dot's order.
-template <int D, bool kMma>
+// hip_dot's order. rank=local: the FMA pass subtracts p.offset (read per tile); the tensor-core
+// pass only when kLocal (the offsets in registers: the paper's instantiation is unchanged).
+template <int D, bool kMma, bool kLocal = false>
 __global__ void __launch_bounds__(kThreads, kMma ? Shape<D>::kMmaCtasPerSm : 1) score_kernel(IhipPrefillGpuParams p,
                                                                                           IhipPrefillStage st) {
   using S = Shape<D>;
@@ -461,6 +484,7 @@ __global__ void __launch_bounds__(kThreads, kMma ? Shape<D>::kMmaCtasPerSm : 1) 
   auto* kb = reinterpret_cast<__nv_bfloat16*>(smem);          // kMma: [kSlots][D] swizzled probe keys
   float* red_mma = reinterpret_cast<float*>(kb + kSlots * D);  // kMma: [kWarps][kSlots]
   QueryFrags<D> qf;  // kMma: the warp's queries (unused, so dropped, in the FMA scorer)
+  __shared__ float off_s[kMma && kLocal ? kMmaQTile : 1];  // kMma && kLocal: the tile's offsets
   __shared__ Probe probe[kSlots];
   __shared__ float result[kSlots];
   __shared__ int lo[kChunks], hi[kChunks];
@@ -484,6 +508,7 @@ __global__ void __launch_bounds__(kThreads, kMma ? Shape<D>::kMmaCtasPerSm : 1) 
   auto load_queries = [&](int t0) {  // element-fastest: each warp reads a query row's contiguous elements
     if constexpr (kMma) {  // bf16 into registers (rotated, rounded to bf16); one tile (t0 = 0)
       load_query_frags<D>(p, g, group, blk, n_qs, n_chunk, qf);
+      if constexpr (kLocal) copy_tile_offsets(p, b, g, n_qs, off_s);
     } else {
     for (int i = tid; i < kQTile * kHalfD; i += kThreads) {
       const int tt = i / kHalfD, e = i % kHalfD, t = t0 + tt;
@@ -544,7 +569,7 @@ __global__ void __launch_bounds__(kThreads, kMma ? Shape<D>::kMmaCtasPerSm : 1) 
         for (int c = 0; c < kPer; ++c) *reinterpret_cast<uint4*>(kb + swz<D>(s, kPer * l + c)) = u[c];
       }
       __syncthreads();
-      mma_pass<D>(qf, kb, n_qs, red_mma);
+      mma_pass<D, kLocal>(qf, kb, n_qs, red_mma, off_s);
       __syncthreads();
       if (tid < n_slots) {
         float m = -INFINITY;
@@ -715,8 +740,9 @@ __global__ void __launch_bounds__(kThreads, kMma ? Shape<D>::kMmaCtasPerSm : 1) 
 // order): the same probes and maxima, each dot summed in the wgmma's fp32 order instead of
 // mma.sync's (scores within fp32 rounding of the mma.sync kernel's, equal on exact-dot inputs).
 // At D = 64 the wgmma form takes 2 CTAs an SM, not 3: at <= 85 registers ptxas serialises its
-// wgmmas (C7512).
-template <int D, bool kWg>
+// wgmmas (C7512). kLocal (rank=local): each row's dots minus its offset (p.offset, in registers)
+// before the maxima.
+template <int D, bool kWg, bool kLocal = false>
 __global__ void __launch_bounds__(kThreads, kWg && D == 64 ? 2 : Shape<D>::kMmaCtasPerSm)
     score_kernel_pipelined(IhipPrefillGpuParams p, IhipPrefillStage st) {
   constexpr int kSlots = kMmaSlots, kChunks = kMmaChunks;
@@ -745,6 +771,8 @@ __global__ void __launch_bounds__(kThreads, kWg && D == 64 ? 2 : Shape<D>::kMmaC
     load_query_frags_wg<D>(p, g, p.n_head / p.n_kv_head, blk, n_qs, qf);
   else
     load_query_frags<D>(p, g, p.n_head / p.n_kv_head, blk, n_qs, n_chunk, qf);
+  __shared__ float off_s[kLocal ? kMmaQTile : 1];  // kLocal: the tile's offsets
+  if constexpr (kLocal) copy_tile_offsets(p, b, g, n_qs, off_s);  // read after the first pass's barrier
   int n_iter = 0;
   while ((1 << n_iter) < st.l_c) ++n_iter;
   // Chunk j's entry count (the last chunk may be shorter).
@@ -886,9 +914,9 @@ __global__ void __launch_bounds__(kThreads, kWg && D == 64 ? 2 : Shape<D>::kMmaC
     if constexpr (kWg) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // wgmma reads async
     __syncthreads();  // every warp's copies for this lane landed; red's last readers are done
     if constexpr (kWg)
-      wgmma_pass<D>(qf, mma::smem_u32(kb + now.x * kSlots * D), n_qs, red);
+      wgmma_pass<D, kLocal>(qf, mma::smem_u32(kb + now.x * kSlots * D), n_qs, red, off_s);
     else
-      mma_pass<D>(qf, kb + now.x * kSlots * D, n_qs, red);
+      mma_pass<D, kLocal>(qf, kb + now.x * kSlots * D, n_qs, red, off_s);
     __syncthreads();  // red holds every warp's maxima; this lane's key buffer is free
     finish(now.x, now.j, now.it);
     if (++now.it == n_steps(now.j)) {
@@ -1049,7 +1077,7 @@ __global__ void index_kernel(IhipPrefillIndexParams p) {
   }
 }
 
-size_t g_score_smem[3][4] = {}, g_select_smem = 0, g_offsets_smem[3] = {};  // score: [head_dim 64, 128, 256][launch_score_prefill's kind]
+size_t g_score_smem[3][2][4] = {}, g_select_smem = 0, g_offsets_smem[3] = {};  // score: [head_dim 64, 128, 256][rank=local][kind]
 constexpr int dim_slot(int D) { return D == 64 ? 0 : D == 128 ? 1 : 2; }
 
 void allow_smem(const void* kernel, size_t bytes, size_t& done, const char* what) {
@@ -1081,13 +1109,33 @@ void check_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage& st) {
 }  // namespace
 
 // The tensor-core scorer's case: a KV head's queries of a block (group x 64) in one tile, and
-// RoPE none (the queries and keys are bf16 as stored) or a RoPE mode with rope_tensor_cores.
-// rank=local (offset set) always scores on the FMA path.
+// RoPE none (the queries and keys are bf16 as stored) or a RoPE mode with rope_tensor_cores;
+// rank=local (offset set) alike (the kLocal instantiations).
 bool prefill_uses_mma(const IhipPrefillGpuParams& p) {
-  return !p.offset && (p.rope_mode == 0 || p.rope_tensor_cores) && int64_t(p.n_head / p.n_kv_head) * kBlockQ <= kMmaQTile;
+  return (p.rope_mode == 0 || p.rope_tensor_cores) && int64_t(p.n_head / p.n_kv_head) * kBlockQ <= kMmaQTile;
 }
 
 namespace {
+
+// The score kernel of kind (0 FMA, 1 tensor cores with RoPE, 2 pipelined mma.sync, 3 pipelined
+// wgmma), rank=local's (kLocal) or the paper's; the FMA scorer reads p.offset itself.
+template <int D, bool kLocal>
+void launch_score_kind(int kind, const dim3& grid, size_t bytes, const IhipPrefillGpuParams& p,
+                       const IhipPrefillStage& st, cudaStream_t stream) {
+  auto go = [&](auto kernel) {
+    allow_smem(reinterpret_cast<const void*>(kernel), bytes, g_score_smem[dim_slot(D)][kLocal ? 1 : 0][kind],
+               "the prefill queries");
+    kernel<<<grid, kThreads, bytes, stream>>>(p, st);
+  };
+  if (kind == 3)
+    go(score_kernel_pipelined<D, true, kLocal>);
+  else if (kind == 2)
+    go(score_kernel_pipelined<D, false, kLocal>);
+  else if (kind == 1)
+    go(score_kernel<D, true, kLocal>);
+  else
+    go(score_kernel<D, false>);
+}
 
 template <int D>
 void launch_score_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage& st, cudaStream_t stream) {
@@ -1095,15 +1143,10 @@ void launch_score_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage&
   const int per_cta = mma ? kMmaChunks : Shape<D>::kChunks;
   // FMA, tensor cores with RoPE, pipelined mma.sync, pipelined wgmma
   const int kind = !mma ? 0 : p.rope_mode != 0 ? 1 : p.wgmma_scorer ? 3 : 2;
-  const void* kernel = kind == 3   ? reinterpret_cast<const void*>(score_kernel_pipelined<D, true>)
-                       : kind == 2 ? reinterpret_cast<const void*>(score_kernel_pipelined<D, false>)
-                       : kind == 1 ? reinterpret_cast<const void*>(score_kernel<D, true>)
-                                   : reinterpret_cast<const void*>(score_kernel<D, false>);
   const size_t bytes = kind == 3   ? Shape<D>::kWgSmem
                        : kind == 2 ? Shape<D>::kPipeSmem
                        : kind == 1 ? Shape<D>::kMmaSmem
                                    : Shape<D>::kScoreSmem;
-  allow_smem(kernel, bytes, g_score_smem[dim_slot(D)][kind], "the prefill queries");
   // CTAs per (block, KV head): enough for ~4 waves over the SMs, each looping over its share of
   // the chunk groups (the queries are loaded once per CTA).
   static int n_sm = 0;
@@ -1115,16 +1158,12 @@ void launch_score_prefill(const IhipPrefillGpuParams& p, const IhipPrefillStage&
   const int64_t groups = (st.max_chunks + per_cta - 1) / per_cta, pairs = p.n_blk() * p.n_kv_head;
   const int64_t per_pair = std::min<int64_t>(groups, std::max<int64_t>(1, (4 * n_sm + pairs - 1) / pairs));
   const dim3 grid(unsigned(per_pair), unsigned(p.n_kv_head), unsigned(p.n_blk()));
-  if (kind == 3)
-    score_kernel_pipelined<D, true><<<grid, kThreads, bytes, stream>>>(p, st);
-  else if (kind == 2)
-    score_kernel_pipelined<D, false><<<grid, kThreads, bytes, stream>>>(p, st);
-  else if (kind == 1)
-    score_kernel<D, true><<<grid, kThreads, bytes, stream>>>(p, st);
+  if (p.offset)
+    launch_score_kind<D, true>(kind, grid, bytes, p, st, stream);
   else
-    score_kernel<D, false><<<grid, kThreads, bytes, stream>>>(p, st);
-  LC_LAUNCH_CHECK("ihip prefill score l_c=%d max_chunks=%lld kind=%d d=%d", st.l_c, (long long)st.max_chunks,
-                  kind, D);
+    launch_score_kind<D, false>(kind, grid, bytes, p, st, stream);
+  LC_LAUNCH_CHECK("ihip prefill score l_c=%d max_chunks=%lld kind=%d d=%d local=%d", st.l_c,
+                  (long long)st.max_chunks, kind, D, int(p.offset != nullptr));
 }
 
 }  // namespace

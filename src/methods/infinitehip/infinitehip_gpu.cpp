@@ -27,7 +27,8 @@
 // position through the same gather (what the CPU's select_keys + attend_compacted_ref do).
 // rank=local: every stage's kernels get an offsets workspace (prefill [n_blk, n_head * 64], decode
 // [n_head]); the stage entry points run the offsets kernel first, and the prefill scores on the
-// fp32 FMA path (kernels/cuda/ihip_prune.h).
+// scorer the paper's rule would take (tensor cores where a KV head's block queries fit one tile:
+// kernels/cuda/ihip_prune.h).
 #include "methods/infinitehip/infinitehip_gpu.h"
 
 #include <fmt/format.h>
@@ -210,7 +211,7 @@ class IhipGpu final : public GpuMethod {
     p.rope_n_pos = r.n_pos;
     p.n_sink = hp_.n_sink;
     p.n_stream = hp_.n_stream;
-    p.offset = local() ? at<float>(l_.pre_offset) : nullptr;  // rank=local: the FMA scorer
+    p.offset = local() ? at<float>(l_.pre_offset) : nullptr;  // rank=local
     const int N = hp_.n_stage();
     // Stage 0's candidates of the chunk's last block bound every block's.
     const int64_t q_last = st.q_pos0 + st.n_q - 1;
