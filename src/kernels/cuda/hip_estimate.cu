@@ -226,6 +226,10 @@ __device__ bool keep_best(int64_t m, int nb, const Smem& s, const uint32_t* key,
     for (int r = kRegRounds; r < rounds; ++r) f(r, r * kCta + tid < nb ? key[r * kCta + tid] : kEmptyRank);
   };
   uint32_t lo = kEmptyRank, hi = 0;  // the least key, the greatest live one
+#ifndef LONGCTX_HIP_SEL_RANGE_BELOW
+#define LONGCTX_HIP_SEL_RANGE_BELOW 100000
+#endif
+  if constexpr (kCta < LONGCTX_HIP_SEL_RANGE_BELOW) {
   each([&](int r, uint32_t u) {
     lo = min(lo, u);  // (padding: kEmptyRank)
     hi = u != kEmptyRank ? max(hi, u) : hi;
@@ -237,6 +241,9 @@ __device__ bool keep_best(int64_t m, int nb, const Smem& s, const uint32_t* key,
   __syncthreads();
   lo = __reduce_min_sync(0xffffffffu, lane < kWarps ? range[lane] : kEmptyRank);
   hi = __reduce_max_sync(0xffffffffu, lane < kWarps ? range[kWarps + lane] : 0u);
+  } else {
+    lo = 0, hi = kEmptyRank - 1;
+  }
   int top = 32 - __clz(int(lo ^ hi));  // bits [top, 32) are every candidate's (those of lo)
   uint32_t prefix = top == 32 ? 0u : lo & (~0u << top);
   int rem = int(m), passes = 0;
@@ -336,6 +343,14 @@ __device__ bool keep_best(int64_t m, int nb, const Smem& s, const uint32_t* key,
   pc.mark(kPhCompact);
   return wide;
 }
+
+#ifdef LONGCTX_HIP_SEL_NOINLINE
+template <int kCta>
+__device__ __noinline__ bool keep_best_call(int64_t m, int nb, const Smem& s, const uint32_t* key, const Branch* br,
+                                            Branch* next, PhaseClock& pc) {
+  return keep_best<kCta>(m, nb, s, key, br, next, pc);
+}
+#endif
 
 // 8-element key chunks a lane holds (8 lanes a dot: lane l takes chunks l, l + 8, ...): kChunks = 2
 // up to head_dim 128, 4 up to 256 (Gemma 3's global layers). The batch sizes below are for
@@ -723,7 +738,14 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
     if constexpr (kCluster > 1) cg::this_cluster().sync();
     else __syncthreads();
     pc.mark(kPhScoreWait);
+#ifdef LONGCTX_HIP_SEL_NOINLINE
+    bool kept_wide;
+    if constexpr (kCluster > 1) kept_wide = keep_best_call<kCta>(m, nb, s, own, brs, next, pc);
+    else kept_wide = keep_best<kCta>(m, nb, s, own, brs, next, pc);
+    const bool more = __syncthreads_or(kept_wide);
+#else
     const bool more = __syncthreads_or(keep_best<kCta>(m, nb, s, own, brs, next, pc));
+#endif
     pc.mark(kPhEndWait);
     pc.iteration();
     if (!more) break;
