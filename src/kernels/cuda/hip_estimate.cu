@@ -11,7 +11,7 @@
 // lane instead of 2 and half the items in flight.
 // Keep-the-best: a radix select of the (score desc, branch asc) threshold over the bits where
 // the 32-bit rank keys (the CPU's total order) differ, and ballot-based compaction in branch order
-// that also writes the next iteration's halves (5-9 barriers an iteration in all, usually 6).
+// that also writes the next iteration's halves (4-9 barriers an iteration in all, usually 6).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -194,17 +194,18 @@ struct PhaseClock {
 // empty halves removed) to next[0, 2m). Returns whether this thread kept a chunk of more than one
 // block (another iteration is needed when any did).
 // The threshold T (the m-th smallest key) comes from a radix select over the bits where the keys
-// differ: one barrier gives every warp the least key and the greatest live one, whose common top
-// bits every key between them shares (real-valued scores of one sign usually share the sign and
-// most of the exponent: the old first pass over the top 8 bits found one bin), then 8 bits a pass
-// from the first differing bit (warp-aggregated shared-memory histograms; one barrier a pass:
-// every warp scans the bins itself, so no broadcast and its barrier), ending at the pass whose
-// digit's bin holds exactly the rank left (every key of it is kept: usually the second). A branch
-// is kept when its key is below T, or equal to T and among the first `rem` (the rank left at T)
-// such in branch order. The m-th smallest key is always a live branch's: the m chunks give m +
-// (chunks of two blocks or more) >= m + 1 live branches, so the empty ones (kEmptyRank, above
-// every live key) are never kept and stay out of the range.
-// 3-7 barriers (the pass-per-8-bits select with a broadcast took 5-9; a bitonic sort of 512 keys 45).
+// differ: in prefill one barrier gives every warp the least key and the greatest live one, whose
+// common top bits every key between them shares (real-valued scores of one sign usually share the
+// sign and most of the exponent: a first pass over the top 8 bits finds one bin); decode starts
+// at the top bits. Then 8 bits a pass (warp-aggregated shared-memory histograms; one barrier a
+// pass: every warp scans the bins itself, no broadcast and its barrier), ending at the pass whose
+// digit's bin holds exactly the rank left (every key of it is kept: usually the second in prefill,
+// the third in decode). A branch is kept when its key is below T, or equal to T and among the
+// first `rem` (the rank left at T) such in branch order. The m-th smallest key is always a live
+// branch's: the m chunks give m + (chunks of two blocks or more) >= m + 1 live branches, so the
+// empty ones (kEmptyRank, above every live key) are never kept and stay out of the range.
+// 2-7 barriers, usually 4 (a scan in warp 0 and a broadcast, two a pass: usually 7; a bitonic
+// sort of 512 keys 45).
 // s.hist is zero on entry and on return (the passes' bins are cleared after the last reads).
 template <int kCta>
 __device__ bool keep_best(int64_t m, int nb, const Smem& s, const uint32_t* key, const Branch* br, Branch* next,
@@ -225,24 +226,23 @@ __device__ bool keep_best(int64_t m, int nb, const Smem& s, const uint32_t* key,
       if (r < rounds) f(r, reg[r]);
     for (int r = kRegRounds; r < rounds; ++r) f(r, r * kCta + tid < nb ? key[r * kCta + tid] : kEmptyRank);
   };
-  uint32_t lo = kEmptyRank, hi = 0;  // the least key, the greatest live one
-#ifndef LONGCTX_HIP_SEL_RANGE_BELOW
-#define LONGCTX_HIP_SEL_RANGE_BELOW 100000
-#endif
-  if constexpr (kCta < LONGCTX_HIP_SEL_RANGE_BELOW) {
-  each([&](int r, uint32_t u) {
-    lo = min(lo, u);  // (padding: kEmptyRank)
-    hi = u != kEmptyRank ? max(hi, u) : hi;
-  });
-  uint32_t* const range = reinterpret_cast<uint32_t*>(s.sel);  // [2][kWarps]
-  lo = __reduce_min_sync(0xffffffffu, lo);
-  hi = __reduce_max_sync(0xffffffffu, hi);
-  if (lane == 0) range[warp] = lo, range[kWarps + warp] = hi;
-  __syncthreads();
-  lo = __reduce_min_sync(0xffffffffu, lane < kWarps ? range[lane] : kEmptyRank);
-  hi = __reduce_max_sync(0xffffffffu, lane < kWarps ? range[kWarps + lane] : 0u);
-  } else {
-    lo = 0, hi = kEmptyRank - 1;
+  // The least key and the greatest live one. Decode's CTAs (kThreads, one search a pair of SMs,
+  // nothing to overlap its barriers with) skip the step and start from the top bits: measured
+  // faster there (docs/benchmarks.md), as the prefill CTAs are with it.
+  uint32_t lo = 0, hi = kEmptyRank - 1;
+  if constexpr (kCta < kThreads) {
+    lo = kEmptyRank, hi = 0;
+    each([&](int r, uint32_t u) {
+      lo = min(lo, u);  // (padding: kEmptyRank)
+      hi = u != kEmptyRank ? max(hi, u) : hi;
+    });
+    uint32_t* const range = reinterpret_cast<uint32_t*>(s.sel);  // [2][kWarps]
+    lo = __reduce_min_sync(0xffffffffu, lo);
+    hi = __reduce_max_sync(0xffffffffu, hi);
+    if (lane == 0) range[warp] = lo, range[kWarps + warp] = hi;
+    __syncthreads();
+    lo = __reduce_min_sync(0xffffffffu, lane < kWarps ? range[lane] : kEmptyRank);
+    hi = __reduce_max_sync(0xffffffffu, lane < kWarps ? range[kWarps + lane] : 0u);
   }
   int top = 32 - __clz(int(lo ^ hi));  // bits [top, 32) are every candidate's (those of lo)
   uint32_t prefix = top == 32 ? 0u : lo & (~0u << top);
@@ -344,13 +344,13 @@ __device__ bool keep_best(int64_t m, int nb, const Smem& s, const uint32_t* key,
   return wide;
 }
 
-#ifdef LONGCTX_HIP_SEL_NOINLINE
+// keep_best as a call of its own: decode's search (512 threads, 128 registers, the FMA scorer's
+// 8 items of keys in flight) spilled more with it inlined (ptxas: 80 / 132 bytes vs 68 / 104).
 template <int kCta>
 __device__ __noinline__ bool keep_best_call(int64_t m, int nb, const Smem& s, const uint32_t* key, const Branch* br,
                                             Branch* next, PhaseClock& pc) {
   return keep_best<kCta>(m, nb, s, key, br, next, pc);
 }
-#endif
 
 // 8-element key chunks a lane holds (8 lanes a dot: lane l takes chunks l, l + 8, ...): kChunks = 2
 // up to head_dim 128, 4 up to 256 (Gemma 3's global layers). The batch sizes below are for
@@ -738,14 +738,10 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
     if constexpr (kCluster > 1) cg::this_cluster().sync();
     else __syncthreads();
     pc.mark(kPhScoreWait);
-#ifdef LONGCTX_HIP_SEL_NOINLINE
-    bool kept_wide;
+    bool kept_wide;  // (decode: a call, prefill: inlined)
     if constexpr (kCluster > 1) kept_wide = keep_best_call<kCta>(m, nb, s, own, brs, next, pc);
     else kept_wide = keep_best<kCta>(m, nb, s, own, brs, next, pc);
     const bool more = __syncthreads_or(kept_wide);
-#else
-    const bool more = __syncthreads_or(keep_best<kCta>(m, nb, s, own, brs, next, pc));
-#endif
     pc.mark(kPhEndWait);
     pc.iteration();
     if (!more) break;
