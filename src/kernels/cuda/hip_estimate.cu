@@ -370,7 +370,7 @@ constexpr int kDecodeCluster = 2;
 // Tensor-core prefill scoring: n-tiles of 8 items a warp loads at once at kChunks = 2 (measured: 4
 // beat 2, and 1 at 2 CTAs an SM); 2 at head_dim 256 (the same registers).
 // fp8 keys keep the same 4: their codes stay packed until their k-step pair is multiplied, which
-// leaves the fp8 kernel without spills (bf16's: 17 STL / 56 LDL). Measured on H100 at 128K / 1M
+// leaves the fp8 kernel without spills (bf16's: kBf16PairGroups below). Measured on H100 at 128K / 1M
 // (docs/benchmarks.md): 8 n-tiles of codes loaded at once (twice the items in flight; spills)
 // multiplied 4 or 2 at a time, and 4 multiplied 2 at a time (twice the epilogues) were slower:
 // 19.8 / 21.1 / 20.2 ms vs 16.3 ms at 128K.
@@ -379,6 +379,8 @@ constexpr int kMmaTiles = 4;
 // k-step pairs (all kTiles tiles at a time: pairs 0-1, then 2-3 at head_dim 128), so that half
 // the keys are held at once: without it the kernel spilled (ptxas: 68 bytes stored, 224 loaded;
 // ncu at 128K: 12 GB of local loads); with it none (the fp8 codes, half the bytes, fit at once).
+// Measured on H100 (docs/benchmarks.md): bf16 estimate 1.13x at 128K, 1.02x at 1M (fewer key
+// bytes in flight a warp where DRAM-bound).
 constexpr int kBf16PairGroups = 2;
 // Prefill CTA threads: kThreads / kPrefillCta CTAs share an SM (128 registers a thread either
 // way), so one's selection barriers overlap another's key loads. Measured on H100 (bench_hip
