@@ -226,9 +226,9 @@ __device__ bool keep_best(int64_t m, int nb, const Smem& s, const uint32_t* key,
       if (r < rounds) f(r, reg[r]);
     for (int r = kRegRounds; r < rounds; ++r) f(r, r * kCta + tid < nb ? key[r * kCta + tid] : kEmptyRank);
   };
-  // The least key and the greatest live one. Decode's CTAs (kThreads, one search a pair of SMs,
-  // nothing to overlap its barriers with) skip the step and start from the top bits: measured
-  // faster there (docs/benchmarks.md), as the prefill CTAs are with it.
+  // The least key and the greatest live one (prefill). Decode's CTAs (kThreads, one search a pair
+  // of SMs, nothing to overlap its barriers with) skip the step and start from the top bits: each
+  // form measured the faster where it is used (docs/benchmarks.md).
   uint32_t lo = 0, hi = kEmptyRank - 1;
   if constexpr (kCta < kThreads) {
     lo = kEmptyRank, hi = 0;
