@@ -9,9 +9,9 @@
 // the mma's A-fragment order) by 8-key tiles (mma m16n8k16: bf16 keys bf16 x bf16; fp8 keys
 // f16 x f16, one cvt per 2 codes, the queries scaled into f16 by a power of 2). head_dim 256 holds 4 key chunks a
 // lane instead of 2 and half the items in flight.
-// Keep-the-best: a radix select of the (score desc, branch asc) threshold over 32-bit rank keys
-// (the CPU's total order) and ballot-based compaction in branch order that also writes the next
-// iteration's halves (7-11 barriers an iteration in all).
+// Keep-the-best: a radix select of the (score desc, branch asc) threshold over the bits where
+// the 32-bit rank keys (the CPU's total order) differ, and ballot-based compaction in branch order
+// that also writes the next iteration's halves (4-9 barriers an iteration in all, usually 6).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -57,7 +57,7 @@ struct Shape {  // one CTA's search, after its region is known
 // is still read), the radix histograms and selection state, the per-warp counts of the
 // branch-order scans, and for the tensor-core scorer the bf16 queries and, when a branch's items
 // span n-tiles, per-item scores. Exact: a region the CTA's scorer never reads takes no bytes
-// (prefill at the paper's defaults, d 128: 27,920 bytes a CTA, was 48,912: with 4 CTAs an SM the
+// (prefill at the paper's defaults, d 128: 28,032 bytes a CTA, was 48,912: with 4 CTAs an SM the
 // unified L1 / shared memory can keep ~124 KiB of L1 for the key loads instead of ~28).
 // The selection's per-warp ballot counts: one per 32 branches of the longest list (2 * k/b_k).
 constexpr int kScanSlots = 2 * kHipMaxBudgetBlocks / 32;
@@ -69,7 +69,7 @@ struct Smem {
   Branch* br[2];  // this iteration's branches and the next's (the selection splits what it keeps)
   uint32_t* key[2];
   int* hist;   // [kPasses][kBins]
-  int* sel;    // [3] the threshold's digits so far, the rank left, keys equal to them
+  int* sel;    // [2][warps] the selection's least and greatest keys a warp (load_q: [0] a scale)
   int* cnt;    // [2][kScanSlots]
   __nv_bfloat16* qb;  // kMma: the sampled queries, bf16, in A-fragment order (qfrag_offset)
   float* item;        // kMma, n_ks not dividing 8: [2m * n_ks] each (branch, sampled key) item's best score
@@ -119,7 +119,7 @@ __host__ __device__ inline size_t lay_out(const SmemShape& c, char* base, Smem& 
   for (int b = 0; b < 2; ++b) s.br[b] = reinterpret_cast<Branch*>(take(size_t(2 * c.m) * 8));
   for (int b = 0; b < 2; ++b) s.key[b] = reinterpret_cast<uint32_t*>(take(size_t(2 * c.m) * 4));
   s.hist = reinterpret_cast<int*>(take(kPasses * kBins * 4));
-  s.sel = reinterpret_cast<int*>(take(3 * 4));
+  s.sel = reinterpret_cast<int*>(take(2 * (kThreads / 32) * 4));
   s.cnt = reinterpret_cast<int*>(take(2 * kScanSlots * 4));
   s.qb = c.mma ? reinterpret_cast<__nv_bfloat16*>(take(qfrag_elems(c.d) * 2)) : nullptr;
   s.item = c.mma && 8 % c.n_ks != 0 ? reinterpret_cast<float*>(take(size_t(2 * c.m) * c.n_ks * 4)) : nullptr;
@@ -192,72 +192,106 @@ struct PhaseClock {
 // them to s.chunks[0, m) in branch order and their halves (the next iteration's branches: chunk c
 // gives 2c, the first half, empty when c is one block, and 2c + 1; the CPU's list order with the
 // empty halves removed) to next[0, 2m). Returns whether this thread kept a chunk of more than one
-// block (another iteration is needed when any did). The threshold T (the m-th smallest key) comes
-// from a radix select, 8 bits a pass from the top (warp-aggregated shared-memory histograms; one
-// warp scans the 256 bins), ending early at the pass whose digit's bin holds exactly the rank
-// left (every key of it is kept: usually the third on real-valued scores); a branch is kept when
-// its key is below T, or equal to T and among the first `rem` (the rank left at T) such in branch
-// order. 5-9 barriers (a bitonic sort of 512 keys takes 45).
-// s.hist is zero on entry and on return (each pass's bins are cleared once read).
+// block (another iteration is needed when any did).
+// The threshold T (the m-th smallest key) comes from a radix select over the bits where the keys
+// differ: in prefill one barrier gives every warp the least key and the greatest live one, whose
+// common top bits every key between them shares (real-valued scores of one sign usually share the
+// sign and most of the exponent: a first pass over the top 8 bits finds one bin); decode starts
+// at the top bits. Then 8 bits a pass (warp-aggregated shared-memory histograms; one barrier a
+// pass: every warp scans the bins itself, no broadcast and its barrier), ending at the pass whose
+// digit's bin holds exactly the rank left (every key of it is kept: usually the second in prefill,
+// the third in decode). A branch is kept when its key is below T, or equal to T and among the
+// first `rem` (the rank left at T) such in branch order. The m-th smallest key is always a live
+// branch's: the m chunks give m + (chunks of two blocks or more) >= m + 1 live branches, so the
+// empty ones (kEmptyRank, above every live key) are never kept and stay out of the range.
+// 2-7 barriers, usually 4 (a scan in warp 0 and a broadcast, two a pass: usually 7; a bitonic
+// sort of 512 keys 45).
+// s.hist is zero on entry and on return (the passes' bins are cleared after the last reads).
 template <int kCta>
 __device__ bool keep_best(int64_t m, int nb, const Smem& s, const uint32_t* key, const Branch* br, Branch* next,
                           PhaseClock& pc) {
   constexpr int kWarps = kCta / 32;
+  // Keys a thread keeps in registers across the passes (rounds past it are read again from shared
+  // memory): the paper's 512 branches (4 a thread of a prefill CTA, 1 of a decode CTA).
+  constexpr int kRegRounds = 512 / kCta;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int rounds = (nb + kCta - 1) / kCta;
-  uint32_t prefix = 0;
-  int rem = int(m);
-  bool split_ties = false;
+  uint32_t reg[kRegRounds];  // branch r * kCta + tid's key (kEmptyRank past nb)
+#pragma unroll
+  for (int r = 0; r < kRegRounds; ++r) reg[r] = r * kCta + tid < nb ? key[r * kCta + tid] : kEmptyRank;
+  // f(r, key) for each round of this thread, in order (uniform over the warp: f may use ballots).
+  const auto each = [&](auto&& f) {
+#pragma unroll
+    for (int r = 0; r < kRegRounds; ++r)
+      if (r < rounds) f(r, reg[r]);
+    for (int r = kRegRounds; r < rounds; ++r) f(r, r * kCta + tid < nb ? key[r * kCta + tid] : kEmptyRank);
+  };
+  // The least key and the greatest live one (prefill). Decode's CTAs (kThreads, one search a pair
+  // of SMs, nothing to overlap its barriers with) skip the step and start from the top bits: each
+  // form measured the faster where it is used (docs/benchmarks.md).
+  uint32_t lo = 0, hi = kEmptyRank - 1;
+  if constexpr (kCta < kThreads) {
+    lo = kEmptyRank, hi = 0;
+    each([&](int r, uint32_t u) {
+      lo = min(lo, u);  // (padding: kEmptyRank)
+      hi = u != kEmptyRank ? max(hi, u) : hi;
+    });
+    uint32_t* const range = reinterpret_cast<uint32_t*>(s.sel);  // [2][kWarps]
+    lo = __reduce_min_sync(0xffffffffu, lo);
+    hi = __reduce_max_sync(0xffffffffu, hi);
+    if (lane == 0) range[warp] = lo, range[kWarps + warp] = hi;
+    __syncthreads();
+    lo = __reduce_min_sync(0xffffffffu, lane < kWarps ? range[lane] : kEmptyRank);
+    hi = __reduce_max_sync(0xffffffffu, lane < kWarps ? range[kWarps + lane] : 0u);
+  }
+  int top = 32 - __clz(int(lo ^ hi));  // bits [top, 32) are every candidate's (those of lo)
+  uint32_t prefix = top == 32 ? 0u : lo & (~0u << top);
+  int rem = int(m), passes = 0;
+  bool split_ties = true;  // until a pass's digit bin holds exactly the rank left
 #pragma unroll 1
-  for (int pass = 0; pass < kPasses; ++pass) {
-    const int shift = 32 - kRadixBits * (pass + 1);
-    const uint32_t hi = pass == 0 ? 0u : ~0u << (shift + kRadixBits);
-    int* hist = s.hist + pass * kBins;
-    for (int r = 0; r < rounds; ++r) {  // uniform over the warp: __match_any_sync needs all lanes
-      const int i = r * kCta + tid;
-      const uint32_t u = i < nb ? key[i] : kEmptyRank;
-      const bool in = i < nb && (u & hi) == prefix;
-      const uint32_t dg = in ? (u >> shift) & (kBins - 1) : uint32_t(kBins);
+  while (top > 0) {
+    const int bits = top < kRadixBits ? top : kRadixBits, shift = top - bits;
+    const uint32_t above = top == 32 ? 0u : ~0u << top;  // the bits decided so far
+    int* const hist = s.hist + passes * kBins;
+    each([&](int r, uint32_t u) {  // (padding and empty keys are never in the prefix, or counted)
+      const bool in = r * kCta + tid < nb && (u & above) == prefix && u <= hi;
+      const uint32_t dg = in ? (u >> shift) & ((1u << bits) - 1u) : uint32_t(kBins);
       const unsigned peers = __match_any_sync(0xffffffffu, dg);
       if (in && lane == __ffs(peers) - 1) atomicAdd(&hist[dg], __popc(peers));
-    }
+    });
+    ++passes;
     __syncthreads();
-    if (warp == 0) {  // the digit where the running count reaches rem: lane L scans bins 8L..8L+7
-      constexpr int kPer = kBins / 32;
-      const int* c = hist + kPer * lane;
-      int sum = 0;
+    // Every warp: the digit where the running count reaches rem (lane L sums bins 8L..8L+7).
+    constexpr int kPer = kBins / 32;
+    static_assert(kPer == 8, "two 16-byte loads a lane");
+    const int4 c0 = reinterpret_cast<const int4*>(hist)[2 * lane], c1 = reinterpret_cast<const int4*>(hist)[2 * lane + 1];
+    const int c[kPer] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+    int sum = 0;
 #pragma unroll
-      for (int b = 0; b < kPer; ++b) sum += c[b];
-      int incl = sum;
+    for (int b = 0; b < kPer; ++b) sum += c[b];
+    int incl = sum;
 #pragma unroll
-      for (int off = 1; off < 32; off *= 2) {
-        const int v = __shfl_up_sync(0xffffffffu, incl, off);
-        if (lane >= off) incl += v;
-      }
-      const int excl = incl - sum;
-      if (excl < rem && rem <= incl) {
-        int acc = excl, dg = -1, eq = 0;
-#pragma unroll
-        for (int b = 0; b < kPer; ++b)
-          if (dg < 0) {
-            if (acc + c[b] >= rem) dg = b, eq = c[b];
-            else acc += c[b];
-          }
-        s.sel[0] = int(prefix | (uint32_t(kPer * lane + dg) << shift));
-        s.sel[1] = rem - acc;
-        s.sel[2] = eq;
-      }
+    for (int off = 1; off < 32; off *= 2) {
+      const int v = __shfl_up_sync(0xffffffffu, incl, off);
+      if (lane >= off) incl += v;
     }
-    __syncthreads();
-    for (int i = tid; i < kBins; i += kCta) hist[i] = 0;  // read (by warp 0) before the barrier
-    prefix = uint32_t(s.sel[0]);
-    rem = s.sel[1];
-    const int eq = s.sel[2];
+    int acc = incl - sum, dg = -1, eq = 0;  // (in the lane whose bins reach rem)
+#pragma unroll
+    for (int b = 0; b < kPer; ++b)
+      if (dg < 0) {
+        if (acc + c[b] >= rem) dg = b, eq = c[b];
+        else acc += c[b];
+      }
+    const int src = __ffs(__ballot_sync(0xffffffffu, incl - sum < rem && rem <= incl)) - 1;
+    prefix |= uint32_t(__shfl_sync(0xffffffffu, kPer * lane + dg, src)) << shift;
+    rem -= __shfl_sync(0xffffffffu, acc, src);
+    eq = __shfl_sync(0xffffffffu, eq, src);
+    top = shift;
     if (eq == rem) {  // the digit's bin is kept whole: T is its largest possible key
       prefix |= (1u << shift) - 1u;
+      split_ties = false;
       break;
     }
-    split_ties = pass == kPasses - 1;  // uniform: some keys equal to T are left out
   }
   pc.mark(kPhRadix);
   // Keep flags and compaction in branch order: thread t holds branches t + r * kCta (r <
@@ -273,29 +307,27 @@ __device__ bool keep_best(int64_t m, int nb, const Smem& s, const uint32_t* key,
     return int(__reduce_add_sync(0xffffffffu, unsigned(b)));
   };
   if (split_ties) {
-    for (int r = 0; r < rounds; ++r) {
-      const int i = r * kCta + tid;
-      const unsigned eq = __ballot_sync(0xffffffffu, i < nb && key[i] == T);
+    each([&](int r, uint32_t u) {  // (T is a live key: padding's kEmptyRank is never equal)
+      const unsigned eq = __ballot_sync(0xffffffffu, u == T);
       if (lane == 0) cnt_eq[r * kWarps + warp] = __popc(eq);
-    }
+    });
     __syncthreads();
   }
-  const auto kept_at = [&](int r) {  // warp-uniform call (ballot)
-    const int i = r * kCta + tid;
-    const uint32_t u = i < nb ? key[i] : kEmptyRank;
+  const auto kept_of = [&](int r, uint32_t u) {  // warp-uniform call (ballot)
     if (!split_ties) return u <= T;
     const unsigned eq = __ballot_sync(0xffffffffu, u == T);
     const int eq_before = before(cnt_eq, r);
     return u < T || (u == T && eq_before + __popc(eq & lower) < rem);
   };
-  for (int r = 0; r < rounds; ++r) {
-    const unsigned kept = __ballot_sync(0xffffffffu, kept_at(r));
+  each([&](int r, uint32_t u) {
+    const unsigned kept = __ballot_sync(0xffffffffu, kept_of(r, u));
     if (lane == 0) cnt_kept[r * kWarps + warp] = __popc(kept);
-  }
+  });
   __syncthreads();
+  for (int i = tid; i < passes * kBins / 4; i += kCta) reinterpret_cast<int4*>(s.hist)[i] = make_int4(0, 0, 0, 0);
   bool wide = false;
-  for (int r = 0; r < rounds; ++r) {
-    const bool k = kept_at(r);
+  each([&](int r, uint32_t u) {
+    const bool k = kept_of(r, u);
     const unsigned kept = __ballot_sync(0xffffffffu, k);
     const int kept_before = before(cnt_kept, r);
     if (k) {
@@ -307,9 +339,17 @@ __device__ bool keep_best(int64_t m, int nb, const Smem& s, const uint32_t* key,
       next[2 * c + 1] = {b.a + h, b.g - h};
       wide |= b.g > 1;
     }
-  }
+  });
   pc.mark(kPhCompact);
   return wide;
+}
+
+// keep_best as a call of its own: decode's search (512 threads, 128 registers, the FMA scorer's
+// 8 items of keys in flight) spilled more with it inlined (ptxas: 80 / 132 bytes vs 68 / 104).
+template <int kCta>
+__device__ __noinline__ bool keep_best_call(int64_t m, int nb, const Smem& s, const uint32_t* key, const Branch* br,
+                                            Branch* next, PhaseClock& pc) {
+  return keep_best<kCta>(m, nb, s, key, br, next, pc);
 }
 
 // 8-element key chunks a lane holds (8 lanes a dot: lane l takes chunks l, l + 8, ...): kChunks = 2
@@ -330,11 +370,18 @@ constexpr int kDecodeCluster = 2;
 // Tensor-core prefill scoring: n-tiles of 8 items a warp loads at once at kChunks = 2 (measured: 4
 // beat 2, and 1 at 2 CTAs an SM); 2 at head_dim 256 (the same registers).
 // fp8 keys keep the same 4: their codes stay packed until their k-step pair is multiplied, which
-// leaves the fp8 kernel without spills (bf16's: 17 STL / 56 LDL). Measured on H100 at 128K / 1M
+// leaves the fp8 kernel without spills (bf16's: kBf16PairGroups below). Measured on H100 at 128K / 1M
 // (docs/benchmarks.md): 8 n-tiles of codes loaded at once (twice the items in flight; spills)
 // multiplied 4 or 2 at a time, and 4 multiplied 2 at a time (twice the epilogues) were slower:
 // 19.8 / 21.1 / 20.2 ms vs 16.3 ms at 128K.
 constexpr int kMmaTiles = 4;
+// bf16 keys (twice fp8's registers a key) are loaded and multiplied in kBf16PairGroups groups of
+// k-step pairs (all kTiles tiles at a time: pairs 0-1, then 2-3 at head_dim 128), so that half
+// the keys are held at once: without it the kernel spilled (ptxas: 68 bytes stored, 224 loaded;
+// ncu at 128K: 12 GB of local loads); with it none (the fp8 codes, half the bytes, fit at once).
+// Measured on H100 (docs/benchmarks.md): bf16 estimate 1.13x at 128K, 1.02x at 1M (fewer key
+// bytes in flight a warp where DRAM-bound).
+constexpr int kBf16PairGroups = 2;
 // Prefill CTA threads: kThreads / kPrefillCta CTAs share an SM (128 registers a thread either
 // way), so one's selection barriers overlap another's key loads. Measured on H100 (bench_hip
 // --cta, docs/benchmarks.md): 128 beat 256 and 512 at every length (1M: 420 / 444 / 511 ms).
@@ -435,9 +482,11 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
   for (int r = 0; r < 4; ++r) qpos[r] = g + 8 * r < sh.n_qs ? int32_t(s.pos[g + 8 * r]) : -1;
   constexpr int kTiles = kMmaTiles * 2 / kChunks, kPairs = 2 * kChunks;  // k-step pairs: 32 elements each
   using Raw = std::conditional_t<kF16, uint2, uint4>;  // 8 elements: e4m3 codes or bf16
+  // k-step pairs loaded (for all kTiles tiles) and multiplied at a time.
+  constexpr int kGroupPairs = kF16 ? kPairs : kPairs / kBf16PairGroups;
+  static_assert(kPairs % kBf16PairGroups == 0, "whole groups of k-step pairs");
   for (int tile0 = warp * kTiles; tile0 < n_tiles; tile0 += kWarps * kTiles) {
-    Raw kb[kTiles][kPairs];  // [tile][k-step pair], d <= 64 * kChunks
-    int32_t key[kTiles];     // item g's key position (INT32_MAX: no key)
+    int32_t key[kTiles];  // item g's key position (INT32_MAX: no key)
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) {
       const int item = (tile0 + j) * 8 + g, bi = kPaper ? item >> 1 : item / n_ks, sk = item - bi * n_ks;
@@ -445,40 +494,49 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
       const int32_t kk = (br.a + br.g / 2) * cfg.b_k + sk * cfg.b_sk + cfg.b_sk - 1;
       const bool ok = br.g > 0 && kk < key_end;
       key[j] = ok ? kk : INT32_MAX;
-      // A padding item reads key 0 (always there) without a predicate: its columns are masked below.
-      const auto row = key_row(ok ? kk : 0, ok, t);  // bf16 or e4m3 elements, from element 8t
-#pragma unroll
-      for (int p = 0; p < kPairs; ++p)
-        if (32 * p < d) {  // (pairs past d are never read)
-          if constexpr (kF16) kb[j][p] = *reinterpret_cast<const uint2*>(row + 32 * p);
-          else kb[j][p] = load_key8(row + 32 * p);
-        }
     }
     float acc[kTiles][2][4] = {};
 #pragma unroll
-    for (int p = 0; p < kPairs; ++p) {
-      if (p > 0 && 32 * p >= d) break;  // head_dim >= 32 here (prefill_mma): the first k-steps always run
-      uint4 kf[kTiles];                 // the tiles' B fragments of pair p (fp8: widened here, once)
+    for (int p0 = 0; p0 < kPairs; p0 += kGroupPairs) {
+      if (p0 > 0 && 32 * p0 >= d) break;
+      Raw kb[kTiles][kGroupPairs];  // [tile][k-step pair p0 + i], d <= 64 * kChunks
 #pragma unroll
       for (int j = 0; j < kTiles; ++j) {
-        if constexpr (kF16) kf[j] = e4m3x8_to_f16(kb[j][p]);
-        else kf[j] = kb[j][p];
+        // A padding item reads key 0 (always there) without a predicate: its columns are masked below.
+        const bool ok = key[j] != INT32_MAX;
+        const auto row = key_row(ok ? key[j] : 0, ok, t);  // bf16 or e4m3 elements, from element 8t
+#pragma unroll
+        for (int i = 0; i < kGroupPairs; ++i)
+          if (32 * (p0 + i) < d) {  // (pairs past d are never read)
+            if constexpr (kF16) kb[j][i] = *reinterpret_cast<const uint2*>(row + 32 * (p0 + i));
+            else kb[j][i] = load_key8(row + 32 * (p0 + i));
+          }
       }
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {  // one m-tile's A fragments live at a time (registers)
-        uint32_t a[2][4];               // [k-step of the pair]: the fragment-ordered copy's quads
-        const uint4* qf = reinterpret_cast<const uint4*>(s.qb) + (mt * n_pairs + p) * 64 + lane;
-        const uint4 q0 = qf[0], q1 = qf[32];
-        a[0][0] = q0.x, a[0][1] = q0.y, a[0][2] = q0.z, a[0][3] = q0.w;
-        a[1][0] = q1.x, a[1][1] = q1.y, a[1][2] = q1.z, a[1][3] = q1.w;
+      for (int p = p0; p < p0 + kGroupPairs; ++p) {
+        if (p > 0 && 32 * p >= d) break;  // head_dim >= 32 here (prefill_mma): the first k-steps always run
+        uint4 kf[kTiles];                 // the tiles' B fragments of pair p (fp8: widened here, once)
 #pragma unroll
         for (int j = 0; j < kTiles; ++j) {
-          if constexpr (kF16) {
-            mma::mma_f16_16816(acc[j][mt], a[0], kf[j].x, kf[j].y);
-            mma::mma_f16_16816(acc[j][mt], a[1], kf[j].z, kf[j].w);
-          } else {
-            mma::mma_bf16_16816(acc[j][mt], a[0], kf[j].x, kf[j].y);
-            mma::mma_bf16_16816(acc[j][mt], a[1], kf[j].z, kf[j].w);
+          if constexpr (kF16) kf[j] = e4m3x8_to_f16(kb[j][p - p0]);
+          else kf[j] = kb[j][p - p0];
+        }
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {  // one m-tile's A fragments live at a time (registers)
+          uint32_t a[2][4];               // [k-step of the pair]: the fragment-ordered copy's quads
+          const uint4* qf = reinterpret_cast<const uint4*>(s.qb) + (mt * n_pairs + p) * 64 + lane;
+          const uint4 q0 = qf[0], q1 = qf[32];
+          a[0][0] = q0.x, a[0][1] = q0.y, a[0][2] = q0.z, a[0][3] = q0.w;
+          a[1][0] = q1.x, a[1][1] = q1.y, a[1][2] = q1.z, a[1][3] = q1.w;
+#pragma unroll
+          for (int j = 0; j < kTiles; ++j) {
+            if constexpr (kF16) {
+              mma::mma_f16_16816(acc[j][mt], a[0], kf[j].x, kf[j].y);
+              mma::mma_f16_16816(acc[j][mt], a[1], kf[j].z, kf[j].w);
+            } else {
+              mma::mma_bf16_16816(acc[j][mt], a[0], kf[j].x, kf[j].y);
+              mma::mma_bf16_16816(acc[j][mt], a[1], kf[j].z, kf[j].w);
+            }
           }
         }
       }
@@ -682,7 +740,10 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
     if constexpr (kCluster > 1) cg::this_cluster().sync();
     else __syncthreads();
     pc.mark(kPhScoreWait);
-    const bool more = __syncthreads_or(keep_best<kCta>(m, nb, s, own, brs, next, pc));
+    bool kept_wide;  // (decode: a call, prefill: inlined)
+    if constexpr (kCluster > 1) kept_wide = keep_best_call<kCta>(m, nb, s, own, brs, next, pc);
+    else kept_wide = keep_best<kCta>(m, nb, s, own, brs, next, pc);
+    const bool more = __syncthreads_or(kept_wide);
     pc.mark(kPhEndWait);
     pc.iteration();
     if (!more) break;
