@@ -10,7 +10,9 @@
 # (MInference's paths), base and ours; a second 128K bench_hip pair; ncu of one
 # sparse_attn_sm90_kernel launch at 128K (ours: warp states, source counters, the SASS source
 # page as CSV); compute-sanitizer memcheck on the HiP cases; torch SDPA cuDNN at 128K if time is left.
-# "base" is main's build (/work/main/build, its sparse kernel identical to this branch's base).
+# "base" is main's build (/work/main/build, its sparse kernel identical to this branch's base);
+# with VAR_A=<folder> at --pack, an earlier build of this branch ("a": its bench_hip, bench_sparse and
+# test_cuda) is timed beside base and ours, and its tests run if ours fail.
 #
 # Here (no GPU):
 #   nice ninja -C build -j2 test_cuda test_hip_gpu_method test_sparse_window longctx_bench_hip longctx_bench_sparse
@@ -30,6 +32,10 @@ if [ "${1:-}" = "--pack" ]; then
     "$BUILD/bench/longctx_bench_sparse" "$BUILD/bench/longctx_bench_hip" "$tmp/"
   cp "$BASE_BUILD/bench/longctx_bench_sparse" "$tmp/base_bench_sparse"
   cp "$BASE_BUILD/bench/longctx_bench_hip" "$tmp/base_bench_hip"
+  if [ -n "${VAR_A:-}" ]; then
+    cp "$VAR_A/longctx_bench_hip" "$tmp/a_bench_hip"; cp "$VAR_A/longctx_bench_sparse" "$tmp/a_bench_sparse"
+    cp "$VAR_A/test_cuda" "$tmp/a_test_cuda"
+  fi
   strip "$tmp"/*
   tar -C "$tmp" -cJf "$CARRY/bin.tar.xz" .
   carry_libs "$tmp/lib" "$tmp"/*  # OpenBLAS etc. (the CPU oracles)
@@ -69,21 +75,23 @@ hip() {  # hip NAME BIN LIMIT ARGS...: bench_hip prefill (no decode, no dense: t
 }
 
 step tests 75 "$BIN/test_cuda" --gtest_filter='SparseAttn*'
-[ $? = 124 ] && { echo "tests timed out (a hang?)" | tee -a "$OUT/steps.log"; }
+tests_rc=$?
+[ $tests_rc = 124 ] && { echo "tests timed out (a hang?)" | tee -a "$OUT/steps.log"; }
 step tests_window 25 "$BIN/test_sparse_window"
 step tests_hip_method 25 "$BIN/test_hip_gpu_method"
-hip hip_base_1 "$BIN/base_bench_hip" 30 --prefill 131072,1048576 --fp8-tiles
-hip hip_ours_1 "$BIN/longctx_bench_hip" 30 --prefill 131072,1048576 --fp8-tiles
-hip hip_base_structured "$BIN/base_bench_hip" 22 --prefill 131072,1048576 --structured-qk
-hip hip_ours_structured "$BIN/longctx_bench_hip" 22 --prefill 131072,1048576 --structured-qk
-step sparse_base 15 "$BIN/base_bench_sparse" --seqs 131072 --dense-seqs 0 --json "$LOGS/sparse_base.json"
-step sparse_ours 15 "$BIN/longctx_bench_sparse" --seqs 131072 --dense-seqs 0 --json "$LOGS/sparse_ours.json"
-step sparse_base_structured 18 "$BIN/base_bench_sparse" --inputs structured --seqs 131072 --dense-seqs 0 \
-  --json "$LOGS/sparse_base_structured.json"
-step sparse_ours_structured 18 "$BIN/longctx_bench_sparse" --inputs structured --seqs 131072 --dense-seqs 0 \
-  --json "$LOGS/sparse_ours_structured.json"
-hip hip_ours_2 "$BIN/longctx_bench_hip" 12 --prefill 131072 --fp8-tiles
-hip hip_base_2 "$BIN/base_bench_hip" 12 --prefill 131072 --fp8-tiles
+# the variants of the same binary kind side by side: base, a (if carried), ours
+variants="base ours"; [ -x "$BIN/a_bench_hip" ] && variants="base a ours"
+bin_of() { case $1 in base) echo "$BIN/base_$2" ;; a) echo "$BIN/a_$2" ;; ours) echo "$BIN/longctx_$2" ;; esac; }
+for v in $variants; do hip "hip_${v}_1" "$(bin_of $v bench_hip)" 30 --prefill 131072,1048576 --fp8-tiles; done
+for v in $variants; do hip "hip_${v}_structured" "$(bin_of $v bench_hip)" 22 --prefill 131072,1048576 --structured-qk; done
+for v in $variants; do
+  step "sparse_$v" 15 "$(bin_of $v bench_sparse)" --seqs 131072 --dense-seqs 0 --json "$LOGS/sparse_$v.json"
+done
+for v in $variants; do
+  step "sparse_${v}_structured" 18 "$(bin_of $v bench_sparse)" --inputs structured --seqs 131072 --dense-seqs 0 \
+    --json "$LOGS/sparse_${v}_structured.json"
+done
+for v in $variants; do hip "hip_${v}_2" "$(bin_of $v bench_hip)" 12 --prefill 131072 --fp8-tiles; done
 # one launch at 128K, random inputs: where the warps wait (source counters: stall samples per SASS line)
 step ncu_ours 45 ncu --clock-control none --kernel-name regex:sparse_attn_sm90_kernel --launch-count 1 \
   --section SchedulerStats --section WarpStateStats --section MemoryWorkloadAnalysis --section SpeedOfLight \
@@ -92,6 +100,9 @@ step ncu_ours 45 ncu --clock-control none --kernel-name regex:sparse_attn_sm90_k
 [ -f "$LOGS/ncu_ours.ncu-rep" ] && timeout 20 ncu --import "$LOGS/ncu_ours.ncu-rep" --page source --csv \
   --print-source sass > "$LOGS/ncu_ours_source.csv" 2> "$LOGS/ncu_ours_source.err"
 step memcheck 60 compute-sanitizer --tool memcheck --error-exitcode 99 "$BIN/test_cuda" --gtest_filter='SparseAttnSmall.Hip*'
+if [ "$tests_rc" != 0 ] && [ -x "$BIN/a_test_cuda" ]; then  # ours failed: the earlier variant's tests
+  step tests_a 60 "$BIN/a_test_cuda" --gtest_filter='SparseAttn*'
+fi
 step torch 45 python3 "$HERE/torch_baseline.py" --prefill 131072 --decode "" --backends cudnn --json "$LOGS/torch.json"
 tar -C "$LOGS" -czf "$OUT/logs.tgz" .
 echo "== done (commit $COMMIT, base main $BASE), status $status, $(( $(date +%s) - T0 )) s" | tee -a "$OUT/steps.log"
