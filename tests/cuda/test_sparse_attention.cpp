@@ -386,21 +386,6 @@ TEST(SparseAttnSmall, HipPaperIndexGatherRingFull) {
   }
 }
 
-// HiP's paper index over more tasks than an H100 has SMs: at d 128 the kernel's CTAs are one per
-// SM, each walking several tasks through one ring (tiles, end markers and Q buffer carried from
-// task to task); an odd head count leaves the second warpgroup of the last pair without a head,
-// so its producer and consumer skip tasks the other warpgroup takes.
-TEST(SparseAttnSmall, HipPaperIndexManyTasksPerCta) {
-  LC_REQUIRE_GPU();
-  auto g = gen();
-  for (const RunOpts& run : {RunOpts{}, RunOpts{.fp8 = true}}) {
-    const Shape sh{2048, 4096, 2048, 16, 4};  // 8 head pairs x 32 query blocks = 256 tasks
-    check(sh, hip_paper_index(sh, g, true), "hip-paper/256-tasks", run);
-    const Shape sh2{4160, 4480, 320, 5, 1};  // 3 units (the last one head) x 65 blocks = 195 tasks
-    check(sh2, hip_paper_index(sh2, g, false), "hip-paper/195-tasks-odd-heads", run);
-  }
-}
-
 // The kernel's task order (sparse_attention_sm90.cu task_of): more query blocks than one order
 // chunk (the last chunk partial), a KV group of 5 heads (pairs cross KV groups, the last group of
 // pairs partial), and an odd head count (the last pair has one head).

@@ -71,9 +71,6 @@
 // indexes per query head and per 64-row block), so two warpgroups cannot share K/V tiles; 64
 // keys match the index granularity, and at d 128 three 32 KB stages per warpgroup fit the 227 KB
 // limit.
-// At d 128 a CTA per SM walks tasks i, i + grid, ... (SparseGeo::kPersistent): the ring, its tile
-// count and the Q buffer (freed once Q is in registers) carry over from task to task, so the
-// producers load the next task's Q and first tiles while the consumers finish the last ones.
 // Tasks (h, b) are scheduled heaviest-first (causal work grows with b); the two warpgroups of a
 // CTA take heads 2x and 2x+1 of the same block (same KV head under GQA: shared L2 lines). The
 // kernel moves ~64 FLOP per byte of K/V tile (half the dense kernel's 128-key tiles shared by
@@ -85,7 +82,6 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -148,7 +144,7 @@ struct SparseGeo {
   static constexpr int kWgK = kTile;
   static constexpr int kWgV = kWgK + kStages * kTile;
   static constexpr int kWgBytes = kWgV + kStages * kTile;
-  static constexpr int kBarsPerWg = 2 + 2 * kStages;  // q_full, full[s], empty[s], q_empty
+  static constexpr int kBarsPerWg = 1 + 2 * kStages;  // q_full, full[s], empty[s]
   // Producer warps per consumer warpgroup (the producer warpgroup's 4 warps, split evenly): all
   // walk the same index; the first writes headers and issues the TMA copies, and each issues
   // 1 / kFeedWarps of every gathered tile's rows (the rows of a random 2-key block are 2 KB apart:
@@ -163,11 +159,6 @@ struct SparseGeo {
   // vertical-slash +0-1% (shared-memory reads were not the main limit: L2 -> SM traffic is, see
   // task_of). d = 256: no room (above).
   static constexpr bool kQInRegs = kD == 128;
-  // One CTA per SM walking tasks i, i + grid, ... (the producers fill the ring with the next task's
-  // Q and tiles while the consumers finish a task: no ramp-up and drain per task) where Q lives in
-  // registers, so its buffer frees as soon as a task starts. d = 256 reads Q from shared memory
-  // through the whole task: a CTA per task.
-  static constexpr bool kPersistent = kQInRegs;
 };
 // Default ring depth per head dim (SparseAttnParams::sm90_stages = 0). d = 256, H100, 128K
 // queries, 16 / 8 heads (bench/results/2026-11-26-h100-sparse-sm90-d256-df36f7e.json): 3 stages
@@ -288,7 +279,6 @@ inline CUtensorMap make_map_e4m3(const void* ptr, int64_t n_tok, int n_heads, in
 
 // ---- main kernel -----------------------------------------------------------------------------
 struct MainArgs : SparseKernelArgs {
-  int n_tasks;  // CTA tasks (head unit, query block); CTA i takes tasks i, i + gridDim.x, ...
   float v_scale;    // fp8: O's factor (k_scale is folded into scale_log2); 1 for bf16
   int order_chunk;  // task order: 0 = block-major; C > 0 = chunks of C blocks, KV-group-major inside
   int tail_gather_max;  // SparseAttnParams::tail_gather_max
@@ -392,10 +382,13 @@ __global__ void __launch_bounds__(G::kThreads, 1)
   auto hdr = [&](int w, int s) {
     return reinterpret_cast<int32_t*>(base_ptr + kSmemMeta + kWgs * kBarsPerWg * 8 + (w * kStages + s) * kHdrBytes);
   };
+  int unit;
+  int64_t b;
+  task_of<kWgs>(a, int64_t(blockIdx.x), unit, b);
+
   if (tid == 0) {
     for (int w = 0; w < kWgs; ++w) {
       mbar_init(bar(w, 0), 1);
-      mbar_init(bar(w, 1 + 2 * kStages), 128);  // q_empty: the consumer warpgroup has read Q
       for (int s = 0; s < kStages; ++s) {
         mbar_init(bar(w, 1 + s), G::kFeedWarps);  // one arrival per feeding warp
         mbar_init(bar(w, 1 + kStages + s), 128);
@@ -412,28 +405,20 @@ __global__ void __launch_bounds__(G::kThreads, 1)
     const int pw = (tid - 128 * kWgs) / 32, lane = tid % 32;
     const int w = pw % kWgs, f = pw / kWgs;
     const bool lead = f == 0;
-    // t: tiles (end markers included) this warp has put in consumer w's ring, over all tasks;
-    // kq: tasks fed (the Q buffer's phase)
-    int t = 0, kq = 0;
-    for (int task = blockIdx.x; f < G::kFeedWarps && task < a.n_tasks; task += gridDim.x) {
-      int unit;
-      int64_t b;
-      task_of<kWgs>(a, task, unit, b);
-      const int h = kWgs * unit + w;
-      if (h >= a.n_head) continue;
+    const int h = kWgs * unit + w;
+    if (f < G::kFeedWarps && h < a.n_head) {
       auto ld_bar = [&](int s) { return bar(w, 1 + s); };  // where a stage's loads complete
       const int kvh = h / a.group;
       const uint32_t wb = base + w * kWgBytes;
       const int64_t row = int64_t(h / a.heads_per_index) * a.n_qblk + b;
       const int64_t first_pos = a.q_pos0 + b * kBQ;  // position of the block's first row
-      if (lead && lane == 0) {  // Q, once the consumer has read the previous task's
-        if (kq > 0) mbar_wait(bar(w, 1 + 2 * kStages), (kq - 1) & 1);
+      if (lead && lane == 0) {
         mbar_expect_tx(bar(w, 0), kTile);
 #pragma unroll
         for (int pn = 0; pn < kPanels; ++pn)
           tma_load_3d(wb + kWgQ + pn * kHalf, &tm_q, bar(w, 0), 64 * pn, h, int(b * kBQ));
       }
-      ++kq;
+      int t = 0;
       // The gather tile being filled: slots [0, ng) hold range-tail keys and columns, slot i in
       // lane i's gka (i < 32) or lane i - 32's gkb (-1 = empty). Its rows are copied with
       // cp.async, and the stage's full barrier completes when they land (cp.async.mbarrier.arrive):
@@ -660,22 +645,14 @@ __global__ void __launch_bounds__(G::kThreads, 1)
           if (lead) hdr(w, s)[kHdrFlags] = kHdrFlagEnd;
           mbar_arrive(ld_bar(s));
         }
-        ++t;
       }
-      if constexpr (!G::kPersistent) break;  // one task per CTA
     }
   } else {
     // ---------------- consumers ----------------
     if constexpr (kWgs == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
     const int w = wg;
-    // tc: tiles (end markers included) taken from the ring over all tasks; kq: tasks (Q's phase)
-    int tc = 0, kq = 0;
-    for (int task = blockIdx.x; task < a.n_tasks; task += gridDim.x) {
-      int unit;
-      int64_t b;
-      task_of<kWgs>(a, task, unit, b);
-      const int h = kWgs * unit + w;
-      if (h >= a.n_head) continue;
+    const int h = kWgs * unit + w;
+    if (h < a.n_head) {
       const int ltid = tid - 128 * w;
       const int warp = ltid / 32, lane = ltid % 32;
       const int g = lane / 4, tq = lane % 4;
@@ -805,7 +782,7 @@ __global__ void __launch_bounds__(G::kThreads, 1)
           }
       };
 
-      mbar_wait(bar(w, 0), kq & 1);
+      mbar_wait(bar(w, 0), 0);
       if constexpr (G::kQInRegs) {
         // lane l addresses row 16 warp + l % 16, dims 16 kk + 8 (l / 16): matrices (g, 0-7),
         // (g + 8, 0-7), (g, 8-15), (g + 8, 8-15) = registers a0a1, a2a3, a4a5, a6a7.
@@ -819,7 +796,6 @@ __global__ void __launch_bounds__(G::kThreads, 1)
 #pragma unroll
             for (int i = 0; i < 4; ++i) qf[kk][i] = bf16x2_to_f16x2(qf[kk][i]);
         }
-        mbar_arrive(bar(w, 1 + 2 * kStages));  // Q is in registers: the producer may load the next task's
       } else if constexpr (G::kFp8) {
         // Q tile to f16 in place (each thread its own 16-byte chunks), then visible to wgmma
         uint8_t* qp = base_ptr + w * kWgBytes + kWgQ;
@@ -847,36 +823,30 @@ __global__ void __launch_bounds__(G::kThreads, 1)
       auto fence_gathered = [&](int s) {
         if (hdr(w, s)[kHdrFlags] & kHdrFlagGather) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
       };
-      // the task's tiles are ring tiles tc, tc + 1, ..., then its end marker (tile t_end)
-      const int s0 = tc % kStages;
-      int t_end = tc;
-      mbar_wait(bar(w, 1 + s0), (tc / kStages) & 1);
-      if (!(hdr(w, s0)[kHdrFlags] & kHdrFlagEnd)) {
+      mbar_wait(bar(w, 1), 0);
+      if (!(hdr(w, 0)[kHdrFlags] & kHdrFlagEnd)) {
         uint32_t p[4][4];
         float corr[2];
         {
           float sc[32];
-          fence_gathered(s0);
-          widen(wb + kWgK + s0 * kTile);
+          fence_gathered(0);
+          widen(wb + kWgK);
           wg_sync();
-          issue_s(sc, wb + kWgK + s0 * kTile);
-          widen(wb + kWgV + s0 * kTile);
+          issue_s(sc, wb + kWgK);
+          widen(wb + kWgV);
           wgmma_wait<0>();
           fence_regs(sc);
-          softmax(sc, hdr(w, s0), corr);
+          softmax(sc, hdr(w, 0), corr);
           to_p(sc, p);
         }
-        int sp = s0;
-        for (int t = tc + 1;; ++t) {
+        int sp = 0;
+        for (int t = 1;; ++t) {
           const int s = t % kStages;
           float sc[32];
           fence_o();
           fence_p(p);
           mbar_wait(bar(w, 1 + s), (t / kStages) & 1);
-          if (hdr(w, s)[kHdrFlags] & kHdrFlagEnd) {
-            t_end = t;
-            break;
-          }
+          if (hdr(w, s)[kHdrFlags] & kHdrFlagEnd) break;
           fence_gathered(s);
           widen(wb + kWgK + s * kTile);
           if constexpr (!kWidenVInFlight) widen(wb + kWgV + s * kTile);
@@ -902,10 +872,6 @@ __global__ void __launch_bounds__(G::kThreads, 1)
         fence_p(p);
         mbar_arrive(bar(w, 1 + kStages + sp));
       }
-      mbar_arrive(bar(w, 1 + kStages + t_end % kStages));  // the end marker's stage, for the next task
-      tc = t_end + 1;
-      ++kq;
-      if constexpr (!G::kQInRegs) mbar_arrive(bar(w, 1 + 2 * kStages));  // the wgmmas have read Q
 
       if constexpr (G::kFp8)  // O = sum p (code * v_scale) / l
 #pragma unroll
@@ -913,7 +879,6 @@ __global__ void __launch_bounds__(G::kThreads, 1)
 #pragma unroll
           for (int i = 0; i < 64; ++i) o[part][i] *= a.v_scale;
       store_o_lse_parts<kParts>(o, l_r, m_r, row0, tq, h, a.n_q, a.n_head, a.scale_log2, a.o, a.lse);
-      if constexpr (!G::kPersistent) break;  // one task per CTA
     }
   }
 }
@@ -962,17 +927,7 @@ void launch_main(const SparseAttnParams& p, Stream s) {
   }
   a.order_chunk = kOrderChunk;
   a.tail_gather_max = p.tail_gather_max;
-  const int64_t n_tasks = int64_t((p.n_head + G::kWgs - 1) / G::kWgs) * p.index.n_qblk;
-  LC_REQUIRE(n_tasks <= INT_MAX, "sparse_attention: %lld tasks (head pairs x query blocks) exceed %d", (long long)n_tasks,
-             INT_MAX);
-  a.n_tasks = int(n_tasks);
-  int64_t n_cta = n_tasks;
-  if (G::kPersistent) {  // one CTA per SM (224 KB of shared memory each)
-    int dev = 0, sms = 0;
-    LC_CUDA_CHECK(cudaGetDevice(&dev), "sparse_attention: cudaGetDevice");
-    LC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "sparse_attention: SM count");
-    n_cta = std::min<int64_t>(n_cta, sms);
-  }
+  const int64_t n_cta = int64_t((p.n_head + G::kWgs - 1) / G::kWgs) * p.index.n_qblk;
   LC_REQUIRE(n_cta <= 0x7fffffff, "sparse_attention: %lld CTAs exceed the grid limit", (long long)n_cta);
   const dim3 grid{unsigned(n_cta)};
   sparse_attn_sm90_kernel<G><<<grid, G::kThreads, G::kSmemBytes, static_cast<cudaStream_t>(s)>>>(tq, tk, tv, tk16,
