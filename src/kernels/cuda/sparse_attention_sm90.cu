@@ -169,7 +169,7 @@ constexpr int kStagesD128 = 3, kStagesD256 = 3;
 // setmaxnreg split at d = 128 (384 threads): 128 x 56 + 256 x 224 = 384 x 168, what the CTA
 // holds at launch (sm90::setmaxnreg_split_fits). The producers gather columns and short tails
 // (64-bit addressing, the batched range walk, the issue loop unrolled by 4): ptxas -v reports
-// 40-44 bytes of spill stores and 56-60 of loads (bf16 / fp8) at 56 registers, 24 (the dense
+// 28-44 bytes of spill stores and 32-48 of loads (bf16 / fp8) at 56 registers, 24 (the dense
 // kernel's TMA-only producer) more; the consumers do not spill at 224. At d = 256 the
 // CTA has 256 threads, which start with 255 registers each: no split needed.
 constexpr int kProducerRegs = 56, kConsumerRegs = 224;
