@@ -12,7 +12,9 @@
 //   causal, unique and outside every range), at the same CSR offsets as the input.
 // - Main kernel (d 128): CTA = 2 consumer warpgroups + 1 producer warpgroup (384 threads). Each
 //   consumer warpgroup owns one task (query head, 64-row query block) with its own Q tile and its own
-//   3-stage ring of 64-key K/V tiles; producer warp w feeds consumer w. A range tile (64 keys
+//   3-stage ring of 64-key K/V tiles; producer warps w and w + 2 feed consumer w (both walk the
+//   index; w writes the headers and issues the TMA copies, each copies half of every gathered
+//   tile; at d 256 all four producer warps feed the one consumer). A range tile (64 keys
 //   from any start position: ranges need no alignment) is two TMA bulk tensor copies per
 //   operand; a column tile is gathered row by row with cp.async into the same 128-byte-swizzled
 //   layout (then fence.proxy.async, so the tensor cores see the writes). A range's tail of at
@@ -27,8 +29,8 @@
 //   in order (range tails, then columns) and copied with cp.async. Each lane's copies arrive on
 //   the stage's full barrier as they land (cp.async.mbarrier.arrive), so the producer never
 //   waits for a gathered tile: every free stage of the ring can hold one in flight. A batch of
-//   32 ranges that are all gathered tails (HiP's rows) is appended with all lanes at once (a warp
-//   prefix sum and a binary search per slot), not range by range. The consumer fences the async
+//   32 ranges' gathered tails (HiP's rows) are appended with all lanes at once (a warp prefix sum
+//   and a binary search per slot), not range by range; only the batch's longer ranges go one by one. The consumer fences the async
 //   proxy before its wgmmas read a gathered tile (kHdrFlagGather).
 // - Consumer: S = Q K^T with wgmma m64n64k16, Q from registers (loaded once per task with
 //   ldmatrix: the SS form read Q and K from shared memory per instruction, ~32 FLOP/B, at the
@@ -143,6 +145,11 @@ struct SparseGeo {
   static constexpr int kWgV = kWgK + kStages * kTile;
   static constexpr int kWgBytes = kWgV + kStages * kTile;
   static constexpr int kBarsPerWg = 1 + 2 * kStages;  // q_full, full[s], empty[s]
+  // Producer warps per consumer warpgroup (the producer warpgroup's 4 warps, split evenly): all
+  // walk the same index; the first writes headers and issues the TMA copies, and each issues
+  // 1 / kFeedWarps of every gathered tile's rows (the rows of a random 2-key block are 2 KB apart:
+  // a tile is 2048 (bf16) or 1024 (fp8) 16-byte copies, which one warp issued slowly).
+  static constexpr int kFeedWarps = 4 / kWgs;
   static constexpr int kSmemMeta = kWgs * kWgBytes;
   // + mbarriers, tile headers, and slack to align the base to 1024
   static constexpr int kSmemBytes = kSmemMeta + kWgs * kBarsPerWg * 8 + kWgs * kStages * kHdrBytes + 1024;
@@ -162,7 +169,7 @@ constexpr int kStagesD128 = 3, kStagesD256 = 3;
 // setmaxnreg split at d = 128 (384 threads): 128 x 56 + 256 x 224 = 384 x 168, what the CTA
 // holds at launch (sm90::setmaxnreg_split_fits). The producers gather columns and short tails
 // (64-bit addressing, the batched range walk, the issue loop unrolled by 4): ptxas -v reports
-// 40-44 bytes of spill stores and 56-60 of loads (bf16 / fp8) at 56 registers, 24 (the dense
+// 28-44 bytes of spill stores and 32-48 of loads (bf16 / fp8) at 56 registers, 24 (the dense
 // kernel's TMA-only producer) more; the consumers do not spill at 224. At d = 256 the
 // CTA has 256 threads, which start with 255 registers each: no split needed.
 constexpr int kProducerRegs = 56, kConsumerRegs = 224;
@@ -383,7 +390,7 @@ __global__ void __launch_bounds__(G::kThreads, 1)
     for (int w = 0; w < kWgs; ++w) {
       mbar_init(bar(w, 0), 1);
       for (int s = 0; s < kStages; ++s) {
-        mbar_init(bar(w, 1 + s), 1);
+        mbar_init(bar(w, 1 + s), G::kFeedWarps);  // one arrival per feeding warp
         mbar_init(bar(w, 1 + kStages + s), 128);
       }
     }
@@ -394,15 +401,18 @@ __global__ void __launch_bounds__(G::kThreads, 1)
   if (wg == kWgs) {
     // ---------------- producers: warp w feeds consumer warpgroup w ----------------
     if constexpr (kWgs == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-    const int w = (tid - 128 * kWgs) / 32, lane = tid % 32;
+    // warp pw feeds consumer w = pw % kWgs as its feeder f = pw / kWgs (f 0: headers, TMA, Q)
+    const int pw = (tid - 128 * kWgs) / 32, lane = tid % 32;
+    const int w = pw % kWgs, f = pw / kWgs;
+    const bool lead = f == 0;
     const int h = kWgs * unit + w;
-    if (w < kWgs && h < a.n_head) {
+    if (f < G::kFeedWarps && h < a.n_head) {
       auto ld_bar = [&](int s) { return bar(w, 1 + s); };  // where a stage's loads complete
       const int kvh = h / a.group;
       const uint32_t wb = base + w * kWgBytes;
       const int64_t row = int64_t(h / a.heads_per_index) * a.n_qblk + b;
       const int64_t first_pos = a.q_pos0 + b * kBQ;  // position of the block's first row
-      if (lane == 0) {
+      if (lead && lane == 0) {
         mbar_expect_tx(bar(w, 0), kTile);
 #pragma unroll
         for (int pn = 0; pn < kPanels; ++pn)
@@ -445,7 +455,8 @@ __global__ void __launch_bounds__(G::kThreads, 1)
       auto flush_pack = [&] {
         const int s = t % kStages;
         acquire(s);
-        if (lane == 0) {  // the header first: the arrive in mbar_expect_tx publishes it
+        if (!lead && lane == 0) mbar_arrive(ld_bar(s));
+        if (lead && lane == 0) {  // the header first: the arrive in mbar_expect_tx publishes it
           int32_t* hd = hdr(w, s);
           hd[kHdrFlags] = kHdrFlagPacked | kHdrFlagMask;
 #pragma unroll
@@ -474,14 +485,16 @@ __global__ void __launch_bounds__(G::kThreads, 1)
       auto flush_gather = [&] {
         const int s = t % kStages;
         acquire(s);
-        int32_t* hd = hdr(w, s);
-        hd[lane] = gka;
-        hd[lane + 32] = gkb;
-        int32_t gmax = max(gka, gkb);  // the tile's last key (empty slots are -1)
+        if (lead) {
+          int32_t* hd = hdr(w, s);
+          hd[lane] = gka;
+          hd[lane + 32] = gkb;
+          int32_t gmax = max(gka, gkb);  // the tile's last key (empty slots are -1)
 #pragma unroll
-        for (int o = 16; o > 0; o /= 2) gmax = max(gmax, __shfl_xor_sync(0xffffffffu, gmax, o));
-        const bool full = ng == kBK && (!a.causal || gmax <= first_pos);
-        if (lane == 0) hd[kHdrFlags] = kHdrFlagGather | (full ? 0 : kHdrFlagMask);
+          for (int o = 16; o > 0; o /= 2) gmax = max(gmax, __shfl_xor_sync(0xffffffffu, gmax, o));
+          const bool full = ng == kBK && (!a.causal || gmax <= first_pos);
+          if (lane == 0) hd[kHdrFlags] = kHdrFlagGather | (full ? 0 : kHdrFlagMask);
+        }
         const uint32_t sk = wb + kWgK + s * kTile, sv = wb + kWgV + s * kTile;
         // 64 rows x kC chunks of 16 bytes per operand, 32 per iteration: chunk i = 32 it + lane is
         // row i / kC, chunk i % kC (bf16 d = 128: two rows an iteration; d = 256: one). fp8: a
@@ -497,11 +510,16 @@ __global__ void __launch_bounds__(G::kThreads, 1)
         const int32_t ld = a.n_kv_head * kD * kElem;  // bytes per token
         const uint8_t* kcol = reinterpret_cast<const uint8_t*>(a.k) + (kvh * kD + c * (16 / kElem)) * kElem;
         const uint8_t* vcol = reinterpret_cast<const uint8_t*>(a.v) + (kvh * kD + c * (16 / kElem)) * kElem;
+        // Feeder f copies iterations [f n, (f + 1) n): rows 64 f / kFeedWarps .. of the tile, all
+        // in slots 0..31 (gka) or all in 32..63 (gkb).
+        constexpr int kIters = kBK * kC / 32 / G::kFeedWarps;
+        static_assert(kIters % 4 == 0 && 2 * (G::kFeedWarps / 2) == G::kFeedWarps, "gather split");
+        const int32_t gk = 2 * f < G::kFeedWarps ? gka : gkb;
 #pragma unroll 4
-        for (int it = 0; it < kBK * kC / 32; ++it) {
+        for (int i = 0; i < kIters; ++i) {
+          const int it = f * kIters + i;
           const int r = (32 * it + lane) / kC;
-          const int32_t ka_r = __shfl_sync(0xffffffffu, gka, r % 32), kb_r = __shfl_sync(0xffffffffu, gkb, r % 32);
-          const int32_t key = r < 32 ? ka_r : kb_r;
+          const int32_t key = __shfl_sync(0xffffffffu, gk, r % 32);
           const bool ok = key >= 0;
           const int64_t off = ok ? int64_t(key) * ld : 0;
           uint32_t dst;
@@ -569,17 +587,22 @@ __global__ void __launch_bounds__(G::kThreads, 1)
       const int32_t* rg = a.ranges + 2 * a.range_ptr[row];
       const int nr = a.n_r[row];
       // The ranges, 32 at a time: lane j loads range i0 + j (one coalesced read instead of a
-      // dependent load per range). A batch of only gathered tails (HiP's 2-key blocks) goes in at
-      // once (add_batch); any other batch range by range, each broadcast from its lane.
+      // dependent load per range). The batch's ranges that are gathered whole (HiP's 2-key blocks)
+      // go in at once (add_batch); the longer ones (merged blocks of structured inputs,
+      // MInference's rows) then range by range, each broadcast from its lane.
+      // The next batch's ranges are loaded before this one is walked (their latency, ~3% of the
+      // kernel's stall samples at 128K, hides behind the walk).
+      int32_t rs_n = 0, re_n = 0;
+      if (lane < nr) rs_n = rg[2 * lane], re_n = rg[2 * lane + 1];
       for (int i0 = 0; i0 < nr; i0 += 32) {
-        const int nb = min(32, nr - i0);
-        int32_t rs_l = 0, re_l = 0;
-        if (lane < nb) rs_l = rg[2 * (i0 + lane)], re_l = rg[2 * (i0 + lane) + 1];
-        if (__all_sync(0xffffffffu, re_l - rs_l <= a.tail_gather_max)) {
-          add_batch(rs_l, max(re_l - rs_l, 0));
-          continue;
-        }
-        for (int i = 0; i < nb; ++i) {
+        const int32_t rs_l = rs_n, re_l = re_n;  // lanes >= the batch's ranges: 0, 0
+        rs_n = re_n = 0;
+        if (i0 + 32 + lane < nr) rs_n = rg[2 * (i0 + 32 + lane)], re_n = rg[2 * (i0 + 32 + lane) + 1];
+        const bool gathered = re_l - rs_l <= a.tail_gather_max;  // empty ranges too (lanes past nr)
+        const uint32_t longs = __ballot_sync(0xffffffffu, !gathered);
+        if (__any_sync(0xffffffffu, gathered && re_l > rs_l)) add_batch(rs_l, gathered ? max(re_l - rs_l, 0) : 0);
+        for (uint32_t m = longs; m != 0; m &= m - 1) {
+          const int i = __ffs(m) - 1;
           const int32_t rs = __shfl_sync(0xffffffffu, rs_l, i), re = __shfl_sync(0xffffffffu, re_l, i);
           int32_t t0 = rs;
           for (; t0 < re && re - t0 > kSparsePackMax; t0 += kBK, ++t) {
@@ -588,6 +611,10 @@ __global__ void __launch_bounds__(G::kThreads, 1)
             const int cnt = min(kBK, re - t0);
             int32_t* hd = hdr(w, s);
             const bool full = cnt == kBK && (!a.causal || t0 + kBK - 1 <= first_pos);
+            if (!lead) {
+              if (lane == 0) mbar_arrive(ld_bar(s));
+              continue;
+            }
             if (lane == 0) {
               hd[kHdrFlags] = kHdrFlagRange | (full ? 0 : kHdrFlagMask);
               hd[kHdrT0] = t0;
@@ -615,7 +642,7 @@ __global__ void __launch_bounds__(G::kThreads, 1)
         const int s = t % kStages;
         acquire(s);
         if (lane == 0) {
-          hdr(w, s)[kHdrFlags] = kHdrFlagEnd;
+          if (lead) hdr(w, s)[kHdrFlags] = kHdrFlagEnd;
           mbar_arrive(ld_bar(s));
         }
       }
