@@ -22,8 +22,9 @@
 #   step NAME LIMIT_S CMD...      there: one step of a device script (below)
 #   carry_model_xz DIR1 DIR2      here: the default model as xz, split in two: DIR1/model.xz.part1 (the
 #                                 first MODEL_XZ_PART1 bytes) and DIR2/model.xz.part2 (the rest)
-#   join_model_xz PART2           there: store/join the default model from part 1 (stored under
-#                                 $LONGCTX_CACHE/models by an earlier call) and PART2; checks the SHA-256
+#   join_model_xz PART2           there: join the default model from part 1 (stored under
+#                                 $LONGCTX_CACHE/models by an earlier call) and PART2 (a path: this
+#                                 call's, or an earlier call's stored copy); checks the SHA-256
 #   unpack_bin TARBALL DIR [LIB]  there: the packed binaries afresh into DIR (a warm machine may
 #                                 hold an older pack), LD_LIBRARY_PATH to LIB (default DIR/lib)
 #   out_archive NAME ARCHIVE FILE...  there: the steps write to a fresh folder $OUT (/tmp/NAME.*);

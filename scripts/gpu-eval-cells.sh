@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# gpu-eval-cells.sh: quality cells on the default model (SmolLM2-135M) on the GPU, in two device
+# gpu-eval-cells.sh: quality cells on the default model (SmolLM2-135M) on the GPU, in three device
 # calls made back to back: any list of `longctx eval` runs, all in parallel on the one GPU.
 #
-# Why: the model (98 MB) does not fit one call beside the binary, so it travels as xz in two parts
-# (gpu-carry.sh carry_model_xz / join_model_xz); a machine keeps /root while it stays warm (30 s).
+# Why: a call carries 64 MiB with the checkout (~13 MB); the model is 90.5 MB as xz and the CLI with
+# its shared libraries (OpenBLAS's 36 MB) 17.7 MB as xz, so the model travels in two parts
+# (gpu-carry.sh carry_model_xz / join_model_xz) and the binary in a third call; a machine keeps
+# /root while it stays warm (30 s between calls).
 # Here (no GPU), after `ninja -C BUILD longctx` (CUDA on):
 #   bash scripts/gpu-eval-cells.sh --pack BUILD CELLS /work/main/.carry/evalcells
 # CELLS: a file, one cell a line, `NAME ARGS...` (ARGS after `longctx eval`, without --device/--json);
-# `#` lines are comments. On the device:
-#   OUT=$OUT bash .carry/evalcells/p1/gpu-eval-cells.sh store    # part 1 of the model, the ppl text into /root
-#   OUT=$OUT bash .carry/evalcells/p2/gpu-eval-cells.sh eval     # joins it; runs every cell
+# `#` lines are comments (e.g. scripts/eval-cells/s13-quality.txt). On the device:
+#   OUT=$OUT bash .carry/evalcells/p1/gpu-eval-cells.sh store    # model part 1, the ppl text -> /root
+#   OUT=$OUT bash .carry/evalcells/p2/gpu-eval-cells.sh store    # model part 2 -> /root
+#   OUT=$OUT bash .carry/evalcells/p3/gpu-eval-cells.sh eval     # joins the model; runs every cell
 # eval: each cell one process under CELL_LIMIT_S (default 400 s; a cut cell's progress lines stay
 # in its log), `== NAME: rc, seconds` in summary.txt; all of it in $OUT/all.tgz.
 set -uo pipefail
@@ -18,16 +21,16 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 
 if [ "${1:-}" = "--pack" ]; then
   build=$2 cells=$3 carry=$4 tmp=/tmp/gpu-eval-cells-pack
-  rm -rf "$carry" "$tmp" && mkdir -p "$carry/p1" "$carry/p2" "$tmp/bin"
+  rm -rf "$carry" "$tmp" && mkdir -p "$carry/p1" "$carry/p2" "$carry/p3" "$tmp/bin"
   carry_model_xz "$carry/p1" "$carry/p2" || exit 2
   xz -T2 -c "${LONGCTX_CACHE:-$HOME/.cache/longctx}/texts/paradise_lost.txt" > "$carry/p1/paradise_lost.txt.xz"
   cp "$build/src/cli/longctx" "$tmp/bin/" && strip "$tmp/bin/longctx"
   carry_libs "$tmp/bin/lib" "$tmp/bin/longctx"
-  tar -C "$tmp/bin" -cf - . | xz -9e -T2 > "$carry/p2/bin.tar.xz"
+  tar -C "$tmp/bin" -cf - . | xz -9e -T2 > "$carry/p3/bin.tar.xz"
   git -C "$HERE" rev-parse --short HEAD > "$tmp/commit.txt"
-  cp "$cells" "$carry/p2/cells.txt"
-  for d in p1 p2; do cp "$0" "$HERE/gpu-carry.sh" "$tmp/commit.txt" "$carry/$d/"; done
-  du -sb "$carry"/p1 "$carry"/p2
+  cp "$cells" "$carry/p3/cells.txt"
+  for d in p1 p2 p3; do cp "$0" "$HERE/gpu-carry.sh" "$tmp/commit.txt" "$carry/$d/"; done
+  du -sb "$carry"/p*
   exit 0
 fi
 
@@ -38,12 +41,14 @@ record_env "$OUT/env.txt" "$(cat "$HERE/commit.txt" 2>/dev/null || echo unknown)
 T0=$(date +%s)
 case $what in
   store)
-    mkdir -p "$LONGCTX_CACHE/models" "$LONGCTX_CACHE/texts" && cp "$HERE/model.xz.part1" "$LONGCTX_CACHE/models/" &&
-      xz -d -c "$HERE/paradise_lost.txt.xz" > "$LONGCTX_CACHE/texts/paradise_lost.txt" &&
-      echo "model.xz.part1 and the ppl text stored" | tee -a "$OUT/summary.txt"
+    mkdir -p "$LONGCTX_CACHE/models" "$LONGCTX_CACHE/texts"
+    for f in "$HERE"/model.xz.part*; do cp "$f" "$LONGCTX_CACHE/models/" && echo "$(basename "$f") stored"; done
+    [ -f "$HERE/paradise_lost.txt.xz" ] && xz -d -c "$HERE/paradise_lost.txt.xz" > "$LONGCTX_CACHE/texts/paradise_lost.txt" &&
+      echo "the ppl text stored"
+    ls "$LONGCTX_CACHE/models" | tee -a "$OUT/summary.txt"
     ;;
   eval)
-    join_model_xz "$HERE/model.xz.part2" 2>&1 | tee -a "$OUT/summary.txt"
+    join_model_xz "$LONGCTX_CACHE/models/model.xz.part2" 2>&1 | tee -a "$OUT/summary.txt"
     [ "${PIPESTATUS[0]}" = 0 ] || exit 1
     B=/tmp/gpu-eval-cells-bin
     unpack_bin "$HERE/bin.tar.xz" "$B"

@@ -2,7 +2,7 @@
 # gpu-suite.sh: every GPU test binary of one build, on the device machine, in one call: the check
 # a merged tree gets before it lands (the per-area scripts gpu-*.sh also benchmark).
 #
-# What: test_cuda, test_gpu (and the other tests/gpu binaries: test_gpu_offload, test_gpu_self_extend), test_kv, test_kv_offload, test_hip_gpu, test_hip_gpu_method,
+# What: test_cuda, test_gpu (its cases include the small tests/gpu binaries'), test_kv, test_kv_offload, test_hip_gpu, test_hip_gpu_method,
 # test_minference_index, test_tokenselect_step and any test_ihip* / test_infinitehip* binary,
 # each under a timeout, then compute-sanitizer memcheck on the binaries whose cases are small
 # (test_cuda's large shapes would take minutes under memcheck: the area scripts memcheck their
@@ -17,7 +17,7 @@ set -uo pipefail
 if [ "${1:-}" = "--pack" ]; then
   build=$2 carry=$3 stage=$(mktemp -d)
   mkdir -p "$stage/lib"
-  for t in "$build"/tests/cuda/test_* "$build"/tests/gpu/test_gpu "$build"/tests/gpu/test_gpu_* "$build"/tests/kv/test_kv "$build"/tests/kv/test_kv_offload; do
+  for t in "$build"/tests/cuda/test_* "$build"/tests/gpu/test_gpu "$build"/tests/kv/test_kv "$build"/tests/kv/test_kv_offload; do
     [ -x "$t" ] && cp "$t" "$stage/"
   done
   strip "$stage"/test_*
