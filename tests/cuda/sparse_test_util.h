@@ -1,13 +1,16 @@
 // sparse_test_util.h (tests/cuda): what the sparse attention tests of both kernels share
 // (test_sparse_attention.cpp: Hopper; test_sparse_attention_generic.cpp: mma.sync, d 64/128):
-// the problem shape, the random index generators, and fp8 K/V for the fp8-tile cases.
+// the problem shape, the random index generators, the index on the device (DevIndex), and fp8 K/V
+// for the fp8-tile cases (also test_sparse_window.cpp).
 #pragma once
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <vector>
 
+#include "kernels/cuda/sparse_attention.h"
 #include "kernels/ref/fp8_e4m3.h"
 #include "sparse/sparse_index.h"
 #include "test_util.h"
@@ -81,6 +84,42 @@ inline SparseIndex random_index(const Shape& sh, int n_index_head, double p_empt
     }
   return idx;
 }
+
+// The CPU index flattened to the device CSR layout of sparse_attention.h, on the device.
+struct DevIndex {
+  std::vector<int64_t> range_ptr{0}, col_ptr{0};
+  std::vector<int32_t> ranges, cols;
+  std::unique_ptr<DevBuf> rp, cp, rg, cl;
+  DeviceSparseIndex ix;
+  DevIndex(const SparseIndex& idx, int64_t n_q) {
+    for (const auto& hi : idx.heads)
+      for (int64_t b = 0; b < hi.n_blocks(); ++b) {
+        for (const auto& r : hi.block_ranges(b)) {
+          ranges.push_back(r.start);
+          ranges.push_back(r.end);
+        }
+        for (int32_t c : hi.block_cols(b)) cols.push_back(c);
+        range_ptr.push_back(int64_t(ranges.size() / 2));
+        col_ptr.push_back(int64_t(cols.size()));
+      }
+    rp = std::make_unique<DevBuf>(range_ptr.size() * 8);
+    cp = std::make_unique<DevBuf>(col_ptr.size() * 8);
+    rg = std::make_unique<DevBuf>(std::max<size_t>(ranges.size(), 1) * 4);
+    cl = std::make_unique<DevBuf>(std::max<size_t>(cols.size(), 1) * 4);
+    rp->upload(range_ptr);
+    cp->upload(col_ptr);
+    if (!ranges.empty()) rg->upload(ranges);
+    if (!cols.empty()) cl->upload(cols);
+    ix.n_index_head = int(idx.heads.size());
+    ix.n_qblk = n_query_blocks(n_q);
+    ix.range_ptr = rp->as<int64_t>();
+    ix.col_ptr = cp->as<int64_t>();
+    ix.ranges = rg->as<int32_t>();
+    ix.cols = cl->as<int32_t>();
+    ix.n_ranges = range_ptr.back();
+    ix.n_cols = col_ptr.back();
+  }
+};
 
 // fp8 K or V for the fp8-tile cases (SparseAttnParams::kv_dtype fp8_e4m3): e4m3 codes of x at the
 // fp8 cache's scale rule (amax onto e4m3's range), and the dequantized values (code * scale) that

@@ -44,43 +44,6 @@ namespace {
 
 bool is_hopper() { return device_count() > 0 && device_info(0).sm_major == 9; }
 
-// The CPU index flattened to the device CSR layout of sparse_attention.h, on the device.
-struct DevIndex {
-  std::vector<int64_t> range_ptr{0}, col_ptr{0};
-  std::vector<int32_t> ranges, cols;
-  std::unique_ptr<DevBuf> rp, cp, rg, cl;
-  DeviceSparseIndex ix;
-  DevIndex(const SparseIndex& idx, int64_t n_q) {
-    for (const auto& hi : idx.heads)
-      for (int64_t b = 0; b < hi.n_blocks(); ++b) {
-        for (const auto& r : hi.block_ranges(b)) {
-          ranges.push_back(r.start);
-          ranges.push_back(r.end);
-        }
-        for (int32_t c : hi.block_cols(b)) cols.push_back(c);
-        range_ptr.push_back(int64_t(ranges.size() / 2));
-        col_ptr.push_back(int64_t(cols.size()));
-      }
-    rp = std::make_unique<DevBuf>(range_ptr.size() * 8);
-    cp = std::make_unique<DevBuf>(col_ptr.size() * 8);
-    rg = std::make_unique<DevBuf>(std::max<size_t>(ranges.size(), 1) * 4);
-    cl = std::make_unique<DevBuf>(std::max<size_t>(cols.size(), 1) * 4);
-    rp->upload(range_ptr);
-    cp->upload(col_ptr);
-    if (!ranges.empty()) rg->upload(ranges);
-    if (!cols.empty()) cl->upload(cols);
-    ix.n_index_head = int(idx.heads.size());
-    ix.n_qblk = n_query_blocks(n_q);
-    ix.range_ptr = rp->as<int64_t>();
-    ix.col_ptr = cp->as<int64_t>();
-    ix.ranges = rg->as<int32_t>();
-    ix.cols = cl->as<int32_t>();
-    ix.n_ranges = range_ptr.back();
-    ix.n_cols = col_ptr.back();
-  }
-};
-
-
 // Random bf16 Q/K/V on host (as doubles) and device. fp8: K ~ N(0, 2^2) and V ~ N(0, 0.5^2)
 // (distinct scales) quantized to e4m3 (sparse_test_util.h quantize_e4m3); the device gets the
 // codes and kd / vd the dequantized values the oracle reads.

@@ -99,38 +99,6 @@ void expect_close(const Result& got, const Result& ref, double vmax, int D, cons
 
 // ---- prefill --------------------------------------------------------------------------------
 
-struct DevIndex {  // the CPU index as sparse_attention.h's device CSR
-  std::vector<int64_t> range_ptr{0}, col_ptr{0};
-  std::vector<int32_t> ranges, cols;
-  std::unique_ptr<DevBuf> rp, cp, rg, cl;
-  DeviceSparseIndex ix;
-  DevIndex(const SparseIndex& idx, int64_t n_q) {
-    for (const auto& hi : idx.heads)
-      for (int64_t b = 0; b < hi.n_blocks(); ++b) {
-        for (const auto& r : hi.block_ranges(b)) ranges.insert(ranges.end(), {r.start, r.end});
-        for (int32_t c : hi.block_cols(b)) cols.push_back(c);
-        range_ptr.push_back(int64_t(ranges.size() / 2));
-        col_ptr.push_back(int64_t(cols.size()));
-      }
-    rp = std::make_unique<DevBuf>(range_ptr.size() * 8);
-    cp = std::make_unique<DevBuf>(col_ptr.size() * 8);
-    rg = std::make_unique<DevBuf>(std::max<size_t>(ranges.size(), 1) * 4);
-    cl = std::make_unique<DevBuf>(std::max<size_t>(cols.size(), 1) * 4);
-    rp->upload(range_ptr);
-    cp->upload(col_ptr);
-    if (!ranges.empty()) rg->upload(ranges);
-    if (!cols.empty()) cl->upload(cols);
-    ix.n_index_head = int(idx.heads.size());
-    ix.n_qblk = n_query_blocks(n_q);
-    ix.range_ptr = rp->as<int64_t>();
-    ix.col_ptr = cp->as<int64_t>();
-    ix.ranges = rg->as<int32_t>();
-    ix.cols = cl->as<int32_t>();
-    ix.n_ranges = range_ptr.back();
-    ix.n_cols = col_ptr.back();
-  }
-};
-
 // One prefill case: the shape, the window (0: none) and which entry runs it.
 void check_prefill(const Shape& sh, int D, int64_t window, const SparseIndex& idx, bool generic_entry,
                    const std::string& what) {
