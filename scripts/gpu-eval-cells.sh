@@ -15,6 +15,8 @@
 #   OUT=$OUT bash .carry/evalcells/p3/gpu-eval-cells.sh eval     # joins the model; runs every cell
 # eval: each cell one process under CELL_LIMIT_S (default 400 s; a cut cell's progress lines stay
 # in its log), `== NAME: rc, seconds` in summary.txt; all of it in $OUT/all.tgz.
+# Status: packed and checked here (sizes, bash -n); not yet run on a device (session 13's device
+# time ran out before its first call). scripts/gpu-ihip-rank.sh ran the same model carrying.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/gpu-carry.sh"  # carry_model_xz, join_model_xz, carry_libs, record_env, unpack_bin, out_archive
