@@ -80,18 +80,28 @@ TEST(Fp8E4m3, DecodesAndRoundTripsEveryCode) {
   EXPECT_EQ(e4m3_to_f32(0x7e), 448.f);
   EXPECT_EQ(e4m3_to_f32(0x01), std::ldexp(1.f, -9));
   EXPECT_EQ(f32_to_e4m3(1e6f), 0x7e);  // saturates
-  // Nearest code, against a brute-force search over the positive codes.
+  // Nearest code, against a brute-force search over the positive codes; an exact tie between two codes
+  // (a random float can land on the midpoint) rounds to the even code, as the hardware's cvt does.
   std::uniform_real_distribution<float> u(-500.f, 500.f);
   for (int i = 0; i < 20000; ++i) {
     const float x = i % 2 ? u(rng()) : u(rng()) * 1e-3f;
-    const float got = e4m3_to_f32(f32_to_e4m3(x));
-    float best = 0.f;
-    for (int b = 0; b < 0x7f; ++b) {
-      const float v = e4m3_to_f32(uint8_t(b));
-      if (std::fabs(v - std::fabs(x)) < std::fabs(best - std::fabs(x))) best = v;
+    const uint8_t code = f32_to_e4m3(x);
+    const float got = e4m3_to_f32(code);
+    float err_best = std::fabs(x);  // code 0
+    int n_best = 1;                  // codes at that error: 2 is a tie
+    for (int b = 1; b < 0x7f; ++b) {
+      const float err = std::fabs(e4m3_to_f32(uint8_t(b)) - std::fabs(x));
+      if (err < err_best) err_best = err, n_best = 1;
+      else if (err == err_best) ++n_best;
     }
-    EXPECT_EQ(std::fabs(got), best) << x;
+    EXPECT_EQ(std::fabs(std::fabs(got) - std::fabs(x)), err_best) << x;
+    if (n_best > 1) {
+      EXPECT_EQ(code & 1, 0) << "tie at " << x << " must round to the even code";
+    }
   }
+  // The midpoint between codes 0x29 (0.28125) and 0x2a (0.3125) rounds to the even code, both signs.
+  EXPECT_EQ(f32_to_e4m3(0.296875f), 0x2a);
+  EXPECT_EQ(f32_to_e4m3(-0.296875f), 0xaa);
 }
 
 void run_case(const test::DecodeCaseShape& shape) {
