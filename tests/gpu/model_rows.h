@@ -6,6 +6,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <span>
@@ -78,6 +79,42 @@ inline RowsCmp compare_rows(const Rows& a, const Rows& b) {
     if (d.margin_a > 2 * d.tol()) ++c.checked, c.equal += d.argmax_a == d.argmax_b;
   }
   return c;
+}
+
+// compare_rows, as expectations: every row of b within the tolerance of a's, and the argmax equal
+// on a's clear rows; `what` names the pair in the failures and the printed summary.
+inline RowsCmp expect_rows_match(const Rows& a, const Rows& b, const std::string& what) {
+  EXPECT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    const LogitDiff d = compare_row(a[i].data(), b[i].data(), int64_t(a[i].size()));
+    EXPECT_LE(d.max_abs, d.tol()) << what << ": row " << i << " (rel_l2 " << d.rel_l2 << ")";
+    if (d.margin_a > 2 * d.tol()) {
+      EXPECT_EQ(d.argmax_a, d.argmax_b) << what << ": row " << i;
+    }
+  }
+  const RowsCmp c = compare_rows(a, b);
+  std::printf("%s: worst |diff|/tol %.3f, argmax equal %d of %d clear rows\n", what.c_str(), c.worst, c.equal,
+              c.checked);
+  return c;
+}
+
+// That a method's own path ran, not a fallback: where the GPU's rows under the method differ from
+// the GPU's rows under a baseline without it beyond noise (largest row rel_l2 > kNoise; random
+// weights with near-uniform attention can hide the difference), the GPU rows are much closer to
+// the CPU engine's rows under the same method (under half that distance) than to the baseline.
+inline void expect_method_path_ran(const Rows& gpu, const Rows& cpu, const Rows& gpu_baseline,
+                                   const std::string& what) {
+  constexpr double kNoise = 0.02;  // a bound on what bf16 rounding alone moves a row here
+  double moved = 0, match = 0;
+  for (size_t i = 0; i < std::min({gpu.size(), cpu.size(), gpu_baseline.size()}); ++i) {
+    const int64_t V = int64_t(gpu[i].size());
+    moved = std::max(moved, compare_row(gpu[i].data(), gpu_baseline[i].data(), V).rel_l2);
+    match = std::max(match, compare_row(cpu[i].data(), gpu[i].data(), V).rel_l2);
+  }
+  std::printf("%s: largest row rel_l2, GPU vs GPU baseline %.4f, GPU vs CPU %.4f\n", what.c_str(), moved, match);
+  if (moved > kNoise) {
+    EXPECT_LT(match, moved / 2) << what;
+  }
 }
 
 }  // namespace longctx::test

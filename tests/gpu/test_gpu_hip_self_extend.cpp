@@ -33,7 +33,6 @@
 namespace longctx {
 namespace {
 
-using test::compare_row;
 using test::contains;
 using test::random_ids;
 using test::Rows;
@@ -83,32 +82,9 @@ void check_model(int64_t chunk) {
   const int32_t vocab = fixture().cfg.vocab_size;
   const auto ids = random_ids(700, vocab, 61), dec = random_ids(12, vocab, 62);
   const Rows gpu = run_gpu(kSpec, chunk, ids, dec), cpu = run_cpu(kSpec, chunk, ids, dec);
-  ASSERT_EQ(gpu.size(), cpu.size());
-  double worst = 0;
-  int clear = 0, equal = 0;
-  for (size_t i = 0; i < cpu.size(); ++i) {
-    const test::LogitDiff d = compare_row(cpu[i].data(), gpu[i].data(), int64_t(cpu[i].size()));
-    worst = std::max(worst, d.max_abs / d.tol());
-    EXPECT_LE(d.max_abs, d.tol()) << "chunk " << chunk << " row " << i << " (rel_l2 " << d.rel_l2 << ")";
-    if (d.margin_a > 2 * d.tol()) {
-      ++clear;
-      equal += d.argmax_a == d.argmax_b;
-      EXPECT_EQ(d.argmax_a, d.argmax_b) << "chunk " << chunk << " row " << i;
-    }
-  }
-  std::printf("chunk %lld: GPU vs CPU HiP + Self-Extend: worst |diff|/tol %.3f, argmax equal %d of %d clear rows\n",
-              (long long)chunk, worst, equal, clear);
-  const Rows dense = run_gpu("dense=self_extend=4:64", chunk, ids, dec);
-  double moved = 0, match = 0;
-  for (size_t i = 0; i < dense.size(); ++i) {
-    const int64_t V = int64_t(dense[i].size());
-    moved = std::max(moved, compare_row(gpu[i].data(), dense[i].data(), V).rel_l2);
-    match = std::max(match, compare_row(cpu[i].data(), gpu[i].data(), V).rel_l2);
-  }
-  std::printf("largest row rel_l2: GPU HiP+SE vs GPU dense SE %.4f, vs CPU HiP+SE %.4f\n", moved, match);
-  if (moved > 0.02) {
-    EXPECT_LT(match, moved / 2);
-  }
+  const std::string what = "chunk " + std::to_string(chunk) + ": GPU vs CPU HiP + Self-Extend";
+  test::expect_rows_match(cpu, gpu, what);
+  test::expect_method_path_ran(gpu, cpu, run_gpu("dense=self_extend=4:64", chunk, ids, dec), what);
 }
 
 TEST(GpuHipSelfExtendModel, MatchesCpuEngineChunks256) {

@@ -20,6 +20,7 @@
 #include "methods/method.h"
 #include "methods/minference/minference_config.h"
 #include "model/transformer.h"
+#include "model_rows.h"
 #include "test_util.h"
 #include "util/thread_pool.h"
 
@@ -28,41 +29,20 @@ namespace {
 
 using test::ash;
 using test::bs;
-using test::compare_row;
-using test::LogitDiff;
 using test::random_ids;
+using test::Rows;
 using test::vs;
 
 constexpr int64_t kPrompt = 1200, kRows = 4;
 
-// Logit rows: the prompt's last kRows, then one per teacher-forced decode token.
-using Rows = std::vector<std::vector<float>>;
-const int32_t kDecode[] = {5, 77, 200, 42};
+const std::vector<int32_t> kDecode = {5, 77, 200, 42};
 
+// The prompt in one call (one chunk on both devices: one index per layer), its last kRows rows,
+// then one row per teacher-forced decode token.
 template <class Model>
-Rows run(Model& m, const std::vector<int32_t>& ids, int64_t V) {
-  Rows r;
-  std::vector<float> lg;
-  m.reset(int64_t(ids.size()) + int64_t(std::size(kDecode)));
-  m.forward(ids, kRows, &lg);  // one chunk on both devices: one index per layer
-  for (int64_t i = 0; i < kRows; ++i) r.emplace_back(lg.begin() + i * V, lg.begin() + (i + 1) * V);
-  for (int32_t t : kDecode) {
-    m.forward(std::span(&t, 1), 1, &lg);
-    r.push_back(lg);
-  }
-  return r;
-}
-
-// Worst max|diff| / tol over the rows (a = reference); counts clear argmaxes and their agreement.
-double worst_of(const Rows& a, const Rows& b, int* checked = nullptr, int* equal = nullptr) {
-  double w = 0;
-  EXPECT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    const LogitDiff d = compare_row(a[i].data(), b[i].data(), int64_t(a[i].size()));
-    w = std::max(w, d.max_abs / d.tol());
-    if (checked && d.margin_a > 2 * d.tol()) ++*checked, *equal += d.argmax_a == d.argmax_b;
-  }
-  return w;
+Rows run(Model& m, const std::vector<int32_t>& ids) {
+  m.reset(int64_t(ids.size() + kDecode.size()));
+  return test::logit_rows(m, ids, kDecode, kRows);
 }
 
 TEST(GpuMInferenceD256, Gemma3GeometryGlobalLayersSparseMatchesCpu) {
@@ -86,16 +66,17 @@ TEST(GpuMInferenceD256, Gemma3GeometryGlobalLayersSparseMatchesCpu) {
   gpu::GpuTransformer g(cfg, gpu::DeviceWeights::random(cfg, 31, nullptr), o);
   const ModelWeights w = g.weights().download(g.stream());
   const auto ids = random_ids(kPrompt, cfg.vocab_size, 5);
-  const Rows gm = run(g, ids, cfg.vocab_size);
+  const Rows gm = run(g, ids);
   const gpu::GpuPrefillStats st = gpu::last_gpu_prefill_stats();
 
   const MethodContext mc{cfg.n_layer, cfg.n_head, cfg.n_kv_head, cfg.head_dim, cfg.name};
   Transformer cpu(cfg, w, make_attention_method(spec, mc), global_pool());
   Transformer dense(cfg, w, make_attention_method("dense", mc), global_pool());
-  const Rows cm = run(cpu, ids, cfg.vocab_size), cd = run(dense, ids, cfg.vocab_size);
+  const Rows cm = run(cpu, ids), cd = run(dense, ids);
 
-  int checked = 0, equal = 0;
-  const double gc = worst_of(cm, gm, &checked, &equal), sd = worst_of(cd, cm);
+  const test::RowsCmp g_vs_c = test::compare_rows(cm, gm);
+  const double gc = g_vs_c.worst, sd = test::compare_rows(cd, cm).worst;
+  const int checked = g_vs_c.checked, equal = g_vs_c.equal;
   std::printf("[ gpu minference d256 ] gemma3-270m:6 prompt %lld: GPU vs CPU MInference max|diff|/tol %.3f "
               "(argmax %d/%d); CPU MInference vs CPU dense %.3f; %lld sparse + %lld dense (layer, chunk) "
               "prefill attentions, index %lld ranges %lld cols (%.2f ms)\n",

@@ -45,9 +45,7 @@
 namespace longctx {
 namespace {
 
-using test::compare_row;
 using test::contains;
-using test::LogitDiff;
 using test::random_ids;
 using test::Rows;
 using cuda::test::DevBuf;
@@ -298,34 +296,9 @@ TEST(GpuSelfExtendModel, MatchesCpuEngine) {
   const int32_t vocab = fixture().cfg.vocab_size;
   const auto ids = random_ids(700, vocab, 51), dec = random_ids(8, vocab, 52);
   const Rows gpu = run_gpu(kSpec, ids, dec), cpu = run_cpu(kSpec, ids, dec);
-  ASSERT_EQ(gpu.size(), cpu.size());
-  double worst = 0;
-  int clear = 0, equal = 0;
-  for (size_t i = 0; i < cpu.size(); ++i) {
-    const LogitDiff d = compare_row(cpu[i].data(), gpu[i].data(), int64_t(cpu[i].size()));
-    worst = std::max(worst, d.max_abs / d.tol());
-    EXPECT_LE(d.max_abs, d.tol()) << "row " << i << " (rel_l2 " << d.rel_l2 << ")";
-    if (d.margin_a > 2 * d.tol()) {
-      ++clear;
-      equal += d.argmax_a == d.argmax_b;
-      EXPECT_EQ(d.argmax_a, d.argmax_b) << "row " << i;
-    }
-  }
-  std::printf("GPU vs CPU Self-Extend: worst |diff|/tol %.3f, argmax equal %d of %d clear rows\n", worst, equal, clear);
-  // The grouped path ran: plain dense on the GPU gives other logits, farther from the GPU's
-  // Self-Extend than the CPU's Self-Extend is (checked when random weights make the two differ
-  // beyond bf16 noise at all: near-uniform attention hides positions).
-  const Rows dense = run_gpu("dense", ids, dec);
-  double moved = 0, match = 0;
-  for (size_t i = 0; i < dense.size(); ++i) {
-    const int64_t V = int64_t(dense[i].size());
-    moved = std::max(moved, compare_row(gpu[i].data(), dense[i].data(), V).rel_l2);
-    match = std::max(match, compare_row(cpu[i].data(), gpu[i].data(), V).rel_l2);
-  }
-  std::printf("largest row rel_l2: GPU Self-Extend vs GPU dense %.4f, vs CPU Self-Extend %.4f\n", moved, match);
-  if (moved > 0.02) {
-    EXPECT_LT(match, moved / 2);
-  }
+  test::expect_rows_match(cpu, gpu, "GPU vs CPU Self-Extend");
+  // The grouped path ran: plain dense on the GPU gives other logits.
+  test::expect_method_path_ran(gpu, cpu, run_gpu("dense", ids, dec), "GPU Self-Extend vs GPU dense");
 }
 
 // ---- (3) refusals (no GPU needed) ------------------------------------------------------------

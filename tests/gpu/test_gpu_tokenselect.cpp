@@ -106,24 +106,6 @@ CpuRun run_cpu(const std::string& spec, const std::vector<int32_t>& ids, const s
   return r;
 }
 
-// a = reference, b = tested: worst max|diff| / tol over the rows (<= 1 passes).
-double worst(const Rows& a, const Rows& b, const char* what) {
-  EXPECT_EQ(a.size(), b.size()) << what;
-  double w = 0;
-  int checked = 0, equal = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    const LogitDiff d = compare_row(a[i].data(), b[i].data(), int64_t(a[i].size()));
-    w = std::max(w, d.max_abs / d.tol());
-    if (d.margin_a > 2 * d.tol()) {
-      ++checked;
-      equal += d.argmax_a == d.argmax_b;
-      EXPECT_EQ(d.argmax_a, d.argmax_b) << what << ": row " << i << " (margin " << d.margin_a << ")";
-    }
-  }
-  std::printf("%s: worst |diff|/tol %.3f, argmax equal %d of %d clear rows\n", what, w, equal, checked);
-  return w;
-}
-
 // The CPU's soft vote of layer l's last decode selection (made over n_kv keys with query q):
 // vote [M] of the candidates n_init.. (kernels/ref, fp32, from the CPU cache's un-rotated keys).
 std::vector<float> cpu_votes(const CpuRun& c, const TokenSelectParams& t, int l, const std::vector<float>& q,
@@ -209,7 +191,7 @@ TEST(GpuTokenSelect, Fp8CacheCloseToBf16Cache) {
   const Rows rb = run_gpu(b, ids, dec), rf = run_gpu(g, ids, dec);
   ASSERT_EQ(rb.size(), rf.size());
   const Rows pb(rb.begin(), rb.begin() + kRows), pf(rf.begin(), rf.begin() + kRows);
-  EXPECT_LE(worst(pb, pf, "fp8 cache prefill vs bf16 cache"), 1.0);
+  test::expect_rows_match(pb, pf, "fp8 cache prefill vs bf16 cache");
   double rel = 0, rel_l2 = 0;
   for (size_t i = kRows; i < rb.size(); ++i) {
     const LogitDiff d = compare_row(rb[i].data(), rf[i].data(), int64_t(rb[i].size()));
@@ -246,8 +228,8 @@ TEST(GpuTokenSelect, WithinBudgetEqualsDenseGreedy) {
   gpu::GpuTransformer dense = make_gpu("dense");
   gpu::GpuTransformer ts = make_gpu("tokenselect");
   EXPECT_TRUE(ts.cuda_graph());  // graph-capable, but within the budget every tile decodes eagerly
-  EXPECT_LE(worst(run_gpu(dense, ids, decode_tokens()), run_gpu(ts, ids, decode_tokens()), "within budget vs dense"),
-            1.0);
+  test::expect_rows_match(run_gpu(dense, ids, decode_tokens()), run_gpu(ts, ids, decode_tokens()),
+                          "within budget vs dense");
   EXPECT_EQ(ts.graph_captures(), 0);
   // Greedy: dense generates; tokenselect, fed the same tokens, picks each of them wherever
   // dense's top-1 is clear of its top-2 (so free-running greedy gives the same output).
@@ -315,7 +297,7 @@ TEST(GpuTokenSelect, MatchesCpuTokenSelect) {
     gpu::GpuTransformer g = make_gpu(spec);
     const Rows gr = run_gpu(g, ids, decode_tokens());
     const CpuRun c = run_cpu(spec, ids, decode_tokens());
-    EXPECT_LE(worst(c.rows, gr, ("GPU vs CPU " + spec).c_str()), 1.0);
+    test::expect_rows_match(c.rows, gr, "GPU vs CPU " + spec);
     // The selection cache's decisions equal the CPU's.
     const auto& st = static_cast<const TokenSelectMethod::State&>(*c.seq->method);
     const TokenSelectGpu& t = ts_of(g);
