@@ -52,27 +52,15 @@ inline int32_t* upload_i32(const std::vector<int32_t>& h) {
 // sequence (sizes the split plan). The workspace is allocated and zeroed here; the caller frees
 // d.workspace.
 inline cuda::DecodeParams dense_decode_over(const KvView& kv, const void* q, void* o, int n_head, int64_t n_kv) {
-  cuda::DecodeParams d;
-  d.q = q;
-  d.k = kv.k_pool;
-  d.v = kv.v_pool;
-  d.kv_dtype = kv.elem == KvElem::fp8_e4m3 ? cuda::KvDtype::fp8_e4m3 : cuda::KvDtype::bf16;
-  d.k_scale = kv.k_scale;
-  d.v_scale = kv.v_scale;
-  d.o = o;
-  d.n_seq = kv.n_seq;
-  d.n_kv = n_kv;
-  d.kv_lens = kv.seq_lens;
-  d.page_table = kv.block_table;
-  d.page_size = kv.page_size;
-  d.max_pages_per_seq = kv.max_pages_per_seq;
-  d.n_head = n_head;
-  d.n_kv_head = kv.n_kv_head;
-  d.head_dim = kv.head_dim;
-  d.workspace_bytes = cuda::decode_workspace_bytes(kv.n_seq, n_head, kv.head_dim, n_kv);
-  d.workspace = cuda::dev_malloc(d.workspace_bytes);
-  cuda::decode_workspace_init(d.workspace, d.workspace_bytes);
-  return d;
+  const size_t ws_bytes = cuda::decode_workspace_bytes(kv.n_seq, n_head, kv.head_dim, n_kv);
+  void* ws = cuda::dev_malloc(ws_bytes);
+  cuda::decode_workspace_init(ws, ws_bytes);
+  return {.q = q, .k = kv.k_pool, .v = kv.v_pool,
+          .kv_dtype = kv.elem == KvElem::fp8_e4m3 ? cuda::KvDtype::fp8_e4m3 : cuda::KvDtype::bf16,
+          .k_scale = kv.k_scale, .v_scale = kv.v_scale, .o = o, .n_seq = kv.n_seq, .n_kv = n_kv,
+          .kv_lens = kv.seq_lens, .page_table = kv.block_table, .page_size = kv.page_size,
+          .max_pages_per_seq = kv.max_pages_per_seq, .n_head = n_head, .n_kv_head = kv.n_kv_head,
+          .head_dim = kv.head_dim, .workspace = ws, .workspace_bytes = ws_bytes};
 }
 
 // Allocates and zeroes sp's workspace for its bounds (kv, index, max_keys_per_row, n_splits as
