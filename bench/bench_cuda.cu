@@ -286,14 +286,7 @@ int bench_attention_main(int argc, char** argv) {
         rows += buf;
       }
       p.n_splits = 0;
-      Stream st = stream_create();
-      CudaGraph graph;
-      attention_decode(p, st);
-      graph.begin_capture(st);
-      attention_decode(p, st);
-      graph.end_capture(st);
-      const double graph_ms = time_ms([&] { graph.launch(st); }, 3, reps, static_cast<cudaStream_t>(st));
-      stream_destroy(st);
+      const double graph_ms = longctx::bench::graph_ms([&](Stream st) { attention_decode(p, st); }, reps);
       std::fprintf(stderr, "decode n_kv=%lld graph replay: %.4f ms, %.0f GB/s of K+V\n", (long long)N, graph_ms,
                    bytes / (graph_ms * 1e-3) / 1e9);
       // fp8 e4m3 KV (half the bytes): random codes with the exponent's top bit cleared (values
@@ -320,14 +313,7 @@ int bench_attention_main(int argc, char** argv) {
         pf.k_scale = 0.01f;
         pf.v_scale = 0.01f;
         fp8_ms = time_ms([&] { attention_decode(pf); }, 3, reps);
-        Stream st2 = stream_create();
-        CudaGraph g2;
-        attention_decode(pf, st2);
-        g2.begin_capture(st2);
-        attention_decode(pf, st2);
-        g2.end_capture(st2);
-        fp8_graph_ms = time_ms([&] { g2.launch(st2); }, 3, reps, static_cast<cudaStream_t>(st2));
-        stream_destroy(st2);
+        fp8_graph_ms = longctx::bench::graph_ms([&](Stream st) { attention_decode(pf, st); }, reps);
         dev_free(k8);
         dev_free(v8);
         std::fprintf(stderr, "decode fp8 n_kv=%lld: %.4f ms eager, %.4f ms graph, %.0f GB/s of fp8 K+V (graph)\n",

@@ -42,13 +42,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <numeric>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "bench/bench_util.h"
 #include "bench/fp8_copy.cuh"
+#include "bench/paged_decode.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/fp8_vec.cuh"
 #include "kernels/cuda/hip_estimate.h"
@@ -63,6 +62,7 @@ using namespace longctx;
 using namespace longctx::cuda;
 using longctx::bench::fp8_copy;
 using longctx::bench::fp8_scale;
+using longctx::bench::graph_ms;
 using longctx::bench::time_ms;
 
 namespace {
@@ -74,59 +74,23 @@ constexpr int kPageSize = 64;
 constexpr int kRefresh = 8;  // r_m
 constexpr int64_t kLongPrefill = 262144;  // longer prefills time the dense kernel once
 
-double graph_ms(const std::function<void(Stream)>& step, int reps) {
-  Stream st = stream_create();
-  step(st);
-  stream_sync(st);
-  CudaGraph graph;
-  graph.begin_capture(st);
-  step(st);
-  graph.end_capture(st);
-  const double g = time_ms([&] { graph.launch(st); }, 3, reps, static_cast<cudaStream_t>(st));
-  stream_destroy(st);
-  return g;
-}
-
 std::string bench_decode(int64_t len, const HipEstimateConfig& cfg, const Geometry& g) {
   const int n_head = g.heads, n_kv_head = g.kv_heads, head_dim = g.head_dim;
   const int max_pages = int((len + kPageSize - 1) / kPageSize);
-  std::vector<int32_t> tab(static_cast<size_t>(max_pages));
-  std::iota(tab.begin(), tab.end(), 0);
-  std::shuffle(tab.begin(), tab.end(), std::mt19937_64(7));
   const int64_t elems = int64_t(max_pages) * kPageSize * n_kv_head * head_dim;
-  void* k = dev_malloc(size_t(elems) * 2);
+  void* k = dev_malloc(size_t(elems) * 2);  // pools bf16 [max_pages * kPageSize, n_kv_head, head_dim]
   void* v = dev_malloc(size_t(elems) * 2);
   fill_random_bf16(k, elems, 12, 1.f);
   fill_random_bf16(v, elems, 13, 1.f);
-  void* q = dev_malloc(n_head * head_dim * 2);
+  void* q = dev_malloc(n_head * head_dim * 2);  // bf16 [1, n_head, head_dim]
   void* o = dev_malloc(n_head * head_dim * 2);
   fill_random_bf16(q, n_head * head_dim, 11, 1.f);
-  auto* table = static_cast<int32_t*>(dev_malloc(tab.size() * 4));
-  copy_h2d(table, tab.data(), tab.size() * 4);
-  const int32_t len32 = int32_t(len);
-  auto* d_len = static_cast<int32_t*>(dev_malloc(4));
-  copy_h2d(d_len, &len32, 4);
-
-  DecodeParams d;
-  d.q = q;
-  d.k = k;
-  d.v = v;
-  d.kv_dtype = KvDtype::bf16;
-  d.o = o;
-  d.n_seq = 1;
-  d.n_kv = len;
-  d.kv_lens = d_len;
-  d.page_table = table;
-  d.page_size = kPageSize;
-  d.max_pages_per_seq = max_pages;
-  d.n_head = n_head;
-  d.n_kv_head = n_kv_head;
-  d.head_dim = head_dim;
-  const size_t dws_bytes = decode_workspace_bytes(1, n_head, head_dim, len);
-  void* dws = dev_malloc(dws_bytes);
-  decode_workspace_init(dws, dws_bytes);
-  d.workspace = dws;
-  d.workspace_bytes = dws_bytes;
+  int32_t* table = bench::upload_i32(bench::shuffled_pages(max_pages));  // [1, max_pages]
+  int32_t* d_len = bench::upload_i32({int32_t(len)});                  // [1]
+  const KvView kv{.k_pool = k, .v_pool = v, .elem = KvElem::bf16, .block_table = table, .seq_lens = d_len,
+                  .n_seq = 1, .max_pages_per_seq = max_pages, .page_size = kPageSize, .n_pages = max_pages,
+                  .n_kv_head = n_kv_head, .head_dim = head_dim, .on_device = true};
+  const DecodeParams d = bench::dense_decode_over(kv, q, o, n_head, len);
   const double dense = graph_ms([&](Stream s) { attention_decode(d, s); }, len > (1 << 20) - 1 ? 30 : 100);
 
   // HiP: per-head index rows (n_index_head = n_head), R ranges each.
@@ -140,18 +104,7 @@ std::string bench_decode(int64_t len, const HipEstimateConfig& cfg, const Geomet
   hp.cfg = cfg;
   hp.refresh = kRefresh;
   hp.q = q;
-  hp.kv.k_pool = k;
-  hp.kv.v_pool = v;
-  hp.kv.elem = KvElem::bf16;
-  hp.kv.block_table = table;
-  hp.kv.seq_lens = d_len;
-  hp.kv.n_seq = 1;
-  hp.kv.max_pages_per_seq = max_pages;
-  hp.kv.page_size = kPageSize;
-  hp.kv.n_pages = max_pages;
-  hp.kv.n_kv_head = n_kv_head;
-  hp.kv.head_dim = head_dim;
-  hp.kv.on_device = true;
+  hp.kv = kv;
   hp.n_head = n_head;
   hp.refresh_pos = refresh_pos;
   hp.range_ptr = range_ptr;
@@ -162,22 +115,11 @@ std::string bench_decode(int64_t len, const HipEstimateConfig& cfg, const Geomet
   sp.q = q;
   sp.o = o;
   sp.n_head = n_head;
-  sp.kv = hp.kv;
-  sp.index.n_seq = 1;
-  sp.index.n_index_head = n_head;
-  sp.index.range_ptr = range_ptr;
-  sp.index.ranges = ranges;
-  sp.index.col_ptr = col_ptr;
-  sp.index.cols = nullptr;
-  sp.index.range_capacity = rows * R;
-  sp.index.col_capacity = 0;
-  sp.index.on_device = true;
+  sp.kv = kv;
+  sp.index = {.n_seq = 1, .n_index_head = n_head, .range_ptr = range_ptr, .ranges = ranges, .col_ptr = col_ptr,
+              .range_capacity = rows * R, .on_device = true};  // ranges only, no columns
   sp.max_keys_per_row = cfg.sinks + cfg.k + cfg.window + kRefresh;
-  const size_t ws_bytes = sparse_decode_workspace_bytes(sparse_decode_bounds(sp));
-  void* ws = dev_malloc(ws_bytes);
-  sparse_decode_workspace_init(ws, ws_bytes);
-  sp.workspace = ws;
-  sp.workspace_bytes = ws_bytes;
+  bench::alloc_sparse_decode_workspace(sp);
   const int reps = 200;
   const double estimate = graph_ms(
       [&](Stream s) {
@@ -201,7 +143,7 @@ std::string bench_decode(int64_t len, const HipEstimateConfig& cfg, const Geomet
   const double sparse_only = graph_ms([&](Stream s) { sparse_decode(sp, s); }, reps);
   const double avg = (refresh + (kRefresh - 1) * cached) / kRefresh;
   device_sync();
-  for (void* p : {k, v, q, o, dws, ws, (void*)table, (void*)d_len, (void*)refresh_pos, (void*)range_ptr,
+  for (void* p : {k, v, q, o, d.workspace, sp.workspace, (void*)table, (void*)d_len, (void*)refresh_pos, (void*)range_ptr,
                   (void*)col_ptr, (void*)ranges})
     dev_free(p);
   std::fprintf(stderr,

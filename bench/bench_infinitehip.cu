@@ -47,13 +47,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <functional>
 #include <numeric>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "bench/paged_decode.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/compact_kv.h"
 #include "kernels/cuda/fp8_vec.cuh"
@@ -66,6 +65,7 @@
 
 using namespace longctx;
 using namespace longctx::cuda;
+using longctx::bench::graph_ms;
 using longctx::bench::time_ms;
 
 namespace {
@@ -98,19 +98,6 @@ void* random_pool(int64_t n, uint64_t seed, bool fp8, float* scale) {
   return y;
 }
 
-double graph_ms(const std::function<void(Stream)>& step, int reps) {
-  Stream st = stream_create();
-  step(st);
-  stream_sync(st);
-  CudaGraph graph;
-  graph.begin_capture(st);
-  step(st);
-  graph.end_capture(st);
-  const double g = time_ms([&] { graph.launch(st); }, 3, reps, static_cast<cudaStream_t>(st));
-  stream_destroy(st);
-  return g;
-}
-
 // rope=on's decode step (IhipGpu::attend_decode): the stages with relative pruning RoPE (the
 // un-rotated cache; rope=on's layers past the first), the key list from the last stage's cache
 // (ihip_decode_keys: sinks, survivors, window), then IhipCompactAttention::attend_decode: the
@@ -125,8 +112,7 @@ struct RopeOnDecode {
 RopeOnDecode bench_rope_on_decode(int64_t len, bool fp8, const KvView& kv, const IhipStageGpuParams* stages,
                                   const void* q, void* o, const std::vector<int32_t>& page_of, int reps) {
   // position -> pool row through the shuffled block table (compact_kv's page-size-1 slots)
-  std::vector<int32_t> slot(static_cast<size_t>(len));
-  for (int64_t j = 0; j < len; ++j) slot[size_t(j)] = page_of[size_t(j / kPageSize)] * kPageSize + int32_t(j % kPageSize);
+  const std::vector<int32_t> slot = bench::page_slots(page_of, kPageSize, len);
   const int64_t max_keys = std::min<int64_t>(len, kSink + kK[2] + kStream + 16);  // + refresh[0] - 1 window growth
   std::vector<float> f(kHeadDim / 2);
   for (int i = 0; i < kHeadDim / 2; ++i) f[size_t(i)] = float(std::pow(500000.0, -2.0 * i / kHeadDim));
@@ -203,61 +189,23 @@ RopeOnDecode bench_rope_on_decode(int64_t len, bool fp8, const KvView& kv, const
 
 std::string bench_decode(int64_t len, bool fp8) {
   const int max_pages = int((len + kPageSize - 1) / kPageSize);
-  std::vector<int32_t> tab(static_cast<size_t>(max_pages));
-  std::iota(tab.begin(), tab.end(), 0);
-  std::shuffle(tab.begin(), tab.end(), std::mt19937_64(7));
+  const std::vector<int32_t> tab = bench::shuffled_pages(max_pages);  // [1, max_pages]
   const int64_t elems = int64_t(max_pages) * kPageSize * kKvHeads * kHeadDim;
   float k_scale = 1.f, v_scale = 1.f;
-  void* k = random_pool(elems, 12, fp8, &k_scale);
+  void* k = random_pool(elems, 12, fp8, &k_scale);  // [max_pages * kPageSize, kKvHeads, kHeadDim]
   void* v = random_pool(elems, 13, fp8, &v_scale);
-  void* q = dev_malloc(kHeads * kHeadDim * 2);
+  void* q = dev_malloc(kHeads * kHeadDim * 2);  // bf16 [1, kHeads, kHeadDim]
   void* o = dev_malloc(kHeads * kHeadDim * 2);
   fill_random_bf16(q, kHeads * kHeadDim, 11, 1.f);
-  auto* table = static_cast<int32_t*>(dev_malloc(tab.size() * 4));
-  copy_h2d(table, tab.data(), tab.size() * 4);
-  const int32_t len32 = int32_t(len);
-  auto* d_len = static_cast<int32_t*>(dev_malloc(4));
-  copy_h2d(d_len, &len32, 4);
-
-  DecodeParams d;
-  d.q = q;
-  d.k = k;
-  d.v = v;
-  d.kv_dtype = fp8 ? KvDtype::fp8_e4m3 : KvDtype::bf16;
-  d.k_scale = k_scale;
-  d.v_scale = v_scale;
-  d.o = o;
-  d.n_seq = 1;
-  d.n_kv = len;
-  d.kv_lens = d_len;
-  d.page_table = table;
-  d.page_size = kPageSize;
-  d.max_pages_per_seq = max_pages;
-  d.n_head = kHeads;
-  d.n_kv_head = kKvHeads;
-  d.head_dim = kHeadDim;
-  const size_t dws_bytes = decode_workspace_bytes(1, kHeads, kHeadDim, len);
-  void* dws = dev_malloc(dws_bytes);
-  decode_workspace_init(dws, dws_bytes);
-  d.workspace = dws;
-  d.workspace_bytes = dws_bytes;
+  int32_t* table = bench::upload_i32(tab);
+  int32_t* d_len = bench::upload_i32({int32_t(len)});  // [1]
+  const KvView kv{.k_pool = k, .v_pool = v, .elem = fp8 ? KvElem::fp8_e4m3 : KvElem::bf16, .k_scale = k_scale,
+                  .v_scale = v_scale, .block_table = table, .seq_lens = d_len, .n_seq = 1, .max_pages_per_seq = max_pages,
+                  .page_size = kPageSize, .n_pages = max_pages, .n_kv_head = kKvHeads, .head_dim = kHeadDim,
+                  .on_device = true};
+  const DecodeParams d = bench::dense_decode_over(kv, q, o, kHeads, len);
   const double dense = graph_ms([&](Stream s) { attention_decode(d, s); }, len > (1 << 20) - 1 ? 30 : 100);
 
-  KvView kv;
-  kv.k_pool = k;
-  kv.v_pool = v;
-  kv.elem = fp8 ? KvElem::fp8_e4m3 : KvElem::bf16;
-  kv.k_scale = k_scale;
-  kv.v_scale = v_scale;
-  kv.block_table = table;
-  kv.seq_lens = d_len;
-  kv.n_seq = 1;
-  kv.max_pages_per_seq = max_pages;
-  kv.page_size = kPageSize;
-  kv.n_pages = max_pages;
-  kv.n_kv_head = kKvHeads;
-  kv.head_dim = kHeadDim;
-  kv.on_device = true;
   // The relative-RoPE table: positions 0, 1 and n_stream + 1 (cos/sin of a plain RoPE, base 500000).
   const int64_t n_pos = kStream + 2;
   std::vector<float> cs(size_t(n_pos) * 64), sn(size_t(n_pos) * 64);
@@ -325,21 +273,10 @@ std::string bench_decode(int64_t len, bool fp8) {
   sd.o = o;
   sd.n_head = kHeads;
   sd.kv = kv;
-  sd.index.n_seq = 1;
-  sd.index.n_index_head = 1;
-  sd.index.range_ptr = range_ptr;
-  sd.index.ranges = ranges;
-  sd.index.col_ptr = col_ptr;
-  sd.index.cols = nullptr;
-  sd.index.range_capacity = R;
-  sd.index.col_capacity = 0;
-  sd.index.on_device = true;
+  sd.index = {.n_seq = 1, .n_index_head = 1, .range_ptr = range_ptr, .ranges = ranges, .col_ptr = col_ptr,
+              .range_capacity = R, .on_device = true};  // ranges only, no columns
   sd.max_keys_per_row = kSink + kK[2] + kStream + 96;  // the window grows by up to n_refresh(1) - 1 keys
-  const size_t ws_bytes = sparse_decode_workspace_bytes(sparse_decode_bounds(sd));
-  void* ws = dev_malloc(ws_bytes);
-  sparse_decode_workspace_init(ws, ws_bytes);
-  sd.workspace = ws;
-  sd.workspace_bytes = ws_bytes;
+  bench::alloc_sparse_decode_workspace(sd);
 
   auto stages_from = [&](int first, Stream s) {
     for (int i = first; i < 3; ++i) ihip_prune_stage_decode(sp[i], s);
@@ -369,7 +306,7 @@ std::string bench_decode(int64_t len, bool fp8) {
   for (int i = 0; i < 3; ++i) copy_d2h(&lens[size_t(i)], out_len[i], 4);
   const double avg = (none + s1 + 2 * s12 + 12 * all) / 16, avg_fast = (none + s1 + 2 * s12 + 28 * all) / 32;
   device_sync();
-  for (void* p : {k, v, q, o, dws, ws, (void*)table, (void*)d_len, (void*)d_cos, (void*)d_sin, (void*)scores,
+  for (void* p : {k, v, q, o, d.workspace, sd.workspace, (void*)table, (void*)d_len, (void*)d_cos, (void*)d_sin, (void*)scores,
                   (void*)win, (void*)range_ptr, (void*)col_ptr, (void*)ranges})
     dev_free(p);
   for (int i = 0; i < 3; ++i) dev_free(out[i]), dev_free(out_len[i]);

@@ -25,13 +25,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "bench/paged_decode.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/runtime.h"
@@ -39,7 +39,8 @@
 
 using namespace longctx;
 using namespace longctx::cuda;
-using longctx::bench::time_ms;
+using longctx::bench::time_step;
+using longctx::bench::Timing;
 
 namespace {
 
@@ -77,9 +78,7 @@ struct Problem {
     for (int32_t len : lens) max_pages = std::max(max_pages, (len + kPageSize - 1) / kPageSize);
     std::vector<int32_t> tab(size_t(n_seq) * max_pages, 0);
     for (int32_t len : lens) n_pages += (len + kPageSize - 1) / kPageSize;
-    std::vector<int32_t> perm(static_cast<size_t>(n_pages));
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), std::mt19937_64(7));
+    const std::vector<int32_t> perm = bench::shuffled_pages(n_pages);
     size_t next = 0;
     for (int s = 0; s < n_seq; ++s)
       for (int p = 0; p < (lens[s] + kPageSize - 1) / kPageSize; ++p) tab[size_t(s) * max_pages + p] = perm[next++];
@@ -97,10 +96,8 @@ struct Problem {
     q = dev_malloc(size_t(n_seq) * kHeads * kHeadDim * 2);
     o = dev_malloc(size_t(n_seq) * kHeads * kHeadDim * 2);
     fill_random_bf16(q, int64_t(n_seq) * kHeads * kHeadDim, 11, 1.f);
-    table = static_cast<int32_t*>(dev_malloc(tab.size() * 4));
-    copy_h2d(table, tab.data(), tab.size() * 4);
-    d_lens = static_cast<int32_t*>(dev_malloc(lens.size() * 4));
-    copy_h2d(d_lens, lens.data(), lens.size() * 4);
+    table = bench::upload_i32(tab);
+    d_lens = bench::upload_i32(lens);
     range_ptr = static_cast<int32_t*>(dev_malloc((lens.size() + 1) * 4));
     col_ptr = static_cast<int32_t*>(dev_malloc((lens.size() + 1) * 4));
     ranges = static_cast<int32_t*>(dev_malloc(lens.size() * 16));
@@ -130,66 +127,17 @@ struct Problem {
     return ip;
   }
   KvView view() const {
-    KvView kv;
-    kv.k_pool = k;
-    kv.v_pool = v;
-    kv.elem = fp8 ? KvElem::fp8_e4m3 : KvElem::bf16;
-    kv.k_scale = kv.v_scale = fp8 ? 0.01f : 1.f;
-    kv.block_table = table;
-    kv.seq_lens = d_lens;
-    kv.n_seq = n_seq();
-    kv.max_pages_per_seq = max_pages;
-    kv.page_size = kPageSize;
-    kv.n_pages = n_pages;
-    kv.n_kv_head = kKvHeads;
-    kv.head_dim = kHeadDim;
-    kv.on_device = true;
-    return kv;
+    const float scale = fp8 ? 0.01f : 1.f;
+    return {.k_pool = k, .v_pool = v, .elem = fp8 ? KvElem::fp8_e4m3 : KvElem::bf16, .k_scale = scale, .v_scale = scale,
+            .block_table = table, .seq_lens = d_lens, .n_seq = n_seq(), .max_pages_per_seq = max_pages,
+            .page_size = kPageSize, .n_pages = n_pages, .n_kv_head = kKvHeads, .head_dim = kHeadDim, .on_device = true};
   }
 };
-
-// Median ms of fn eagerly and replayed from a CUDA graph (captured after one eager run).
-struct Timing {
-  double eager_ms, graph_ms;
-};
-Timing time_step(const std::function<void(Stream)>& step, int reps) {
-  Stream st = stream_create();
-  step(st);
-  stream_sync(st);
-  const double eager = time_ms([&] { step(st); }, 3, reps, static_cast<cudaStream_t>(st));
-  CudaGraph graph;
-  graph.begin_capture(st);
-  step(st);
-  graph.end_capture(st);
-  const double g = time_ms([&] { graph.launch(st); }, 3, reps, static_cast<cudaStream_t>(st));
-  stream_destroy(st);
-  return {eager, g};
-}
 
 std::string run_problem(const char* label, Problem& pb, double reps_scale) {
   const int n_seq = pb.n_seq();
   // Dense decode over every key.
-  DecodeParams d;
-  d.q = pb.q;
-  d.k = pb.k;
-  d.v = pb.v;
-  d.kv_dtype = pb.fp8 ? KvDtype::fp8_e4m3 : KvDtype::bf16;
-  d.k_scale = d.v_scale = pb.fp8 ? 0.01f : 1.f;
-  d.o = pb.o;
-  d.n_seq = n_seq;
-  d.n_kv = pb.max_len();
-  d.kv_lens = pb.d_lens;
-  d.page_table = pb.table;
-  d.page_size = kPageSize;
-  d.max_pages_per_seq = pb.max_pages;
-  d.n_head = kHeads;
-  d.n_kv_head = kKvHeads;
-  d.head_dim = kHeadDim;
-  const size_t dws_bytes = decode_workspace_bytes(n_seq, kHeads, kHeadDim, d.n_kv);
-  void* dws = dev_malloc(dws_bytes);
-  decode_workspace_init(dws, dws_bytes);
-  d.workspace = dws;
-  d.workspace_bytes = dws_bytes;
+  const DecodeParams d = bench::dense_decode_over(pb.view(), pb.q, pb.o, kHeads, pb.max_len());
   const int dense_reps = std::max(5, int(reps_scale * (pb.dense_keys() > (int64_t(1) << 20) ? 30 : 100)));
   const Timing dense = time_step([&](Stream s) { attention_decode(d, s); }, dense_reps);
 
@@ -205,11 +153,7 @@ std::string run_problem(const char* label, Problem& pb, double reps_scale) {
   auto time_sparse = [&](const SinkWindowIndexParams& ixp, int64_t max_keys, int n_splits, int* splits_used) {
     sp.max_keys_per_row = max_keys;
     sp.n_splits = n_splits;
-    const size_t ws_bytes = sparse_decode_workspace_bytes(sparse_decode_bounds(sp));
-    void* ws = dev_malloc(ws_bytes);
-    sparse_decode_workspace_init(ws, ws_bytes);
-    sp.workspace = ws;
-    sp.workspace_bytes = ws_bytes;
+    bench::alloc_sparse_decode_workspace(sp);
     *splits_used = sparse_decode_num_splits(sp);
     const Timing t = time_step(
         [&](Stream s) {
@@ -217,7 +161,7 @@ std::string run_problem(const char* label, Problem& pb, double reps_scale) {
           sparse_decode(sp, s);
         },
         sparse_reps);
-    dev_free(ws);
+    dev_free(sp.workspace);
     return t;
   };
   Timing sparse[2];
@@ -243,7 +187,7 @@ std::string run_problem(const char* label, Problem& pb, double reps_scale) {
     probes += "]";
     std::fprintf(stderr, "\n");
   }
-  dev_free(dws);
+  dev_free(d.workspace);
   device_sync();
 
   const double dense_gb = pb.dense_keys() * pb.kv_bytes_per_key() / 1e9;

@@ -42,12 +42,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <numeric>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "bench/paged_decode.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/fp8_vec.cuh"
 #include "kernels/cuda/ops.h"
@@ -61,6 +60,8 @@
 using namespace longctx;
 using namespace longctx::cuda;
 using longctx::bench::time_ms;
+using longctx::bench::time_step;
+using longctx::bench::Timing;
 
 namespace {
 
@@ -68,23 +69,6 @@ constexpr int kHeads = 32, kKvHeads = 8, kHeadDim = 128;  // Llama-3-8B attentio
 constexpr int kInit = 128, kTopK = 2048, kLocal = 512;     // the paper's 2K+512 budget
 constexpr int kPageSize = 64;                              // dense decode's page size
 constexpr int kChunk = 512;                                // the paper's prefill chunk
-
-struct Timing {
-  double eager_ms, graph_ms;
-};
-Timing time_step(const std::function<void(Stream)>& step, int reps) {
-  Stream st = stream_create();
-  step(st);
-  stream_sync(st);
-  const double eager = time_ms([&] { step(st); }, 3, reps, static_cast<cudaStream_t>(st));
-  CudaGraph graph;
-  graph.begin_capture(st);
-  step(st);
-  graph.end_capture(st);
-  const double g = time_ms([&] { graph.launch(st); }, 3, reps, static_cast<cudaStream_t>(st));
-  stream_destroy(st);
-  return {eager, g};
-}
 
 // The pool's keys as an fp8 cache stores them: e4m3(k / scale), n a multiple of 8.
 __global__ void quantize_keys_kernel(const uint4* __restrict__ k, uint2* __restrict__ k8, int64_t n8, float inv_scale) {
@@ -134,11 +118,8 @@ double decode_run_ms(const std::function<void(Stream)>& miss, const std::functio
 
 std::string run_len(int64_t N) {
   const int n_pages = int((N + kPageSize - 1) / kPageSize);
-  std::vector<int32_t> pages(static_cast<size_t>(n_pages));
-  std::iota(pages.begin(), pages.end(), 0);
-  std::shuffle(pages.begin(), pages.end(), std::mt19937_64(7));
-  std::vector<int32_t> slots(static_cast<size_t>(N));  // the page-size-1 slot table of the same pool
-  for (int64_t p = 0; p < N; ++p) slots[size_t(p)] = pages[size_t(p / kPageSize)] * kPageSize + int32_t(p % kPageSize);
+  const std::vector<int32_t> pages = bench::shuffled_pages(n_pages);  // [1, n_pages]
+  const std::vector<int32_t> slots = bench::page_slots(pages, kPageSize, N);  // the page-size-1 slot table of the same pool
   const int64_t rows = int64_t(n_pages) * kPageSize, elems = rows * kKvHeads * kHeadDim;
   void* k = dev_malloc(size_t(elems) * 2);
   void* v = dev_malloc(size_t(elems) * 2);
@@ -147,14 +128,10 @@ std::string run_len(int64_t N) {
   void* q = dev_malloc(kHeads * kHeadDim * 2);
   void* o = dev_malloc(kHeads * kHeadDim * 2);
   fill_random_bf16(q, kHeads * kHeadDim, 11, 1.f);
-  auto upload = [](const std::vector<int32_t>& h) {
-    auto* d = static_cast<int32_t*>(dev_malloc(std::max<size_t>(h.size() * 4, 4)));
-    copy_h2d(d, h.data(), h.size() * 4);
-    return d;
-  };
-  int32_t* d_pages = upload(pages);
-  int32_t* d_slots = upload(slots);
-  int32_t* d_len = upload({int32_t(N)});
+  using bench::upload_i32;
+  int32_t* d_pages = upload_i32(pages);
+  int32_t* d_slots = upload_i32(slots);
+  int32_t* d_len = upload_i32({int32_t(N)});
   const int64_t M = N - kInit - kLocal;
   auto* scores = static_cast<float*>(dev_malloc(size_t(kHeads) * M * 4));
   auto* vote = static_cast<float*>(dev_malloc(size_t(M) * 4));
@@ -162,36 +139,29 @@ std::string run_len(int64_t N) {
   const size_t topk_bytes = top_k_workspace_bytes(M, kTopK);
   void* topk_ws = dev_malloc(topk_bytes);
   // The decode index: one shared row, ranges (initial, local) + the k selected columns.
-  int32_t* range_ptr = upload({0, 2});
-  int32_t* ranges = upload({0, kInit, int32_t(N - kLocal), int32_t(N)});
-  int32_t* col_ptr = upload({0, kTopK});
+  int32_t* range_ptr = upload_i32({0, 2});
+  int32_t* ranges = upload_i32({0, kInit, int32_t(N - kLocal), int32_t(N)});
+  int32_t* col_ptr = upload_i32({0, kTopK});
   auto* cols = static_cast<int32_t*>(dev_malloc(kTopK * 4));
 
   SparseDecodeParams sp;
   sp.q = q;
   sp.o = o;
   sp.n_head = kHeads;
-  sp.kv.k_pool = k;
-  sp.kv.v_pool = v;
-  sp.kv.elem = KvElem::bf16;
-  sp.kv.k_scale = sp.kv.v_scale = 1.f;
-  sp.kv.block_table = d_slots;
-  sp.kv.seq_lens = d_len;
-  sp.kv.n_seq = 1;
-  sp.kv.max_pages_per_seq = int(N);
-  sp.kv.page_size = 1;
-  sp.kv.n_pages = rows;
-  sp.kv.n_kv_head = kKvHeads;
-  sp.kv.head_dim = kHeadDim;
-  sp.kv.on_device = true;
+  // Dense reads the pool through 64-token pages, TokenSelect through the page-size-1 slots.
+  const KvView paged{.k_pool = k, .v_pool = v, .elem = KvElem::bf16, .block_table = d_pages, .seq_lens = d_len,
+                     .n_seq = 1, .max_pages_per_seq = n_pages, .page_size = kPageSize, .n_pages = n_pages,
+                     .n_kv_head = kKvHeads, .head_dim = kHeadDim, .on_device = true};
+  KvView slotted = paged;
+  slotted.block_table = d_slots;
+  slotted.max_pages_per_seq = int(N);
+  slotted.page_size = 1;
+  slotted.n_pages = rows;
+  sp.kv = slotted;
   sp.index = {.n_seq = 1, .n_index_head = 1, .range_ptr = range_ptr, .ranges = ranges, .col_ptr = col_ptr,
               .cols = cols, .range_capacity = 2, .col_capacity = kTopK, .on_device = true};
   sp.max_keys_per_row = kInit + kTopK + kLocal;
-  const size_t sws_bytes = sparse_decode_workspace_bytes(sparse_decode_bounds(sp));
-  void* sws = dev_malloc(sws_bytes);
-  sparse_decode_workspace_init(sws, sws_bytes);
-  sp.workspace = sws;
-  sp.workspace_bytes = sws_bytes;
+  bench::alloc_sparse_decode_workspace(sp);
 
   const PagedDotParams dp{.q = q, .k_pool = k, .slots = d_slots + kInit, .scores = scores, .n_slot = M,
                           .n_head = kHeads, .n_kv_head = kKvHeads, .head_dim = kHeadDim};
@@ -199,27 +169,7 @@ std::string run_len(int64_t N) {
   const TopKParams tp{.vote = vote, .M = M, .k = kTopK, .offset = kInit, .out = cols, .workspace = topk_ws,
                       .workspace_bytes = topk_bytes};
 
-  DecodeParams d;
-  d.q = q;
-  d.k = k;
-  d.v = v;
-  d.kv_dtype = KvDtype::bf16;
-  d.k_scale = d.v_scale = 1.f;
-  d.o = o;
-  d.n_seq = 1;
-  d.n_kv = N;
-  d.kv_lens = d_len;
-  d.page_table = d_pages;
-  d.page_size = kPageSize;
-  d.max_pages_per_seq = n_pages;
-  d.n_head = kHeads;
-  d.n_kv_head = kKvHeads;
-  d.head_dim = kHeadDim;
-  const size_t dws_bytes = decode_workspace_bytes(1, kHeads, kHeadDim, N);
-  void* dws = dev_malloc(dws_bytes);
-  decode_workspace_init(dws, dws_bytes);
-  d.workspace = dws;
-  d.workspace_bytes = dws_bytes;
+  const DecodeParams d = bench::dense_decode_over(paged, q, o, kHeads, N);
 
   const int reps = N > (int64_t(1) << 20) - 1 ? 30 : 100;
   const Timing t_score = time_step([&](Stream s) { paged_dot(dp, s); }, reps);
@@ -287,7 +237,7 @@ std::string run_len(int64_t N) {
                 t_dense.eager_ms, t_dense.graph_ms / t_miss.graph_ms, t_dense.graph_ms / t_attn.graph_ms,
                 t_score_f.graph_ms, t_score8.graph_ms, t_vote_f.graph_ms, t_miss8.graph_ms);
   for (void* p : {stats, k8, sel.workspace, k, v, q, o, (void*)d_pages, (void*)d_slots, (void*)d_len, (void*)scores, (void*)vote, vote_ws, topk_ws,
-                  (void*)range_ptr, (void*)ranges, (void*)col_ptr, (void*)cols, sws, dws})
+                  (void*)range_ptr, (void*)ranges, (void*)col_ptr, (void*)cols, sp.workspace, d.workspace})
     dev_free(p);
   return buf;
 }
@@ -313,15 +263,9 @@ std::string run_chunk(int64_t N, const Geo& g, const std::vector<double>& hit_ra
   void* q = dev_malloc(size_t(kChunk) * H * D * 2);
   void* o = dev_malloc(size_t(kChunk) * H * D * 2);
   fill_random_bf16(q, int64_t(kChunk) * H * D, 21, 1.f);
-  std::vector<int32_t> slots(static_cast<size_t>(N));  // 64-token pages in shuffled order
-  {
-    std::vector<int32_t> pages(static_cast<size_t>(N / kPageSize));
-    std::iota(pages.begin(), pages.end(), 0);
-    std::shuffle(pages.begin(), pages.end(), std::mt19937_64(9));
-    for (int64_t p = 0; p < N; ++p) slots[size_t(p)] = pages[size_t(p / kPageSize)] * kPageSize + int32_t(p % kPageSize);
-  }
-  auto* d_slots = static_cast<int32_t*>(dev_malloc(slots.size() * 4));
-  copy_h2d(d_slots, slots.data(), slots.size() * 4);
+  // 64-token pages in shuffled order (a seed of its own), seen as page-size-1 slots
+  const std::vector<int32_t> slots = bench::page_slots(bench::shuffled_pages(N / kPageSize, 9), kPageSize, N);
+  int32_t* d_slots = bench::upload_i32(slots);
   std::vector<float> inv(size_t(D / 2));
   for (int i = 0; i < D / 2; ++i) inv[size_t(i)] = 1.f / std::pow(500000.f, float(2 * i) / float(D));
   auto* d_inv = static_cast<float*>(dev_malloc(inv.size() * 4));

@@ -1,7 +1,9 @@
 // bench_util.h (bench): what every CUDA benchmark binary needs, once: comma lists of lengths,
-// median CUDA-event timing, and the JSON record (device, SMs, date, a "runs" array) written to
-// stdout and optionally a file. Header-only; include from .cu/.cpp files built with CUDA.
+// median CUDA-event timing (of a call, and of a step replayed from a CUDA graph), and the JSON
+// record (device, SMs, date, a "runs" array) written to stdout and optionally a file.
+// Header-only; include from .cu/.cpp files built with CUDA.
 //   bench::JsonRecord js(dev, "\"inputs\": \"random\"");  js.add(row);  js.finish(json_path);
+//   const double ms = bench::graph_ms([&](cuda::Stream s) { attention_decode(d, s); }, 100);
 #pragma once
 #include <cuda_runtime.h>
 
@@ -54,6 +56,34 @@ inline double time_ms(const std::function<void()>& fn, int warmup, int reps, cud
   std::sort(t.begin(), t.end());
   return t[size_t(reps) / 2];
 }
+
+// A step as the engine runs a decode step: its launches issued on the stream it is given.
+using Step = std::function<void(cuda::Stream)>;
+
+// Median ms of a step launched eagerly and replayed from a CUDA graph (the difference: the launch
+// gaps between its kernels).
+struct Timing {
+  double eager_ms = 0, graph_ms = 0;
+};
+// On a stream of its own: one eager run first (kernels' one-time attributes must be set before a
+// capture), then, with `eager`, 3 warm-up and `reps` timed eager runs, then the capture, 3 warm-up
+// and `reps` timed replays. eager_ms stays 0 without `eager`.
+inline Timing time_step(const Step& step, int reps, bool eager = true) {
+  cuda::Stream st = cuda::stream_create();
+  step(st);
+  cuda::stream_sync(st);
+  Timing t;
+  if (eager) t.eager_ms = time_ms([&] { step(st); }, 3, reps, static_cast<cudaStream_t>(st));
+  cuda::CudaGraph graph;
+  graph.begin_capture(st);
+  step(st);
+  graph.end_capture(st);
+  t.graph_ms = time_ms([&] { graph.launch(st); }, 3, reps, static_cast<cudaStream_t>(st));
+  cuda::stream_destroy(st);
+  return t;
+}
+// The replay alone: median ms of `reps` graph launches of step.
+inline double graph_ms(const Step& step, int reps) { return time_step(step, reps, false).graph_ms; }
 
 // The JSON every benchmark writes: {"device", "sms", "date", <extra fields>, "runs": [rows]}.
 class JsonRecord {
