@@ -69,30 +69,33 @@ Rows logit_rows(Model& m, const std::vector<int32_t>& ids, const std::vector<int
 struct RowsCmp {
   double worst = 0;            // max over rows of max|diff| / tol (<= 1: within the tolerance)
   int checked = 0, equal = 0;  // rows whose argmax is clear (top1 - top2 > 2 tol); of those, equal
+  static bool clear(const LogitDiff& d) { return d.margin_a > 2 * d.tol(); }
+  void add(const LogitDiff& d) {
+    worst = std::max(worst, d.max_abs / d.tol());
+    if (clear(d)) ++checked, equal += d.argmax_a == d.argmax_b;
+  }
 };
 inline RowsCmp compare_rows(const Rows& a, const Rows& b) {
   RowsCmp c;
   EXPECT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    const LogitDiff d = compare_row(a[i].data(), b[i].data(), int64_t(a[i].size()));
-    c.worst = std::max(c.worst, d.max_abs / d.tol());
-    if (d.margin_a > 2 * d.tol()) ++c.checked, c.equal += d.argmax_a == d.argmax_b;
-  }
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    c.add(compare_row(a[i].data(), b[i].data(), int64_t(a[i].size())));
   return c;
 }
 
 // compare_rows, as expectations: every row of b within the tolerance of a's, and the argmax equal
 // on a's clear rows; `what` names the pair in the failures and the printed summary.
 inline RowsCmp expect_rows_match(const Rows& a, const Rows& b, const std::string& what) {
+  RowsCmp c;
   EXPECT_EQ(a.size(), b.size()) << what;
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
     const LogitDiff d = compare_row(a[i].data(), b[i].data(), int64_t(a[i].size()));
+    c.add(d);
     EXPECT_LE(d.max_abs, d.tol()) << what << ": row " << i << " (rel_l2 " << d.rel_l2 << ")";
-    if (d.margin_a > 2 * d.tol()) {
+    if (RowsCmp::clear(d)) {
       EXPECT_EQ(d.argmax_a, d.argmax_b) << what << ": row " << i;
     }
   }
-  const RowsCmp c = compare_rows(a, b);
   std::printf("%s: worst |diff|/tol %.3f, argmax equal %d of %d clear rows\n", what.c_str(), c.worst, c.equal,
               c.checked);
   return c;
