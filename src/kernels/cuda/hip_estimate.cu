@@ -197,15 +197,16 @@ struct PhaseClock {
 // differ: in prefill one barrier gives every warp the least key and the greatest live one, whose
 // common top bits every key between them shares (real-valued scores of one sign usually share the
 // sign and most of the exponent: a first pass over the top 8 bits finds one bin); decode starts
-// at the top bits. Then 8 bits a pass (warp-aggregated shared-memory histograms; one barrier a
-// pass: every warp scans the bins itself, no broadcast and its barrier), ending at the pass whose
+// at the top bits. Then 8 bits a pass (warp-aggregated shared-memory histograms; in prefill one
+// barrier a pass: every warp scans the bins itself, no broadcast and its barrier; in decode warp 0
+// scans and broadcasts, two barriers a pass), ending at the pass whose
 // digit's bin holds exactly the rank left (every key of it is kept: usually the second in prefill,
 // the third in decode). A branch is kept when its key is below T, or equal to T and among the
 // first `rem` (the rank left at T) such in branch order. The m-th smallest key is always a live
 // branch's: the m chunks give m + (chunks of two blocks or more) >= m + 1 live branches, so the
 // empty ones (kEmptyRank, above every live key) are never kept and stay out of the range.
-// 2-7 barriers, usually 4 (a scan in warp 0 and a broadcast, two a pass: usually 7; a bitonic
-// sort of 512 keys 45).
+// Barriers: prefill 2-7, usually 4; decode usually 7 (three passes of two, then the compaction's);
+// a bitonic sort of 512 keys takes 45.
 // s.hist is zero on entry and on return (the passes' bins are cleared after the last reads).
 template <int kCta>
 __device__ bool keep_best(int64_t m, int nb, const Smem& s, const uint32_t* key, const Branch* br, Branch* next,
@@ -261,31 +262,55 @@ __device__ bool keep_best(int64_t m, int nb, const Smem& s, const uint32_t* key,
     });
     ++passes;
     __syncthreads();
-    // Every warp: the digit where the running count reaches rem (lane L sums bins 8L..8L+7).
+    // The digit where the running count reaches rem (lane L sums bins 8L..8L+7): the digit, the
+    // keys below its bin and its bin's count, in the lane whose bins reach rem.
     constexpr int kPer = kBins / 32;
     static_assert(kPer == 8, "two 16-byte loads a lane");
-    const int4 c0 = reinterpret_cast<const int4*>(hist)[2 * lane], c1 = reinterpret_cast<const int4*>(hist)[2 * lane + 1];
-    const int c[kPer] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
-    int sum = 0;
+    const auto scan = [&](int& digit, int& below, int& bin) {
+      const int4 c0 = reinterpret_cast<const int4*>(hist)[2 * lane];
+      const int4 c1 = reinterpret_cast<const int4*>(hist)[2 * lane + 1];
+      const int c[kPer] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+      int sum = 0;
 #pragma unroll
-    for (int b = 0; b < kPer; ++b) sum += c[b];
-    int incl = sum;
+      for (int b = 0; b < kPer; ++b) sum += c[b];
+      int incl = sum;
 #pragma unroll
-    for (int off = 1; off < 32; off *= 2) {
-      const int v = __shfl_up_sync(0xffffffffu, incl, off);
-      if (lane >= off) incl += v;
-    }
-    int acc = incl - sum, dg = -1, eq = 0;  // (in the lane whose bins reach rem)
-#pragma unroll
-    for (int b = 0; b < kPer; ++b)
-      if (dg < 0) {
-        if (acc + c[b] >= rem) dg = b, eq = c[b];
-        else acc += c[b];
+      for (int off = 1; off < 32; off *= 2) {
+        const int v = __shfl_up_sync(0xffffffffu, incl, off);
+        if (lane >= off) incl += v;
       }
-    const int src = __ffs(__ballot_sync(0xffffffffu, incl - sum < rem && rem <= incl)) - 1;
-    prefix |= uint32_t(__shfl_sync(0xffffffffu, kPer * lane + dg, src)) << shift;
-    rem -= __shfl_sync(0xffffffffu, acc, src);
-    eq = __shfl_sync(0xffffffffu, eq, src);
+      int acc = incl - sum, dg = -1, eq = 0;
+#pragma unroll
+      for (int b = 0; b < kPer; ++b)
+        if (dg < 0) {
+          if (acc + c[b] >= rem) dg = b, eq = c[b];
+          else acc += c[b];
+        }
+      digit = kPer * lane + dg, below = acc, bin = eq;
+      return __ffs(__ballot_sync(0xffffffffu, incl - sum < rem && rem <= incl)) - 1;  // that lane
+    };
+    int eq;
+    if constexpr (kCta == kThreads) {
+      // Decode: warp 0 scans and broadcasts through shared memory (a second barrier a pass), so
+      // that 15 of the CTA's 16 warps do not repeat the scan (nothing else shares the SM).
+      if (warp == 0) {
+        int digit, below, bin;
+        if (lane == scan(digit, below, bin))
+          s.sel[0] = int(prefix | uint32_t(digit) << shift), s.sel[1] = rem - below, s.sel[2] = bin;
+      }
+      __syncthreads();
+      prefix = uint32_t(s.sel[0]);
+      rem = s.sel[1];
+      eq = s.sel[2];
+    } else {
+      // Prefill: every warp scans the bins itself (no broadcast and its barrier; the SM's other
+      // CTAs fill the gaps).
+      int digit, below, bin;
+      const int src = scan(digit, below, bin);
+      prefix |= uint32_t(__shfl_sync(0xffffffffu, digit, src)) << shift;
+      rem -= __shfl_sync(0xffffffffu, below, src);
+      eq = __shfl_sync(0xffffffffu, bin, src);
+    }
     top = shift;
     if (eq == rem) {  // the digit's bin is kept whole: T is its largest possible key
       prefix |= (1u << shift) - 1u;
