@@ -15,6 +15,9 @@
 #   OUT=$OUT bash .carry/evalcells/p3/gpu-eval-cells.sh eval     # joins the model; runs every cell
 # eval: each cell one process under CELL_LIMIT_S (default 400 s; a cut cell's progress lines stay
 # in its log), `== NAME: rc, seconds` in summary.txt; all of it in $OUT/all.tgz.
+# FOCUS_FILE=F at --pack also carries the test binaries F names (scripts/merged-focus/*.txt format:
+# `NAME LIMIT_S BINARY GTEST_FILTER [memcheck]`) and the eval call runs those cases one after the
+# other while the cells run: the GPU tests that need the default model get it without a call of their own.
 # Status: packed and checked here (sizes, bash -n); not yet run on a device (session 13's device
 # time ran out before its first call). scripts/gpu-ihip-rank.sh ran the same model carrying.
 set -uo pipefail
@@ -27,7 +30,13 @@ if [ "${1:-}" = "--pack" ]; then
   carry_model_xz "$carry/p1" "$carry/p2" || exit 2
   xz -T2 -c "${LONGCTX_CACHE:-$HOME/.cache/longctx}/texts/paradise_lost.txt" > "$carry/p1/paradise_lost.txt.xz"
   cp "$build/src/cli/longctx" "$tmp/bin/" && strip "$tmp/bin/longctx"
-  carry_libs "$tmp/bin/lib" "$tmp/bin/longctx"
+  if [ -n "${FOCUS_FILE:-}" ]; then
+    cp "$FOCUS_FILE" "$carry/p3/focus.txt"
+    for t in $(awk '!/^#/ && NF >= 4 {print $3}' "$FOCUS_FILE" | sort -u); do
+      cp "$(find "$build/tests" -name "$t" -type f -executable | head -1)" "$tmp/bin/" && strip "$tmp/bin/$t" || exit 2
+    done
+  fi
+  carry_libs "$tmp/bin/lib" "$tmp/bin"/*
   tar -C "$tmp/bin" -cf - . | xz -9e -T2 > "$carry/p3/bin.tar.xz"
   git -C "$HERE" rev-parse --short HEAD > "$tmp/commit.txt"
   cp "$cells" "$carry/p3/cells.txt"
@@ -61,6 +70,16 @@ case $what in
           > "$OUT/$name.txt" 2> "$OUT/$name.log"
         echo "== $name: rc=$?, $(( $(date +%s) - t )) s" >> "$OUT/summary.txt" ) &
     done < "$HERE/cells.txt"
+    if [ -f "$HERE/focus.txt" ]; then
+      while read -r name limit bin filter tool; do
+        [ -z "$name" ] || [ "${name:0:1}" = "#" ] && continue
+        pre=(); [ "${tool:-}" = memcheck ] && pre=(compute-sanitizer --tool memcheck --error-exitcode 99)
+        t=$(date +%s)
+        timeout "$limit" "${pre[@]}" "$B/$bin" --gtest_filter="$filter" > "$OUT/focus-$name.log" 2>&1
+        echo "== focus $name: rc=$?, $(( $(date +%s) - t )) s" >> "$OUT/summary.txt"
+        grep -hE "^\[  (PASSED|FAILED|SKIPPED) |ERROR SUMMARY" "$OUT/focus-$name.log" | head -8 >> "$OUT/summary.txt"
+      done < "$HERE/focus.txt"
+    fi
     wait
     for f in "$OUT"/*.txt; do [ "$(basename "$f")" = summary.txt ] || { echo "== $f"; tail -6 "$f"; }; done
     for f in "$OUT"/*.log; do grep -m2 -i "longctx:\|error" "$f" && echo "   ^ $f"; done
