@@ -27,6 +27,11 @@
 #                                 call's, or an earlier call's stored copy); checks the SHA-256
 #   unpack_bin TARBALL DIR [LIB]  there: the packed binaries afresh into DIR (a warm machine may
 #                                 hold an older pack), LD_LIBRARY_PATH to LIB (default DIR/lib)
+#   pack_ab TMP CARRY MAIN_BENCH SCRIPT [FILE...]  here: the last step of an A/B pack
+#                                 (scripts/gpu-hip-*.sh): main's longctx_bench_hip (none when
+#                                 MAIN_BENCH is "") beside the branch's binaries already in TMP (as
+#                                 longctx_bench_hip_main), all stripped, their libraries, one
+#                                 CARRY/bins.tar.xz, SCRIPT, this file and the FILEs beside it
 #   out_archive NAME ARCHIVE FILE...  there: the steps write to a fresh folder $OUT (/tmp/NAME.*);
 #                                 on exit it all goes to ARCHIVE in the caller's $OUT (now $FINAL)
 #                                 and FILEs are copied beside it (a call returns only ~8 files)
@@ -48,6 +53,17 @@ carry_libs() {
       *) cp -L "$lib" "$dest/" ;;
     esac
   done
+}
+
+pack_ab() {
+  local tmp=$1 c=$2 main_bench=$3 script=$4
+  shift 4
+  [ -z "$main_bench" ] || cp "$main_bench" "$tmp/longctx_bench_hip_main"
+  strip "$tmp"/*
+  carry_libs "$tmp/lib" "$tmp"/*
+  tar -C "$tmp" -cJf "$c/bins.tar.xz" .
+  cp "$script" "$(dirname "${BASH_SOURCE[0]}")/gpu-carry.sh" "$@" "$c/"
+  ls -la "$c"; du -sh "$c"
 }
 
 carry_pack() {

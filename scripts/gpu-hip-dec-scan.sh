@@ -19,12 +19,8 @@ if [ "${1:-}" = --pack ]; then
   build=$2 main_bench=$3 c=$4 tmp=/tmp/hip-dec-scan-pack
   rm -rf "$c" "$tmp" && mkdir -p "$c" "$tmp"
   cp "$build/bench/longctx_bench_hip" "$build/tests/cuda/test_hip_gpu" "$build/tests/cuda/test_hip_gpu_method" "$tmp/"
-  cp "$main_bench" "$tmp/longctx_bench_hip_main"
-  strip "$tmp"/*
-  carry_libs "$tmp/lib" "$build/tests/cuda/test_hip_gpu" "$build/bench/longctx_bench_hip"
-  tar -C "$tmp" -cJf "$c/bins.tar.xz" .
-  cp "$0" "$D/gpu-carry.sh" "$c/"
-  ls -la "$c"; du -sh "$c"; exit 0
+  pack_ab "$tmp" "$c" "$main_bench" "$0"
+  exit 0
 fi
 out_archive hip-dec-scan results.tgz summary.txt
 step_session "$D/bins.tar.xz" /tmp/hip-dec-scan-bin "$OUT/logs" "${BUDGET:-300}"

@@ -18,11 +18,8 @@ if [ "${1:-}" = --pack ]; then
   build=$2 bins=$3 c=$4 tmp=/tmp/hip-est6-pack
   rm -rf "$c" "$tmp" && mkdir -p "$c" "$tmp"
   cp "$build/tests/cuda/test_hip_gpu" "$build/bench/longctx_bench_hip" "$bins"/* "$tmp/"
-  strip "$tmp"/*
-  carry_libs "$tmp/lib" "$build/tests/cuda/test_hip_gpu" "$build/bench/longctx_bench_hip"
-  tar -C "$tmp" -cJf "$c/bins.tar.xz" .
-  cp "$0" "$D/gpu-carry.sh" bench/torch_baseline.py "$c/"
-  ls -la "$c"; du -sh "$c"; exit 0
+  pack_ab "$tmp" "$c" "" "$0" bench/torch_baseline.py
+  exit 0
 fi
 out_archive hip-est6-ab results.tgz summary.txt
 step_session "$D/bins.tar.xz" /tmp/hip-est6-bin "$OUT/logs" "${BUDGET:-380}"

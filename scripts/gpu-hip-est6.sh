@@ -15,12 +15,8 @@ if [ "${1:-}" = --pack ]; then
   build=$2 main_bench=$3 c=$4 tmp=/tmp/hip-est6-pack
   rm -rf "$c" "$tmp" && mkdir -p "$c/lib" "$tmp"
   cp "$build/tests/cuda/test_hip_gpu" "$build/bench/longctx_bench_hip" "$tmp/"
-  cp "$main_bench" "$tmp/longctx_bench_hip_main"
-  strip "$tmp"/*
-  carry_libs "$tmp/lib" "$build/tests/cuda/test_hip_gpu" "$build/bench/longctx_bench_hip"
-  tar -C "$tmp" -cJf "$c/bins.tar.xz" .
-  cp "$0" "$D/gpu-carry.sh" bench/torch_baseline.py "$c/"
-  ls -la "$c"; du -sh "$c"; exit 0
+  pack_ab "$tmp" "$c" "$main_bench" "$0" bench/torch_baseline.py
+  exit 0
 fi
 out_archive hip-est6 results.tgz summary.txt
 step_session "$D/bins.tar.xz" /tmp/hip-est6-bin "$OUT/logs" "${BUDGET:-380}"

@@ -18,12 +18,8 @@ if [ "${1:-}" = --pack ]; then
   build=$2 var=$3 main_bench=$4 c=$5 tmp=/tmp/hip-sel2-pack
   rm -rf "$c" "$tmp" && mkdir -p "$c" "$tmp"
   cp "$build/bench/longctx_bench_hip" "$var"/longctx_bench_hip_* "$var"/test_hip_gpu_* "$tmp/"
-  cp "$main_bench" "$tmp/longctx_bench_hip_main"
-  strip "$tmp"/*
-  carry_libs "$tmp/lib" "$build/tests/cuda/test_hip_gpu" "$build/bench/longctx_bench_hip"
-  tar -C "$tmp" -cJf "$c/bins.tar.xz" .
-  cp "$0" "$D/gpu-carry.sh" "$c/"
-  ls -la "$c"; du -sh "$c"; exit 0
+  pack_ab "$tmp" "$c" "$main_bench" "$0"
+  exit 0
 fi
 out_archive hip-sel2 results.tgz summary.txt
 step_session "$D/bins.tar.xz" /tmp/hip-sel2-bin "$OUT/logs" "${BUDGET:-300}"

@@ -32,12 +32,8 @@ if [ "${1:-}" = --pack ]; then
     -lcudadevrt -lcudart_static -lrt -lpthread -ldl
   cp "$build/tests/cuda/test_hip_gpu" "$build/tests/cuda/test_hip_gpu_method" "$build/bench/longctx_bench_hip" \
     "$build/bench/longctx_bench_hip_clocks" "$tmp/"
-  cp "$main_bench" "$tmp/longctx_bench_hip_main"
-  strip "$tmp"/*
-  carry_libs "$tmp/lib" "$build/tests/cuda/test_hip_gpu" "$build/bench/longctx_bench_hip"
-  tar -C "$tmp" -cJf "$c/bins.tar.xz" .
-  cp "$0" "$D/gpu-carry.sh" "$c/"
-  ls -la "$c"; du -sh "$c"; exit 0
+  pack_ab "$tmp" "$c" "$main_bench" "$0"
+  exit 0
 fi
 out_archive hip-sel results.tgz summary.txt
 step_session "$D/bins.tar.xz" /tmp/hip-sel-bin "$OUT/logs" "${BUDGET:-380}"
