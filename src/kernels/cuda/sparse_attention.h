@@ -18,8 +18,8 @@
 // ranges clipped to the causal frontier; unique columns outside the ranges) into the caller's
 // workspace; the main kernel (warp-specialised, wgmma + TMA) then streams each block's key
 // tiles of 64: range tiles by TMA bulk tensor copies, column tiles by cp.async row gathers, one
-// online softmax over both. Calls with a row window (Self-Extend's near part) run on the generic
-// kernel (sparse_attention_generic.h), which has it.
+// online softmax over both. A row window (Self-Extend's near part) is a kernel variant that masks
+// each row's keys <= its position - window in the tiles straddling that line.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -85,9 +85,10 @@ struct SparseAttnParams {
   // Row-level sliding window (0 = none): row i sees only keys > q_pos0 + i - window, on top of its
   // index and the causal mask (the CPU reference's AttnParams::window, sparse/sparse_attention.h;
   // Self-Extend's near part). Needs causal and bf16 K/V. The plan clips each block's lists to keys
-  // > its first row's position - window; the generic kernel masks per row (a kernel variant, so
-  // calls without a window keep their code). The Hopper kernel has no window: sparse_attention()
-  // runs windowed calls on the generic kernel.
+  // > its first row's position - window; both kernels mask per row in a kernel variant (so calls
+  // without a window keep their code): the generic kernel every tile, the Hopper kernel the tiles
+  // whose lowest key can fall outside the block's last row's window. The Hopper kernel takes a
+  // window with its 3-stage ring only (sm90_stages 0 or 3).
   int64_t window = 0;
   DeviceSparseIndex index;
   void* workspace = nullptr;  // device, sparse_attention_workspace_bytes(index) bytes
@@ -102,12 +103,12 @@ struct SparseAttnParams {
 
 size_t sparse_attention_workspace_bytes(const DeviceSparseIndex& index);
 // Runs the plan kernel and the sparse kernel on stream s (asynchronous): the Hopper kernel for
-// head_dim 128 or 256 on sm_90 without a window, else the generic mma.sync kernel
+// head_dim 128 or 256 on sm_90 (with or without a row window), else the generic mma.sync kernel
 // (sparse_attention_generic.h: head_dim 64, 128 or 256, sm_80+; same workspace). Throws Error naming the problem on unsupported shapes or
 // inconsistent index sizes.
 void sparse_attention(const SparseAttnParams& p, Stream s = nullptr);
 // The Hopper kernel's two halves, for benchmarks: plan once, attend many times (the plan
-// depends only on the index and the shape). head_dim 128 or 256 on sm_90 only; no window.
+// depends only on the index and the shape). head_dim 128 or 256 on sm_90 only; a window too.
 void sparse_attention_plan(const SparseAttnParams& p, Stream s = nullptr);
 void sparse_attention_run(const SparseAttnParams& p, Stream s = nullptr);
 

@@ -32,6 +32,15 @@
 //   32 ranges' gathered tails (HiP's rows) are appended with all lanes at once (a warp prefix sum
 //   and a binary search per slot), not range by range; only the batch's longer ranges go one by one. The consumer fences the async
 //   proxy before its wgmmas read a gathered tile (kHdrFlagGather).
+// - Row window (SparseAttnParams::window > 0, Self-Extend's near part; the SparseGeo::kWindow
+//   variant, bf16 K/V, 3 stages): the plan already dropped each block's keys below its first
+//   row's bound (<= first row's position - window); the producer also flags "needs mask" on every
+//   tile whose lowest key is <= the block's last row's position - window (range tiles: their
+//   first key; gathered tiles: their smallest; packed tiles are always masked), and the consumer
+//   then drops row i's keys <= q_pos0 + i - window by the key's position, whichever path loaded
+//   it (like the causal mask on the tiles straddling k = q). Windowless instantiations are the
+//   code they were (identical PTX); the d 256 variant holds its 255 registers without spilling
+//   with 32-bit window bounds (64-bit ones spilled 48 bytes: ptxas -v).
 // - Consumer: S = Q K^T with wgmma m64n64k16, Q from registers (loaded once per task with
 //   ldmatrix: the SS form read Q and K from shared memory per instruction, ~32 FLOP/B, at the
 //   SM's shared-memory bandwidth), K from shared memory; online softmax in registers (log2
@@ -128,13 +137,17 @@ constexpr int kHdrBytes = (kBK + 3) * 4;
 //     tile t - 1 (both tiles live). So a CTA is 1 consumer + 1 producer warpgroup (256 threads),
 //     one CTA per SM; the consumer gets O 128 + S 32 + P 16 registers and reads Q from shared
 //     memory (Q's fragments in registers would be 64 more: over the 255 a thread may hold).
-template <int kD_, int kStages_, bool kFp8_ = false>
+template <int kD_, int kStages_, bool kFp8_ = false, bool kWindow_ = false>
 struct SparseGeo {
   static_assert((kD_ == 128 && kStages_ == 3) || (kD_ == 256 && (kStages_ == 2 || kStages_ == 3)),
                 "sparse Hopper kernel: head_dim 128 with 3 stages, or 256 with 2 or 3");
+  static_assert(!(kFp8_ && kWindow_), "the row window is a bf16 K/V variant (check_sparse_params)");
   static constexpr int kD = kD_;
   static constexpr int kStages = kStages_;
   static constexpr bool kFp8 = kFp8_;               // K/V in e4m3, widened to f16 tiles (header)
+  // Row-level window (SparseAttnParams::window > 0, Self-Extend's near part): a separate
+  // instantiation, so calls without a window run exactly the code they had (same SASS).
+  static constexpr bool kWindow = kWindow_;
   static constexpr int kWgs = kD == 128 ? 2 : 1;    // consumer warpgroups (tasks) per CTA
   static constexpr int kThreads = 128 * (kWgs + 1);  // + 1 producer warpgroup
   static constexpr int kPanels = kD / 64;           // 64-dim panels per tile row
@@ -412,6 +425,14 @@ __global__ void __launch_bounds__(G::kThreads, 1)
       const uint32_t wb = base + w * kWgBytes;
       const int64_t row = int64_t(h / a.heads_per_index) * a.n_qblk + b;
       const int64_t first_pos = a.q_pos0 + b * kBQ;  // position of the block's first row
+      // Row window: row i drops keys <= its position - window. The plan already dropped the keys
+      // below the first row's bound (<= first_pos - window); a key above the last row's bound
+      // win_last is inside every row's window. So a tile needs the per-row window mask iff its
+      // lowest key is <= win_last (the tiles straddling k = q - window, as the causal mask's
+      // straddle k = q): range tiles test their first key, gathered tiles the smallest of their
+      // keys, packed tiles are always masked. The bound uses the block's 64th row even in a
+      // ragged last block (rows past n_q are not stored): at worst a tile is masked needlessly.
+      const int64_t win_last = first_pos + kBQ - 1 - a.window;
       if (lead && lane == 0) {
         mbar_expect_tx(bar(w, 0), kTile);
 #pragma unroll
@@ -492,7 +513,13 @@ __global__ void __launch_bounds__(G::kThreads, 1)
           int32_t gmax = max(gka, gkb);  // the tile's last key (empty slots are -1)
 #pragma unroll
           for (int o = 16; o > 0; o /= 2) gmax = max(gmax, __shfl_xor_sync(0xffffffffu, gmax, o));
-          const bool full = ng == kBK && (!a.causal || gmax <= first_pos);
+          bool full = ng == kBK && (!a.causal || gmax <= first_pos);
+          if constexpr (G::kWindow) {  // the tile's first key (empty slots: none)
+            int32_t gmin = min(gka < 0 ? INT_MAX : gka, gkb < 0 ? INT_MAX : gkb);
+#pragma unroll
+            for (int o = 16; o > 0; o /= 2) gmin = min(gmin, __shfl_xor_sync(0xffffffffu, gmin, o));
+            full = full && gmin > win_last;
+          }
           if (lane == 0) hd[kHdrFlags] = kHdrFlagGather | (full ? 0 : kHdrFlagMask);
         }
         const uint32_t sk = wb + kWgK + s * kTile, sv = wb + kWgV + s * kTile;
@@ -610,7 +637,7 @@ __global__ void __launch_bounds__(G::kThreads, 1)
             acquire(s);
             const int cnt = min(kBK, re - t0);
             int32_t* hd = hdr(w, s);
-            const bool full = cnt == kBK && (!a.causal || t0 + kBK - 1 <= first_pos);
+            const bool full = cnt == kBK && (!a.causal || t0 + kBK - 1 <= first_pos) && (!G::kWindow || t0 > win_last);
             if (!lead) {
               if (lane == 0) mbar_arrive(ld_bar(s));
               continue;
@@ -658,6 +685,11 @@ __global__ void __launch_bounds__(G::kThreads, 1)
       const int g = lane / 4, tq = lane % 4;
       const int64_t row0 = b * kBQ + 16 * warp + g;  // rows row0, row0 + 8 (chunk-relative)
       const int64_t vis0 = a.q_pos0 + row0;
+      // Row window (kWindow): rows row0, row0 + 8 drop keys <= wk[0], wk[1] (keys are int32: the
+      // bounds clamped to [-1, INT_MAX], so the per-element compares are 32-bit).
+      int32_t wk[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) wk[r] = int32_t(min(max(vis0 + 8 * r - a.window, int64_t(-1)), int64_t(INT_MAX)));
       const uint32_t wb = base + w * kWgBytes;
       const uint32_t sQ = wb + kWgQ;
 
@@ -718,6 +750,8 @@ __global__ void __launch_bounds__(G::kThreads, 1)
             for (int e = 0; e < 4; ++e) {
               const int slot = 8 * j + 2 * tq + (e & 1);
               if (slot >= cnt || slot > lim0 + (e >> 1) * 8) sc[4 * j + e] = -INFINITY;
+              if constexpr (G::kWindow)
+                if (t0 + slot <= wk[e >> 1]) sc[4 * j + e] = -INFINITY;
             }
         } else if (flags & kHdrFlagPacked) {
           // packed tile: slot i is key hdr[i / kSeg] + i % kSeg, valid when i % kSeg < its count
@@ -729,6 +763,8 @@ __global__ void __launch_bounds__(G::kThreads, 1)
             for (int e = 0; e < 4; ++e) {
               const int in = (8 * j) % kSeg + 2 * tq + (e & 1);
               if (in >= cnt || (a.causal && int64_t(k0) + in > vis0 + (e >> 1) * 8)) sc[4 * j + e] = -INFINITY;
+              if constexpr (G::kWindow)
+                if (k0 + in <= wk[e >> 1]) sc[4 * j + e] = -INFINITY;
             }
           }
         } else if (flags & kHdrFlagMask) {
@@ -738,6 +774,8 @@ __global__ void __launch_bounds__(G::kThreads, 1)
             for (int e = 0; e < 4; ++e) {
               const int32_t key = hd[8 * j + 2 * tq + (e & 1)];
               if (key < 0 || (a.causal && key > vis0 + (e >> 1) * 8)) sc[4 * j + e] = -INFINITY;
+              if constexpr (G::kWindow)
+                if (key <= wk[e >> 1]) sc[4 * j + e] = -INFINITY;
             }
         }
 #pragma unroll
@@ -901,8 +939,9 @@ void check_params(const SparseAttnParams& p) {
              "sparse_attention: sm90_stages %d at head_dim %d (3 at 128; 2 or 3 at 256)", p.sm90_stages, p.head_dim);
   LC_REQUIRE(p.kv_dtype != KvDtype::fp8_e4m3 || st == 3,
              "sparse_attention: fp8 K/V tiles take the 3-stage ring (sm90_stages %d)", p.sm90_stages);
-  LC_REQUIRE(p.window == 0, "sparse_attention: the Hopper kernel has no row window (%lld); sparse_attention() runs "
-             "windowed calls on the generic kernel", (long long)p.window);
+  LC_REQUIRE(p.window == 0 || st == 3,
+             "sparse_attention: a row window (%lld) takes the 3-stage ring (sm90_stages %d; pass 0 or 3)",
+             (long long)p.window, p.sm90_stages);
   check_sparse_params(p, "sparse_attention");
 }
 
@@ -910,8 +949,8 @@ template <class G>
 void launch_main(const SparseAttnParams& p, Stream s) {
   static const cudaError_t err =
       cudaFuncSetAttribute(sparse_attn_sm90_kernel<G>, cudaFuncAttributeMaxDynamicSharedMemorySize, G::kSmemBytes);
-  LC_CUDA_CHECK(err, "sparse_attn_sm90_kernel<d=%d,stages=%d,fp8=%d>: raising dynamic shared memory to %d bytes",
-                G::kD, G::kStages, int(G::kFp8), G::kSmemBytes);
+  LC_CUDA_CHECK(err, "sparse_attn_sm90_kernel<d=%d,stages=%d,fp8=%d,window=%d>: raising dynamic shared memory to %d bytes",
+                G::kD, G::kStages, int(G::kFp8), int(G::kWindow), G::kSmemBytes);
   MainArgs a{};
   static_cast<SparseKernelArgs&>(a) = sparse_kernel_args(p);
   const CUtensorMap tq = make_map(p.q, p.n_q, p.n_head, kBQ, "sparse_attention: q", G::kD);
@@ -932,8 +971,9 @@ void launch_main(const SparseAttnParams& p, Stream s) {
   const dim3 grid{unsigned(n_cta)};
   sparse_attn_sm90_kernel<G><<<grid, G::kThreads, G::kSmemBytes, static_cast<cudaStream_t>(s)>>>(tq, tk, tv, tk16,
                                                                                                  tv16, a);
-  LC_LAUNCH_CHECK("sparse_attn_sm90_kernel<d=%d,stages=%d,fp8=%d> n_q=%lld n_kv=%lld q_pos0=%lld heads=%d/%d grid=%d",
-                  G::kD, G::kStages, int(G::kFp8), (long long)p.n_q, (long long)p.n_kv, (long long)p.q_pos0, p.n_head, p.n_kv_head, grid.x);
+  LC_LAUNCH_CHECK("sparse_attn_sm90_kernel<d=%d,stages=%d,fp8=%d,window=%d> n_q=%lld n_kv=%lld q_pos0=%lld window=%lld "
+                  "heads=%d/%d grid=%d", G::kD, G::kStages, int(G::kFp8), int(G::kWindow), (long long)p.n_q,
+                  (long long)p.n_kv, (long long)p.q_pos0, (long long)p.window, p.n_head, p.n_kv_head, grid.x);
 }
 
 }  // namespace
@@ -951,15 +991,19 @@ void sparse_attention_run(const SparseAttnParams& p, Stream s) {
     if (p.head_dim == 128) return launch_main<SparseGeo<128, kStagesD128, true>>(p, s);
     return launch_main<SparseGeo<256, 3, true>>(p, s);
   }
+  if (p.window > 0) {  // bf16 only (check_sparse_params), 3 stages (check_params)
+    if (p.head_dim == 128) return launch_main<SparseGeo<128, kStagesD128, false, true>>(p, s);
+    return launch_main<SparseGeo<256, 3, false, true>>(p, s);
+  }
   if (p.head_dim == 128) return launch_main<SparseGeo<128, kStagesD128>>(p, s);
   if (stages_of(p) == 2) return launch_main<SparseGeo<256, 2>>(p, s);
   launch_main<SparseGeo<256, 3>>(p, s);
 }
 
 void sparse_attention(const SparseAttnParams& p, Stream s) {
-  // Self-Extend's near part (a row window) takes the generic kernel.
-  if ((p.head_dim != 128 && p.head_dim != 256) || !is_hopper() || p.window > 0)
-    return sparse_attention_generic(p, s);
+  // head_dim 64 and GPUs before or after Hopper take the generic kernel; a row window (Self-
+  // Extend's near part) runs on either.
+  if ((p.head_dim != 128 && p.head_dim != 256) || !is_hopper()) return sparse_attention_generic(p, s);
   sparse_attention_plan(p, s);
   sparse_attention_run(p, s);
 }

@@ -19,9 +19,9 @@
 // row - W), the kernels mask per row: decision 6's split, the pairs of the CPU's index each
 // scored near or grouped.
 // Cost: HiP's (estimator + sparse attention) with the sparse attention run twice over the index
-// (each part visits only its keys), both rotations of the step's rows, and the merge. The
-// windowed near part runs on the generic sparse kernel (the Hopper kernel has no window); the far
-// part on the kernel plain HiP uses. Benchmarks: docs/benchmarks.md.
+// (each part visits only its keys), both rotations of the step's rows, and the merge. Both parts
+// run on the sparse kernel plain HiP uses (cuda::sparse_attention: on sm_90 at head_dim 128/256
+// the Hopper kernel, its windowed variant for the near part). Benchmarks: docs/benchmarks.md.
 // Memory: dense Self-Extend's (2 x the K cache in rotated copies) + HiP's index buffers.
 // Not on the GPU (the registry refuses, "use --device cpu"): Self-Extend with a sparse method
 // other than HiP, the fp8 KV cache's decode, KV offload; decode runs eagerly (no CUDA graph).
