@@ -6,16 +6,21 @@
 //   decode window / shift (SparseDecodeParams): keys in [len - shift - window, len - shift).
 // Fresh random bf16 inputs per run (seed printed), random indexes (overlapping ranges, ends past
 // n_kv, repeated columns, columns inside ranges), ragged last query blocks, windows whose
-// boundary falls inside a 64-key tile (W = 1, 37, 100) and on one (64), GQA 8/2, head_dim 64 and
-// 128, the index per query head and shared. Prefill runs through cuda::sparse_attention (on an
-// H100 at head_dim 128: the Hopper kernel for rows moved back, the generic kernel for a window,
-// which the Hopper kernel's own entry refuses) and sparse_attention_generic. Rows that see no key must give O = 0, LSE = -inf.
-// Run: build/tests/cuda/test_sparse_window (skips without an sm_80+ GPU).
+// boundary falls inside a 64-key tile (W = 1, 37, 100) and on one (64), GQA 8/2, head_dim 64,
+// 128 and 256, the index per query head and shared, HiP-like rows (2-key blocks: gathered tails,
+// with range tiles, packed tails and columns) and windows that leave rows with no key. Every
+// prefill case runs on both kernels with the same inputs: the Hopper kernel's own entry
+// (sparse_attention_plan/run; on sm_90 at head_dim 128/256, its windowed variant for W > 0) and
+// sparse_attention_generic; SparseWindow.DispatchRoutes checks that cuda::sparse_attention
+// picks the Hopper kernel there (bit-equal outputs) and the generic one elsewhere. Rows that see
+// no key must give O = 0, LSE = -inf.
+// Run: build/tests/cuda/test_sparse_window (skips without an sm_80+ GPU; the Hopper runs need sm_90).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -99,53 +104,77 @@ void expect_close(const Result& got, const Result& ref, double vmax, int D, cons
 
 // ---- prefill --------------------------------------------------------------------------------
 
-// One prefill case: the shape, the window (0: none) and which entry runs it.
-void check_prefill(const Shape& sh, int D, int64_t window, const SparseIndex& idx, bool generic_entry,
-                   const std::string& what) {
+// Which entry runs a prefill case.
+enum class Entry { hopper, generic, dispatch };
+const char* entry_name(Entry e) {
+  return e == Entry::hopper ? "hopper" : e == Entry::generic ? "generic" : "sparse_attention()";
+}
+// The Hopper kernel's entry takes the case: sm_90, head_dim 128 or 256.
+bool hopper_takes(int D) { return device_info(0).sm_major == 9 && (D == 128 || D == 256); }
+
+// One prefill input: bf16 q/k/v on the host (and as doubles) and on the device, the index.
+struct PrefillCase {
+  Shape sh;
+  int D;
+  int64_t window;
   std::vector<double> qd, kd, vd;
-  const auto qh = random_bf16(size_t(sh.n_q) * sh.n_head * D, 1.0, qd);
-  const auto kh = random_bf16(size_t(sh.n_kv) * sh.n_kv_head * D, 1.0, kd);
-  const auto vh = random_bf16(size_t(sh.n_kv) * sh.n_kv_head * D, 1.0, vd);
-  DevBuf q(qh.size() * 2), k(kh.size() * 2), v(vh.size() * 2), o(qh.size() * 2), lse(size_t(sh.n_q) * sh.n_head * 4);
-  q.upload(qh);
-  k.upload(kh);
-  v.upload(vh);
-  o.poison();
-  lse.poison();
-  const DevIndex di(idx, sh.n_q);
-  DevBuf ws(sparse_attention_workspace_bytes(di.ix));
-  ws.poison();
-  SparseAttnParams p;
-  p.q = q.p;
-  p.k = k.p;
-  p.v = v.p;
-  p.o = o.p;
-  p.lse = lse.as<float>();
-  p.n_q = sh.n_q;
-  p.n_kv = sh.n_kv;
-  p.n_head = sh.n_head;
-  p.n_kv_head = sh.n_kv_head;
-  p.head_dim = D;
-  p.q_pos0 = sh.q_pos0;
-  p.window = window;
-  p.index = di.ix;
-  p.workspace = ws.p;
-  p.workspace_bytes = ws.bytes;
-  if (generic_entry)
-    sparse_attention_generic(p);
-  else
-    sparse_attention(p);
-  device_sync();
-  const auto oh = o.download<uint16_t>(qh.size());
-  const auto lh = lse.download<float>(size_t(sh.n_q) * sh.n_head);
-  Result got;
-  for (int h = 0; h < sh.n_head; ++h)
-    for (int64_t i = 0; i < sh.n_q; ++i) {
-      for (int d = 0; d < D; ++d) got.o.push_back(bf16_to_f32(oh[(size_t(i) * sh.n_head + h) * D + d]));
-      got.lse.push_back(lh[size_t(h) * sh.n_q + i]);
+  std::vector<uint16_t> qh, kh, vh;
+  std::unique_ptr<DevBuf> q, k, v;
+  DevIndex di;
+  PrefillCase(const Shape& sh_, int D_, int64_t window_, const SparseIndex& idx_)
+      : sh(sh_), D(D_), window(window_), di(idx_, sh_.n_q) {
+    qh = random_bf16(size_t(sh.n_q) * sh.n_head * D, 1.0, qd);
+    kh = random_bf16(size_t(sh.n_kv) * sh.n_kv_head * D, 1.0, kd);
+    vh = random_bf16(size_t(sh.n_kv) * sh.n_kv_head * D, 1.0, vd);
+    q = std::make_unique<DevBuf>(qh.size() * 2);
+    k = std::make_unique<DevBuf>(kh.size() * 2);
+    v = std::make_unique<DevBuf>(vh.size() * 2);
+    q->upload(qh);
+    k->upload(kh);
+    v->upload(vh);
+  }
+  // Runs the case through `entry` (poisoned outputs and workspace); O as bf16 bits, LSE.
+  void run(Entry entry, std::vector<uint16_t>& oh, std::vector<float>& lh) const {
+    DevBuf o(qh.size() * 2), lse(size_t(sh.n_q) * sh.n_head * 4), ws(sparse_attention_workspace_bytes(di.ix));
+    o.poison();
+    lse.poison();
+    ws.poison();
+    SparseAttnParams p;
+    p.q = q->p;
+    p.k = k->p;
+    p.v = v->p;
+    p.o = o.p;
+    p.lse = lse.as<float>();
+    p.n_q = sh.n_q;
+    p.n_kv = sh.n_kv;
+    p.n_head = sh.n_head;
+    p.n_kv_head = sh.n_kv_head;
+    p.head_dim = D;
+    p.q_pos0 = sh.q_pos0;
+    p.window = window;
+    p.index = di.ix;
+    p.workspace = ws.p;
+    p.workspace_bytes = ws.bytes;
+    if (entry == Entry::hopper) {
+      sparse_attention_plan(p);
+      sparse_attention_run(p);
+    } else if (entry == Entry::generic) {
+      sparse_attention_generic(p);
+    } else {
+      sparse_attention(p);
     }
+    device_sync();
+    oh = o.download<uint16_t>(qh.size());
+    lh = lse.download<float>(size_t(sh.n_q) * sh.n_head);
+  }
+};
+
+// One prefill case, the shape, the window (0: none), checked against the oracle on the generic
+// kernel and (where it takes the case) the Hopper kernel.
+void check_prefill(const Shape& sh, int D, int64_t window, const SparseIndex& idx, const std::string& what) {
+  const PrefillCase pc(sh, D, window, idx);
   const int hpi = sh.n_head / int(idx.heads.size());
-  const Result ref = oracle(qd, kd, vd, sh.n_q, sh.n_kv, sh.n_head, sh.n_kv_head, D, [&](int h, int64_t i) {
+  const Result ref = oracle(pc.qd, pc.kd, pc.vd, sh.n_q, sh.n_kv, sh.n_head, sh.n_kv_head, D, [&](int h, int64_t i) {
     KeySet m(size_t(sh.n_kv), 0);
     const HeadIndex& hi = idx.heads[size_t(h / hpi)];
     const int64_t b = i / kSparseBlockQ, pos = sh.q_pos0 + i;
@@ -156,10 +185,23 @@ void check_prefill(const Shape& sh, int D, int64_t window, const SparseIndex& id
       if (j > pos || (window > 0 && j <= pos - window)) m[size_t(j)] = 0;
     return m;
   });
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "%s d=%d W=%lld q_pos0=%lld n_q=%lld%s", what.c_str(), D, (long long)window,
-                (long long)sh.q_pos0, (long long)sh.n_q, generic_entry ? " (generic entry)" : "");
-  expect_close(got, ref, max_abs(vd), D, buf);
+  std::vector<Entry> entries{Entry::generic};
+  if (hopper_takes(D)) entries.insert(entries.begin(), Entry::hopper);
+  for (const Entry e : entries) {
+    std::vector<uint16_t> oh;
+    std::vector<float> lh;
+    pc.run(e, oh, lh);
+    Result got;
+    for (int h = 0; h < sh.n_head; ++h)
+      for (int64_t i = 0; i < sh.n_q; ++i) {
+        for (int d = 0; d < D; ++d) got.o.push_back(bf16_to_f32(oh[(size_t(i) * sh.n_head + h) * D + d]));
+        got.lse.push_back(lh[size_t(h) * sh.n_q + i]);
+      }
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "%s d=%d W=%lld q_pos0=%lld n_q=%lld [%s]", what.c_str(), D, (long long)window,
+                  (long long)sh.q_pos0, (long long)sh.n_q, entry_name(e));
+    expect_close(got, ref, max_abs(pc.vd), D, buf);
+  }
 }
 
 // Every key of [0, n_kv) as one range per block: the window alone decides.
@@ -175,43 +217,133 @@ SparseIndex all_keys(const Shape& sh, int n_index_head) {
   return idx;
 }
 
+// HiP-like rows: per block ~120 ranges of HiP's 2-key blocks (even starts: gathered tails), a few
+// of 20-40 keys (packed 16-key segments), one of 150-250 keys (whole 64-key range tiles, then a
+// tail), and 60 columns (sorted, some repeated or inside ranges).
+SparseIndex hip_like(const Shape& sh, int n_index_head, std::mt19937_64& g) {
+  std::uniform_int_distribution<int32_t> key(0, int32_t(sh.n_kv) - 1), mid(20, 40), lng(150, 250);
+  SparseIndex idx;
+  idx.n_q = sh.n_q;
+  idx.heads.resize(size_t(n_index_head));
+  for (auto& hi : idx.heads)
+    for (int64_t b = 0; b < n_query_blocks(sh.n_q); ++b) {
+      std::vector<KeyRange> rs;
+      for (int i = 0; i < 120; ++i) {
+        const int32_t s0 = key(g) & ~1;
+        rs.push_back({s0, s0 + 2});
+      }
+      for (int i = 0; i < 3; ++i) {
+        const int32_t s0 = key(g);
+        rs.push_back({s0, s0 + mid(g)});
+      }
+      const int32_t s0 = key(g);
+      rs.push_back({s0, s0 + lng(g)});
+      std::sort(rs.begin(), rs.end(), [](auto& a, auto& c) { return a.start < c.start; });
+      for (auto& r : rs) hi.ranges.push_back(r);
+      std::vector<int32_t> cs;
+      for (int i = 0; i < 60; ++i) cs.push_back(key(g));
+      std::sort(cs.begin(), cs.end());
+      for (int32_t c : cs) hi.cols.push_back(c);
+      hi.end_block();
+    }
+  return idx;
+}
+
 TEST(SparseWindow, PrefillRowWindowMatchesOracle) {
   LC_REQUIRE_SM80();
   auto g = gen();
-  for (const int D : {64, 128}) {
+  for (const int D : {64, 128, 256}) {
     // Ragged last block (200 rows), chunk at 300 over 500 keys, GQA 8/2.
     const Shape sh{.n_q = 200, .n_kv = 500, .q_pos0 = 300, .n_head = 8, .n_kv_head = 2};
     for (const int64_t W : {1, 37, 64, 100}) {
-      check_prefill(sh, D, W, random_index(sh, sh.n_head, 0.1, g), false, "random, per query head");
-      check_prefill(sh, D, W, many_short(sh, 1, g), false, "many short, shared");
-      check_prefill(sh, D, W, all_keys(sh, sh.n_kv_head), W == 37, "all keys, per KV head");
+      check_prefill(sh, D, W, random_index(sh, sh.n_head, 0.1, g), "random, per query head");
+      check_prefill(sh, D, W, many_short(sh, 1, g), "many short, shared");
+      check_prefill(sh, D, W, all_keys(sh, sh.n_kv_head), "all keys, per KV head");
     }
     // First chunk (q_pos0 0), a window wider than some rows' history.
     const Shape first{.n_q = 130, .n_kv = 130, .q_pos0 = 0, .n_head = 8, .n_kv_head = 2};
-    check_prefill(first, D, 100, random_index(first, 2, 0.0, g), false, "first chunk");
+    check_prefill(first, D, 100, random_index(first, 2, 0.0, g), "first chunk");
+  }
+}
+
+// HiP's index shape with a window: gathered 2-key tails, range tiles (some inside every row's
+// window: no mask; some straddling it), packed tails and columns. W 1000 leaves whole range tiles
+// inside every row's window (the unmasked path); W 37 and 300 cut through tiles of every kind.
+TEST(SparseWindow, PrefillHipLikeWindowMatchesOracle) {
+  LC_REQUIRE_SM80();
+  auto g = gen();
+  for (const int D : {128, 256}) {
+    const Shape sh{.n_q = 300, .n_kv = 1500, .q_pos0 = 1200, .n_head = 8, .n_kv_head = 2};
+    for (const int64_t W : {37, 300, 1000}) check_prefill(sh, D, W, hip_like(sh, sh.n_kv_head, g), "HiP-like");
+  }
+  // Also at d 64 (the generic kernel only) once.
+  const Shape sh{.n_q = 300, .n_kv = 1500, .q_pos0 = 1200, .n_head = 8, .n_kv_head = 2};
+  check_prefill(sh, 64, 300, hip_like(sh, 1, g), "HiP-like");
+}
+
+// A window that leaves rows with no key: the index holds keys [0, 50) and a few columns below 60
+// only, the rows sit at 100.. with W = 80, so row i sees keys > 20 + i: rows past ~40 see
+// nothing, and the second and later blocks are empty after the plan's clip. O = 0, LSE = -inf.
+TEST(SparseWindow, PrefillWindowEmptyRows) {
+  LC_REQUIRE_SM80();
+  for (const int D : {64, 128, 256}) {
+    const Shape sh{.n_q = 150, .n_kv = 300, .q_pos0 = 100, .n_head = 4, .n_kv_head = 2};
+    SparseIndex idx;
+    idx.n_q = sh.n_q;
+    idx.heads.resize(1);
+    for (int64_t b = 0; b < n_query_blocks(sh.n_q); ++b) {
+      idx.heads[0].ranges.push_back({0, 50});
+      for (const int32_t c : {52, 55, 59}) idx.heads[0].cols.push_back(c);
+      idx.heads[0].end_block();
+    }
+    check_prefill(sh, D, 80, idx, "rows with no key");
+    check_prefill(sh, D, 1, idx, "W 1 (only the diagonal, not indexed)");
   }
 }
 
 TEST(SparseWindow, PrefillRowsMovedBackMatchOracle) {
   LC_REQUIRE_SM80();
   auto g = gen();
-  for (const int D : {64, 128}) {
+  for (const int D : {64, 128, 256}) {
     // Self-Extend's far part: positions moved back by W = 90 from q_pos0 = 0 (rows 0..89 see
     // nothing), from 40 (rows 0..49), and by W past a whole block (q_pos0 -150: two blocks empty).
     for (const int64_t q0 : {-90, -50, -150}) {
       const Shape sh{.n_q = 250, .n_kv = 400, .q_pos0 = q0, .n_head = 8, .n_kv_head = 2};
-      check_prefill(sh, D, 0, random_index(sh, sh.n_head, 0.1, g), false, "moved back, random");
-      check_prefill(sh, D, 0, all_keys(sh, 1), q0 == -90, "moved back, all keys");
-      check_prefill(sh, D, 0, many_short(sh, sh.n_kv_head, g), false, "moved back, many short");
+      check_prefill(sh, D, 0, random_index(sh, sh.n_head, 0.1, g), "moved back, random");
+      check_prefill(sh, D, 0, all_keys(sh, 1), "moved back, all keys");
+      check_prefill(sh, D, 0, many_short(sh, sh.n_kv_head, g), "moved back, many short");
     }
   }
+}
+
+// cuda::sparse_attention picks the Hopper kernel on sm_90 at head_dim 128/256, windowed or not
+// (its output bit-equal to the Hopper entry's: both kernels are deterministic, and their
+// accumulation orders differ), and the generic kernel elsewhere (bit-equal to the generic entry's).
+TEST(SparseWindow, DispatchRoutes) {
+  LC_REQUIRE_SM80();
+  auto g = gen();
+  for (const int D : {64, 128, 256})
+    for (const int64_t W : {0, 37}) {
+      const Shape sh{.n_q = 200, .n_kv = 500, .q_pos0 = 300, .n_head = 8, .n_kv_head = 2};
+      const SparseIndex idx = hip_like(sh, sh.n_kv_head, g);
+      const PrefillCase pc(sh, D, W, idx);
+      const Entry want = hopper_takes(D) ? Entry::hopper : Entry::generic;
+      std::vector<uint16_t> o_d, o_w;
+      std::vector<float> l_d, l_w;
+      pc.run(Entry::dispatch, o_d, l_d);
+      pc.run(want, o_w, l_w);
+      EXPECT_TRUE(o_d == o_w) << "d " << D << " W " << W << ": sparse_attention() O differs from the " << entry_name(want)
+                              << " entry's";
+      EXPECT_EQ(std::memcmp(l_d.data(), l_w.data(), l_d.size() * 4), 0)
+          << "d " << D << " W " << W << ": LSE differs from the " << entry_name(want) << " entry's";
+    }
 }
 
 TEST(SparseWindow, RefusalsAndHopperEntry) {
   LC_REQUIRE_SM80();
   const Shape sh{.n_q = 64, .n_kv = 64, .q_pos0 = 0, .n_head = 2, .n_kv_head = 1};
   const DevIndex di(all_keys(sh, 1), sh.n_q);
-  DevBuf q(64 * 2 * 128 * 2), kv(64 * 128 * 2), o(64 * 2 * 128 * 2), ws(sparse_attention_workspace_bytes(di.ix));
+  DevBuf q(64 * 2 * 256 * 2), kv(64 * 256 * 2), o(64 * 2 * 256 * 2), ws(sparse_attention_workspace_bytes(di.ix));
   SparseAttnParams p;
   p.q = q.p;
   p.k = p.v = kv.p;
@@ -234,7 +366,9 @@ TEST(SparseWindow, RefusalsAndHopperEntry) {
     p.causal = true;
     p.q_pos0 = 0;
     p.window = 8;
-    EXPECT_ANY_THROW(sparse_attention_run(p));  // the Hopper kernel has no window
+    p.head_dim = 256;
+    p.sm90_stages = 2;
+    EXPECT_ANY_THROW(sparse_attention_run(p));  // the windowed variant has the 3-stage ring only
   }
 }
 
