@@ -26,7 +26,12 @@
 //     local/slash, sinks, vertical tokens, topic segments, as real heads attend) instead of i.i.d.
 //     random values, so HiP's estimate picks clustered blocks as on real prompts (neighbouring
 //     query blocks and the heads of a KV group overlap) and the sparse attention's gathered rows
-//     come partly from L2; V stays random. The JSON's "inputs" says which.
+//     come partly from L2; V stays random. The JSON's "inputs" says which. --window W also times
+//     the two sparse attentions of HiP + Self-Extend (docs/self_extend.md decision 8) on the same
+//     index: the near part (SparseAttnParams::window = W) through cuda::sparse_attention (the
+//     Hopper kernel's windowed variant at d 128/256) and through sparse_attention_generic (the
+//     kernel it ran on before), and the far part (rows moved back: q_pos0 = -W); each includes its
+//     plan, as the plain sparse attention's time does.
 //     Built with -DLONGCTX_HIP_PHASE_CLOCKS (scripts/gpu-hip-clocks-build.sh:
 //     longctx_bench_hip_clocks) it also prints where a prefill CTA's cycles go (scoring, radix
 //     select, compaction, barriers: hip_estimate_phase_clocks).
@@ -34,7 +39,8 @@
 // Inputs are random (never zeros) unless --structured-qk: the estimate's cost does not depend on
 // the values, the sparse attention's does (where the selected keys lie decides its L2 hits).
 // Run: build-gpu/bench/longctx_bench_hip [--lens 131072,1048576] [--prefill 131072] [--geometry 32/8/128,4/1/256]
-//        [--dense-max 262144] [--cta 128,256,512] [--estimate-only] [--fp8-tiles] [--structured-qk] [--json F]
+//        [--dense-max 262144] [--cta 128,256,512] [--estimate-only] [--fp8-tiles] [--structured-qk] [--window W]
+//        [--json F]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -168,6 +174,7 @@ struct PrefillOptions {
   std::vector<int64_t> ctas;      // prefill CTA sizes to time the estimate at, besides the default
   bool fp8_tiles = false;         // also the sparse attention with fp8 e4m3 K/V tiles
   bool structured_qk = false;     // Q/K from structured_qk.h (head_dim 128), not i.i.d. random
+  int64_t window = 0;             // > 0: also HiP + Self-Extend's two sparse attentions at this W
 };
 constexpr uint64_t kStructuredSeed = 5;  // bench_sparse's, so the two benches see the same heads
 
@@ -334,6 +341,21 @@ std::string bench_prefill(int64_t n, const HipEstimateConfig& cfg, const Geometr
   const bool ab_generic = head_dim == 256;
   const double sparse_generic =
       ab_generic ? time_ms([&] { sparse_attention_generic(sa, st); }, 1, 3, static_cast<cudaStream_t>(st)) : 0.0;
+  // --window W: HiP + Self-Extend's near part on both kernels, and its far part (same index).
+  double near = 0.0, near_generic = 0.0, far = 0.0;
+  if (opt.window > 0) {
+    SparseAttnParams sn = sa;
+    sn.window = opt.window;
+    near = time_ms([&] { sparse_attention(sn, st); }, 1, 3, static_cast<cudaStream_t>(st));
+    near_generic = time_ms([&] { sparse_attention_generic(sn, st); }, 1, 3, static_cast<cudaStream_t>(st));
+    SparseAttnParams sf = sa;
+    sf.q_pos0 = -opt.window;
+    far = time_ms([&] { sparse_attention(sf, st); }, 1, 3, static_cast<cudaStream_t>(st));
+    std::fprintf(stderr, "prefill %d/%d/%d n=%lld: HiP + Self-Extend W=%lld: near (window) %.2f ms on "
+                 "sparse_attention (generic kernel %.2f ms, %.2fx), far (q_pos0 -W) %.2f ms; near + far %.2f ms = "
+                 "%.2fx plain HiP's %.2f ms\n", n_head, n_kv_head, head_dim, (long long)n, (long long)opt.window, near,
+                 near_generic, near_generic / near, far, near + far, (near + far) / sparse, sparse);
+  }
   // --fp8-tiles: the same index over e4m3 K (k8, from the estimate's copy) and V; scales read back
   double sparse8 = 0.0;
   if (opt.fp8_tiles) {
@@ -365,17 +387,20 @@ std::string bench_prefill(int64_t n, const HipEstimateConfig& cfg, const Geometr
                "dense/hip %.2fx | generic sparse kernel %.2f ms\n",
                n_head, n_kv_head, head_dim, (long long)n, inputs, dense, estimate, est_per_block_us, sparse, total, copy,
                estimate8, estimate / estimate8, jaccard, total8, run_dense ? dense / total : 0.0, sparse_generic);
-  char buf[1536];
+  char buf[2048];
   std::snprintf(buf, sizeof buf,
                 "{\"case\": \"prefill\", \"inputs\": \"%s\", \"n_head\": %d, \"n_kv_head\": %d, \"head_dim\": %d, \"len\": %lld, "
                 "\"dense_ms\": %.4f, \"dense_reps\": %d, \"hip_estimate_ms\": %.4f, \"hip_estimate_per_qblock_us\": %.3f, "
                 "\"hip_sparse_attention_ms\": %.4f, \"hip_total_ms\": %.4f, \"fp8_copy_ms\": %.4f, "
                 "\"hip_estimate_fp8_ms\": %.4f, \"hip_total_fp8_ms\": %.4f, \"ratio_dense_over_hip\": %.3f, "
                 "\"hip_sparse_attention_generic_ms\": %.4f, \"hip_sparse_attention_fp8_tiles_ms\": %.4f, "
-                "\"hip_total_fp8_cache_ms\": %.4f, \"fp8_block_jaccard\": %.5f, \"hip_estimate_ms_by_cta\": {%s}}",
+                "\"hip_total_fp8_cache_ms\": %.4f, \"fp8_block_jaccard\": %.5f, \"hip_estimate_ms_by_cta\": {%s}, "
+                "\"se_window\": %lld, \"se_near_sparse_attention_ms\": %.4f, \"se_near_generic_ms\": %.4f, "
+                "\"se_far_sparse_attention_ms\": %.4f}",
                 inputs, n_head, n_kv_head, head_dim, (long long)n, dense, run_dense ? (long_run ? 1 : 3) : 0, estimate,
                 est_per_block_us, sparse, total, copy, estimate8, total8, run_dense ? dense / total : 0.0, sparse_generic,
-                sparse8, opt.fp8_tiles ? estimate8 + sparse8 : 0.0, jaccard, per_cta.c_str());
+                sparse8, opt.fp8_tiles ? estimate8 + sparse8 : 0.0, jaccard, per_cta.c_str(), (long long)opt.window, near,
+                near_generic, far);
   return buf;
 }
 
@@ -395,6 +420,14 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--estimate-only")) popt.estimate_only = true;
     else if (!std::strcmp(argv[i], "--fp8-tiles")) popt.fp8_tiles = true;
     else if (!std::strcmp(argv[i], "--structured-qk")) popt.structured_qk = true;
+    else if (!std::strcmp(argv[i], "--window") && i + 1 < argc) {
+      popt.window = std::atoll(argv[++i]);
+      if (popt.window <= 0) {
+        std::fprintf(stderr, "longctx_bench_hip: --window wants a positive key count (Self-Extend's W), got '%s'\n",
+                     argv[i]);
+        return 2;
+      }
+    }
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--geometry") && i + 1 < argc) {
       geometries.clear();
@@ -413,7 +446,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--lens N,..] [--prefill N,..] [--geometry H/KV/D,..] [--dense-max N] [--cta 128,256,512] "
-                   "[--estimate-only] [--fp8-tiles] [--structured-qk] [--json FILE]\n",
+                   "[--estimate-only] [--fp8-tiles] [--structured-qk] [--window W] [--json FILE]\n",
                    argv[0]);
       return 2;
     }
