@@ -1,7 +1,8 @@
 // sparse_attention_sm90.cu (cuda): sparse (block / vertical-slash) prefill attention, Hopper.
 //
 // What: sparse_attention.h, head_dim 128 and 256. The GPU twin of sparse/sparse_attention.cpp;
-// tested against an fp64 oracle with the same boolean mask in tests/cuda/test_sparse_attention.cpp,
+// tested against an fp64 oracle with the same boolean mask in tests/cuda/test_sparse_attention.cpp
+// (the row window: tests/cuda/test_sparse_window.cpp),
 // timed by bench/bench_sparse.cu and bench/bench_hip.cu (scripts/gpu-sparse.sh, at d 256
 // scripts/gpu-sparse-d256.sh, fp8 K/V tiles scripts/gpu-sparse-fp8.sh: run them on the device
 // machine). K/V in bf16, or in fp8 e4m3 with a scale each (widened to f16 in shared memory).
@@ -687,9 +688,10 @@ __global__ void __launch_bounds__(G::kThreads, 1)
       const int64_t vis0 = a.q_pos0 + row0;
       // Row window (kWindow): rows row0, row0 + 8 drop keys <= wk[0], wk[1] (keys are int32: the
       // bounds clamped to [-1, INT_MAX], so the per-element compares are 32-bit).
-      int32_t wk[2];
+      int32_t wk[2] = {-1, -1};
+      if constexpr (G::kWindow)
 #pragma unroll
-      for (int r = 0; r < 2; ++r) wk[r] = int32_t(min(max(vis0 + 8 * r - a.window, int64_t(-1)), int64_t(INT_MAX)));
+        for (int r = 0; r < 2; ++r) wk[r] = int32_t(min(max(vis0 + 8 * r - a.window, int64_t(-1)), int64_t(INT_MAX)));
       const uint32_t wb = base + w * kWgBytes;
       const uint32_t sQ = wb + kWgQ;
 
