@@ -73,7 +73,7 @@ struct DecodeParams {
   int64_t kv_seq_stride = 0;  // contiguous layout: elements (not bytes) between sequences' K (and V);
                               // 0 = n_kv*n_kv_head*head_dim
   const int32_t* kv_lens = nullptr;  // device int32 [n_seq], optional: per-sequence key counts
-                                     // (each in 1..n_kv)
+                                     // (each in 0..n_kv; 0: that row's O = 0, LSE = -inf)
   // Paged KV (optional): k and v are pools [n_pages * page_size, n_kv_head, head_dim]; key j of
   // sequence b is pool row page_table[b * max_pages_per_seq + j / page_size] * page_size
   // + j % page_size. page_size must be a multiple of 64.

@@ -2,15 +2,16 @@
 // What/layout: ops.h (RopeParams); llama3 frequency scaling as in kernels/ref/ops.cpp.
 // Tested in tests/cuda/test_ops.cpp.
 // How: one CTA per token; (cos, sin) of each frequency computed once into shared memory, then
-// 8-byte vector rotations of 4 pairs per thread over every q and k head of the token. The angle is the
-// fp32 product pos * inv_freq (HF's and the CPU twin's choice, so GPU and CPU agree), then
-// accurate sincosf (not the fast intrinsic: angles reach 1e6 rad at 1M tokens).
+// 8-byte vector rotations of 4 pairs per thread over every q and k head of the token; the
+// arithmetic (fp32 angle pos * inv_freq, accurate sincosf) is rope_rotate.cuh's, shared with
+// Self-Extend's decode prep.
 #include <cuda_bf16.h>
 
 #include <cmath>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/rope_rotate.cuh"
 
 namespace longctx::cuda {
 namespace {
@@ -42,23 +43,7 @@ __device__ float rope_inv_freq(const RopeParams& p, int i) {
 // memory, then all threads rotate 4 consecutive pairs at a time (8-byte loads/stores) across
 // the token's q and k heads.
 constexpr int kRopeThreads = 128;
-constexpr int kPairsPerThread = 4;
-
-__device__ __forceinline__ void rotate4(bf16* v, int i, int half, const float* cs, const float* sn) {
-  uint2 a_raw = *reinterpret_cast<const uint2*>(v + i);
-  uint2 b_raw = *reinterpret_cast<const uint2*>(v + i + half);
-  __nv_bfloat162* a2 = reinterpret_cast<__nv_bfloat162*>(&a_raw);
-  __nv_bfloat162* b2 = reinterpret_cast<__nv_bfloat162*>(&b_raw);
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    const float2 a = __bfloat1622float2(a2[j]), b = __bfloat1622float2(b2[j]);
-    const float c0 = cs[i + 2 * j], c1 = cs[i + 2 * j + 1], s0 = sn[i + 2 * j], s1 = sn[i + 2 * j + 1];
-    a2[j] = __floats2bfloat162_rn(a.x * c0 - b.x * s0, a.y * c1 - b.y * s1);
-    b2[j] = __floats2bfloat162_rn(b.x * c0 + a.x * s0, b.y * c1 + a.y * s1);
-  }
-  *reinterpret_cast<uint2*>(v + i) = a_raw;
-  *reinterpret_cast<uint2*>(v + i + half) = b_raw;
-}
+using rope_rotate::kPairsPerThread;
 
 __global__ void __launch_bounds__(kRopeThreads) rope_kernel(const RopeParams p) {
   __shared__ float cs[kMaxHalf], sn[kMaxHalf];
@@ -67,10 +52,7 @@ __global__ void __launch_bounds__(kRopeThreads) rope_kernel(const RopeParams p) 
   const float pos = float(p.positions ? int64_t(p.positions[t]) : p.pos0 + t);
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
     const float f = p.inv_freq ? p.inv_freq[i] : rope_inv_freq(p, i);
-    float sv, cv;
-    sincosf(pos * f, &sv, &cv);
-    sn[i] = sv * p.attn_factor;
-    cs[i] = cv * p.attn_factor;
+    rope_rotate::cos_sin(pos, f, p.attn_factor, &cs[i], &sn[i]);
   }
   __syncthreads();
   const int groups = half / kPairsPerThread;  // 4-pair groups per head
@@ -80,7 +62,7 @@ __global__ void __launch_bounds__(kRopeThreads) rope_kernel(const RopeParams p) 
   for (int w = threadIdx.x; w < total; w += blockDim.x) {
     const int h = w / groups, i = (w % groups) * kPairsPerThread;
     bf16* v = h < p.n_q_heads ? q + int64_t(h) * p.head_dim : k + int64_t(h - p.n_q_heads) * p.head_dim;
-    rotate4(v, i, half, cs, sn);
+    rope_rotate::rotate4(v, v, i, half, cs, sn);
   }
 }
 

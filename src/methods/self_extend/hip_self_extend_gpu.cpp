@@ -58,7 +58,15 @@ class HipSelfExtendGpu final : public GpuMethod {
   bool decodes() const override { return true; }
   bool decode_reads_fp8() const override { return false; }
   bool attends() const override { return true; }
-  bool decode_graph_safe() const override { return false; }
+  // Graph-safe decode: the rotations and lengths come from the device (SelfExtendGpu::rotate_step),
+  // the index from HiP's device mask cache (its refresh decided on the device, as plain HiP), both
+  // parts run cuda::sparse_decode on device lengths. The route is the one host decision: a tile
+  // reaching down to HiP's dense threshold decodes eagerly.
+  bool decode_graph_safe() const override { return true; }
+  int64_t decode_graph_min_kv() const override {
+    const HipMethod* m = side_[1].get();  // route: dense while n_kv <= window + sinks + k
+    return m ? m->params().window + m->params().sinks + m->params().topk.k : 0;
+  }
   bool keeps_sequence_state() const override { return true; }  // rotated keys and HiP's mask cache
   void start_sequence(cuda::Stream s) override {
     se_.start_sequence(s);
@@ -125,9 +133,10 @@ class HipSelfExtendGpu final : public GpuMethod {
 
   void decode(const GpuAttendStep& step, GpuMethod& hip, cuda::Stream s) {
     if (!step.n_kv_dev) fail("internal: HiP + Self-Extend decode needs the step's device length");
-    const int64_t W = se_params_.neighbor, pos = step.n_kv - 1;
-    const void* q_grp = se_.rotated_queries(step, true, s);
-    const void* q_own = se_.rotated_queries(step, false, s);
+    const int64_t W = se_params_.neighbor;
+    // rotate_step rotated the query at both positions from the device length.
+    const void* q_grp = se_.decode_queries(true);
+    const void* q_own = se_.decode_queries(false);
     // The layer's rotated keys as a one-page view of the step's length (n_kv_dev).
     KvView kv;
     kv.k_pool = se_.keys_grouped(step.layer);
@@ -159,8 +168,8 @@ class HipSelfExtendGpu final : public GpuMethod {
     d.kv.k_pool = se_.keys_own(step.layer);
     d.window = W;
     cuda::sparse_decode(d, s);
-    if (pos < W) return;  // no far keys yet
-    // (SE2) far: the index's keys <= pos - W.
+    // (SE2) far: the index's keys <= pos - W; none while pos < W (the kernel's row without keys:
+    // LSE = -inf, which the merge leaves as the near part), so no host branch.
     d.q = q_grp;
     d.o = se_.far_out();
     d.lse = se_.lse_far();

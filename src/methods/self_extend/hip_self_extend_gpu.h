@@ -24,7 +24,11 @@
 // the Hopper kernel, its windowed variant for the near part). Benchmarks: docs/benchmarks.md.
 // Memory: dense Self-Extend's (2 x the K cache in rotated copies) + HiP's index buffers.
 // Not on the GPU (the registry refuses, "use --device cpu"): Self-Extend with a sparse method
-// other than HiP, the fp8 KV cache's decode, KV offload; decode runs eagerly (no CUDA graph).
+// other than HiP, the fp8 KV cache's decode, KV offload.
+// Decode replays from CUDA graphs (decode_graph_safe): dense Self-Extend's device-length prep
+// (self_extend_gpu.h), HiP's device mask cache and refresh schedule, sparse_decode on device
+// lengths; tiles at or below HiP's dense threshold (window + sinks + k keys: the route, a host
+// decision) decode eagerly (decode_graph_min_kv).
 #pragma once
 #include <memory>
 

@@ -27,8 +27,8 @@ const char* row_at(const void* base, int64_t row, int64_t row_elems) {
 }  // namespace
 
 struct SelfExtendGpu::Sizes {
-  size_t keys, q, lse, pos, ws;  // one block of each (keys: all layers of one regime)
-  size_t total() const { return 2 * keys + 3 * q + 2 * lse + 2 * pos + ws; }
+  size_t keys, q, lse, pos, lens, ws;  // one block of each (keys: all layers of one regime)
+  size_t total() const { return 2 * keys + 3 * q + 2 * lse + 2 * pos + lens + ws; }
 };
 
 SelfExtendGpu::Sizes SelfExtendGpu::sizes(const GpuShape& shape) const {
@@ -39,6 +39,7 @@ SelfExtendGpu::Sizes SelfExtendGpu::sizes(const GpuShape& shape) const {
           .q = round_up(chunk * q_row),
           .lse = round_up(size_t(ctx_.n_head) * chunk * sizeof(float)),
           .pos = round_up(cap * sizeof(int32_t)),
+          .lens = round_up(2 * sizeof(int32_t)),
           .ws = round_up(cuda::decode_workspace_bytes(1, ctx_.n_head, ctx_.head_dim, int64_t(cap)))};
 }
 
@@ -57,6 +58,7 @@ void SelfExtendGpu::allocate(const GpuShape& shape, cuda::Stream s) {
   lse_far_ = static_cast<float*>(arena_->alloc(z.lse));
   key_pos_ = static_cast<int32_t*>(arena_->alloc(z.pos));
   query_pos_ = static_cast<int32_t*>(arena_->alloc(z.pos));
+  lens_ = static_cast<int32_t*>(arena_->alloc(z.lens));
   decode_ws_bytes_ = z.ws;
   decode_ws_ = arena_->alloc(z.ws);
   capacity_ = std::max<int64_t>(shape.capacity, 1);
@@ -75,30 +77,33 @@ void SelfExtendGpu::allocate(const GpuShape& shape, cuda::Stream s) {
   cuda::stream_sync(s);  // kp, qp are locals
   rotated_.assign(size_t(ctx_.n_layer), 0);
   rotated_of_.assign(size_t(ctx_.n_layer), nullptr);
+  decode_chain_.assign(size_t(ctx_.n_layer), 0);
 }
 
 void SelfExtendGpu::release() {
   arena_.reset();
   k_own_ = k_grp_ = q_own_ = q_grp_ = o_far_ = decode_ws_ = nullptr;
   lse_near_ = lse_far_ = nullptr;
-  key_pos_ = query_pos_ = nullptr;
+  key_pos_ = query_pos_ = lens_ = nullptr;
   decode_ws_bytes_ = 0;
   capacity_ = chunk_ = 0;
   rotated_.clear();
   rotated_of_.clear();
+  decode_chain_.clear();
 }
 
 void SelfExtendGpu::start_sequence(cuda::Stream) {
   std::fill(rotated_.begin(), rotated_.end(), 0);
   std::fill(rotated_of_.begin(), rotated_of_.end(), nullptr);
+  std::fill(decode_chain_.begin(), decode_chain_.end(), 0);
 }
 
 GpuIndex SelfExtendGpu::build_prefill(const GpuPrefillStep&, cuda::Stream) {
   fail("internal: Self-Extend attends its steps itself (GpuMethod::attend)");
 }
 
-void SelfExtendGpu::rotate_keys(const GpuAttendStep& step, int64_t from, cuda::Stream s) {
-  const int64_t row = int64_t(ctx_.n_kv_head) * ctx_.head_dim, n = step.n_kv - from;
+void SelfExtendGpu::rotate_keys(const GpuAttendStep& step, int64_t from, int64_t to, cuda::Stream s) {
+  const int64_t row = int64_t(ctx_.n_kv_head) * ctx_.head_dim, n = to - from;
   if (n <= 0) return;
   const size_t layer_off = size_t(step.layer) * size_t(capacity_);
   for (const bool grouped : {false, true}) {
@@ -164,10 +169,33 @@ void SelfExtendGpu::rotate_step(const GpuAttendStep& step, cuda::Stream s) {
   // from other key memory (see the header).
   const int64_t q_pos0 = step.n_kv - step.n_q;
   const size_t l = size_t(step.layer);
-  const int64_t from = rotated_of_[l] == step.k ? std::min(rotated_[l], q_pos0) : 0;
-  rotate_keys(step, from, s);
+  const bool same = rotated_of_[l] == step.k;
+  const bool decode = step.phase == Phase::decode && step.n_q == 1;
+  if (!decode) {
+    rotate_keys(step, same ? std::min(rotated_[l], q_pos0) : 0, step.n_kv, s);
+  } else {
+    // Rows below pos that no decode step rotated (host lengths; none in the model's decode after
+    // a prefill), then row pos, the query and the lengths from the device length.
+    const int64_t from = !same ? 0 : decode_chain_[l] ? q_pos0 : std::min(rotated_[l], q_pos0);
+    rotate_keys(step, from, q_pos0, s);
+    const size_t layer_off = size_t(step.layer) * size_t(capacity_);
+    const int64_t kv_row = int64_t(ctx_.n_kv_head) * ctx_.head_dim;
+    cuda::self_extend_decode_prep({.n_kv_dev = step.n_kv_dev, .n_kv = step.n_kv, .k = step.k,
+                                   .k_own = row_at(k_own_, int64_t(layer_off), kv_row),
+                                   .k_grp = row_at(k_grp_, int64_t(layer_off), kv_row), .q = step.q, .q_own = q_own_,
+                                   .q_grp = q_grp_, .key_pos = key_pos_, .query_pos = query_pos_,
+                                   .inv_freq = step.inv_freq, .attn_factor = step.rope_factor, .n_head = ctx_.n_head,
+                                   .n_kv_head = ctx_.n_kv_head, .head_dim = ctx_.head_dim, .neighbor = se_.neighbor,
+                                   .lens = lens_},
+                                  s);
+  }
   rotated_[l] = step.n_kv;
   rotated_of_[l] = step.k;
+  decode_chain_[l] = decode;
+}
+
+int64_t SelfExtendGpu::decode_bound(const GpuAttendStep& step) const {
+  return step.n_kv_dev ? std::min(std::max(step.n_kv_bound, step.n_kv), capacity_) : step.n_kv;
 }
 
 void SelfExtendGpu::prefill(const GpuAttendStep& step, cuda::Stream s) {
@@ -197,29 +225,31 @@ void SelfExtendGpu::prefill(const GpuAttendStep& step, cuda::Stream s) {
 }
 
 void SelfExtendGpu::decode(const GpuAttendStep& step, cuda::Stream s) {
-  const int64_t W = se_.neighbor, pos = step.n_kv - 1;
+  // rotate_step prepared the step on the device: q_own_ / q_grp_, row pos of both key copies,
+  // lens_ = {n_kv, max(n_kv - W, 0)}. The plans are sized by the bound, the lengths read on the device.
+  const int64_t W = se_.neighbor, bound = decode_bound(step);
   const int64_t kv_row = int64_t(ctx_.n_kv_head) * ctx_.head_dim;
   const size_t layer_off = size_t(step.layer) * size_t(capacity_);
   cuda::DecodeParams dp{.v = step.v, .n_seq = 1, .n_head = ctx_.n_head, .n_kv_head = ctx_.n_kv_head,
                         .head_dim = ctx_.head_dim, .scale = step.scale, .workspace = decode_ws_,
                         .workspace_bytes = decode_ws_bytes_};
   // (SE1) near: the last W keys at their own positions.
-  rotate_queries(step, pos, false, q_own_, s);
   dp.q = q_own_;
   dp.k = row_at(k_own_, int64_t(layer_off), kv_row);
   dp.o = step.o;
   dp.lse = lse_near_;
-  dp.n_kv = step.n_kv;
+  dp.n_kv = bound;
+  dp.kv_lens = lens_;
   dp.window = W;
   cuda::attention_decode(dp, s);
-  if (pos < W) return;  // no far keys yet
-  // (SE2) far: keys 0..pos-W at grouped positions.
-  rotate_queries(step, pos, true, q_grp_, s);
+  // (SE2) far: keys 0..pos-W at grouped positions; none while pos < W (length 0: LSE = -inf, the
+  // merge keeps the near part; self_extend.h).
   dp.q = q_grp_;
   dp.k = row_at(k_grp_, int64_t(layer_off), kv_row);
   dp.o = o_far_;
   dp.lse = lse_far_;
-  dp.n_kv = step.n_kv - W;
+  dp.n_kv = std::max<int64_t>(bound - W, 1);  // the plan's bound (attention_decode needs >= 1)
+  dp.kv_lens = lens_ + 1;
   dp.window = 0;
   cuda::attention_decode(dp, s);
   merge(step, 0, s);  // (SE3); decode's lse [n_seq = 1, n_head] is [n_head, n_q = 1]
