@@ -12,6 +12,11 @@
 //     the logit tolerance covers that on this model (printed: worst |diff| / tol).
 //     The sparse path ran: where HiP + Self-Extend's logits differ from dense Self-Extend's
 //     beyond noise, the GPU's are much closer to the CPU's HiP + Self-Extend than to dense.
+//     The decode steps replay from CUDA graphs (decode_graph_safe). With self_extend=4:160 (W past
+//     HiP's dense threshold of 100 keys), a 120-token prompt and 60 decode steps: the tile below
+//     128 keys decodes eagerly (decode_graph_min_kv 100), the next replays and crosses W (far parts
+//     with no keys before it, LSE -inf); graph decode bit-equal to eager decode, both within the
+//     tolerance of the CPU engine.
 // (2) The GPU side's properties and what stays refused (no GPU needed).
 //   build/tests/gpu/test_gpu_hip_self_extend   (also part of test_gpu)
 #ifdef LONGCTX_WITH_GPU
@@ -55,15 +60,19 @@ test::TinyModel& fixture() {
   return *f;
 }
 
+// graph false: decode eagerly; captures: the decode graphs captured (the steps replayed from them).
 Rows run_gpu(const std::string& spec, int64_t chunk, const std::vector<int32_t>& ids,
-             const std::vector<int32_t>& decode) {
+             const std::vector<int32_t>& decode, bool graph = true, int64_t* captures = nullptr) {
   test::TinyModel& f = fixture();
   gpu::GpuOptions o;
   o.chunk = chunk;
   o.attn = spec;
   gpu::GpuTransformer g(f.cfg, gpu::DeviceWeights::upload(f.cfg, ModelWeights::load(*f.file, f.cfg), nullptr), o);
+  g.set_cuda_graph(graph);
   g.reset(int64_t(ids.size() + decode.size()));
-  return test::logit_rows(g, ids, decode, kRows);
+  Rows r = test::logit_rows(g, ids, decode, kRows);
+  if (captures) *captures = g.graph_captures();
+  return r;
 }
 
 Rows run_cpu(const std::string& spec, int64_t chunk, const std::vector<int32_t>& ids,
@@ -81,7 +90,9 @@ Rows run_cpu(const std::string& spec, int64_t chunk, const std::vector<int32_t>&
 void check_model(int64_t chunk) {
   const int32_t vocab = fixture().cfg.vocab_size;
   const auto ids = random_ids(700, vocab, 61), dec = random_ids(12, vocab, 62);
-  const Rows gpu = run_gpu(kSpec, chunk, ids, dec), cpu = run_cpu(kSpec, chunk, ids, dec);
+  int64_t captures = 0;
+  const Rows gpu = run_gpu(kSpec, chunk, ids, dec, true, &captures), cpu = run_cpu(kSpec, chunk, ids, dec);
+  EXPECT_GT(captures, 0) << "the decode steps did not replay from a CUDA graph";
   const std::string what = "chunk " + std::to_string(chunk) + ": GPU vs CPU HiP + Self-Extend";
   test::expect_rows_match(cpu, gpu, what);
   test::expect_method_path_ran(gpu, cpu, run_gpu("dense=self_extend=4:64", chunk, ids, dec), what);
@@ -97,6 +108,25 @@ TEST(GpuHipSelfExtendModel, MatchesCpuEngineChunks100) {
   check_model(100);
 }
 
+TEST(GpuHipSelfExtendModel, GraphDecodeAcrossWindowEqualsEager) {
+  REQUIRE_GPU();
+  const std::string spec = "hip=k=64,window=32,sinks=4,refresh=4,dense_layers=0,self_extend=4:160";
+  const int32_t vocab = fixture().cfg.vocab_size;
+  const auto ids = random_ids(120, vocab, 63), dec = random_ids(60, vocab, 64);
+  int64_t captures = 0, eager_captures = -1;
+  const Rows graph = run_gpu(spec, 256, ids, dec, true, &captures);
+  const Rows eager = run_gpu(spec, 256, ids, dec, false, &eager_captures);
+  EXPECT_EQ(captures, 1);  // n_kv 129..180: one tile replays; 121..128 decode eagerly (HiP's threshold)
+  EXPECT_EQ(eager_captures, 0);
+  ASSERT_EQ(graph.size(), eager.size());
+  int64_t differ = 0;
+  for (size_t i = 0; i < graph.size(); ++i) differ += graph[i] != eager[i];
+  EXPECT_EQ(differ, 0) << "rows whose graph logits differ from eager";
+  std::printf("HiP + Self-Extend graph decode across W: %lld captures, %lld of %zu rows differ from eager\n",
+              (long long)captures, (long long)differ, graph.size());
+  test::expect_rows_match(run_cpu(spec, 256, ids, dec), graph, "GPU (graph decode across W) vs CPU HiP + Self-Extend");
+}
+
 TEST(GpuHipSelfExtendParse, GpuSideAndRefusals) {
   const MethodContext mc = test::ctx_of(fixture().cfg);
   const auto m = make_attention_method(kSpec, mc);
@@ -105,7 +135,8 @@ TEST(GpuHipSelfExtendParse, GpuSideAndRefusals) {
   ASSERT_NE(g, nullptr);
   EXPECT_TRUE(g->attends());
   EXPECT_TRUE(g->decodes());
-  EXPECT_FALSE(g->decode_graph_safe());
+  EXPECT_TRUE(g->decode_graph_safe());
+  EXPECT_EQ(g->decode_graph_min_kv(), 32 + 4 + 64);  // HiP's dense threshold: window + sinks + k
   EXPECT_FALSE(g->decode_reads_fp8());
   EXPECT_TRUE(g->keeps_sequence_state());
   // HiP's index buffers on top of dense Self-Extend's.
