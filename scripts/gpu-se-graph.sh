@@ -8,13 +8,15 @@
 #               without it
 #   tests       test_gpu_self_extend (the step vs the fp64 oracle, eager and graph-replayed across W;
 #               the prep kernel vs its CPU twin and cuda::rope; the GPU model vs the CPU engine, graph
-#               decode bit-equal to eager) and test_gpu_hip_self_extend (the same for HiP + Self-Extend)
+#               decode bit-equal to eager) and test_gpu_hip_self_extend (the same for HiP + Self-Extend);
+#               test_cuda's RoPE users (cuda::rope's arithmetic moved to rope_rotate.cuh) and test_gpu's
+#               GpuPreRopeWindow (Self-Extend on Gemma 3's global layers, now graph-replayed) and GpuGraph
 #   memcheck    compute-sanitizer on the prep kernel's and the replayed steps' tests
 #   model A/B   longctx bench model, decode tok/s of the branch beside main's longctx (eager Self-Extend
 #               decode there), interleaved: smollm2-135m (random weights, 30 layers) at 16K and 32K,
 #               --decode 64, for dense=self_extend=8:1024, hip=self_extend=8:1024, hip, dense; and
 #               llama3-8b:4 at 32K with hip=dense_layers=0,self_extend=8:1024
-# Pack (here, after nice ninja -C build -j2 longctx test_gpu_self_extend test_gpu_hip_self_extend;
+# Pack (here, after nice ninja -C build -j2 longctx test_gpu_self_extend test_gpu_hip_self_extend test_cuda test_gpu;
 # MAIN: main's build folder):
 #   bash scripts/gpu-se-graph.sh --pack build /work/main/build .carry/se-graph
 # Run (device): run(command="OUT=$OUT GIT_COMMIT=<sha> bash .carry/se-graph/gpu-se-graph.sh",
@@ -27,13 +29,14 @@ if [ "${1:-}" = --pack ]; then
   set -e
   build=$2 main=$3 c=$4 tmp=/tmp/se-graph-pack
   rm -rf "$c" "$tmp" && mkdir -p "$c" "$tmp"
-  cp "$build/tests/gpu/test_gpu_self_extend" "$build/tests/gpu/test_gpu_hip_self_extend" "$build/src/cli/longctx" "$tmp/"
+  cp "$build/tests/gpu/test_gpu_self_extend" "$build/tests/gpu/test_gpu_hip_self_extend" "$build/src/cli/longctx" \
+    "$build/tests/cuda/test_cuda" "$build/tests/gpu/test_gpu" "$tmp/"
   cp "$main/src/cli/longctx" "$tmp/longctx_main"
   strip "$tmp"/*
-  carry_libs "$tmp/lib" "$build/tests/gpu/test_gpu_self_extend" "$build/src/cli/longctx"
+  carry_libs "$tmp/lib" "$build/tests/gpu/test_gpu" "$build/tests/cuda/test_cuda" "$build/src/cli/longctx"
   # One xz stream with a 64 MB dictionary: main's and the branch's longctx share most bytes.
   XZ_OPT="-9 -T1" tar -C "$tmp" -cJf "$c/bins.tar.xz" longctx longctx_main test_gpu_self_extend \
-    test_gpu_hip_self_extend lib
+    test_gpu_hip_self_extend test_gpu test_cuda lib
   cp "$0" "$D/gpu-carry.sh" "$c/"
   ls -la "$c"; du -sh "$c"; exit 0
 fi
@@ -49,10 +52,13 @@ tail -1 "$L/model.log" | tee -a "$OUT/summary.txt"
 
 step test_gpu_self_extend 120 $B/test_gpu_self_extend
 step test_gpu_hip_self_extend 90 $B/test_gpu_hip_self_extend
+step test_cuda_rope 60 $B/test_cuda --gtest_filter='OpsSmall.*:BlockOpsSmall.*:TokenSelectCompactKv.*'
+step test_gpu_prerope_graph 90 $B/test_gpu --gtest_filter='GpuPreRopeWindow.*:GpuGraph.*'
 step memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 99 $B/test_gpu_self_extend \
   --gtest_filter='GpuSelfExtendPrep.*:GpuSelfExtendStep.GraphReplayedDecodeAcrossWindow'
 grep -h "differ from eager\|graph decode across W\|decode prep\|worst |diff|/tol\|FAILED\|PASSED" \
-  $L/test_gpu_self_extend.log $L/test_gpu_hip_self_extend.log $L/memcheck.log 2>/dev/null | head -40 |
+  $L/test_gpu_self_extend.log $L/test_gpu_hip_self_extend.log $L/test_cuda_rope.log $L/test_gpu_prerope_graph.log \
+  $L/memcheck.log 2>/dev/null | head -40 |
   tee -a "$OUT/summary.txt"
 
 # Model A/B: decode tok/s, main (eager Self-Extend decode) and branch (graph replay) interleaved.

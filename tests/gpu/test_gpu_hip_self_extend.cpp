@@ -124,7 +124,8 @@ TEST(GpuHipSelfExtendModel, GraphDecodeAcrossWindowEqualsEager) {
   EXPECT_EQ(differ, 0) << "rows whose graph logits differ from eager";
   std::printf("HiP + Self-Extend graph decode across W: %lld captures, %lld of %zu rows differ from eager\n",
               (long long)captures, (long long)differ, graph.size());
-  test::expect_rows_match(run_cpu(spec, 256, ids, dec), graph, "GPU (graph decode across W) vs CPU HiP + Self-Extend");
+  test::expect_rows_match(run_cpu(spec, 256, ids, dec), graph,
+                          "GPU (graph decode across W) vs CPU HiP + Self-Extend");
 }
 
 TEST(GpuHipSelfExtendParse, GpuSideAndRefusals) {

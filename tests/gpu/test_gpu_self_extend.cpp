@@ -289,7 +289,8 @@ void run_replay(const StepGeometry& g, int64_t p0, int64_t p1, const char* what)
     }
     EXPECT_EQ(differ, 0) << what << ": replayed decode steps whose output differs from eager";
     std::printf("%s: %lld replayed decode steps (pos %lld..%lld, W %lld), %lld differ from eager\n", what,
-                (long long)(p1 - p0), (long long)p0, (long long)(p1 - 1), (long long)g.se.neighbor, (long long)differ);
+                (long long)(p1 - p0), (long long)p0, (long long)(p1 - 1), (long long)g.se.neighbor,
+                (long long)differ);
     const Step after{p1, 1, true};
     const auto got = rg.run(after, s, bound);
     check_output(a, after, got, g.se, what);
@@ -383,7 +384,8 @@ void check_prep(int head_dim, const SelfExtendParams& se, float factor) {
   const auto kh = cuda::test::random_bf16(size_t(kCap) * krow, 1.0, kd);
   const auto qh = cuda::test::random_bf16(qrow, 1.0, qd);
   // The rotated copies start as other random rows: every row but pos must stay as it was.
-  auto own = cuda::test::random_bf16(size_t(kCap) * krow, 1.0, od), grp = cuda::test::random_bf16(size_t(kCap) * krow, 1.0, gd);
+  auto own = cuda::test::random_bf16(size_t(kCap) * krow, 1.0, od);
+  auto grp = cuda::test::random_bf16(size_t(kCap) * krow, 1.0, gd);
   std::vector<float> inv;
   for (int i = 0; i < d / 2; ++i) inv.push_back(1.0f / std::pow(10000.f, float(2 * i) / float(d)));
   std::vector<int32_t> kp, qp;
@@ -431,7 +433,8 @@ void check_prep(int head_dim, const SelfExtendParams& se, float factor) {
       cuda::copy_d2h(gqg.data(), q_grp.p, qrow * 2);
       cuda::copy_d2h(gl, lens.p, 8);
       cuda::check_last_error("self_extend_decode_prep");
-      const std::string at = "d" + std::to_string(d) + " pos " + std::to_string(pos) + (device_len ? " (device length)" : "");
+      const std::string at =
+          "d" + std::to_string(d) + " pos " + std::to_string(pos) + (device_len ? " (device length)" : "");
       EXPECT_EQ(gl[0], pos + 1) << at;
       EXPECT_EQ(gl[1], std::max<int64_t>(pos + 1 - W, 0)) << at;
       const size_t r0 = size_t(pos) * krow;
@@ -534,7 +537,8 @@ TEST(GpuSelfExtendModel, GraphDecodeAcrossWindowEqualsEager) {
   const int32_t vocab = fixture().cfg.vocab_size;
   const auto ids = random_ids(20, vocab, 53), dec = random_ids(60, vocab, 54);
   int64_t captures = 0, eager_captures = -1;
-  const Rows graph = run_gpu(spec, ids, dec, true, &captures), eager = run_gpu(spec, ids, dec, false, &eager_captures);
+  const Rows graph = run_gpu(spec, ids, dec, true, &captures);
+  const Rows eager = run_gpu(spec, ids, dec, false, &eager_captures);
   EXPECT_GE(captures, 2);
   EXPECT_EQ(eager_captures, 0);
   ASSERT_EQ(graph.size(), eager.size());

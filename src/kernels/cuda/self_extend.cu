@@ -76,7 +76,8 @@ __global__ void __launch_bounds__(kPrepThreads) self_extend_decode_prep_kernel(c
 }  // namespace
 
 void self_extend_decode_prep(const SelfExtendDecodePrepParams& p, Stream s) {
-  LC_REQUIRE(p.k && p.k_own && p.k_grp && p.q && p.q_own && p.q_grp && p.key_pos && p.query_pos && p.inv_freq && p.lens,
+  LC_REQUIRE(p.k && p.k_own && p.k_grp && p.q && p.q_own && p.q_grp && p.key_pos && p.query_pos && p.inv_freq &&
+                 p.lens,
              "self_extend_decode_prep: null pointer");
   LC_REQUIRE(p.n_kv_dev || p.n_kv >= 1, "self_extend_decode_prep: no key count (n_kv_dev null, n_kv %lld)",
              (long long)p.n_kv);
