@@ -26,6 +26,16 @@ struct Shape {
 // A fresh generator seeded from the run's printed seed (test_util.h rng()).
 inline std::mt19937_64 gen() { return std::mt19937_64(rng()()); }
 
+// Ends block row `hi`'s current block with ranges rs and columns cs, each sorted (the format's
+// order: by range start, columns ascending; overlaps and repeats stay).
+inline void end_block_sorted(HeadIndex& hi, std::vector<KeyRange> rs, std::vector<int32_t> cs) {
+  std::sort(rs.begin(), rs.end(), [](auto& a, auto& c) { return a.start < c.start; });
+  for (auto& r : rs) hi.ranges.push_back(r);
+  std::sort(cs.begin(), cs.end());
+  for (int32_t c : cs) hi.cols.push_back(c);
+  hi.end_block();
+}
+
 // Many short ranges and many columns per block (150 ranges of 1-20 keys, 200 columns): most tiles
 // are partial, ranges overlap and columns fall inside ranges.
 inline SparseIndex many_short(const Shape& sh, int n_index_head, std::mt19937_64& g) {
@@ -40,13 +50,9 @@ inline SparseIndex many_short(const Shape& sh, int n_index_head, std::mt19937_64
         const int32_t s0 = key(g);
         rs.push_back({s0, s0 + len(g)});
       }
-      std::sort(rs.begin(), rs.end(), [](auto& a, auto& c) { return a.start < c.start; });
-      for (auto& r : rs) hi.ranges.push_back(r);
       std::vector<int32_t> cs;
       for (int i = 0; i < 200; ++i) cs.push_back(key(g));
-      std::sort(cs.begin(), cs.end());
-      for (int32_t c : cs) hi.cols.push_back(c);
-      hi.end_block();
+      end_block_sorted(hi, std::move(rs), std::move(cs));
     }
   return idx;
 }

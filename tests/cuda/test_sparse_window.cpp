@@ -238,13 +238,9 @@ SparseIndex hip_like(const Shape& sh, int n_index_head, std::mt19937_64& g) {
       }
       const int32_t s0 = key(g);
       rs.push_back({s0, s0 + lng(g)});
-      std::sort(rs.begin(), rs.end(), [](auto& a, auto& c) { return a.start < c.start; });
-      for (auto& r : rs) hi.ranges.push_back(r);
       std::vector<int32_t> cs;
       for (int i = 0; i < 60; ++i) cs.push_back(key(g));
-      std::sort(cs.begin(), cs.end());
-      for (int32_t c : cs) hi.cols.push_back(c);
-      hi.end_block();
+      end_block_sorted(hi, std::move(rs), std::move(cs));
     }
   return idx;
 }

@@ -120,4 +120,15 @@ inline void expect_method_path_ran(const Rows& gpu, const Rows& cpu, const Rows&
   }
 }
 
+// Graph-replayed decode against eager decode of the same run: the same kernels and plans, so
+// every row bit-equal (what names the run in the failure and the printed summary).
+inline void expect_rows_bit_equal(const Rows& graph, const Rows& eager, int64_t captures, const std::string& what) {
+  ASSERT_EQ(graph.size(), eager.size()) << what;
+  int64_t differ = 0;
+  for (size_t i = 0; i < graph.size(); ++i) differ += graph[i] != eager[i];
+  EXPECT_EQ(differ, 0) << what << ": rows whose graph logits differ from eager";
+  std::printf("%s: %lld captures, %lld of %zu rows differ from eager\n", what.c_str(), (long long)captures,
+              (long long)differ, graph.size());
+}
+
 }  // namespace longctx::test
