@@ -90,8 +90,6 @@ class SelfExtendGpu final : public GpuMethod {
   const void* rotated_queries(const GpuAttendStep& step, bool grouped, cuda::Stream s);
   // A decode step's query rotated by rotate_step at its own / grouped position, bf16 [n_head, head_dim].
   const void* decode_queries(bool grouped) const { return grouped ? q_grp_ : q_own_; }
-  // The split plans' key bound of a decode step: n_kv_bound (>= every length a replay sees), else n_kv.
-  int64_t decode_bound(const GpuAttendStep& step) const;
   // The far part's output bf16 [chunk, n_head, head_dim] and the two parts' LSEs fp32 [n_head, chunk].
   void* far_out() const { return o_far_; }
   float* lse_near() const { return lse_near_; }
@@ -102,6 +100,8 @@ class SelfExtendGpu final : public GpuMethod {
 
  private:
   struct Sizes;
+  // The split plans' key bound of a decode step: n_kv_bound (>= every length a replay sees), else n_kv.
+  int64_t decode_bound(const GpuAttendStep& step) const;
   Sizes sizes(const GpuShape& shape) const;
   // Rotates rows [from, to) of layer l's keys into its own and grouped copies.
   void rotate_keys(const GpuAttendStep& step, int64_t from, int64_t to, cuda::Stream s);
