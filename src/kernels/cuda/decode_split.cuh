@@ -24,6 +24,7 @@
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/fa2_tile.cuh"
+#include "kernels/cuda/fp8_vec.cuh"
 #include "kernels/cuda/mma.cuh"
 
 namespace longctx::cuda::decode_split {
@@ -200,10 +201,9 @@ __global__ void __launch_bounds__(DecodeTile<D, kFp8>::kThreads)
           uint32_t h[8];
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
-            const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(w[i] & 0xffffu), __NV_E4M3);
-            const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(w[i] >> 16), __NV_E4M3);
-            h[2 * i] = uint32_t(lo.x) | (uint32_t(lo.y) << 16);
-            h[2 * i + 1] = uint32_t(hi.x) | (uint32_t(hi.y) << 16);
+            const uint2 f = fp8vec::e4m3x4_to_f16x4(w[i]);
+            h[2 * i] = f.x;
+            h[2 * i + 1] = f.y;
           }
           const uint32_t dst = (kv ? sVc : sKc) - sK;
           *reinterpret_cast<uint4*>(smem + dst + swz<D>(r, 2 * c)) = make_uint4(h[0], h[1], h[2], h[3]);

@@ -1,6 +1,6 @@
 // fp8_vec.cuh (cuda, internal): e4m3 <-> float conversions and 8-element bf16 <-> e4m3 vectors
 // (16 bytes of bf16, 8 of e4m3) for the memory-bound fp8 KV-cache kernels (gpu/kv_fp8.cu,
-// kv/cuda/kv_scatter.cu, paged_dot.cu's fp8 keys), plus the grid size of their grid-stride loops. Conversions saturate
+// kv/cuda/kv_scatter.cu, paged_dot.cu's fp8 keys; the fp8 attention and HiP scorers' widening), plus the grid size of their grid-stride loops. Conversions saturate
 // (__NV_SATFINITE) as the host twin kernels/ref/fp8_e4m3.h does.
 #pragma once
 #include <cuda_bf16.h>
@@ -32,6 +32,23 @@ __device__ __forceinline__ float from_e4m3(uint8_t b) {
 __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two) {
   const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(two), __NV_E4M3);
   return uint32_t(h.x) | (uint32_t(h.y) << 16);
+}
+
+// Four e4m3 (one 32-bit word, first element lowest) -> four fp16: .x holds elements 0-1, .y 2-3
+// (mma operand order). Two cvts that read the word's 16-bit halves in place: the SASS cvt takes
+// its operand's high half directly (F2FP ... R.H1), where a shift (w >> 16) feeding
+// e4m3x2_to_f16x2 costs one more instruction a pair (ptxas keeps the shift). Exact, as above.
+__device__ __forceinline__ uint2 e4m3x4_to_f16x4(uint32_t four) {
+  uint2 out;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  asm("{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %2;\n\tcvt.rn.f16x2.e4m3x2 %0, lo;\n\tcvt.rn.f16x2.e4m3x2 %1, hi;\n\t}"
+      : "=r"(out.x), "=r"(out.y)
+      : "r"(four));
+#else
+  out.x = e4m3x2_to_f16x2(four & 0xffffu);
+  out.y = e4m3x2_to_f16x2(four >> 16);
+#endif
+  return out;
 }
 
 // 8 bf16 (one uint4) -> 8 e4m3 (one uint2), x * inv_scale.

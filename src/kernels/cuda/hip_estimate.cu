@@ -23,6 +23,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/fp8_vec.cuh"
 #include "kernels/cuda/hip_estimate.h"
 #include "kernels/cuda/kv_offload.cuh"
 #include "kernels/cuda/mma.cuh"
@@ -72,6 +73,7 @@ struct Smem {
   int* sel;    // [2][warps] the selection's least and greatest keys a warp (load_q: [0] a scale)
   int* cnt;    // [2][kScanSlots]
   __nv_bfloat16* qb;  // kMma: the sampled queries, bf16, in A-fragment order (qfrag_offset)
+  uint32_t* key0;     // kMma: [key0_slots(m)] each branch's first sampled key (first_key), kNoKey past 2m
   float* item;        // kMma, n_ks not dividing 8: [2m * n_ks] each (branch, sampled key) item's best score
 };
 
@@ -104,6 +106,21 @@ __device__ inline int qfrag_offset(int r, int e, int d) {
   const int p = e / 32, t = (e / 8) % 4, j = (e / 4) % 2, h = (e / 2) % 2, x = e % 2;
   return ((((mt * ((d + 31) / 32) + p) * 2 + j) * 32 + 4 * g + t) * 4 + rh + 2 * h) * 2 + x;
 }
+// The tensor-core scorer reads each branch's first sampled key, (a + g/2) * b_k + b_sk - 1, from
+// s.key0, written once a branch where the branches are made (the first split, keep_best's
+// compaction) instead of by each of the 4 lanes of each of its items from its Branch (~14
+// instructions a lane and tile: ~1/4 of the fp8 scorer's loop). Empty branches hold kNoKey,
+// which stays at or past any key_end (<= 2^31) with a sampled key's offset (< b_k) added, so
+// one unsigned compare against key_end tells a live item. The array runs to a multiple of
+// kKey0Round branches (4 n-tiles of 4 branches: score_mma's tiles at a time) so that the paper
+// case's loop reads the padding as empty items instead of testing each item against the count.
+constexpr uint32_t kNoKey = 0xffff0000u;
+constexpr int kKey0Round = 16;
+__host__ __device__ inline int64_t key0_slots(int64_t m) { return (2 * m + kKey0Round - 1) / kKey0Round * kKey0Round; }
+__host__ __device__ inline uint32_t first_key(int32_t a, int32_t g, int b_k, int b_sk) {
+  return g > 0 ? uint32_t((a + g / 2) * b_k + b_sk - 1) : kNoKey;
+}
+
 // Lays the carve out from base (nullptr: sizes only); returns the bytes. The one place the
 // regions' sizes are written: hip_estimate_smem_bytes and the kernels agree by construction.
 __host__ __device__ inline size_t lay_out(const SmemShape& c, char* base, Smem& s) {
@@ -123,6 +140,7 @@ __host__ __device__ inline size_t lay_out(const SmemShape& c, char* base, Smem& 
   s.cnt = reinterpret_cast<int*>(take(2 * kScanSlots * 4));
   s.qb = c.mma ? reinterpret_cast<__nv_bfloat16*>(take(qfrag_elems(c.d) * 2)) : nullptr;
   s.item = c.mma && 8 % c.n_ks != 0 ? reinterpret_cast<float*>(take(size_t(2 * c.m) * c.n_ks * 4)) : nullptr;
+  s.key0 = c.mma ? reinterpret_cast<uint32_t*>(take(size_t(key0_slots(c.m)) * 4)) : nullptr;
   return off;
 }
 inline size_t smem_bytes(const SmemShape& c) {
@@ -188,10 +206,10 @@ struct PhaseClock {
   }
 };
 
-// Keeps the m best of the nb branches br ranked by key (ascending, ties by branch index), writes
-// them to s.chunks[0, m) in branch order and their halves (the next iteration's branches: chunk c
-// gives 2c, the first half, empty when c is one block, and 2c + 1; the CPU's list order with the
-// empty halves removed) to next[0, 2m). Returns whether this thread kept a chunk of more than one
+// Keeps the m = k/b_k best of the nb branches br ranked by key (ascending, ties by branch index),
+// writes them to s.chunks[0, m) in branch order and their halves (the next iteration's branches:
+// chunk c gives 2c, the first half, empty when c is one block, and 2c + 1; the CPU's list order
+// with the empty halves removed) to next[0, 2m), and the halves' first sampled keys to s.key0. Returns whether this thread kept a chunk of more than one
 // block (another iteration is needed when any did).
 // The threshold T (the m-th smallest key) comes from a radix select over the bits where the keys
 // differ: in prefill one barrier gives every warp the least key and the greatest live one, whose
@@ -208,10 +226,17 @@ struct PhaseClock {
 // Barriers: prefill 2-7, usually 4; decode usually 7 (three passes of two, then the compaction's);
 // a bitonic sort of 512 keys takes 45.
 // s.hist is zero on entry and on return (the passes' bins are cleared after the last reads).
+// What keep_best keeps and how its halves are sampled (by value: decode's keep_best_call is a call,
+// and a reference to the kernel parameters' config put a copy of it on the stack).
+struct KeepShape {
+  int64_t m;       // k/b_k: branches kept
+  int32_t b_k, b_sk;
+};
 template <int kCta>
-__device__ bool keep_best(int64_t m, int nb, const Smem& s, const uint32_t* key, const Branch* br, Branch* next,
+__device__ bool keep_best(KeepShape ks, int nb, const Smem& s, const uint32_t* key, const Branch* br, Branch* next,
                           PhaseClock& pc) {
   constexpr int kWarps = kCta / 32;
+  const int64_t m = ks.m;
   // Keys a thread keeps in registers across the passes (rounds past it are read again from shared
   // memory): the paper's 512 branches (4 a thread of a prefill CTA, 1 of a decode CTA).
   constexpr int kRegRounds = 512 / kCta;
@@ -362,6 +387,10 @@ __device__ bool keep_best(int64_t m, int nb, const Smem& s, const uint32_t* key,
       s.chunks[c] = b;
       next[2 * c] = {b.a, h};
       next[2 * c + 1] = {b.a + h, b.g - h};
+      if (s.key0) {  // (read after the caller's end-of-iteration barrier)
+        s.key0[2 * c] = first_key(b.a, h, ks.b_k, ks.b_sk);
+        s.key0[2 * c + 1] = first_key(b.a + h, b.g - h, ks.b_k, ks.b_sk);
+      }
       wide |= b.g > 1;
     }
   });
@@ -372,9 +401,9 @@ __device__ bool keep_best(int64_t m, int nb, const Smem& s, const uint32_t* key,
 // keep_best as a call of its own: decode's search (512 threads, 128 registers, the FMA scorer's
 // 8 items of keys in flight) spilled more with it inlined (ptxas: 80 / 132 bytes vs 68 / 104).
 template <int kCta>
-__device__ __noinline__ bool keep_best_call(int64_t m, int nb, const Smem& s, const uint32_t* key, const Branch* br,
+__device__ __noinline__ bool keep_best_call(KeepShape ks, int nb, const Smem& s, const uint32_t* key, const Branch* br,
                                             Branch* next, PhaseClock& pc) {
-  return keep_best<kCta>(m, nb, s, key, br, next, pc);
+  return keep_best<kCta>(ks, nb, s, key, br, next, pc);
 }
 
 // 8-element key chunks a lane holds (8 lanes a dot: lane l takes chunks l, l + 8, ...): kChunks = 2
@@ -424,28 +453,23 @@ __device__ __forceinline__ uint4 load_key8(const __nv_fp8_e4m3* p) {
   uint4 out;
   uint32_t* o = reinterpret_cast<uint32_t*>(&out);
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {  // 2 codes -> half2 (exact) -> float2 -> bf162 (exact)
-    const uint32_t w = i < 2 ? v.x : v.y;
-    const __half2 h(__nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t((w >> (16 * (i % 2))) & 0xffffu), __NV_E4M3));
-    const __nv_bfloat162 b = __float22bfloat162_rn(__half22float2(h));
-    o[i] = *reinterpret_cast<const uint32_t*>(&b);
+  for (int i = 0; i < 2; ++i) {  // 4 codes -> 2 half2 (exact) -> float2 -> bf162 (exact)
+    const uint2 h = fp8vec::e4m3x4_to_f16x4(i == 0 ? v.x : v.y);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const __nv_bfloat162 b = __float22bfloat162_rn(__half22float2(*reinterpret_cast<const __half2*>(k == 0 ? &h.x : &h.y)));
+      o[2 * i + k] = *reinterpret_cast<const uint32_t*>(&b);
+    }
   }
   return out;
 }
 // The tensor-core scorer's fp8 keys: 8 codes (one uint2) as 8 f16 (one uint4, the bf16 load's
 // element order),
-// one cvt.rn.f16x2.e4m3x2 per 2 codes, exact (e4m3 is a subset of f16: 3 mantissa bits,
+// one cvt.rn.f16x2.e4m3x2 per 2 codes (fp8vec::e4m3x4_to_f16x4: no shifts), exact (e4m3 is a subset of f16: 3 mantissa bits,
 // exponents 2^-9..2^8, all f16 normals). The queries are f16 too (load_q's power-of-2 scale).
 __device__ __forceinline__ uint4 e4m3x8_to_f16(uint2 v) {
-  uint4 out;
-  uint32_t* o = reinterpret_cast<uint32_t*>(&out);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const uint32_t w = i < 2 ? v.x : v.y;
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t((w >> (16 * (i % 2))) & 0xffffu), __NV_E4M3);
-    o[i] = uint32_t(h.x) | (uint32_t(h.y) << 16);
-  }
-  return out;
+  const uint2 lo = fp8vec::e4m3x4_to_f16x4(v.x), hi = fp8vec::e4m3x4_to_f16x4(v.y);
+  return make_uint4(lo.x, lo.y, hi.x, hi.y);
 }
 
 // The paper epilogue's max over the 8 lanes of a quad column (lanes t, t + 4, ..., t + 28: the
@@ -514,11 +538,12 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
     int32_t key[kTiles];  // item g's key position (INT32_MAX: no key)
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) {
-      const int item = (tile0 + j) * 8 + g, bi = kPaper ? item >> 1 : item / n_ks, sk = item - bi * n_ks;
-      const Branch br = item < n_items ? brs[bi] : Branch{0, 0};
-      const int32_t kk = (br.a + br.g / 2) * cfg.b_k + sk * cfg.b_sk + cfg.b_sk - 1;
-      const bool ok = br.g > 0 && kk < key_end;
-      key[j] = ok ? kk : INT32_MAX;
+      // (kPaper: branch (tile0 + j) * 4 + g / 2, one base address and immediate offsets)
+      const int item = (tile0 + j) * 8 + g, bi = kPaper ? (tile0 + j) * 4 + (g >> 1) : item / n_ks;
+      const int sk = kPaper ? g & 1 : item - bi * n_ks;
+      // (kPaper: s.key0's padding holds the tiles past nb)
+      const uint32_t kk = kPaper || item < n_items ? s.key0[bi] + uint32_t(sk * cfg.b_sk) : kNoKey;
+      key[j] = kk < uint32_t(key_end) ? int32_t(kk) : INT32_MAX;
     }
     float acc[kTiles][2][4] = {};
 #pragma unroll
@@ -527,9 +552,10 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
       Raw kb[kTiles][kGroupPairs];  // [tile][k-step pair p0 + i], d <= 64 * kChunks
 #pragma unroll
       for (int j = 0; j < kTiles; ++j) {
-        // A padding item reads key 0 (always there) without a predicate: its columns are masked below.
+        // A padding item reads key key_end - 1 (always there: the region is not empty) without a
+        // predicate: its columns are masked below.
         const bool ok = key[j] != INT32_MAX;
-        const auto row = key_row(ok ? key[j] : 0, ok, t);  // bf16 or e4m3 elements, from element 8t
+        const auto row = key_row(min(key[j], key_end - 1), ok, t);  // bf16 or e4m3 elements, from element 8t
 #pragma unroll
         for (int i = 0; i < kGroupPairs; ++i)
           if (32 * (p0 + i) < d) {  // (pairs past d are never read)
@@ -569,13 +595,23 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
     // C: acc[j][mt][0..1] = (query 16mt + g, items 2t, 2t + 1), [2..3] = query 16mt + g + 8.
     if constexpr (kPaper) {
       float b[kTiles];  // this lane's best of branch (tile0 + j) * 4 + t over its 4 query rows
+      bool live = true;  // every item of the warp's tiles is a key of the region (most iterations)
 #pragma unroll
-      for (int j = 0; j < kTiles; ++j) {
-        // Lane 4i + t loaded item i: items 2t and 2t + 1 (this lane's columns) are ballot bits 8t, 8t + 4.
-        const unsigned ok = __ballot_sync(0xffffffffu, key[j] != INT32_MAX) >> (8 * t);
-        b[j] = -INFINITY;
-        if (ok & 1u) b[j] = fmaxf(fmaxf(acc[j][0][0], acc[j][0][2]), fmaxf(acc[j][1][0], acc[j][1][2]));
-        if (ok & 16u) b[j] = fmaxf(b[j], fmaxf(fmaxf(acc[j][0][1], acc[j][0][3]), fmaxf(acc[j][1][1], acc[j][1][3])));
+      for (int j = 0; j < kTiles; ++j) live = live && key[j] != INT32_MAX;
+      if (__all_sync(0xffffffffu, live)) {
+#pragma unroll
+        for (int j = 0; j < kTiles; ++j)
+          b[j] = fmaxf(fmaxf(fmaxf(acc[j][0][0], acc[j][0][2]), fmaxf(acc[j][1][0], acc[j][1][2])),
+                       fmaxf(fmaxf(acc[j][0][1], acc[j][0][3]), fmaxf(acc[j][1][1], acc[j][1][3])));
+      } else {
+#pragma unroll
+        for (int j = 0; j < kTiles; ++j) {
+          // Lane 4i + t loaded item i: items 2t and 2t + 1 (this lane's columns) are ballot bits 8t, 8t + 4.
+          const unsigned ok = __ballot_sync(0xffffffffu, key[j] != INT32_MAX) >> (8 * t);
+          b[j] = -INFINITY;
+          if (ok & 1u) b[j] = fmaxf(fmaxf(acc[j][0][0], acc[j][0][2]), fmaxf(acc[j][1][0], acc[j][1][2]));
+          if (ok & 16u) b[j] = fmaxf(b[j], fmaxf(fmaxf(acc[j][0][1], acc[j][0][3]), fmaxf(acc[j][1][1], acc[j][1][3])));
+        }
       }
       const int j = tile_of_lane<kTiles>(g);
       const float best = max_over_rows(b, g);
@@ -627,7 +663,8 @@ __device__ void score_mma(const HipEstimateConfig& cfg, const Shape& sh, const S
 // The bisection of hip_topk_blocks; leaves the selected blocks in s.chunks[0 .. count) (ascending)
 // and returns count. KeyRow(j, ok, u) gives element 8u of key j's row of this head (u: the
 // lane's first 8-element chunk, so that the address math is once an item); ok is false for padding
-// items (j = 0, row never dereferenced).
+// items (the FMA scorer: j = 0, row never dereferenced; the tensor-core scorer: a row of the
+// region read unpredicated, its scores masked).
 // kCluster CTAs (a thread-block cluster, this CTA is `rank`) share one search: each scores a
 // 1/kCluster share of the branches and stores their rank keys into every CTA's shared memory
 // (distributed shared memory); after a cluster barrier each CTA runs the same selection on all of
@@ -661,7 +698,13 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
     const int32_t a = int32_t(sh.block_begin + lo), g = int32_t(hi - lo), h = g / 2;
     s.br[0][2 * c] = {a, h};
     s.br[0][2 * c + 1] = {a + h, g - h};
+    if (s.key0) {
+      s.key0[2 * c] = first_key(a, h, cfg.b_k, cfg.b_sk);
+      s.key0[2 * c + 1] = first_key(a + h, g - h, cfg.b_k, cfg.b_sk);
+    }
   }
+  if (s.key0)
+    for (int64_t i = 2 * m + tid; i < key0_slots(m); i += kCta) s.key0[i] = kNoKey;
   for (int i = tid; i < kPasses * kBins; i += kCta) s.hist[i] = 0;
   __syncthreads();
   const int n_ks = cfg.b_k / cfg.b_sk;
@@ -766,8 +809,9 @@ __device__ int search(const HipEstimateConfig& cfg, const Shape& sh, const Smem&
     else __syncthreads();
     pc.mark(kPhScoreWait);
     bool kept_wide;  // (decode: a call, prefill: inlined)
-    if constexpr (kCluster > 1) kept_wide = keep_best_call<kCta>(m, nb, s, own, brs, next, pc);
-    else kept_wide = keep_best<kCta>(m, nb, s, own, brs, next, pc);
+    const KeepShape ks{m, cfg.b_k, cfg.b_sk};
+    if constexpr (kCluster > 1) kept_wide = keep_best_call<kCta>(ks, nb, s, own, brs, next, pc);
+    else kept_wide = keep_best<kCta>(ks, nb, s, own, brs, next, pc);
     const bool more = __syncthreads_or(kept_wide);
     pc.mark(kPhEndWait);
     pc.iteration();

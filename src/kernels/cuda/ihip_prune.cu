@@ -105,7 +105,8 @@ __device__ inline void unpack_key(const IhipStageGpuParams& p, const KeyRegs<D, 
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       if constexpr (FP8) {  // two e4m3 -> two fp16 (exact) -> fp32, times the scale
-        const uint32_t h = fp8vec::e4m3x2_to_f16x2((e < 2 ? key.u[c].x : key.u[c].y) >> (16 * (e % 2)));
+        const uint2 h4 = fp8vec::e4m3x4_to_f16x4(e < 2 ? key.u[c].x : key.u[c].y);
+        const uint32_t h = e % 2 ? h4.y : h4.x;
         __half2_raw hr;
         hr.x = uint16_t(h), hr.y = uint16_t(h >> 16);
         const float2 v = __half22float2(__half2(hr));

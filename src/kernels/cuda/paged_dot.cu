@@ -78,10 +78,8 @@ __device__ __forceinline__ void a_frags(const KeyTile<FP8, P>& kt, int b, int p,
     if constexpr (FP8) {
       const uint4& v = kt.raw[2 * b + h][p / 2];
       const uint32_t lo = p % 2 ? v.z : v.x, hi = p % 2 ? v.w : v.y;
-      w[h][0] = fp8vec::e4m3x2_to_f16x2(lo & 0xffffu);
-      w[h][1] = fp8vec::e4m3x2_to_f16x2(lo >> 16);
-      w[h][2] = fp8vec::e4m3x2_to_f16x2(hi & 0xffffu);
-      w[h][3] = fp8vec::e4m3x2_to_f16x2(hi >> 16);
+      const uint2 l4 = fp8vec::e4m3x4_to_f16x4(lo), h4 = fp8vec::e4m3x4_to_f16x4(hi);
+      w[h][0] = l4.x, w[h][1] = l4.y, w[h][2] = h4.x, w[h][3] = h4.y;
     } else {
       const uint4& v = kt.raw[2 * b + h][p];
       w[h][0] = v.x, w[h][1] = v.y, w[h][2] = v.z, w[h][3] = v.w;

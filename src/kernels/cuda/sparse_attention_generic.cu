@@ -32,6 +32,7 @@
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/fa2_tile.cuh"
+#include "kernels/cuda/fp8_vec.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/sparse_plan.h"
 
@@ -74,11 +75,13 @@ __device__ __forceinline__ void widen16(const uint4 raw, uint4& lo, uint4& hi) {
   const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
   uint32_t out[8];
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const uint32_t two = (w[i / 2] >> (16 * (i & 1))) & 0xffffu;
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(two), __NV_E4M3);
-    const float2 f = __half22float2(__half2(h));
-    out[i] = pack_bf16(f.x, f.y);
+  for (int i = 0; i < 4; ++i) {
+    const uint2 f4 = fp8vec::e4m3x4_to_f16x4(w[i]);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(k == 0 ? &f4.x : &f4.y));
+      out[2 * i + k] = pack_bf16(f.x, f.y);
+    }
   }
   lo = make_uint4(out[0], out[1], out[2], out[3]);
   hi = make_uint4(out[4], out[5], out[6], out[7]);

@@ -362,11 +362,10 @@ __device__ __forceinline__ void widen_operand(uint32_t tile, int wp, int lane) {
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
       const int gi = wp + 4 * (i0 + j), part = gi / kGroupsPerPart, r = 4 * (gi % kGroupsPerPart) + rl;
-      using fp8vec::e4m3x2_to_f16x2;
-      const uint4 lo = make_uint4(e4m3x2_to_f16x2(x[j].x), e4m3x2_to_f16x2(x[j].x >> 16), e4m3x2_to_f16x2(x[j].y),
-                                  e4m3x2_to_f16x2(x[j].y >> 16));
-      const uint4 hi = make_uint4(e4m3x2_to_f16x2(x[j].z), e4m3x2_to_f16x2(x[j].z >> 16), e4m3x2_to_f16x2(x[j].w),
-                                  e4m3x2_to_f16x2(x[j].w >> 16));
+      using fp8vec::e4m3x4_to_f16x4;
+      const uint2 f0 = e4m3x4_to_f16x4(x[j].x), f1 = e4m3x4_to_f16x4(x[j].y), f2 = e4m3x4_to_f16x4(x[j].z),
+                  f3 = e4m3x4_to_f16x4(x[j].w);
+      const uint4 lo = make_uint4(f0.x, f0.y, f1.x, f1.y), hi = make_uint4(f2.x, f2.y, f3.x, f3.y);
       // dims 16 c8 .. + 15 of the part: panel 2 part + c8 / 4, 16-byte chunks 2 (c8 % 4), + 1
       const uint32_t pr = tile + (2 * part + c8 / 4) * kHalf + r * 128;
       const int ch = 2 * (c8 % 4), sw = r % 8;
