@@ -22,6 +22,13 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
+// The same, zero-filling the 16 bytes instead of reading src when flag < 0 (src must still be a
+// valid address): the test is the copy's own predicate (one compare, no byte count to select).
+__device__ __forceinline__ void cp_async16_zfill_if_negative(uint32_t dst, const void* src, int flag) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tsetp.lt.s32 p, %2, 0;\n\tcp.async.cg.shared.global [%0], [%1], 16, p;\n\t}" ::"r"(dst),
+      "l"(src), "r"(flag));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }

@@ -522,40 +522,49 @@ __global__ void __launch_bounds__(G::kThreads, 1)
           }
           if (lane == 0) hd[kHdrFlags] = kHdrFlagGather | (full ? 0 : kHdrFlagMask);
         }
-        const uint32_t sk = wb + kWgK + s * kTile, sv = wb + kWgV + s * kTile;
+        const uint32_t sk = wb + kWgK + s * kTile;
         // 64 rows x kC chunks of 16 bytes per operand, 32 per iteration: chunk i = 32 it + lane is
         // row i / kC, chunk i % kC (bf16 d = 128: two rows an iteration; d = 256: one). fp8: a
         // chunk is 16 dims, staged unswizzled (128-byte rows) in panel 2 part + 1 of 128-dim part
         // c / 8 (the widening pass's layout, see widen_operand), empty slots zero-filled.
-        // A lane's chunk column c is the same in every iteration (32 is a multiple of kC), so its
-        // source column is hoisted; a row's offset is key * ld (32-bit ld: one wide multiply-add).
-        // Unrolled by 4, so the key broadcasts of four iterations can be in flight together
-        // (measured only together with the batched walk: 1.41x with it, 1.09x without either).
+        // A lane's chunk column c is the same in every iteration (32 is a multiple of kC), and its
+        // rows step by kRowsIt: the loop is unrolled whole so that a copy costs its key's
+        // broadcast, one wide multiply-add an operand (32-bit key x 32-bit bytes a token + the
+        // column) and the swizzle's xor, ~10 instructions a pair of copies where the generic
+        // form (signed row division, 64-bit multiply, pointer selects) took ~35: the producer
+        // warps' issue rate bounded HiP's gathered tiles (ncu at 128K: the consumers waited on
+        // full stages while the producers seldom waited on empty ones).
         constexpr int kC = G::kFp8 ? kD / 16 : kD / 8;
+        constexpr int kRowsIt = 32 / kC;        // rows an iteration
         constexpr int kElem = G::kFp8 ? 1 : 2;  // bytes per K/V element
-        const int c = lane % kC;
-        const int32_t ld = a.n_kv_head * kD * kElem;  // bytes per token
+        // (opaque: the compiler would otherwise hoist every iteration's destination out of the
+        // producer's loop and spill them from its small register budget, and re-add the tensors'
+        // base addresses to every copy's offset)
+        int c = lane % kC, r0 = f * (kBK / G::kFeedWarps) + lane / kC;  // this lane's chunk, first row
+        asm volatile("" : "+r"(c), "+r"(r0));
+        const uint32_t ld = uint32_t(a.n_kv_head * kD * kElem);  // bytes per token
         const uint8_t* kcol = reinterpret_cast<const uint8_t*>(a.k) + (kvh * kD + c * (16 / kElem)) * kElem;
         const uint8_t* vcol = reinterpret_cast<const uint8_t*>(a.v) + (kvh * kD + c * (16 / kElem)) * kElem;
-        // Feeder f copies iterations [f n, (f + 1) n): rows 64 f / kFeedWarps .. of the tile, all
-        // in slots 0..31 (gka) or all in 32..63 (gkb).
+        asm volatile("" : "+l"(kcol), "+l"(vcol));
+        // Feeder f copies rows [f 64 / kFeedWarps, (f + 1) 64 / kFeedWarps) of the tile, all in
+        // slots 0..31 (gka) or all in 32..63 (gkb).
         constexpr int kIters = kBK * kC / 32 / G::kFeedWarps;
-        static_assert(kIters % 4 == 0 && 2 * (G::kFeedWarps / 2) == G::kFeedWarps, "gather split");
+        static_assert(kIters * kRowsIt * G::kFeedWarps == kBK && 2 * (G::kFeedWarps / 2) == G::kFeedWarps,
+                      "gather split");
         const int32_t gk = 2 * f < G::kFeedWarps ? gka : gkb;
-#pragma unroll 4
+        // Row r's chunk c: 128-byte rows; bf16 16-byte chunks swizzled within a 64-dim panel
+        // (chunk (c ^ r) % 8), fp8 in panel 2 part + 1 unswizzled. V's stage is K's + kStages tiles.
+        const uint32_t kb0 = sk + (G::kFp8 ? (2 * (c / 8) + 1) * kHalf + (c % 8) * 16 : (c / 8) * kHalf) + r0 * 128;
+        const uint32_t r16 = uint32_t(r0) * 16, c16 = uint32_t(c) * 16;
+        static_assert(kWgV - kWgK == kStages * kTile, "V's stage at a fixed offset from K's");
+#pragma unroll
         for (int i = 0; i < kIters; ++i) {
-          const int it = f * kIters + i;
-          const int r = (32 * it + lane) / kC;
-          const int32_t key = __shfl_sync(0xffffffffu, gk, r % 32);
-          const bool ok = key >= 0;
-          const int64_t off = ok ? int64_t(key) * ld : 0;
-          uint32_t dst;
-          if constexpr (G::kFp8)
-            dst = (2 * (c / 8) + 1) * kHalf + r * 128 + (c % 8) * 16;
-          else
-            dst = (c / 8) * kHalf + r * 128 + (((c % 8) ^ (r % 8)) * 16);
-          mma::cp_async16(sk + dst, ok ? kcol + off : kcol, ok ? 16 : 0);
-          mma::cp_async16(sv + dst, ok ? vcol + off : vcol, ok ? 16 : 0);
+          const int r = r0 + kRowsIt * i;
+          const int32_t key = __shfl_sync(0xffffffffu, gk, r);  // slot r: lane r % 32 of gka / gkb (wraps)
+          const uint32_t kk = key >= 0 ? uint32_t(key) : 0u;    // an empty slot (key < 0) zero-fills
+          const uint32_t dk = kb0 + 128 * kRowsIt * i + (G::kFp8 ? 0u : ((r16 + 16 * kRowsIt * i) ^ c16) & 0x70u);
+          mma::cp_async16_zfill_if_negative(dk, kcol + size_t(kk) * ld, key);
+          mma::cp_async16_zfill_if_negative(dk + kStages * kTile, vcol + size_t(kk) * ld, key);
         }
         // Each lane's copies arrive on the stage's full barrier when they land (the pending count
         // goes up by one per lane now, down when its copies complete); lane 0's arrival, after
