@@ -1,7 +1,8 @@
 // fp8_vec.cuh (cuda, internal): e4m3 <-> float conversions and 8-element bf16 <-> e4m3 vectors
 // (16 bytes of bf16, 8 of e4m3) for the memory-bound fp8 KV-cache kernels (gpu/kv_fp8.cu,
-// kv/cuda/kv_scatter.cu, paged_dot.cu's fp8 keys; the fp8 attention and HiP scorers' widening), plus the grid size of their grid-stride loops. Conversions saturate
-// (__NV_SATFINITE) as the host twin kernels/ref/fp8_e4m3.h does.
+// kv/cuda/kv_scatter.cu, paged_dot.cu's fp8 keys), the e4m3 -> fp16 widening of the fp8
+// attention and scoring kernels, and the grid size of the grid-stride loops. Conversions
+// saturate (__NV_SATFINITE) as the host twin kernels/ref/fp8_e4m3.h does.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -41,7 +42,8 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two) {
 __device__ __forceinline__ uint2 e4m3x4_to_f16x4(uint32_t four) {
   uint2 out;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  asm("{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %2;\n\tcvt.rn.f16x2.e4m3x2 %0, lo;\n\tcvt.rn.f16x2.e4m3x2 %1, hi;\n\t}"
+  asm("{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %2;\n\t"
+      "cvt.rn.f16x2.e4m3x2 %0, lo;\n\tcvt.rn.f16x2.e4m3x2 %1, hi;\n\t}"
       : "=r"(out.x), "=r"(out.y)
       : "r"(four));
 #else

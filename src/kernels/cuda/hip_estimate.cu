@@ -206,11 +206,19 @@ struct PhaseClock {
   }
 };
 
+// What keep_best keeps and how its halves are sampled (by value: decode's keep_best_call is a call,
+// and a reference to the kernel parameters' config put a copy of it on the stack).
+struct KeepShape {
+  int64_t m;       // k/b_k: branches kept
+  int32_t b_k, b_sk;
+};
+
 // Keeps the m = k/b_k best of the nb branches br ranked by key (ascending, ties by branch index),
 // writes them to s.chunks[0, m) in branch order and their halves (the next iteration's branches:
 // chunk c gives 2c, the first half, empty when c is one block, and 2c + 1; the CPU's list order
-// with the empty halves removed) to next[0, 2m), and the halves' first sampled keys to s.key0. Returns whether this thread kept a chunk of more than one
-// block (another iteration is needed when any did).
+// with the empty halves removed) to next[0, 2m), and the halves' first sampled keys to s.key0.
+// Returns whether this thread kept a chunk of more than one block (another iteration is needed
+// when any did).
 // The threshold T (the m-th smallest key) comes from a radix select over the bits where the keys
 // differ: in prefill one barrier gives every warp the least key and the greatest live one, whose
 // common top bits every key between them shares (real-valued scores of one sign usually share the
@@ -226,12 +234,6 @@ struct PhaseClock {
 // Barriers: prefill 2-7, usually 4; decode usually 7 (three passes of two, then the compaction's);
 // a bitonic sort of 512 keys takes 45.
 // s.hist is zero on entry and on return (the passes' bins are cleared after the last reads).
-// What keep_best keeps and how its halves are sampled (by value: decode's keep_best_call is a call,
-// and a reference to the kernel parameters' config put a copy of it on the stack).
-struct KeepShape {
-  int64_t m;       // k/b_k: branches kept
-  int32_t b_k, b_sk;
-};
 template <int kCta>
 __device__ bool keep_best(KeepShape ks, int nb, const Smem& s, const uint32_t* key, const Branch* br, Branch* next,
                           PhaseClock& pc) {
@@ -457,16 +459,17 @@ __device__ __forceinline__ uint4 load_key8(const __nv_fp8_e4m3* p) {
     const uint2 h = fp8vec::e4m3x4_to_f16x4(i == 0 ? v.x : v.y);
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
-      const __nv_bfloat162 b = __float22bfloat162_rn(__half22float2(*reinterpret_cast<const __half2*>(k == 0 ? &h.x : &h.y)));
+      const __half2 f16 = *reinterpret_cast<const __half2*>(k == 0 ? &h.x : &h.y);
+      const __nv_bfloat162 b = __float22bfloat162_rn(__half22float2(f16));
       o[2 * i + k] = *reinterpret_cast<const uint32_t*>(&b);
     }
   }
   return out;
 }
 // The tensor-core scorer's fp8 keys: 8 codes (one uint2) as 8 f16 (one uint4, the bf16 load's
-// element order),
-// one cvt.rn.f16x2.e4m3x2 per 2 codes (fp8vec::e4m3x4_to_f16x4: no shifts), exact (e4m3 is a subset of f16: 3 mantissa bits,
-// exponents 2^-9..2^8, all f16 normals). The queries are f16 too (load_q's power-of-2 scale).
+// element order), one cvt.rn.f16x2.e4m3x2 per 2 codes (fp8vec::e4m3x4_to_f16x4: no shifts),
+// exact (e4m3 is a subset of f16: 3 mantissa bits, exponents 2^-9..2^8, all f16 normals). The
+// queries are f16 too (load_q's power-of-2 scale).
 __device__ __forceinline__ uint4 e4m3x8_to_f16(uint2 v) {
   const uint2 lo = fp8vec::e4m3x4_to_f16x4(v.x), hi = fp8vec::e4m3x4_to_f16x4(v.y);
   return make_uint4(lo.x, lo.y, hi.x, hi.y);
