@@ -6,7 +6,8 @@
 # (longctx_bench_hip_main) in the same call.
 #   PART=1: test_hip_gpu, memcheck on the estimator's prefill cases, four interleaved rounds main /
 #           head at 128K (two also at 1M: estimate bf16 / fp8 and the sparse attention), the phase
-#           clocks of both at 128K, ncu's instruction counts of both fp8 kernels at 128K, torch
+#           clocks of both at 128K, ncu's instruction counts, tensor-pipe use and (head) per-instruction
+#           stall samples of the fp8 kernels at 128K, torch
 #           cuDNN causal at 128K (the 10x baseline of the same call).
 #   PART=2: the other fp8 kernels' tests (test_cuda decode / sparse / TokenSelect, test_ihip_gpu,
 #           test_sparse_window, test_gpu's fp8 tile cases).
@@ -42,14 +43,21 @@ if [ "${PART:-1}" = 1 ]; then
   done
   step clocks_main 20 $B/longctx_bench_hip_clocksmain --lens "" --prefill 131072 --dense-max 0 --estimate-only
   step clocks_head 20 $B/longctx_bench_hip_clocks --lens "" --prefill 131072 --dense-max 0 --estimate-only
+  # (not --estimate-only: it times the bf16 estimate alone, and the fp8 kernel would never run)
   for n in main head; do
     b=$B/longctx_bench_hip_main
     [ $n = head ] && b=$B/longctx_bench_hip
-    step ncu_$n 60 ncu --section InstructionStats --section SchedulerStats --section WarpStateStats \
-      --metrics sm__inst_executed.sum,smsp__inst_executed_op_shared_ld.sum --clock-control none \
-      --kernel-name-base mangled -k regex:prefill_kernelI13__nv_fp8 -c 1 $b --lens "" --prefill 131072 --dense-max 0 \
-      --estimate-only
+    step ncu_$n 60 ncu --section ComputeWorkloadAnalysis --section InstructionStats --section WarpStateStats \
+      --metrics sm__inst_executed.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active \
+      --clock-control none --kernel-name-base mangled -k regex:prefill_kernelI13__nv_fp8 -c 1 \
+      $b --lens "" --prefill 131072 --dense-max 0
   done
+  # The head's per-instruction stall samples (the docs' stall shares): a report and its SASS page.
+  step ncu_src 90 ncu --section WarpStateStats --section SourceCounters --clock-control none \
+    --kernel-name-base mangled -k regex:prefill_kernelI13__nv_fp8 -c 1 -o $L/fp8src \
+    $B/longctx_bench_hip --lens "" --prefill 131072 --dense-max 0
+  step ncu_src_csv 60 bash -c "ncu -i $L/fp8src.ncu-rep --page source --csv --print-source sass > $L/fp8src_sass.csv"
+  rm -f $L/fp8src.ncu-rep
   step torch 45 python3 "$D/torch_baseline.py" --shape 32,8,128 --prefill 131072 --decode "" --backends cudnn --json $L/torch.json
 else
   step test_cuda 240 $B/test_cuda --gtest_filter='AttnDecode*:SparseAttn*:SparseGeneric*:SparseDecode*:TokenSelect*'
